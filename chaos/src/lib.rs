@@ -1,0 +1,1 @@
+//! agentchaos: crash-consistency harness for agent session stores.

@@ -1,0 +1,133 @@
+//! Named crash points: where the harness (agentchaos) may kill this process.
+//!
+//! Every write, sync, rename and tool-protocol step in the store passes
+//! through [`hit`] or [`write_at`]. With no `AGENTCHAOS_*` variable set they
+//! cost one relaxed atomic load. The harness drives them through the
+//! environment of the child process:
+//!
+//! - `AGENTCHAOS_TRACE=FILE`: append the name of every hit to FILE, one per line
+//!   (a trace run: which points does this scenario reach, in which order).
+//! - `AGENTCHAOS_KILL_AT=N`: at the N-th hit (0-based, counted over all points
+//!   in this process) send SIGKILL to ourselves: no destructors, no flushes.
+//! - `AGENTCHAOS_TEAR=BYTES`: if hit N is a write, first let only BYTES bytes
+//!   of it reach the file (a torn write), then die.
+//! - `AGENTCHAOS_SYNC_LOG=FILE`: append `LEN PATH` after every successful
+//!   data sync of the event log, so a power-cut trial can drop what was never
+//!   synced (see agentchaos' nemesis module for the exact model).
+//!
+//! This module must never change what the store writes when no variable is set.
+
+use std::fs::File;
+use std::io::Write;
+use std::os::unix::fs::FileExt;
+use std::path::Path;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Mutex, OnceLock};
+
+#[derive(Debug)]
+struct Control {
+    trace: Option<Mutex<File>>,
+    kill_at: Option<u64>,
+    tear: Option<usize>,
+    sync_log: Option<Mutex<File>>,
+}
+
+static CONTROL: OnceLock<Option<Control>> = OnceLock::new();
+static HITS: AtomicU64 = AtomicU64::new(0);
+
+fn open_append(var: &str) -> Option<Mutex<File>> {
+    let path = std::env::var_os(var)?;
+    let file = std::fs::OpenOptions::new()
+        .create(true)
+        .append(true)
+        .open(&path)
+        .unwrap_or_else(|e| {
+            eprintln!(
+                "agentstore: cannot open {var}={}: {e}",
+                Path::new(&path).display()
+            );
+            std::process::exit(2)
+        });
+    Some(Mutex::new(file))
+}
+
+fn parse_var<T: std::str::FromStr>(var: &str) -> Option<T> {
+    let raw = std::env::var(var).ok()?;
+    match raw.parse() {
+        Ok(v) => Some(v),
+        Err(_) => {
+            eprintln!("agentstore: {var}={raw:?} is not a number");
+            std::process::exit(2)
+        }
+    }
+}
+
+fn control() -> Option<&'static Control> {
+    CONTROL
+        .get_or_init(|| {
+            let c = Control {
+                trace: open_append("AGENTCHAOS_TRACE"),
+                kill_at: parse_var("AGENTCHAOS_KILL_AT"),
+                tear: parse_var("AGENTCHAOS_TEAR"),
+                sync_log: open_append("AGENTCHAOS_SYNC_LOG"),
+            };
+            let active = c.trace.is_some() || c.kill_at.is_some() || c.sync_log.is_some();
+            active.then_some(c)
+        })
+        .as_ref()
+}
+
+/// Dies now, the way a crash does: SIGKILL to ourselves.
+pub fn die() -> ! {
+    let _ = nix::sys::signal::raise(nix::sys::signal::Signal::SIGKILL);
+    // SIGKILL cannot be caught; this is only reached if raise itself failed.
+    std::process::abort()
+}
+
+/// Counts a hit of `point`; returns true if this hit is the one to kill at.
+fn count(c: &Control, point: &'static str) -> bool {
+    let n = HITS.fetch_add(1, Ordering::SeqCst);
+    if let Some(trace) = &c.trace {
+        let mut f = trace.lock().unwrap_or_else(|p| p.into_inner());
+        let _ = writeln!(f, "{point}");
+    }
+    c.kill_at == Some(n)
+}
+
+/// A crash point that is not a write: kill here if told to.
+pub fn hit(point: &'static str) {
+    if let Some(c) = control() {
+        if count(c, point) {
+            die();
+        }
+    }
+}
+
+/// A write through a crash point: `pwrite` all of `buf` at `offset`, unless
+/// this is the hit to kill at, in which case only the torn prefix (if any)
+/// is written before dying.
+pub fn write_at(point: &'static str, file: &File, buf: &[u8], offset: u64) -> std::io::Result<()> {
+    if let Some(c) = control() {
+        if count(c, point) {
+            if let Some(keep) = c.tear {
+                let keep = keep.min(buf.len().saturating_sub(1));
+                let _ = file.write_all_at(&buf[..keep], offset);
+            }
+            die();
+        }
+    }
+    file.write_all_at(buf, offset)
+}
+
+/// Records that `path` is durable up to `len` bytes (only when a power-cut
+/// trial asked for it).
+pub fn synced(path: &Path, len: u64) {
+    if let Some(Control {
+        sync_log: Some(log),
+        ..
+    }) = control()
+    {
+        let mut f = log.lock().unwrap_or_else(|p| p.into_inner());
+        let _ = writeln!(f, "{len} {}", path.display());
+    }
+}

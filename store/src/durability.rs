@@ -1,0 +1,86 @@
+//! What "acknowledged" means: the durability modes and the proof types.
+//!
+//! An [`Acked`] is only ever built by the event log after the bytes of that
+//! event reached stable storage (under [`Durability::Sync`] or
+//! [`Durability::Batch`]). Holding one is the proof; nothing else is.
+
+use std::time::Duration;
+
+use crate::event::{EventId, Seq};
+
+/// When an append may return.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum Durability {
+    /// Each append returns after its own `fdatasync`. The default.
+    #[default]
+    Sync,
+    /// Group commit: concurrent appenders share one `fdatasync`. The first
+    /// waiter leads: it waits up to `max_delay` (or until `max_events` are
+    /// pending), syncs once, and wakes everyone its sync covered. Each append
+    /// still returns only once its own bytes are durable.
+    Batch {
+        max_delay: Duration,
+        max_events: usize,
+    },
+    /// No sync at all: an `Acked` proves nothing. Tests and benchmarks only.
+    None,
+}
+
+impl Durability {
+    /// A batch mode with defaults fit for interactive agents (1 ms, 64 events).
+    pub fn batch() -> Durability {
+        Durability::Batch {
+            max_delay: Duration::from_millis(1),
+            max_events: 64,
+        }
+    }
+}
+
+/// A byte length of the log known to be on stable storage, with the seq of
+/// the next event after it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord)]
+pub struct DurablePosition {
+    pub(crate) len: u64,
+    pub(crate) next_seq: Seq,
+}
+
+impl DurablePosition {
+    /// Bytes of the log that are durable.
+    pub fn len(&self) -> u64 {
+        self.len
+    }
+    /// Whether nothing is durable yet.
+    pub fn is_empty(&self) -> bool {
+        self.len == 0
+    }
+    /// The seq the next appended event gets.
+    pub fn next_seq(&self) -> Seq {
+        self.next_seq
+    }
+}
+
+/// Proof that one event is durable: its seq, id, and where its line lies.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Acked {
+    pub(crate) seq: Seq,
+    pub(crate) id: EventId,
+    pub(crate) offset: u64,
+    pub(crate) end: u64,
+}
+
+impl Acked {
+    pub fn seq(&self) -> Seq {
+        self.seq
+    }
+    pub fn id(&self) -> &EventId {
+        &self.id
+    }
+    /// Byte offset of the event's line.
+    pub fn offset(&self) -> u64 {
+        self.offset
+    }
+    /// Byte offset just past the event's newline.
+    pub fn end(&self) -> u64 {
+        self.end
+    }
+}

@@ -1,0 +1,109 @@
+//! Deliberately broken behaviours, one promise each, so the harness can be
+//! seen to fail.
+//!
+//! A fault is active only when the `AGENTSTORE_FAULT` environment variable
+//! names it (the harness sets it for `agentchaos run --store-fault NAME`).
+//! With the variable unset, [`active`] is a single atomic load that returns
+//! false and the store behaves as documented. Nothing here may change
+//! behaviour without that variable.
+
+use std::sync::OnceLock;
+
+/// Each fault breaks exactly one promise of the store.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Fault {
+    /// Sync appends return their ack before the fdatasync (which is deferred to the next append).
+    AckBeforeFsync,
+    /// `tool_started` (the intent) is acknowledged but never written.
+    SkipIntent,
+    /// Recovery reports every uncertain call as `requested`, inviting a blind re-run.
+    RerunUncertain,
+    /// The snapshot is written in place (truncate + write), not via temp + rename.
+    NonAtomicSnapshot,
+    /// The snapshot claims one more event than its projection folded.
+    CheckpointSeqAhead,
+    /// Opening for writing leaves a torn tail in place, so the next append fuses onto it.
+    NoTornTailRepair,
+    /// The rendered context leaves out the `<recovery>` block.
+    DropRecoveryBlock,
+    /// Recovery marks orphaned calls again even when they are already marked.
+    MarkTwice,
+}
+
+impl Fault {
+    /// Every fault with its name and the promise it breaks.
+    pub const ALL: &'static [(Fault, &'static str, &'static str)] = &[
+        (
+            Fault::AckBeforeFsync,
+            "ack-before-fsync",
+            "an acknowledged append is durable",
+        ),
+        (
+            Fault::SkipIntent,
+            "skip-intent",
+            "the intent is durable before a side effect runs",
+        ),
+        (
+            Fault::RerunUncertain,
+            "rerun-uncertain",
+            "an uncertain call is reconciled before it runs again",
+        ),
+        (
+            Fault::NonAtomicSnapshot,
+            "non-atomic-snapshot",
+            "a snapshot is replaced atomically",
+        ),
+        (
+            Fault::CheckpointSeqAhead,
+            "checkpoint-seq-ahead",
+            "a snapshot's seq matches its projection",
+        ),
+        (
+            Fault::NoTornTailRepair,
+            "no-torn-tail-repair",
+            "a torn tail is repaired before the next append",
+        ),
+        (
+            Fault::DropRecoveryBlock,
+            "drop-recovery-block",
+            "the context shows every uncertain call",
+        ),
+        (Fault::MarkTwice, "mark-twice", "recovery is idempotent"),
+    ];
+
+    /// The fault's stable name.
+    pub fn name(self) -> &'static str {
+        Fault::ALL
+            .iter()
+            .find(|(f, _, _)| *f == self)
+            .map(|(_, n, _)| *n)
+            .expect("every fault is listed in ALL")
+    }
+
+    /// Looks a fault up by name.
+    pub fn from_name(name: &str) -> Option<Fault> {
+        Fault::ALL
+            .iter()
+            .find(|(_, n, _)| *n == name)
+            .map(|(f, _, _)| *f)
+    }
+}
+
+/// The environment variable that selects a fault.
+pub const FAULT_ENV: &str = "AGENTSTORE_FAULT";
+
+static ACTIVE: OnceLock<Option<Fault>> = OnceLock::new();
+
+/// Is `fault` switched on for this process?
+pub fn active(fault: Fault) -> bool {
+    *ACTIVE.get_or_init(|| {
+        let name = std::env::var(FAULT_ENV).ok()?;
+        match Fault::from_name(&name) {
+            Some(f) => Some(f),
+            None => {
+                eprintln!("agentstore: {FAULT_ENV}={name:?} names no fault");
+                std::process::exit(2)
+            }
+        }
+    }) == Some(fault)
+}

@@ -1,0 +1,296 @@
+//! Log framing: the bytes of one line, and how a line is checked on the way back.
+//!
+//! A line is one JSON object followed by `\n`:
+//!
+//! ```text
+//! {"crc":"d1f07035","seq":0,"id":"e0","ts":"2026-11-29T08:00:00.000Z","type":"run_started","run_id":"r1"}
+//! ```
+//!
+//! `crc` always comes first and is the CRC32C (hex, 8 digits) of the same
+//! object without it, i.e. of the bytes `{` + everything after `"crc":"XXXXXXXX",`.
+//! The fixed position makes the check cheap and unambiguous, and the line
+//! stays plain JSON for any other reader. This module never touches files.
+
+use serde::{Deserialize, Serialize};
+use serde_json::Value;
+
+use crate::event::{Body, Event, Record, Redaction, Seq};
+
+/// The largest line the store writes or accepts, newline included. Larger
+/// payloads belong in blobs.
+pub const MAX_LINE_BYTES: usize = 4 * 1024 * 1024;
+
+const CRC_PREFIX: &[u8] = b"{\"crc\":\"";
+/// `{"crc":"` + 8 hex digits + `",`
+const CRC_HEADER_LEN: usize = CRC_PREFIX.len() + 8 + 2;
+
+/// Why a line could not be read back as an event.
+#[derive(Debug, Clone, PartialEq)]
+pub enum LineError {
+    /// The bytes are not a framed event line (zeros, garbage, a fragment).
+    Frame(String),
+    /// The checksum does not match the content.
+    Checksum { stored: u32, computed: u32 },
+    /// Checksum fine but the JSON does not fit the schema.
+    Schema(String),
+    /// A type this build does not know, on a line that is not ignorable.
+    UnknownType(String),
+}
+
+impl std::fmt::Display for LineError {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            LineError::Frame(why) => write!(f, "not an event line: {why}"),
+            LineError::Checksum { stored, computed } => write!(
+                f,
+                "checksum mismatch: line says {stored:08x}, content hashes to {computed:08x}"
+            ),
+            LineError::Schema(why) => write!(f, "checksum ok but fields do not fit: {why}"),
+            LineError::UnknownType(t) => write!(f, "unknown event type {t:?}"),
+        }
+    }
+}
+
+#[derive(Serialize)]
+struct OutLine<'a> {
+    seq: Seq,
+    id: &'a str,
+    ts: &'a str,
+    #[serde(skip_serializing_if = "is_public")]
+    redaction: Redaction,
+    #[serde(flatten)]
+    event: &'a Event,
+}
+
+fn is_public(r: &Redaction) -> bool {
+    *r == Redaction::Public
+}
+
+#[derive(Deserialize)]
+struct InLine {
+    seq: Seq,
+    id: String,
+    ts: String,
+    #[serde(default)]
+    redaction: Redaction,
+    #[serde(flatten)]
+    event: Event,
+}
+
+/// Encodes one event as a complete line (with its trailing newline) into `out`.
+pub fn encode_into(
+    out: &mut Vec<u8>,
+    seq: Seq,
+    id: &str,
+    ts: &str,
+    redaction: Redaction,
+    event: &Event,
+) {
+    out.clear();
+    out.extend_from_slice(CRC_PREFIX);
+    out.extend_from_slice(b"00000000\",");
+    let body_start = out.len();
+    let line = OutLine {
+        seq,
+        id,
+        ts,
+        redaction,
+        event,
+    };
+    serde_json::to_writer(&mut *out, &line).expect("serializing an Event to memory cannot fail");
+    // Drop the body's own `{`: the header already opened the object.
+    out.remove(body_start);
+    let crc = crc32c::crc32c_append(crc32c::crc32c(b"{"), &out[body_start..]);
+    write_hex(&mut out[CRC_PREFIX.len()..CRC_PREFIX.len() + 8], crc);
+    out.push(b'\n');
+}
+
+fn write_hex(dst: &mut [u8], v: u32) {
+    const HEX: &[u8; 16] = b"0123456789abcdef";
+    for (i, slot) in dst.iter_mut().enumerate() {
+        *slot = HEX[((v >> (28 - 4 * i)) & 0xf) as usize];
+    }
+}
+
+fn parse_hex(src: &[u8]) -> Option<u32> {
+    let mut v: u32 = 0;
+    for &b in src {
+        let d = match b {
+            b'0'..=b'9' => b - b'0',
+            b'a'..=b'f' => b - b'a' + 10,
+            _ => return None,
+        };
+        v = (v << 4) | d as u32;
+    }
+    Some(v)
+}
+
+/// Checks the frame and checksum of `line` (without its newline).
+pub fn verify_checksum(line: &[u8]) -> Result<(), LineError> {
+    if line.len() < CRC_HEADER_LEN + 1 || !line.starts_with(CRC_PREFIX) {
+        return Err(LineError::Frame(describe_start(line)));
+    }
+    let stored = parse_hex(&line[CRC_PREFIX.len()..CRC_PREFIX.len() + 8])
+        .ok_or_else(|| LineError::Frame("crc is not 8 lowercase hex digits".into()))?;
+    if &line[CRC_PREFIX.len() + 8..CRC_HEADER_LEN] != b"\"," {
+        return Err(LineError::Frame(
+            "crc field is not followed by '\",'".into(),
+        ));
+    }
+    let computed = crc32c::crc32c_append(crc32c::crc32c(b"{"), &line[CRC_HEADER_LEN..]);
+    if stored != computed {
+        return Err(LineError::Checksum { stored, computed });
+    }
+    Ok(())
+}
+
+fn describe_start(line: &[u8]) -> String {
+    if line.is_empty() {
+        return "empty line".into();
+    }
+    if line.iter().all(|&b| b == 0) {
+        return format!("{} zero byte(s)", line.len());
+    }
+    let shown: String = String::from_utf8_lossy(&line[..line.len().min(24)])
+        .chars()
+        .map(|c| if c.is_control() { '.' } else { c })
+        .collect();
+    format!("does not start with {{\"crc\":\" (starts with {shown:?})")
+}
+
+/// Verifies and decodes one line (without its newline).
+pub fn decode(line: &[u8]) -> Result<Record, LineError> {
+    verify_checksum(line)?;
+    match serde_json::from_slice::<InLine>(line) {
+        Ok(l) => Ok(Record {
+            seq: l.seq,
+            id: l.id,
+            ts: l.ts,
+            redaction: l.redaction,
+            body: Body::Known(l.event),
+        }),
+        Err(typed_err) => decode_untyped(line, typed_err),
+    }
+}
+
+/// Slow path: the typed parse failed. Tell an unknown (maybe ignorable) type
+/// apart from a malformed known one.
+fn decode_untyped(line: &[u8], typed_err: serde_json::Error) -> Result<Record, LineError> {
+    let mut obj = match serde_json::from_slice::<Value>(line) {
+        Ok(Value::Object(o)) => o,
+        Ok(_) => return Err(LineError::Schema("not a JSON object".into())),
+        Err(e) => return Err(LineError::Schema(e.to_string())),
+    };
+    let type_name = match obj.get("type") {
+        Some(Value::String(t)) => t.clone(),
+        _ => return Err(LineError::Schema("missing string field \"type\"".into())),
+    };
+    if Event::TYPE_NAMES.contains(&type_name.as_str()) {
+        return Err(LineError::Schema(typed_err.to_string()));
+    }
+    if obj.get("ignorable") != Some(&Value::Bool(true)) {
+        return Err(LineError::UnknownType(type_name));
+    }
+    let seq = obj
+        .get("seq")
+        .and_then(Value::as_u64)
+        .ok_or_else(|| LineError::Schema("missing integer field \"seq\"".into()))?;
+    let id = obj
+        .get("id")
+        .and_then(Value::as_str)
+        .ok_or_else(|| LineError::Schema("missing string field \"id\"".into()))?
+        .to_string();
+    let ts = obj
+        .get("ts")
+        .and_then(Value::as_str)
+        .unwrap_or_default()
+        .to_string();
+    for envelope in ["crc", "seq", "id", "ts", "type"] {
+        obj.remove(envelope);
+    }
+    Ok(Record {
+        seq,
+        id,
+        ts,
+        redaction: Redaction::Sensitive,
+        body: Body::Ignorable {
+            type_name,
+            fields: Value::Object(obj),
+        },
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn line(seq: Seq, event: &Event) -> Vec<u8> {
+        let mut out = Vec::new();
+        encode_into(
+            &mut out,
+            seq,
+            &crate::event::event_id(seq),
+            "2026-11-29T08:00:00.000Z",
+            Redaction::Public,
+            event,
+        );
+        out
+    }
+
+    #[test]
+    fn round_trips_and_line_format_is_stable() {
+        let ev = Event::RunStarted {
+            run_id: "r1".into(),
+        };
+        let l = line(0, &ev);
+        insta::assert_snapshot!(String::from_utf8(l.clone()).unwrap(), @r#"{"crc":"d1f07035","seq":0,"id":"e0","ts":"2026-11-29T08:00:00.000Z","type":"run_started","run_id":"r1"}
+"#);
+        let rec = decode(&l[..l.len() - 1]).unwrap();
+        assert_eq!(rec.seq, 0);
+        assert_eq!(rec.event(), Some(&ev));
+        // The line is plain JSON for any other reader.
+        let v: Value = serde_json::from_slice(&l).unwrap();
+        assert_eq!(v["type"], "run_started");
+    }
+
+    #[test]
+    fn any_flipped_byte_is_detected() {
+        let l = line(
+            7,
+            &Event::UserMessage {
+                parent: Some("e6".into()),
+                text: "fix the failing test".into(),
+            },
+        );
+        let body = &l[..l.len() - 1];
+        for i in 0..body.len() {
+            let mut bad = body.to_vec();
+            bad[i] ^= 0x20;
+            assert!(decode(&bad).is_err(), "flip at {i} went unnoticed");
+        }
+    }
+
+    #[test]
+    fn unknown_types_are_refused_unless_ignorable() {
+        let mk = |extra: &str| {
+            let body =
+                format!(r#"{{"seq":3,"id":"e3","ts":"t","type":"from_the_future","x":1{extra}}}"#);
+            let crc = crc32c::crc32c(body.as_bytes());
+            format!("{{\"crc\":\"{crc:08x}\",{}", &body[1..]).into_bytes()
+        };
+        assert_eq!(
+            decode(&mk("")).unwrap_err(),
+            LineError::UnknownType("from_the_future".into())
+        );
+        let rec = decode(&mk(r#","ignorable":true"#)).unwrap();
+        assert_eq!(rec.seq, 3);
+        assert_eq!(rec.body.type_name(), "from_the_future");
+    }
+
+    #[test]
+    fn zeros_and_fragments_are_frame_errors() {
+        assert!(matches!(decode(&[0; 40]), Err(LineError::Frame(_))));
+        let l = line(1, &Event::RunStarted { run_id: "r".into() });
+        assert!(decode(&l[..20]).is_err());
+    }
+}

@@ -1,0 +1,55 @@
+//! One writer per session: an exclusive `flock` on `ROOT/sessions/<id>/lock`.
+//!
+//! The holder writes its pid into the lock file so a refused writer can say
+//! who holds it. The lock dies with the process (including SIGKILL), so a
+//! crashed writer never leaves a stale lock. Readers never take it.
+
+use std::fs::{File, OpenOptions};
+use std::io::Read;
+use std::os::unix::fs::FileExt;
+
+use crate::error::{Error, Result};
+use crate::layout::SessionPaths;
+
+/// Proof that this process is the session's only writer. Released on drop.
+#[derive(Debug)]
+pub struct WriterLock {
+    _file: File,
+}
+
+impl WriterLock {
+    /// Takes the writer lock or fails with [`Error::SessionLocked`] at once.
+    pub fn acquire(paths: &SessionPaths) -> Result<WriterLock> {
+        let path = paths.lock();
+        let file = OpenOptions::new()
+            .read(true)
+            .write(true)
+            .create(true)
+            .truncate(false)
+            .open(&path)
+            .map_err(Error::io("open lock", &path))?;
+        match file.try_lock() {
+            Ok(()) => {}
+            Err(std::fs::TryLockError::WouldBlock) => {
+                let mut holder = String::new();
+                let _ = (&file).read_to_string(&mut holder);
+                let pid = holder.trim();
+                return Err(Error::SessionLocked {
+                    id: paths.id().to_string(),
+                    pid: if pid.is_empty() {
+                        "unknown".into()
+                    } else {
+                        pid.to_string()
+                    },
+                    lock: path,
+                });
+            }
+            Err(std::fs::TryLockError::Error(e)) => return Err(Error::io("flock", &path)(e)),
+        }
+        let pid = format!("{}\n", std::process::id());
+        file.set_len(0).map_err(Error::io("truncate lock", &path))?;
+        file.write_all_at(pid.as_bytes(), 0)
+            .map_err(Error::io("write lock", &path))?;
+        Ok(WriterLock { _file: file })
+    }
+}

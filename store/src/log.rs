@@ -1,0 +1,396 @@
+//! The append-only event log of one session: the writer side.
+//!
+//! [`EventLog`] owns `events.jsonl` while it holds the session's writer lock.
+//! It assigns seq, id and ts, frames each event as one line, writes it at the
+//! end and makes it durable according to its [`Durability`]. It must never
+//! rewrite a byte before the durable end, except to cut a torn tail at open.
+//!
+//! Failure rules:
+//! - a failed write is rolled back to where that line started;
+//! - a failed `fdatasync` rolls back to the last durable length and poisons
+//!   the handle: every later append fails until the session is reopened,
+//!   because after a failed sync the kernel may have dropped the dirty pages
+//!   and a retried sync could report success for data that is gone.
+
+use std::fs::{File, OpenOptions};
+use std::path::{Path, PathBuf};
+use std::sync::{Condvar, Mutex, MutexGuard};
+use std::time::Instant;
+
+use crate::crashpoint;
+use crate::durability::{Acked, Durability, DurablePosition};
+use crate::error::{Error, Result};
+use crate::event::{event_id, now_ts, Event, Record, Redaction, Seq};
+use crate::fault::{self, Fault};
+use crate::framing::{self, MAX_LINE_BYTES};
+use crate::index::SparseIndex;
+use crate::layout::SessionPaths;
+use crate::lock::WriterLock;
+use crate::scan::{LogPosition, Scanner, TornTail};
+
+/// How to open a log for writing.
+#[derive(Debug, Clone, Copy, Default)]
+pub struct LogOptions {
+    pub durability: Durability,
+    /// Verify only from this position on: the prefix before it was verified
+    /// when a checkpoint was taken. `None` verifies the whole log.
+    pub trusted_prefix: Option<LogPosition>,
+}
+
+/// What opening found and did.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct OpenReport {
+    /// The torn tail that was cut off, if any.
+    pub repaired: Option<TornTail>,
+    /// Where verification started.
+    pub verified_from: LogPosition,
+    /// The end of the log after opening (all of it durable).
+    pub end: LogPosition,
+}
+
+#[derive(Debug)]
+struct WriteState {
+    /// Where the next line goes (written, maybe not yet durable).
+    end: LogPosition,
+    durable: DurablePosition,
+    /// Events written since the last sync began (batch mode).
+    pending: usize,
+    sync_running: bool,
+    poisoned: Option<String>,
+    buf: Vec<u8>,
+    index: SparseIndex,
+}
+
+/// The writer of one session's event log.
+#[derive(Debug)]
+pub struct EventLog {
+    path: PathBuf,
+    file: File,
+    durability: Durability,
+    state: Mutex<WriteState>,
+    synced: Condvar,
+    _lock: WriterLock,
+}
+
+impl EventLog {
+    /// Creates the session directory and an empty, durable `events.jsonl`,
+    /// then opens it for writing. Fails if the log already exists.
+    pub fn create(paths: &SessionPaths, durability: Durability) -> Result<EventLog> {
+        crate::fsutil::create_dir_durable(paths.dir())?;
+        let lock = WriterLock::acquire(paths)?;
+        let events = paths.events();
+        if events.exists() {
+            return Err(Error::SessionExists {
+                id: paths.id().to_string(),
+                root: paths.root().to_path_buf(),
+            });
+        }
+        let file = crate::fsutil::create_new_durable(&events)?;
+        Ok(EventLog::from_parts(
+            events,
+            file,
+            durability,
+            lock,
+            LogPosition::START,
+            SparseIndex::default(),
+        ))
+    }
+
+    /// Opens an existing log for writing: takes the writer lock, verifies
+    /// every line (or those after `trusted_prefix`), calls `visit` on each
+    /// verified record, and cuts a torn tail (exactly the torn bytes, then
+    /// fdatasync). Damage before the tail fails the open.
+    pub fn open(
+        paths: &SessionPaths,
+        options: LogOptions,
+        mut visit: impl FnMut(u64, &Record) -> Result<()>,
+    ) -> Result<(EventLog, OpenReport)> {
+        let events = paths.events();
+        if !events.exists() {
+            return Err(Error::NoSuchSession {
+                id: paths.id().to_string(),
+                root: paths.root().to_path_buf(),
+            });
+        }
+        let lock = WriterLock::acquire(paths)?;
+        let file = OpenOptions::new()
+            .read(true)
+            .write(true)
+            .open(&events)
+            .map_err(Error::io("open", &events))?;
+        let from = options.trusted_prefix.unwrap_or(LogPosition::START);
+        let mut index = SparseIndex::default();
+        let mut scanner = Scanner::open(&events, from)?;
+        while let Some((offset, rec)) = scanner.next_record()? {
+            index.note(LogPosition {
+                offset,
+                seq: rec.seq,
+            });
+            visit(offset, &rec)?;
+        }
+        let mut end = scanner.position();
+        let torn = scanner.torn().cloned();
+        if let Some(t) = &torn {
+            if fault::active(Fault::NoTornTailRepair) {
+                // Broken on purpose: keep the fragment, append after it.
+                end.offset = t.offset + t.len;
+            } else {
+                crashpoint::hit("repair.truncate");
+                file.set_len(t.offset)
+                    .map_err(Error::io("truncate torn tail", &events))?;
+                crashpoint::hit("repair.fdatasync");
+                file.sync_data()
+                    .map_err(Error::io("fdatasync after repair", &events))?;
+                crashpoint::synced(&events, t.offset);
+            }
+        }
+        let log = EventLog::from_parts(events, file, options.durability, lock, end, index);
+        Ok((
+            log,
+            OpenReport {
+                repaired: torn,
+                verified_from: from,
+                end,
+            },
+        ))
+    }
+
+    fn from_parts(
+        path: PathBuf,
+        file: File,
+        durability: Durability,
+        lock: WriterLock,
+        end: LogPosition,
+        index: SparseIndex,
+    ) -> EventLog {
+        EventLog {
+            path,
+            file,
+            durability,
+            state: Mutex::new(WriteState {
+                end,
+                durable: DurablePosition {
+                    len: end.offset,
+                    next_seq: end.seq,
+                },
+                pending: 0,
+                sync_running: false,
+                poisoned: None,
+                buf: Vec::with_capacity(1024),
+                index,
+            }),
+            synced: Condvar::new(),
+            _lock: lock,
+        }
+    }
+
+    /// Path of `events.jsonl`.
+    pub fn path(&self) -> &Path {
+        &self.path
+    }
+
+    /// The durability mode appends use.
+    pub fn durability(&self) -> Durability {
+        self.durability
+    }
+
+    /// The durable end of the log.
+    pub fn durable(&self) -> DurablePosition {
+        self.lock_state().durable
+    }
+
+    /// The end of the log (where the next line goes).
+    pub fn end(&self) -> LogPosition {
+        self.lock_state().end
+    }
+
+    /// The seq the next append gets.
+    pub fn next_seq(&self) -> Seq {
+        self.lock_state().end.seq
+    }
+
+    /// A copy of the sparse index of what this handle has seen.
+    pub fn index(&self) -> SparseIndex {
+        self.lock_state().index.clone()
+    }
+
+    fn lock_state(&self) -> MutexGuard<'_, WriteState> {
+        // A panic while holding the lock cannot leave the file inconsistent
+        // with `end`, because `end` only moves after a successful write.
+        self.state.lock().unwrap_or_else(|p| p.into_inner())
+    }
+
+    /// Appends one public event; returns once it is durable.
+    pub fn append(&self, event: &Event) -> Result<Acked> {
+        self.append_with(event, Redaction::Public)
+    }
+
+    /// Appends one event with a redaction level; returns once it is durable.
+    pub fn append_with(&self, event: &Event, redaction: Redaction) -> Result<Acked> {
+        let mut st = self.lock_state();
+        if let Some(reason) = &st.poisoned {
+            return Err(Error::Poisoned {
+                path: self.path.clone(),
+                reason: reason.clone(),
+            });
+        }
+        let start = st.end;
+        let id = event_id(start.seq);
+        let ts = now_ts();
+        let mut buf = std::mem::take(&mut st.buf);
+        framing::encode_into(&mut buf, start.seq, &id, &ts, redaction, event);
+        if buf.len() > MAX_LINE_BYTES {
+            let size = buf.len();
+            st.buf = buf;
+            return Err(Error::EventTooLarge {
+                size,
+                limit: MAX_LINE_BYTES,
+            });
+        }
+        let written = crashpoint::write_at("log.write", &self.file, &buf, start.offset);
+        let line_len = buf.len() as u64;
+        st.buf = buf;
+        if let Err(e) = written {
+            // Never leave a fragment the next append would fuse with.
+            if let Err(t) = self.file.set_len(start.offset) {
+                st.poisoned = Some(format!("write failed ({e}) and rollback failed ({t})"));
+            }
+            return Err(Error::io("write", &self.path)(e));
+        }
+        st.end = LogPosition {
+            offset: start.offset + line_len,
+            seq: start.seq + 1,
+        };
+        st.index.note(start);
+        let acked = Acked {
+            seq: start.seq,
+            id,
+            offset: start.offset,
+            end: st.end.offset,
+        };
+        match self.durability {
+            Durability::None => Ok(acked),
+            Durability::Sync => {
+                if fault::active(Fault::AckBeforeFsync) {
+                    // Broken on purpose: acknowledge now; the sync comes with the next append.
+                    return Ok(acked);
+                }
+                let target = st.end;
+                self.sync_to(&mut st, target)?;
+                Ok(acked)
+            }
+            Durability::Batch {
+                max_delay,
+                max_events,
+            } => {
+                st.pending += 1;
+                self.synced.notify_all();
+                self.wait_group_commit(st, acked, max_delay, max_events)
+            }
+        }
+    }
+
+    /// fdatasync while holding the state lock (sync mode, explicit syncs).
+    fn sync_to(&self, st: &mut WriteState, target: LogPosition) -> Result<()> {
+        crashpoint::hit("log.fdatasync");
+        let result = self.file.sync_data();
+        self.finish_sync(st, target, result)
+    }
+
+    /// Applies the outcome of a sync that covered everything up to `target`.
+    fn finish_sync(
+        &self,
+        st: &mut WriteState,
+        target: LogPosition,
+        result: std::io::Result<()>,
+    ) -> Result<()> {
+        match result {
+            Ok(()) => {
+                if target.offset > st.durable.len {
+                    st.durable = DurablePosition {
+                        len: target.offset,
+                        next_seq: target.seq,
+                    };
+                    crashpoint::synced(&self.path, target.offset);
+                }
+                Ok(())
+            }
+            Err(e) => {
+                let reason = format!("fdatasync failed: {e}");
+                let durable = st.durable;
+                // Everything after the durable end may be lost: cut it, never re-sync it.
+                let _ = self.file.set_len(durable.len);
+                st.end = LogPosition {
+                    offset: durable.len,
+                    seq: durable.next_seq,
+                };
+                st.index.truncate_from(durable.next_seq);
+                st.poisoned = Some(reason);
+                Err(Error::io("fdatasync", &self.path)(e))
+            }
+        }
+    }
+
+    /// Batch mode: wait until a sync covers `acked`, leading one if none runs.
+    fn wait_group_commit<'a>(
+        &'a self,
+        mut st: MutexGuard<'a, WriteState>,
+        acked: Acked,
+        max_delay: std::time::Duration,
+        max_events: usize,
+    ) -> Result<Acked> {
+        loop {
+            if st.durable.len >= acked.end {
+                return Ok(acked);
+            }
+            if let Some(reason) = &st.poisoned {
+                return Err(Error::Poisoned {
+                    path: self.path.clone(),
+                    reason: reason.clone(),
+                });
+            }
+            if st.sync_running {
+                st = self.synced.wait(st).unwrap_or_else(|p| p.into_inner());
+                continue;
+            }
+            // Lead this group: gather followers for up to max_delay.
+            st.sync_running = true;
+            let deadline = Instant::now() + max_delay;
+            while st.pending < max_events {
+                let now = Instant::now();
+                if now >= deadline {
+                    break;
+                }
+                st = self
+                    .synced
+                    .wait_timeout(st, deadline - now)
+                    .unwrap_or_else(|p| p.into_inner())
+                    .0;
+            }
+            let target = st.end;
+            st.pending = 0;
+            drop(st);
+            crashpoint::hit("log.fdatasync");
+            let result = self.file.sync_data();
+            st = self.lock_state();
+            st.sync_running = false;
+            let outcome = self.finish_sync(&mut st, target, result);
+            self.synced.notify_all();
+            outcome?;
+        }
+    }
+
+    /// Makes everything written so far durable (useful after `Durability::None`).
+    pub fn sync(&self) -> Result<DurablePosition> {
+        let mut st = self.lock_state();
+        if let Some(reason) = &st.poisoned {
+            return Err(Error::Poisoned {
+                path: self.path.clone(),
+                reason: reason.clone(),
+            });
+        }
+        let end = st.end;
+        self.sync_to(&mut st, end)?;
+        Ok(st.durable)
+    }
+}
