@@ -105,6 +105,22 @@ pub fn encode_into(
     out.push(b'\n');
 }
 
+/// Frames any serialized JSON object the way event lines are framed: the
+/// CRC32C of the object goes first, as `"crc"`. Used for snapshots.
+pub fn frame_object(object_json: &[u8]) -> Vec<u8> {
+    assert!(
+        object_json.len() > 2 && object_json[0] == b'{' && object_json[1] != b'}',
+        "frame_object takes a non-empty JSON object"
+    );
+    let mut out = Vec::with_capacity(object_json.len() + CRC_HEADER_LEN);
+    out.extend_from_slice(CRC_PREFIX);
+    out.extend_from_slice(b"00000000\",");
+    out.extend_from_slice(&object_json[1..]);
+    let crc = crc32c::crc32c(object_json);
+    write_hex(&mut out[CRC_PREFIX.len()..CRC_PREFIX.len() + 8], crc);
+    out
+}
+
 fn write_hex(dst: &mut [u8], v: u32) {
     const HEX: &[u8; 16] = b"0123456789abcdef";
     for (i, slot) in dst.iter_mut().enumerate() {

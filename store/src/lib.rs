@@ -6,9 +6,14 @@
 //! - [`log`] and [`durability`]: appending with a proof of durability;
 //! - [`layout`], [`lock`], [`meta`], [`fsutil`]: where files live and how
 //!   they are created and replaced durably;
+//! - [`projection`], [`session`], [`recovery`], [`checkpoint`], [`context`],
+//!   [`blob`]: what makes the log an agent session (part 2);
 //! - [`crashpoint`] and [`fault`]: hooks for the agentchaos harness, inert
 //!   unless their environment variables are set.
 
+pub mod blob;
+pub mod checkpoint;
+pub mod context;
 pub mod crashpoint;
 pub mod durability;
 pub mod error;
@@ -21,11 +26,17 @@ pub mod layout;
 pub mod lock;
 pub mod log;
 pub mod meta;
+pub mod projection;
+pub mod recovery;
 pub mod scan;
+pub mod session;
 
 pub use durability::{Acked, Durability, DurablePosition};
 pub use error::{Error, Result};
 pub use event::{Event, Record, Seq};
 pub use layout::{SessionId, SessionPaths};
 pub use log::{EventLog, LogOptions, OpenReport};
+pub use projection::Projection;
+pub use recovery::{RecoveryState, UncertainCall};
 pub use scan::{LogPosition, Scanner, TornTail};
+pub use session::{Intent, ResumeReport, Session, SessionOptions, SnapshotUse};
