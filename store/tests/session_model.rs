@@ -192,15 +192,13 @@ fn drive(s: &mut Session, model: &mut Model, ops: &[Op]) {
                     model.leaf = Some(seq);
                 }
             }
-            Op::MoveLeaf(i) => {
-                if !model.nodes.is_empty() {
-                    let to = model.nodes[i % model.nodes.len()];
-                    s.append(Event::LeafMoved {
-                        leaf: agentstore::event::event_id(to),
-                    })
-                    .unwrap();
-                    model.leaf = Some(to);
-                }
+            Op::MoveLeaf(i) if !model.nodes.is_empty() => {
+                let to = model.nodes[i % model.nodes.len()];
+                s.append(Event::LeafMoved {
+                    leaf: agentstore::event::event_id(to),
+                })
+                .unwrap();
+                model.leaf = Some(to);
             }
             Op::Checkpoint => {
                 s.checkpoint().unwrap();
