@@ -18,6 +18,7 @@ pub mod crashpoint;
 pub mod durability;
 pub mod error;
 pub mod event;
+pub mod export;
 pub mod fault;
 pub mod framing;
 pub mod fsutil;
