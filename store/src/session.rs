@@ -253,6 +253,8 @@ impl Session {
             }
             Err(e) => return Err(e),
         };
+        // An empty log means a crash interrupted `create` before event 0.
+        let interrupted_creation = projection.next_seq() == 0;
         let meta = match SessionMeta::read(&paths) {
             Ok(m) => m,
             Err(_) if projection.session_id().is_some() => {
@@ -262,6 +264,21 @@ impl Session {
                 m.write(&paths)?;
                 m
             }
+            // The crash came after the log was made and before session.json
+            // was: finish creating it, bound to the workspace the caller names.
+            Err(_) if interrupted_creation => match options.workspace.as_deref() {
+                Some(ws) => {
+                    let mut m = SessionMeta::new(&paths, &workspace_string(ws)?, git_head(ws));
+                    m.write(&paths)?;
+                    m
+                }
+                None => {
+                    return Err(Error::Invalid(format!(
+                        "session {id} was never fully created (a crash interrupted it before {} was written); open it with a workspace to finish creating it",
+                        paths.meta().display()
+                    )))
+                }
+            },
             Err(e) => return Err(e),
         };
         let mut session = Session {
@@ -272,6 +289,14 @@ impl Session {
             meta,
             repaired: report.repaired.clone(),
         };
+        if interrupted_creation {
+            let workspace = session.meta.workspace.clone();
+            session.append(Event::SessionCreated {
+                session_id: id.to_string(),
+                schema_version: SCHEMA_VERSION,
+                workspace,
+            })?;
+        }
         let rebound_from = session.bind_workspace(options.workspace.as_deref())?;
         Ok((
             session,
