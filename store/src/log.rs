@@ -86,6 +86,8 @@ impl EventLog {
             });
         }
         let file = crate::fsutil::create_new_durable(&events)?;
+        // The empty file is durable: a power-cut trial may cut back to it.
+        crashpoint::synced(&events, 0);
         Ok(EventLog::from_parts(
             events,
             file,
