@@ -1,1 +1,31 @@
-//! agentchaos: crash-consistency harness for agent session stores.
+//! agentchaos: kills real child agents at every crash point of a session
+//! store and checks the recovery invariants. Linux only (Unix sockets,
+//! SIGKILL, /dev/shm).
+//!
+//! Jepsen's split, one module per concept:
+//! - generator: [`scenario`] (the declarative script) and [`generate`] (random scenarios);
+//! - client: [`agent`] (the child process) with its [`tools`], the [`world`]
+//!   its remote effects land in, and the [`store`] under test;
+//! - nemesis: [`nemesis`] (kill, tear, power cut, timer, double crash);
+//! - history: [`trial`] (one trial's processes and observations) and [`wire`]
+//!   (what the child reports as it happens);
+//! - checker: [`checker`] (the invariants) over [`model`] (the harness's own
+//!   reading of a log);
+//! - [`runner`] (campaigns), [`replay`], [`shrink`], [`report`], [`rng`].
+
+pub mod agent;
+pub mod checker;
+pub mod generate;
+pub mod model;
+pub mod nemesis;
+pub mod replay;
+pub mod report;
+pub mod rng;
+pub mod runner;
+pub mod scenario;
+pub mod shrink;
+pub mod store;
+pub mod tools;
+pub mod trial;
+pub mod wire;
+pub mod world;

@@ -1,3 +1,395 @@
-fn main() {
-    println!("agentchaos: harness not built yet");
+//! The `agentchaos` command line: a thin layer over the library.
+//!
+//! Exit codes: 0 clean, 1 violations (or trials that could not run as
+//! planned), 2 bad input (one line naming the file and line). Linux only.
+
+use std::path::{Path, PathBuf};
+use std::process::ExitCode;
+use std::time::Duration;
+
+use agentchaos::agent::{self, AgentArgs};
+use agentchaos::checker::Invariant;
+use agentchaos::generate::random_scenario;
+use agentchaos::nemesis::Plan;
+use agentchaos::report::{self, Context};
+use agentchaos::runner::{self, Config, Mode, ScenarioSource};
+use agentchaos::scenario::{self, InputError};
+use agentchaos::shrink;
+use agentchaos::store::{ReferenceBackend, SessionSpec};
+use agentstore::fault::Fault;
+use clap::{Args, Parser, Subcommand};
+
+#[derive(Parser, Debug)]
+#[command(
+    name = "agentchaos",
+    version,
+    about = "Kill real child agents at every crash point of a session store and check the recovery invariants"
+)]
+struct Cli {
+    #[command(subcommand)]
+    command: Command,
+}
+
+#[derive(Subcommand, Debug)]
+enum Command {
+    /// Run a campaign (no flags: every scenario in scenarios/, exhaustively, against agentstore).
+    Run(RunArgs),
+    /// Reproduce one trial deterministically and tell what happened.
+    Replay(ReplayArgs),
+    /// List the store fault profiles (--store-fault NAME) and the promise each breaks.
+    Faults,
+    /// List the invariants and their promises.
+    Invariants,
+    /// The child agent (started by the harness).
+    #[command(hide = true)]
+    Agent(AgentCli),
+}
+
+#[derive(Args, Debug, Clone)]
+struct Common {
+    /// Run the reference store with this fault profile (see `agentchaos faults`).
+    #[arg(long, value_name = "NAME")]
+    store_fault: Option<String>,
+    /// Where trial directories go (default: /dev/shm when present, else the temp dir).
+    #[arg(long, value_name = "DIR")]
+    dir: Option<PathBuf>,
+    /// Parallel trials (default: the number of CPUs).
+    #[arg(long, short, value_name = "J")]
+    jobs: Option<usize>,
+}
+
+#[derive(Args, Debug)]
+struct RunArgs {
+    /// A scenario file or a directory of them (repeatable; default: scenarios/).
+    #[arg(long, value_name = "FILE|DIR")]
+    scenario: Vec<PathBuf>,
+    /// Sample N trials per scenario from the seed instead of the exhaustive plan.
+    #[arg(long, value_name = "N", conflicts_with = "exhaustive")]
+    trials: Option<usize>,
+    /// One trial per crash-point hit, plus torn writes, power cuts and double crashes (the default).
+    #[arg(long)]
+    exhaustive: bool,
+    /// Add N random scenarios generated from the seed (failing ones are shrunk).
+    #[arg(long, value_name = "N", default_value_t = 0)]
+    random: usize,
+    #[arg(long, value_name = "S", default_value_t = 1)]
+    seed: u64,
+    /// Run only the K-th of N equal shares of the trials (1-based).
+    #[arg(long, value_name = "K/N", value_parser = parse_shard)]
+    shard: Option<(usize, usize)>,
+    /// Write the full report as JSON.
+    #[arg(long, value_name = "FILE")]
+    json: Option<PathBuf>,
+    /// Write a JUnit XML report.
+    #[arg(long, value_name = "FILE")]
+    junit: Option<PathBuf>,
+    /// Keep the directory of every failing trial here.
+    #[arg(long, value_name = "DIR")]
+    keep_failures: Option<PathBuf>,
+    /// Time budget for shrinking each failing random scenario, in seconds.
+    #[arg(long, value_name = "SECS", default_value_t = 60)]
+    shrink_budget: u64,
+    /// No progress bar.
+    #[arg(long)]
+    quiet: bool,
+    #[command(flatten)]
+    common: Common,
+}
+
+#[derive(Args, Debug)]
+struct ReplayArgs {
+    /// The scenario file.
+    #[arg(long, value_name = "FILE")]
+    scenario: PathBuf,
+    /// The plan: none, kill@N, tear@N:BYTES, powercut@N, timer@Dus, optionally +kill@M.
+    #[arg(long, value_name = "PLAN")]
+    plan: String,
+    /// Keep the trial directory here.
+    #[arg(long, value_name = "DIR")]
+    keep: Option<PathBuf>,
+    #[command(flatten)]
+    common: Common,
+}
+
+#[derive(Args, Debug)]
+struct AgentCli {
+    #[arg(long)]
+    scenario: PathBuf,
+    #[arg(long)]
+    root: PathBuf,
+    #[arg(long)]
+    session: String,
+    #[arg(long)]
+    workspace: PathBuf,
+    #[arg(long)]
+    world: PathBuf,
+    #[arg(long)]
+    life: u32,
+}
+
+fn parse_shard(s: &str) -> Result<(usize, usize), String> {
+    let bad = || format!("{s:?} is not K/N with 1 <= K <= N");
+    let (k, n) = s.split_once('/').ok_or_else(bad)?;
+    let (k, n): (usize, usize) = (k.parse().map_err(|_| bad())?, n.parse().map_err(|_| bad())?);
+    if k == 0 || n == 0 || k > n {
+        return Err(bad());
+    }
+    Ok((k, n))
+}
+
+/// A failure with its exit code.
+struct Failure {
+    code: u8,
+    message: String,
+}
+
+fn bad_input(message: impl Into<String>) -> Failure {
+    Failure {
+        code: 2,
+        message: message.into(),
+    }
+}
+
+fn failed(message: impl Into<String>) -> Failure {
+    Failure {
+        code: 1,
+        message: message.into(),
+    }
+}
+
+impl From<InputError> for Failure {
+    fn from(e: InputError) -> Self {
+        bad_input(e.to_string())
+    }
+}
+
+fn main() -> ExitCode {
+    let cli = Cli::parse();
+    let result = match cli.command {
+        Command::Run(args) => run(args),
+        Command::Replay(args) => replay(args),
+        Command::Faults => {
+            for (_, name, promise) in Fault::ALL {
+                println!("{name:<22} breaks: {promise}");
+            }
+            Ok(ExitCode::SUCCESS)
+        }
+        Command::Invariants => {
+            for i in Invariant::ALL {
+                println!("{:<24} {}", i.name(), i.promise());
+            }
+            Ok(ExitCode::SUCCESS)
+        }
+        Command::Agent(a) => run_agent(a),
+    };
+    match result {
+        Ok(code) => code,
+        Err(f) => {
+            eprintln!("agentchaos: {}", f.message);
+            ExitCode::from(f.code)
+        }
+    }
+}
+
+fn run_agent(a: AgentCli) -> Result<ExitCode, Failure> {
+    let args = AgentArgs {
+        scenario: a.scenario,
+        spec: SessionSpec {
+            root: a.root,
+            session: a.session,
+            workspace: a.workspace,
+        },
+        world: a.world,
+        life: a.life,
+    };
+    agent::run(&args, &ReferenceBackend).map_err(|e| failed(format!("agent: {e}")))?;
+    Ok(ExitCode::SUCCESS)
+}
+
+fn check_fault(name: &Option<String>) -> Result<(), Failure> {
+    match name {
+        Some(n) if Fault::from_name(n).is_none() => {
+            let names: Vec<&str> = Fault::ALL.iter().map(|(_, n, _)| *n).collect();
+            Err(bad_input(format!(
+                "--store-fault {n:?} names no fault; known: {}",
+                names.join(", ")
+            )))
+        }
+        _ => Ok(()),
+    }
+}
+
+fn config<'a>(common: &Common, backend: &'a ReferenceBackend, mode: Mode, seed: u64) -> Result<Config<'a>, Failure> {
+    check_fault(&common.store_fault)?;
+    let agent_exe = std::env::current_exe().map_err(|e| failed(format!("cannot find my own binary: {e}")))?;
+    let dir = match &common.dir {
+        Some(d) => {
+            std::fs::create_dir_all(d).map_err(|e| bad_input(format!("--dir {}: {e}", d.display())))?;
+            d.clone()
+        }
+        None => runner::default_dir(),
+    };
+    let jobs = common
+        .jobs
+        .unwrap_or_else(|| std::thread::available_parallelism().map_or(2, |n| n.get()));
+    if jobs == 0 {
+        return Err(bad_input("--jobs must be at least 1"));
+    }
+    Ok(Config {
+        backend,
+        agent_exe,
+        store_fault: common.store_fault.clone(),
+        mode,
+        seed,
+        jobs,
+        shard: None,
+        dir,
+        keep_failures: None,
+        progress: false,
+    })
+}
+
+/// `scenarios/` here, or the repository's when run from elsewhere via cargo.
+fn default_scenarios() -> PathBuf {
+    let here = PathBuf::from("scenarios");
+    if here.is_dir() {
+        return here;
+    }
+    Path::new(env!("CARGO_MANIFEST_DIR")).join("../scenarios")
+}
+
+fn run(args: RunArgs) -> Result<ExitCode, Failure> {
+    let backend = ReferenceBackend;
+    let mode = match args.trials {
+        Some(0) => return Err(bad_input("--trials must be at least 1")),
+        Some(n) => Mode::Sampled(n),
+        None => Mode::Exhaustive,
+    };
+    let mut cfg = config(&args.common, &backend, mode, args.seed)?;
+    cfg.shard = args.shard;
+    cfg.progress = !args.quiet;
+    if let Some(k) = &args.keep_failures {
+        std::fs::create_dir_all(k).map_err(|e| bad_input(format!("--keep-failures {}: {e}", k.display())))?;
+        cfg.keep_failures = Some(k.clone());
+    }
+    let paths = if args.scenario.is_empty() {
+        vec![default_scenarios()]
+    } else {
+        args.scenario.clone()
+    };
+    let mut sources = Vec::new();
+    for p in &paths {
+        for f in scenario::load_all(p)? {
+            if sources.iter().any(|s: &ScenarioSource| s.scenario.name == f.scenario.name) {
+                return Err(bad_input(format!(
+                    "{}: scenario name {:?} is loaded twice",
+                    f.path.display(),
+                    f.scenario.name
+                )));
+            }
+            sources.push(ScenarioSource {
+                path: f.path,
+                scenario: f.scenario,
+                random_seed: None,
+            });
+        }
+    }
+    let random_dir = match (&cfg.keep_failures, args.random) {
+        (_, 0) => None,
+        (Some(k), _) => Some(k.join("random")),
+        (None, _) => Some(std::env::temp_dir().join(format!("agentchaos-random-{}", args.seed))),
+    };
+    if let Some(rd) = &random_dir {
+        std::fs::create_dir_all(rd).map_err(|e| failed(format!("cannot create {}: {e}", rd.display())))?;
+        for i in 0..args.random {
+            let seed = args.seed.wrapping_mul(1_000_003).wrapping_add(i as u64);
+            let scenario = random_scenario(seed, 6);
+            let path = rd.join(format!("{}.json", scenario.name));
+            std::fs::write(&path, scenario.to_json()).map_err(|e| failed(format!("cannot write {}: {e}", path.display())))?;
+            sources.push(ScenarioSource {
+                path,
+                scenario,
+                random_seed: Some(seed),
+            });
+        }
+    }
+    let ctx = Context {
+        store: cfg.backend.describe(),
+        store_fault: cfg.store_fault.as_deref(),
+        seed: args.seed,
+        mode: match mode {
+            Mode::Exhaustive => "exhaustive".to_string(),
+            Mode::Sampled(n) => format!("{n} sampled trials per scenario"),
+        },
+        jobs: cfg.jobs,
+        shard: cfg.shard,
+    };
+    let result = runner::run(&cfg, sources).map_err(failed)?;
+    print!("{}", report::violations_text(&result, &ctx));
+    print!("{}", report::table(&result, &ctx));
+    shrink_random(&cfg, &result, &random_dir, Duration::from_secs(args.shrink_budget));
+    if let Some(p) = &args.json {
+        let text = serde_json::to_string_pretty(&report::json(&result, &ctx)).expect("a report serializes");
+        std::fs::write(p, text + "\n").map_err(|e| failed(format!("cannot write {}: {e}", p.display())))?;
+    }
+    if let Some(p) = &args.junit {
+        std::fs::write(p, report::junit(&result, &ctx)).map_err(|e| failed(format!("cannot write {}: {e}", p.display())))?;
+    }
+    if let (Some(rd), 0) = (&random_dir, result.violation_count()) {
+        if cfg.keep_failures.is_none() {
+            let _ = std::fs::remove_dir_all(rd);
+        }
+    }
+    Ok(if result.violation_count() + result.error_count() == 0 {
+        ExitCode::SUCCESS
+    } else {
+        ExitCode::from(1)
+    })
+}
+
+/// Shrinks each failing random scenario to a minimal one and prints how to replay it.
+fn shrink_random(cfg: &Config<'_>, result: &runner::CampaignResult, random_dir: &Option<PathBuf>, budget: Duration) {
+    let Some(rd) = random_dir else { return };
+    for s in &result.scenarios {
+        if s.prepared.source.random_seed.is_none() {
+            continue;
+        }
+        let Some((plan, _, v)) = s.violations().find(|(p, _, _)| p.deterministic()) else {
+            continue;
+        };
+        let out = rd.join(format!("{}-shrunk.json", s.name()));
+        println!("shrinking {} ({} steps, {} under {plan}) …", s.name(), s.prepared.source.scenario.step_count(), v.invariant);
+        match shrink::shrink(cfg, &s.prepared.source.scenario, plan, v.invariant, &out, budget) {
+            Ok(sh) => println!(
+                "minimal: {} steps (from {}), plan {}, {} candidates tried{}\n  replay: {}",
+                sh.scenario.step_count(),
+                sh.steps_before,
+                sh.plan,
+                sh.candidates_tried,
+                if sh.budget_exhausted { " (budget spent: maybe not minimal)" } else { "" },
+                runner::replay_command(&sh.path, &sh.plan, cfg.store_fault.as_deref())
+            ),
+            Err(e) => println!("shrinking {} failed: {e}", s.name()),
+        }
+    }
+}
+
+fn replay(args: ReplayArgs) -> Result<ExitCode, Failure> {
+    let backend = ReferenceBackend;
+    let cfg = config(&args.common, &backend, Mode::Exhaustive, 0)?;
+    let plan: Plan = args.plan.parse().map_err(bad_input)?;
+    let scenario = scenario::load(&args.scenario)?;
+    let source = ScenarioSource {
+        path: args.scenario.clone(),
+        scenario,
+        random_seed: None,
+    };
+    let r = agentchaos::replay::replay(&cfg, source, plan, args.keep.as_deref()).map_err(failed)?;
+    print!("{}", r.narrative);
+    if let Some(e) = &r.error {
+        println!("ERROR: {e}");
+    }
+    let n = r.violations.len();
+    println!("{}", if n == 0 { "result: no violations".to_string() } else { format!("result: {n} violation(s)") });
+    Ok(if n == 0 && r.error.is_none() { ExitCode::SUCCESS } else { ExitCode::from(1) })
 }

@@ -1,0 +1,967 @@
+//! The checker: the invariants, each a function from observed facts to
+//! violations that explain themselves.
+//!
+//! Facts are a trial's [`History`] (what the child reported over its pipe,
+//! what the disk held at each observation, what the world and the
+//! workspace hold at the end) and the [`Reference`] (the crash-free trace
+//! run of the same scenario). The truth never comes from the store: acks
+//! come from the child's pipe, phases are computed by [`Model`] from the
+//! log as it was before recovery, and the expected outcome is the
+//! crash-free run's. Each [`Violation`] says what was expected, what was
+//! found, and which events; the runner adds the crash point and the replay
+//! command. This module must never perform I/O.
+
+use std::collections::BTreeMap;
+use std::fmt;
+
+use agentstore::event::{Decision, Event, Record};
+use serde_json::Value;
+
+use crate::model::{describe_record, phase_name, store_authored, Model, RunClose};
+use crate::store::{CheckpointView, Observation};
+use crate::tools::tagged_operation;
+use crate::trial::{History, Life, LifeEnd};
+use crate::world::Application;
+
+/// The invariants, with their stable names.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash)]
+pub enum Invariant {
+    OrphanMarkedUncertain,
+    EffectAtMostOnce,
+    AckedDurable,
+    LogPrefix,
+    RunsClosed,
+    CheckpointProjection,
+    RecoveryIdempotent,
+    ExactlyOnceOutcome,
+}
+
+impl Invariant {
+    pub const ALL: [Invariant; 8] = [
+        Invariant::OrphanMarkedUncertain,
+        Invariant::EffectAtMostOnce,
+        Invariant::AckedDurable,
+        Invariant::LogPrefix,
+        Invariant::RunsClosed,
+        Invariant::CheckpointProjection,
+        Invariant::RecoveryIdempotent,
+        Invariant::ExactlyOnceOutcome,
+    ];
+
+    pub fn name(self) -> &'static str {
+        match self {
+            Invariant::OrphanMarkedUncertain => "orphan-marked-uncertain",
+            Invariant::EffectAtMostOnce => "effect-at-most-once",
+            Invariant::AckedDurable => "acked-durable",
+            Invariant::LogPrefix => "log-prefix",
+            Invariant::RunsClosed => "runs-closed",
+            Invariant::CheckpointProjection => "checkpoint-projection",
+            Invariant::RecoveryIdempotent => "recovery-idempotent",
+            Invariant::ExactlyOnceOutcome => "exactly-once-outcome",
+        }
+    }
+
+    /// The promise, in one sentence.
+    pub fn promise(self) -> &'static str {
+        match self {
+            Invariant::OrphanMarkedUncertain => "every call without a result at the crash is marked uncertain once, with the right phase, and the context shows it",
+            Invariant::EffectAtMostOnce => "no operation is applied twice in the world or the workspace, and the log commits each operation id at most once",
+            Invariant::AckedDurable => "every event the store acknowledged before the crash is there after it",
+            Invariant::LogPrefix => "the log after a crash is a prefix of what the agent wrote, plus recovery events: no gap, duplicate, reordering, or partial or fused line",
+            Invariant::RunsClosed => "every run without a finish is marked interrupted, exactly once",
+            Invariant::CheckpointProjection => "the snapshot at k equals the fold of the log up to k, and snapshot + tail equals the full fold",
+            Invariant::RecoveryIdempotent => "a second recovery appends nothing",
+            Invariant::ExactlyOnceOutcome => "after resuming to completion, the world and the workspace equal those of a crash-free run",
+        }
+    }
+
+    pub fn from_name(name: &str) -> Option<Invariant> {
+        Invariant::ALL.into_iter().find(|i| i.name() == name)
+    }
+}
+
+impl fmt::Display for Invariant {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(self.name())
+    }
+}
+
+/// One broken promise, explained.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Violation {
+    pub invariant: Invariant,
+    /// When it was observed: "after life 0 was killed", "after the first recovery in life 1", …
+    pub when: String,
+    pub expected: String,
+    pub found: String,
+    /// The events involved, as `seq N type call`.
+    pub events: Vec<String>,
+}
+
+/// What the crash-free run of the same scenario produced.
+#[derive(Debug, Clone)]
+pub struct Reference {
+    pub records: Vec<Record>,
+    pub world: Vec<Application>,
+    pub workspace: BTreeMap<String, Vec<u8>>,
+}
+
+/// An observation with when it was made.
+struct Moment<'a> {
+    obs: &'a Observation,
+    when: String,
+    /// After a recovery (no torn tail allowed any more).
+    recovered: bool,
+    /// Acks of lives before this one must be present.
+    acked_by_lives: usize,
+}
+
+fn v(invariant: Invariant, when: &str, expected: String, found: String, events: Vec<String>) -> Violation {
+    Violation {
+        invariant,
+        when: when.to_string(),
+        expected,
+        found,
+        events,
+    }
+}
+
+/// Checks every invariant on one trial. `reference` is `None` for the trace run itself.
+pub fn check(h: &History, reference: Option<&Reference>) -> Vec<Violation> {
+    let mut out = Vec::new();
+    let moments = moments(h);
+    for m in &moments {
+        well_formed(m, &mut out);
+        acked_durable(h, m, &mut out);
+    }
+    if let (Some(reference), Some(first)) = (reference, h.after_kill.first()) {
+        prefix_of_reference(first, reference, &mut out);
+    }
+    segments(h, &mut out);
+    created(h, &mut out);
+    for (i, life) in h.lives.iter().enumerate().skip(1) {
+        recovery(h, i, life, &mut out);
+    }
+    checkpoint(&moments, &mut out);
+    let final_model = Model::fold(&h.final_obs.records);
+    runs_closed_at_end(h, &final_model, &mut out);
+    effect_at_most_once(h, &final_model, &mut out);
+    exactly_once_outcome(h, reference, &mut out);
+    out
+}
+
+fn moments(h: &History) -> Vec<Moment<'_>> {
+    let mut m = Vec::new();
+    for (i, life) in h.lives.iter().enumerate() {
+        if let Some(a) = &life.after_recovery {
+            m.push(Moment {
+                obs: a,
+                when: format!("after the first recovery in life {i}"),
+                recovered: true,
+                acked_by_lives: i,
+            });
+        }
+        if let Some(b) = &life.after_second_recovery {
+            m.push(Moment {
+                obs: b,
+                when: format!("after the second recovery in life {i}"),
+                recovered: true,
+                acked_by_lives: i,
+            });
+        }
+        if let Some(k) = h.after_kill.get(i) {
+            let cut = if i == 0 && !h.power_cut.is_empty() {
+                " and the power cut"
+            } else {
+                ""
+            };
+            m.push(Moment {
+                obs: k,
+                when: format!("after life {i} was killed{cut}, before recovery"),
+                recovered: false,
+                acked_by_lives: i + 1,
+            });
+        }
+    }
+    let finished = matches!(h.last().end, LifeEnd::Exited(_));
+    m.push(Moment {
+        obs: &h.final_obs,
+        when: "at the end of the trial".to_string(),
+        recovered: finished,
+        acked_by_lives: h.lives.len(),
+    });
+    m
+}
+
+fn tail(records: &[Record], n: usize) -> Vec<String> {
+    records[records.len().saturating_sub(n)..]
+        .iter()
+        .map(describe_record)
+        .collect()
+}
+
+/// log-prefix: no damage ever; no torn tail once recovered.
+fn well_formed(m: &Moment<'_>, out: &mut Vec<Violation>) {
+    if let Some(d) = &m.obs.damage {
+        out.push(v(
+            Invariant::LogPrefix,
+            &m.when,
+            "every line of the log whole and valid (only the very last may be torn, before recovery)".into(),
+            format!("damage: {d}"),
+            tail(&m.obs.records, 3),
+        ));
+    } else if let (true, Some(t)) = (m.recovered, &m.obs.torn) {
+        out.push(v(
+            Invariant::LogPrefix,
+            &m.when,
+            "no torn tail after recovery (it must be cut before anything is appended)".into(),
+            t.clone(),
+            tail(&m.obs.records, 3),
+        ));
+    }
+}
+
+/// acked-durable: every ack the child reported is in the log at its seq.
+fn acked_durable(h: &History, m: &Moment<'_>, out: &mut Vec<Violation>) {
+    for life in &h.lives[..m.acked_by_lives.min(h.lives.len())] {
+        for w in &life.writes {
+            let Some(seq) = w.acked else { continue };
+            let found = m.obs.records.get(seq as usize);
+            let ok = found
+                .and_then(Record::event)
+                .is_some_and(|e| crate::wire::fingerprint(e) == w.fingerprint);
+            if !ok {
+                let found = match found {
+                    Some(r) => format!("seq {seq} holds {}", describe_record(r)),
+                    None => format!(
+                        "the log ends before seq {seq} ({} events)",
+                        m.obs.records.len()
+                    ),
+                };
+                out.push(v(
+                    Invariant::AckedDurable,
+                    &m.when,
+                    format!(
+                        "{} at seq {seq}, acknowledged as durable to life {}",
+                        w.type_name, life.index
+                    ),
+                    found,
+                    tail(&m.obs.records, 2),
+                ));
+                return;
+            }
+        }
+    }
+}
+
+fn normalized(e: &Event) -> Event {
+    match e {
+        Event::SessionCreated {
+            session_id,
+            schema_version,
+            ..
+        } => Event::SessionCreated {
+            session_id: session_id.clone(),
+            schema_version: *schema_version,
+            workspace: String::new(),
+        },
+        other => other.clone(),
+    }
+}
+
+/// log-prefix: what the first process left is a prefix of the crash-free log.
+fn prefix_of_reference(first: &Observation, reference: &Reference, out: &mut Vec<Violation>) {
+    let when = "after life 0 was killed, before recovery";
+    for (i, rec) in first.records.iter().enumerate() {
+        let Some(want) = reference.records.get(i) else {
+            out.push(v(
+                Invariant::LogPrefix,
+                when,
+                format!("at most {} events (the crash-free run's log)", reference.records.len()),
+                format!("extra event {}", describe_record(rec)),
+                vec![describe_record(rec)],
+            ));
+            return;
+        };
+        let same = match (rec.event(), want.event()) {
+            (Some(a), Some(b)) => normalized(a) == normalized(b),
+            _ => rec.body.type_name() == want.body.type_name(),
+        };
+        if !same {
+            out.push(v(
+                Invariant::LogPrefix,
+                when,
+                format!("{} (as in the crash-free run)", describe_record(want)),
+                describe_record(rec),
+                tail(&first.records[..=i], 3),
+            ));
+            return;
+        }
+    }
+}
+
+fn start_records(h: &History, life: usize) -> &[Record] {
+    match life {
+        0 => &[],
+        i => &h.after_kill[i - 1].records,
+    }
+}
+
+fn end_obs(h: &History, life: usize) -> &Observation {
+    h.after_kill.get(life).unwrap_or(&h.final_obs)
+}
+
+/// log-prefix: each process only ever added to the log: recovery events
+/// first, then exactly what it announced, in order.
+fn segments(h: &History, out: &mut Vec<Violation>) {
+    for (i, life) in h.lives.iter().enumerate() {
+        if i > 0 && i > h.after_kill.len() {
+            break;
+        }
+        let start = start_records(h, i);
+        let end = end_obs(h, i);
+        let when = if i < h.after_kill.len() {
+            format!("after life {i} was killed")
+        } else {
+            "at the end of the trial".to_string()
+        };
+        if let Some(bad) = first_divergence(start, &end.records) {
+            out.push(v(
+                Invariant::LogPrefix,
+                &when,
+                format!(
+                    "the {} events present when life {i} started to stay as they were",
+                    start.len()
+                ),
+                bad,
+                tail(&end.records, 3),
+            ));
+            continue;
+        }
+        for obs in [&life.after_recovery, &life.after_second_recovery].into_iter().flatten() {
+            if let Some(bad) = first_divergence(&obs.records, &end.records) {
+                out.push(v(
+                    Invariant::LogPrefix,
+                    &when,
+                    format!("the events present after life {i}'s recovery to stay as they were"),
+                    bad,
+                    tail(&end.records, 3),
+                ));
+            }
+        }
+        if let Some(found) = suffix_problem(&end.records[start.len()..], life) {
+            out.push(v(
+                Invariant::LogPrefix,
+                &when,
+                format!("the events after seq {} to be recovery events, then what life {i} wrote, in order", start.len().saturating_sub(1)),
+                found,
+                tail(&end.records, 4),
+            ));
+        }
+    }
+}
+
+/// log-prefix: a finished session's log starts with its creation.
+fn created(h: &History, out: &mut Vec<Violation>) {
+    if !h.last().done {
+        return;
+    }
+    let first = h.final_obs.records.first();
+    if !matches!(first.and_then(Record::event), Some(Event::SessionCreated { .. })) {
+        out.push(v(
+            Invariant::LogPrefix,
+            "at the end of the trial",
+            "the log to start with session_created at seq 0 (a crash inside the session's creation must be finished by the next open)".into(),
+            first.map_or("an empty log".to_string(), |r| format!("it starts with {}", describe_record(r))),
+            tail(&h.final_obs.records[..h.final_obs.records.len().min(2)], 2),
+        ));
+    }
+}
+
+/// Is `before` a prefix of `after`? If not, says where it differs.
+fn first_divergence(before: &[Record], after: &[Record]) -> Option<String> {
+    for (i, b) in before.iter().enumerate() {
+        match after.get(i) {
+            None => {
+                return Some(format!(
+                    "the log now ends at seq {} and {} is gone",
+                    after.len(),
+                    describe_record(b)
+                ))
+            }
+            Some(a) if a != b => {
+                return Some(format!(
+                    "{} was rewritten as {}",
+                    describe_record(b),
+                    describe_record(a)
+                ))
+            }
+            Some(_) => {}
+        }
+    }
+    None
+}
+
+fn suffix_problem(suffix: &[Record], life: &Life) -> Option<String> {
+    let mut writes = life.writes.iter();
+    let mut agent_started = false;
+    for rec in suffix {
+        let Some(e) = rec.event() else {
+            return Some(format!("{} is not an event the agent or recovery writes", describe_record(rec)));
+        };
+        if store_authored(e) {
+            if agent_started {
+                return Some(format!(
+                    "{} appears after life {}'s own appends had begun",
+                    describe_record(rec),
+                    life.index
+                ));
+            }
+            continue;
+        }
+        agent_started = true;
+        match writes.next() {
+            None => {
+                return Some(format!(
+                    "{} was never written by life {} (it wrote {} events)",
+                    describe_record(rec),
+                    life.index,
+                    life.writes.len()
+                ))
+            }
+            Some(w) if crate::wire::fingerprint(e) != w.fingerprint => {
+                return Some(format!(
+                    "{} where life {} wrote {} (a gap, duplicate, reordering or altered event)",
+                    describe_record(rec),
+                    life.index,
+                    w.type_name
+                ))
+            }
+            Some(_) => {}
+        }
+    }
+    None
+}
+
+/// orphan-marked-uncertain and runs-closed after the first recovery of life `i`.
+fn recovery(h: &History, i: usize, life: &Life, out: &mut Vec<Violation>) {
+    let (Some(report), Some(after)) = (&life.recovered, &life.after_recovery) else {
+        return;
+    };
+    // The log before any recovery of this chain: after the last life that
+    // got past its recovery (a life killed inside its recovery leaves a
+    // partial block, which belongs to this one).
+    let base_life = (0..i)
+        .rev()
+        .find(|&j| j == 0 || h.lives[j].recovered.is_some())
+        .unwrap_or(0);
+    let Some(base) = h.after_kill.get(base_life) else {
+        return;
+    };
+    let when = format!("after the first recovery in life {i}");
+    let before = Model::fold(&base.records);
+    let region = &after.records[base.records.len().min(after.records.len())..];
+    let calls_in = |id: &str| -> Vec<&Record> {
+        region
+            .iter()
+            .filter(|r| matches!(r.event(), Some(Event::ToolRecovery { call_id, .. }) if call_id == id))
+            .collect()
+    };
+    for call in before.open_calls() {
+        let marks = calls_in(&call.call_id);
+        let phase = call.phase();
+        let history: Vec<String> = base
+            .records
+            .iter()
+            .filter(|r| r.event().and_then(crate::model::call_of) == Some(call.call_id.as_str()))
+            .map(describe_record)
+            .chain(marks.iter().map(|r| describe_record(r)))
+            .collect();
+        let mark_phases: Vec<&'static str> = marks
+            .iter()
+            .filter_map(|r| match r.event() {
+                Some(Event::ToolRecovery { phase, .. }) => Some(phase_name(*phase)),
+                _ => None,
+            })
+            .collect();
+        if call.needs_mark() {
+            if mark_phases != [phase_name(phase)] {
+                let found = match mark_phases.len() {
+                    0 => "no tool_recovery mark".to_string(),
+                    1 => format!("a mark with phase {}", mark_phases[0]),
+                    n => format!("{n} marks (phases {})", mark_phases.join(", ")),
+                };
+                out.push(v(
+                    Invariant::OrphanMarkedUncertain,
+                    &when,
+                    format!(
+                        "call {} ({}) had no result at the crash: one tool_recovery with phase {}",
+                        call.call_id,
+                        call.tool,
+                        phase_name(phase)
+                    ),
+                    found,
+                    history,
+                ));
+            }
+        } else if !marks.is_empty() {
+            out.push(v(
+                Invariant::OrphanMarkedUncertain,
+                &when,
+                format!("call {} already marked in this attempt: no new mark", call.call_id),
+                format!("{} more mark(s)", marks.len()),
+                history,
+            ));
+        }
+    }
+    let after_model = Model::fold(&after.records);
+    for call in after_model.open_calls() {
+        let Some(phase) = call.uncertain() else { continue };
+        let reported = report.uncertain.iter().find(|u| u.call_id == call.call_id);
+        if reported.map(|u| u.phase) != Some(phase) {
+            out.push(v(
+                Invariant::OrphanMarkedUncertain,
+                &when,
+                format!(
+                    "recovery to report call {} as uncertain, phase {}",
+                    call.call_id,
+                    phase_name(phase)
+                ),
+                match reported {
+                    Some(u) => format!("reported with phase {}", phase_name(u.phase)),
+                    None => "not reported".to_string(),
+                },
+                vec![],
+            ));
+        }
+        let shown = report
+            .block
+            .as_deref()
+            .is_some_and(|b| b.contains(&call.call_id) && b.contains(phase_name(phase)));
+        if !shown {
+            out.push(v(
+                Invariant::OrphanMarkedUncertain,
+                &when,
+                format!(
+                    "the rendered context's <recovery> block to name call {} and its phase {}",
+                    call.call_id,
+                    phase_name(phase)
+                ),
+                match &report.block {
+                    None => "the context has no <recovery> block".to_string(),
+                    Some(b) => format!("the block says: {}", b.replace('\n', " ")),
+                },
+                vec![],
+            ));
+        }
+    }
+    // runs-closed: the open run gets exactly one run_interrupted.
+    let interrupts = |id: &str| {
+        region
+            .iter()
+            .filter(|r| matches!(r.event(), Some(Event::RunInterrupted { run_id }) if run_id == id))
+            .count()
+    };
+    if let Some(open) = before.open_run_id() {
+        let n = interrupts(open);
+        if n != 1 {
+            out.push(v(
+                Invariant::RunsClosed,
+                &when,
+                format!("run {open} had no finish at the crash: exactly one run_interrupted"),
+                format!("{n} run_interrupted for it"),
+                tail(&after.records, 3),
+            ));
+        } else if !report.interrupted.iter().any(|r| r == open) {
+            out.push(v(
+                Invariant::RunsClosed,
+                &when,
+                format!("recovery to report run {open} as interrupted"),
+                format!("it reported {:?}", report.interrupted),
+                vec![],
+            ));
+        }
+    }
+    // recovery-idempotent: the second recovery changes nothing on disk.
+    if let (Some(again), Some(b)) = (life.recovered_again, &life.after_second_recovery) {
+        if again != 0 || (b.log_len, b.log_crc) != (after.log_len, after.log_crc) {
+            let extra: Vec<String> = b
+                .records
+                .get(after.records.len()..)
+                .unwrap_or_default()
+                .iter()
+                .map(describe_record)
+                .collect();
+            out.push(v(
+                Invariant::RecoveryIdempotent,
+                &format!("after the second recovery in life {i}"),
+                format!(
+                    "nothing appended: the log stays at {} bytes ({} events)",
+                    after.log_len,
+                    after.records.len()
+                ),
+                format!(
+                    "the store says it appended {again}; the log has {} bytes ({} events)",
+                    b.log_len,
+                    b.records.len()
+                ),
+                extra,
+            ));
+        }
+    }
+}
+
+/// The first path at which two JSON values differ, with both sides (shortened).
+pub fn first_diff(a: &Value, b: &Value, path: &str) -> Option<String> {
+    match (a, b) {
+        (Value::Object(x), Value::Object(y)) => {
+            let keys: std::collections::BTreeSet<&String> = x.keys().chain(y.keys()).collect();
+            keys.into_iter().find_map(|k| {
+                let p = format!("{path}.{k}");
+                match (x.get(k), y.get(k)) {
+                    (Some(l), Some(r)) => first_diff(l, r, &p),
+                    (l, r) => Some(format!("{p}: {} vs {}", short(l), short(r))),
+                }
+            })
+        }
+        (Value::Array(x), Value::Array(y)) if x.len() == y.len() => x
+            .iter()
+            .zip(y)
+            .enumerate()
+            .find_map(|(i, (l, r))| first_diff(l, r, &format!("{path}[{i}]"))),
+        _ if a == b => None,
+        _ => Some(format!("{path}: {} vs {}", short(Some(a)), short(Some(b)))),
+    }
+}
+
+fn short(v: Option<&Value>) -> String {
+    let s = v.map_or("(absent)".to_string(), Value::to_string);
+    if s.len() > 80 {
+        format!("{}…", &s[..s.char_indices().nth(80).map_or(s.len(), |(i, _)| i)])
+    } else {
+        s
+    }
+}
+
+/// checkpoint-projection, at every moment (reported once per trial).
+fn checkpoint(moments: &[Moment<'_>], out: &mut Vec<Violation>) {
+    for m in moments {
+        let problem = match &m.obs.checkpoint {
+            CheckpointView::Absent => None,
+            CheckpointView::Unreadable(why) => Some((
+                "snapshot.json holds the old or the new snapshot, whole (it is replaced atomically)".to_string(),
+                format!("it is unreadable: {why}"),
+            )),
+            CheckpointView::Present(f) => {
+                let k = f.next_seq;
+                if f.log_offset_of_next != Some(f.offset) {
+                    Some((
+                        format!("the snapshot's events 0..{k} to end at byte {} of the log, where event {k} starts", f.offset),
+                        match f.log_offset_of_next {
+                            Some(o) => format!("event {k} starts at byte {o}"),
+                            None => format!("the log has only {} events", m.obs.records.len()),
+                        },
+                    ))
+                } else if f.fold_at.as_ref() != Some(&f.snapshot) {
+                    Some((
+                        format!("the snapshot's projection to equal the fold of events 0..{k}"),
+                        match &f.fold_at {
+                            Some(fold) => format!(
+                                "they differ at {}",
+                                first_diff(&f.snapshot, fold, "projection").unwrap_or_default()
+                            ),
+                            None => "the log's prefix cannot be folded".to_string(),
+                        },
+                    ))
+                } else if f.resumed.as_ref() != Some(&f.full) {
+                    Some((
+                        "snapshot + the log's tail to equal the fold of the whole log".to_string(),
+                        match &f.resumed {
+                            Some(r) => format!(
+                                "they differ at {}",
+                                first_diff(r, &f.full, "projection").unwrap_or_default()
+                            ),
+                            None => "the tail cannot be folded onto the snapshot".to_string(),
+                        },
+                    ))
+                } else {
+                    None
+                }
+            }
+        };
+        if let Some((expected, found)) = problem {
+            out.push(v(
+                Invariant::CheckpointProjection,
+                &m.when,
+                expected,
+                found,
+                tail(&m.obs.records, 2),
+            ));
+            return;
+        }
+    }
+}
+
+/// runs-closed at the end: every run closed exactly once.
+fn runs_closed_at_end(h: &History, model: &Model, out: &mut Vec<Violation>) {
+    let done = h.last().done;
+    for run in &model.runs {
+        let bad = match run.closes.len() {
+            0 if done => Some("no run_finished or run_interrupted".to_string()),
+            0 | 1 => None,
+            n => Some(format!(
+                "{n} closes ({})",
+                run.closes
+                    .iter()
+                    .map(|(s, c)| format!(
+                        "seq {s} {}",
+                        if *c == RunClose::Finished { "run_finished" } else { "run_interrupted" }
+                    ))
+                    .collect::<Vec<_>>()
+                    .join(", ")
+            )),
+        };
+        if let Some(found) = bad {
+            out.push(v(
+                Invariant::RunsClosed,
+                "at the end of the trial",
+                format!("run {} (seq {}) closed exactly once", run.run_id, run.seq),
+                found,
+                vec![],
+            ));
+        }
+    }
+}
+
+fn call_events(records: &[Record], call_id: &str) -> Vec<String> {
+    records
+        .iter()
+        .filter(|r| r.event().and_then(crate::model::call_of) == Some(call_id))
+        .map(describe_record)
+        .collect()
+}
+
+/// effect-at-most-once: in the world, the workspace and the log.
+fn effect_at_most_once(h: &History, model: &Model, out: &mut Vec<Violation>) {
+    let when = "at the end of the trial";
+    let records = &h.final_obs.records;
+    let call_of_op = |op: &str| {
+        model
+            .calls
+            .values()
+            .find(|c| c.operation_id.as_deref() == Some(op))
+            .map(|c| c.call_id.clone())
+    };
+    let mut by_op: BTreeMap<&str, Vec<&Application>> = BTreeMap::new();
+    for a in &h.world {
+        by_op.entry(&a.id).or_default().push(a);
+    }
+    for (op, apps) in by_op {
+        if apps.len() > 1 {
+            let lives: Vec<String> = apps.iter().map(|a| a.life.to_string()).collect();
+            out.push(v(
+                Invariant::EffectAtMostOnce,
+                when,
+                format!("operation {op} ({}: {}) applied at most once in the world", apps[0].service, apps[0].action),
+                format!("applied {} times, by lives {}", apps.len(), lives.join(", ")),
+                call_of_op(op).map(|c| call_events(records, &c)).unwrap_or_default(),
+            ));
+        }
+    }
+    let mut tags: BTreeMap<&str, (usize, &str)> = BTreeMap::new();
+    for (file, bytes) in &h.workspace {
+        for line in std::str::from_utf8(bytes).unwrap_or_default().lines() {
+            if let Some(op) = tagged_operation(line) {
+                tags.entry(op).or_insert((0, file)).0 += 1;
+            }
+        }
+    }
+    for (op, (n, file)) in tags {
+        if n > 1 {
+            out.push(v(
+                Invariant::EffectAtMostOnce,
+                when,
+                format!("operation {op} appended to {file} at most once"),
+                format!("{n} lines tagged {op} in {file}"),
+                call_of_op(op).map(|c| call_events(records, &c)).unwrap_or_default(),
+            ));
+        }
+    }
+    for call in model.calls.values() {
+        let events = || call_events(records, &call.call_id);
+        if call.approvals.len() > 1 {
+            out.push(v(
+                Invariant::EffectAtMostOnce,
+                when,
+                format!("the human asked once about call {}", call.call_id),
+                format!("{} approval events", call.approvals.len()),
+                events(),
+            ));
+        }
+        if let Some(&(commit, _)) = call.commits.first() {
+            if let Some(&s) = call.starts.iter().find(|&&s| s > commit) {
+                out.push(v(
+                    Invariant::EffectAtMostOnce,
+                    when,
+                    format!("call {} never started again after its effect was committed (seq {commit})", call.call_id),
+                    format!("tool_started again at seq {s}"),
+                    events(),
+                ));
+            }
+        }
+        if call.needs_approval {
+            let approved_at = call
+                .approvals
+                .iter()
+                .find(|(_, d)| *d == Decision::Approved)
+                .map(|&(s, _)| s);
+            if let Some(&s) = call.starts.iter().find(|&&s| approved_at.is_none_or(|a| s < a)) {
+                out.push(v(
+                    Invariant::EffectAtMostOnce,
+                    when,
+                    format!("gated call {} starts only after a durable approval", call.call_id),
+                    format!("tool_started at seq {s} without one before it"),
+                    events(),
+                ));
+            }
+        }
+    }
+    let mut commits: BTreeMap<&str, Vec<String>> = BTreeMap::new();
+    for r in records {
+        if let Some(Event::EffectCommitted { operation_id, .. }) = r.event() {
+            commits.entry(operation_id).or_default().push(describe_record(r));
+        }
+    }
+    for (op, seen) in commits {
+        if seen.len() > 1 {
+            out.push(v(
+                Invariant::EffectAtMostOnce,
+                when,
+                format!("at most one effect_committed for operation {op} in the log"),
+                format!("{} commits", seen.len()),
+                seen,
+            ));
+        }
+    }
+}
+
+/// exactly-once-outcome: the agent finished, and the world and the
+/// workspace equal the crash-free run's.
+fn exactly_once_outcome(h: &History, reference: Option<&Reference>, out: &mut Vec<Violation>) {
+    let when = "at the end of the trial";
+    let last = h.last();
+    if h.error.is_none() && !(last.done && last.end == LifeEnd::Exited(0)) {
+        let how = match last.end {
+            LifeEnd::Exited(c) => format!("exited with status {c}"),
+            LifeEnd::Signaled(s) => format!("died of signal {s}"),
+            LifeEnd::Killed => "was killed".to_string(),
+            LifeEnd::Hung => "hung".to_string(),
+        };
+        out.push(v(
+            Invariant::ExactlyOnceOutcome,
+            when,
+            format!("life {} to resume the scenario to completion", last.index),
+            format!("it {how}: {}", if last.stderr.is_empty() { "(no message)" } else { &last.stderr }),
+            tail(&h.final_obs.records, 3),
+        ));
+        return;
+    }
+    let Some(reference) = reference else { return };
+    let count = |apps: &[Application]| {
+        let mut m: BTreeMap<(String, String, String), usize> = BTreeMap::new();
+        for a in apps {
+            *m.entry((a.id.clone(), a.service.clone(), a.action.clone())).or_default() += 1;
+        }
+        m
+    };
+    let (want, got) = (count(&reference.world), count(&h.world));
+    let keys: std::collections::BTreeSet<_> = want.keys().chain(got.keys()).collect();
+    let mut diffs = Vec::new();
+    for k in keys {
+        let (w, g) = (want.get(k).copied().unwrap_or(0), got.get(k).copied().unwrap_or(0));
+        if w != g {
+            diffs.push(format!("{} ({}: {}) applied {g} time(s), the crash-free run {w}", k.0, k.1, k.2));
+        }
+    }
+    let files: std::collections::BTreeSet<&String> =
+        reference.workspace.keys().chain(h.workspace.keys()).collect();
+    for f in files {
+        match (reference.workspace.get(f), h.workspace.get(f)) {
+            (Some(a), Some(b)) if a == b => {}
+            (Some(_), None) => diffs.push(format!("{f} is missing")),
+            (None, Some(_)) => diffs.push(format!("{f} should not exist")),
+            (Some(a), Some(b)) => diffs.push(format!("{f} differs: {}", line_diff(a, b))),
+            (None, None) => {}
+        }
+    }
+    if !diffs.is_empty() {
+        out.push(v(
+            Invariant::ExactlyOnceOutcome,
+            when,
+            "the world and the workspace of the crash-free run".to_string(),
+            diffs.join("; "),
+            vec![],
+        ));
+    }
+}
+
+fn line_diff(want: &[u8], got: &[u8]) -> String {
+    let (w, g) = (String::from_utf8_lossy(want), String::from_utf8_lossy(got));
+    let (mut wl, mut gl) = (w.lines(), g.lines());
+    for n in 1.. {
+        match (wl.next(), gl.next()) {
+            (Some(a), Some(b)) if a == b => continue,
+            (a, b) => {
+                return format!(
+                    "line {n}: expected {:?}, found {:?}",
+                    a.unwrap_or("(end of file)"),
+                    b.unwrap_or("(end of file)")
+                )
+            }
+        }
+    }
+    unreachable!("the loop returns at the first difference")
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn names_are_stable_and_round_trip() {
+        let names: Vec<&str> = Invariant::ALL.iter().map(|i| i.name()).collect();
+        assert_eq!(
+            names,
+            [
+                "orphan-marked-uncertain",
+                "effect-at-most-once",
+                "acked-durable",
+                "log-prefix",
+                "runs-closed",
+                "checkpoint-projection",
+                "recovery-idempotent",
+                "exactly-once-outcome"
+            ]
+        );
+        for i in Invariant::ALL {
+            assert_eq!(Invariant::from_name(i.name()), Some(i));
+        }
+    }
+
+    #[test]
+    fn first_diff_names_the_path() {
+        let a = serde_json::json!({"calls": {"c": {"started": true}}, "n": 1});
+        let b = serde_json::json!({"calls": {"c": {"started": false}}, "n": 1});
+        assert_eq!(
+            first_diff(&a, &b, "p").as_deref(),
+            Some("p.calls.c.started: true vs false")
+        );
+        assert_eq!(first_diff(&a, &a, "p"), None);
+    }
+
+    #[test]
+    fn line_diff_points_at_the_first_different_line() {
+        assert_eq!(line_diff(b"a\nb\n", b"a\nc\n"), "line 2: expected \"b\", found \"c\"");
+        assert_eq!(line_diff(b"a\n", b"a\nx\n"), "line 2: expected \"(end of file)\", found \"x\"");
+    }
+}

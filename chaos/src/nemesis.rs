@@ -1,0 +1,423 @@
+//! The nemesis: how a trial's agent dies, and what each death models.
+//!
+//! A [`Plan`] says how the first process dies ([`Crash`]) and, for a double
+//! crash, at which hit the first restarted process dies too, during its
+//! recovery. Every crash is a real `SIGKILL`: uncatchable, no destructors,
+//! no flushes, but the kernel keeps the page cache, so what was written
+//! survives. The crash models:
+//!
+//! - `kill@N`: SIGKILL at the N-th crash-point hit (whitebox; 0-based, counted
+//!   over every point the store and the agent pass, in this process).
+//! - `tear@N:B`: hit N is a write; only its first B bytes reach the file
+//!   (at most all but one), then SIGKILL: a torn write.
+//! - `powercut@N`: SIGKILL at hit N, then every file the store reported
+//!   syncing is cut back to the last length it reported durable (via
+//!   `AGENTCHAOS_SYNC_LOG`). This models a power cut in which nothing
+//!   written after the last successful `fdatasync` of the event log reached
+//!   the disk and the file size reverts with it. It is how an ack given
+//!   before its fsync gets caught: a plain SIGKILL keeps the page cache. It
+//!   does not model reordered or partially persisted unsynced writes, lost
+//!   renames, or loss in other files (snapshot, metadata, blobs); issue 6
+//!   (power loss) covers those.
+//! - `timer@Dus`: the harness sends SIGKILL after D microseconds, wherever
+//!   the agent is (blackbox, for realism; not exactly replayable).
+//! - `+kill@M` suffix: the first restarted process is killed at its M-th
+//!   hit, inside its recovery for small M; a third process then recovers
+//!   and finishes (a double crash).
+//!
+//! This module owns plan syntax, the environment a plan gives each
+//! process, the power cut itself, and which plans a campaign runs. It must
+//! never decide whether a trial passed.
+
+use std::collections::BTreeMap;
+use std::fmt;
+use std::path::{Path, PathBuf};
+use std::str::FromStr;
+
+use crate::rng::Rng;
+
+/// Crash-point hits whose name ends like this are writes that can tear.
+pub const WRITE_SUFFIX: &str = ".write";
+/// The crash point of an event-log append.
+pub const LOG_WRITE: &str = "log.write";
+
+/// How the first process of a trial dies.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash)]
+pub enum Crash {
+    Kill { at: u64 },
+    Tear { at: u64, bytes: u64 },
+    PowerCut { at: u64 },
+    Timer { micros: u64 },
+}
+
+impl Crash {
+    /// The hit it kills at, for whitebox crashes.
+    pub fn hit(&self) -> Option<u64> {
+        match *self {
+            Crash::Kill { at } | Crash::Tear { at, .. } | Crash::PowerCut { at } => Some(at),
+            Crash::Timer { .. } => None,
+        }
+    }
+}
+
+/// One trial's nemesis schedule. `crash: None` is the crash-free trace run.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash)]
+pub struct Plan {
+    pub crash: Option<Crash>,
+    /// Kill the first restarted process at this hit (a double crash).
+    pub then_kill_at: Option<u64>,
+}
+
+impl Plan {
+    pub const NONE: Plan = Plan {
+        crash: None,
+        then_kill_at: None,
+    };
+
+    pub fn kill(at: u64) -> Plan {
+        Plan {
+            crash: Some(Crash::Kill { at }),
+            then_kill_at: None,
+        }
+    }
+
+    /// The kind, for reports: `kill`, `tear`, `powercut`, `timer`, `double`, `none`.
+    pub fn kind(&self) -> &'static str {
+        match (self.crash, self.then_kill_at) {
+            (None, _) => "none",
+            (Some(_), Some(_)) => "double",
+            (Some(Crash::Kill { .. }), None) => "kill",
+            (Some(Crash::Tear { .. }), None) => "tear",
+            (Some(Crash::PowerCut { .. }), None) => "powercut",
+            (Some(Crash::Timer { .. }), None) => "timer",
+        }
+    }
+
+    /// Is this plan's outcome a pure function of the plan (not of timing)?
+    pub fn deterministic(&self) -> bool {
+        !matches!(self.crash, Some(Crash::Timer { .. }))
+    }
+
+    /// Environment for life `life` of the agent; `sync_log` is where a
+    /// power cut's sync log goes, `trace` where a trace goes.
+    pub fn env(&self, life: u32, sync_log: &Path, trace: &Path) -> Vec<(&'static str, String)> {
+        let mut env = Vec::new();
+        match (life, self.crash) {
+            (0, Some(Crash::Kill { at })) => env.push(("AGENTCHAOS_KILL_AT", at.to_string())),
+            (0, Some(Crash::Tear { at, bytes })) => {
+                env.push(("AGENTCHAOS_KILL_AT", at.to_string()));
+                env.push(("AGENTCHAOS_TEAR", bytes.to_string()));
+            }
+            (0, Some(Crash::PowerCut { at })) => {
+                env.push(("AGENTCHAOS_KILL_AT", at.to_string()));
+                env.push(("AGENTCHAOS_SYNC_LOG", sync_log.display().to_string()));
+            }
+            // The trace tells where the timer struck.
+            (0, Some(Crash::Timer { .. })) => {
+                env.push(("AGENTCHAOS_TRACE", trace.display().to_string()))
+            }
+            (1, _) => {
+                if let Some(m) = self.then_kill_at {
+                    env.push(("AGENTCHAOS_KILL_AT", m.to_string()));
+                }
+            }
+            _ => {}
+        }
+        env
+    }
+}
+
+impl fmt::Display for Plan {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self.crash {
+            None => write!(f, "none")?,
+            Some(Crash::Kill { at }) => write!(f, "kill@{at}")?,
+            Some(Crash::Tear { at, bytes }) => write!(f, "tear@{at}:{bytes}")?,
+            Some(Crash::PowerCut { at }) => write!(f, "powercut@{at}")?,
+            Some(Crash::Timer { micros }) => write!(f, "timer@{micros}us")?,
+        }
+        if let Some(m) = self.then_kill_at {
+            write!(f, "+kill@{m}")?;
+        }
+        Ok(())
+    }
+}
+
+impl FromStr for Plan {
+    type Err = String;
+
+    fn from_str(s: &str) -> Result<Plan, String> {
+        let bad = || {
+            format!(
+                "plan {s:?} is not one of none, kill@N, tear@N:BYTES, powercut@N, timer@MICROSus, optionally followed by +kill@M"
+            )
+        };
+        let num = |t: &str| t.parse::<u64>().map_err(|_| bad());
+        let (first, then) = match s.split_once('+') {
+            Some((a, b)) => (a, Some(b.strip_prefix("kill@").ok_or_else(bad).and_then(num)?)),
+            None => (s, None),
+        };
+        let crash = if first == "none" {
+            None
+        } else {
+            let (kind, arg) = first.split_once('@').ok_or_else(bad)?;
+            Some(match kind {
+                "kill" => Crash::Kill { at: num(arg)? },
+                "powercut" => Crash::PowerCut { at: num(arg)? },
+                "tear" => {
+                    let (at, bytes) = arg.split_once(':').ok_or_else(bad)?;
+                    Crash::Tear {
+                        at: num(at)?,
+                        bytes: num(bytes)?,
+                    }
+                }
+                "timer" => Crash::Timer {
+                    micros: num(arg.strip_suffix("us").ok_or_else(bad)?)?,
+                },
+                _ => return Err(bad()),
+            })
+        };
+        if crash.is_none() && then.is_some() {
+            return Err(bad());
+        }
+        Ok(Plan {
+            crash,
+            then_kill_at: then,
+        })
+    }
+}
+
+/// Applies a power cut: every file named in the sync log is cut back to the
+/// last length reported durable for it. Returns what was cut, as
+/// `(path, length before, length after)`.
+pub fn power_cut(sync_log: &Path) -> std::io::Result<Vec<(PathBuf, u64, u64)>> {
+    let text = match std::fs::read_to_string(sync_log) {
+        Ok(t) => t,
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => String::new(),
+        Err(e) => return Err(e),
+    };
+    let mut durable: BTreeMap<PathBuf, u64> = BTreeMap::new();
+    for line in text.lines() {
+        if let Some((len, path)) = parse_sync_line(line) {
+            durable.insert(PathBuf::from(path), len);
+        }
+    }
+    let mut cut = Vec::new();
+    for (path, len) in durable {
+        let Ok(meta) = std::fs::metadata(&path) else {
+            continue;
+        };
+        if meta.len() > len {
+            let f = std::fs::OpenOptions::new().write(true).open(&path)?;
+            f.set_len(len)?;
+            cut.push((path, meta.len(), len));
+        }
+    }
+    Ok(cut)
+}
+
+/// A sync-log line is `LEN PATH`.
+pub fn parse_sync_line(line: &str) -> Option<(u64, &str)> {
+    let (len, path) = line.split_once(' ')?;
+    Some((len.parse().ok()?, path))
+}
+
+/// What a crash-free trace run saw, hit by hit.
+#[derive(Debug, Clone, PartialEq, Eq, Default)]
+pub struct Trace {
+    /// Name of every crash-point hit, in order.
+    pub hits: Vec<String>,
+    /// Per hit: does the event log hold bytes not yet synced?
+    pub unsynced: Vec<bool>,
+    /// Per hit: how many event-log appends completed before it.
+    pub appends_before: Vec<usize>,
+    /// Per hit: how much work a recovery would have if the process died
+    /// there (open run + calls to mark), from the reference log.
+    pub recovery_work: Vec<usize>,
+    /// Wall time of the trace run's agent, in microseconds.
+    pub micros: u64,
+}
+
+impl Trace {
+    /// Builds the trace from the interleaved trace/sync-log file (hit names,
+    /// and `LEN PATH` lines after each sync), the byte end of each record of
+    /// the reference log, and the recovery work after each record count.
+    pub fn from_log(text: &str, record_ends: &[u64], work_after: &[usize], micros: u64) -> Trace {
+        let mut t = Trace {
+            micros,
+            ..Trace::default()
+        };
+        let mut synced = 0u64;
+        let mut appends = 0usize;
+        let mut pending_write = false;
+        for line in text.lines() {
+            if let Some((len, _)) = parse_sync_line(line) {
+                synced = len;
+                continue;
+            }
+            // A log.write hit is counted before the write; it completes
+            // before the next hit.
+            if pending_write {
+                appends += 1;
+            }
+            let written = appends.checked_sub(1).map_or(0, |i| record_ends.get(i).copied().unwrap_or(0));
+            t.unsynced.push(written > synced);
+            t.appends_before.push(appends);
+            t.recovery_work.push(work_after.get(appends).copied().unwrap_or(0));
+            pending_write = line == LOG_WRITE;
+            t.hits.push(line.to_string());
+        }
+        t
+    }
+
+    pub fn len(&self) -> u64 {
+        self.hits.len() as u64
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.hits.is_empty()
+    }
+}
+
+/// A tear size: half the time a short prefix, half the time everything but
+/// the last byte (the store clamps it), so that the fragment is nearly a line.
+fn tear_bytes(rng: &mut Rng) -> u64 {
+    if rng.chance(1, 2) {
+        rng.range(1, 48)
+    } else {
+        u64::from(u32::MAX)
+    }
+}
+
+/// The hit to kill the restarted process at: inside its first or second
+/// recovery (each mark costs three hits: the mark, the write, the sync).
+fn second_kill(rng: &mut Rng, work: usize) -> u64 {
+    rng.below(4 + 3 * work as u64)
+}
+
+/// Every plan `--exhaustive` runs: a kill at every hit; a tear at every
+/// write hit; a power cut at every hit where the log has unsynced bytes;
+/// and, once per distinct log length at which a recovery has work, a
+/// double crash killing the recovery too.
+pub fn exhaustive(trace: &Trace, rng: &mut Rng) -> Vec<Plan> {
+    let mut plans: Vec<Plan> = (0..trace.len()).map(Plan::kill).collect();
+    for (h, name) in trace.hits.iter().enumerate() {
+        if name.ends_with(WRITE_SUFFIX) {
+            plans.push(Plan {
+                crash: Some(Crash::Tear {
+                    at: h as u64,
+                    bytes: tear_bytes(rng),
+                }),
+                then_kill_at: None,
+            });
+        }
+    }
+    for (h, &u) in trace.unsynced.iter().enumerate() {
+        if u {
+            plans.push(Plan {
+                crash: Some(Crash::PowerCut { at: h as u64 }),
+                then_kill_at: None,
+            });
+        }
+    }
+    // Last hit for each log length: the most progress with that log.
+    let mut last_at_len: BTreeMap<usize, usize> = BTreeMap::new();
+    for (h, &n) in trace.appends_before.iter().enumerate() {
+        if trace.recovery_work[h] > 0 {
+            last_at_len.insert(n, h);
+        }
+    }
+    for h in last_at_len.into_values() {
+        plans.push(Plan {
+            crash: Some(Crash::Kill { at: h as u64 }),
+            then_kill_at: Some(second_kill(rng, trace.recovery_work[h])),
+        });
+    }
+    plans
+}
+
+/// `n` plans sampled from the seed: kills, tears, power cuts, double
+/// crashes and timer kills.
+pub fn sample(trace: &Trace, n: usize, rng: &mut Rng) -> Vec<Plan> {
+    if trace.is_empty() {
+        return Vec::new();
+    }
+    let writes: Vec<u64> = (0..trace.len())
+        .filter(|&h| trace.hits[h as usize].ends_with(WRITE_SUFFIX))
+        .collect();
+    let unsynced: Vec<u64> = (0..trace.len()).filter(|&h| trace.unsynced[h as usize]).collect();
+    (0..n)
+        .map(|_| {
+            let any = rng.below(trace.len());
+            let roll = rng.below(100);
+            let crash = match roll {
+                0..=34 => Crash::Kill { at: any },
+                35..=49 if !writes.is_empty() => Crash::Tear {
+                    at: *rng.pick(&writes),
+                    bytes: tear_bytes(rng),
+                },
+                50..=64 if !unsynced.is_empty() => Crash::PowerCut {
+                    at: *rng.pick(&unsynced),
+                },
+                85..=99 => Crash::Timer {
+                    micros: rng.below(trace.micros.max(1) * 6 / 5 + 1),
+                },
+                _ => Crash::Kill { at: any },
+            };
+            let double = (65..=84).contains(&roll);
+            Plan {
+                crash: Some(crash),
+                then_kill_at: double.then(|| second_kill(rng, trace.recovery_work[any as usize])),
+            }
+        })
+        .collect()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn plans_round_trip_through_their_string_form() {
+        for s in ["none", "kill@41", "tear@7:4294967295", "powercut@3", "timer@1200us", "kill@9+kill@2"] {
+            let p: Plan = s.parse().unwrap();
+            assert_eq!(p.to_string(), s);
+        }
+        for bad in ["", "kill", "kill@x", "tear@3", "none+kill@1", "zap@1", "timer@5"] {
+            assert!(bad.parse::<Plan>().is_err(), "{bad}");
+        }
+    }
+
+    #[test]
+    fn trace_knows_where_the_log_is_unsynced_and_exhaustive_covers_every_hit() {
+        // Two appends of 10 bytes each; the second is never synced.
+        let log = "mkdir\n0 /l\nlog.write\nlog.fdatasync\n10 /l\nlog.write\nagent.before_effect\n";
+        let t = Trace::from_log(log, &[10, 20], &[0, 1, 2], 5);
+        assert_eq!(t.hits, ["mkdir", "log.write", "log.fdatasync", "log.write", "agent.before_effect"]);
+        assert_eq!(t.appends_before, [0, 0, 1, 1, 2]);
+        assert_eq!(t.unsynced, [false, false, true, false, true]);
+        let plans = exhaustive(&t, &mut Rng::new(1));
+        for h in 0..5 {
+            assert!(plans.contains(&Plan::kill(h)));
+        }
+        assert_eq!(plans.iter().filter(|p| p.kind() == "tear").count(), 2);
+        assert_eq!(plans.iter().filter(|p| p.kind() == "powercut").count(), 2);
+        assert_eq!(plans.iter().filter(|p| p.kind() == "double").count(), 2);
+        let sampled = sample(&t, 50, &mut Rng::new(2));
+        assert_eq!(sampled.len(), 50);
+        assert!(sampled.iter().all(|p| p.crash.is_some()));
+    }
+
+    #[test]
+    fn power_cut_drops_only_what_was_never_synced() {
+        let dir = tempfile::tempdir().unwrap();
+        let log = dir.path().join("events.jsonl");
+        std::fs::write(&log, b"0123456789abcdef").unwrap();
+        let sync = dir.path().join("synced");
+        std::fs::write(&sync, format!("0 {p}\n10 {p}\n", p = log.display())).unwrap();
+        let cut = power_cut(&sync).unwrap();
+        assert_eq!(cut, vec![(log.clone(), 16, 10)]);
+        assert_eq!(std::fs::read(&log).unwrap(), b"0123456789");
+        assert!(power_cut(&sync).unwrap().is_empty());
+    }
+}

@@ -1,0 +1,304 @@
+//! Reports: the summary table and the violations for people, JSON for
+//! machines, JUnit XML for CI dashboards.
+//!
+//! Every violation carries its one-line replay command (all of them in the
+//! JSON; on the terminal the first few per scenario and invariant, then a
+//! count). This module formats; it must never run or judge anything.
+
+use std::fmt::Write;
+
+use serde_json::{json, Value};
+
+use crate::checker::{Invariant, Violation};
+use crate::nemesis::Plan;
+use crate::runner::{replay_command, CampaignResult, ScenarioResult};
+
+/// How many violations per (scenario, invariant) the terminal shows in full.
+pub const SHOWN_PER_GROUP: usize = 2;
+
+/// What the report needs besides the results.
+#[derive(Debug, Clone)]
+pub struct Context<'a> {
+    pub store: String,
+    pub store_fault: Option<&'a str>,
+    pub seed: u64,
+    pub mode: String,
+    pub jobs: usize,
+    pub shard: Option<(usize, usize)>,
+}
+
+/// One violation in words, with its replay command.
+pub fn explain(v: &Violation, scenario: &str, crash_point: &str, replay: &str) -> String {
+    let mut s = format!(
+        "VIOLATION {} · scenario {scenario}\n  crash:    {crash_point}\n  when:     {}\n  expected: {}\n  found:    {}\n",
+        v.invariant, v.when, v.expected, v.found
+    );
+    if !v.events.is_empty() {
+        let _ = writeln!(s, "  events:   {}", v.events.join(" · "));
+    }
+    let _ = writeln!(s, "  replay:   {replay}");
+    s
+}
+
+fn replay_of(s: &ScenarioResult, plan: &Plan, ctx: &Context<'_>) -> String {
+    replay_command(&s.prepared.source.path, plan, ctx.store_fault)
+}
+
+/// The violations and errors, for the terminal.
+pub fn violations_text(result: &CampaignResult, ctx: &Context<'_>) -> String {
+    let mut out = String::new();
+    for s in &result.scenarios {
+        for inv in Invariant::ALL {
+            let all: Vec<_> = s.violations().filter(|(_, _, v)| v.invariant == inv).collect();
+            for (plan, crash, v) in all.iter().take(SHOWN_PER_GROUP) {
+                out.push_str(&explain(v, s.name(), crash, &replay_of(s, plan, ctx)));
+                out.push('\n');
+            }
+            if all.len() > SHOWN_PER_GROUP {
+                let _ = writeln!(
+                    out,
+                    "… and {} more {inv} violation(s) in {} (all of them with --json)\n",
+                    all.len() - SHOWN_PER_GROUP,
+                    s.name()
+                );
+            }
+        }
+        for (plan, e) in s.errors() {
+            let _ = writeln!(out, "ERROR in {} ({plan}): {e}\n  replay: {}\n", s.name(), replay_of(s, &plan, ctx));
+        }
+    }
+    out
+}
+
+/// The summary table.
+pub fn table(result: &CampaignResult, ctx: &Context<'_>) -> String {
+    let mut out = String::new();
+    let _ = writeln!(
+        out,
+        "store: {}{} · mode: {} · seed: {} · jobs: {}{}",
+        ctx.store,
+        ctx.store_fault.map(|f| format!(" with fault {f}")).unwrap_or_default(),
+        ctx.mode,
+        ctx.seed,
+        ctx.jobs,
+        ctx.shard.map(|(k, n)| format!(" · shard {k}/{n}")).unwrap_or_default()
+    );
+    let width = result
+        .scenarios
+        .iter()
+        .map(|s| s.name().len())
+        .max()
+        .unwrap_or(8)
+        .max(8);
+    let _ = writeln!(
+        out,
+        "{:<width$}  {:>13}  {:>7}  {:>9}  violations",
+        "scenario", "crash points", "trials", "trials/s"
+    );
+    for s in &result.scenarios {
+        let by = s.by_invariant();
+        let viol = if by.is_empty() {
+            "none".to_string()
+        } else {
+            by.iter().map(|(i, n)| format!("{i} {n}")).collect::<Vec<_>>().join(", ")
+        };
+        let rate = if s.wall.is_zero() {
+            "-".to_string()
+        } else {
+            format!("{:.1}", s.outcomes.len() as f64 / s.wall.as_secs_f64())
+        };
+        let _ = writeln!(
+            out,
+            "{:<width$}  {:>13}  {:>7}  {:>9}  {viol}",
+            s.name(),
+            format!("{}/{}", s.covered_hits(), s.prepared.trace.len()),
+            s.outcomes.len(),
+            rate
+        );
+    }
+    let _ = writeln!(
+        out,
+        "{:<width$}  {:>13}  {:>7}  {:>9}  {} violation(s), {} error(s), {:.1}s",
+        "total",
+        "",
+        result.trials,
+        format!("{:.1}", result.trials_per_second()),
+        result.violation_count(),
+        result.error_count(),
+        result.elapsed.as_secs_f64()
+    );
+    let mut by: std::collections::BTreeMap<Invariant, usize> = Default::default();
+    for s in &result.scenarios {
+        for (i, n) in s.by_invariant() {
+            *by.entry(i).or_default() += n;
+        }
+    }
+    let _ = writeln!(
+        out,
+        "by invariant: {}",
+        Invariant::ALL
+            .iter()
+            .map(|i| format!("{i} {}", by.get(i).copied().unwrap_or(0)))
+            .collect::<Vec<_>>()
+            .join(" · ")
+    );
+    out
+}
+
+fn violation_json(s: &ScenarioResult, plan: &Plan, crash: &str, v: &Violation, ctx: &Context<'_>) -> Value {
+    json!({
+        "invariant": v.invariant.name(),
+        "scenario": s.name(),
+        "scenario_file": s.prepared.source.path.display().to_string(),
+        "plan": plan.to_string(),
+        "crash_point": crash,
+        "when": v.when,
+        "expected": v.expected,
+        "found": v.found,
+        "events": v.events,
+        "replay": replay_of(s, plan, ctx),
+    })
+}
+
+/// The whole campaign as JSON.
+pub fn json(result: &CampaignResult, ctx: &Context<'_>) -> Value {
+    let scenarios: Vec<Value> = result
+        .scenarios
+        .iter()
+        .map(|s| {
+            let by: serde_json::Map<String, Value> = Invariant::ALL
+                .iter()
+                .map(|i| (i.name().to_string(), json!(s.by_invariant().get(i).copied().unwrap_or(0))))
+                .collect();
+            json!({
+                "name": s.name(),
+                "file": s.prepared.source.path.display().to_string(),
+                "random_seed": s.prepared.source.random_seed,
+                "crash_points_total": s.prepared.trace.len(),
+                "crash_points_covered": s.covered_hits(),
+                "trials": s.outcomes.len(),
+                "trials_per_second": if s.wall.is_zero() { Value::Null } else { json!(s.outcomes.len() as f64 / s.wall.as_secs_f64()) },
+                "violations_by_invariant": by,
+                "errors": s.errors().iter().map(|(p, e)| json!({"plan": p.to_string(), "error": e})).collect::<Vec<_>>(),
+            })
+        })
+        .collect();
+    let violations: Vec<Value> = result
+        .scenarios
+        .iter()
+        .flat_map(|s| s.violations().map(move |(p, c, v)| violation_json(s, &p, c, v, ctx)))
+        .collect();
+    json!({
+        "store": ctx.store,
+        "store_fault": ctx.store_fault,
+        "mode": ctx.mode,
+        "seed": ctx.seed,
+        "jobs": ctx.jobs,
+        "shard": ctx.shard.map(|(k, n)| format!("{k}/{n}")),
+        "trials": result.trials,
+        "elapsed_seconds": result.elapsed.as_secs_f64(),
+        "trials_per_second": result.trials_per_second(),
+        "violation_count": result.violation_count(),
+        "error_count": result.error_count(),
+        "scenarios": scenarios,
+        "violations": violations,
+    })
+}
+
+fn xml_escape(s: &str) -> String {
+    let mut out = String::with_capacity(s.len());
+    for c in s.chars() {
+        match c {
+            '&' => out.push_str("&amp;"),
+            '<' => out.push_str("&lt;"),
+            '>' => out.push_str("&gt;"),
+            '"' => out.push_str("&quot;"),
+            '\'' => out.push_str("&apos;"),
+            c if c.is_control() && c != '\n' && c != '\t' => out.push_str(&format!("&#{};", c as u32)),
+            c => out.push(c),
+        }
+    }
+    out
+}
+
+/// JUnit XML: one suite per scenario, one test case per invariant (plus
+/// one for trial errors), failures carrying the explanations.
+pub fn junit(result: &CampaignResult, ctx: &Context<'_>) -> String {
+    let mut out = String::from("<?xml version=\"1.0\" encoding=\"UTF-8\"?>\n");
+    let failures: usize = result
+        .scenarios
+        .iter()
+        .map(|s| s.by_invariant().len() + usize::from(!s.errors().is_empty()))
+        .sum();
+    let cases = result.scenarios.len() * (Invariant::ALL.len() + 1);
+    let _ = writeln!(
+        out,
+        "<testsuites name=\"agentchaos\" tests=\"{cases}\" failures=\"{failures}\" time=\"{:.3}\">",
+        result.elapsed.as_secs_f64()
+    );
+    for s in &result.scenarios {
+        let by = s.by_invariant();
+        let errors = s.errors();
+        let _ = writeln!(
+            out,
+            "  <testsuite name=\"{}\" tests=\"{}\" failures=\"{}\" time=\"{:.3}\">",
+            xml_escape(s.name()),
+            Invariant::ALL.len() + 1,
+            by.len() + usize::from(!errors.is_empty()),
+            s.wall.as_secs_f64()
+        );
+        for inv in Invariant::ALL {
+            let _ = write!(
+                out,
+                "    <testcase classname=\"agentchaos.{}\" name=\"{inv}\"",
+                xml_escape(s.name())
+            );
+            match by.get(&inv) {
+                None => out.push_str("/>\n"),
+                Some(n) => {
+                    let text: String = s
+                        .violations()
+                        .filter(|(_, _, v)| v.invariant == inv)
+                        .take(10)
+                        .map(|(p, c, v)| explain(v, s.name(), c, &replay_of(s, &p, ctx)))
+                        .collect::<Vec<_>>()
+                        .join("\n");
+                    let _ = writeln!(
+                        out,
+                        ">\n      <failure message=\"{n} violation(s) of {inv}\">{}</failure>\n    </testcase>",
+                        xml_escape(&text)
+                    );
+                }
+            }
+        }
+        let _ = write!(out, "    <testcase classname=\"agentchaos.{}\" name=\"trials-run-as-planned\"", xml_escape(s.name()));
+        if errors.is_empty() {
+            out.push_str("/>\n");
+        } else {
+            let text = errors
+                .iter()
+                .map(|(p, e)| format!("{p}: {e}"))
+                .collect::<Vec<_>>()
+                .join("\n");
+            let _ = writeln!(
+                out,
+                ">\n      <failure message=\"{} trial error(s)\">{}</failure>\n    </testcase>",
+                errors.len(),
+                xml_escape(&text)
+            );
+        }
+        out.push_str("  </testsuite>\n");
+    }
+    out.push_str("</testsuites>\n");
+    out
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn xml_escapes_markup_and_control_characters() {
+        assert_eq!(xml_escape("<a href=\"x\">&'\u{1}"), "&lt;a href=&quot;x&quot;&gt;&amp;&apos;&#1;");
+    }
+}

@@ -1,0 +1,553 @@
+//! Campaigns: trace runs, trial plans, parallel trials, results.
+//!
+//! For each scenario the runner first makes a crash-free trace run (which
+//! counts every crash-point hit and becomes the [`Reference`]), then plans
+//! trials ([`nemesis::exhaustive`] or [`nemesis::sample`]), keeps this
+//! shard's share, and runs them on `jobs` worker threads, each trial in its
+//! own directory under the campaign directory (on `/dev/shm` by default).
+//! A trial directory is deleted once checked, or moved to
+//! `--keep-failures` when it found a violation. The runner owns
+//! scheduling and bookkeeping; it must never judge a trial itself.
+
+use std::collections::{BTreeMap, BTreeSet};
+use std::path::{Path, PathBuf};
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::Mutex;
+use std::time::{Duration, Instant};
+
+use agentstore::event::Record;
+
+use crate::checker::{self, Invariant, Reference, Violation};
+use crate::model::{describe_record, Model};
+use crate::nemesis::{self, Crash, Plan, Trace, LOG_WRITE};
+use crate::rng::Rng;
+use crate::scenario::Scenario;
+use crate::store::StoreBackend;
+use crate::trial::{self, History, TrialSetup};
+
+/// How many trials per scenario.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Mode {
+    /// Every hit killed, every write torn, every unsynced point power-cut,
+    /// a double crash per recovery state.
+    Exhaustive,
+    /// This many trials per scenario, sampled from the seed.
+    Sampled(usize),
+}
+
+/// A scenario to test and where its file is (the child reads the file).
+#[derive(Debug, Clone)]
+pub struct ScenarioSource {
+    pub path: PathBuf,
+    pub scenario: Scenario,
+    /// For generated scenarios: the seed that generated it.
+    pub random_seed: Option<u64>,
+}
+
+/// Everything a campaign needs.
+#[derive(Debug)]
+pub struct Config<'a> {
+    pub backend: &'a dyn StoreBackend,
+    pub agent_exe: PathBuf,
+    pub store_fault: Option<String>,
+    pub mode: Mode,
+    pub seed: u64,
+    pub jobs: usize,
+    /// `(k, n)`: run only trials whose index is `k-1` modulo `n`.
+    pub shard: Option<(usize, usize)>,
+    /// Parent of the campaign directory.
+    pub dir: PathBuf,
+    pub keep_failures: Option<PathBuf>,
+    pub progress: bool,
+}
+
+/// The default place for trial directories: tmpfs when there is one.
+/// A SIGKILL keeps the page cache, so kill trials lose nothing to tmpfs;
+/// power cuts are modelled explicitly (see `nemesis`).
+pub fn default_dir() -> PathBuf {
+    let shm = Path::new("/dev/shm");
+    let writable = shm.is_dir()
+        && tempfile_in(shm).is_ok();
+    if writable {
+        shm.to_path_buf()
+    } else {
+        std::env::temp_dir()
+    }
+}
+
+fn tempfile_in(dir: &Path) -> std::io::Result<()> {
+    let p = dir.join(format!(".agentchaos-probe-{}", std::process::id()));
+    std::fs::write(&p, b"")?;
+    std::fs::remove_file(&p)
+}
+
+/// A scenario after its trace run.
+#[derive(Debug, Clone)]
+pub struct Prepared {
+    pub source: ScenarioSource,
+    pub reference: Reference,
+    pub trace: Trace,
+    /// Violations of the crash-free run itself.
+    pub trace_violations: Vec<Violation>,
+    /// Why crash trials cannot run (the crash-free run did not complete).
+    pub unusable: Option<String>,
+}
+
+fn setup<'a>(cfg: &'a Config<'_>, source: &'a ScenarioSource) -> TrialSetup<'a> {
+    TrialSetup {
+        backend: cfg.backend,
+        agent_exe: &cfg.agent_exe,
+        scenario_path: &source.path,
+        files: &source.scenario.files,
+        store_fault: cfg.store_fault.as_deref(),
+    }
+}
+
+/// The crash-free trace run: counts hits, records the reference outcome.
+pub fn prepare(cfg: &Config<'_>, source: ScenarioSource, dir: &Path) -> Result<Prepared, String> {
+    let history = trial::run(&setup(cfg, &source), Plan::NONE, dir, true)?;
+    let _ = std::fs::remove_dir_all(dir);
+    let trace_violations = checker::check(&history, None);
+    let life = history.last();
+    let records = &history.final_obs.records;
+    let mut work_after = Vec::with_capacity(records.len() + 1);
+    let mut model = Model::default();
+    work_after.push(0);
+    for r in records {
+        if let Some(e) = r.event() {
+            model.apply(r.seq, e);
+        }
+        let calls = model.open_calls().filter(|c| c.needs_mark()).count();
+        work_after.push(usize::from(model.open_run.is_some()) + calls);
+    }
+    let trace = Trace::from_log(
+        life.trace.as_deref().unwrap_or_default(),
+        &history.final_obs.ends,
+        &work_after,
+        life.micros,
+    );
+    let unusable = match (&history.error, life.done) {
+        (Some(e), _) => Some(e.clone()),
+        (None, false) => Some(format!("the crash-free run did not complete: {}", life.stderr)),
+        (None, true) => None,
+    };
+    Ok(Prepared {
+        reference: Reference {
+            records: records.clone(),
+            world: history.world.clone(),
+            workspace: history.workspace.clone(),
+        },
+        source,
+        trace,
+        trace_violations,
+        unusable,
+    })
+}
+
+/// Where, in words, a plan crashes the agent.
+pub fn describe_crash(plan: &Plan, trace: &Trace, reference: &[Record], history: Option<&History>) -> String {
+    let point = |h: u64| -> String {
+        let Some(name) = trace.hits.get(h as usize) else {
+            return format!("hit {h} (beyond the {} hits of the trace)", trace.len());
+        };
+        let k = trace.appends_before[h as usize];
+        let rec = |i: usize| reference.get(i).map(describe_record).unwrap_or_else(|| format!("seq {i}"));
+        let context = if name == LOG_WRITE {
+            format!("appending {}", rec(k))
+        } else if name == "log.fdatasync" && k > 0 {
+            format!("syncing {}", rec(k - 1))
+        } else if k > 0 {
+            format!("after {}", rec(k - 1))
+        } else {
+            "before the first event".to_string()
+        };
+        format!("hit {h} of {}: {name} ({context})", trace.len())
+    };
+    let mut s = match plan.crash {
+        None => "none (the crash-free run)".to_string(),
+        Some(Crash::Kill { at }) => format!("SIGKILL at {}", point(at)),
+        Some(Crash::Tear { at, bytes }) => format!(
+            "torn write ({}) at {}, then SIGKILL",
+            if bytes >= u64::from(u32::MAX) {
+                "all but the last byte".to_string()
+            } else {
+                format!("first {bytes} bytes")
+            },
+            point(at)
+        ),
+        Some(Crash::PowerCut { at }) => format!(
+            "SIGKILL at {}, then a power cut (the log's unsynced tail dropped)",
+            point(at)
+        ),
+        Some(Crash::Timer { micros }) => {
+            let last = history
+                .and_then(|h| h.lives.first())
+                .and_then(|l| l.trace.as_deref())
+                .and_then(|t| {
+                    let n = t.lines().count();
+                    t.lines().last().map(|l| format!("; last crash point passed: hit {} {l}", n - 1))
+                })
+                .unwrap_or_default();
+            format!("SIGKILL by timer after {micros} µs{last}")
+        }
+    };
+    if let Some(m) = plan.then_kill_at {
+        s.push_str(&format!("; the restarted agent killed at its hit {m} (in recovery)"));
+    }
+    s
+}
+
+/// The one-line command that reruns a trial.
+pub fn replay_command(path: &Path, plan: &Plan, store_fault: Option<&str>) -> String {
+    let mut cmd = format!("agentchaos replay --scenario {} --plan {plan}", shell_word(&path.display().to_string()));
+    if let Some(f) = store_fault {
+        cmd.push_str(&format!(" --store-fault {f}"));
+    }
+    cmd
+}
+
+fn shell_word(s: &str) -> String {
+    if s.bytes().all(|b| b.is_ascii_alphanumeric() || b"/._-+@:".contains(&b)) {
+        s.to_string()
+    } else {
+        format!("'{}'", s.replace('\'', "'\\''"))
+    }
+}
+
+/// The result of one trial.
+#[derive(Debug, Clone)]
+pub struct TrialOutcome {
+    pub scenario: usize,
+    pub plan: Plan,
+    pub crash_point: String,
+    pub violations: Vec<Violation>,
+    /// The trial could not be carried out as planned.
+    pub error: Option<String>,
+    /// The first process's crash hit, for coverage.
+    pub covered_hit: Option<u64>,
+    pub started: Instant,
+    pub finished: Instant,
+    /// Where the trial directory was kept, if it was.
+    pub kept: Option<PathBuf>,
+}
+
+/// Runs one trial and checks it.
+pub fn run_trial(cfg: &Config<'_>, prepared: &Prepared, scenario: usize, plan: Plan, dir: &Path) -> TrialOutcome {
+    let started = Instant::now();
+    let result = trial::run(&setup(cfg, &prepared.source), plan, dir, false);
+    let (violations, error, crash_point, covered_hit) = match &result {
+        Ok(h) => {
+            let covered = match plan.crash {
+                Some(Crash::Timer { .. }) => h.lives[0]
+                    .trace
+                    .as_deref()
+                    .and_then(|t| t.lines().count().checked_sub(1))
+                    .filter(|_| h.lives[0].end == trial::LifeEnd::Killed)
+                    .map(|n| n as u64),
+                c => c.and_then(|c| c.hit()),
+            };
+            (
+                checker::check(h, Some(&prepared.reference)),
+                h.error.clone(),
+                describe_crash(&plan, &prepared.trace, &prepared.reference.records, Some(h)),
+                covered,
+            )
+        }
+        Err(e) => (
+            Vec::new(),
+            Some(e.clone()),
+            describe_crash(&plan, &prepared.trace, &prepared.reference.records, None),
+            None,
+        ),
+    };
+    let failed = !violations.is_empty() || error.is_some();
+    let kept = match (&cfg.keep_failures, failed) {
+        (Some(keep), true) => keep_trial(keep, dir, &prepared.source, &plan, &violations, error.as_deref(), cfg.store_fault.as_deref()),
+        _ => None,
+    };
+    let _ = std::fs::remove_dir_all(dir);
+    TrialOutcome {
+        scenario,
+        plan,
+        crash_point,
+        violations,
+        error,
+        covered_hit,
+        started,
+        finished: Instant::now(),
+        kept,
+    }
+}
+
+/// Copies a directory tree (trial directories hold only files and directories).
+pub fn copy_dir(from: &Path, to: &Path) -> std::io::Result<()> {
+    std::fs::create_dir_all(to)?;
+    for entry in std::fs::read_dir(from)? {
+        let entry = entry?;
+        let ty = entry.file_type()?;
+        let dest = to.join(entry.file_name());
+        if ty.is_dir() {
+            copy_dir(&entry.path(), &dest)?;
+        } else if ty.is_file() {
+            std::fs::copy(entry.path(), dest)?;
+        }
+    }
+    Ok(())
+}
+
+fn keep_trial(
+    keep: &Path,
+    dir: &Path,
+    source: &ScenarioSource,
+    plan: &Plan,
+    violations: &[Violation],
+    error: Option<&str>,
+    fault: Option<&str>,
+) -> Option<PathBuf> {
+    let dest = keep.join(&source.scenario.name).join(plan.to_string());
+    let _ = std::fs::remove_dir_all(&dest);
+    copy_dir(dir, &dest).ok()?;
+    let mut notes = format!(
+        "scenario: {}\nplan: {plan}\nreplay: {}\n",
+        source.path.display(),
+        replay_command(&source.path, plan, fault)
+    );
+    if let Some(e) = error {
+        notes.push_str(&format!("error: {e}\n"));
+    }
+    for v in violations {
+        notes.push_str(&format!(
+            "\n{} ({})\n  expected: {}\n  found: {}\n  events: {}\n",
+            v.invariant,
+            v.when,
+            v.expected,
+            v.found,
+            v.events.join(", ")
+        ));
+    }
+    std::fs::write(dest.join("VIOLATIONS.txt"), notes).ok()?;
+    Some(dest)
+}
+
+/// Per-scenario results.
+#[derive(Debug, Clone)]
+pub struct ScenarioResult {
+    pub prepared: Prepared,
+    pub outcomes: Vec<TrialOutcome>,
+    /// Wall time from this scenario's first trial start to its last finish.
+    pub wall: Duration,
+}
+
+impl ScenarioResult {
+    pub fn name(&self) -> &str {
+        &self.prepared.source.scenario.name
+    }
+
+    pub fn covered_hits(&self) -> usize {
+        self.outcomes
+            .iter()
+            .filter_map(|o| o.covered_hit)
+            .collect::<BTreeSet<_>>()
+            .len()
+    }
+
+    /// Violations of every trial, with the crash-free run's first.
+    pub fn violations(&self) -> impl Iterator<Item = (Plan, &str, &Violation)> {
+        let trace = self
+            .prepared
+            .trace_violations
+            .iter()
+            .map(|v| (Plan::NONE, "none (the crash-free run)", v));
+        trace.chain(
+            self.outcomes
+                .iter()
+                .flat_map(|o| o.violations.iter().map(move |v| (o.plan, o.crash_point.as_str(), v))),
+        )
+    }
+
+    pub fn by_invariant(&self) -> BTreeMap<Invariant, usize> {
+        let mut m = BTreeMap::new();
+        for (_, _, v) in self.violations() {
+            *m.entry(v.invariant).or_default() += 1;
+        }
+        m
+    }
+
+    pub fn errors(&self) -> Vec<(Plan, &str)> {
+        let mut e: Vec<(Plan, &str)> = self
+            .outcomes
+            .iter()
+            .filter_map(|o| o.error.as_deref().map(|e| (o.plan, e)))
+            .collect();
+        if let Some(u) = &self.prepared.unusable {
+            e.insert(0, (Plan::NONE, u));
+        }
+        e
+    }
+}
+
+/// A whole campaign's results.
+#[derive(Debug)]
+pub struct CampaignResult {
+    pub scenarios: Vec<ScenarioResult>,
+    pub elapsed: Duration,
+    pub trials: usize,
+}
+
+impl CampaignResult {
+    pub fn trials_per_second(&self) -> f64 {
+        self.trials as f64 / self.elapsed.as_secs_f64().max(1e-9)
+    }
+    pub fn violation_count(&self) -> usize {
+        self.scenarios.iter().map(|s| s.violations().count()).sum()
+    }
+    pub fn error_count(&self) -> usize {
+        self.scenarios.iter().map(|s| s.errors().len()).sum()
+    }
+}
+
+/// A fresh, unique campaign directory under `base`.
+pub fn campaign_dir(base: &Path) -> Result<PathBuf, String> {
+    let nanos = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map(|d| d.subsec_nanos())
+        .unwrap_or(0);
+    let dir = base.join(format!("agentchaos-{}-{nanos:x}", std::process::id()));
+    std::fs::create_dir_all(&dir).map_err(|e| format!("cannot create the trial directory {}: {e}", dir.display()))?;
+    Ok(dir)
+}
+
+/// Runs a campaign over `sources`.
+pub fn run(cfg: &Config<'_>, sources: Vec<ScenarioSource>) -> Result<CampaignResult, String> {
+    let started = Instant::now();
+    let dir = campaign_dir(&cfg.dir)?;
+    let result = run_in(cfg, sources, &dir);
+    let _ = std::fs::remove_dir_all(&dir);
+    result.map(|(scenarios, trials)| CampaignResult {
+        scenarios,
+        elapsed: started.elapsed(),
+        trials,
+    })
+}
+
+fn run_in(cfg: &Config<'_>, sources: Vec<ScenarioSource>, dir: &Path) -> Result<(Vec<ScenarioResult>, usize), String> {
+    // Trace runs, in parallel too: they are trials like any other.
+    let prepared: Vec<Result<Prepared, String>> = parallel(cfg.jobs, sources.len(), |i| {
+        prepare(cfg, sources[i].clone(), &dir.join(format!("trace{i}")))
+    });
+    let prepared: Vec<Prepared> = prepared.into_iter().collect::<Result<_, _>>()?;
+    let mut jobs: Vec<(usize, Plan)> = Vec::new();
+    for (s, p) in prepared.iter().enumerate() {
+        if p.unusable.is_some() {
+            continue;
+        }
+        let mut rng = Rng::derive(cfg.seed, &p.source.scenario.name, 0);
+        let plans = match cfg.mode {
+            Mode::Exhaustive => nemesis::exhaustive(&p.trace, &mut rng),
+            Mode::Sampled(n) => nemesis::sample(&p.trace, n, &mut rng),
+        };
+        jobs.extend(plans.into_iter().map(|plan| (s, plan)));
+    }
+    if let Some((k, n)) = cfg.shard {
+        jobs = jobs
+            .into_iter()
+            .enumerate()
+            .filter(|(i, _)| i % n == k - 1)
+            .map(|(_, j)| j)
+            .collect();
+    }
+    let bar = progress_bar(cfg.progress, jobs.len());
+    let outcomes = parallel(cfg.jobs, jobs.len(), |i| {
+        let (s, plan) = jobs[i];
+        let o = run_trial(cfg, &prepared[s], s, plan, &dir.join(format!("{s}-{i}")));
+        if let Some(b) = &bar {
+            b.inc(1);
+        }
+        o
+    });
+    if let Some(b) = bar {
+        b.finish_and_clear();
+    }
+    let trials = outcomes.len();
+    let mut per: Vec<Vec<TrialOutcome>> = vec![Vec::new(); prepared.len()];
+    for o in outcomes {
+        per[o.scenario].push(o);
+    }
+    let results = prepared
+        .into_iter()
+        .zip(per)
+        .map(|(prepared, outcomes)| {
+            let wall = match (
+                outcomes.iter().map(|o| o.started).min(),
+                outcomes.iter().map(|o| o.finished).max(),
+            ) {
+                (Some(a), Some(b)) => b - a,
+                _ => Duration::ZERO,
+            };
+            ScenarioResult {
+                prepared,
+                outcomes,
+                wall,
+            }
+        })
+        .collect();
+    Ok((results, trials))
+}
+
+fn progress_bar(enabled: bool, total: usize) -> Option<indicatif::ProgressBar> {
+    if !enabled {
+        return None;
+    }
+    let bar = indicatif::ProgressBar::new(total as u64);
+    bar.set_style(
+        indicatif::ProgressStyle::with_template("{bar:40} {pos}/{len} trials  {per_sec}  eta {eta}")
+            .unwrap_or_else(|_| indicatif::ProgressStyle::default_bar()),
+    );
+    Some(bar)
+}
+
+/// Runs `f(0..n)` on `jobs` threads; results in index order.
+pub fn parallel<T: Send>(jobs: usize, n: usize, f: impl Fn(usize) -> T + Sync) -> Vec<T> {
+    let next = AtomicUsize::new(0);
+    let results: Mutex<Vec<Option<T>>> = Mutex::new((0..n).map(|_| None).collect());
+    std::thread::scope(|scope| {
+        for _ in 0..jobs.clamp(1, n.max(1)) {
+            scope.spawn(|| loop {
+                let i = next.fetch_add(1, Ordering::SeqCst);
+                if i >= n {
+                    break;
+                }
+                let r = f(i);
+                results.lock().unwrap_or_else(|p| p.into_inner())[i] = Some(r);
+            });
+        }
+    });
+    results
+        .into_inner()
+        .unwrap_or_else(|p| p.into_inner())
+        .into_iter()
+        .map(|r| r.expect("every index ran"))
+        .collect()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn parallel_keeps_order_and_runs_everything() {
+        let out = parallel(3, 20, |i| i * 2);
+        assert_eq!(out, (0..20).map(|i| i * 2).collect::<Vec<_>>());
+        assert!(parallel(2, 0, |i| i).is_empty());
+    }
+
+    #[test]
+    fn replay_commands_quote_odd_paths() {
+        let p = Plan::kill(3);
+        assert_eq!(
+            replay_command(Path::new("scenarios/a.json"), &p, Some("mark-twice")),
+            "agentchaos replay --scenario scenarios/a.json --plan kill@3 --store-fault mark-twice"
+        );
+        assert!(replay_command(Path::new("my dir/a.json"), &p, None).contains("'my dir/a.json'"));
+    }
+}

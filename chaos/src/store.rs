@@ -1,0 +1,390 @@
+//! The store under test, as the agent and the checker see it.
+//!
+//! [`SessionStore`] is the writer interface the child agent drives (append,
+//! recover, events, context, checkpoint, projection, blobs, close);
+//! [`StoreBackend`] opens one and, separately, [`StoreBackend::observe`]s
+//! what is on disk without locking or repairing anything, for the checker.
+//! Both are object-safe and data-oriented (events are
+//! [`agentstore::Event`]/[`agentstore::Record`]) so that the adapter
+//! protocol of issue 5 can be a second implementation next to
+//! [`ReferenceBackend`], which runs agentstore in-process. Nothing here
+//! judges what it sees: that is the checker's job.
+
+use std::path::PathBuf;
+
+use agentstore::event::{BlobRef, Event, Phase, Record, Seq};
+use agentstore::projection::{Projection, SeenNodes};
+use agentstore::{LogPosition, Scanner, Session, SessionId, SessionOptions, SessionPaths};
+use serde_json::Value;
+
+/// A store failure, as one line.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct StoreError(pub String);
+
+impl std::fmt::Display for StoreError {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(&self.0)
+    }
+}
+
+impl std::error::Error for StoreError {}
+
+impl From<agentstore::Error> for StoreError {
+    fn from(e: agentstore::Error) -> Self {
+        StoreError(e.to_string())
+    }
+}
+
+pub type StoreResult<T> = Result<T, StoreError>;
+
+/// Which session, where, bound to which workspace.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct SessionSpec {
+    pub root: PathBuf,
+    pub session: String,
+    pub workspace: PathBuf,
+}
+
+/// The store's durable acknowledgement of one append.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Ack {
+    pub seq: Seq,
+}
+
+/// An uncertain call as recovery reports it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Uncertain {
+    pub call_id: String,
+    pub phase: Phase,
+}
+
+/// What the store's recovery reports.
+#[derive(Debug, Clone, PartialEq, Eq, Default)]
+pub struct Recovered {
+    /// Events this recovery appended.
+    pub appended: u64,
+    pub interrupted_runs: Vec<String>,
+    /// Every call marked uncertain and not reconciled, in call order.
+    pub uncertain: Vec<Uncertain>,
+}
+
+/// An open session, from the writer's side.
+pub trait SessionStore {
+    /// Appends one event; returns once the store says it is durable.
+    fn append(&mut self, event: &Event) -> StoreResult<Ack>;
+    /// The store's own recovery after a crash.
+    fn recover(&mut self) -> StoreResult<Recovered>;
+    /// Every event after `after` (all when `None`), in order.
+    fn events(&self, after: Option<Seq>) -> StoreResult<Vec<Record>>;
+    /// The model's view, including how it shows uncertain calls.
+    fn context(&self, budget_tokens: Option<u64>) -> StoreResult<String>;
+    fn checkpoint(&mut self) -> StoreResult<()>;
+    /// The store's fold of the log, as JSON.
+    fn projection(&self) -> StoreResult<Value>;
+    /// Stores a large payload durably.
+    fn put_blob(&mut self, bytes: &[u8]) -> StoreResult<BlobRef>;
+    /// Closes the session (releases its lock).
+    fn close(self: Box<Self>) -> StoreResult<()>;
+}
+
+/// What a snapshot on disk says, next to what the log says it should say.
+#[derive(Debug, Clone, PartialEq)]
+pub enum CheckpointView {
+    Absent,
+    /// Present but unreadable (torn, bad checksum, wrong schema).
+    Unreadable(String),
+    Present(SnapshotFacts),
+}
+
+/// The raw facts of a readable snapshot; the checker compares them.
+#[derive(Debug, Clone, PartialEq)]
+pub struct SnapshotFacts {
+    /// Events `0..next_seq` the snapshot claims to cover.
+    pub next_seq: Seq,
+    pub offset: u64,
+    /// Byte offset where the log's line `next_seq` starts (or the log's end
+    /// when it has exactly `next_seq` lines); `None` when the log has fewer lines.
+    pub log_offset_of_next: Option<u64>,
+    /// The snapshot's projection.
+    pub snapshot: Value,
+    /// The fold of the log's events `0..next_seq` (None when the log is shorter).
+    pub fold_at: Option<Value>,
+    /// The snapshot's projection with the log's tail after it folded in.
+    pub resumed: Option<Value>,
+    /// The fold of the whole log.
+    pub full: Value,
+}
+
+/// What is on disk, read without a lock and without repairing anything.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Observation {
+    /// Every verified record, in order (up to damage or a torn tail).
+    pub records: Vec<Record>,
+    /// Byte offset just past each record's line, when the store is a byte log.
+    pub ends: Vec<u64>,
+    /// The torn tail, described, if the log ends in one.
+    pub torn: Option<String>,
+    /// Damage before the tail (the log refuses to load), described.
+    pub damage: Option<String>,
+    /// Length and CRC32C of the log file's bytes.
+    pub log_len: u64,
+    pub log_crc: u32,
+    pub checkpoint: CheckpointView,
+}
+
+/// A kind of store: opens sessions and observes them.
+pub trait StoreBackend: Send + Sync + std::fmt::Debug {
+    /// How reports name this store.
+    fn describe(&self) -> String;
+    /// Opens the session for writing, creating it if it does not exist.
+    fn open(&self, spec: &SessionSpec) -> StoreResult<Box<dyn SessionStore>>;
+    /// Reads the session from disk: no lock, no repair, no writes.
+    fn observe(&self, spec: &SessionSpec) -> StoreResult<Observation>;
+}
+
+/// agentstore, in the agent's process.
+#[derive(Debug, Clone, Copy, Default)]
+pub struct ReferenceBackend;
+
+/// An open agentstore session.
+#[derive(Debug)]
+pub struct ReferenceStore {
+    session: Session,
+}
+
+fn session_id(spec: &SessionSpec) -> StoreResult<SessionId> {
+    SessionId::new(&spec.session).map_err(StoreError::from)
+}
+
+impl StoreBackend for ReferenceBackend {
+    fn describe(&self) -> String {
+        "agentstore (in-process)".to_string()
+    }
+
+    fn open(&self, spec: &SessionSpec) -> StoreResult<Box<dyn SessionStore>> {
+        let id = session_id(spec)?;
+        let paths = SessionPaths::new(&spec.root, &id);
+        let session = if paths.events().exists() {
+            // Naming the workspace lets the store finish a creation a crash interrupted.
+            let options = SessionOptions {
+                workspace: Some(spec.workspace.clone()),
+                ..SessionOptions::default()
+            };
+            Session::open(&spec.root, &id, options)?.0
+        } else {
+            Session::create(&spec.root, &id, &spec.workspace, SessionOptions::default())?
+        };
+        Ok(Box::new(ReferenceStore { session }))
+    }
+
+    fn observe(&self, spec: &SessionSpec) -> StoreResult<Observation> {
+        let paths = SessionPaths::new(&spec.root, &session_id(spec)?);
+        observe_reference(&paths)
+    }
+}
+
+fn to_value(p: &Projection) -> Value {
+    serde_json::to_value(p).expect("a projection serializes")
+}
+
+fn observe_reference(paths: &SessionPaths) -> StoreResult<Observation> {
+    let events = paths.events();
+    let bytes = match std::fs::read(&events) {
+        Ok(b) => b,
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => Vec::new(),
+        Err(e) => return Err(StoreError(format!("read {}: {e}", events.display()))),
+    };
+    let mut records = Vec::new();
+    let mut offsets = Vec::new();
+    let mut torn = None;
+    let mut damage = None;
+    let mut end = 0;
+    if !bytes.is_empty() {
+        let mut scanner = Scanner::new(&bytes[..], &events, LogPosition::START);
+        loop {
+            match scanner.next_record() {
+                Ok(Some((offset, rec))) => {
+                    offsets.push(offset);
+                    records.push(rec);
+                }
+                Ok(None) => break,
+                Err(e) => {
+                    damage = Some(e.to_string());
+                    break;
+                }
+            }
+        }
+        torn = scanner.torn().map(|t| t.to_string());
+        end = scanner.position().offset;
+    }
+    let ends: Vec<u64> = offsets.iter().skip(1).copied().chain((!records.is_empty()).then_some(end)).collect();
+    let checkpoint = match agentstore::checkpoint::read_snapshot(paths) {
+        Ok(None) => CheckpointView::Absent,
+        Err(e) => CheckpointView::Unreadable(e.to_string()),
+        Ok(Some(snap)) => {
+            let k = snap.next_seq as usize;
+            let fold = |recs: &[Record]| -> Option<Value> {
+                agentstore::projection::fold(recs).ok().map(|p| to_value(&p))
+            };
+            let log_offset_of_next = match k.cmp(&records.len()) {
+                std::cmp::Ordering::Less => Some(offsets[k]),
+                std::cmp::Ordering::Equal => Some(end),
+                std::cmp::Ordering::Greater => None,
+            };
+            let fold_at = (k <= records.len()).then(|| fold(&records[..k])).flatten();
+            let resumed = (k <= records.len())
+                .then(|| {
+                    let mut p = snap.projection.clone();
+                    let mut seen = SeenNodes::default();
+                    for r in &records {
+                        seen.observe(r);
+                    }
+                    records[k..]
+                        .iter()
+                        .try_for_each(|r| p.apply(r, &mut seen))
+                        .ok()
+                        .map(|()| to_value(&p))
+                })
+                .flatten();
+            CheckpointView::Present(SnapshotFacts {
+                next_seq: snap.next_seq,
+                offset: snap.offset,
+                log_offset_of_next,
+                snapshot: to_value(&snap.projection),
+                fold_at,
+                resumed,
+                full: fold(&records).unwrap_or(Value::Null),
+            })
+        }
+    };
+    Ok(Observation {
+        records,
+        ends,
+        torn,
+        damage,
+        log_len: bytes.len() as u64,
+        log_crc: crc32c::crc32c(&bytes),
+        checkpoint,
+    })
+}
+
+impl SessionStore for ReferenceStore {
+    fn append(&mut self, event: &Event) -> StoreResult<Ack> {
+        if let Event::ToolStarted { call_id } = event {
+            // The intent goes through the session's intent API, where the
+            // store decides how it is made durable.
+            let due = self.session.log().next_seq();
+            let intent = self.session.start_tool(call_id)?;
+            // `start_tool` returning no ack still claims the intent is
+            // durable; report it where it was due, so the claim can be checked.
+            return Ok(Ack {
+                seq: intent.ack().map_or(due, |a| a.seq()),
+            });
+        }
+        let ack = self.session.append(event.clone())?;
+        Ok(Ack { seq: ack.seq() })
+    }
+
+    fn recover(&mut self) -> StoreResult<Recovered> {
+        let state = self.session.recover()?;
+        Ok(Recovered {
+            appended: state.appended,
+            interrupted_runs: state.interrupted_runs,
+            uncertain: state
+                .uncertain
+                .into_iter()
+                .map(|u| Uncertain {
+                    call_id: u.call_id,
+                    phase: u.phase,
+                })
+                .collect(),
+        })
+    }
+
+    fn events(&self, after: Option<Seq>) -> StoreResult<Vec<Record>> {
+        let path = self.session.paths().events();
+        let mut out = Vec::new();
+        for item in Scanner::open(&path, LogPosition::START)? {
+            let (_, rec) = item?;
+            if after.is_none_or(|a| rec.seq > a) {
+                out.push(rec);
+            }
+        }
+        Ok(out)
+    }
+
+    fn context(&self, budget_tokens: Option<u64>) -> StoreResult<String> {
+        Ok(self.session.context(budget_tokens)?)
+    }
+
+    fn checkpoint(&mut self) -> StoreResult<()> {
+        self.session.checkpoint()?;
+        Ok(())
+    }
+
+    fn projection(&self) -> StoreResult<Value> {
+        Ok(to_value(self.session.projection()))
+    }
+
+    fn put_blob(&mut self, bytes: &[u8]) -> StoreResult<BlobRef> {
+        Ok(self.session.put_blob(bytes)?)
+    }
+
+    fn close(self: Box<Self>) -> StoreResult<()> {
+        drop(self.session);
+        Ok(())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use agentstore::event::Effect;
+
+    #[test]
+    fn reference_store_appends_recovers_and_is_observed_without_a_lock() {
+        let dir = tempfile::tempdir().unwrap();
+        let ws = dir.path().join("ws");
+        std::fs::create_dir_all(&ws).unwrap();
+        let spec = SessionSpec {
+            root: dir.path().join("root"),
+            session: "s".into(),
+            workspace: ws,
+        };
+        let backend = ReferenceBackend;
+        let mut store = backend.open(&spec).unwrap();
+        store.append(&Event::RunStarted { run_id: "r1".into() }).unwrap();
+        let call = Event::ToolCall {
+            parent: None,
+            call_id: "c".into(),
+            tool: "remote".into(),
+            args: Value::Null,
+            effect: Effect::SideEffect,
+            operation_id: Some("op-c".into()),
+            target: None,
+            needs_approval: false,
+        };
+        store.append(&call).unwrap();
+        let ack = store.append(&Event::ToolStarted { call_id: "c".into() }).unwrap();
+        assert_eq!(ack.seq, 3);
+        store.checkpoint().unwrap();
+        // Observing while the writer holds the lock must work and not write.
+        let obs = backend.observe(&spec).unwrap();
+        assert_eq!(obs.records.len(), 4);
+        match &obs.checkpoint {
+            CheckpointView::Present(f) => {
+                assert_eq!(f.next_seq, 4);
+                assert_eq!(f.fold_at.as_ref(), Some(&f.snapshot));
+                assert_eq!(f.resumed.as_ref(), Some(&f.full));
+            }
+            other => panic!("expected a snapshot, got {other:?}"),
+        }
+        store.close().unwrap();
+        let mut store = backend.open(&spec).unwrap();
+        let rec = store.recover().unwrap();
+        assert_eq!(rec.appended, 2);
+        assert_eq!(rec.uncertain, vec![Uncertain { call_id: "c".into(), phase: Phase::Started }]);
+        assert!(store.context(None).unwrap().contains("<recovery>"));
+        assert_eq!(store.events(Some(3)).unwrap().len(), 2);
+    }
+}

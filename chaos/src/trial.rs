@@ -1,0 +1,400 @@
+//! One trial: real agent processes killed by the nemesis, and what the
+//! harness observed of them (Jepsen's history).
+//!
+//! A trial owns a directory (store root, workspace, world socket, sync log,
+//! each process's stderr) and a [`World`]. It spawns the agent (life 0),
+//! lets the [`Plan`] kill it, applies a power cut if planned, observes the
+//! disk, and restarts the agent (life 1, 2, …) until one finishes. While a
+//! restarted agent pauses after each of its two recoveries, the harness
+//! observes the disk. Every kill must really be a SIGKILL; anything else is
+//! an error of the trial. This module records facts; it must never judge
+//! them (that is [`crate::checker`]).
+
+use std::collections::BTreeMap;
+use std::io::{BufRead, BufReader, Write};
+use std::os::unix::process::ExitStatusExt;
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Stdio};
+use std::sync::mpsc;
+use std::time::{Duration, Instant};
+
+use agentstore::event::Seq;
+
+use crate::nemesis::{self, Crash, Plan};
+use crate::store::{Observation, SessionSpec, StoreBackend};
+use crate::tools;
+use crate::wire::{parse_line, ChildLine, ReportedCall};
+use crate::world::{Application, World};
+
+/// A restarted agent that has neither finished nor died in this long is hung.
+pub const WATCHDOG: Duration = Duration::from_secs(60);
+/// Lives after which a trial gives up (each planned kill adds one).
+const MAX_LIVES: u32 = 4;
+
+/// Environment variables the harness controls; never inherited.
+const CONTROLLED_ENV: &[&str] = &[
+    "AGENTCHAOS_TRACE",
+    "AGENTCHAOS_KILL_AT",
+    "AGENTCHAOS_TEAR",
+    "AGENTCHAOS_SYNC_LOG",
+    agentstore::fault::FAULT_ENV,
+];
+
+/// What is needed to run trials of one scenario.
+#[derive(Debug, Clone)]
+pub struct TrialSetup<'a> {
+    pub backend: &'a dyn StoreBackend,
+    /// The `agentchaos` binary (its hidden `agent` subcommand is the child).
+    pub agent_exe: &'a Path,
+    pub scenario_path: &'a Path,
+    pub files: &'a BTreeMap<String, String>,
+    /// `AGENTSTORE_FAULT` for the child, if any.
+    pub store_fault: Option<&'a str>,
+}
+
+/// One event the agent appended (reported before the append), and the
+/// seq the store acknowledged it at, if it did before the process died.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Append {
+    pub type_name: String,
+    pub fingerprint: String,
+    pub acked: Option<Seq>,
+}
+
+/// What the first recovery of a restarted agent reported.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct RecoveryReport {
+    pub appended: u64,
+    pub interrupted: Vec<String>,
+    pub uncertain: Vec<ReportedCall>,
+    pub block: Option<String>,
+}
+
+/// How an agent process ended.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum LifeEnd {
+    Killed,
+    Exited(i32),
+    /// Another signal than SIGKILL.
+    Signaled(i32),
+    /// The watchdog killed it.
+    Hung,
+}
+
+/// One agent process.
+#[derive(Debug, Clone)]
+pub struct Life {
+    pub index: u32,
+    /// The hit it was to be killed at, if any.
+    pub kill_at: Option<u64>,
+    pub writes: Vec<Append>,
+    pub recovered: Option<RecoveryReport>,
+    /// The disk after the first recovery (the agent paused).
+    pub after_recovery: Option<Observation>,
+    /// What the second recovery (after close and reopen) appended, by its own account.
+    pub recovered_again: Option<u64>,
+    /// The disk after the second recovery.
+    pub after_second_recovery: Option<Observation>,
+    pub done: bool,
+    pub end: LifeEnd,
+    /// The last line the agent wrote to stderr.
+    pub stderr: String,
+    /// Crash-point hits, when traced.
+    pub trace: Option<String>,
+    pub micros: u64,
+}
+
+/// Everything a trial observed.
+#[derive(Debug, Clone)]
+pub struct History {
+    pub plan: Plan,
+    pub lives: Vec<Life>,
+    /// `after_kill[i]`: the disk after life `i` was killed (and the power cut, if any).
+    pub after_kill: Vec<Observation>,
+    /// What the power cut removed: (file, length before, length after).
+    pub power_cut: Vec<(PathBuf, u64, u64)>,
+    pub final_obs: Observation,
+    pub world: Vec<Application>,
+    pub workspace: BTreeMap<String, Vec<u8>>,
+    /// A trial that could not be carried out as planned (not a store violation).
+    pub error: Option<String>,
+}
+
+impl History {
+    /// The last life, which should have finished the scenario.
+    pub fn last(&self) -> &Life {
+        self.lives.last().expect("a trial has at least one life")
+    }
+}
+
+/// Paths inside a trial directory.
+#[derive(Debug, Clone)]
+pub struct TrialDir {
+    pub dir: PathBuf,
+}
+
+impl TrialDir {
+    pub fn spec(&self) -> SessionSpec {
+        SessionSpec {
+            root: self.dir.join("root"),
+            session: "session".to_string(),
+            workspace: self.dir.join("ws"),
+        }
+    }
+    pub fn world(&self) -> PathBuf {
+        self.dir.join("w.sock")
+    }
+    pub fn sync_log(&self) -> PathBuf {
+        self.dir.join("synced")
+    }
+    pub fn trace(&self) -> PathBuf {
+        self.dir.join("trace")
+    }
+    fn stderr(&self, life: u32) -> PathBuf {
+        self.dir.join(format!("life{life}.stderr"))
+    }
+}
+
+/// Runs one trial in `dir` (created empty by the caller's parent; must not exist).
+/// `trace_run` adds a trace and a sync log to the first life (the crash-free reference run).
+pub fn run(setup: &TrialSetup<'_>, plan: Plan, dir: &Path, trace_run: bool) -> Result<History, String> {
+    let td = TrialDir {
+        dir: dir.to_path_buf(),
+    };
+    std::fs::create_dir_all(&td.dir).map_err(|e| format!("cannot create {}: {e}", td.dir.display()))?;
+    let spec = td.spec();
+    tools::populate(&spec.workspace, setup.files)
+        .map_err(|e| format!("cannot populate the workspace {}: {e}", spec.workspace.display()))?;
+    let world = World::start(&td.world()).map_err(|e| format!("cannot start the world: {e}"))?;
+    let observe = |what: &str| {
+        setup
+            .backend
+            .observe(&spec)
+            .map_err(|e| format!("cannot observe the store {what}: {e}"))
+    };
+
+    let mut lives: Vec<Life> = Vec::new();
+    let mut after_kill = Vec::new();
+    let mut power_cut = Vec::new();
+    let mut error = None;
+    loop {
+        let index = lives.len() as u32;
+        let mut env = plan.env(index, &td.sync_log(), &td.trace());
+        if trace_run && index == 0 {
+            // Hits and syncs interleaved in one file: the trace knows where the log was unsynced.
+            env.push(("AGENTCHAOS_TRACE", td.trace().display().to_string()));
+            env.push(("AGENTCHAOS_SYNC_LOG", td.trace().display().to_string()));
+        }
+        let kill_at = env
+            .iter()
+            .find(|(k, _)| *k == "AGENTCHAOS_KILL_AT")
+            .and_then(|(_, v)| v.parse().ok());
+        let timer = match (index, plan.crash) {
+            (0, Some(Crash::Timer { micros })) => Some(Duration::from_micros(micros)),
+            _ => None,
+        };
+        let life = run_life(setup, &td, &spec, index, kill_at, &env, timer, &observe)?;
+        let end = life.end;
+        let traced = env.iter().any(|(k, _)| *k == "AGENTCHAOS_TRACE");
+        let mut life = life;
+        if traced {
+            life.trace = Some(std::fs::read_to_string(td.trace()).unwrap_or_default());
+        }
+        let planned_kill = kill_at.is_some() || timer.is_some();
+        lives.push(life);
+        match end {
+            LifeEnd::Killed if planned_kill => {
+                if index == 0 && matches!(plan.crash, Some(Crash::PowerCut { .. })) {
+                    power_cut = nemesis::power_cut(&td.sync_log())
+                        .map_err(|e| format!("power cut failed: {e}"))?;
+                }
+                after_kill.push(observe("after the kill")?);
+                if index + 1 >= MAX_LIVES {
+                    error = Some(format!("the agent was still not done after {MAX_LIVES} lives"));
+                    break;
+                }
+            }
+            LifeEnd::Exited(0) => {
+                if index == 0 && plan.crash.is_some_and(|c| c.hit().is_some()) {
+                    error = Some(format!(
+                        "the agent finished without reaching hit {} (the scenario's crash points are not deterministic?)",
+                        kill_at.unwrap_or_default()
+                    ));
+                }
+                break;
+            }
+            LifeEnd::Killed => {
+                error = Some(format!("life {index} died of SIGKILL without a planned kill"));
+                break;
+            }
+            LifeEnd::Hung => {
+                error = Some(format!("life {index} hung for {}s and was killed", WATCHDOG.as_secs()));
+                break;
+            }
+            // A failing agent is a finding for the checker (it could not finish).
+            LifeEnd::Exited(_) | LifeEnd::Signaled(_) => break,
+        }
+    }
+    let final_obs = observe("at the end")?;
+    let workspace = tools::snapshot(&spec.workspace)
+        .map_err(|e| format!("cannot read the workspace {}: {e}", spec.workspace.display()))?;
+    Ok(History {
+        plan,
+        lives,
+        after_kill,
+        power_cut,
+        final_obs,
+        world: world.applications(),
+        workspace,
+        error,
+    })
+}
+
+/// Kills `pid` with SIGKILL unless told to stand down before `after`.
+fn arm_timer(pid: u32, after: Duration) -> (mpsc::Sender<()>, std::thread::JoinHandle<bool>) {
+    let (tx, rx) = mpsc::channel::<()>();
+    let handle = std::thread::spawn(move || match rx.recv_timeout(after) {
+        Err(mpsc::RecvTimeoutError::Timeout) => {
+            // The child is not reaped before this thread is joined, so the pid cannot be reused.
+            let pid = nix::unistd::Pid::from_raw(pid as i32);
+            let _ = nix::sys::signal::kill(pid, nix::sys::signal::Signal::SIGKILL);
+            true
+        }
+        _ => false,
+    });
+    (tx, handle)
+}
+
+#[allow(clippy::too_many_arguments)]
+fn run_life(
+    setup: &TrialSetup<'_>,
+    td: &TrialDir,
+    spec: &SessionSpec,
+    index: u32,
+    kill_at: Option<u64>,
+    env: &[(&'static str, String)],
+    timer: Option<Duration>,
+    observe: &dyn Fn(&str) -> Result<Observation, String>,
+) -> Result<Life, String> {
+    let stderr_path = td.stderr(index);
+    let stderr = std::fs::File::create(&stderr_path)
+        .map_err(|e| format!("cannot create {}: {e}", stderr_path.display()))?;
+    let mut cmd = Command::new(setup.agent_exe);
+    cmd.arg("agent")
+        .arg("--scenario")
+        .arg(setup.scenario_path)
+        .arg("--root")
+        .arg(&spec.root)
+        .arg("--session")
+        .arg(&spec.session)
+        .arg("--workspace")
+        .arg(&spec.workspace)
+        .arg("--world")
+        .arg(td.world())
+        .arg("--life")
+        .arg(index.to_string())
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .stderr(stderr);
+    for var in CONTROLLED_ENV {
+        cmd.env_remove(var);
+    }
+    if let Some(fault) = setup.store_fault {
+        cmd.env(agentstore::fault::FAULT_ENV, fault);
+    }
+    for (k, v) in env {
+        cmd.env(k, v);
+    }
+    let started = Instant::now();
+    let mut child: Child = cmd
+        .spawn()
+        .map_err(|e| format!("cannot start the agent {}: {e}", setup.agent_exe.display()))?;
+    let (timer_tx, timer_thread) = arm_timer(child.id(), timer.unwrap_or(WATCHDOG));
+    let mut stdin = child.stdin.take();
+    let stdout = child.stdout.take().expect("stdout is piped");
+    let mut life = Life {
+        index,
+        kill_at,
+        writes: Vec::new(),
+        recovered: None,
+        after_recovery: None,
+        recovered_again: None,
+        after_second_recovery: None,
+        done: false,
+        end: LifeEnd::Exited(0),
+        stderr: String::new(),
+        trace: None,
+        micros: 0,
+    };
+    let mut protocol_error = None;
+    for line in BufReader::new(stdout).lines() {
+        let Ok(line) = line else { break };
+        let parsed = match parse_line(&line) {
+            Ok(p) => p,
+            Err(e) => {
+                protocol_error = Some(e);
+                continue;
+            }
+        };
+        match parsed {
+            ChildLine::Append { t, h } => life.writes.push(Append {
+                type_name: t,
+                fingerprint: h,
+                acked: None,
+            }),
+            ChildLine::Ack { seq, t, h } => match life.writes.last_mut() {
+                Some(w) if w.fingerprint == h && w.type_name == t && w.acked.is_none() => w.acked = Some(seq),
+                _ => protocol_error = Some(format!("the agent reported an ack of {t} without announcing it")),
+            },
+            ChildLine::Recovered {
+                appended,
+                interrupted,
+                uncertain,
+                block,
+            } => {
+                life.recovered = Some(RecoveryReport {
+                    appended,
+                    interrupted,
+                    uncertain,
+                    block,
+                });
+                life.after_recovery = Some(observe("after the first recovery")?);
+                go_on(&mut stdin);
+            }
+            ChildLine::RecoveredAgain { appended } => {
+                life.recovered_again = Some(appended);
+                life.after_second_recovery = Some(observe("after the second recovery")?);
+                go_on(&mut stdin);
+            }
+            ChildLine::Done => life.done = true,
+        }
+    }
+    drop(timer_tx);
+    let timer_fired = timer_thread.join().unwrap_or(false);
+    let status = child.wait().map_err(|e| format!("cannot wait for the agent: {e}"))?;
+    life.micros = started.elapsed().as_micros() as u64;
+    life.end = match (status.code(), status.signal()) {
+        (_, Some(9)) if timer_fired && timer.is_none() => LifeEnd::Hung,
+        (_, Some(9)) => LifeEnd::Killed,
+        (Some(code), _) => LifeEnd::Exited(code),
+        (None, Some(sig)) => LifeEnd::Signaled(sig),
+        (None, None) => LifeEnd::Exited(-1),
+    };
+    life.stderr = std::fs::read_to_string(&stderr_path)
+        .unwrap_or_default()
+        .lines()
+        .last()
+        .unwrap_or_default()
+        .to_string();
+    if let Some(e) = protocol_error {
+        return Err(e);
+    }
+    Ok(life)
+}
+
+/// Lets a paused agent continue (it may already be dead: ignore a broken pipe).
+fn go_on(stdin: &mut Option<std::process::ChildStdin>) {
+    if let Some(s) = stdin.as_mut() {
+        let _ = s.write_all(b"\n").and_then(|()| s.flush());
+    }
+}
