@@ -69,11 +69,17 @@ pub fn run(args: &AgentArgs, backend: &dyn StoreBackend) -> Result<(), String> {
     let scenario = scenario::load(&args.scenario).map_err(|e| e.to_string())?;
     let stdout = std::io::stdout();
     let mut reporter = Reporter::new(stdout.lock());
-    let open = || backend.open(&args.spec).map_err(|e| format!("cannot open the session: {e}"));
+    let open = || {
+        backend
+            .open(&args.spec)
+            .map_err(|e| format!("cannot open the session: {e}"))
+    };
     let mut store = open()?;
     let mut uncertain = BTreeMap::new();
     if args.life > 0 {
-        let first = store.recover().map_err(|e| format!("recovery failed: {e}"))?;
+        let first = store
+            .recover()
+            .map_err(|e| format!("recovery failed: {e}"))?;
         let context = store
             .context(None)
             .map_err(|e| format!("cannot render the context: {e}"))?;
@@ -92,9 +98,13 @@ pub fn run(args: &AgentArgs, backend: &dyn StoreBackend) -> Result<(), String> {
         })?;
         let stdin = std::io::stdin();
         wait_for_harness(&mut stdin.lock())?;
-        store.close().map_err(|e| format!("cannot close the session: {e}"))?;
+        store
+            .close()
+            .map_err(|e| format!("cannot close the session: {e}"))?;
         store = open()?;
-        let again = store.recover().map_err(|e| format!("second recovery failed: {e}"))?;
+        let again = store
+            .recover()
+            .map_err(|e| format!("second recovery failed: {e}"))?;
         reporter.send(&ChildLine::RecoveredAgain {
             appended: again.appended,
         })?;
@@ -126,7 +136,10 @@ pub fn run(args: &AgentArgs, backend: &dyn StoreBackend) -> Result<(), String> {
         agent.execute(i)?;
     }
     agent.reporter.send(&ChildLine::Done)?;
-    agent.store.close().map_err(|e| format!("cannot close the session: {e}"))
+    agent
+        .store
+        .close()
+        .map_err(|e| format!("cannot close the session: {e}"))
 }
 
 struct Agent<'a> {
@@ -161,7 +174,13 @@ impl Agent<'_> {
             if plumbing {
                 continue;
             }
-            while matches!(self.ops.get(next), Some(PlacedOp { op: Op::Checkpoint, .. })) {
+            while matches!(
+                self.ops.get(next),
+                Some(PlacedOp {
+                    op: Op::Checkpoint,
+                    ..
+                })
+            ) {
                 next += 1;
             }
             let diverge = |expected: String| {
@@ -261,11 +280,13 @@ impl Agent<'_> {
                     Op::Tool(inv) => self.tool(inv),
                     Op::Compact { summary, keep } => self.compact(summary, *keep),
                     Op::SwitchTo { label } => {
-                        let seq = *self
-                            .labels
-                            .get(label)
-                            .ok_or_else(|| format!("label {label:?} names no message in the log"))?;
-                        self.append(Event::LeafMoved { leaf: event_id(seq) }).map(drop)
+                        let seq = *self.labels.get(label).ok_or_else(|| {
+                            format!("label {label:?} names no message in the log")
+                        })?;
+                        self.append(Event::LeafMoved {
+                            leaf: event_id(seq),
+                        })
+                        .map(drop)
                     }
                     Op::RunEnd { .. } => {
                         let run_id = self
@@ -287,7 +308,15 @@ impl Agent<'_> {
 
     fn header(&mut self, run: &Run) -> Result<(), String> {
         let run_id = self.model.open_run_id().ok_or("no open run")?.to_string();
-        let tools = ["read_file", "run_tests", "write_file", "append_line", "remote", "large_output"].join(",");
+        let tools = [
+            "read_file",
+            "run_tests",
+            "write_file",
+            "append_line",
+            "remote",
+            "large_output",
+        ]
+        .join(",");
         self.append(Event::RequestHeader {
             run_id,
             model: run.model.clone(),
@@ -362,7 +391,8 @@ impl Agent<'_> {
             Some(Phase::Committed) => {
                 let call = &self.model.calls[&inv.call_id];
                 let reference = call.commits.last().map_or("unknown", |(_, r)| r.as_str());
-                let msg = format!("effect committed before the crash as {reference}; not run again");
+                let msg =
+                    format!("effect committed before the crash as {reference}; not run again");
                 self.result(inv, ResultStatus::Ok, Output::Inline(Value::String(msg)))
             }
             None => match self.model.calls[&inv.call_id].reconciled {
@@ -426,9 +456,15 @@ impl Agent<'_> {
     }
 
     /// The effect happened before the crash: commit it (once) and give the result.
-    fn finish_applied(&mut self, inv: &ToolInvocation, external_ref: Option<String>) -> Result<(), String> {
+    fn finish_applied(
+        &mut self,
+        inv: &ToolInvocation,
+        external_ref: Option<String>,
+    ) -> Result<(), String> {
         let committed = !self.model.calls[&inv.call_id].commits.is_empty();
-        if let (Some(op), Effect::SideEffect, false) = (&inv.operation_id, inv.kind.effect(), committed) {
+        if let (Some(op), Effect::SideEffect, false) =
+            (&inv.operation_id, inv.kind.effect(), committed)
+        {
             let external_ref = match external_ref {
                 Some(r) => r,
                 None => tools::reconcile(&mut self.ctx(), inv.kind, &inv.args, Some(op))?
@@ -441,11 +477,18 @@ impl Agent<'_> {
                 external_ref,
             })?;
         }
-        let msg = Value::String("applied before the crash (verified with the tool); not run again".into());
+        let msg = Value::String(
+            "applied before the crash (verified with the tool); not run again".into(),
+        );
         self.result(inv, ResultStatus::Ok, Output::Inline(msg))
     }
 
-    fn result(&mut self, inv: &ToolInvocation, status: ResultStatus, output: Output) -> Result<(), String> {
+    fn result(
+        &mut self,
+        inv: &ToolInvocation,
+        status: ResultStatus,
+        output: Output,
+    ) -> Result<(), String> {
         let (output, blob) = match output {
             Output::Inline(v) => (Some(v), None),
             Output::Blob(bytes) => {
@@ -453,7 +496,13 @@ impl Agent<'_> {
                     .store
                     .put_blob(&bytes)
                     .map_err(|e| format!("cannot store a blob: {e}"))?;
-                (Some(Value::String(format!("{} bytes, stored as a blob", bytes.len()))), Some(blob))
+                (
+                    Some(Value::String(format!(
+                        "{} bytes, stored as a blob",
+                        bytes.len()
+                    ))),
+                    Some(blob),
+                )
             }
         };
         self.append(Event::ToolResult {
@@ -474,7 +523,10 @@ mod tests {
     #[test]
     fn finds_the_recovery_block() {
         let ctx = "[user] hi\n<recovery>\n- call c1 ...\n</recovery>\n";
-        assert_eq!(recovery_block(ctx).as_deref(), Some("<recovery>\n- call c1 ...\n</recovery>"));
+        assert_eq!(
+            recovery_block(ctx).as_deref(),
+            Some("<recovery>\n- call c1 ...\n</recovery>")
+        );
         assert_eq!(recovery_block("[user] hi\n"), None);
     }
 }

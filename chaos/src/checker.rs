@@ -116,7 +116,13 @@ struct Moment<'a> {
     acked_by_lives: usize,
 }
 
-fn v(invariant: Invariant, when: &str, expected: String, found: String, events: Vec<String>) -> Violation {
+fn v(
+    invariant: Invariant,
+    when: &str,
+    expected: String,
+    found: String,
+    events: Vec<String>,
+) -> Violation {
     Violation {
         invariant,
         when: when.to_string(),
@@ -147,6 +153,10 @@ pub fn check(h: &History, reference: Option<&Reference>) -> Vec<Violation> {
     runs_closed_at_end(h, &final_model, &mut out);
     effect_at_most_once(h, &final_model, &mut out);
     exactly_once_outcome(h, reference, &mut out);
+    // The same broken promise seen at several observations is one finding:
+    // keep the earliest.
+    let mut seen = std::collections::HashSet::new();
+    out.retain(|v| seen.insert((v.invariant, v.expected.clone())));
     out
 }
 
@@ -193,6 +203,14 @@ fn moments(h: &History) -> Vec<Moment<'_>> {
     m
 }
 
+fn events(n: usize) -> String {
+    if n == 1 {
+        "1 event".to_string()
+    } else {
+        format!("{n} events")
+    }
+}
+
 fn tail(records: &[Record], n: usize) -> Vec<String> {
     records[records.len().saturating_sub(n)..]
         .iter()
@@ -232,10 +250,10 @@ fn acked_durable(h: &History, m: &Moment<'_>, out: &mut Vec<Violation>) {
                 .is_some_and(|e| crate::wire::fingerprint(e) == w.fingerprint);
             if !ok {
                 let found = match found {
-                    Some(r) => format!("seq {seq} holds {}", describe_record(r)),
+                    Some(r) => format!("the log holds {} there", describe_record(r)),
                     None => format!(
-                        "the log ends before seq {seq} ({} events)",
-                        m.obs.records.len()
+                        "the log ends before seq {seq} ({})",
+                        events(m.obs.records.len())
                     ),
                 };
                 out.push(v(
@@ -277,7 +295,10 @@ fn prefix_of_reference(first: &Observation, reference: &Reference, out: &mut Vec
             out.push(v(
                 Invariant::LogPrefix,
                 when,
-                format!("at most {} events (the crash-free run's log)", reference.records.len()),
+                format!(
+                    "at most {} (the crash-free run's log)",
+                    events(reference.records.len())
+                ),
                 format!("extra event {}", describe_record(rec)),
                 vec![describe_record(rec)],
             ));
@@ -338,7 +359,10 @@ fn segments(h: &History, out: &mut Vec<Violation>) {
             ));
             continue;
         }
-        for obs in [&life.after_recovery, &life.after_second_recovery].into_iter().flatten() {
+        for obs in [&life.after_recovery, &life.after_second_recovery]
+            .into_iter()
+            .flatten()
+        {
             if let Some(bad) = first_divergence(&obs.records, &end.records) {
                 out.push(v(
                     Invariant::LogPrefix,
@@ -367,7 +391,10 @@ fn created(h: &History, out: &mut Vec<Violation>) {
         return;
     }
     let first = h.final_obs.records.first();
-    if !matches!(first.and_then(Record::event), Some(Event::SessionCreated { .. })) {
+    if !matches!(
+        first.and_then(Record::event),
+        Some(Event::SessionCreated { .. })
+    ) {
         out.push(v(
             Invariant::LogPrefix,
             "at the end of the trial",
@@ -407,7 +434,10 @@ fn suffix_problem(suffix: &[Record], life: &Life) -> Option<String> {
     let mut agent_started = false;
     for rec in suffix {
         let Some(e) = rec.event() else {
-            return Some(format!("{} is not an event the agent or recovery writes", describe_record(rec)));
+            return Some(format!(
+                "{} is not an event the agent or recovery writes",
+                describe_record(rec)
+            ));
         };
         if store_authored(e) {
             if agent_started {
@@ -464,7 +494,9 @@ fn recovery(h: &History, i: usize, life: &Life, out: &mut Vec<Violation>) {
     let calls_in = |id: &str| -> Vec<&Record> {
         region
             .iter()
-            .filter(|r| matches!(r.event(), Some(Event::ToolRecovery { call_id, .. }) if call_id == id))
+            .filter(
+                |r| matches!(r.event(), Some(Event::ToolRecovery { call_id, .. }) if call_id == id),
+            )
             .collect()
     };
     for call in before.open_calls() {
@@ -508,7 +540,10 @@ fn recovery(h: &History, i: usize, life: &Life, out: &mut Vec<Violation>) {
             out.push(v(
                 Invariant::OrphanMarkedUncertain,
                 &when,
-                format!("call {} already marked in this attempt: no new mark", call.call_id),
+                format!(
+                    "call {} already marked in this attempt: no new mark",
+                    call.call_id
+                ),
                 format!("{} more mark(s)", marks.len()),
                 history,
             ));
@@ -516,7 +551,9 @@ fn recovery(h: &History, i: usize, life: &Life, out: &mut Vec<Violation>) {
     }
     let after_model = Model::fold(&after.records);
     for call in after_model.open_calls() {
-        let Some(phase) = call.uncertain() else { continue };
+        let Some(phase) = call.uncertain() else {
+            continue;
+        };
         let reported = report.uncertain.iter().find(|u| u.call_id == call.call_id);
         if reported.map(|u| u.phase) != Some(phase) {
             out.push(v(
@@ -596,14 +633,14 @@ fn recovery(h: &History, i: usize, life: &Life, out: &mut Vec<Violation>) {
                 Invariant::RecoveryIdempotent,
                 &format!("after the second recovery in life {i}"),
                 format!(
-                    "nothing appended: the log stays at {} bytes ({} events)",
+                    "nothing appended: the log stays at {} bytes ({})",
                     after.log_len,
-                    after.records.len()
+                    events(after.records.len())
                 ),
                 format!(
-                    "the store says it appended {again}; the log has {} bytes ({} events)",
+                    "the store says it appended {again}; the log has {} bytes ({})",
                     b.log_len,
-                    b.records.len()
+                    events(b.records.len())
                 ),
                 extra,
             ));
@@ -637,7 +674,10 @@ pub fn first_diff(a: &Value, b: &Value, path: &str) -> Option<String> {
 fn short(v: Option<&Value>) -> String {
     let s = v.map_or("(absent)".to_string(), Value::to_string);
     if s.len() > 80 {
-        format!("{}…", &s[..s.char_indices().nth(80).map_or(s.len(), |(i, _)| i)])
+        format!(
+            "{}…",
+            &s[..s.char_indices().nth(80).map_or(s.len(), |(i, _)| i)]
+        )
     } else {
         s
     }
@@ -659,7 +699,7 @@ fn checkpoint(moments: &[Moment<'_>], out: &mut Vec<Violation>) {
                         format!("the snapshot's events 0..{k} to end at byte {} of the log, where event {k} starts", f.offset),
                         match f.log_offset_of_next {
                             Some(o) => format!("event {k} starts at byte {o}"),
-                            None => format!("the log has only {} events", m.obs.records.len()),
+                            None => format!("the log has only {}", events(m.obs.records.len())),
                         },
                     ))
                 } else if f.fold_at.as_ref() != Some(&f.snapshot) {
@@ -715,7 +755,11 @@ fn runs_closed_at_end(h: &History, model: &Model, out: &mut Vec<Violation>) {
                     .iter()
                     .map(|(s, c)| format!(
                         "seq {s} {}",
-                        if *c == RunClose::Finished { "run_finished" } else { "run_interrupted" }
+                        if *c == RunClose::Finished {
+                            "run_finished"
+                        } else {
+                            "run_interrupted"
+                        }
                     ))
                     .collect::<Vec<_>>()
                     .join(", ")
@@ -762,9 +806,18 @@ fn effect_at_most_once(h: &History, model: &Model, out: &mut Vec<Violation>) {
             out.push(v(
                 Invariant::EffectAtMostOnce,
                 when,
-                format!("operation {op} ({}: {}) applied at most once in the world", apps[0].service, apps[0].action),
-                format!("applied {} times, by lives {}", apps.len(), lives.join(", ")),
-                call_of_op(op).map(|c| call_events(records, &c)).unwrap_or_default(),
+                format!(
+                    "operation {op} ({}: {}) applied at most once in the world",
+                    apps[0].service, apps[0].action
+                ),
+                format!(
+                    "applied {} times, by lives {}",
+                    apps.len(),
+                    lives.join(", ")
+                ),
+                call_of_op(op)
+                    .map(|c| call_events(records, &c))
+                    .unwrap_or_default(),
             ));
         }
     }
@@ -783,7 +836,9 @@ fn effect_at_most_once(h: &History, model: &Model, out: &mut Vec<Violation>) {
                 when,
                 format!("operation {op} appended to {file} at most once"),
                 format!("{n} lines tagged {op} in {file}"),
-                call_of_op(op).map(|c| call_events(records, &c)).unwrap_or_default(),
+                call_of_op(op)
+                    .map(|c| call_events(records, &c))
+                    .unwrap_or_default(),
             ));
         }
     }
@@ -803,7 +858,10 @@ fn effect_at_most_once(h: &History, model: &Model, out: &mut Vec<Violation>) {
                 out.push(v(
                     Invariant::EffectAtMostOnce,
                     when,
-                    format!("call {} never started again after its effect was committed (seq {commit})", call.call_id),
+                    format!(
+                        "call {} never started again after its effect was committed (seq {commit})",
+                        call.call_id
+                    ),
                     format!("tool_started again at seq {s}"),
                     events(),
                 ));
@@ -815,11 +873,18 @@ fn effect_at_most_once(h: &History, model: &Model, out: &mut Vec<Violation>) {
                 .iter()
                 .find(|(_, d)| *d == Decision::Approved)
                 .map(|&(s, _)| s);
-            if let Some(&s) = call.starts.iter().find(|&&s| approved_at.is_none_or(|a| s < a)) {
+            if let Some(&s) = call
+                .starts
+                .iter()
+                .find(|&&s| approved_at.is_none_or(|a| s < a))
+            {
                 out.push(v(
                     Invariant::EffectAtMostOnce,
                     when,
-                    format!("gated call {} starts only after a durable approval", call.call_id),
+                    format!(
+                        "gated call {} starts only after a durable approval",
+                        call.call_id
+                    ),
                     format!("tool_started at seq {s} without one before it"),
                     events(),
                 ));
@@ -829,7 +894,10 @@ fn effect_at_most_once(h: &History, model: &Model, out: &mut Vec<Violation>) {
     let mut commits: BTreeMap<&str, Vec<String>> = BTreeMap::new();
     for r in records {
         if let Some(Event::EffectCommitted { operation_id, .. }) = r.event() {
-            commits.entry(operation_id).or_default().push(describe_record(r));
+            commits
+                .entry(operation_id)
+                .or_default()
+                .push(describe_record(r));
         }
     }
     for (op, seen) in commits {
@@ -861,7 +929,14 @@ fn exactly_once_outcome(h: &History, reference: Option<&Reference>, out: &mut Ve
             Invariant::ExactlyOnceOutcome,
             when,
             format!("life {} to resume the scenario to completion", last.index),
-            format!("it {how}: {}", if last.stderr.is_empty() { "(no message)" } else { &last.stderr }),
+            format!(
+                "it {how}: {}",
+                if last.stderr.is_empty() {
+                    "(no message)"
+                } else {
+                    &last.stderr
+                }
+            ),
             tail(&h.final_obs.records, 3),
         ));
         return;
@@ -870,7 +945,8 @@ fn exactly_once_outcome(h: &History, reference: Option<&Reference>, out: &mut Ve
     let count = |apps: &[Application]| {
         let mut m: BTreeMap<(String, String, String), usize> = BTreeMap::new();
         for a in apps {
-            *m.entry((a.id.clone(), a.service.clone(), a.action.clone())).or_default() += 1;
+            *m.entry((a.id.clone(), a.service.clone(), a.action.clone()))
+                .or_default() += 1;
         }
         m
     };
@@ -878,13 +954,22 @@ fn exactly_once_outcome(h: &History, reference: Option<&Reference>, out: &mut Ve
     let keys: std::collections::BTreeSet<_> = want.keys().chain(got.keys()).collect();
     let mut diffs = Vec::new();
     for k in keys {
-        let (w, g) = (want.get(k).copied().unwrap_or(0), got.get(k).copied().unwrap_or(0));
+        let (w, g) = (
+            want.get(k).copied().unwrap_or(0),
+            got.get(k).copied().unwrap_or(0),
+        );
         if w != g {
-            diffs.push(format!("{} ({}: {}) applied {g} time(s), the crash-free run {w}", k.0, k.1, k.2));
+            diffs.push(format!(
+                "{} ({}: {}) applied {g} time(s), the crash-free run {w}",
+                k.0, k.1, k.2
+            ));
         }
     }
-    let files: std::collections::BTreeSet<&String> =
-        reference.workspace.keys().chain(h.workspace.keys()).collect();
+    let files: std::collections::BTreeSet<&String> = reference
+        .workspace
+        .keys()
+        .chain(h.workspace.keys())
+        .collect();
     for f in files {
         match (reference.workspace.get(f), h.workspace.get(f)) {
             (Some(a), Some(b)) if a == b => {}
@@ -961,7 +1046,13 @@ mod tests {
 
     #[test]
     fn line_diff_points_at_the_first_different_line() {
-        assert_eq!(line_diff(b"a\nb\n", b"a\nc\n"), "line 2: expected \"b\", found \"c\"");
-        assert_eq!(line_diff(b"a\n", b"a\nx\n"), "line 2: expected \"(end of file)\", found \"x\"");
+        assert_eq!(
+            line_diff(b"a\nb\n", b"a\nc\n"),
+            "line 2: expected \"b\", found \"c\""
+        );
+        assert_eq!(
+            line_diff(b"a\n", b"a\nx\n"),
+            "line 2: expected \"(end of file)\", found \"x\""
+        );
     }
 }

@@ -16,7 +16,10 @@ use crate::scenario::{Run, Scenario, Step, TestSpec};
 pub fn random_scenario(seed: u64, max_steps: usize) -> Scenario {
     let mut rng = Rng::derive(seed, "scenario", 0);
     let files = BTreeMap::from([
-        ("src/lib.rs".to_string(), "fn answer() -> u32 { 41 }\n".to_string()),
+        (
+            "src/lib.rs".to_string(),
+            "fn answer() -> u32 { 41 }\n".to_string(),
+        ),
         ("NOTES.md".to_string(), "# notes\n".to_string()),
     ]);
     let tests = vec![TestSpec {
@@ -71,7 +74,9 @@ pub fn random_scenario(seed: u64, max_steps: usize) -> Scenario {
                     label: None,
                 },
                 3 => Step::ReadFile {
-                    path: rng.pick(&["src/lib.rs", "NOTES.md", "missing.txt"]).to_string(),
+                    path: rng
+                        .pick(&["src/lib.rs", "NOTES.md", "missing.txt"])
+                        .to_string(),
                     approval: None,
                 },
                 4 => Step::RunTests { approval: None },
@@ -123,7 +128,10 @@ mod tests {
             let s = random_scenario(seed, 6);
             assert!(s.validate().is_ok(), "seed {seed}: {:?}", s.validate());
             assert_eq!(s, random_scenario(seed, 6));
-            assert!(s.runs.iter().all(|r| !r.steps.is_empty() && r.steps.len() <= 6));
+            assert!(s
+                .runs
+                .iter()
+                .all(|r| !r.steps.is_empty() && r.steps.len() <= 6));
         }
     }
 }

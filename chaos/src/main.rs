@@ -164,7 +164,22 @@ impl From<InputError> for Failure {
 }
 
 fn main() -> ExitCode {
-    let cli = Cli::parse();
+    let cli = match Cli::try_parse() {
+        Ok(cli) => cli,
+        Err(e) if !e.use_stderr() => e.exit(), // --help, --version
+        Err(e) => {
+            // One line, as for every other bad input.
+            let msg = e.to_string();
+            let first = msg.lines().next().unwrap_or_default();
+            eprintln!("agentchaos: {}", first.trim_start_matches("error: "));
+            return ExitCode::from(2);
+        }
+    };
+    // A panic is a harness bug: the runner reports it as a trial error in
+    // one line, so the default hook's message and backtrace stay quiet.
+    if !matches!(cli.command, Command::Agent(_)) {
+        std::panic::set_hook(Box::new(|_| {}));
+    }
     let result = match cli.command {
         Command::Run(args) => run(args),
         Command::Replay(args) => replay(args),
@@ -219,12 +234,19 @@ fn check_fault(name: &Option<String>) -> Result<(), Failure> {
     }
 }
 
-fn config<'a>(common: &Common, backend: &'a ReferenceBackend, mode: Mode, seed: u64) -> Result<Config<'a>, Failure> {
+fn config<'a>(
+    common: &Common,
+    backend: &'a ReferenceBackend,
+    mode: Mode,
+    seed: u64,
+) -> Result<Config<'a>, Failure> {
     check_fault(&common.store_fault)?;
-    let agent_exe = std::env::current_exe().map_err(|e| failed(format!("cannot find my own binary: {e}")))?;
+    let agent_exe =
+        std::env::current_exe().map_err(|e| failed(format!("cannot find my own binary: {e}")))?;
     let dir = match &common.dir {
         Some(d) => {
-            std::fs::create_dir_all(d).map_err(|e| bad_input(format!("--dir {}: {e}", d.display())))?;
+            std::fs::create_dir_all(d)
+                .map_err(|e| bad_input(format!("--dir {}: {e}", d.display())))?;
             d.clone()
         }
         None => runner::default_dir(),
@@ -269,7 +291,8 @@ fn run(args: RunArgs) -> Result<ExitCode, Failure> {
     cfg.shard = args.shard;
     cfg.progress = !args.quiet;
     if let Some(k) = &args.keep_failures {
-        std::fs::create_dir_all(k).map_err(|e| bad_input(format!("--keep-failures {}: {e}", k.display())))?;
+        std::fs::create_dir_all(k)
+            .map_err(|e| bad_input(format!("--keep-failures {}: {e}", k.display())))?;
         cfg.keep_failures = Some(k.clone());
     }
     let paths = if args.scenario.is_empty() {
@@ -280,7 +303,10 @@ fn run(args: RunArgs) -> Result<ExitCode, Failure> {
     let mut sources = Vec::new();
     for p in &paths {
         for f in scenario::load_all(p)? {
-            if sources.iter().any(|s: &ScenarioSource| s.scenario.name == f.scenario.name) {
+            if sources
+                .iter()
+                .any(|s: &ScenarioSource| s.scenario.name == f.scenario.name)
+            {
                 return Err(bad_input(format!(
                     "{}: scenario name {:?} is loaded twice",
                     f.path.display(),
@@ -300,12 +326,14 @@ fn run(args: RunArgs) -> Result<ExitCode, Failure> {
         (None, _) => Some(std::env::temp_dir().join(format!("agentchaos-random-{}", args.seed))),
     };
     if let Some(rd) = &random_dir {
-        std::fs::create_dir_all(rd).map_err(|e| failed(format!("cannot create {}: {e}", rd.display())))?;
+        std::fs::create_dir_all(rd)
+            .map_err(|e| failed(format!("cannot create {}: {e}", rd.display())))?;
         for i in 0..args.random {
             let seed = args.seed.wrapping_mul(1_000_003).wrapping_add(i as u64);
             let scenario = random_scenario(seed, 6);
             let path = rd.join(format!("{}.json", scenario.name));
-            std::fs::write(&path, scenario.to_json()).map_err(|e| failed(format!("cannot write {}: {e}", path.display())))?;
+            std::fs::write(&path, scenario.to_json())
+                .map_err(|e| failed(format!("cannot write {}: {e}", path.display())))?;
             sources.push(ScenarioSource {
                 path,
                 scenario,
@@ -327,13 +355,21 @@ fn run(args: RunArgs) -> Result<ExitCode, Failure> {
     let result = runner::run(&cfg, sources).map_err(failed)?;
     print!("{}", report::violations_text(&result, &ctx));
     print!("{}", report::table(&result, &ctx));
-    shrink_random(&cfg, &result, &random_dir, Duration::from_secs(args.shrink_budget));
+    shrink_random(
+        &cfg,
+        &result,
+        &random_dir,
+        Duration::from_secs(args.shrink_budget),
+    );
     if let Some(p) = &args.json {
-        let text = serde_json::to_string_pretty(&report::json(&result, &ctx)).expect("a report serializes");
-        std::fs::write(p, text + "\n").map_err(|e| failed(format!("cannot write {}: {e}", p.display())))?;
+        let text = serde_json::to_string_pretty(&report::json(&result, &ctx))
+            .expect("a report serializes");
+        std::fs::write(p, text + "\n")
+            .map_err(|e| failed(format!("cannot write {}: {e}", p.display())))?;
     }
     if let Some(p) = &args.junit {
-        std::fs::write(p, report::junit(&result, &ctx)).map_err(|e| failed(format!("cannot write {}: {e}", p.display())))?;
+        std::fs::write(p, report::junit(&result, &ctx))
+            .map_err(|e| failed(format!("cannot write {}: {e}", p.display())))?;
     }
     if let (Some(rd), 0) = (&random_dir, result.violation_count()) {
         if cfg.keep_failures.is_none() {
@@ -348,7 +384,12 @@ fn run(args: RunArgs) -> Result<ExitCode, Failure> {
 }
 
 /// Shrinks each failing random scenario to a minimal one and prints how to replay it.
-fn shrink_random(cfg: &Config<'_>, result: &runner::CampaignResult, random_dir: &Option<PathBuf>, budget: Duration) {
+fn shrink_random(
+    cfg: &Config<'_>,
+    result: &runner::CampaignResult,
+    random_dir: &Option<PathBuf>,
+    budget: Duration,
+) {
     let Some(rd) = random_dir else { return };
     for s in &result.scenarios {
         if s.prepared.source.random_seed.is_none() {
@@ -358,15 +399,31 @@ fn shrink_random(cfg: &Config<'_>, result: &runner::CampaignResult, random_dir: 
             continue;
         };
         let out = rd.join(format!("{}-shrunk.json", s.name()));
-        println!("shrinking {} ({} steps, {} under {plan}) …", s.name(), s.prepared.source.scenario.step_count(), v.invariant);
-        match shrink::shrink(cfg, &s.prepared.source.scenario, plan, v.invariant, &out, budget) {
+        println!(
+            "shrinking {} ({} steps, {} under {plan}) …",
+            s.name(),
+            s.prepared.source.scenario.step_count(),
+            v.invariant
+        );
+        match shrink::shrink(
+            cfg,
+            &s.prepared.source.scenario,
+            plan,
+            v.invariant,
+            &out,
+            budget,
+        ) {
             Ok(sh) => println!(
                 "minimal: {} steps (from {}), plan {}, {} candidates tried{}\n  replay: {}",
                 sh.scenario.step_count(),
                 sh.steps_before,
                 sh.plan,
                 sh.candidates_tried,
-                if sh.budget_exhausted { " (budget spent: maybe not minimal)" } else { "" },
+                if sh.budget_exhausted {
+                    " (budget spent: maybe not minimal)"
+                } else {
+                    ""
+                },
                 runner::replay_command(&sh.path, &sh.plan, cfg.store_fault.as_deref())
             ),
             Err(e) => println!("shrinking {} failed: {e}", s.name()),
@@ -390,6 +447,17 @@ fn replay(args: ReplayArgs) -> Result<ExitCode, Failure> {
         println!("ERROR: {e}");
     }
     let n = r.violations.len();
-    println!("{}", if n == 0 { "result: no violations".to_string() } else { format!("result: {n} violation(s)") });
-    Ok(if n == 0 && r.error.is_none() { ExitCode::SUCCESS } else { ExitCode::from(1) })
+    println!(
+        "{}",
+        if n == 0 {
+            "result: no violations".to_string()
+        } else {
+            format!("result: {n} violation(s)")
+        }
+    );
+    Ok(if n == 0 && r.error.is_none() {
+        ExitCode::SUCCESS
+    } else {
+        ExitCode::from(1)
+    })
 }

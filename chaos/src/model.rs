@@ -126,7 +126,8 @@ fn weight(event: &Event) -> u64 {
         Event::UserMessage { text, .. } | Event::AssistantMessage { text, .. } => text.len() as u64,
         Event::ToolCall { args, .. } => args.to_string().len() as u64,
         Event::ToolResult { output, blob, .. } => {
-            output.as_ref().map_or(0, |o| o.to_string().len() as u64) + blob.as_ref().map_or(0, |_| 80)
+            output.as_ref().map_or(0, |o| o.to_string().len() as u64)
+                + blob.as_ref().map_or(0, |_| 80)
         }
         Event::Compaction { summary, .. } => summary.len() as u64,
         _ => 0,
@@ -240,7 +241,9 @@ impl Model {
                 c.mark = None;
                 c.reconciled = None;
             }
-            Event::EffectCommitted { external_ref, .. } => c.commits.push((seq, external_ref.clone())),
+            Event::EffectCommitted { external_ref, .. } => {
+                c.commits.push((seq, external_ref.clone()))
+            }
             Event::ToolResult { .. } => c.result = Some(seq),
             Event::ToolRecovery { phase, .. } => {
                 c.marks.push((seq, *phase));
@@ -278,7 +281,9 @@ impl Model {
             if floor.is_some_and(|f| seq < f) {
                 break;
             }
-            let Some(node) = self.nodes.get(&seq) else { break };
+            let Some(node) = self.nodes.get(&seq) else {
+                break;
+            };
             if floor.is_none() {
                 floor = node.first_kept;
             }
@@ -336,15 +341,23 @@ pub fn store_authored(event: &Event) -> bool {
 pub fn describe_event(event: &Event) -> String {
     let t = event.type_name();
     match event {
-        Event::ToolRecovery { call_id, phase, .. } => format!("{t} {call_id} phase {}", phase_name(*phase)),
-        Event::ToolReconciled { call_id, outcome, .. } => format!(
+        Event::ToolRecovery { call_id, phase, .. } => {
+            format!("{t} {call_id} phase {}", phase_name(*phase))
+        }
+        Event::ToolReconciled {
+            call_id, outcome, ..
+        } => format!(
             "{t} {call_id} {}",
             match outcome {
                 ReconcileOutcome::Applied => "applied",
                 ReconcileOutcome::NotApplied => "not_applied",
             }
         ),
-        Event::EffectCommitted { call_id, operation_id, .. } => format!("{t} {call_id} ({operation_id})"),
+        Event::EffectCommitted {
+            call_id,
+            operation_id,
+            ..
+        } => format!("{t} {call_id} ({operation_id})"),
         Event::ToolCall { call_id, tool, .. } => format!("{t} {call_id} {tool}"),
         _ => match call_of(event) {
             Some(c) => format!("{t} {c}"),
@@ -397,23 +410,66 @@ mod tests {
     fn phases_marks_and_new_attempts() {
         let mut m = Model::default();
         m.apply(0, &call("c"));
-        assert_eq!((m.calls["c"].phase(), m.calls["c"].needs_mark()), (Phase::Requested, true));
-        m.apply(1, &Event::ToolStarted { call_id: "c".into() });
-        m.apply(2, &Event::ToolRecovery { call_id: "c".into(), status: RecoveryStatus::Uncertain, phase: Phase::Started });
+        assert_eq!(
+            (m.calls["c"].phase(), m.calls["c"].needs_mark()),
+            (Phase::Requested, true)
+        );
+        m.apply(
+            1,
+            &Event::ToolStarted {
+                call_id: "c".into(),
+            },
+        );
+        m.apply(
+            2,
+            &Event::ToolRecovery {
+                call_id: "c".into(),
+                status: RecoveryStatus::Uncertain,
+                phase: Phase::Started,
+            },
+        );
         let c = &m.calls["c"];
-        assert_eq!((c.phase(), c.needs_mark(), c.uncertain()), (Phase::Started, false, Some(Phase::Started)));
-        m.apply(3, &Event::ToolReconciled { call_id: "c".into(), outcome: ReconcileOutcome::NotApplied, evidence: String::new() });
-        assert_eq!((m.calls["c"].needs_mark(), m.calls["c"].uncertain()), (false, None));
+        assert_eq!(
+            (c.phase(), c.needs_mark(), c.uncertain()),
+            (Phase::Started, false, Some(Phase::Started))
+        );
+        m.apply(
+            3,
+            &Event::ToolReconciled {
+                call_id: "c".into(),
+                outcome: ReconcileOutcome::NotApplied,
+                evidence: String::new(),
+            },
+        );
+        assert_eq!(
+            (m.calls["c"].needs_mark(), m.calls["c"].uncertain()),
+            (false, None)
+        );
         // A re-run is a new attempt: a crash now needs a new mark.
-        m.apply(4, &Event::ToolStarted { call_id: "c".into() });
+        m.apply(
+            4,
+            &Event::ToolStarted {
+                call_id: "c".into(),
+            },
+        );
         assert!(m.calls["c"].needs_mark());
-        m.apply(5, &Event::EffectCommitted { call_id: "c".into(), operation_id: "op-c".into(), external_ref: "x".into() });
+        m.apply(
+            5,
+            &Event::EffectCommitted {
+                call_id: "c".into(),
+                operation_id: "op-c".into(),
+                external_ref: "x".into(),
+            },
+        );
         assert_eq!(m.calls["c"].phase(), Phase::Committed);
     }
 
     #[test]
     fn active_branch_follows_the_leaf_and_the_compaction_window() {
-        let msg = |parent: Option<Seq>| Event::UserMessage { parent: parent.map(event_id), text: "t".into() };
+        let msg = |parent: Option<Seq>| Event::UserMessage {
+            parent: parent.map(event_id),
+            text: "t".into(),
+        };
         let mut m = Model::default();
         m.apply(0, &msg(None));
         m.apply(1, &msg(Some(0)));
@@ -422,7 +478,15 @@ mod tests {
         m.apply(3, &Event::LeafMoved { leaf: event_id(0) });
         m.apply(4, &msg(Some(0)));
         assert_eq!(m.active_branch(), vec![0, 4]);
-        m.apply(5, &Event::Compaction { parent: Some(event_id(4)), summary: "s".into(), first_kept_id: event_id(4), tokens_before: 1 });
+        m.apply(
+            5,
+            &Event::Compaction {
+                parent: Some(event_id(4)),
+                summary: "s".into(),
+                first_kept_id: event_id(4),
+                tokens_before: 1,
+            },
+        );
         assert_eq!(m.active_branch(), vec![4, 5]);
     }
 }

@@ -154,7 +154,10 @@ impl FromStr for Plan {
         };
         let num = |t: &str| t.parse::<u64>().map_err(|_| bad());
         let (first, then) = match s.split_once('+') {
-            Some((a, b)) => (a, Some(b.strip_prefix("kill@").ok_or_else(bad).and_then(num)?)),
+            Some((a, b)) => (
+                a,
+                Some(b.strip_prefix("kill@").ok_or_else(bad).and_then(num)?),
+            ),
             None => (s, None),
         };
         let crash = if first == "none" {
@@ -260,10 +263,13 @@ impl Trace {
             if pending_write {
                 appends += 1;
             }
-            let written = appends.checked_sub(1).map_or(0, |i| record_ends.get(i).copied().unwrap_or(0));
+            let written = appends
+                .checked_sub(1)
+                .map_or(0, |i| record_ends.get(i).copied().unwrap_or(0));
             t.unsynced.push(written > synced);
             t.appends_before.push(appends);
-            t.recovery_work.push(work_after.get(appends).copied().unwrap_or(0));
+            t.recovery_work
+                .push(work_after.get(appends).copied().unwrap_or(0));
             pending_write = line == LOG_WRITE;
             t.hits.push(line.to_string());
         }
@@ -345,7 +351,9 @@ pub fn sample(trace: &Trace, n: usize, rng: &mut Rng) -> Vec<Plan> {
     let writes: Vec<u64> = (0..trace.len())
         .filter(|&h| trace.hits[h as usize].ends_with(WRITE_SUFFIX))
         .collect();
-    let unsynced: Vec<u64> = (0..trace.len()).filter(|&h| trace.unsynced[h as usize]).collect();
+    let unsynced: Vec<u64> = (0..trace.len())
+        .filter(|&h| trace.unsynced[h as usize])
+        .collect();
     (0..n)
         .map(|_| {
             let any = rng.below(trace.len());
@@ -379,11 +387,26 @@ mod tests {
 
     #[test]
     fn plans_round_trip_through_their_string_form() {
-        for s in ["none", "kill@41", "tear@7:4294967295", "powercut@3", "timer@1200us", "kill@9+kill@2"] {
+        for s in [
+            "none",
+            "kill@41",
+            "tear@7:4294967295",
+            "powercut@3",
+            "timer@1200us",
+            "kill@9+kill@2",
+        ] {
             let p: Plan = s.parse().unwrap();
             assert_eq!(p.to_string(), s);
         }
-        for bad in ["", "kill", "kill@x", "tear@3", "none+kill@1", "zap@1", "timer@5"] {
+        for bad in [
+            "",
+            "kill",
+            "kill@x",
+            "tear@3",
+            "none+kill@1",
+            "zap@1",
+            "timer@5",
+        ] {
             assert!(bad.parse::<Plan>().is_err(), "{bad}");
         }
     }
@@ -393,7 +416,16 @@ mod tests {
         // Two appends of 10 bytes each; the second is never synced.
         let log = "mkdir\n0 /l\nlog.write\nlog.fdatasync\n10 /l\nlog.write\nagent.before_effect\n";
         let t = Trace::from_log(log, &[10, 20], &[0, 1, 2], 5);
-        assert_eq!(t.hits, ["mkdir", "log.write", "log.fdatasync", "log.write", "agent.before_effect"]);
+        assert_eq!(
+            t.hits,
+            [
+                "mkdir",
+                "log.write",
+                "log.fdatasync",
+                "log.write",
+                "agent.before_effect"
+            ]
+        );
         assert_eq!(t.appends_before, [0, 0, 1, 1, 2]);
         assert_eq!(t.unsynced, [false, false, true, false, true]);
         let plans = exhaustive(&t, &mut Rng::new(1));

@@ -39,7 +39,11 @@ fn story(h: &History) -> String {
             LifeEnd::Signaled(sig) => format!("died of signal {sig}"),
             LifeEnd::Hung => "hung and was killed by the watchdog".to_string(),
         };
-        let _ = writeln!(s, "life {i}: {end}; {} append(s) announced, {acked} acknowledged", life.writes.len());
+        let _ = writeln!(
+            s,
+            "life {i}: {end}; {} append(s) announced, {acked} acknowledged",
+            life.writes.len()
+        );
         if let Some(r) = &life.recovered {
             let calls: Vec<String> = r
                 .uncertain
@@ -64,13 +68,23 @@ fn story(h: &History) -> String {
                 "  disk after the kill: {} event(s), {} bytes{}{}",
                 obs.records.len(),
                 obs.log_len,
-                obs.torn.as_ref().map(|t| format!(", {t}")).unwrap_or_default(),
-                obs.records.last().map(|r| format!(", last {}", describe_record(r))).unwrap_or_default()
+                obs.torn
+                    .as_ref()
+                    .map(|t| format!(", {t}"))
+                    .unwrap_or_default(),
+                obs.records
+                    .last()
+                    .map(|r| format!(", last {}", describe_record(r)))
+                    .unwrap_or_default()
             );
         }
         if i == 0 {
             for (path, from, to) in &h.power_cut {
-                let _ = writeln!(s, "  power cut: {} cut from {from} to {to} bytes", path.display());
+                let _ = writeln!(
+                    s,
+                    "  power cut: {} cut from {from} to {to} bytes",
+                    path.display()
+                );
             }
         }
     }
@@ -85,14 +99,25 @@ fn story(h: &History) -> String {
 }
 
 /// Replays `plan` on `source`. `keep` keeps the trial directory there.
-pub fn replay(cfg: &Config<'_>, source: ScenarioSource, plan: Plan, keep: Option<&Path>) -> Result<Replayed, String> {
+pub fn replay(
+    cfg: &Config<'_>,
+    source: ScenarioSource,
+    plan: Plan,
+    keep: Option<&Path>,
+) -> Result<Replayed, String> {
     let dir = runner::campaign_dir(&cfg.dir)?;
     let result = replay_in(cfg, source, plan, keep, &dir);
     let _ = std::fs::remove_dir_all(&dir);
     result
 }
 
-fn replay_in(cfg: &Config<'_>, source: ScenarioSource, plan: Plan, keep: Option<&Path>, dir: &Path) -> Result<Replayed, String> {
+fn replay_in(
+    cfg: &Config<'_>,
+    source: ScenarioSource,
+    plan: Plan,
+    keep: Option<&Path>,
+    dir: &Path,
+) -> Result<Replayed, String> {
     let prepared = runner::prepare(cfg, source, &dir.join("trace"))?;
     let mut narrative = format!(
         "scenario {} ({}), plan {plan}\nthe crash-free run passed {} crash-point hits and wrote {} events\n",
@@ -105,7 +130,12 @@ fn replay_in(cfg: &Config<'_>, source: ScenarioSource, plan: Plan, keep: Option<
     if plan.crash.is_none() || prepared.unusable.is_some() {
         let violations = prepared.trace_violations.clone();
         for v in &violations {
-            narrative.push_str(&explain(v, &prepared.source.scenario.name, "none (the crash-free run)", &replay));
+            narrative.push_str(&explain(
+                v,
+                &prepared.source.scenario.name,
+                "none (the crash-free run)",
+                &replay,
+            ));
         }
         return Ok(Replayed {
             narrative,
@@ -122,7 +152,12 @@ fn replay_in(cfg: &Config<'_>, source: ScenarioSource, plan: Plan, keep: Option<
         store_fault: cfg.store_fault.as_deref(),
     };
     let history = trial::run(&setup, plan, &trial_dir, false)?;
-    let crash = describe_crash(&plan, &prepared.trace, &prepared.reference.records, Some(&history));
+    let crash = describe_crash(
+        &plan,
+        &prepared.trace,
+        &prepared.reference.records,
+        Some(&history),
+    );
     let _ = writeln!(narrative, "crash: {crash}");
     narrative.push_str(&story(&history));
     let violations = checker::check(&history, Some(&prepared.reference));
@@ -131,9 +166,12 @@ fn replay_in(cfg: &Config<'_>, source: ScenarioSource, plan: Plan, keep: Option<
         narrative.push_str(&explain(v, &prepared.source.scenario.name, &crash, &replay));
     }
     if let Some(keep) = keep {
-        let dest = keep.join(&prepared.source.scenario.name).join(plan.to_string());
+        let dest = keep
+            .join(&prepared.source.scenario.name)
+            .join(plan.to_string());
         let _ = std::fs::remove_dir_all(&dest);
-        runner::copy_dir(&trial_dir, &dest).map_err(|e| format!("cannot keep the trial in {}: {e}", dest.display()))?;
+        runner::copy_dir(&trial_dir, &dest)
+            .map_err(|e| format!("cannot keep the trial in {}: {e}", dest.display()))?;
         let _ = writeln!(narrative, "trial directory kept in {}", dest.display());
     }
     Ok(Replayed {

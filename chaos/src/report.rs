@@ -49,7 +49,10 @@ pub fn violations_text(result: &CampaignResult, ctx: &Context<'_>) -> String {
     let mut out = String::new();
     for s in &result.scenarios {
         for inv in Invariant::ALL {
-            let all: Vec<_> = s.violations().filter(|(_, _, v)| v.invariant == inv).collect();
+            let all: Vec<_> = s
+                .violations()
+                .filter(|(_, _, v)| v.invariant == inv)
+                .collect();
             for (plan, crash, v) in all.iter().take(SHOWN_PER_GROUP) {
                 out.push_str(&explain(v, s.name(), crash, &replay_of(s, plan, ctx)));
                 out.push('\n');
@@ -64,7 +67,12 @@ pub fn violations_text(result: &CampaignResult, ctx: &Context<'_>) -> String {
             }
         }
         for (plan, e) in s.errors() {
-            let _ = writeln!(out, "ERROR in {} ({plan}): {e}\n  replay: {}\n", s.name(), replay_of(s, &plan, ctx));
+            let _ = writeln!(
+                out,
+                "ERROR in {} ({plan}): {e}\n  replay: {}\n",
+                s.name(),
+                replay_of(s, &plan, ctx)
+            );
         }
     }
     out
@@ -77,11 +85,15 @@ pub fn table(result: &CampaignResult, ctx: &Context<'_>) -> String {
         out,
         "store: {}{} · mode: {} · seed: {} · jobs: {}{}",
         ctx.store,
-        ctx.store_fault.map(|f| format!(" with fault {f}")).unwrap_or_default(),
+        ctx.store_fault
+            .map(|f| format!(" with fault {f}"))
+            .unwrap_or_default(),
         ctx.mode,
         ctx.seed,
         ctx.jobs,
-        ctx.shard.map(|(k, n)| format!(" · shard {k}/{n}")).unwrap_or_default()
+        ctx.shard
+            .map(|(k, n)| format!(" · shard {k}/{n}"))
+            .unwrap_or_default()
     );
     let width = result
         .scenarios
@@ -100,7 +112,10 @@ pub fn table(result: &CampaignResult, ctx: &Context<'_>) -> String {
         let viol = if by.is_empty() {
             "none".to_string()
         } else {
-            by.iter().map(|(i, n)| format!("{i} {n}")).collect::<Vec<_>>().join(", ")
+            by.iter()
+                .map(|(i, n)| format!("{i} {n}"))
+                .collect::<Vec<_>>()
+                .join(", ")
         };
         let rate = if s.wall.is_zero() {
             "-".to_string()
@@ -145,7 +160,13 @@ pub fn table(result: &CampaignResult, ctx: &Context<'_>) -> String {
     out
 }
 
-fn violation_json(s: &ScenarioResult, plan: &Plan, crash: &str, v: &Violation, ctx: &Context<'_>) -> Value {
+fn violation_json(
+    s: &ScenarioResult,
+    plan: &Plan,
+    crash: &str,
+    v: &Violation,
+    ctx: &Context<'_>,
+) -> Value {
     json!({
         "invariant": v.invariant.name(),
         "scenario": s.name(),
@@ -186,7 +207,10 @@ pub fn json(result: &CampaignResult, ctx: &Context<'_>) -> Value {
     let violations: Vec<Value> = result
         .scenarios
         .iter()
-        .flat_map(|s| s.violations().map(move |(p, c, v)| violation_json(s, &p, c, v, ctx)))
+        .flat_map(|s| {
+            s.violations()
+                .map(move |(p, c, v)| violation_json(s, &p, c, v, ctx))
+        })
         .collect();
     json!({
         "store": ctx.store,
@@ -214,7 +238,9 @@ fn xml_escape(s: &str) -> String {
             '>' => out.push_str("&gt;"),
             '"' => out.push_str("&quot;"),
             '\'' => out.push_str("&apos;"),
-            c if c.is_control() && c != '\n' && c != '\t' => out.push_str(&format!("&#{};", c as u32)),
+            c if c.is_control() && c != '\n' && c != '\t' => {
+                out.push_str(&format!("&#{};", c as u32))
+            }
             c => out.push(c),
         }
     }
@@ -271,7 +297,11 @@ pub fn junit(result: &CampaignResult, ctx: &Context<'_>) -> String {
                 }
             }
         }
-        let _ = write!(out, "    <testcase classname=\"agentchaos.{}\" name=\"trials-run-as-planned\"", xml_escape(s.name()));
+        let _ = write!(
+            out,
+            "    <testcase classname=\"agentchaos.{}\" name=\"trials-run-as-planned\"",
+            xml_escape(s.name())
+        );
         if errors.is_empty() {
             out.push_str("/>\n");
         } else {
@@ -299,6 +329,9 @@ mod tests {
 
     #[test]
     fn xml_escapes_markup_and_control_characters() {
-        assert_eq!(xml_escape("<a href=\"x\">&'\u{1}"), "&lt;a href=&quot;x&quot;&gt;&amp;&apos;&#1;");
+        assert_eq!(
+            xml_escape("<a href=\"x\">&'\u{1}"),
+            "&lt;a href=&quot;x&quot;&gt;&amp;&apos;&#1;"
+        );
     }
 }

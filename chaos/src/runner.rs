@@ -66,8 +66,7 @@ pub struct Config<'a> {
 /// power cuts are modelled explicitly (see `nemesis`).
 pub fn default_dir() -> PathBuf {
     let shm = Path::new("/dev/shm");
-    let writable = shm.is_dir()
-        && tempfile_in(shm).is_ok();
+    let writable = shm.is_dir() && tempfile_in(shm).is_ok();
     if writable {
         shm.to_path_buf()
     } else {
@@ -128,7 +127,10 @@ pub fn prepare(cfg: &Config<'_>, source: ScenarioSource, dir: &Path) -> Result<P
     );
     let unusable = match (&history.error, life.done) {
         (Some(e), _) => Some(e.clone()),
-        (None, false) => Some(format!("the crash-free run did not complete: {}", life.stderr)),
+        (None, false) => Some(format!(
+            "the crash-free run did not complete: {}",
+            life.stderr
+        )),
         (None, true) => None,
     };
     Ok(Prepared {
@@ -145,13 +147,23 @@ pub fn prepare(cfg: &Config<'_>, source: ScenarioSource, dir: &Path) -> Result<P
 }
 
 /// Where, in words, a plan crashes the agent.
-pub fn describe_crash(plan: &Plan, trace: &Trace, reference: &[Record], history: Option<&History>) -> String {
+pub fn describe_crash(
+    plan: &Plan,
+    trace: &Trace,
+    reference: &[Record],
+    history: Option<&History>,
+) -> String {
     let point = |h: u64| -> String {
         let Some(name) = trace.hits.get(h as usize) else {
             return format!("hit {h} (beyond the {} hits of the trace)", trace.len());
         };
         let k = trace.appends_before[h as usize];
-        let rec = |i: usize| reference.get(i).map(describe_record).unwrap_or_else(|| format!("seq {i}"));
+        let rec = |i: usize| {
+            reference
+                .get(i)
+                .map(describe_record)
+                .unwrap_or_else(|| format!("seq {i}"))
+        };
         let context = if name == LOG_WRITE {
             format!("appending {}", rec(k))
         } else if name == "log.fdatasync" && k > 0 {
@@ -185,21 +197,28 @@ pub fn describe_crash(plan: &Plan, trace: &Trace, reference: &[Record], history:
                 .and_then(|l| l.trace.as_deref())
                 .and_then(|t| {
                     let n = t.lines().count();
-                    t.lines().last().map(|l| format!("; last crash point passed: hit {} {l}", n - 1))
+                    t.lines()
+                        .last()
+                        .map(|l| format!("; last crash point passed: hit {} {l}", n - 1))
                 })
                 .unwrap_or_default();
             format!("SIGKILL by timer after {micros} µs{last}")
         }
     };
     if let Some(m) = plan.then_kill_at {
-        s.push_str(&format!("; the restarted agent killed at its hit {m} (in recovery)"));
+        s.push_str(&format!(
+            "; the restarted agent killed at its hit {m} (in recovery)"
+        ));
     }
     s
 }
 
 /// The one-line command that reruns a trial.
 pub fn replay_command(path: &Path, plan: &Plan, store_fault: Option<&str>) -> String {
-    let mut cmd = format!("agentchaos replay --scenario {} --plan {plan}", shell_word(&path.display().to_string()));
+    let mut cmd = format!(
+        "agentchaos replay --scenario {} --plan {plan}",
+        shell_word(&path.display().to_string())
+    );
     if let Some(f) = store_fault {
         cmd.push_str(&format!(" --store-fault {f}"));
     }
@@ -207,7 +226,9 @@ pub fn replay_command(path: &Path, plan: &Plan, store_fault: Option<&str>) -> St
 }
 
 fn shell_word(s: &str) -> String {
-    if s.bytes().all(|b| b.is_ascii_alphanumeric() || b"/._-+@:".contains(&b)) {
+    if s.bytes()
+        .all(|b| b.is_ascii_alphanumeric() || b"/._-+@:".contains(&b))
+    {
         s.to_string()
     } else {
         format!("'{}'", s.replace('\'', "'\\''"))
@@ -232,7 +253,13 @@ pub struct TrialOutcome {
 }
 
 /// Runs one trial and checks it.
-pub fn run_trial(cfg: &Config<'_>, prepared: &Prepared, scenario: usize, plan: Plan, dir: &Path) -> TrialOutcome {
+pub fn run_trial(
+    cfg: &Config<'_>,
+    prepared: &Prepared,
+    scenario: usize,
+    plan: Plan,
+    dir: &Path,
+) -> TrialOutcome {
     let started = Instant::now();
     let result = trial::run(&setup(cfg, &prepared.source), plan, dir, false);
     let (violations, error, crash_point, covered_hit) = match &result {
@@ -262,7 +289,15 @@ pub fn run_trial(cfg: &Config<'_>, prepared: &Prepared, scenario: usize, plan: P
     };
     let failed = !violations.is_empty() || error.is_some();
     let kept = match (&cfg.keep_failures, failed) {
-        (Some(keep), true) => keep_trial(keep, dir, &prepared.source, &plan, &violations, error.as_deref(), cfg.store_fault.as_deref()),
+        (Some(keep), true) => keep_trial(
+            keep,
+            dir,
+            &prepared.source,
+            &plan,
+            &violations,
+            error.as_deref(),
+            cfg.store_fault.as_deref(),
+        ),
         _ => None,
     };
     let _ = std::fs::remove_dir_all(dir);
@@ -358,11 +393,11 @@ impl ScenarioResult {
             .trace_violations
             .iter()
             .map(|v| (Plan::NONE, "none (the crash-free run)", v));
-        trace.chain(
-            self.outcomes
+        trace.chain(self.outcomes.iter().flat_map(|o| {
+            o.violations
                 .iter()
-                .flat_map(|o| o.violations.iter().map(move |v| (o.plan, o.crash_point.as_str(), v))),
-        )
+                .map(move |v| (o.plan, o.crash_point.as_str(), v))
+        }))
     }
 
     pub fn by_invariant(&self) -> BTreeMap<Invariant, usize> {
@@ -413,7 +448,8 @@ pub fn campaign_dir(base: &Path) -> Result<PathBuf, String> {
         .map(|d| d.subsec_nanos())
         .unwrap_or(0);
     let dir = base.join(format!("agentchaos-{}-{nanos:x}", std::process::id()));
-    std::fs::create_dir_all(&dir).map_err(|e| format!("cannot create the trial directory {}: {e}", dir.display()))?;
+    std::fs::create_dir_all(&dir)
+        .map_err(|e| format!("cannot create the trial directory {}: {e}", dir.display()))?;
     Ok(dir)
 }
 
@@ -430,12 +466,19 @@ pub fn run(cfg: &Config<'_>, sources: Vec<ScenarioSource>) -> Result<CampaignRes
     })
 }
 
-fn run_in(cfg: &Config<'_>, sources: Vec<ScenarioSource>, dir: &Path) -> Result<(Vec<ScenarioResult>, usize), String> {
+fn run_in(
+    cfg: &Config<'_>,
+    sources: Vec<ScenarioSource>,
+    dir: &Path,
+) -> Result<(Vec<ScenarioResult>, usize), String> {
     // Trace runs, in parallel too: they are trials like any other.
-    let prepared: Vec<Result<Prepared, String>> = parallel(cfg.jobs, sources.len(), |i| {
+    let prepared = parallel(cfg.jobs, sources.len(), |i| {
         prepare(cfg, sources[i].clone(), &dir.join(format!("trace{i}")))
     });
-    let prepared: Vec<Prepared> = prepared.into_iter().collect::<Result<_, _>>()?;
+    let prepared: Vec<Prepared> = prepared
+        .into_iter()
+        .map(|r| r.and_then(|p| p))
+        .collect::<Result<_, _>>()?;
     let mut jobs: Vec<(usize, Plan)> = Vec::new();
     for (s, p) in prepared.iter().enumerate() {
         if p.unusable.is_some() {
@@ -465,6 +508,31 @@ fn run_in(cfg: &Config<'_>, sources: Vec<ScenarioSource>, dir: &Path) -> Result<
         }
         o
     });
+    let outcomes: Vec<TrialOutcome> = outcomes
+        .into_iter()
+        .zip(&jobs)
+        .map(|(o, &(s, plan))| {
+            o.unwrap_or_else(|e| {
+                let now = Instant::now();
+                TrialOutcome {
+                    scenario: s,
+                    plan,
+                    crash_point: describe_crash(
+                        &plan,
+                        &prepared[s].trace,
+                        &prepared[s].reference.records,
+                        None,
+                    ),
+                    violations: Vec::new(),
+                    error: Some(e),
+                    covered_hit: None,
+                    started: now,
+                    finished: now,
+                    kept: None,
+                }
+            })
+        })
+        .collect();
     if let Some(b) = bar {
         b.finish_and_clear();
     }
@@ -500,16 +568,23 @@ fn progress_bar(enabled: bool, total: usize) -> Option<indicatif::ProgressBar> {
     }
     let bar = indicatif::ProgressBar::new(total as u64);
     bar.set_style(
-        indicatif::ProgressStyle::with_template("{bar:40} {pos}/{len} trials  {per_sec}  eta {eta}")
-            .unwrap_or_else(|_| indicatif::ProgressStyle::default_bar()),
+        indicatif::ProgressStyle::with_template(
+            "{bar:40} {pos}/{len} trials  {per_sec}  eta {eta}",
+        )
+        .unwrap_or_else(|_| indicatif::ProgressStyle::default_bar()),
     );
     Some(bar)
 }
 
-/// Runs `f(0..n)` on `jobs` threads; results in index order.
-pub fn parallel<T: Send>(jobs: usize, n: usize, f: impl Fn(usize) -> T + Sync) -> Vec<T> {
+/// Runs `f(0..n)` on `jobs` threads; results in index order. A panic in
+/// `f` (a harness bug) becomes that index's `Err`, never a crash of the campaign.
+pub fn parallel<T: Send>(
+    jobs: usize,
+    n: usize,
+    f: impl Fn(usize) -> T + Sync,
+) -> Vec<Result<T, String>> {
     let next = AtomicUsize::new(0);
-    let results: Mutex<Vec<Option<T>>> = Mutex::new((0..n).map(|_| None).collect());
+    let results: Mutex<Vec<Option<Result<T, String>>>> = Mutex::new((0..n).map(|_| None).collect());
     std::thread::scope(|scope| {
         for _ in 0..jobs.clamp(1, n.max(1)) {
             scope.spawn(|| loop {
@@ -517,7 +592,15 @@ pub fn parallel<T: Send>(jobs: usize, n: usize, f: impl Fn(usize) -> T + Sync) -
                 if i >= n {
                     break;
                 }
-                let r = f(i);
+                let r =
+                    std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| f(i))).map_err(|p| {
+                        let msg = p
+                            .downcast_ref::<String>()
+                            .cloned()
+                            .or_else(|| p.downcast_ref::<&str>().map(|s| s.to_string()))
+                            .unwrap_or_else(|| "unknown panic".to_string());
+                        format!("harness bug (panic): {msg}")
+                    });
                 results.lock().unwrap_or_else(|p| p.into_inner())[i] = Some(r);
             });
         }
@@ -537,8 +620,14 @@ mod tests {
     #[test]
     fn parallel_keeps_order_and_runs_everything() {
         let out = parallel(3, 20, |i| i * 2);
-        assert_eq!(out, (0..20).map(|i| i * 2).collect::<Vec<_>>());
+        assert_eq!(out, (0..20).map(|i| Ok(i * 2)).collect::<Vec<_>>());
         assert!(parallel(2, 0, |i| i).is_empty());
+        let hook = std::panic::take_hook();
+        std::panic::set_hook(Box::new(|_| {}));
+        let out = parallel(2, 3, |i| if i == 1 { panic!("boom") } else { i });
+        std::panic::set_hook(hook);
+        assert_eq!(out[0], Ok(0));
+        assert!(out[1].as_ref().unwrap_err().contains("boom"));
     }
 
     #[test]

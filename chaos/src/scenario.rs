@@ -314,8 +314,7 @@ impl Scenario {
     fn invocation(&self, run_id: &str, s: usize, step: &Step) -> ToolInvocation {
         let (kind, approval) = step.tool().expect("only tool steps are invocations");
         let call_id = call_id(run_id, s);
-        let operation_id =
-            (kind.effect() == Effect::SideEffect).then(|| operation_id(&call_id));
+        let operation_id = (kind.effect() == Effect::SideEffect).then(|| operation_id(&call_id));
         let (args, target) = match step {
             Step::ReadFile { path, .. } => (serde_json::json!({ "path": path }), path.clone()),
             Step::RunTests { .. } => (serde_json::json!({}), "tests".to_string()),
@@ -333,10 +332,9 @@ impl Scenario {
                 serde_json::json!({ "service": service, "action": action }),
                 service.clone(),
             ),
-            Step::LargeOutput { bytes, .. } => (
-                serde_json::json!({ "bytes": bytes }),
-                "output".to_string(),
-            ),
+            Step::LargeOutput { bytes, .. } => {
+                (serde_json::json!({ "bytes": bytes }), "output".to_string())
+            }
             _ => unreachable!("checked by step.tool()"),
         };
         ToolInvocation {
@@ -386,15 +384,23 @@ impl Scenario {
         for (i, t) in self.tests.iter().enumerate() {
             let at = |k: &str| vec![key("tests"), I(i), key(k)];
             if t.name.is_empty() || !test_names.insert(t.name.as_str()) {
-                return Err((at("name"), format!("test name {:?} is empty or repeated", t.name)));
+                return Err((
+                    at("name"),
+                    format!("test name {:?} is empty or repeated", t.name),
+                ));
             }
             check_path(&t.file).map_err(|m| (at("file"), m))?;
         }
         if self.runs.is_empty() {
-            return Err((vec![key("runs")], "a scenario needs at least one run".into()));
+            return Err((
+                vec![key("runs")],
+                "a scenario needs at least one run".into(),
+            ));
         }
         let mut run_ids = BTreeSet::new();
         let mut labels = BTreeSet::new();
+        // Entries of the history tree so far: a compaction needs one to keep.
+        let mut entries = 0usize;
         for (r, run) in self.runs.iter().enumerate() {
             let at_run = |k: &str| vec![key("runs"), I(r), key(k)];
             if !is_name(&run.id, 32) || !run_ids.insert(run.id.as_str()) {
@@ -429,12 +435,20 @@ impl Scenario {
                 }
                 match step {
                     Step::WriteFile { content, .. } if content.len() > MAX_FILE_BYTES => {
-                        return Err((at("content"), format!("content is larger than {MAX_FILE_BYTES} bytes")));
+                        return Err((
+                            at("content"),
+                            format!("content is larger than {MAX_FILE_BYTES} bytes"),
+                        ));
                     }
                     Step::AppendLine { line, .. } if line.contains('\n') || line.is_empty() => {
-                        return Err((at("line"), "line must be non-empty and hold no newline".into()));
+                        return Err((
+                            at("line"),
+                            "line must be non-empty and hold no newline".into(),
+                        ));
                     }
-                    Step::Remote { service, action, .. } => {
+                    Step::Remote {
+                        service, action, ..
+                    } => {
                         if !is_name(service, 32) {
                             return Err((at("service"), format!("service {service:?} must be 1-32 characters of a-z, 0-9, '-', '_' or '.'")));
                         }
@@ -448,13 +462,27 @@ impl Scenario {
                     Step::Compact { keep, .. } if *keep == 0 => {
                         return Err((at("keep"), "keep must be at least 1".into()));
                     }
+                    Step::Compact { .. } if entries == 0 => {
+                        return Err((
+                            at("do"),
+                            "compact needs an earlier message or tool step to keep".into(),
+                        ));
+                    }
                     Step::SwitchTo { label } if !labels.contains(label) => {
                         return Err((
                             at("label"),
-                            format!("label {label:?} is not set by any earlier user or assistant step"),
+                            format!(
+                                "label {label:?} is not set by any earlier user or assistant step"
+                            ),
                         ));
                     }
                     _ => {}
+                }
+                if !matches!(
+                    step,
+                    Step::SwitchTo { .. } | Step::Checkpoint {} | Step::Plan { .. }
+                ) {
+                    entries += 1;
                 }
             }
         }
@@ -465,8 +493,9 @@ impl Scenario {
 fn is_name(s: &str, max: usize) -> bool {
     !s.is_empty()
         && s.len() <= max
-        && s.bytes()
-            .all(|b| b.is_ascii_lowercase() || b.is_ascii_digit() || matches!(b, b'-' | b'_' | b'.'))
+        && s.bytes().all(|b| {
+            b.is_ascii_lowercase() || b.is_ascii_digit() || matches!(b, b'-' | b'_' | b'.')
+        })
 }
 
 /// A workspace path must stay inside the workspace.
@@ -489,7 +518,7 @@ fn check_path(path: &str) -> Result<(), String> {
 pub fn parse(text: &str, file: &str) -> Result<Scenario, InputError> {
     let scenario: Scenario = serde_json::from_str(text).map_err(|e| InputError {
         file: file.to_string(),
-        line: (e.line() > 0).then_some(e.line()),
+        line: (e.line() > 0).then(|| error_line(text, &e)),
         message: strip_position(&e.to_string()),
     })?;
     scenario.validate().map_err(|(path, message)| InputError {
@@ -498,6 +527,28 @@ pub fn parse(text: &str, file: &str) -> Result<Scenario, InputError> {
         message: format!("{}: {message}", render_path(&path)),
     })?;
     Ok(scenario)
+}
+
+/// The line of a serde error. Inside a tagged step serde reports where the
+/// object ended; for an unknown field, the line of the field itself is
+/// what helps, so look for it backwards from there.
+fn error_line(text: &str, e: &serde_json::Error) -> usize {
+    let msg = e.to_string();
+    let field = msg
+        .strip_prefix("unknown field `")
+        .and_then(|rest| rest.split_once('`'))
+        .map(|(name, _)| format!("\"{name}\""));
+    let offset: usize = text
+        .split_inclusive('\n')
+        .take(e.line().saturating_sub(1))
+        .map(str::len)
+        .sum::<usize>()
+        + e.column();
+    let offset = offset.min(text.len());
+    match field.and_then(|f| text.get(..offset)?.rfind(&f)) {
+        Some(at) => text[..at].matches('\n').count() + 1,
+        None => e.line(),
+    }
 }
 
 /// serde_json appends " at line L column C"; the line is already in front.
@@ -554,7 +605,10 @@ pub fn load_all(path: &Path) -> Result<Vec<ScenarioFile>, InputError> {
         if let Some(other) = out.iter().find(|o| o.scenario.name == scenario.name) {
             return Err(InputError {
                 file: f.display().to_string(),
-                line: line_of(&std::fs::read_to_string(&f).unwrap_or_default(), &[Seg::Key("name".into())]),
+                line: line_of(
+                    &std::fs::read_to_string(&f).unwrap_or_default(),
+                    &[Seg::Key("name".into())],
+                ),
                 message: format!(
                     "scenario name {:?} is already used by {}",
                     scenario.name,
@@ -600,7 +654,13 @@ pub fn line_of(text: &str, path: &[Seg]) -> Option<usize> {
         current: Vec::new(),
     };
     let pos = finder.value()?.ok()?;
-    Some(text.as_bytes()[..pos].iter().filter(|&&c| c == b'\n').count() + 1)
+    Some(
+        text.as_bytes()[..pos]
+            .iter()
+            .filter(|&&c| c == b'\n')
+            .count()
+            + 1,
+    )
 }
 
 /// A minimal JSON walker: `value()` returns `Some(Ok(pos))` when the target
@@ -704,7 +764,8 @@ impl LineFinder<'_> {
             }
             b'"' => self.string().map(|_| Err(())),
             _ => {
-                while self.i < self.b.len() && !matches!(self.b[self.i], b',' | b']' | b'}')
+                while self.i < self.b.len()
+                    && !matches!(self.b[self.i], b',' | b']' | b'}')
                     && !self.b[self.i].is_ascii_whitespace()
                 {
                     self.i += 1;
@@ -766,7 +827,10 @@ mod tests {
 
     #[test]
     fn validation_errors_name_the_field_and_its_line() {
-        let bad = GOOD.replace(r#""do": "switch_to", "label": "start""#, r#""do": "switch_to", "label": "nowhere""#);
+        let bad = GOOD.replace(
+            r#""do": "switch_to", "label": "start""#,
+            r#""do": "switch_to", "label": "nowhere""#,
+        );
         let e = parse(&bad, "f.json").unwrap_err();
         assert_eq!(e.line, Some(10), "{e}");
         assert!(e.message.starts_with("runs[0].steps[2].label: "), "{e}");
@@ -781,7 +845,13 @@ mod tests {
     #[test]
     fn line_of_walks_nested_values() {
         let text = "{\"a\": [1,\n {\"b\":\n  2}], \"c\": \"x\"}";
-        assert_eq!(line_of(text, &[Seg::Key("a".into()), Seg::Index(1), Seg::Key("b".into())]), Some(3));
+        assert_eq!(
+            line_of(
+                text,
+                &[Seg::Key("a".into()), Seg::Index(1), Seg::Key("b".into())]
+            ),
+            Some(3)
+        );
         assert_eq!(line_of(text, &[Seg::Key("c".into())]), Some(3));
         assert_eq!(line_of(text, &[Seg::Key("zzz".into())]), None);
     }

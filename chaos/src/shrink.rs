@@ -77,8 +77,16 @@ fn same_kind(original: &Plan, p: &Plan) -> bool {
 
 /// Does `scenario` (written to `path`) violate `inv` under some plan like
 /// `original`? Returns the earliest such plan.
-fn reproduce(cfg: &Config<'_>, scenario: &Scenario, path: &Path, original: &Plan, inv: Invariant, dir: &Path) -> Result<Option<Plan>, String> {
-    std::fs::write(path, scenario.to_json()).map_err(|e| format!("cannot write {}: {e}", path.display()))?;
+fn reproduce(
+    cfg: &Config<'_>,
+    scenario: &Scenario,
+    path: &Path,
+    original: &Plan,
+    inv: Invariant,
+    dir: &Path,
+) -> Result<Option<Plan>, String> {
+    std::fs::write(path, scenario.to_json())
+        .map_err(|e| format!("cannot write {}: {e}", path.display()))?;
     let source = ScenarioSource {
         path: path.to_path_buf(),
         scenario: scenario.clone(),
@@ -99,9 +107,12 @@ fn reproduce(cfg: &Config<'_>, scenario: &Scenario, path: &Path, original: &Plan
     for chunk in plans.chunks(batch) {
         let found = parallel(cfg.jobs, chunk.len(), |i| {
             let o = runner::run_trial(cfg, &prepared, 0, chunk[i], &dir.join(format!("t{i}")));
-            o.violations.iter().any(|v| v.invariant == inv).then_some(chunk[i])
+            o.violations
+                .iter()
+                .any(|v| v.invariant == inv)
+                .then_some(chunk[i])
         });
-        if let Some(p) = found.into_iter().flatten().next() {
+        if let Some(p) = found.into_iter().flatten().flatten().next() {
             return Ok(Some(p));
         }
     }
@@ -110,7 +121,14 @@ fn reproduce(cfg: &Config<'_>, scenario: &Scenario, path: &Path, original: &Plan
 
 /// Shrinks `scenario`, which violates `inv` under `plan`. The result is
 /// written to `out` (a JSON scenario file).
-pub fn shrink(cfg: &Config<'_>, scenario: &Scenario, plan: Plan, inv: Invariant, out: &Path, budget: Duration) -> Result<Shrunk, String> {
+pub fn shrink(
+    cfg: &Config<'_>,
+    scenario: &Scenario,
+    plan: Plan,
+    inv: Invariant,
+    out: &Path,
+    budget: Duration,
+) -> Result<Shrunk, String> {
     let started = Instant::now();
     let dir = runner::campaign_dir(&cfg.dir)?;
     let work = dir.join("candidate.json");
@@ -144,7 +162,8 @@ pub fn shrink(cfg: &Config<'_>, scenario: &Scenario, plan: Plan, inv: Invariant,
         scenario.step_count()
     );
     best.name = format!("{}-shrunk", scenario.name);
-    std::fs::write(out, best.to_json()).map_err(|e| format!("cannot write {}: {e}", out.display()))?;
+    std::fs::write(out, best.to_json())
+        .map_err(|e| format!("cannot write {}: {e}", out.display()))?;
     Ok(Shrunk {
         scenario: best,
         path: out.to_path_buf(),

@@ -217,14 +217,21 @@ fn observe_reference(paths: &SessionPaths) -> StoreResult<Observation> {
         torn = scanner.torn().map(|t| t.to_string());
         end = scanner.position().offset;
     }
-    let ends: Vec<u64> = offsets.iter().skip(1).copied().chain((!records.is_empty()).then_some(end)).collect();
+    let ends: Vec<u64> = offsets
+        .iter()
+        .skip(1)
+        .copied()
+        .chain((!records.is_empty()).then_some(end))
+        .collect();
     let checkpoint = match agentstore::checkpoint::read_snapshot(paths) {
         Ok(None) => CheckpointView::Absent,
         Err(e) => CheckpointView::Unreadable(e.to_string()),
         Ok(Some(snap)) => {
             let k = snap.next_seq as usize;
             let fold = |recs: &[Record]| -> Option<Value> {
-                agentstore::projection::fold(recs).ok().map(|p| to_value(&p))
+                agentstore::projection::fold(recs)
+                    .ok()
+                    .map(|p| to_value(&p))
             };
             let log_offset_of_next = match k.cmp(&records.len()) {
                 std::cmp::Ordering::Less => Some(offsets[k]),
@@ -232,7 +239,9 @@ fn observe_reference(paths: &SessionPaths) -> StoreResult<Observation> {
                 std::cmp::Ordering::Greater => None,
             };
             let fold_at = (k <= records.len()).then(|| fold(&records[..k])).flatten();
-            let resumed = (k <= records.len())
+            // The tail folds onto the snapshot only where its projection ends;
+            // a snapshot whose claim and projection disagree cannot resume.
+            let resumed = (k <= records.len() && snap.projection.next_seq() == snap.next_seq)
                 .then(|| {
                     let mut p = snap.projection.clone();
                     let mut seen = SeenNodes::default();
@@ -353,7 +362,11 @@ mod tests {
         };
         let backend = ReferenceBackend;
         let mut store = backend.open(&spec).unwrap();
-        store.append(&Event::RunStarted { run_id: "r1".into() }).unwrap();
+        store
+            .append(&Event::RunStarted {
+                run_id: "r1".into(),
+            })
+            .unwrap();
         let call = Event::ToolCall {
             parent: None,
             call_id: "c".into(),
@@ -365,7 +378,11 @@ mod tests {
             needs_approval: false,
         };
         store.append(&call).unwrap();
-        let ack = store.append(&Event::ToolStarted { call_id: "c".into() }).unwrap();
+        let ack = store
+            .append(&Event::ToolStarted {
+                call_id: "c".into(),
+            })
+            .unwrap();
         assert_eq!(ack.seq, 3);
         store.checkpoint().unwrap();
         // Observing while the writer holds the lock must work and not write.
@@ -383,7 +400,13 @@ mod tests {
         let mut store = backend.open(&spec).unwrap();
         let rec = store.recover().unwrap();
         assert_eq!(rec.appended, 2);
-        assert_eq!(rec.uncertain, vec![Uncertain { call_id: "c".into(), phase: Phase::Started }]);
+        assert_eq!(
+            rec.uncertain,
+            vec![Uncertain {
+                call_id: "c".into(),
+                phase: Phase::Started
+            }]
+        );
         assert!(store.context(None).unwrap().contains("<recovery>"));
         assert_eq!(store.events(Some(3)).unwrap().len(), 2);
     }

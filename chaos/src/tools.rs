@@ -95,11 +95,7 @@ pub fn large_output(bytes: u64) -> Vec<u8> {
     let mut out = Vec::with_capacity(bytes as usize);
     let mut i = 0u64;
     while (out.len() as u64) < bytes {
-        let _ = writeln!(
-            out,
-            "{i:08} build log: compiling module {} ... ok",
-            i % 97
-        );
+        let _ = writeln!(out, "{i:08} build log: compiling module {} ... ok", i % 97);
         i += 1;
     }
     out.truncate(bytes as usize);
@@ -124,12 +120,19 @@ pub fn run(
             let (rel, full) = in_workspace(ctx, args)?;
             Ok(match std::fs::read_to_string(&full) {
                 Ok(text) => inline(ResultStatus::Ok, Value::String(text)),
-                Err(e) => inline(ResultStatus::Error, Value::String(format!("cannot read {rel}: {}", e.kind()))),
+                Err(e) => inline(
+                    ResultStatus::Error,
+                    Value::String(format!("cannot read {rel}: {}", e.kind())),
+                ),
             })
         }
         ToolKind::RunTests => {
             let (report, passed) = run_tests(ctx.workspace, ctx.tests);
-            let status = if passed { ResultStatus::Ok } else { ResultStatus::Error };
+            let status = if passed {
+                ResultStatus::Ok
+            } else {
+                ResultStatus::Error
+            };
             Ok(inline(status, Value::String(report)))
         }
         ToolKind::WriteFile => {
@@ -175,7 +178,9 @@ pub fn run(
                 .ok_or("the world applied the operation but returned no reference")?;
             Ok(Ran {
                 status: ResultStatus::Ok,
-                output: Output::Inline(Value::String(format!("{service}: {action} -> {external_ref}"))),
+                output: Output::Inline(Value::String(format!(
+                    "{service}: {action} -> {external_ref}"
+                ))),
                 external_ref: Some(external_ref),
             })
         }
@@ -229,7 +234,10 @@ pub fn reconcile(
             let op = operation_id.ok_or("append_line needs an operation id")?;
             let (rel, full) = in_workspace(ctx, args)?;
             let text = std::fs::read_to_string(&full).unwrap_or_default();
-            let n = text.lines().filter(|l| tagged_operation(l) == Some(op)).count();
+            let n = text
+                .lines()
+                .filter(|l| tagged_operation(l) == Some(op))
+                .count();
             Ok(if n > 0 {
                 Reconciliation {
                     outcome: ReconcileOutcome::Applied,
@@ -267,7 +275,11 @@ pub fn run_tests(workspace: &Path, tests: &[TestSpec]) -> (String, bool) {
         if !ok {
             failed += 1;
         }
-        report.push_str(&format!("test {} ... {}\n", t.name, if ok { "ok" } else { "FAILED" }));
+        report.push_str(&format!(
+            "test {} ... {}\n",
+            t.name,
+            if ok { "ok" } else { "FAILED" }
+        ));
     }
     report.push_str(&format!(
         "test result: {}. {} passed; {failed} failed\n",
@@ -327,14 +339,24 @@ mod tests {
         let ws = dir.path().join("ws");
         let world = World::start(&dir.path().join("w.sock")).unwrap();
         let mut client = WorldClient::new(world.path());
-        let mut ctx = ToolContext { workspace: &ws, world: &mut client, tests: &[], life: 0 };
+        let mut ctx = ToolContext {
+            workspace: &ws,
+            world: &mut client,
+            tests: &[],
+            life: 0,
+        };
         let args = serde_json::json!({"path": "CHANGES", "line": "fixed add"});
         let r = reconcile(&mut ctx, ToolKind::AppendLine, &args, Some("op-r1-2")).unwrap();
         assert_eq!(r.outcome, ReconcileOutcome::NotApplied);
         run(&mut ctx, ToolKind::AppendLine, &args, Some("op-r1-2")).unwrap();
         run(&mut ctx, ToolKind::AppendLine, &args, Some("op-r1-2")).unwrap();
         let text = std::fs::read_to_string(ws.join("CHANGES")).unwrap();
-        assert_eq!(text.lines().filter(|l| tagged_operation(l) == Some("op-r1-2")).count(), 2);
+        assert_eq!(
+            text.lines()
+                .filter(|l| tagged_operation(l) == Some("op-r1-2"))
+                .count(),
+            2
+        );
         let r = reconcile(&mut ctx, ToolKind::AppendLine, &args, Some("op-r1-2")).unwrap();
         assert_eq!(r.outcome, ReconcileOutcome::Applied);
     }
@@ -345,13 +367,33 @@ mod tests {
         let ws = dir.path().join("ws");
         let world = World::start(&dir.path().join("w.sock")).unwrap();
         let mut client = WorldClient::new(world.path());
-        let mut ctx = ToolContext { workspace: &ws, world: &mut client, tests: &[], life: 0 };
+        let mut ctx = ToolContext {
+            workspace: &ws,
+            world: &mut client,
+            tests: &[],
+            life: 0,
+        };
         let args = serde_json::json!({"path": "src/a.rs", "content": "new"});
-        assert_eq!(reconcile(&mut ctx, ToolKind::WriteFile, &args, None).unwrap().outcome, ReconcileOutcome::NotApplied);
+        assert_eq!(
+            reconcile(&mut ctx, ToolKind::WriteFile, &args, None)
+                .unwrap()
+                .outcome,
+            ReconcileOutcome::NotApplied
+        );
         run(&mut ctx, ToolKind::WriteFile, &args, None).unwrap();
-        assert_eq!(reconcile(&mut ctx, ToolKind::WriteFile, &args, None).unwrap().outcome, ReconcileOutcome::Applied);
+        assert_eq!(
+            reconcile(&mut ctx, ToolKind::WriteFile, &args, None)
+                .unwrap()
+                .outcome,
+            ReconcileOutcome::Applied
+        );
         let remote = serde_json::json!({"service": "deploy", "action": "v2"});
-        assert_eq!(reconcile(&mut ctx, ToolKind::Remote, &remote, Some("op-x")).unwrap().outcome, ReconcileOutcome::NotApplied);
+        assert_eq!(
+            reconcile(&mut ctx, ToolKind::Remote, &remote, Some("op-x"))
+                .unwrap()
+                .outcome,
+            ReconcileOutcome::NotApplied
+        );
         let ran = run(&mut ctx, ToolKind::Remote, &remote, Some("op-x")).unwrap();
         let rec = reconcile(&mut ctx, ToolKind::Remote, &remote, Some("op-x")).unwrap();
         assert_eq!(rec.outcome, ReconcileOutcome::Applied);
@@ -363,7 +405,11 @@ mod tests {
         let dir = tempfile::tempdir().unwrap();
         let files = BTreeMap::from([("src/calc.rs".to_string(), "a - b".to_string())]);
         populate(dir.path(), &files).unwrap();
-        let tests = [TestSpec { name: "adds".into(), file: "src/calc.rs".into(), contains: "a + b".into() }];
+        let tests = [TestSpec {
+            name: "adds".into(),
+            file: "src/calc.rs".into(),
+            contains: "a + b".into(),
+        }];
         let (report, ok) = run_tests(dir.path(), &tests);
         assert!(!ok && report.contains("test adds ... FAILED"), "{report}");
         std::fs::write(dir.path().join("src/calc.rs"), "a + b").unwrap();

@@ -157,14 +157,24 @@ impl TrialDir {
 
 /// Runs one trial in `dir` (created empty by the caller's parent; must not exist).
 /// `trace_run` adds a trace and a sync log to the first life (the crash-free reference run).
-pub fn run(setup: &TrialSetup<'_>, plan: Plan, dir: &Path, trace_run: bool) -> Result<History, String> {
+pub fn run(
+    setup: &TrialSetup<'_>,
+    plan: Plan,
+    dir: &Path,
+    trace_run: bool,
+) -> Result<History, String> {
     let td = TrialDir {
         dir: dir.to_path_buf(),
     };
-    std::fs::create_dir_all(&td.dir).map_err(|e| format!("cannot create {}: {e}", td.dir.display()))?;
+    std::fs::create_dir_all(&td.dir)
+        .map_err(|e| format!("cannot create {}: {e}", td.dir.display()))?;
     let spec = td.spec();
-    tools::populate(&spec.workspace, setup.files)
-        .map_err(|e| format!("cannot populate the workspace {}: {e}", spec.workspace.display()))?;
+    tools::populate(&spec.workspace, setup.files).map_err(|e| {
+        format!(
+            "cannot populate the workspace {}: {e}",
+            spec.workspace.display()
+        )
+    })?;
     let world = World::start(&td.world()).map_err(|e| format!("cannot start the world: {e}"))?;
     let observe = |what: &str| {
         setup
@@ -210,7 +220,9 @@ pub fn run(setup: &TrialSetup<'_>, plan: Plan, dir: &Path, trace_run: bool) -> R
                 }
                 after_kill.push(observe("after the kill")?);
                 if index + 1 >= MAX_LIVES {
-                    error = Some(format!("the agent was still not done after {MAX_LIVES} lives"));
+                    error = Some(format!(
+                        "the agent was still not done after {MAX_LIVES} lives"
+                    ));
                     break;
                 }
             }
@@ -224,11 +236,16 @@ pub fn run(setup: &TrialSetup<'_>, plan: Plan, dir: &Path, trace_run: bool) -> R
                 break;
             }
             LifeEnd::Killed => {
-                error = Some(format!("life {index} died of SIGKILL without a planned kill"));
+                error = Some(format!(
+                    "life {index} died of SIGKILL without a planned kill"
+                ));
                 break;
             }
             LifeEnd::Hung => {
-                error = Some(format!("life {index} hung for {}s and was killed", WATCHDOG.as_secs()));
+                error = Some(format!(
+                    "life {index} hung for {}s and was killed",
+                    WATCHDOG.as_secs()
+                ));
                 break;
             }
             // A failing agent is a finding for the checker (it could not finish).
@@ -236,8 +253,12 @@ pub fn run(setup: &TrialSetup<'_>, plan: Plan, dir: &Path, trace_run: bool) -> R
         }
     }
     let final_obs = observe("at the end")?;
-    let workspace = tools::snapshot(&spec.workspace)
-        .map_err(|e| format!("cannot read the workspace {}: {e}", spec.workspace.display()))?;
+    let workspace = tools::snapshot(&spec.workspace).map_err(|e| {
+        format!(
+            "cannot read the workspace {}: {e}",
+            spec.workspace.display()
+        )
+    })?;
     Ok(History {
         plan,
         lives,
@@ -343,8 +364,14 @@ fn run_life(
                 acked: None,
             }),
             ChildLine::Ack { seq, t, h } => match life.writes.last_mut() {
-                Some(w) if w.fingerprint == h && w.type_name == t && w.acked.is_none() => w.acked = Some(seq),
-                _ => protocol_error = Some(format!("the agent reported an ack of {t} without announcing it")),
+                Some(w) if w.fingerprint == h && w.type_name == t && w.acked.is_none() => {
+                    w.acked = Some(seq)
+                }
+                _ => {
+                    protocol_error = Some(format!(
+                        "the agent reported an ack of {t} without announcing it"
+                    ))
+                }
             },
             ChildLine::Recovered {
                 appended,
@@ -371,7 +398,9 @@ fn run_life(
     }
     drop(timer_tx);
     let timer_fired = timer_thread.join().unwrap_or(false);
-    let status = child.wait().map_err(|e| format!("cannot wait for the agent: {e}"))?;
+    let status = child
+        .wait()
+        .map_err(|e| format!("cannot wait for the agent: {e}"))?;
     life.micros = started.elapsed().as_micros() as u64;
     life.end = match (status.code(), status.signal()) {
         (_, Some(9)) if timer_fired && timer.is_none() => LifeEnd::Hung,

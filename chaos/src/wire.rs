@@ -83,7 +83,8 @@ pub fn wait_for_harness(input: &mut impl BufRead) -> Result<(), String> {
 
 /// Parses one line from the child; the error names the line.
 pub fn parse_line(line: &str) -> Result<ChildLine, String> {
-    serde_json::from_str(line).map_err(|e| format!("the agent wrote an unreadable line {line:?}: {e}"))
+    serde_json::from_str(line)
+        .map_err(|e| format!("the agent wrote an unreadable line {line:?}: {e}"))
 }
 
 #[cfg(test)]
@@ -92,14 +93,28 @@ mod tests {
 
     #[test]
     fn lines_round_trip_and_fingerprints_are_stable() {
-        let line = ChildLine::Ack { seq: 3, t: "tool_started".into(), h: "0badf00d".into() };
+        let line = ChildLine::Ack {
+            seq: 3,
+            t: "tool_started".into(),
+            h: "0badf00d".into(),
+        };
         let mut buf = Vec::new();
         Reporter::new(&mut buf).send(&line).unwrap();
         assert!(buf.ends_with(b"\n"));
-        assert_eq!(parse_line(std::str::from_utf8(&buf).unwrap().trim_end()).unwrap(), line);
-        let e = Event::ToolStarted { call_id: "r1-2".into() };
+        assert_eq!(
+            parse_line(std::str::from_utf8(&buf).unwrap().trim_end()).unwrap(),
+            line
+        );
+        let e = Event::ToolStarted {
+            call_id: "r1-2".into(),
+        };
         assert_eq!(fingerprint(&e), fingerprint(&e.clone()));
-        assert_ne!(fingerprint(&e), fingerprint(&Event::ToolStarted { call_id: "r1-3".into() }));
+        assert_ne!(
+            fingerprint(&e),
+            fingerprint(&Event::ToolStarted {
+                call_id: "r1-3".into()
+            })
+        );
         assert!(parse_line("{\"k\":\"nope\"}").is_err());
     }
 }

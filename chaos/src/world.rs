@@ -236,7 +236,13 @@ impl WorldClient {
     }
 
     /// Applies operation `id` (not idempotent: every call counts).
-    pub fn apply(&mut self, id: &str, service: &str, action: &str, life: u32) -> Result<Reply, String> {
+    pub fn apply(
+        &mut self,
+        id: &str,
+        service: &str,
+        action: &str,
+        life: u32,
+    ) -> Result<Reply, String> {
         self.call(&Request::Apply {
             id: id.to_string(),
             service: service.to_string(),
@@ -262,7 +268,10 @@ mod tests {
         let mut a = WorldClient::new(world.path());
         assert_eq!(a.status("op-1").unwrap().count, 0);
         let r = a.apply("op-1", "deploy", "v2", 0).unwrap();
-        assert_eq!((r.count, r.external_ref.as_deref()), (1, Some("deploy/op-1#1")));
+        assert_eq!(
+            (r.count, r.external_ref.as_deref()),
+            (1, Some("deploy/op-1#1"))
+        );
         drop(a);
         // A second process (life) connects after the first one died.
         let mut b = WorldClient::new(world.path());

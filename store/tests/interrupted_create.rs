@@ -4,7 +4,12 @@
 use agentstore::event::Event;
 use agentstore::{Session, SessionId, SessionOptions, SessionPaths};
 
-fn setup() -> (tempfile::TempDir, std::path::PathBuf, std::path::PathBuf, SessionId) {
+fn setup() -> (
+    tempfile::TempDir,
+    std::path::PathBuf,
+    std::path::PathBuf,
+    SessionId,
+) {
     let dir = tempfile::tempdir().unwrap();
     let root = dir.path().join("root");
     let ws = dir.path().join("ws");

@@ -1,0 +1,199 @@
+//! The command line: exit codes, one-line errors, reports, replay, shards.
+
+use std::path::{Path, PathBuf};
+use std::process::{Command, Output};
+
+fn bin() -> Command {
+    Command::new(env!("CARGO_BIN_EXE_agentchaos"))
+}
+
+fn fixture() -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/fixtures/small.json")
+}
+
+fn text(b: &[u8]) -> String {
+    String::from_utf8_lossy(b).into_owned()
+}
+
+fn run(args: &[&str]) -> Output {
+    bin().args(args).output().unwrap()
+}
+
+#[test]
+fn bad_scenarios_exit_2_with_one_line_naming_file_and_line() {
+    let dir = tempfile::tempdir().unwrap();
+    let bad = dir.path().join("bad.json");
+    std::fs::write(&bad, "{\n  \"name\": \"x\",\n  \"runs\": [\n    {\"id\": \"r\", \"steps\": [{\"do\": \"fly\"}]}\n  ]\n}\n").unwrap();
+    let out = bin()
+        .args(["run", "--quiet", "--scenario"])
+        .arg(&bad)
+        .output()
+        .unwrap();
+    assert_eq!(out.status.code(), Some(2));
+    let err = text(&out.stderr);
+    assert_eq!(err.lines().count(), 1, "{err}");
+    assert!(err.contains(&format!("{}:4: ", bad.display())), "{err}");
+    assert!(err.contains("unknown variant `fly`"), "{err}");
+    assert!(out.stdout.is_empty());
+
+    let missing = run(&["run", "--scenario", "/nonexistent/x.json"]);
+    assert_eq!(missing.status.code(), Some(2));
+    assert!(text(&missing.stderr).contains("/nonexistent/x.json: cannot read"));
+}
+
+#[test]
+fn bad_flags_exit_2() {
+    let f = fixture();
+    let f = f.to_str().unwrap();
+    for args in [
+        vec!["run", "--scenario", f, "--store-fault", "no-such-fault"],
+        vec!["run", "--scenario", f, "--shard", "3/2"],
+        vec!["run", "--scenario", f, "--trials", "0"],
+        vec!["replay", "--scenario", f, "--plan", "zap@1"],
+    ] {
+        let out = run(&args);
+        assert_eq!(
+            out.status.code(),
+            Some(2),
+            "{args:?}: {}",
+            text(&out.stderr)
+        );
+        assert_eq!(
+            text(&out.stderr).lines().count(),
+            1,
+            "{args:?}: {}",
+            text(&out.stderr)
+        );
+    }
+}
+
+#[test]
+fn faults_lists_every_fault_profile() {
+    let out = run(&["faults"]);
+    assert!(out.status.success());
+    let listed = text(&out.stdout);
+    for (_, name, promise) in agentstore::fault::Fault::ALL {
+        assert!(listed.contains(name) && listed.contains(promise), "{name}");
+    }
+}
+
+#[test]
+fn replay_reproduces_a_violation_deterministically() {
+    let f = fixture();
+    // A kill right after the intent of the remote call is durable: with
+    // rerun-uncertain the call runs twice.
+    let args = |plan: &str| {
+        let mut c = bin();
+        c.args([
+            "replay",
+            "--plan",
+            plan,
+            "--store-fault",
+            "rerun-uncertain",
+            "--scenario",
+        ])
+        .arg(&f);
+        c
+    };
+    let first = args("none").output().unwrap();
+    let trace = text(&first.stdout);
+    assert!(first.status.success(), "{trace}");
+    let hits: usize = trace
+        .split("passed ")
+        .nth(1)
+        .and_then(|s| s.split(' ').next())
+        .and_then(|n| n.parse().ok())
+        .unwrap();
+    let plan = (0..hits)
+        .map(|h| format!("kill@{h}"))
+        .find(|p| {
+            let out = args(p).output().unwrap();
+            text(&out.stdout).contains("VIOLATION effect-at-most-once")
+        })
+        .expect("some kill makes rerun-uncertain apply an effect twice");
+    let strip = |o: Output| -> Vec<String> {
+        text(&o.stdout)
+            .lines()
+            .filter(|l| !l.contains("/agentchaos-"))
+            .map(str::to_string)
+            .collect()
+    };
+    let a = strip(args(&plan).output().unwrap());
+    let b = strip(args(&plan).output().unwrap());
+    assert_eq!(a, b);
+    assert!(a.iter().any(|l| l.contains(&format!(
+        "replay:   agentchaos replay --scenario {} --plan {plan} --store-fault rerun-uncertain",
+        f.display()
+    ))));
+    assert_eq!(args(&plan).output().unwrap().status.code(), Some(1));
+}
+
+#[test]
+fn reports_shards_and_kept_failures() {
+    let dir = tempfile::tempdir().unwrap();
+    let f = fixture();
+    let campaign = |extra: &[&str]| {
+        let json = dir.path().join("r.json");
+        let out = bin()
+            .args([
+                "run",
+                "--quiet",
+                "--trials",
+                "12",
+                "--seed",
+                "5",
+                "--scenario",
+            ])
+            .arg(&f)
+            .arg("--json")
+            .arg(&json)
+            .args(extra)
+            .output()
+            .unwrap();
+        let report: serde_json::Value =
+            serde_json::from_slice(&std::fs::read(&json).unwrap()).unwrap();
+        (out, report)
+    };
+    let (all, report) = campaign(&[]);
+    assert!(all.status.success(), "{}", text(&all.stdout));
+    assert_eq!(report["trials"], 12);
+    let (_, one) = campaign(&["--shard", "1/2"]);
+    let (_, two) = campaign(&["--shard", "2/2"]);
+    assert_eq!(
+        one["trials"].as_u64().unwrap() + two["trials"].as_u64().unwrap(),
+        12
+    );
+
+    let keep = dir.path().join("kept");
+    let junit = dir.path().join("junit.xml");
+    let out = bin()
+        .args([
+            "run",
+            "--quiet",
+            "--exhaustive",
+            "--store-fault",
+            "mark-twice",
+            "--scenario",
+        ])
+        .arg(&f)
+        .arg("--keep-failures")
+        .arg(&keep)
+        .arg("--junit")
+        .arg(&junit)
+        .output()
+        .unwrap();
+    assert_eq!(out.status.code(), Some(1));
+    let xml = std::fs::read_to_string(&junit).unwrap();
+    assert!(
+        xml.contains("<testcase classname=\"agentchaos.small\" name=\"recovery-idempotent\">"),
+        "{xml}"
+    );
+    assert!(xml.contains("<failure message="));
+    let kept: Vec<_> = std::fs::read_dir(keep.join("small")).unwrap().collect();
+    assert!(!kept.is_empty());
+    let trial = kept[0].as_ref().unwrap().path();
+    assert!(std::fs::read_to_string(trial.join("VIOLATIONS.txt"))
+        .unwrap()
+        .contains("replay: agentchaos replay"));
+    assert!(trial.join("root/sessions/session/events.jsonl").exists());
+}

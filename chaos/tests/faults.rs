@@ -1,0 +1,145 @@
+//! Each store fault profile must make `agentchaos run` exit 1 naming the
+//! invariant it breaks, and the unmodified store must pass: a check that
+//! cannot fail is worth nothing.
+
+use std::path::{Path, PathBuf};
+use std::process::Command;
+
+use serde_json::Value;
+
+fn fixture() -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/fixtures/small.json")
+}
+
+/// Runs an exhaustive campaign on the small fixture; returns the exit code
+/// and the violation counts by invariant from the JSON report.
+fn campaign(fault: Option<&str>) -> (i32, Value, String) {
+    let dir = tempfile::tempdir().unwrap();
+    let json = dir.path().join("report.json");
+    let mut cmd = Command::new(env!("CARGO_BIN_EXE_agentchaos"));
+    cmd.args(["run", "--quiet", "--exhaustive", "--scenario"])
+        .arg(fixture())
+        .arg("--json")
+        .arg(&json);
+    if let Some(f) = fault {
+        cmd.args(["--store-fault", f]);
+    }
+    let out = cmd.output().unwrap();
+    let stdout = String::from_utf8_lossy(&out.stdout).into_owned();
+    let report: Value = serde_json::from_slice(&std::fs::read(&json).unwrap()).unwrap();
+    (out.status.code().unwrap_or(-1), report, stdout)
+}
+
+fn count(report: &Value, invariant: &str) -> u64 {
+    report["scenarios"][0]["violations_by_invariant"][invariant]
+        .as_u64()
+        .unwrap()
+}
+
+fn assert_caught(fault: &str, invariants: &[&str]) {
+    let (code, report, stdout) = campaign(Some(fault));
+    assert_eq!(code, 1, "{fault} must fail the campaign:\n{stdout}");
+    assert_eq!(
+        report["error_count"], 0,
+        "{fault}: trials must run as planned:\n{stdout}"
+    );
+    for inv in invariants {
+        assert!(
+            count(&report, inv) > 0,
+            "{fault} must be caught by {inv}:\n{stdout}"
+        );
+        assert!(
+            stdout.contains(&format!("VIOLATION {inv} ")),
+            "{fault}: the terminal report names {inv}"
+        );
+    }
+    let v = report["violations"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|v| v["invariant"] == invariants[0])
+        .unwrap();
+    let replay = v["replay"].as_str().unwrap();
+    assert!(
+        replay.starts_with("agentchaos replay --scenario ")
+            && replay.ends_with(&format!("--store-fault {fault}")),
+        "{replay}"
+    );
+    for field in ["expected", "found", "crash_point", "when"] {
+        assert!(
+            !v[field].as_str().unwrap().is_empty(),
+            "{field} explains the violation"
+        );
+    }
+}
+
+#[test]
+fn the_unmodified_store_passes() {
+    let (code, report, stdout) = campaign(None);
+    assert_eq!(code, 0, "{stdout}");
+    assert_eq!(report["violation_count"], 0);
+    let s = &report["scenarios"][0];
+    assert!(s["trials"].as_u64().unwrap() > s["crash_points_total"].as_u64().unwrap());
+    assert_eq!(
+        s["crash_points_covered"], s["crash_points_total"],
+        "exhaustive covers every hit"
+    );
+}
+
+#[test]
+fn ack_before_fsync_is_caught_by_acked_durable() {
+    assert_caught("ack-before-fsync", &["acked-durable"]);
+}
+
+#[test]
+fn skip_intent_is_caught_by_effect_at_most_once_and_acked_durable() {
+    assert_caught("skip-intent", &["effect-at-most-once", "acked-durable"]);
+}
+
+#[test]
+fn rerun_uncertain_is_caught_by_effect_at_most_once_and_orphan_marked_uncertain() {
+    assert_caught(
+        "rerun-uncertain",
+        &["effect-at-most-once", "orphan-marked-uncertain"],
+    );
+}
+
+#[test]
+fn non_atomic_snapshot_is_caught_by_checkpoint_projection() {
+    assert_caught("non-atomic-snapshot", &["checkpoint-projection"]);
+}
+
+#[test]
+fn checkpoint_seq_ahead_is_caught_by_checkpoint_projection() {
+    assert_caught("checkpoint-seq-ahead", &["checkpoint-projection"]);
+}
+
+#[test]
+fn no_torn_tail_repair_is_caught_by_log_prefix() {
+    assert_caught("no-torn-tail-repair", &["log-prefix"]);
+}
+
+#[test]
+fn drop_recovery_block_is_caught_by_orphan_marked_uncertain() {
+    assert_caught("drop-recovery-block", &["orphan-marked-uncertain"]);
+}
+
+#[test]
+fn mark_twice_is_caught_by_recovery_idempotent() {
+    assert_caught("mark-twice", &["recovery-idempotent"]);
+}
+
+#[test]
+fn every_fault_the_store_offers_has_a_test_here() {
+    let listed: Vec<&str> = agentstore::fault::Fault::ALL
+        .iter()
+        .map(|(_, n, _)| *n)
+        .collect();
+    let source = include_str!("faults.rs");
+    for name in listed {
+        assert!(
+            source.contains(&format!("assert_caught(\"{name}\"")),
+            "no test for fault {name}"
+        );
+    }
+}
