@@ -83,6 +83,9 @@ pub fn run(args: &AgentArgs, backend: &dyn StoreBackend) -> Result<(), String> {
         let context = store
             .context(None)
             .map_err(|e| format!("cannot render the context: {e}"))?;
+        let projection = store
+            .projection()
+            .map_err(|e| format!("cannot read the projection: {e}"))?;
         reporter.send(&ChildLine::Recovered {
             appended: first.appended,
             interrupted: first.interrupted_runs.clone(),
@@ -95,6 +98,7 @@ pub fn run(args: &AgentArgs, backend: &dyn StoreBackend) -> Result<(), String> {
                 })
                 .collect(),
             block: recovery_block(&context),
+            projection,
         })?;
         let stdin = std::io::stdin();
         wait_for_harness(&mut stdin.lock())?;

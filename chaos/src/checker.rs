@@ -619,6 +619,19 @@ fn recovery(h: &History, i: usize, life: &Life, out: &mut Vec<Violation>) {
             ));
         }
     }
+    // checkpoint-projection through the store's own resume path: what it
+    // rebuilt (from its snapshot, if it trusted one) is the fold of its log.
+    if let Some(full) = &after.fold {
+        if let Some(d) = first_diff(&report.projection, full, "projection") {
+            out.push(v(
+                Invariant::CheckpointProjection,
+                &when,
+                "the store's projection after resuming to equal the fold of its whole log".into(),
+                format!("they differ at {d}"),
+                tail(&after.records, 2),
+            ));
+        }
+    }
     // recovery-idempotent: the second recovery changes nothing on disk.
     if let (Some(again), Some(b)) = (life.recovered_again, &life.after_second_recovery) {
         if again != 0 || (b.log_len, b.log_crc) != (after.log_len, after.log_crc) {
@@ -713,15 +726,16 @@ fn checkpoint(moments: &[Moment<'_>], out: &mut Vec<Violation>) {
                             None => "the log's prefix cannot be folded".to_string(),
                         },
                     ))
-                } else if f.resumed.as_ref() != Some(&f.full) {
+                } else if f.resumed.is_none() || f.resumed != m.obs.fold {
                     Some((
                         "snapshot + the log's tail to equal the fold of the whole log".to_string(),
-                        match &f.resumed {
-                            Some(r) => format!(
+                        match (&f.resumed, &m.obs.fold) {
+                            (Some(r), Some(full)) => format!(
                                 "they differ at {}",
-                                first_diff(r, &f.full, "projection").unwrap_or_default()
+                                first_diff(r, full, "projection").unwrap_or_default()
                             ),
-                            None => "the tail cannot be folded onto the snapshot".to_string(),
+                            (None, _) => "the tail cannot be folded onto the snapshot".to_string(),
+                            (Some(_), None) => "the whole log cannot be folded".to_string(),
                         },
                     ))
                 } else {
@@ -1011,6 +1025,125 @@ fn line_diff(want: &[u8], got: &[u8]) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::nemesis::Plan;
+    use crate::trial::{Append, RecoveryReport};
+    use agentstore::event::{event_id, Body, Redaction};
+
+    fn obs(events: &[Event]) -> Observation {
+        let records: Vec<Record> = events
+            .iter()
+            .enumerate()
+            .map(|(i, e)| Record {
+                seq: i as u64,
+                id: event_id(i as u64),
+                ts: "2026-01-01T00:00:00.000Z".into(),
+                redaction: Redaction::Public,
+                body: Body::Known(e.clone()),
+            })
+            .collect();
+        Observation {
+            fold: None,
+            ends: Vec::new(),
+            torn: None,
+            damage: None,
+            log_len: records.len() as u64,
+            log_crc: records.len() as u32,
+            checkpoint: CheckpointView::Absent,
+            records,
+        }
+    }
+
+    fn life(index: u32, writes: &[(&Event, u64)], end: LifeEnd) -> Life {
+        Life {
+            index,
+            kill_at: None,
+            writes: writes
+                .iter()
+                .map(|(e, seq)| Append {
+                    type_name: e.type_name().into(),
+                    fingerprint: crate::wire::fingerprint(e),
+                    acked: Some(*seq),
+                })
+                .collect(),
+            recovered: None,
+            after_recovery: None,
+            recovered_again: None,
+            after_second_recovery: None,
+            done: end == LifeEnd::Exited(0),
+            end,
+            stderr: String::new(),
+            trace: None,
+            micros: 0,
+        }
+    }
+
+    /// A store whose recovery leaves the open run open (or closes it, for the control).
+    fn history(recovery_closes_the_run: bool) -> History {
+        let created = Event::SessionCreated {
+            session_id: "s".into(),
+            schema_version: 1,
+            workspace: String::new(),
+        };
+        let started = Event::RunStarted { run_id: "r".into() };
+        let interrupted = Event::RunInterrupted { run_id: "r".into() };
+        let resumed = Event::RunStarted {
+            run_id: "r~1".into(),
+        };
+        let finished = Event::RunFinished {
+            run_id: "r~1".into(),
+            status: agentstore::event::RunStatus::Completed,
+        };
+        let killed = obs(&[created.clone(), started.clone()]);
+        let mut recovered = vec![created.clone(), started.clone()];
+        if recovery_closes_the_run {
+            recovered.push(interrupted);
+        }
+        let after = obs(&recovered);
+        let n = recovered.len() as u64;
+        recovered.extend([resumed.clone(), finished.clone()]);
+        let mut second = life(1, &[(&resumed, n), (&finished, n + 1)], LifeEnd::Exited(0));
+        second.recovered = Some(RecoveryReport {
+            appended: u64::from(recovery_closes_the_run),
+            interrupted: if recovery_closes_the_run {
+                vec!["r".into()]
+            } else {
+                vec![]
+            },
+            uncertain: vec![],
+            block: None,
+            projection: Value::Null,
+        });
+        second.after_recovery = Some(after.clone());
+        second.recovered_again = Some(0);
+        second.after_second_recovery = Some(after);
+        History {
+            plan: Plan::kill(3),
+            lives: vec![life(0, &[(&started, 1)], LifeEnd::Killed), second],
+            after_kill: vec![killed],
+            power_cut: vec![],
+            final_obs: obs(&recovered),
+            world: vec![],
+            workspace: BTreeMap::new(),
+            error: None,
+        }
+    }
+
+    #[test]
+    fn runs_closed_catches_a_recovery_that_leaves_the_run_open() {
+        let found = check(&history(false), None);
+        let rc: Vec<&Violation> = found
+            .iter()
+            .filter(|v| v.invariant == Invariant::RunsClosed)
+            .collect();
+        assert!(!rc.is_empty(), "{found:#?}");
+        assert!(
+            rc[0].expected.contains("run r had no finish"),
+            "{:?}",
+            rc[0]
+        );
+        assert_eq!(rc[0].found, "0 run_interrupted for it");
+        assert_eq!(check(&history(true), None), vec![], "the control passes");
+    }
 
     #[test]
     fn names_are_stable_and_round_trip() {

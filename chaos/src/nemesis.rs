@@ -303,8 +303,9 @@ fn second_kill(rng: &mut Rng, work: usize) -> u64 {
 
 /// Every plan `--exhaustive` runs: a kill at every hit; a tear at every
 /// write hit; a power cut at every hit where the log has unsynced bytes;
-/// and, once per distinct log length at which a recovery has work, a
-/// double crash killing the recovery too.
+/// once per distinct log length at which a recovery has work, a double
+/// crash killing the recovery too; and one timer kill per eight hits, for
+/// realism (blackbox: wherever the agent happens to be).
 pub fn exhaustive(trace: &Trace, rng: &mut Rng) -> Vec<Plan> {
     let mut plans: Vec<Plan> = (0..trace.len()).map(Plan::kill).collect();
     for (h, name) in trace.hits.iter().enumerate() {
@@ -339,7 +340,21 @@ pub fn exhaustive(trace: &Trace, rng: &mut Rng) -> Vec<Plan> {
             then_kill_at: Some(second_kill(rng, trace.recovery_work[h])),
         });
     }
+    for _ in 0..trace.len().div_ceil(8) {
+        plans.push(Plan {
+            crash: Some(timer(trace, rng)),
+            then_kill_at: None,
+        });
+    }
     plans
+}
+
+/// A timer kill somewhere in the span of a crash-free run (a little past
+/// it, so that some timers come too late and the agent finishes).
+fn timer(trace: &Trace, rng: &mut Rng) -> Crash {
+    Crash::Timer {
+        micros: rng.below(trace.micros.max(1) * 6 / 5 + 1),
+    }
 }
 
 /// `n` plans sampled from the seed: kills, tears, power cuts, double
@@ -367,9 +382,7 @@ pub fn sample(trace: &Trace, n: usize, rng: &mut Rng) -> Vec<Plan> {
                 50..=64 if !unsynced.is_empty() => Crash::PowerCut {
                     at: *rng.pick(&unsynced),
                 },
-                85..=99 => Crash::Timer {
-                    micros: rng.below(trace.micros.max(1) * 6 / 5 + 1),
-                },
+                85..=99 => timer(trace, rng),
                 _ => Crash::Kill { at: any },
             };
             let double = (65..=84).contains(&roll);
@@ -435,6 +448,7 @@ mod tests {
         assert_eq!(plans.iter().filter(|p| p.kind() == "tear").count(), 2);
         assert_eq!(plans.iter().filter(|p| p.kind() == "powercut").count(), 2);
         assert_eq!(plans.iter().filter(|p| p.kind() == "double").count(), 2);
+        assert_eq!(plans.iter().filter(|p| p.kind() == "timer").count(), 1);
         let sampled = sample(&t, 50, &mut Rng::new(2));
         assert_eq!(sampled.len(), 50);
         assert!(sampled.iter().all(|p| p.crash.is_some()));

@@ -111,8 +111,6 @@ pub struct SnapshotFacts {
     pub fold_at: Option<Value>,
     /// The snapshot's projection with the log's tail after it folded in.
     pub resumed: Option<Value>,
-    /// The fold of the whole log.
-    pub full: Value,
 }
 
 /// What is on disk, read without a lock and without repairing anything.
@@ -126,6 +124,8 @@ pub struct Observation {
     pub torn: Option<String>,
     /// Damage before the tail (the log refuses to load), described.
     pub damage: Option<String>,
+    /// The store's fold of the whole log (None when it cannot be folded).
+    pub fold: Option<Value>,
     /// Length and CRC32C of the log file's bytes.
     pub log_len: u64,
     pub log_crc: u32,
@@ -262,11 +262,14 @@ fn observe_reference(paths: &SessionPaths) -> StoreResult<Observation> {
                 snapshot: to_value(&snap.projection),
                 fold_at,
                 resumed,
-                full: fold(&records).unwrap_or(Value::Null),
             })
         }
     };
+    let fold = agentstore::projection::fold(&records)
+        .ok()
+        .map(|p| to_value(&p));
     Ok(Observation {
+        fold,
         records,
         ends,
         torn,
@@ -392,7 +395,7 @@ mod tests {
             CheckpointView::Present(f) => {
                 assert_eq!(f.next_seq, 4);
                 assert_eq!(f.fold_at.as_ref(), Some(&f.snapshot));
-                assert_eq!(f.resumed.as_ref(), Some(&f.full));
+                assert_eq!(f.resumed.as_ref(), obs.fold.as_ref());
             }
             other => panic!("expected a snapshot, got {other:?}"),
         }

@@ -68,6 +68,8 @@ pub struct RecoveryReport {
     pub interrupted: Vec<String>,
     pub uncertain: Vec<ReportedCall>,
     pub block: Option<String>,
+    /// The store's projection as it resumed (from its snapshot, if it used one).
+    pub projection: serde_json::Value,
 }
 
 /// How an agent process ended.
@@ -378,12 +380,14 @@ fn run_life(
                 interrupted,
                 uncertain,
                 block,
+                projection,
             } => {
                 life.recovered = Some(RecoveryReport {
                     appended,
                     interrupted,
                     uncertain,
                     block,
+                    projection,
                 });
                 life.after_recovery = Some(observe("after the first recovery")?);
                 go_on(&mut stdin);

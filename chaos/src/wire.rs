@@ -27,14 +27,17 @@ pub enum ChildLine {
     Append { t: String, h: String },
     /// The store acknowledged the last appended event as durable at `seq`.
     Ack { seq: Seq, t: String, h: String },
-    /// First recovery done: what the store reported and the `<recovery>`
-    /// block of the rendered context (None when the context has none).
+    /// First recovery done: what the store reported, the `<recovery>`
+    /// block of the rendered context (None when the context has none) and
+    /// the store's projection.
     /// The child then waits for the harness to look at the disk.
     Recovered {
         appended: u64,
         interrupted: Vec<String>,
         uncertain: Vec<ReportedCall>,
         block: Option<String>,
+        /// The store's own projection after resuming and recovering.
+        projection: serde_json::Value,
     },
     /// The session was closed, reopened and recovered again; the child waits again.
     RecoveredAgain { appended: u64 },
