@@ -52,15 +52,28 @@ fn story(h: &History) -> String {
                 .collect();
             let _ = writeln!(
                 s,
-                "  recovery appended {}; interrupted runs {:?}; uncertain calls [{}]; context {} a <recovery> block",
+                "  recovery appended {}; interrupted runs {:?}; uncertain calls [{}]; the context {}",
                 r.appended,
                 r.interrupted,
                 calls.join(", "),
-                if r.block.is_some() { "has" } else { "has no" }
+                if r.block.is_some() {
+                    "has a <recovery> block"
+                } else {
+                    "has no <recovery> block"
+                }
             );
         }
         if let Some(n) = life.recovered_again {
             let _ = writeln!(s, "  second recovery appended {n}");
+        }
+        if i == 0 {
+            for (path, from, to) in &h.power_cut {
+                let _ = writeln!(
+                    s,
+                    "  power cut: {} cut from {from} to {to} bytes",
+                    path.display()
+                );
+            }
         }
         if let Some(obs) = h.after_kill.get(i) {
             let _ = writeln!(
@@ -77,15 +90,6 @@ fn story(h: &History) -> String {
                     .map(|r| format!(", last {}", describe_record(r)))
                     .unwrap_or_default()
             );
-        }
-        if i == 0 {
-            for (path, from, to) in &h.power_cut {
-                let _ = writeln!(
-                    s,
-                    "  power cut: {} cut from {from} to {to} bytes",
-                    path.display()
-                );
-            }
         }
     }
     let _ = writeln!(
