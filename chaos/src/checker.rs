@@ -1025,7 +1025,6 @@ fn line_diff(want: &[u8], got: &[u8]) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::nemesis::Plan;
     use crate::trial::{Append, RecoveryReport};
     use agentstore::event::{event_id, Body, Redaction};
 
@@ -1117,7 +1116,6 @@ mod tests {
         second.recovered_again = Some(0);
         second.after_second_recovery = Some(after);
         History {
-            plan: Plan::kill(3),
             lives: vec![life(0, &[(&started, 1)], LifeEnd::Killed), second],
             after_kill: vec![killed],
             power_cut: vec![],

@@ -355,6 +355,12 @@ fn run(args: RunArgs) -> Result<ExitCode, Failure> {
     let result = runner::run(&cfg, sources).map_err(failed)?;
     print!("{}", report::violations_text(&result, &ctx));
     print!("{}", report::table(&result, &ctx));
+    if let (Some(k), true) = (
+        &cfg.keep_failures,
+        result.violation_count() + result.error_count() > 0,
+    ) {
+        println!("failing trials kept in {}", k.display());
+    }
     shrink_random(
         &cfg,
         &result,

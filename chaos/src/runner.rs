@@ -66,15 +66,14 @@ pub struct Config<'a> {
 /// power cuts are modelled explicitly (see `nemesis`).
 pub fn default_dir() -> PathBuf {
     let shm = Path::new("/dev/shm");
-    let writable = shm.is_dir() && tempfile_in(shm).is_ok();
-    if writable {
+    if shm.is_dir() && can_write(shm).is_ok() {
         shm.to_path_buf()
     } else {
         std::env::temp_dir()
     }
 }
 
-fn tempfile_in(dir: &Path) -> std::io::Result<()> {
+fn can_write(dir: &Path) -> std::io::Result<()> {
     let p = dir.join(format!(".agentchaos-probe-{}", std::process::id()));
     std::fs::write(&p, b"")?;
     std::fs::remove_file(&p)
@@ -248,8 +247,6 @@ pub struct TrialOutcome {
     pub covered_hit: Option<u64>,
     pub started: Instant,
     pub finished: Instant,
-    /// Where the trial directory was kept, if it was.
-    pub kept: Option<PathBuf>,
 }
 
 /// Runs one trial and checks it.
@@ -288,18 +285,18 @@ pub fn run_trial(
         ),
     };
     let failed = !violations.is_empty() || error.is_some();
-    let kept = match (&cfg.keep_failures, failed) {
-        (Some(keep), true) => keep_trial(
+    if let (Some(keep), true) = (&cfg.keep_failures, failed) {
+        let fault = cfg.store_fault.as_deref();
+        keep_trial(
             keep,
             dir,
             &prepared.source,
             &plan,
             &violations,
             error.as_deref(),
-            cfg.store_fault.as_deref(),
-        ),
-        _ => None,
-    };
+            fault,
+        );
+    }
     let _ = std::fs::remove_dir_all(dir);
     TrialOutcome {
         scenario,
@@ -310,7 +307,6 @@ pub fn run_trial(
         covered_hit,
         started,
         finished: Instant::now(),
-        kept,
     }
 }
 
@@ -338,10 +334,12 @@ fn keep_trial(
     violations: &[Violation],
     error: Option<&str>,
     fault: Option<&str>,
-) -> Option<PathBuf> {
+) {
     let dest = keep.join(&source.scenario.name).join(plan.to_string());
     let _ = std::fs::remove_dir_all(&dest);
-    copy_dir(dir, &dest).ok()?;
+    if copy_dir(dir, &dest).is_err() {
+        return;
+    }
     let mut notes = format!(
         "scenario: {}\nplan: {plan}\nreplay: {}\n",
         source.path.display(),
@@ -360,8 +358,7 @@ fn keep_trial(
             v.events.join(", ")
         ));
     }
-    std::fs::write(dest.join("VIOLATIONS.txt"), notes).ok()?;
-    Some(dest)
+    let _ = std::fs::write(dest.join("VIOLATIONS.txt"), notes);
 }
 
 /// Per-scenario results.
@@ -528,7 +525,6 @@ fn run_in(
                     covered_hit: None,
                     started: now,
                     finished: now,
-                    kept: None,
                 }
             })
         })

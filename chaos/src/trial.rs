@@ -109,7 +109,6 @@ pub struct Life {
 /// Everything a trial observed.
 #[derive(Debug, Clone)]
 pub struct History {
-    pub plan: Plan,
     pub lives: Vec<Life>,
     /// `after_kill[i]`: the disk after life `i` was killed (and the power cut, if any).
     pub after_kill: Vec<Observation>,
@@ -205,7 +204,17 @@ pub fn run(
             (0, Some(Crash::Timer { micros })) => Some(Duration::from_micros(micros)),
             _ => None,
         };
-        let life = run_life(setup, &td, &spec, index, kill_at, &env, timer, &observe)?;
+        let life = run_life(
+            setup,
+            &td,
+            &LifeSpec {
+                index,
+                kill_at,
+                env: &env,
+                timer,
+            },
+            &observe,
+        )?;
         let end = life.end;
         let traced = env.iter().any(|(k, _)| *k == "AGENTCHAOS_TRACE");
         let mut life = life;
@@ -262,7 +271,6 @@ pub fn run(
         )
     })?;
     Ok(History {
-        plan,
         lives,
         after_kill,
         power_cut,
@@ -288,17 +296,28 @@ fn arm_timer(pid: u32, after: Duration) -> (mpsc::Sender<()>, std::thread::JoinH
     (tx, handle)
 }
 
-#[allow(clippy::too_many_arguments)]
+/// How one agent process is started.
+struct LifeSpec<'a> {
+    index: u32,
+    kill_at: Option<u64>,
+    env: &'a [(&'static str, String)],
+    /// SIGKILL from the harness after this long.
+    timer: Option<Duration>,
+}
+
 fn run_life(
     setup: &TrialSetup<'_>,
     td: &TrialDir,
-    spec: &SessionSpec,
-    index: u32,
-    kill_at: Option<u64>,
-    env: &[(&'static str, String)],
-    timer: Option<Duration>,
+    life_spec: &LifeSpec<'_>,
     observe: &dyn Fn(&str) -> Result<Observation, String>,
 ) -> Result<Life, String> {
+    let LifeSpec {
+        index,
+        kill_at,
+        env,
+        timer,
+    } = *life_spec;
+    let spec = td.spec();
     let stderr_path = td.stderr(index);
     let stderr = std::fs::File::create(&stderr_path)
         .map_err(|e| format!("cannot create {}: {e}", stderr_path.display()))?;
