@@ -243,14 +243,19 @@ fn config<'a>(
     check_fault(&common.store_fault)?;
     let agent_exe =
         std::env::current_exe().map_err(|e| failed(format!("cannot find my own binary: {e}")))?;
-    let dir = match &common.dir {
-        Some(d) => {
-            std::fs::create_dir_all(d)
-                .map_err(|e| bad_input(format!("--dir {}: {e}", d.display())))?;
-            d.clone()
-        }
-        None => runner::default_dir(),
-    };
+    let dir = common.dir.clone().unwrap_or_else(runner::default_dir);
+    // agentchaos-<pid>-<hex>/<s>-<i>/w.sock must fit a Unix socket path.
+    let longest =
+        dir.as_os_str().len() + "/agentchaos-4294967295-ffffffff/9999-999999/w.sock".len();
+    if longest > agentchaos::world::MAX_SOCKET_PATH {
+        return Err(bad_input(format!(
+            "--dir {} is too long: trial sockets need paths of at most {} bytes",
+            dir.display(),
+            agentchaos::world::MAX_SOCKET_PATH
+        )));
+    }
+    std::fs::create_dir_all(&dir)
+        .map_err(|e| bad_input(format!("--dir {}: {e}", dir.display())))?;
     let jobs = common
         .jobs
         .unwrap_or_else(|| std::thread::available_parallelism().map_or(2, |n| n.get()));
