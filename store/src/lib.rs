@@ -8,9 +8,11 @@
 //!   they are created and replaced durably;
 //! - [`projection`], [`session`], [`recovery`], [`checkpoint`], [`context`],
 //!   [`blob`]: what makes the log an agent session (part 2);
+//! - [`adapter`]: the agentchaos adapter protocol served over a session;
 //! - [`crashpoint`] and [`fault`]: hooks for the agentchaos harness, inert
 //!   unless their environment variables are set.
 
+pub mod adapter;
 pub mod blob;
 pub mod checkpoint;
 pub mod context;
