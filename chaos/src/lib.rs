@@ -1,1 +1,3 @@
 //! agentchaos: crash-consistency harness for agent session stores.
+
+pub mod adapter;
