@@ -108,6 +108,16 @@ impl From<Error> for Refusal {
     }
 }
 
+/// One reply line: the id first, then `ok` or `error`.
+#[derive(serde::Serialize)]
+struct Reply {
+    id: Value,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    ok: Option<Value>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    error: Option<Value>,
+}
+
 /// The adapter's state: at most one open session.
 #[derive(Debug, Default)]
 struct Server {
@@ -132,7 +142,7 @@ pub fn serve(input: impl BufRead, mut output: impl Write) -> Result<()> {
 }
 
 impl Server {
-    fn handle(&mut self, line: &str) -> Value {
+    fn handle(&mut self, line: &str) -> Reply {
         let parsed: std::result::Result<Value, _> = serde_json::from_str(line);
         let (id, outcome) = match parsed {
             Ok(v) => {
@@ -148,8 +158,16 @@ impl Server {
             ),
         };
         match outcome {
-            Ok(ok) => json!({ "id": id, "ok": ok }),
-            Err(r) => json!({ "id": id, "error": { "kind": r.kind, "message": r.message } }),
+            Ok(ok) => Reply {
+                id,
+                ok: Some(ok),
+                error: None,
+            },
+            Err(r) => Reply {
+                id,
+                ok: None,
+                error: Some(json!({ "kind": r.kind, "message": r.message })),
+            },
         }
     }
 
