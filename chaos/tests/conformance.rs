@@ -346,7 +346,18 @@ fn run_session(a: &Adapter, workspace: &Path) -> Outcome {
     agent.commit("c3", "op3");
     agent.result("c3");
     agent.start("c4");
-    let first_kept = agent.result("c4");
+    // A large output goes to a blob first, durable before the result names it.
+    let output: Vec<u8> = (0..40_000u32).map(|i| (i % 251) as u8).collect();
+    let blob = agent.client.put_blob(&output).unwrap();
+    assert_eq!(blob.digest, agentstore::blob::digest(&output), "{}", a.name);
+    let parent = agent.leaf.clone();
+    let first_kept = agent.append(Event::ToolResult {
+        parent,
+        call_id: "c4".into(),
+        status: ResultStatus::Ok,
+        output: None,
+        blob: Some(blob.clone()),
+    });
     agent.append(Event::RunStarted {
         run_id: "r2".into(),
     });
@@ -381,6 +392,18 @@ fn run_session(a: &Adapter, workspace: &Path) -> Outcome {
     assert_eq!(client.projection().unwrap(), end, "{}", a.name);
     assert_eq!(client.recover().unwrap().appended, 0, "{}", a.name);
     check_acked_survived(a.name, &acked, &client.events(None).unwrap());
+    assert_eq!(client.get_blob(&blob).unwrap(), output, "{}", a.name);
+    let missing = agentstore::event::BlobRef {
+        digest: "0".repeat(64),
+        size: 1,
+    };
+    let refused = client.get_blob(&missing).unwrap_err();
+    assert_eq!(
+        refused.refusal_kind(),
+        Some(ErrorKind::NotFound),
+        "{}",
+        a.name
+    );
     client.close().unwrap();
     assert!(client.shutdown().unwrap().success(), "{}", a.name);
 

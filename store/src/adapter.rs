@@ -15,7 +15,7 @@ use serde::Deserialize;
 use serde_json::{json, Map, Value};
 
 use crate::error::{Error, Result};
-use crate::event::{event_id, Body, Event, Record, Seq};
+use crate::event::{event_id, BlobRef, Body, Event, Record, Seq};
 use crate::layout::SessionId;
 use crate::projection::{OpenCall, Projection};
 use crate::scan::Scanner;
@@ -68,6 +68,13 @@ enum Request {
     },
     Checkpoint,
     Projection,
+    PutBlob {
+        hex: String,
+    },
+    GetBlob {
+        digest: String,
+        size: u64,
+    },
     Close,
 }
 
@@ -272,6 +279,30 @@ impl Server {
                 Ok(json!({ "next_seq": c.next_seq }))
             }
             Request::Projection => Ok(projection_json(self.session()?.projection())),
+            Request::PutBlob { hex } => {
+                let bytes = from_hex(&hex).ok_or_else(|| {
+                    Refusal::bad_request("put_blob: hex is not an even number of hex digits")
+                })?;
+                let blob = self.session()?.put_blob(&bytes)?;
+                Ok(json!({ "digest": blob.digest, "size": blob.size }))
+            }
+            Request::GetBlob { digest, size } => {
+                let session = self.session()?;
+                let reference = BlobRef { digest, size };
+                let valid = reference.digest.len() == 64
+                    && reference
+                        .digest
+                        .bytes()
+                        .all(|b| matches!(b, b'0'..=b'9' | b'a'..=b'f'));
+                if !valid || !session.paths().blobs().join(&reference.digest).is_file() {
+                    return Err(Refusal {
+                        kind: "not_found",
+                        message: format!("no blob {}", reference.digest),
+                    });
+                }
+                let bytes = crate::blob::get(session.paths(), &reference)?;
+                Ok(json!({ "hex": to_hex(&bytes) }))
+            }
             Request::Close => {
                 self.session()?;
                 self.session = None;
@@ -279,6 +310,20 @@ impl Server {
             }
         }
     }
+}
+
+fn to_hex(bytes: &[u8]) -> String {
+    bytes.iter().map(|b| format!("{b:02x}")).collect()
+}
+
+fn from_hex(hex: &str) -> Option<Vec<u8>> {
+    if hex.len() % 2 != 0 || !hex.bytes().all(|b| b.is_ascii_hexdigit()) {
+        return None;
+    }
+    (0..hex.len())
+        .step_by(2)
+        .map(|i| u8::from_str_radix(hex.get(i..i + 2)?, 16).ok())
+        .collect()
 }
 
 /// Records with seq greater than `after` (all when `None`), at most `limit`.
@@ -366,6 +411,7 @@ mod tests {
         let dir = tempfile::tempdir().unwrap();
         let root = dir.path().join("root");
         let ws = dir.path();
+        let digest = crate::blob::digest(b"hi\n");
         let replies = run(&[
             json!({"id": 1, "op": "hello", "protocol": 1}),
             json!({"id": 2, "op": "open", "root": root, "session": "s", "workspace": ws, "create": true}),
@@ -377,8 +423,11 @@ mod tests {
             json!({"id": 7, "op": "recover"}),
             json!({"id": 8, "op": "events", "after": 2}),
             json!({"id": 9, "op": "projection"}),
-            json!({"id": 10, "op": "close"}),
-            json!({"id": 11, "op": "context"}),
+            json!({"id": 10, "op": "put_blob", "hex": "68690a"}),
+            json!({"id": 11, "op": "get_blob", "size": 3, "digest": digest}),
+            json!({"id": 12, "op": "get_blob", "size": 3, "digest": "00".repeat(32)}),
+            json!({"id": 13, "op": "close"}),
+            json!({"id": 14, "op": "context"}),
         ]);
         assert_eq!(replies[0]["ok"]["protocol"], 1);
         assert_eq!(replies[1]["ok"], json!({"next_seq": 1}));
@@ -399,8 +448,11 @@ mod tests {
             .collect();
         assert_eq!(types, ["tool_started", "run_interrupted", "tool_recovery"]);
         assert_eq!(replies[8]["ok"]["open_calls"][0]["recovery"], "started");
-        assert_eq!(replies[9]["ok"], json!({}));
-        assert_eq!(replies[10]["error"]["kind"], "bad_request");
+        assert_eq!(replies[9]["ok"], json!({"digest": digest, "size": 3}));
+        assert_eq!(replies[10]["ok"], json!({"hex": "68690a"}));
+        assert_eq!(replies[11]["error"]["kind"], "not_found");
+        assert_eq!(replies[12]["ok"], json!({}));
+        assert_eq!(replies[13]["error"]["kind"], "bad_request");
         for (i, r) in replies.iter().enumerate() {
             assert_eq!(r["id"], i as u64 + 1);
         }

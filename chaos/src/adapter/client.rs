@@ -17,15 +17,15 @@ use std::sync::mpsc::{self, Receiver, RecvTimeoutError};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
-use agentstore::event::{event_id, Body, Event, Record, Seq};
+use agentstore::event::{event_id, BlobRef, Body, Event, Record, Seq};
 use agentstore::recovery::RecoveryState;
 use serde::de::DeserializeOwned;
 use serde_json::Value;
 
 use super::protocol::{
-    Ack, Capability, CheckpointReply, Closed, ContextReply, Envelope, ErrorKind, EventsReply,
-    Hello, IntentAck, OpenArgs, Opened, ProjectionView, RecoverReply, Request, WireError,
-    WireRecord, PROTOCOL_VERSION,
+    from_hex, to_hex, Ack, BlobBytes, Capability, CheckpointReply, Closed, ContextReply, Envelope,
+    ErrorKind, EventsReply, Hello, IntentAck, OpenArgs, Opened, ProjectionView, RecoverReply,
+    Request, WireError, WireRecord, PROTOCOL_VERSION,
 };
 
 /// Longest reply line accepted, newline included.
@@ -508,6 +508,23 @@ impl Client {
     /// The store's projection.
     pub fn projection(&mut self) -> Result<ProjectionView, ClientError> {
         self.call(Request::Projection)
+    }
+
+    /// Stores a large payload; returns once it is durable.
+    pub fn put_blob(&mut self, bytes: &[u8]) -> Result<BlobRef, ClientError> {
+        self.call(Request::PutBlob { hex: to_hex(bytes) })
+    }
+
+    /// Reads a payload back by its reference.
+    pub fn get_blob(&mut self, reference: &BlobRef) -> Result<Vec<u8>, ClientError> {
+        let reply: BlobBytes = self.call(Request::GetBlob {
+            digest: &reference.digest,
+            size: reference.size,
+        })?;
+        from_hex(&reply.hex).ok_or_else(|| {
+            let reason = "hex is not pairs of hex digits".to_string();
+            self.shape_after_the_fact("get_blob", reason).into()
+        })
     }
 
     /// Closes the session (the adapter keeps running).

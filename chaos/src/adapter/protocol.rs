@@ -160,6 +160,13 @@ pub enum Request<'a> {
     },
     Checkpoint,
     Projection,
+    PutBlob {
+        hex: String,
+    },
+    GetBlob {
+        digest: &'a str,
+        size: u64,
+    },
     Close,
 }
 
@@ -176,6 +183,8 @@ impl Request<'_> {
             Request::Context { .. } => "context",
             Request::Checkpoint => "checkpoint",
             Request::Projection => "projection",
+            Request::PutBlob { .. } => "put_blob",
+            Request::GetBlob { .. } => "get_blob",
             Request::Close => "close",
         }
     }
@@ -332,6 +341,30 @@ pub struct CheckpointReply {
     pub next_seq: Seq,
 }
 
+/// `get_blob`: the bytes, in hex.
+#[derive(Debug, Clone, PartialEq, Eq, Deserialize)]
+pub struct BlobBytes {
+    pub hex: String,
+}
+
+/// Lowercase hex of `bytes`, as blobs travel.
+pub fn to_hex(bytes: &[u8]) -> String {
+    bytes.iter().map(|b| format!("{b:02x}")).collect()
+}
+
+/// The bytes of a hex string; `None` unless it is pairs of hex digits.
+pub fn from_hex(hex: &str) -> Option<Vec<u8>> {
+    let digits = hex.as_bytes();
+    if digits.len() % 2 != 0 {
+        return None;
+    }
+    let nibble = |d: u8| (d as char).to_digit(16).map(|v| v as u8);
+    digits
+        .chunks(2)
+        .map(|pair| Some((nibble(pair[0])? << 4) | nibble(pair[1])?))
+        .collect()
+}
+
 /// `close`: an empty object.
 #[derive(Debug, Clone, PartialEq, Eq, Deserialize)]
 pub struct Closed {}
@@ -471,6 +504,16 @@ mod tests {
             line(&Request::Append { event: &ev }),
             r#"{"id":7,"op":"append","event":{"type":"tool_started","call_id":"c"}}"#
         );
+    }
+
+    #[test]
+    fn hex_round_trips_and_refuses_odd_input() {
+        let bytes = [0u8, 1, 0x7f, 0x80, 0xff];
+        assert_eq!(to_hex(&bytes), "00017f80ff");
+        assert_eq!(from_hex("00017F80ff").unwrap(), bytes);
+        for bad in ["0", "0g", "+1", "é1"] {
+            assert_eq!(from_hex(bad), None, "{bad}");
+        }
     }
 
     #[test]

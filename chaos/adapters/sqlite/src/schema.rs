@@ -6,6 +6,8 @@
 //! `session` (id, workspace, active leaf), `runs`, `nodes` (the history
 //! tree), `calls` (tool calls and how far each got), `effects` (the effect
 //! ledger: one row per committed operation id, `UNIQUE`) and `plan`.
+//! `blobs` holds large payloads by SHA-256, committed before any event can
+//! reference them.
 
 use std::path::Path;
 use std::time::Duration;
@@ -66,6 +68,10 @@ CREATE TABLE plan (
     id INTEGER PRIMARY KEY CHECK (id = 1),
     goal TEXT NOT NULL,
     steps TEXT NOT NULL
+);
+CREATE TABLE blobs (
+    digest TEXT PRIMARY KEY,
+    data BLOB NOT NULL
 );
 ";
 

@@ -9,7 +9,7 @@
 use std::io::{BufRead, Write};
 use std::path::PathBuf;
 
-use agentstore::event::Event;
+use agentstore::event::{BlobRef, Event};
 use serde::Deserialize;
 use serde_json::{json, Value};
 
@@ -61,6 +61,13 @@ enum Op {
     },
     Checkpoint,
     Projection,
+    PutBlob {
+        hex: String,
+    },
+    GetBlob {
+        digest: String,
+        size: u64,
+    },
     Close,
 }
 
@@ -104,6 +111,18 @@ pub fn serve(input: impl BufRead, mut output: impl Write) -> std::io::Result<()>
         output.flush()?;
     }
     Ok(())
+}
+
+fn decode_hex(hex: &str) -> Option<Vec<u8>> {
+    let digits = hex.as_bytes();
+    if digits.len() % 2 != 0 {
+        return None;
+    }
+    let nibble = |d: u8| (d as char).to_digit(16).map(|v| v as u8);
+    digits
+        .chunks(2)
+        .map(|pair| Some(nibble(pair[0])? << 4 | nibble(pair[1])?))
+        .collect()
 }
 
 fn open_store(store: &mut Option<SqliteStore>) -> Result<&mut SqliteStore, Failure> {
@@ -201,6 +220,17 @@ fn handle(store: &mut Option<SqliteStore>, op: Op) -> Result<Value, Failure> {
             Ok(json!({ "next_seq": next_seq }))
         }
         Op::Projection => Ok(view::projection(open_store(store)?.conn())?),
+        Op::PutBlob { hex } => {
+            let bytes =
+                decode_hex(&hex).ok_or_else(|| bad("put_blob: hex must be pairs of hex digits"))?;
+            let blob = open_store(store)?.put_blob(&bytes)?;
+            Ok(json!({ "digest": blob.digest, "size": blob.size }))
+        }
+        Op::GetBlob { digest, size } => {
+            let bytes = open_store(store)?.get_blob(&BlobRef { digest, size })?;
+            let hex: String = bytes.iter().map(|b| format!("{b:02x}")).collect();
+            Ok(json!({ "hex": hex }))
+        }
         Op::Close => {
             open_store(store)?;
             *store = None;

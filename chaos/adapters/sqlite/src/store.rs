@@ -14,9 +14,12 @@
 use std::fs::File;
 use std::path::{Path, PathBuf};
 
-use agentstore::event::{Decision, Effect, Event, Phase, ReconcileOutcome, RecoveryStatus};
+use agentstore::event::{
+    BlobRef, Decision, Effect, Event, Phase, ReconcileOutcome, RecoveryStatus,
+};
 use rusqlite::{params, Connection, OptionalExtension, TransactionBehavior};
 use serde_json::Value;
+use sha2::{Digest, Sha256};
 
 use crate::error::{Result, StoreError};
 use crate::schema;
@@ -113,6 +116,13 @@ pub fn seq_of_id(id: &str) -> Option<i64> {
     } else {
         None
     }
+}
+
+fn sha256_hex(bytes: &[u8]) -> String {
+    Sha256::digest(bytes)
+        .iter()
+        .map(|b| format!("{b:02x}"))
+        .collect()
 }
 
 fn rule<T>(msg: String) -> Result<T> {
@@ -317,6 +327,42 @@ impl SqliteStore {
             });
         }
         Ok(out)
+    }
+
+    /// Stores `bytes` under their SHA-256, durable when this returns.
+    pub fn put_blob(&mut self, bytes: &[u8]) -> Result<BlobRef> {
+        let digest = sha256_hex(bytes);
+        self.conn
+            .execute(
+                "INSERT OR IGNORE INTO blobs (digest, data) VALUES (?1, ?2)",
+                params![digest, bytes],
+            )
+            .map_err(StoreError::sqlite("insert blob"))?;
+        Ok(BlobRef {
+            digest,
+            size: bytes.len() as u64,
+        })
+    }
+
+    /// The bytes of a blob, checked against its reference.
+    pub fn get_blob(&self, reference: &BlobRef) -> Result<Vec<u8>> {
+        let data: Vec<u8> = self
+            .conn
+            .query_row(
+                "SELECT data FROM blobs WHERE digest = ?1",
+                [&reference.digest],
+                |r| r.get(0),
+            )
+            .optional()
+            .map_err(StoreError::sqlite("read blob"))?
+            .ok_or_else(|| StoreError::NotFound(format!("no blob {}", reference.digest)))?;
+        if sha256_hex(&data) != reference.digest || data.len() as u64 != reference.size {
+            return Err(StoreError::Damage(format!(
+                "blob {} does not match its reference",
+                reference.digest
+            )));
+        }
+        Ok(data)
     }
 
     /// Copies the WAL into the database file and truncates it; returns the
