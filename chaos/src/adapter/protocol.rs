@@ -355,7 +355,7 @@ pub fn to_hex(bytes: &[u8]) -> String {
 /// The bytes of a hex string; `None` unless it is pairs of hex digits.
 pub fn from_hex(hex: &str) -> Option<Vec<u8>> {
     let digits = hex.as_bytes();
-    if digits.len() % 2 != 0 {
+    if !digits.len().is_multiple_of(2) {
         return None;
     }
     let nibble = |d: u8| (d as char).to_digit(16).map(|v| v as u8);

@@ -115,7 +115,7 @@ pub fn serve(input: impl BufRead, mut output: impl Write) -> std::io::Result<()>
 
 fn decode_hex(hex: &str) -> Option<Vec<u8>> {
     let digits = hex.as_bytes();
-    if digits.len() % 2 != 0 {
+    if !digits.len().is_multiple_of(2) {
         return None;
     }
     let nibble = |d: u8| (d as char).to_digit(16).map(|v| v as u8);
