@@ -14,9 +14,11 @@
 //! - [`schema`]: the tables and how a connection is set up;
 //! - [`store`]: create, open, append (rules and derived state), recover;
 //! - [`view`]: the projection and the model's context, read from the tables;
-//! - [`serve`]: the agentchaos adapter protocol on stdin/stdout.
+//! - [`serve`]: the agentchaos adapter protocol on stdin/stdout;
+//! - [`mutant`]: deliberately broken variants (`--mutant NAME`), inert unless selected.
 
 pub mod error;
+pub mod mutant;
 pub mod schema;
 pub mod serve;
 pub mod store;

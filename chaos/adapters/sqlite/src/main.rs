@@ -1,10 +1,27 @@
-//! `agentchaos-sqlite-adapter`: the SQLite session store behind the
-//! agentchaos adapter protocol, on stdin and stdout. Takes no arguments.
+//! `agentchaos-sqlite-adapter [--mutant NAME]`: the SQLite session store
+//! behind the agentchaos adapter protocol, on stdin and stdout. `--mutant`
+//! selects a deliberately broken variant (see `chaos/mutants/README.md`).
+
+use agentchaos_sqlite_store::mutant::{self, Mutant};
+
+fn usage_error(message: &str) -> ! {
+    let names: Vec<&str> = Mutant::ALL.iter().map(|(_, n, _)| *n).collect();
+    eprintln!(
+        "agentchaos-sqlite-adapter: {message} (usage: agentchaos-sqlite-adapter [--mutant {}])",
+        names.join("|")
+    );
+    std::process::exit(2);
+}
 
 fn main() {
-    if let Some(arg) = std::env::args().nth(1) {
-        eprintln!("agentchaos-sqlite-adapter: unexpected argument {arg:?} (the harness drives everything through the protocol on stdin)");
-        std::process::exit(2);
+    let args: Vec<String> = std::env::args().skip(1).collect();
+    match args.as_slice() {
+        [] => {}
+        [flag, name] if flag == "--mutant" => match Mutant::from_name(name) {
+            Some(m) => mutant::activate(m),
+            None => usage_error(&format!("unknown mutant {name:?}")),
+        },
+        [arg, ..] => usage_error(&format!("unexpected argument {arg:?}")),
     }
     let stdin = std::io::stdin().lock();
     let stdout = std::io::stdout().lock();

@@ -22,6 +22,7 @@ use serde_json::Value;
 use sha2::{Digest, Sha256};
 
 use crate::error::{Result, StoreError};
+use crate::mutant::{self, Mutant};
 use crate::schema;
 use crate::view::{self, word, CallRow};
 
@@ -196,6 +197,11 @@ impl SqliteStore {
                 .query_row("SELECT workspace FROM session", [], |r| r.get(0))
                 .optional()
                 .map_err(StoreError::sqlite("read session"))?;
+            if mutant::active(Mutant::LeafFromLastLine) {
+                // Broken on purpose: resume at the last message, not the user's branch.
+                tx.execute("UPDATE session SET leaf = (SELECT MAX(seq) FROM nodes)", [])
+                    .map_err(StoreError::sqlite("reset leaf"))?;
+            }
             tx.commit().map_err(StoreError::sqlite("commit"))?;
             ws.ok_or_else(|| {
                 StoreError::Damage(format!("{} has tables but no session row", path.display()))
@@ -252,9 +258,18 @@ impl SqliteStore {
     /// Makes the intent of `call_id` durable (`tool_started`); returns its
     /// seq and the operation id the tool must receive.
     pub fn start_tool(&mut self, call_id: &str) -> Result<(u64, Option<String>)> {
-        let seq = self.append(&Event::ToolStarted {
+        let event = Event::ToolStarted {
             call_id: call_id.to_string(),
-        })?;
+        };
+        let seq = if mutant::active(Mutant::LoseIntent) {
+            // Broken on purpose: claim the seq the intent would get, write
+            // only the derived state, never the event.
+            check(&self.conn, view::next_seq(&self.conn)?, &event)?;
+            apply(&self.conn, 0, &event)?;
+            view::next_seq(&self.conn)?
+        } else {
+            self.append(&event)?
+        };
         let op = view::open_call(&self.conn, call_id)?.and_then(|c| c.operation_id);
         Ok((seq, op))
     }
@@ -271,29 +286,45 @@ impl SqliteStore {
             append_in(&tx, &Event::RunInterrupted { run_id })?;
             appended += 1;
         }
+        let mark_twice = mutant::active(Mutant::MarkTwice);
         for call in view::open_calls(&tx)? {
-            if call.recovery.is_none() {
-                let phase = call.phase();
-                append_in(
-                    &tx,
-                    &Event::ToolRecovery {
-                        call_id: call.call_id,
-                        status: RecoveryStatus::Uncertain,
-                        phase,
-                    },
-                )?;
+            let mut phase = call.phase();
+            if mutant::active(Mutant::ForgetStarted) && phase != Phase::Requested {
+                continue; // Broken on purpose: a durable intent is forgotten.
+            }
+            if mutant::active(Mutant::RerunUncertain) {
+                phase = Phase::Requested; // Broken on purpose: a lie inviting a re-run.
+            }
+            if call.recovery.is_none() || (mark_twice && call.is_uncertain()) {
+                let mark = Event::ToolRecovery {
+                    call_id: call.call_id,
+                    status: RecoveryStatus::Uncertain,
+                    phase,
+                };
+                if mark_twice {
+                    // Broken on purpose: past the rule that refuses a second mark.
+                    insert_and_apply(&tx, &mark)?;
+                } else {
+                    append_in(&tx, &mark)?;
+                }
                 appended += 1;
             }
         }
-        tx.commit().map_err(StoreError::sqlite("commit"))?;
-        Ok(Recovery {
-            interrupted_runs: view::interrupted_runs(&self.conn)?,
-            uncertain: view::open_calls(&self.conn)?
+        let recovery = Recovery {
+            interrupted_runs: view::interrupted_runs(&tx)?,
+            uncertain: view::open_calls(&tx)?
                 .into_iter()
                 .filter(CallRow::is_uncertain)
                 .collect(),
             appended,
-        })
+        };
+        if mutant::active(Mutant::RecoveryUncommitted) {
+            // Broken on purpose: report the marks, keep none of them.
+            tx.rollback().map_err(StoreError::sqlite("rollback"))?;
+        } else {
+            tx.commit().map_err(StoreError::sqlite("commit"))?;
+        }
+        Ok(recovery)
     }
 
     /// Events with seq greater than `after`, at most `limit`, in seq order.
@@ -385,8 +416,13 @@ impl SqliteStore {
 
 /// Checks, inserts and folds one event inside the caller's transaction.
 fn append_in(conn: &Connection, event: &Event) -> Result<u64> {
+    check(conn, view::next_seq(conn)?, event)?;
+    insert_and_apply(conn, event)
+}
+
+/// Inserts and folds one event without checking the rules.
+fn insert_and_apply(conn: &Connection, event: &Event) -> Result<u64> {
     let seq = view::next_seq(conn)?;
-    check(conn, seq, event)?;
     let json = serde_json::to_string(event).expect("an event serializes");
     conn.execute(
         "INSERT INTO events (seq, type, ts, json) VALUES (?1, ?2, strftime('%Y-%m-%dT%H:%M:%fZ', 'now'), ?3)",
@@ -509,6 +545,9 @@ fn check(conn: &Connection, seq: u64, event: &Event) -> Result<()> {
                 return rule(format!("call {call_id:?} is not approved"));
             }
             if call.external_ref.is_some() {
+                if mutant::active(Mutant::RerunCommitted) {
+                    return Ok(()); // Broken on purpose: the effect may happen twice.
+                }
                 return rule(format!(
                     "call {call_id:?} has committed its effect and must not run again"
                 ));
@@ -535,7 +574,7 @@ fn check(conn: &Connection, seq: u64, event: &Event) -> Result<()> {
             ..
         } => {
             let call = require_call(conn, call_id, "effect_committed")?;
-            if is_committed(conn, operation_id)? {
+            if is_committed(conn, operation_id)? && !mutant::active(Mutant::DoubleCommit) {
                 return rule(format!(
                     "operation {operation_id:?} was already committed; a second commit is refused"
                 ));
@@ -674,8 +713,10 @@ fn apply(conn: &Connection, seq: i64, event: &Event) -> Result<()> {
             external_ref,
         } => exec(
             &format!(
-                "INSERT INTO effects (operation_id, call_seq, external_ref, seq)
-                 SELECT ?2, seq, ?3, ?4 FROM calls WHERE {OPEN}"
+                "INSERT {} INTO effects (operation_id, call_seq, external_ref, seq)
+                 SELECT ?2, seq, ?3, ?4 FROM calls WHERE {OPEN}",
+                // Broken on purpose: the ledger overwrites instead of refusing.
+                if mutant::active(Mutant::DoubleCommit) { "OR REPLACE" } else { "" }
             ),
             &[call_id, operation_id, external_ref, &seq],
         ),

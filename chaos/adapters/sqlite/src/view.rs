@@ -12,6 +12,7 @@ use serde::Serialize;
 use serde_json::{json, Value};
 
 use crate::error::{Result, StoreError};
+use crate::mutant::{self, Mutant};
 
 /// The wire word of a unit enum (`side_effect`, `started`, ...), as stored.
 pub fn word<T: Serialize>(v: &T) -> String {
@@ -289,6 +290,9 @@ fn entry_text(event: &Event) -> Option<String> {
 /// The recovery notice: every interrupted run and every uncertain call,
 /// each on its own line (`run <id> … interrupted`, `call <id> … phase <phase>`).
 pub fn recovery_notice(conn: &Connection) -> Result<String> {
+    if mutant::active(Mutant::DropRecoveryNotice) {
+        return Ok(String::new()); // Broken on purpose: the model never hears of the crash.
+    }
     let runs = interrupted_runs(conn)?;
     let calls: Vec<CallRow> = open_calls(conn)?
         .into_iter()
