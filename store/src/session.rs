@@ -130,8 +130,8 @@ fn workspace_string(workspace: &Path) -> Result<String> {
 }
 
 impl Session {
-    /// Creates a new session bound to `workspace`: directory, `session.json`,
-    /// a durable empty log, then `session_created` as event 0.
+    /// Creates a new session bound to `workspace`: directory, a durable
+    /// empty log, `session.json`, then `session_created` as event 0.
     pub fn create(
         root: &Path,
         id: &SessionId,
@@ -139,21 +139,48 @@ impl Session {
         options: SessionOptions,
     ) -> Result<Session> {
         let paths = SessionPaths::new(root, id);
-        let ws = workspace_string(workspace)?;
         crate::fsutil::create_dir_durable(paths.dir())?;
         let log = EventLog::create(&paths, options.durability)?;
+        Session::finish_creation(paths, log, workspace, None)
+    }
+
+    /// Opens the session, or creates it if it does not exist yet or if its
+    /// creation was interrupted before `session_created` became durable.
+    /// What an agent calls at start-up.
+    pub fn open_or_create(
+        root: &Path,
+        id: &SessionId,
+        workspace: &Path,
+        options: SessionOptions,
+    ) -> Result<(Session, Option<ResumeReport>)> {
+        let paths = SessionPaths::new(root, id);
+        if !paths.events().exists() {
+            return Ok((Session::create(root, id, workspace, options)?, None));
+        }
+        let (session, report) = Session::open_inner(paths, options, Some(workspace))?;
+        Ok((session, Some(report)))
+    }
+
+    fn finish_creation(
+        paths: SessionPaths,
+        log: EventLog,
+        workspace: &Path,
+        repaired: Option<TornTail>,
+    ) -> Result<Session> {
+        let ws = workspace_string(workspace)?;
         let mut meta = SessionMeta::new(&paths, &ws, git_head(workspace));
         meta.write(&paths)?;
+        let id = paths.id().to_string();
         let mut session = Session {
             paths,
             log,
             projection: Projection::default(),
             index: SparseIndex::default(),
             meta,
-            repaired: None,
+            repaired,
         };
         session.append(Event::SessionCreated {
-            session_id: id.to_string(),
+            session_id: id,
             schema_version: SCHEMA_VERSION,
             workspace: ws,
         })?;
@@ -166,7 +193,14 @@ impl Session {
         id: &SessionId,
         options: SessionOptions,
     ) -> Result<(Session, ResumeReport)> {
-        let paths = SessionPaths::new(root, id);
+        Session::open_inner(SessionPaths::new(root, id), options, None)
+    }
+
+    fn open_inner(
+        paths: SessionPaths,
+        options: SessionOptions,
+        create_in: Option<&Path>,
+    ) -> Result<(Session, ResumeReport)> {
         let (snapshot, mut snapshot_use) = match checkpoint::read_snapshot(&paths) {
             Ok(Some(s)) => match confirm_snapshot(&paths, s.position()) {
                 Ok(()) => {
@@ -253,6 +287,23 @@ impl Session {
             }
             Err(e) => return Err(e),
         };
+        if projection.next_seq() == 0 {
+            // The creation was interrupted before session_created was durable.
+            let Some(workspace) = create_in else {
+                return Err(Error::Invalid(format!(
+                    "session {} is incomplete: its creation was interrupted before session_created became durable (open_or_create finishes it)",
+                    paths.id()
+                )));
+            };
+            let report = ResumeReport {
+                snapshot: snapshot_use,
+                replayed,
+                repaired: report.repaired.clone(),
+                rebound_from: None,
+            };
+            let session = Session::finish_creation(paths, log, workspace, report.repaired.clone())?;
+            return Ok((session, report));
+        }
         let meta = match SessionMeta::read(&paths) {
             Ok(m) => m,
             Err(_) if projection.session_id().is_some() => {
