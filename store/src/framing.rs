@@ -21,6 +21,8 @@ use crate::event::{Body, Event, Record, Redaction, Seq};
 pub const MAX_LINE_BYTES: usize = 4 * 1024 * 1024;
 
 const CRC_PREFIX: &[u8] = b"{\"crc\":\"";
+/// The bytes every line starts with.
+pub const LINE_START: &[u8] = CRC_PREFIX;
 /// `{"crc":"` + 8 hex digits + `",`
 const CRC_HEADER_LEN: usize = CRC_PREFIX.len() + 8 + 2;
 
