@@ -4,23 +4,29 @@
 //! - [`framing`]: the bytes of one line (JSON + CRC32C), no I/O;
 //! - [`scan`]: reading lines back, torn tail versus damage;
 //! - [`log`] and [`durability`]: appending with a proof of durability;
+//! - [`query`]: streamed reads by seq, range and type (no lock);
+//! - [`create`], [`fsck`], [`repair`]: making, checking and fixing sessions;
 //! - [`layout`], [`lock`], [`meta`], [`fsutil`]: where files live and how
 //!   they are created and replaced durably;
 //! - [`crashpoint`] and [`fault`]: hooks for the agentchaos harness, inert
 //!   unless their environment variables are set.
 
 pub mod crashpoint;
+pub mod create;
 pub mod durability;
 pub mod error;
 pub mod event;
 pub mod fault;
 pub mod framing;
+pub mod fsck;
 pub mod fsutil;
 pub mod index;
 pub mod layout;
 pub mod lock;
 pub mod log;
 pub mod meta;
+pub mod query;
+pub mod repair;
 pub mod scan;
 
 pub use durability::{Acked, Durability, DurablePosition};
@@ -28,4 +34,5 @@ pub use error::{Error, Result};
 pub use event::{Event, Record, Seq};
 pub use layout::{SessionId, SessionPaths};
 pub use log::{EventLog, LogOptions, OpenReport};
+pub use query::{Events, LogReader, Query};
 pub use scan::{LogPosition, Scanner, TornTail};
