@@ -29,11 +29,13 @@ pub fn run(args: Args) -> Outcome {
                     SessionStatus::Closed => "closed",
                 };
                 format!(
-                    "{id:width$}  {status:6}  {}  {}",
-                    meta.updated, meta.workspace
+                    "{:width$}  {status:6}  {}  {}",
+                    id.as_str(),
+                    meta.updated,
+                    meta.workspace
                 )
             }
-            Err(e) => format!("{id:width$}  ?       (unreadable: {e})"),
+            Err(e) => format!("{:width$}  ?       (unreadable: {e})", id.as_str()),
         };
         writeln!(out, "{line}").map_err(stdout_error)?;
     }

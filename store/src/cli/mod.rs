@@ -82,12 +82,18 @@ pub fn usage_error(e: clap::Error) -> ExitCode {
             ExitCode::from(EXIT_USAGE)
         }
         _ => {
+            // clap's first paragraph, folded into one line.
             let rendered = e.render().to_string();
-            let first = rendered.lines().next().unwrap_or("bad usage");
-            let first = first.strip_prefix("error: ").unwrap_or(first);
+            let paragraph: Vec<&str> = rendered
+                .lines()
+                .take_while(|l| !l.trim().is_empty())
+                .map(str::trim)
+                .collect();
+            let text = paragraph.join(" ");
+            let text = text.strip_prefix("error: ").unwrap_or(&text);
             let _ = writeln!(
                 std::io::stderr(),
-                "agentstore: {first} (see agentstore --help)"
+                "agentstore: {text} (see agentstore --help)"
             );
             ExitCode::from(EXIT_USAGE)
         }
