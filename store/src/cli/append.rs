@@ -5,7 +5,7 @@
 //! the checksum, so those fields are refused. An ack is printed only once
 //! its event is durable, so what this prints is a durability promise.
 
-use std::io::{BufRead, Write};
+use std::io::{BufRead, Read, Write};
 use std::path::{Path, PathBuf};
 
 use serde::Serialize;
@@ -13,6 +13,7 @@ use serde_json::Value;
 
 use agentstore::create::{create_session, initialize};
 use agentstore::event::Redaction;
+use agentstore::framing::MAX_LINE_BYTES;
 use agentstore::meta::SessionMeta;
 use agentstore::{Acked, Durability, Event, EventLog, LogOptions, SessionId, SessionPaths};
 
@@ -53,13 +54,20 @@ pub fn run(args: Args) -> Outcome {
     let mut number = 0u64;
     loop {
         line.clear();
-        let n = input
+        // Bounded: a line without end must not eat all memory.
+        let n = (&mut input)
+            .take(MAX_LINE_BYTES as u64 + 1)
             .read_until(b'\n', &mut line)
             .map_err(|e| Failure::Problem(format!("reading stdin: {e}")))?;
         if n == 0 {
             return Ok(());
         }
         number += 1;
+        if n > MAX_LINE_BYTES {
+            return Err(Failure::Usage(format!(
+                "stdin line {number}: longer than {MAX_LINE_BYTES} bytes (store large payloads as blobs)"
+            )));
+        }
         let text = std::str::from_utf8(&line)
             .map_err(|e| Failure::Usage(format!("stdin line {number}: not UTF-8: {e}")))?;
         if text.trim().is_empty() {
