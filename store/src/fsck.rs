@@ -14,7 +14,8 @@ use crate::error::{Error, Result};
 use crate::event::SCHEMA_VERSION;
 use crate::layout::{sessions_dir, SessionId, SessionPaths, EVENTS_FILE};
 use crate::meta::SessionMeta;
-use crate::scan::{LogPosition, Scanner, TornTail};
+use crate::query::{LogReader, Query};
+use crate::scan::{LogPosition, TornTail};
 
 /// Why a log is not valid to its end.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -78,38 +79,42 @@ pub struct LogCheck {
 /// Reads and verifies every line of the log at `path`. Damage is a finding
 /// here, not an error; errors are I/O failures.
 pub fn check_log(path: &Path) -> Result<LogCheck> {
-    let mut scanner = Scanner::open(path, LogPosition::START)?;
-    loop {
-        let problem = match scanner.next_record() {
-            Ok(Some(_)) => continue,
-            Ok(None) => scanner.torn().cloned().map(LogProblem::TornTail),
-            Err(Error::Damage {
+    let mut events = LogReader::from_file(path).events(&Query::all())?;
+    let problem = loop {
+        match events.next() {
+            Some(Ok(_)) => continue,
+            None => break events.torn().cloned().map(LogProblem::TornTail),
+            Some(Err(Error::Damage {
                 line,
                 offset,
                 reason,
                 ..
-            }) => Some(LogProblem::Damage {
-                line,
-                offset,
-                reason,
-            }),
-            Err(Error::UnknownEventType {
+            })) => {
+                break Some(LogProblem::Damage {
+                    line,
+                    offset,
+                    reason,
+                })
+            }
+            Some(Err(Error::UnknownEventType {
                 line,
                 offset,
                 type_name,
                 ..
-            }) => Some(LogProblem::UnknownType {
-                line,
-                offset,
-                type_name,
-            }),
-            Err(e) => return Err(e),
-        };
-        return Ok(LogCheck {
-            valid_end: scanner.position(),
-            problem,
-        });
-    }
+            })) => {
+                break Some(LogProblem::UnknownType {
+                    line,
+                    offset,
+                    type_name,
+                })
+            }
+            Some(Err(e)) => return Err(e),
+        }
+    };
+    Ok(LogCheck {
+        valid_end: events.position(),
+        problem,
+    })
 }
 
 /// One thing wrong with a session.

@@ -6,7 +6,8 @@
 //! ends the stream like a torn tail; damage is an error, never skipped.
 //! A [`SparseIndex`] lets a query start near its first seq instead of at
 //! byte 0; the index only ever points at or before the wanted seq, and the
-//! scanner checks the seq found there. This module never writes.
+//! scanner checks the seq found there. A line that looks damaged is read
+//! once more before it is reported (see [`Events`]). This module never writes.
 
 use std::fs::File;
 use std::io::BufReader;
@@ -132,6 +133,14 @@ impl LogReader {
         Ok(reader)
     }
 
+    /// A reader of the log file at `path`, with no index.
+    pub fn from_file(path: &Path) -> LogReader {
+        LogReader {
+            path: path.to_path_buf(),
+            index: SparseIndex::default(),
+        }
+    }
+
     /// A reader sharing the index the writer has built as it went.
     pub fn for_log(log: &EventLog) -> LogReader {
         LogReader {
@@ -161,8 +170,10 @@ impl LogReader {
     pub fn events_from(&self, pos: LogPosition, query: &Query) -> Result<Events> {
         Ok(Events {
             scanner: Scanner::open(&self.path, pos)?,
+            path: self.path.clone(),
             query: query.clone(),
             finished: query.is_empty(),
+            rechecked: false,
         })
     }
 
@@ -203,8 +214,11 @@ impl LogReader {
 #[derive(Debug)]
 pub struct Events {
     scanner: Scanner<BufReader<File>>,
+    path: PathBuf,
     query: Query,
     finished: bool,
+    /// Whether the line at the current position was re-read after looking damaged.
+    rechecked: bool,
 }
 
 impl Events {
@@ -220,10 +234,23 @@ impl Events {
 
     fn next_record(&mut self) -> Result<Option<Record>> {
         while !self.finished {
-            let Some((_, rec)) = self.scanner.next_record()? else {
+            let next = match self.scanner.next_record() {
+                Err(e) if e.is_damage() && !self.rechecked => {
+                    // Without the lock, we may have buffered a torn tail that a
+                    // writer has since cut and appended after: what follows it
+                    // in our buffer is then the middle of a new line. Damage
+                    // does not move, so read the line again before reporting it.
+                    self.rechecked = true;
+                    self.scanner = Scanner::open(&self.path, self.scanner.position())?;
+                    continue;
+                }
+                next => next?,
+            };
+            let Some((_, rec)) = next else {
                 self.finished = true;
                 break;
             };
+            self.rechecked = false;
             if rec.seq < self.query.from {
                 continue;
             }

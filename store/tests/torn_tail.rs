@@ -127,3 +127,31 @@ fn readers_stop_at_a_torn_tail_without_cutting_it() {
     assert_eq!((torn.offset, torn.len), (starts[4], 10));
     assert_eq!(std::fs::metadata(paths.events()).unwrap().len(), cut as u64);
 }
+
+#[test]
+fn a_reader_that_buffered_a_torn_tail_sees_the_repaired_log_not_damage() {
+    let dir = scratch();
+    let paths = paths(dir.path(), "race");
+    let full = build_log(&paths, 6);
+    let starts = line_starts(&full);
+    let torn_at = starts[5] as usize;
+    // The writer died mid-line: a torn tail of 20 bytes.
+    std::fs::write(paths.events(), &full[..torn_at + 20]).unwrap();
+
+    let reader = agentstore::LogReader::open(&paths).unwrap();
+    let mut events = reader.after(0).unwrap();
+    // Read up to the torn tail: the reader's buffer now holds the torn bytes.
+    for want in 1..5 {
+        assert_eq!(events.next().unwrap().unwrap().seq, want);
+    }
+    // Meanwhile a new writer cuts the tail and appends.
+    let (log, report) = EventLog::open(&paths, LogOptions::default(), |_, _| Ok(())).unwrap();
+    assert_eq!(report.repaired.unwrap().offset, torn_at as u64);
+    for i in 5..8 {
+        log.append(&sample_event(i)).unwrap();
+    }
+    drop(log);
+    // The reader continues with the new lines instead of reporting damage.
+    let rest: Vec<u64> = events.map(|r| r.unwrap().seq).collect();
+    assert_eq!(rest, vec![5, 6, 7]);
+}
