@@ -123,14 +123,18 @@ impl LogReader {
     /// (which also verifies every line: damage fails here).
     pub fn indexed(paths: &SessionPaths) -> Result<LogReader> {
         let mut reader = LogReader::open(paths)?;
-        let mut scanner = Scanner::open(&reader.path, LogPosition::START)?;
-        while let Some((offset, rec)) = scanner.next_record()? {
-            reader.index.note(LogPosition {
-                offset,
-                seq: rec.seq,
-            });
+        let mut events = reader.events(&Query::all())?;
+        loop {
+            // With no filter, each record starts where the previous one ended.
+            let offset = events.position().offset;
+            match events.next().transpose()? {
+                Some(rec) => reader.index.note(LogPosition {
+                    offset,
+                    seq: rec.seq,
+                }),
+                None => return Ok(reader),
+            }
         }
-        Ok(reader)
     }
 
     /// A reader of the log file at `path`, with no index.
