@@ -14,9 +14,10 @@ use std::path::{Path, PathBuf};
 use crate::blob;
 use crate::checkpoint::{self, Checkpoint};
 use crate::crashpoint;
+use crate::create;
 use crate::durability::{Acked, Durability};
 use crate::error::{Error, Result};
-use crate::event::{BlobRef, Event, Record, Redaction, Seq, SCHEMA_VERSION};
+use crate::event::{BlobRef, Event, Record, Redaction, Seq};
 use crate::fault::{self, Fault};
 use crate::index::SparseIndex;
 use crate::layout::{SessionId, SessionPaths};
@@ -110,18 +111,6 @@ pub struct Session {
     repaired: Option<TornTail>,
 }
 
-fn git_head(workspace: &Path) -> Option<String> {
-    let git = workspace.join(".git");
-    let head = std::fs::read_to_string(git.join("HEAD")).ok()?;
-    let head = head.trim();
-    match head.strip_prefix("ref: ") {
-        Some(r) => std::fs::read_to_string(git.join(r))
-            .ok()
-            .map(|s| s.trim().to_string()),
-        None => Some(head.to_string()),
-    }
-}
-
 fn workspace_string(workspace: &Path) -> Result<String> {
     let abs = std::path::absolute(workspace).map_err(Error::io("resolve", workspace))?;
     abs.to_str()
@@ -130,8 +119,8 @@ fn workspace_string(workspace: &Path) -> Result<String> {
 }
 
 impl Session {
-    /// Creates a new session bound to `workspace`: directory, a durable
-    /// empty log, `session.json`, then `session_created` as event 0.
+    /// Creates a new session bound to `workspace` (see [`crate::create`]
+    /// for the crash-safe order of the steps).
     pub fn create(
         root: &Path,
         id: &SessionId,
@@ -139,9 +128,9 @@ impl Session {
         options: SessionOptions,
     ) -> Result<Session> {
         let paths = SessionPaths::new(root, id);
-        crate::fsutil::create_dir_durable(paths.dir())?;
-        let log = EventLog::create(&paths, options.durability)?;
-        Session::finish_creation(paths, log, workspace, None)
+        let (log, init) =
+            create::create_session(root, id, &workspace_string(workspace)?, options.durability)?;
+        Session::from_initialized(paths, log, init, None)
     }
 
     /// Opens the session, or creates it if it does not exist yet or if its
@@ -161,29 +150,33 @@ impl Session {
         Ok((session, Some(report)))
     }
 
-    fn finish_creation(
+    fn from_initialized(
         paths: SessionPaths,
         log: EventLog,
-        workspace: &Path,
+        init: create::Initialized,
         repaired: Option<TornTail>,
     ) -> Result<Session> {
-        let ws = workspace_string(workspace)?;
-        let mut meta = SessionMeta::new(&paths, &ws, git_head(workspace));
-        meta.write(&paths)?;
-        let id = paths.id().to_string();
         let mut session = Session {
             paths,
             log,
             projection: Projection::default(),
             index: SparseIndex::default(),
-            meta,
+            meta: init.meta,
             repaired,
         };
-        session.append(Event::SessionCreated {
-            session_id: id,
-            schema_version: SCHEMA_VERSION,
-            workspace: ws,
-        })?;
+        session.index.note(LogPosition {
+            offset: init.acked.offset(),
+            seq: init.acked.seq(),
+        });
+        let events = session.paths.events();
+        session.projection.apply_event(
+            init.acked.seq(),
+            &init.event,
+            &mut LogNodes {
+                path: &events,
+                index: &session.index,
+            },
+        )?;
         Ok(session)
     }
 
@@ -301,7 +294,8 @@ impl Session {
                 repaired: report.repaired.clone(),
                 rebound_from: None,
             };
-            let session = Session::finish_creation(paths, log, workspace, report.repaired.clone())?;
+            let init = create::initialize(&paths, &log, &workspace_string(workspace)?)?;
+            let session = Session::from_initialized(paths, log, init, report.repaired.clone())?;
             return Ok((session, report));
         }
         let meta = match SessionMeta::read(&paths) {
@@ -359,7 +353,7 @@ impl Session {
                     to: to.clone(),
                 })?;
                 self.meta.workspace = to;
-                self.meta.git_head = git_head(new);
+                self.meta.git_head = create::git_head(new);
                 self.meta.write(&self.paths)?;
                 Ok(Some(current))
             }
