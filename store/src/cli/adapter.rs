@@ -1,16 +1,16 @@
 //! `agentstore adapter`: the reference store behind the agentchaos adapter
-//! protocol, on stdin and stdout (see `agentstore::adapter`).
+//! protocol (`chaos/PROTOCOL.md`), on stdin and stdout.
 
-use agentstore::Result;
+use super::{Failure, Outcome};
 
-/// Arguments of `agentstore adapter` (none: the harness drives everything
-/// through the protocol; faults and crash points come from the environment).
+/// Serve the agentchaos adapter protocol (JSON lines) on stdin/stdout until
+/// stdin ends. The harness drives everything through the protocol; faults
+/// (`AGENTSTORE_FAULT`) and crash points come from the environment.
 #[derive(Debug, clap::Args)]
-pub struct AdapterArgs {}
+pub struct Args {}
 
-/// Serves the protocol until stdin ends.
-pub fn run(_args: AdapterArgs) -> Result<()> {
+pub fn run(_args: Args) -> Outcome {
     let stdin = std::io::stdin().lock();
     let stdout = std::io::stdout().lock();
-    agentstore::adapter::serve(stdin, stdout)
+    agentstore::adapter::serve(stdin, stdout).map_err(Failure::Store)
 }
