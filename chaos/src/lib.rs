@@ -1,1 +1,4 @@
 //! agentchaos: crash-consistency harness for agent session stores.
+
+pub mod powerloss;
+pub mod syscall;
