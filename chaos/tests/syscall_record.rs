@@ -171,3 +171,36 @@ fn stdout_writes_are_placed_exactly_between_ops() {
     assert_eq!(log.ops_before_output(ack2_end - 1), Some(5));
     assert_eq!(log.ops_before_output(10_000), None);
 }
+
+#[test]
+fn a_recorded_run_without_a_directory_fsync_loses_its_file_on_power_loss() {
+    use agentchaos::powerloss::{Limits, Model};
+    let root = tempfile::tempdir().unwrap();
+    fs::create_dir(root.path().join("s")).unwrap();
+    let before = Tree::capture(root.path()).unwrap();
+    let (log, _) = record(
+        root.path(),
+        &[
+            "append s/events.jsonl",
+            "write s/events.jsonl e1\\n",
+            "fdatasync s/events.jsonl",
+            "ack e1",
+        ],
+    );
+    let acked_after = log.ops_before_output(0).unwrap();
+    assert_eq!(acked_after, 3);
+    let mut sim = Simulator::new(&before, &log);
+    sim.advance_to(acked_after).unwrap();
+    let states = sim.crash_states(Model::Strict, &Limits::default());
+    let lose_all = &states.states[1];
+    assert_eq!(lose_all.tree.file("s/events.jsonl"), None);
+    assert_eq!(
+        lose_all.describe(),
+        "the directory entry of s/events.jsonl (created by op #0) is lost: directory s was not fsynced after it"
+    );
+    let dir = tempfile::tempdir().unwrap();
+    lose_all.materialize(&dir.path().join("state")).unwrap();
+    assert!(
+        dir.path().join("state/s").is_dir() && !dir.path().join("state/s/events.jsonl").exists()
+    );
+}

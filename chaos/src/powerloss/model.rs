@@ -254,6 +254,7 @@ impl Simulator<'_> {
             sel.lost_sides.extend(alt.lost_sides.iter().copied());
             losses.extend(alt.losses.iter().cloned());
         }
+        losses.sort_by_key(|l| l.ops.first().copied());
         CrashState {
             model,
             crash_after: self.applied(),
@@ -493,7 +494,7 @@ fn meta_loss(meta: &MetaOp, lost: &[usize]) -> Loss {
         ),
         MetaKind::Unlink { path } | MetaKind::Rmdir { path } => (
             format!("the removal of {} by op #{op}", path.display()),
-            format!("is lost: {} is still there", path.display()),
+            format!("is lost ({} is still there)", path.display()),
         ),
         MetaKind::Rename { from, to, replaced } => {
             let what = format!("rename op #{op} of {} to {}", from.display(), to.display());
