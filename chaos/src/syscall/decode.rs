@@ -77,7 +77,7 @@ pub(super) struct Decoded {
     pub buffers: Vec<RemoteIoVec>,
     /// writev-class calls: where the iovec array lives in the tracee.
     pub iov_addr: Option<u64>,
-    /// open: the path existed at enter; rename: the target existed.
+    /// open: the path existed at enter (O_CREAT then did not create it).
     pub existed: bool,
     /// pwritev2 with RWF_APPEND (writes at the end whatever the offset).
     pub rwf_append: bool,
@@ -210,7 +210,6 @@ pub(super) fn decode(pid: Pid, sysno: Sysno, a: [u64; 6], root: &Root) -> Option
                 ),
             };
             d.in_root = root.contains(&from) || root.contains(&to);
-            d.existed = fs::symlink_metadata(&to).is_ok();
             d.call = Call::Rename { from, to, flags };
         }
         Sysno::Unlink | Sysno::Rmdir => {

@@ -36,7 +36,7 @@
 //!     let mut cmd = Command::new("my-adapter");
 //!     cmd.stdin(Stdio::piped()).stdout(Stdio::piped());
 //!     let config = TraceConfig { root: "/tmp/root".into(), fault: None, record: true };
-//!     let mut traced = Traced::spawn(&mut cmd, config)?;
+//!     let mut traced = Traced::spawn(cmd, config)?;
 //!     tx.send((traced.stdin.take(), traced.stdout.take(), traced.monitor())).unwrap();
 //!     traced.run()
 //! });
