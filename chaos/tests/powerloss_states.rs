@@ -386,3 +386,21 @@ fn op_logs_serialise_text_as_text_and_other_bytes_as_hex() {
     let bad = json.replace("ff00", "ff0");
     assert!(serde_json::from_str::<OpLog>(&bad).is_err());
 }
+
+#[test]
+fn a_file_whose_removal_is_durable_adds_no_choices() {
+    let log = OpLog::from_ops([
+        Op::Create { path: p("tmp") },
+        Op::Fsync { path: p(".") },
+        write("tmp", 0, b"scratch"),
+        Op::Unlink { path: p("tmp") },
+        Op::Fsync { path: p(".") },
+    ]);
+    let initial = Tree::default();
+    let at = |k| states_at(&initial, &log, k, Model::Weak);
+    // Before the unlink is durable, the write still matters.
+    assert_eq!(at(4).combinations, 4 * 2);
+    let done = at(5);
+    assert_eq!((done.combinations, done.states.len()), (1, 1));
+    assert!(done.states[0].tree.nodes().is_empty());
+}

@@ -266,8 +266,14 @@ impl Simulator<'_> {
 
     fn points(&self, model: Model) -> Vec<Point> {
         let mut points = Vec::new();
+        let named = self.maybe_named();
         for (ino, inode) in self.inodes.iter().enumerate() {
             let Inode::File(f) = inode else { continue };
+            // A file no state can reach (unlinked, and the unlink durable)
+            // would only multiply identical states.
+            if !named.contains(&ino) {
+                continue;
+            }
             match model {
                 Model::Strict | Model::Ext4Ordered => {
                     ordered_file_points(ino, &f.pending, &mut points)

@@ -216,6 +216,26 @@ impl<'a> Simulator<'a> {
         Ok(())
     }
 
+    /// Inodes some crash state may give a name: those in a directory's
+    /// durable entries or linked by a pending directory operation.
+    pub(super) fn maybe_named(&self) -> HashSet<Ino> {
+        let mut named: HashSet<Ino> = self
+            .inodes
+            .iter()
+            .filter_map(|i| match i {
+                Inode::Dir(d) => Some(d.floor.values().copied()),
+                Inode::File(_) => None,
+            })
+            .flatten()
+            .collect();
+        for side in self.meta.iter().flat_map(|m| &m.sides) {
+            if let (Change::Link(ino), false) = (side.change, side.durable) {
+                named.insert(ino);
+            }
+        }
+        named
+    }
+
     /// What the process saw after the applied ops (every write kept).
     pub fn volatile_tree(&self) -> Tree {
         self.build(&Selection::default())
