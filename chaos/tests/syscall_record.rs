@@ -204,3 +204,21 @@ fn a_recorded_run_without_a_directory_fsync_loses_its_file_on_power_loss() {
         dir.path().join("state/s").is_dir() && !dir.path().join("state/s/events.jsonl").exists()
     );
 }
+
+#[test]
+fn what_cannot_be_modelled_is_reported_as_a_gap() {
+    let root = tempfile::tempdir().unwrap();
+    let (log, _) = record(
+        root.path(),
+        &["create a", "unlink a", "write a into the void"],
+    );
+    let ops: Vec<String> = log.ops.iter().map(|o| o.op.to_string()).collect();
+    assert_eq!(ops, ["create a", "unlink a"]);
+    assert_eq!(log.gaps.len(), 1);
+    let canon = fs::canonicalize(root.path()).unwrap();
+    assert_eq!(
+        log.gaps[0].what.replace(canon.to_str().unwrap(), "ROOT"),
+        "ROOT/a (deleted) was already unlinked; calls on it are not modelled"
+    );
+    assert_eq!(log.gaps[0].syscall, 2);
+}

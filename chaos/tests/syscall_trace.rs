@@ -392,3 +392,19 @@ fn spawn_errors_are_one_line() {
         "{err}"
     );
 }
+
+#[test]
+fn a_traced_process_dropped_without_run_is_killed_not_left_stopped() {
+    let root = tempfile::tempdir().unwrap();
+    let config = TraceConfig {
+        root: root.path().into(),
+        fault: None,
+        record: false,
+    };
+    let traced = Traced::spawn(probe(root.path(), &["create a.txt"]), config).unwrap();
+    let pid = traced.pid();
+    drop(traced);
+    // Reaped: no such process any more (not even a zombie).
+    assert!(!Path::new(&format!("/proc/{pid}")).exists());
+    assert!(!root.path().join("a.txt").exists());
+}

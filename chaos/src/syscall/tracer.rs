@@ -32,7 +32,10 @@ use super::{Error, Exit, Outcome, TraceConfig};
 /// A command running under the tracer, stopped until [`Traced::run`].
 ///
 /// Not `Send`: ptrace requests are only accepted from the thread that
-/// spawned the tracee. Take the pipes out and move them instead.
+/// spawned the tracee. Take the pipes out and move them instead. The loop
+/// waits for any child of its thread (`waitpid(-1, __WALL|__WNOTHREAD)`),
+/// so run it on a thread that starts no other child processes. Dropped
+/// without `run`, it kills the process.
 #[derive(Debug)]
 pub struct Traced {
     pub stdin: Option<ChildStdin>,
@@ -234,7 +237,12 @@ impl Engine {
             let status = match waitpid(None, Some(WaitPidFlag::__WALL | WaitPidFlag::__WNOTHREAD)) {
                 Ok(s) => s,
                 Err(NixErrno::EINTR) => continue,
-                Err(NixErrno::ECHILD) => break,
+                Err(NixErrno::ECHILD) => {
+                    // Nothing left to wait for: any tid still listed
+                    // vanished unseen (a thread replaced by another's exec).
+                    self.tracees.clear();
+                    break;
+                }
                 Err(e) => return Err(ptrace_err("waitpid", Pid::from_raw(-1), e)),
             };
             match status {
@@ -456,7 +464,10 @@ impl Engine {
                     let _ = ptrace::syscall(pid, None);
                 }
                 Ok(_) | Err(NixErrno::EINTR) => {}
-                Err(_) => break,
+                Err(_) => {
+                    self.tracees.clear();
+                    break;
+                }
             }
         }
     }
@@ -492,6 +503,17 @@ impl Engine {
             oplog: self.recorder.take().map(Recorder::finish),
             exit,
         })
+    }
+}
+
+impl Drop for Engine {
+    /// A `Traced` dropped without `run` (or a run cut short) must not leave
+    /// a process stopped under ptrace.
+    fn drop(&mut self) {
+        if !self.tracees.is_empty() {
+            self.kill_all();
+            self.reap_all();
+        }
     }
 }
 
