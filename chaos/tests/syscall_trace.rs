@@ -408,3 +408,22 @@ fn a_traced_process_dropped_without_run_is_killed_not_left_stopped() {
     assert!(!Path::new(&format!("/proc/{pid}")).exists());
     assert!(!root.path().join("a.txt").exists());
 }
+
+#[test]
+fn a_kill_in_a_child_process_kills_the_whole_tree() {
+    let root = tempfile::tempdir().unwrap();
+    let script = [
+        "append a",
+        "write a parent",
+        "child",
+        "append b",
+        "write b x",
+        "write b y",
+    ];
+    // #0 append a, #1 write a, #2 append b (child), #3 write b x.
+    let (outcome, stdout) = run(root.path(), &script, at(3, SyscallFault::KillAfter), false);
+    assert_eq!(outcome.exit, killed(), "the parent dies with its child");
+    assert_eq!(stdout, "", "the parent never saw its child exit");
+    assert_ne!(outcome.events[3].pid, outcome.events[0].pid);
+    assert_eq!(fs::read_to_string(root.path().join("b")).unwrap(), "x");
+}
