@@ -272,6 +272,19 @@ impl Engine {
                                     ..Tracee::default()
                                 });
                         }
+                    } else if event == libc::PTRACE_EVENT_EXEC {
+                        // If another thread exec'd, it took over this pid
+                        // and its own tid is gone; either way the process
+                        // is inside execve, whose exit stop comes next.
+                        if let Ok(former) = ptrace::getevent(pid) {
+                            let former = Pid::from_raw(former as i32);
+                            if former != pid {
+                                self.tracees.remove(&former);
+                            }
+                        }
+                        let t = self.tracees.entry(pid).or_default();
+                        t.in_syscall = true;
+                        t.inflight = None;
                     }
                     self.resume(pid, None)?;
                 }
