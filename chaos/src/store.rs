@@ -163,17 +163,9 @@ impl StoreBackend for ReferenceBackend {
 
     fn open(&self, spec: &SessionSpec) -> StoreResult<Box<dyn SessionStore>> {
         let id = session_id(spec)?;
-        let paths = SessionPaths::new(&spec.root, &id);
-        let session = if paths.events().exists() {
-            // Naming the workspace lets the store finish a creation a crash interrupted.
-            let options = SessionOptions {
-                workspace: Some(spec.workspace.clone()),
-                ..SessionOptions::default()
-            };
-            Session::open(&spec.root, &id, options)?.0
-        } else {
-            Session::create(&spec.root, &id, &spec.workspace, SessionOptions::default())?
-        };
+        // open_or_create also finishes a creation a crash interrupted.
+        let (session, _) =
+            Session::open_or_create(&spec.root, &id, &spec.workspace, SessionOptions::default())?;
         Ok(Box::new(ReferenceStore { session }))
     }
 

@@ -15,7 +15,7 @@ use std::io::{BufRead, BufReader, Write};
 use std::os::unix::process::ExitStatusExt;
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
-use std::sync::mpsc;
+use std::sync::{mpsc, Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use agentstore::event::Seq;
@@ -281,14 +281,17 @@ pub fn run(
     })
 }
 
-/// Kills `pid` with SIGKILL unless told to stand down before `after`.
-fn arm_timer(pid: u32, after: Duration) -> (mpsc::Sender<()>, std::thread::JoinHandle<bool>) {
+/// Kills `child` (SIGKILL) unless told to stand down before `after`. The
+/// child is reaped only after this thread is joined, so the kill can never
+/// reach a recycled pid.
+fn arm_timer(
+    child: Arc<Mutex<Child>>,
+    after: Duration,
+) -> (mpsc::Sender<()>, std::thread::JoinHandle<bool>) {
     let (tx, rx) = mpsc::channel::<()>();
     let handle = std::thread::spawn(move || match rx.recv_timeout(after) {
         Err(mpsc::RecvTimeoutError::Timeout) => {
-            // The child is not reaped before this thread is joined, so the pid cannot be reused.
-            let pid = nix::unistd::Pid::from_raw(pid as i32);
-            let _ = nix::sys::signal::kill(pid, nix::sys::signal::Signal::SIGKILL);
+            let _ = child.lock().unwrap_or_else(|p| p.into_inner()).kill();
             true
         }
         _ => false,
@@ -351,9 +354,10 @@ fn run_life(
     let mut child: Child = cmd
         .spawn()
         .map_err(|e| format!("cannot start the agent {}: {e}", setup.agent_exe.display()))?;
-    let (timer_tx, timer_thread) = arm_timer(child.id(), timer.unwrap_or(WATCHDOG));
     let mut stdin = child.stdin.take();
     let stdout = child.stdout.take().expect("stdout is piped");
+    let child = Arc::new(Mutex::new(child));
+    let (timer_tx, timer_thread) = arm_timer(Arc::clone(&child), timer.unwrap_or(WATCHDOG));
     let mut life = Life {
         index,
         kill_at,
@@ -422,6 +426,8 @@ fn run_life(
     drop(timer_tx);
     let timer_fired = timer_thread.join().unwrap_or(false);
     let status = child
+        .lock()
+        .unwrap_or_else(|p| p.into_inner())
         .wait()
         .map_err(|e| format!("cannot wait for the agent: {e}"))?;
     life.micros = started.elapsed().as_micros() as u64;

@@ -132,6 +132,27 @@ pub struct RequestHeader {
     pub tools_hash: String,
 }
 
+impl RequestHeader {
+    /// What differs from `earlier` (model, system prompt, tools), in words;
+    /// empty when a resumed run talks to the same configuration.
+    pub fn changes_since(&self, earlier: &RequestHeader) -> Vec<String> {
+        let mut changes = Vec::new();
+        if self.model != earlier.model {
+            changes.push(format!(
+                "model changed from {} to {}",
+                earlier.model, self.model
+            ));
+        }
+        if self.system_prompt_hash != earlier.system_prompt_hash {
+            changes.push("system prompt changed".to_string());
+        }
+        if self.tools_hash != earlier.tools_hash {
+            changes.push("tool definitions changed".to_string());
+        }
+        changes
+    }
+}
+
 /// The fold of a session's log.
 #[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
 pub struct Projection {

@@ -14,9 +14,10 @@ use std::path::{Path, PathBuf};
 use crate::blob;
 use crate::checkpoint::{self, Checkpoint};
 use crate::crashpoint;
+use crate::create;
 use crate::durability::{Acked, Durability};
 use crate::error::{Error, Result};
-use crate::event::{BlobRef, Event, Record, Redaction, Seq, SCHEMA_VERSION};
+use crate::event::{BlobRef, Event, Record, Redaction, Seq};
 use crate::fault::{self, Fault};
 use crate::index::SparseIndex;
 use crate::layout::{SessionId, SessionPaths};
@@ -110,18 +111,6 @@ pub struct Session {
     repaired: Option<TornTail>,
 }
 
-fn git_head(workspace: &Path) -> Option<String> {
-    let git = workspace.join(".git");
-    let head = std::fs::read_to_string(git.join("HEAD")).ok()?;
-    let head = head.trim();
-    match head.strip_prefix("ref: ") {
-        Some(r) => std::fs::read_to_string(git.join(r))
-            .ok()
-            .map(|s| s.trim().to_string()),
-        None => Some(head.to_string()),
-    }
-}
-
 fn workspace_string(workspace: &Path) -> Result<String> {
     let abs = std::path::absolute(workspace).map_err(Error::io("resolve", workspace))?;
     abs.to_str()
@@ -130,8 +119,8 @@ fn workspace_string(workspace: &Path) -> Result<String> {
 }
 
 impl Session {
-    /// Creates a new session bound to `workspace`: directory, `session.json`,
-    /// a durable empty log, then `session_created` as event 0.
+    /// Creates a new session bound to `workspace` (see [`crate::create`]
+    /// for the crash-safe order of the steps).
     pub fn create(
         root: &Path,
         id: &SessionId,
@@ -139,24 +128,55 @@ impl Session {
         options: SessionOptions,
     ) -> Result<Session> {
         let paths = SessionPaths::new(root, id);
-        let ws = workspace_string(workspace)?;
-        crate::fsutil::create_dir_durable(paths.dir())?;
-        let log = EventLog::create(&paths, options.durability)?;
-        let mut meta = SessionMeta::new(&paths, &ws, git_head(workspace));
-        meta.write(&paths)?;
+        let (log, init) =
+            create::create_session(root, id, &workspace_string(workspace)?, options.durability)?;
+        Session::from_initialized(paths, log, init, None)
+    }
+
+    /// Opens the session, or creates it if it does not exist yet or if its
+    /// creation was interrupted before `session_created` became durable.
+    /// What an agent calls at start-up.
+    pub fn open_or_create(
+        root: &Path,
+        id: &SessionId,
+        workspace: &Path,
+        options: SessionOptions,
+    ) -> Result<(Session, Option<ResumeReport>)> {
+        let paths = SessionPaths::new(root, id);
+        if !paths.events().exists() {
+            return Ok((Session::create(root, id, workspace, options)?, None));
+        }
+        let (session, report) = Session::open_inner(paths, options, Some(workspace))?;
+        Ok((session, Some(report)))
+    }
+
+    fn from_initialized(
+        paths: SessionPaths,
+        log: EventLog,
+        init: create::Initialized,
+        repaired: Option<TornTail>,
+    ) -> Result<Session> {
         let mut session = Session {
             paths,
             log,
             projection: Projection::default(),
             index: SparseIndex::default(),
-            meta,
-            repaired: None,
+            meta: init.meta,
+            repaired,
         };
-        session.append(Event::SessionCreated {
-            session_id: id.to_string(),
-            schema_version: SCHEMA_VERSION,
-            workspace: ws,
-        })?;
+        session.index.note(LogPosition {
+            offset: init.acked.offset(),
+            seq: init.acked.seq(),
+        });
+        let events = session.paths.events();
+        session.projection.apply_event(
+            init.acked.seq(),
+            &init.event,
+            &mut LogNodes {
+                path: &events,
+                index: &session.index,
+            },
+        )?;
         Ok(session)
     }
 
@@ -166,7 +186,14 @@ impl Session {
         id: &SessionId,
         options: SessionOptions,
     ) -> Result<(Session, ResumeReport)> {
-        let paths = SessionPaths::new(root, id);
+        Session::open_inner(SessionPaths::new(root, id), options, None)
+    }
+
+    fn open_inner(
+        paths: SessionPaths,
+        options: SessionOptions,
+        create_in: Option<&Path>,
+    ) -> Result<(Session, ResumeReport)> {
         let (snapshot, mut snapshot_use) = match checkpoint::read_snapshot(&paths) {
             Ok(Some(s)) => match confirm_snapshot(&paths, s.position()) {
                 Ok(()) => {
@@ -253,8 +280,24 @@ impl Session {
             }
             Err(e) => return Err(e),
         };
-        // An empty log means a crash interrupted `create` before event 0.
-        let interrupted_creation = projection.next_seq() == 0;
+        if projection.next_seq() == 0 {
+            // The creation was interrupted before session_created was durable.
+            let Some(workspace) = create_in else {
+                return Err(Error::Invalid(format!(
+                    "session {} is incomplete: its creation was interrupted before session_created became durable (open_or_create finishes it)",
+                    paths.id()
+                )));
+            };
+            let report = ResumeReport {
+                snapshot: snapshot_use,
+                replayed,
+                repaired: report.repaired.clone(),
+                rebound_from: None,
+            };
+            let init = create::initialize(&paths, &log, &workspace_string(workspace)?)?;
+            let session = Session::from_initialized(paths, log, init, report.repaired.clone())?;
+            return Ok((session, report));
+        }
         let meta = match SessionMeta::read(&paths) {
             Ok(m) => m,
             Err(_) if projection.session_id().is_some() => {
@@ -264,21 +307,6 @@ impl Session {
                 m.write(&paths)?;
                 m
             }
-            // The crash came after the log was made and before session.json
-            // was: finish creating it, bound to the workspace the caller names.
-            Err(_) if interrupted_creation => match options.workspace.as_deref() {
-                Some(ws) => {
-                    let mut m = SessionMeta::new(&paths, &workspace_string(ws)?, git_head(ws));
-                    m.write(&paths)?;
-                    m
-                }
-                None => {
-                    return Err(Error::Invalid(format!(
-                        "session {id} was never fully created (a crash interrupted it before {} was written); open it with a workspace to finish creating it",
-                        paths.meta().display()
-                    )))
-                }
-            },
             Err(e) => return Err(e),
         };
         let mut session = Session {
@@ -289,14 +317,6 @@ impl Session {
             meta,
             repaired: report.repaired.clone(),
         };
-        if interrupted_creation {
-            let workspace = session.meta.workspace.clone();
-            session.append(Event::SessionCreated {
-                session_id: id.to_string(),
-                schema_version: SCHEMA_VERSION,
-                workspace,
-            })?;
-        }
         let rebound_from = session.bind_workspace(options.workspace.as_deref())?;
         Ok((
             session,
@@ -333,7 +353,7 @@ impl Session {
                     to: to.clone(),
                 })?;
                 self.meta.workspace = to;
-                self.meta.git_head = git_head(new);
+                self.meta.git_head = create::git_head(new);
                 self.meta.write(&self.paths)?;
                 Ok(Some(current))
             }

@@ -502,3 +502,66 @@ fn the_recovery_block_is_never_trimmed_by_the_budget() {
     );
     insta::assert_snapshot!("context_after_recovery", s.context(None).unwrap());
 }
+
+#[test]
+fn a_resumed_run_can_tell_that_its_model_changed() {
+    let f = fixture();
+    let mut s = f.create();
+    s.append(Event::RunStarted {
+        run_id: "r1".into(),
+    })
+    .unwrap();
+    s.append(Event::RequestHeader {
+        run_id: "r1".into(),
+        model: "model-a".into(),
+        system_prompt_hash: "p1".into(),
+        tools_hash: "t1".into(),
+    })
+    .unwrap();
+    drop(s);
+    let mut s = f.open();
+    s.recover().unwrap();
+    let earlier = s.projection().request_header().unwrap().clone();
+    s.append(Event::RunStarted {
+        run_id: "r2".into(),
+    })
+    .unwrap();
+    let now = agentstore::projection::RequestHeader {
+        run_id: "r2".into(),
+        model: "model-b".into(),
+        system_prompt_hash: "p1".into(),
+        tools_hash: "t2".into(),
+    };
+    assert_eq!(
+        now.changes_since(&earlier),
+        vec![
+            "model changed from model-a to model-b".to_string(),
+            "tool definitions changed".to_string()
+        ]
+    );
+    assert!(earlier.changes_since(&earlier).is_empty());
+}
+
+#[test]
+fn a_creation_interrupted_before_session_created_is_finished_by_open_or_create() {
+    let f = fixture();
+    let paths = agentstore::SessionPaths::new(&f.root, &f.id);
+    drop(f.create());
+    // As if the process died right after creating the empty log.
+    std::fs::write(paths.events(), b"{\"crc\":\"0000").unwrap();
+    std::fs::remove_file(paths.meta()).unwrap();
+    let err = Session::open(&f.root, &f.id, SessionOptions::default()).unwrap_err();
+    assert!(err.to_string().contains("incomplete"), "{err}");
+    // Opening cut the torn first line, and nothing else.
+    assert_eq!(std::fs::metadata(paths.events()).unwrap().len(), 0);
+    let (s, report) =
+        Session::open_or_create(&f.root, &f.id, &f.workspace, SessionOptions::default()).unwrap();
+    assert!(report.is_some());
+    assert_eq!(s.projection().session_id(), Some("s1"));
+    assert_eq!(s.projection().next_seq(), 1);
+    drop(s);
+    let (s, report) =
+        Session::open_or_create(&f.root, &f.id, &f.workspace, SessionOptions::default()).unwrap();
+    assert!(report.is_some());
+    assert_eq!(s.projection().next_seq(), 1);
+}
