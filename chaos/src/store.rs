@@ -68,19 +68,20 @@ pub struct Recovered {
     pub uncertain: Vec<Uncertain>,
 }
 
-/// An open session, from the writer's side.
+/// An open session, from the writer's side. Every method may do I/O (an
+/// adapter answers over a pipe), so every method takes `&mut self`.
 pub trait SessionStore {
     /// Appends one event; returns once the store says it is durable.
     fn append(&mut self, event: &Event) -> StoreResult<Ack>;
     /// The store's own recovery after a crash.
     fn recover(&mut self) -> StoreResult<Recovered>;
     /// Every event after `after` (all when `None`), in order.
-    fn events(&self, after: Option<Seq>) -> StoreResult<Vec<Record>>;
+    fn events(&mut self, after: Option<Seq>) -> StoreResult<Vec<Record>>;
     /// The model's view, including how it shows uncertain calls.
-    fn context(&self, budget_tokens: Option<u64>) -> StoreResult<String>;
+    fn context(&mut self, budget_tokens: Option<u64>) -> StoreResult<String>;
     fn checkpoint(&mut self) -> StoreResult<()>;
     /// The store's fold of the log, as JSON.
-    fn projection(&self) -> StoreResult<Value>;
+    fn projection(&mut self) -> StoreResult<Value>;
     /// Stores a large payload durably.
     fn put_blob(&mut self, bytes: &[u8]) -> StoreResult<BlobRef>;
     /// Closes the session (releases its lock).
@@ -305,7 +306,7 @@ impl SessionStore for ReferenceStore {
         })
     }
 
-    fn events(&self, after: Option<Seq>) -> StoreResult<Vec<Record>> {
+    fn events(&mut self, after: Option<Seq>) -> StoreResult<Vec<Record>> {
         let path = self.session.paths().events();
         let mut out = Vec::new();
         for item in Scanner::open(&path, LogPosition::START)? {
@@ -317,7 +318,7 @@ impl SessionStore for ReferenceStore {
         Ok(out)
     }
 
-    fn context(&self, budget_tokens: Option<u64>) -> StoreResult<String> {
+    fn context(&mut self, budget_tokens: Option<u64>) -> StoreResult<String> {
         Ok(self.session.context(budget_tokens)?)
     }
 
@@ -326,7 +327,7 @@ impl SessionStore for ReferenceStore {
         Ok(())
     }
 
-    fn projection(&self) -> StoreResult<Value> {
+    fn projection(&mut self) -> StoreResult<Value> {
         Ok(to_value(self.session.projection()))
     }
 
