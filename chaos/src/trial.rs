@@ -373,6 +373,8 @@ fn run_life(
         micros: 0,
     };
     let mut protocol_error = None;
+    // A failure of the harness itself while the child waits for it.
+    let mut failure: Option<String> = None;
     for line in BufReader::new(stdout).lines() {
         let Ok(line) = line else { break };
         let parsed = match parse_line(&line) {
@@ -412,16 +414,32 @@ fn run_life(
                     block,
                     projection,
                 });
-                life.after_recovery = Some(observe("after the first recovery")?);
+                match observe("after the first recovery") {
+                    Ok(o) => life.after_recovery = Some(o),
+                    Err(e) => {
+                        failure = Some(e);
+                        break;
+                    }
+                }
                 go_on(&mut stdin);
             }
             ChildLine::RecoveredAgain { appended } => {
                 life.recovered_again = Some(appended);
-                life.after_second_recovery = Some(observe("after the second recovery")?);
+                match observe("after the second recovery") {
+                    Ok(o) => life.after_second_recovery = Some(o),
+                    Err(e) => {
+                        failure = Some(e);
+                        break;
+                    }
+                }
                 go_on(&mut stdin);
             }
             ChildLine::Done => life.done = true,
         }
+    }
+    if failure.is_some() {
+        // Never leave a paused agent behind.
+        let _ = child.lock().unwrap_or_else(|p| p.into_inner()).kill();
     }
     drop(timer_tx);
     let timer_fired = timer_thread.join().unwrap_or(false);
@@ -444,7 +462,7 @@ fn run_life(
         .last()
         .unwrap_or_default()
         .to_string();
-    if let Some(e) = protocol_error {
+    if let Some(e) = failure.or(protocol_error) {
         return Err(e);
     }
     Ok(life)
