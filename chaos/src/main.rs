@@ -9,7 +9,6 @@ use std::time::Duration;
 
 use agentchaos::agent::{self, AgentArgs};
 use agentchaos::checker::Invariant;
-use agentchaos::generate::random_scenario;
 use agentchaos::nemesis::Plan;
 use agentchaos::report::{self, Context};
 use agentchaos::runner::{self, Config, Mode, ScenarioSource};
@@ -331,20 +330,7 @@ fn run(args: RunArgs) -> Result<ExitCode, Failure> {
         (None, _) => Some(std::env::temp_dir().join(format!("agentchaos-random-{}", args.seed))),
     };
     if let Some(rd) = &random_dir {
-        std::fs::create_dir_all(rd)
-            .map_err(|e| failed(format!("cannot create {}: {e}", rd.display())))?;
-        for i in 0..args.random {
-            let seed = args.seed.wrapping_mul(1_000_003).wrapping_add(i as u64);
-            let scenario = random_scenario(seed, 6);
-            let path = rd.join(format!("{}.json", scenario.name));
-            std::fs::write(&path, scenario.to_json())
-                .map_err(|e| failed(format!("cannot write {}: {e}", path.display())))?;
-            sources.push(ScenarioSource {
-                path,
-                scenario,
-                random_seed: Some(seed),
-            });
-        }
+        sources.extend(runner::random_sources(rd, args.seed, args.random).map_err(failed)?);
     }
     let ctx = Context {
         store: cfg.backend.describe(),
@@ -394,7 +380,7 @@ fn run(args: RunArgs) -> Result<ExitCode, Failure> {
     })
 }
 
-/// Shrinks each failing random scenario to a minimal one and prints how to replay it.
+/// Shrinks each failing random scenario and prints how to replay the result.
 fn shrink_random(
     cfg: &Config<'_>,
     result: &runner::CampaignResult,
@@ -402,42 +388,21 @@ fn shrink_random(
     budget: Duration,
 ) {
     let Some(rd) = random_dir else { return };
-    for s in &result.scenarios {
-        if s.prepared.source.random_seed.is_none() {
-            continue;
-        }
-        let Some((plan, _, v)) = s.violations().find(|(p, _, _)| p.deterministic()) else {
-            continue;
-        };
-        let out = rd.join(format!("{}-shrunk.json", s.name()));
-        println!(
-            "shrinking {} ({} steps, {} under {plan}) …",
-            s.name(),
-            s.prepared.source.scenario.step_count(),
-            v.invariant
-        );
-        match shrink::shrink(
-            cfg,
-            &s.prepared.source.scenario,
-            plan,
-            v.invariant,
-            &out,
-            budget,
-        ) {
+    for (name, outcome) in shrink::shrink_failing_random(cfg, result, rd, budget) {
+        match outcome {
             Ok(sh) => println!(
-                "minimal: {} steps (from {}), plan {}, {} candidates tried{}\n  replay: {}",
-                sh.scenario.step_count(),
+                "shrunk {name} from {} to {} step(s){}; plan {}\n  replay: {}",
                 sh.steps_before,
-                sh.plan,
-                sh.candidates_tried,
+                sh.scenario.step_count(),
                 if sh.budget_exhausted {
                     " (budget spent: maybe not minimal)"
                 } else {
                     ""
                 },
+                sh.plan,
                 runner::replay_command(&sh.path, &sh.plan, cfg.store_fault.as_deref())
             ),
-            Err(e) => println!("shrinking {} failed: {e}", s.name()),
+            Err(e) => println!("shrinking {name} failed: {e}"),
         }
     }
 }

@@ -61,6 +61,26 @@ pub struct Config<'a> {
     pub progress: bool,
 }
 
+/// `n` generated scenarios (seeded from `seed`), written to `dir` so the
+/// child agents and replay commands can read them.
+pub fn random_sources(dir: &Path, seed: u64, n: usize) -> Result<Vec<ScenarioSource>, String> {
+    std::fs::create_dir_all(dir).map_err(|e| format!("cannot create {}: {e}", dir.display()))?;
+    (0..n)
+        .map(|i| {
+            let seed = seed.wrapping_mul(1_000_003).wrapping_add(i as u64);
+            let scenario = crate::generate::random_scenario(seed, 6);
+            let path = dir.join(format!("{}.json", scenario.name));
+            std::fs::write(&path, scenario.to_json())
+                .map_err(|e| format!("cannot write {}: {e}", path.display()))?;
+            Ok(ScenarioSource {
+                path,
+                scenario,
+                random_seed: Some(seed),
+            })
+        })
+        .collect()
+}
+
 /// The default place for trial directories: tmpfs when there is one.
 /// A SIGKILL keeps the page cache, so kill trials lose nothing to tmpfs;
 /// power cuts are modelled explicitly (see `nemesis`).

@@ -119,6 +119,36 @@ fn reproduce(
     Ok(None)
 }
 
+/// Shrinks every generated scenario of `result` that failed a deterministic
+/// plan, writing each minimal scenario to `dir/<name>-shrunk.json`.
+pub fn shrink_failing_random(
+    cfg: &Config<'_>,
+    result: &runner::CampaignResult,
+    dir: &Path,
+    budget: Duration,
+) -> Vec<(String, Result<Shrunk, String>)> {
+    let mut out = Vec::new();
+    for s in &result.scenarios {
+        if s.prepared.source.random_seed.is_none() {
+            continue;
+        }
+        let Some((plan, _, v)) = s.violations().find(|(p, _, _)| p.deterministic()) else {
+            continue;
+        };
+        let path = dir.join(format!("{}-shrunk.json", s.name()));
+        let shrunk = shrink(
+            cfg,
+            &s.prepared.source.scenario,
+            plan,
+            v.invariant,
+            &path,
+            budget,
+        );
+        out.push((s.name().to_string(), shrunk));
+    }
+    out
+}
+
 /// Shrinks `scenario`, which violates `inv` under `plan`. The result is
 /// written to `out` (a JSON scenario file).
 pub fn shrink(

@@ -197,3 +197,44 @@ fn reports_shards_and_kept_failures() {
         .contains("replay: agentchaos replay"));
     assert!(trial.join("root/sessions/session/events.jsonl").exists());
 }
+
+#[test]
+fn failing_random_scenarios_are_shrunk_to_a_replayable_minimum() {
+    let dir = tempfile::tempdir().unwrap();
+    let keep = dir.path().join("kept");
+    let out = bin()
+        .args([
+            "run", "--quiet", "--random", "3", "--trials", "30", "--seed", "1",
+        ])
+        .args([
+            "--store-fault",
+            "rerun-uncertain",
+            "--shrink-budget",
+            "30",
+            "--scenario",
+        ])
+        .arg(fixture())
+        .arg("--keep-failures")
+        .arg(&keep)
+        .output()
+        .unwrap();
+    assert_eq!(out.status.code(), Some(1));
+    let stdout = text(&out.stdout);
+    let replay = stdout
+        .lines()
+        .find_map(|l| l.trim().strip_prefix("replay: agentchaos replay "))
+        .filter(|l| l.contains("-shrunk.json"))
+        .unwrap_or_else(|| panic!("no shrunk replay command in:\n{stdout}"));
+    let args: Vec<&str> = std::iter::once("replay").chain(replay.split(' ')).collect();
+    let again = run(&args);
+    assert_eq!(
+        again.status.code(),
+        Some(1),
+        "the shrunk scenario still fails:\n{}",
+        text(&again.stdout)
+    );
+    let shrunk = args[args.iter().position(|a| *a == "--scenario").unwrap() + 1];
+    assert!(shrunk.starts_with(keep.to_str().unwrap()));
+    let s = agentchaos::scenario::load(Path::new(shrunk)).unwrap();
+    assert!(s.step_count() <= 2, "{}", s.to_json());
+}
