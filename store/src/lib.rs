@@ -7,8 +7,10 @@
 //! - [`layout`], [`lock`], [`meta`], [`fsutil`]: where files live and how
 //!   they are created and replaced durably;
 //! - [`crashpoint`] and [`fault`]: hooks for the agentchaos harness, inert
-//!   unless their environment variables are set.
+//!   unless their environment variables are set;
+//! - [`bench`]: `agentstore bench`, the disk and store latency report.
 
+pub mod bench;
 pub mod crashpoint;
 pub mod durability;
 pub mod error;

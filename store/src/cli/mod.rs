@@ -1,0 +1,3 @@
+//! Subcommands of the `agentstore` binary, one module each.
+
+pub mod bench;
