@@ -334,7 +334,7 @@ impl Report {
         }
         let _ = writeln!(
             out,
-            "\nThe store, {}-byte lines (floor, Sync and SQLite measured interleaved)",
+            "\nThe store, {}-byte lines (all but None measured interleaved)",
             self.store.line_bytes
         );
         let _ = writeln!(out, "{head} {:>8} {:>8}", "p50/flr", "p99/flr");

@@ -27,7 +27,7 @@ pub const WRITE_BYTES: usize = 8192;
 /// Concurrent appenders of the group commit section.
 pub const APPENDERS: [usize; 5] = [1, 2, 4, 8, 16];
 /// Slices each interleaved measurement is cut into.
-const ROUNDS: u32 = 10;
+const ROUNDS: u32 = 20;
 
 /// Everything measured, before goals are judged.
 #[derive(Debug)]
