@@ -21,6 +21,8 @@ use crate::event::{Body, Event, Record, Redaction, Seq};
 pub const MAX_LINE_BYTES: usize = 4 * 1024 * 1024;
 
 const CRC_PREFIX: &[u8] = b"{\"crc\":\"";
+/// The bytes every line starts with.
+pub const LINE_START: &[u8] = CRC_PREFIX;
 /// `{"crc":"` + 8 hex digits + `",`
 const CRC_HEADER_LEN: usize = CRC_PREFIX.len() + 8 + 2;
 
@@ -103,6 +105,22 @@ pub fn encode_into(
     let crc = crc32c::crc32c_append(crc32c::crc32c(b"{"), &out[body_start..]);
     write_hex(&mut out[CRC_PREFIX.len()..CRC_PREFIX.len() + 8], crc);
     out.push(b'\n');
+}
+
+/// Frames any serialized JSON object the way event lines are framed: the
+/// CRC32C of the object goes first, as `"crc"`. Used for snapshots.
+pub fn frame_object(object_json: &[u8]) -> Vec<u8> {
+    assert!(
+        object_json.len() > 2 && object_json[0] == b'{' && object_json[1] != b'}',
+        "frame_object takes a non-empty JSON object"
+    );
+    let mut out = Vec::with_capacity(object_json.len() + CRC_HEADER_LEN);
+    out.extend_from_slice(CRC_PREFIX);
+    out.extend_from_slice(b"00000000\",");
+    out.extend_from_slice(&object_json[1..]);
+    let crc = crc32c::crc32c(object_json);
+    write_hex(&mut out[CRC_PREFIX.len()..CRC_PREFIX.len() + 8], crc);
+    out
 }
 
 fn write_hex(dst: &mut [u8], v: u32) {
@@ -251,6 +269,142 @@ mod tests {
         // The line is plain JSON for any other reader.
         let v: Value = serde_json::from_slice(&l).unwrap();
         assert_eq!(v["type"], "run_started");
+    }
+
+    /// One line of every event type, as written: the on-disk format is a
+    /// promise to every reader, so any change to it must show up here.
+    #[test]
+    fn line_format_of_every_event_type() {
+        use crate::event::*;
+        let p = || Some("e1".to_string());
+        let events = vec![
+            Event::SessionCreated {
+                session_id: "s1".into(),
+                schema_version: SCHEMA_VERSION,
+                workspace: "/work/repo".into(),
+            },
+            Event::RunStarted {
+                run_id: "r1".into(),
+            },
+            Event::RequestHeader {
+                run_id: "r1".into(),
+                model: "model-1".into(),
+                system_prompt_hash: "sp0".into(),
+                tools_hash: "t0".into(),
+            },
+            Event::UserMessage {
+                parent: None,
+                text: "fix \"it\"\n\u{e9}".into(),
+            },
+            Event::AssistantMessage {
+                parent: p(),
+                text: "ok".into(),
+            },
+            Event::ToolCall {
+                parent: p(),
+                call_id: "c1".into(),
+                tool: "write_file".into(),
+                args: serde_json::json!({"path": "a.txt"}),
+                effect: Effect::SideEffect,
+                operation_id: Some("op-1".into()),
+                target: Some("a.txt".into()),
+                needs_approval: true,
+            },
+            Event::ToolStarted {
+                call_id: "c1".into(),
+            },
+            Event::EffectCommitted {
+                call_id: "c1".into(),
+                operation_id: "op-1".into(),
+                external_ref: "inode:42".into(),
+            },
+            Event::ToolResult {
+                parent: p(),
+                call_id: "c1".into(),
+                status: ResultStatus::Error,
+                output: None,
+                blob: Some(BlobRef {
+                    digest: "ab".into(),
+                    size: 9,
+                }),
+            },
+            Event::ToolRecovery {
+                call_id: "c1".into(),
+                status: RecoveryStatus::Uncertain,
+                phase: Phase::Started,
+            },
+            Event::ToolReconciled {
+                call_id: "c1".into(),
+                outcome: ReconcileOutcome::Applied,
+                evidence: "file exists".into(),
+            },
+            Event::PlanUpdated {
+                goal: "g".into(),
+                steps: vec![
+                    PlanStep {
+                        id: "1".into(),
+                        title: "a".into(),
+                        status: StepStatus::Done,
+                    },
+                    PlanStep {
+                        id: "2".into(),
+                        title: "b".into(),
+                        status: StepStatus::Blocked("waiting".into()),
+                    },
+                ],
+            },
+            Event::Compaction {
+                parent: p(),
+                summary: "so far".into(),
+                first_kept_id: "e1".into(),
+                tokens_before: 1234,
+            },
+            Event::LeafMoved { leaf: "e1".into() },
+            Event::Approval {
+                call_id: "c1".into(),
+                decision: Decision::Denied,
+            },
+            Event::RunFinished {
+                run_id: "r1".into(),
+                status: RunStatus::Completed,
+            },
+            Event::RunInterrupted {
+                run_id: "r1".into(),
+            },
+            Event::WorkspaceRebound {
+                from: "/a".into(),
+                to: "/b".into(),
+            },
+        ];
+        let mut covered: Vec<&str> = events.iter().map(Event::type_name).collect();
+        covered.sort_unstable();
+        let mut all = Event::TYPE_NAMES.to_vec();
+        all.sort_unstable();
+        assert_eq!(covered, all, "every type has a line in the snapshot");
+        let mut text = String::new();
+        for (seq, ev) in events.iter().enumerate() {
+            let redaction = if seq == 3 {
+                Redaction::Sensitive
+            } else {
+                Redaction::Public
+            };
+            let mut out = Vec::new();
+            let seq = seq as Seq;
+            let id = crate::event::event_id(seq);
+            encode_into(
+                &mut out,
+                seq,
+                &id,
+                "2026-11-29T08:00:00.000Z",
+                redaction,
+                ev,
+            );
+            let rec = decode(&out[..out.len() - 1]).unwrap();
+            assert_eq!(rec.event(), Some(ev));
+            assert_eq!(rec.redaction, redaction);
+            text.push_str(std::str::from_utf8(&out).unwrap());
+        }
+        insta::assert_snapshot!("line_format", text);
     }
 
     #[test]

@@ -83,6 +83,18 @@ pub fn replace_atomic(path: &Path, bytes: &[u8], what: &'static str) -> Result<(
     fsync_dir(parent_of(path))
 }
 
+/// Renames `from` to `to` unless `to` exists (even as an empty directory,
+/// which plain `rename` would replace), then fsyncs `to`'s parent. Linux
+/// only (`renameat2` with `RENAME_NOREPLACE`). An existing `to` fails with
+/// an [`Error::Io`] of kind `AlreadyExists`.
+pub fn rename_noreplace_durable(from: &Path, to: &Path) -> Result<()> {
+    use nix::fcntl::{renameat2, RenameFlags};
+    crashpoint::hit("file.rename");
+    renameat2(None, from, None, to, RenameFlags::RENAME_NOREPLACE)
+        .map_err(|errno| Error::io("rename", to)(std::io::Error::from(errno)))?;
+    fsync_dir(parent_of(to))
+}
+
 /// Overwrites `path` in place (truncate, write, fsync). Not atomic: a crash
 /// can leave a torn file. Used only by the `non-atomic-snapshot` fault.
 pub fn overwrite_in_place(path: &Path, bytes: &[u8], what: &'static str) -> Result<()> {

@@ -4,30 +4,49 @@
 //! - [`framing`]: the bytes of one line (JSON + CRC32C), no I/O;
 //! - [`scan`]: reading lines back, torn tail versus damage;
 //! - [`log`] and [`durability`]: appending with a proof of durability;
+//! - [`query`]: streamed reads by seq, range and type (no lock);
+//! - [`create`], [`fsck`], [`repair`]: making, checking and fixing sessions;
 //! - [`layout`], [`lock`], [`meta`], [`fsutil`]: where files live and how
 //!   they are created and replaced durably;
+//! - [`projection`], [`session`], [`recovery`], [`checkpoint`], [`context`],
+//!   [`blob`]: what makes the log an agent session (part 2);
 //! - [`crashpoint`] and [`fault`]: hooks for the agentchaos harness, inert
 //!   unless their environment variables are set;
 //! - [`bench`]: `agentstore bench`, the disk and store latency report.
 
 pub mod bench;
+pub mod blob;
+pub mod checkpoint;
+pub mod context;
 pub mod crashpoint;
+pub mod create;
 pub mod durability;
 pub mod error;
 pub mod event;
+pub mod export;
 pub mod fault;
 pub mod framing;
+pub mod fsck;
 pub mod fsutil;
 pub mod index;
 pub mod layout;
 pub mod lock;
 pub mod log;
 pub mod meta;
+pub mod projection;
+pub mod query;
+pub mod recovery;
+pub mod repair;
 pub mod scan;
+pub mod session;
 
 pub use durability::{Acked, Durability, DurablePosition};
 pub use error::{Error, Result};
 pub use event::{Event, Record, Seq};
 pub use layout::{SessionId, SessionPaths};
 pub use log::{EventLog, LogOptions, OpenReport};
+pub use projection::Projection;
+pub use query::{Events, LogReader, Query};
+pub use recovery::{RecoveryState, UncertainCall};
 pub use scan::{LogPosition, Scanner, TornTail};
+pub use session::{Intent, ResumeReport, Session, SessionOptions, SnapshotUse};

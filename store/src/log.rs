@@ -13,6 +13,7 @@
 //!   and a retried sync could report success for data that is gone.
 
 use std::fs::{File, OpenOptions};
+use std::os::unix::fs::FileExt;
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Condvar, Mutex, MutexGuard};
@@ -76,6 +77,33 @@ pub struct EventLog {
     _lock: WriterLock,
 }
 
+/// A trusted prefix must end exactly at a line boundary inside the file.
+/// Otherwise appends would leave a hole of zeros (prefix beyond the end) or
+/// verification would start mid-line and could cut a committed line as "torn".
+fn check_trusted_prefix(file: &File, path: &Path, from: LogPosition) -> Result<()> {
+    if from.offset == 0 {
+        return Ok(());
+    }
+    let len = file.metadata().map_err(Error::io("stat", path))?.len();
+    let mut last = [0u8; 1];
+    if len >= from.offset {
+        file.read_exact_at(&mut last, from.offset - 1)
+            .map_err(Error::io("read", path))?;
+    }
+    if len < from.offset || last[0] != b'\n' {
+        return Err(Error::Damage {
+            path: path.to_path_buf(),
+            line: from.line(),
+            offset: from.offset,
+            reason: format!(
+                "the trusted prefix (seq {} at byte offset {}) does not end at a line boundary of this {len}-byte log",
+                from.seq, from.offset
+            ),
+        });
+    }
+    Ok(())
+}
+
 impl EventLog {
     /// Creates the session directory and an empty, durable `events.jsonl`,
     /// then opens it for writing. Fails if the log already exists.
@@ -123,6 +151,7 @@ impl EventLog {
             .open(&events)
             .map_err(Error::io("open", &events))?;
         let from = options.trusted_prefix.unwrap_or(LogPosition::START);
+        check_trusted_prefix(&file, &events, from)?;
         let mut index = SparseIndex::default();
         let mut scanner = Scanner::open(&events, from)?;
         while let Some((offset, rec)) = scanner.next_record()? {
@@ -408,5 +437,45 @@ impl EventLog {
         let end = st.end;
         self.sync_to(&mut st, end)?;
         Ok(st.durable)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::layout::SessionId;
+
+    #[test]
+    fn a_trusted_prefix_off_a_line_boundary_is_refused() {
+        let dir = tempfile::tempdir().unwrap();
+        let paths = SessionPaths::new(dir.path(), &SessionId::new("s").unwrap());
+        let log = EventLog::create(&paths, Durability::None).unwrap();
+        let acks: Vec<Acked> = (0..3)
+            .map(|i| {
+                log.append(&Event::RunStarted {
+                    run_id: format!("r{i}"),
+                })
+                .unwrap()
+            })
+            .collect();
+        drop(log);
+        let open_at = |offset, seq| {
+            let options = LogOptions {
+                trusted_prefix: Some(LogPosition { offset, seq }),
+                ..LogOptions::default()
+            };
+            EventLog::open(&paths, options, |_, _| Ok(())).map(|(_, report)| report)
+        };
+        let good = open_at(acks[2].offset(), 2).unwrap();
+        assert_eq!(good.end.seq, 3);
+        for offset in [acks[2].offset() + 5, acks[2].end() + 100] {
+            match open_at(offset, 2) {
+                Err(Error::Damage { offset: at, .. }) => assert_eq!(at, offset),
+                other => panic!("prefix at {offset} accepted: {other:?}"),
+            }
+        }
+        // Nothing was cut by the refused opens.
+        let len = std::fs::metadata(paths.events()).unwrap().len();
+        assert_eq!(len, acks[2].end());
     }
 }

@@ -5,6 +5,8 @@
 //! `ls` need not read logs. It is always replaced whole (temp, fsync,
 //! rename, fsync dir), never edited in place.
 
+use std::path::Path;
+
 use serde::{Deserialize, Serialize};
 
 use crate::error::{Error, Result};
@@ -63,9 +65,15 @@ impl SessionMeta {
 
     /// Replaces `session.json` atomically, stamping `updated`.
     pub fn write(&mut self, paths: &SessionPaths) -> Result<()> {
+        self.write_at(&paths.meta())
+    }
+
+    /// Replaces the metadata file at `path` atomically, stamping `updated`
+    /// (for a session directory still being built under another name).
+    pub fn write_at(&mut self, path: &Path) -> Result<()> {
         self.updated = now_ts();
         let mut bytes = serde_json::to_vec_pretty(self).expect("metadata serializes");
         bytes.push(b'\n');
-        fsutil::replace_atomic(&paths.meta(), &bytes, "meta")
+        fsutil::replace_atomic(path, &bytes, "meta")
     }
 }

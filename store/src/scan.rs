@@ -12,7 +12,7 @@ use std::io::{BufRead, BufReader, Read, Seek, SeekFrom};
 use std::path::{Path, PathBuf};
 
 use crate::error::{Error, Result};
-use crate::event::{Record, Seq};
+use crate::event::{seq_of_event_id, Record, Seq};
 use crate::framing::{self, LineError, MAX_LINE_BYTES};
 
 /// A place in the log where a line starts, and the seq of that line.
@@ -172,6 +172,14 @@ impl<R: BufRead> Scanner<R> {
                         self.pos.seq, rec.seq
                     )));
                 }
+                // Ids are unique because each is derived from its seq.
+                if seq_of_event_id(&rec.id) != Some(rec.seq) {
+                    self.done = true;
+                    return Err(self.damage(format!(
+                        "id {:?} does not match seq {} (expected \"e{}\")",
+                        rec.id, rec.seq, rec.seq
+                    )));
+                }
                 let offset = self.pos.offset;
                 self.pos = LogPosition {
                     offset: offset + n as u64,
@@ -189,7 +197,14 @@ impl<R: BufRead> Scanner<R> {
                 })
             }
             Err(e @ (LineError::Frame(_) | LineError::Checksum { .. })) => {
-                if self.at_eof()? {
+                if let Some(at) = embedded_valid_line(line) {
+                    // A lost newline merged a committed line into this one:
+                    // that is damage, and cutting it as a tail would lose data.
+                    self.done = true;
+                    Err(self.damage(format!(
+                        "{e}; a valid line starts {at} bytes into it (a newline was damaged?)"
+                    )))
+                } else if self.at_eof()? {
                     self.end_torn(n as u64, format!("final line is unreadable: {e}"));
                     Ok(None)
                 } else {
@@ -203,6 +218,17 @@ impl<R: BufRead> Scanner<R> {
             }
         }
     }
+}
+
+/// Where a complete, checksummed line starts inside the bad segment `line`,
+/// if one does. A single torn write holds at most the prefix of one line, so
+/// a whole valid line after the start of a bad one means the bytes between
+/// were committed lines, not an interrupted append.
+fn embedded_valid_line(line: &[u8]) -> Option<usize> {
+    let start = framing::LINE_START;
+    (1..line.len().saturating_sub(start.len()))
+        .filter(|&i| line[i..].starts_with(start))
+        .find(|&i| framing::verify_checksum(&line[i..]).is_ok())
 }
 
 impl<R: BufRead> Iterator for Scanner<R> {
@@ -235,4 +261,75 @@ pub fn verify(
         end: scanner.position(),
         torn: scanner.torn().cloned(),
     })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::event::{event_id, Event, Redaction};
+
+    fn log_bytes(n: u64) -> (Vec<u8>, Vec<u64>) {
+        let (mut bytes, mut starts, mut line) = (Vec::new(), Vec::new(), Vec::new());
+        for seq in 0..n {
+            let ev = Event::RunStarted {
+                run_id: format!("r{seq}"),
+            };
+            framing::encode_into(&mut line, seq, &event_id(seq), "t", Redaction::Public, &ev);
+            starts.push(bytes.len() as u64);
+            bytes.extend_from_slice(&line);
+        }
+        (bytes, starts)
+    }
+
+    fn scan(bytes: &[u8]) -> (Vec<Seq>, Result<Option<TornTail>>) {
+        let mut s = Scanner::new(bytes, Path::new("events.jsonl"), LogPosition::START);
+        let mut seqs = Vec::new();
+        loop {
+            match s.next_record() {
+                Ok(Some((_, rec))) => seqs.push(rec.seq),
+                Ok(None) => return (seqs, Ok(s.torn().cloned())),
+                Err(e) => return (seqs, Err(e)),
+            }
+        }
+    }
+
+    #[test]
+    fn a_lost_newline_before_the_last_line_is_damage_not_a_torn_tail() {
+        let (mut bytes, starts) = log_bytes(3);
+        let newline = starts[2] as usize - 1;
+        bytes[newline] = b' ';
+        let (seqs, outcome) = scan(&bytes);
+        assert_eq!(seqs, vec![0]);
+        match outcome {
+            Err(Error::Damage { line, offset, .. }) => {
+                assert_eq!((line, offset), (2, starts[1]));
+            }
+            other => panic!("expected damage at line 2, got {other:?}"),
+        }
+    }
+
+    #[test]
+    fn a_bad_final_line_alone_is_a_torn_tail() {
+        let (mut bytes, starts) = log_bytes(3);
+        let mid = starts[2] as usize + 12;
+        bytes[mid] ^= 1;
+        let (seqs, outcome) = scan(&bytes);
+        assert_eq!(seqs, vec![0, 1]);
+        let torn = outcome.unwrap().expect("torn tail");
+        assert_eq!(torn.offset, starts[2]);
+        assert_eq!(torn.len, bytes.len() as u64 - starts[2]);
+    }
+
+    #[test]
+    fn an_id_that_does_not_match_its_seq_is_damage() {
+        let mut line = Vec::new();
+        let ev = Event::RunStarted { run_id: "r".into() };
+        framing::encode_into(&mut line, 0, "e7", "t", Redaction::Public, &ev);
+        let (seqs, outcome) = scan(&line);
+        assert!(seqs.is_empty());
+        assert!(
+            matches!(outcome, Err(Error::Damage { line: 1, offset: 0, ref reason, .. }) if reason.contains("\"e7\"")),
+            "{outcome:?}"
+        );
+    }
 }

@@ -32,7 +32,7 @@ fn an_unwritable_dir_is_one_line_and_exit_2() {
     let out = agentstore(&["bench", "--dir", "/sys", "--seconds", "0.01"]);
     assert_usage_error(
         &out,
-        "agentstore bench: cannot benchmark in /sys: cannot create a scratch directory in it",
+        "agentstore: cannot benchmark in /sys: cannot create a scratch directory in it",
     );
 }
 

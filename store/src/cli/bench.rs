@@ -1,22 +1,26 @@
 //! `agentstore bench`: run the latency suite and print, save and plot it.
 //!
 //! Exit codes: 0 after a complete run (whether or not the goals are met; the
-//! verdicts are in the report), 2 for a bad `--dir`/output path or
-//! `--seconds`, 1 when a measurement or writing the output fails.
+//! verdicts are in the report), 2 for a missing or unwritable `--dir`, a bad
+//! output path or `--seconds`, 1 when a measurement or writing the output
+//! fails.
 
+use std::io::Write;
 use std::path::{Path, PathBuf};
-use std::process::ExitCode;
 use std::time::Duration;
 
 use agentstore::bench::{self, BenchError, Config, Progress};
 use indicatif::{ProgressBar, ProgressStyle};
 
+use super::{stdout_error, Failure, Outcome};
+
+/// Measure this disk's sync latency and the store's cost on top of it (pg_test_fsync style).
 #[derive(Debug, clap::Args)]
 pub struct Args {
     /// Directory on the file system to measure (a scratch subdirectory is created and removed in it).
     #[arg(long, default_value = ".")]
     dir: PathBuf,
-    /// Seconds per measurement (about 25 measurements; fractions allowed).
+    /// Seconds per measurement (the run takes about 21 of them; fractions allowed).
     #[arg(long, default_value_t = 1.0, value_parser = parse_seconds)]
     seconds: f64,
     /// Also write the report as JSON (for CI trend tracking).
@@ -57,72 +61,63 @@ impl Progress for Bar {
     }
 }
 
-pub fn run(args: Args) -> ExitCode {
+pub fn run(args: Args) -> Outcome {
     for out in [&args.json, &args.plot].into_iter().flatten() {
-        if let Err(why) = check_output(out) {
-            eprintln!("agentstore bench: {why}");
-            return ExitCode::from(2);
-        }
+        check_output(out)?;
     }
     let config = Config::new(&args.dir, Duration::from_secs_f64(args.seconds));
     let bar = ProgressBar::new(0).with_style(
         ProgressStyle::with_template("{bar:30} {pos}/{len} {wide_msg}")
             .expect("the template is valid"),
     );
-    let result = bench::run(
-        &config,
-        &mut Bar {
-            bar: bar.clone(),
-            running: 0,
-        },
-    );
-    bar.finish_and_clear();
-    let run = match result {
-        Ok(run) => run,
-        Err(e) => {
-            eprintln!("agentstore bench: {e}");
-            return ExitCode::from(match e {
-                BenchError::Dir { .. } => 2,
-                _ => 1,
-            });
-        }
+    let mut progress = Bar {
+        bar: bar.clone(),
+        running: 0,
     };
-    print!("{}", run.report.render_text());
+    let result = bench::run(&config, &mut progress);
+    bar.finish_and_clear();
+    let run = result.map_err(|e| match e {
+        BenchError::Dir { .. } => Failure::Usage(e.to_string()),
+        _ => Failure::Problem(format!("bench: {e}")),
+    })?;
+    std::io::stdout()
+        .lock()
+        .write_all(run.report.render_text().as_bytes())
+        .map_err(stdout_error)?;
     if let Some(path) = &args.json {
         let json =
             serde_json::to_string_pretty(&run.report).expect("a report always serializes to JSON");
-        if let Err(e) = std::fs::write(path, json + "\n") {
-            eprintln!("agentstore bench: cannot write {}: {e}", path.display());
-            return ExitCode::from(1);
-        }
+        write_output(path, json + "\n")?;
     }
     if let Some(path) = &args.plot {
-        if let Err(e) = std::fs::write(path, run.svg()) {
-            eprintln!("agentstore bench: cannot write {}: {e}", path.display());
-            return ExitCode::from(1);
-        }
+        write_output(path, run.svg())?;
     }
-    ExitCode::SUCCESS
+    Ok(())
+}
+
+fn write_output(path: &Path, text: String) -> Outcome {
+    std::fs::write(path, text)
+        .map_err(|e| Failure::Problem(format!("cannot write {}: {e}", path.display())))
 }
 
 /// Fails fast (before a run of several seconds) if an output file cannot be created.
-fn check_output(path: &Path) -> Result<(), String> {
+fn check_output(path: &Path) -> Outcome {
     let parent = match path.parent() {
         Some(p) if !p.as_os_str().is_empty() => p,
         _ => Path::new("."),
     };
     if !parent.is_dir() {
-        return Err(format!(
+        return Err(Failure::Usage(format!(
             "cannot write {}: {} is not a directory",
             path.display(),
             parent.display()
-        ));
+        )));
     }
     if path.is_dir() {
-        return Err(format!(
+        return Err(Failure::Usage(format!(
             "cannot write {}: it is a directory",
             path.display()
-        ));
+        )));
     }
     Ok(())
 }

@@ -1,0 +1,58 @@
+//! Content-addressed blobs for large tool outputs.
+//!
+//! A blob is `blobs/<sha256 hex>`, written atomically and durable (file and
+//! directory fsynced) before [`put`] returns, so an event that references it
+//! can never dangle after a crash. Blobs are immutable; writing the same
+//! content twice is a no-op.
+
+use std::path::PathBuf;
+
+use sha2::{Digest, Sha256};
+
+use crate::error::{Error, Result};
+use crate::event::BlobRef;
+use crate::fsutil;
+use crate::layout::SessionPaths;
+
+/// Tool outputs larger than this many bytes go to a blob.
+pub const BLOB_THRESHOLD: usize = 16 * 1024;
+
+/// Hex SHA-256 of `bytes`.
+pub fn digest(bytes: &[u8]) -> String {
+    let d = Sha256::digest(bytes);
+    d.iter().map(|b| format!("{b:02x}")).collect()
+}
+
+fn blob_path(paths: &SessionPaths, digest: &str) -> PathBuf {
+    paths.blobs().join(digest)
+}
+
+/// Stores `bytes` durably and returns its reference.
+pub fn put(paths: &SessionPaths, bytes: &[u8]) -> Result<BlobRef> {
+    let reference = BlobRef {
+        digest: digest(bytes),
+        size: bytes.len() as u64,
+    };
+    let path = blob_path(paths, &reference.digest);
+    if path.exists() && get(paths, &reference).is_ok() {
+        return Ok(reference);
+    }
+    fsutil::create_dir_durable(&paths.blobs())?;
+    fsutil::replace_atomic(&path, bytes, "blob")?;
+    Ok(reference)
+}
+
+/// Reads a blob back, checking its size and digest.
+pub fn get(paths: &SessionPaths, reference: &BlobRef) -> Result<Vec<u8>> {
+    let path = blob_path(paths, &reference.digest);
+    let bytes = std::fs::read(&path).map_err(Error::io("read blob", &path))?;
+    if bytes.len() as u64 != reference.size || digest(&bytes) != reference.digest {
+        return Err(Error::Damage {
+            path,
+            line: 1,
+            offset: 0,
+            reason: "blob content does not match its digest".into(),
+        });
+    }
+    Ok(bytes)
+}

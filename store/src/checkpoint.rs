@@ -1,0 +1,112 @@
+//! Checkpoints: the projection persisted as `snapshot.json`, with the seq
+//! and byte offset it covers.
+//!
+//! The snapshot is one framed JSON object (CRC32C first, like a log line),
+//! replaced atomically (temp, fsync, rename, fsync dir), so its seq and its
+//! projection can never disagree on disk. Resuming trusts a snapshot only
+//! after the log confirms it (see `session`); a damaged or stale snapshot is
+//! never used, and the log stays the source of truth.
+
+use serde::{Deserialize, Serialize};
+
+use crate::error::{Error, Result};
+use crate::event::Seq;
+use crate::fault::{self, Fault};
+use crate::framing;
+use crate::fsutil;
+use crate::index::SparseIndex;
+use crate::layout::SessionPaths;
+use crate::projection::Projection;
+use crate::scan::LogPosition;
+
+/// The content of `snapshot.json`.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct Snapshot {
+    /// Events `0..next_seq` are folded into `projection`.
+    pub next_seq: Seq,
+    /// Byte offset where the line of `next_seq` starts.
+    pub offset: u64,
+    pub projection: Projection,
+    /// The sparse index of the covered prefix, so queries need not rebuild it.
+    #[serde(default)]
+    pub index: SparseIndex,
+}
+
+impl Snapshot {
+    /// The log position right after what the snapshot covers.
+    pub fn position(&self) -> LogPosition {
+        LogPosition {
+            offset: self.offset,
+            seq: self.next_seq,
+        }
+    }
+}
+
+/// Where and what a checkpoint wrote.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Checkpoint {
+    pub next_seq: Seq,
+    pub offset: u64,
+    pub bytes: u64,
+}
+
+/// Writes a snapshot of `projection`, which must cover exactly the log up to `end`.
+pub fn write_snapshot(
+    paths: &SessionPaths,
+    projection: &Projection,
+    end: LogPosition,
+    index: &SparseIndex,
+) -> Result<Checkpoint> {
+    assert_eq!(
+        projection.next_seq(),
+        end.seq,
+        "a snapshot must cover exactly what its projection folded"
+    );
+    let mut snapshot = Snapshot {
+        next_seq: end.seq,
+        offset: end.offset,
+        projection: projection.clone(),
+        index: index.clone(),
+    };
+    if fault::active(Fault::CheckpointSeqAhead) {
+        // Broken on purpose: claim one more event than the projection folded.
+        snapshot.next_seq += 1;
+    }
+    let json = serde_json::to_vec(&snapshot).expect("a snapshot serializes");
+    let mut bytes = framing::frame_object(&json);
+    bytes.push(b'\n');
+    if fault::active(Fault::NonAtomicSnapshot) {
+        fsutil::overwrite_in_place(&paths.snapshot(), &bytes, "snapshot")?;
+    } else {
+        fsutil::replace_atomic(&paths.snapshot(), &bytes, "snapshot")?;
+    }
+    Ok(Checkpoint {
+        next_seq: end.seq,
+        offset: end.offset,
+        bytes: bytes.len() as u64,
+    })
+}
+
+/// Reads `snapshot.json`: `Ok(None)` when there is none, an error naming
+/// the file when it is present but damaged.
+pub fn read_snapshot(paths: &SessionPaths) -> Result<Option<Snapshot>> {
+    let path = paths.snapshot();
+    let bytes = match std::fs::read(&path) {
+        Ok(b) => b,
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(None),
+        Err(e) => return Err(Error::io("read", &path)(e)),
+    };
+    let damaged = |reason: String| Error::Damage {
+        path: path.clone(),
+        line: 1,
+        offset: 0,
+        reason,
+    };
+    let body = bytes
+        .strip_suffix(b"\n")
+        .ok_or_else(|| damaged("snapshot does not end with a newline (torn write)".into()))?;
+    framing::verify_checksum(body).map_err(|e| damaged(e.to_string()))?;
+    serde_json::from_slice(body)
+        .map(Some)
+        .map_err(|e| damaged(format!("snapshot does not fit the schema: {e}")))
+}

@@ -1,0 +1,255 @@
+//! Verifying sessions without changing them.
+//!
+//! [`check_log`] reads every line of a log (frame, checksum, seq contiguity,
+//! id) and says how far it is valid and what stops it there. [`fsck_session`]
+//! adds `session.json`; [`fsck_root`] checks every session under ROOT and
+//! names entries that are not sessions. This module never writes, never
+//! takes the writer lock, and never stops at the first problem of a session
+//! when a later check (metadata) can still run.
+
+use std::fmt;
+use std::path::Path;
+
+use crate::error::{Error, Result};
+use crate::event::SCHEMA_VERSION;
+use crate::layout::{sessions_dir, SessionId, SessionPaths, EVENTS_FILE};
+use crate::meta::SessionMeta;
+use crate::query::{LogReader, Query};
+use crate::scan::{LogPosition, TornTail};
+
+/// Why a log is not valid to its end.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum LogProblem {
+    /// Bytes at the end that are not a complete line: cut by `repair` (or
+    /// by the next writer's open) without losing any complete line.
+    TornTail(TornTail),
+    /// A bad line before the tail. Never skipped, never cut: `salvage`
+    /// copies the lines before it into a new session.
+    Damage {
+        line: u64,
+        offset: u64,
+        reason: String,
+    },
+    /// A line of a type this build does not know (a newer schema?) that did
+    /// not mark itself ignorable. Lines after it are not checked.
+    UnknownType {
+        line: u64,
+        offset: u64,
+        type_name: String,
+    },
+}
+
+impl LogProblem {
+    /// Whether `repair` can fix this without losing a complete line.
+    pub fn is_repairable(&self) -> bool {
+        matches!(self, LogProblem::TornTail(_))
+    }
+}
+
+impl fmt::Display for LogProblem {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            LogProblem::TornTail(t) => write!(f, "{t}"),
+            LogProblem::Damage {
+                line,
+                offset,
+                reason,
+            } => write!(f, "damage at line {line}, byte offset {offset}: {reason}"),
+            LogProblem::UnknownType {
+                line,
+                offset,
+                type_name,
+            } => write!(
+                f,
+                "unknown event type {type_name:?} at line {line}, byte offset {offset} (written by a newer schema?)"
+            ),
+        }
+    }
+}
+
+/// How much of a log is valid.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct LogCheck {
+    /// Just after the last valid line: its seq is the number of valid events.
+    pub valid_end: LogPosition,
+    /// What stops the log from being valid to its end, if anything.
+    pub problem: Option<LogProblem>,
+}
+
+/// Reads and verifies every line of the log at `path`. Damage is a finding
+/// here, not an error; errors are I/O failures.
+pub fn check_log(path: &Path) -> Result<LogCheck> {
+    let mut events = LogReader::from_file(path).events(&Query::all())?;
+    let problem = loop {
+        match events.next() {
+            Some(Ok(_)) => continue,
+            None => break events.torn().cloned().map(LogProblem::TornTail),
+            Some(Err(Error::Damage {
+                line,
+                offset,
+                reason,
+                ..
+            })) => {
+                break Some(LogProblem::Damage {
+                    line,
+                    offset,
+                    reason,
+                })
+            }
+            Some(Err(Error::UnknownEventType {
+                line,
+                offset,
+                type_name,
+                ..
+            })) => {
+                break Some(LogProblem::UnknownType {
+                    line,
+                    offset,
+                    type_name,
+                })
+            }
+            Some(Err(e)) => return Err(e),
+        }
+    };
+    Ok(LogCheck {
+        valid_end: events.position(),
+        problem,
+    })
+}
+
+/// One thing wrong with a session.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Problem {
+    Log(LogProblem),
+    /// `session.json` is missing, unreadable, or does not describe this session.
+    Meta(String),
+}
+
+impl fmt::Display for Problem {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            Problem::Log(p) => p.fmt(f),
+            Problem::Meta(why) => write!(f, "session.json: {why}"),
+        }
+    }
+}
+
+/// What checking one session found.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct SessionCheck {
+    pub id: SessionId,
+    /// Number of valid events (the seq after the last valid line).
+    pub events: u64,
+    pub problems: Vec<Problem>,
+}
+
+/// Verifies session `id`: every line of its log, then its `session.json`.
+pub fn fsck_session(root: &Path, id: &SessionId) -> Result<SessionCheck> {
+    let paths = SessionPaths::new(root, id);
+    if !paths.events().exists() {
+        return Err(Error::NoSuchSession {
+            id: id.to_string(),
+            root: root.to_path_buf(),
+        });
+    }
+    let log = check_log(&paths.events())?;
+    let mut problems: Vec<Problem> = log.problem.into_iter().map(Problem::Log).collect();
+    problems.extend(check_meta(&paths).map(Problem::Meta));
+    Ok(SessionCheck {
+        id: id.clone(),
+        events: log.valid_end.seq,
+        problems,
+    })
+}
+
+fn check_meta(paths: &SessionPaths) -> Option<String> {
+    if !paths.meta().exists() {
+        return Some("missing".into());
+    }
+    match SessionMeta::read(paths) {
+        Err(e) => Some(e.to_string()),
+        Ok(meta) if meta.id != paths.id().as_str() => Some(format!(
+            "names session {:?}, not {:?}",
+            meta.id,
+            paths.id().as_str()
+        )),
+        Ok(meta) if meta.schema_version > SCHEMA_VERSION => Some(format!(
+            "schema version {} is newer than this build's {SCHEMA_VERSION}",
+            meta.schema_version
+        )),
+        Ok(_) => None,
+    }
+}
+
+/// An entry under `ROOT/sessions` that is not a session.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Stray {
+    pub name: String,
+    pub reason: String,
+}
+
+/// What checking every session under ROOT found.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct RootCheck {
+    pub sessions: Vec<SessionCheck>,
+    pub strays: Vec<Stray>,
+}
+
+impl RootCheck {
+    /// Whether nothing at all was found wrong.
+    pub fn is_clean(&self) -> bool {
+        self.strays.is_empty() && self.sessions.iter().all(|s| s.problems.is_empty())
+    }
+}
+
+/// Verifies every session under `root` and lists entries that are not
+/// sessions (e.g. a directory left by a creation or salvage a crash cut short).
+pub fn fsck_root(root: &Path) -> Result<RootCheck> {
+    if !root.is_dir() {
+        return Err(Error::Invalid(format!(
+            "{}: not a directory (no store here)",
+            root.display()
+        )));
+    }
+    let dir = sessions_dir(root);
+    let mut names = Vec::new();
+    match std::fs::read_dir(&dir) {
+        Ok(entries) => {
+            for entry in entries {
+                let entry = entry.map_err(Error::io("read_dir", &dir))?;
+                names.push(entry.file_name().to_string_lossy().into_owned());
+            }
+        }
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => {}
+        Err(e) => return Err(Error::io("read_dir", &dir)(e)),
+    }
+    names.sort();
+    let mut check = RootCheck {
+        sessions: Vec::new(),
+        strays: Vec::new(),
+    };
+    for name in names {
+        let stray = |reason: String| Stray {
+            name: name.clone(),
+            reason,
+        };
+        match SessionId::new(&name) {
+            Err(Error::InvalidSessionId { reason, .. }) => {
+                check
+                    .strays
+                    .push(stray(format!("not a valid session id: {reason}")));
+            }
+            Err(e) => return Err(e),
+            Ok(id) => {
+                if dir.join(&name).join(EVENTS_FILE).exists() {
+                    check.sessions.push(fsck_session(root, &id)?);
+                } else {
+                    check
+                        .strays
+                        .push(stray(format!("not a session: no {EVENTS_FILE}")));
+                }
+            }
+        }
+    }
+    Ok(check)
+}

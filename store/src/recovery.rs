@@ -1,0 +1,145 @@
+//! Recovery: telling the next process, from disk alone, what really happened.
+//!
+//! [`Session::recover`] closes every run without a finish (`run_interrupted`)
+//! and marks every tool call without a result exactly once
+//! (`tool_recovery { status: uncertain, phase }`), where the phase says how
+//! far it got: `requested` (never started: safe to run), `started` (intent
+//! durable, outcome unknown: reconcile by operation id first), `committed`
+//! (the effect happened, the result was lost: never run again).
+//!
+//! Each mark is its own durable append, so a crash in the middle leaves a
+//! prefix of the marks; the next recovery adds only what is missing. A
+//! second recovery appends nothing. The torn tail was already cut when the
+//! session was opened.
+
+use serde::Serialize;
+use serde_json::Value;
+
+use crate::crashpoint;
+use crate::error::Result;
+use crate::event::{Effect, Event, Phase, RecoveryStatus};
+use crate::fault::{self, Fault};
+use crate::projection::OpenCall;
+use crate::scan::TornTail;
+use crate::session::Session;
+
+/// A tool call whose outcome is uncertain after a crash.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct UncertainCall {
+    pub call_id: String,
+    pub tool: String,
+    pub target: Option<String>,
+    pub phase: Phase,
+    pub effect: Effect,
+    pub operation_id: Option<String>,
+    pub args: Value,
+    /// For `committed`: the external reference the effect left.
+    pub external_ref: Option<String>,
+}
+
+impl UncertainCall {
+    fn of(call: &OpenCall, phase: Phase) -> UncertainCall {
+        UncertainCall {
+            call_id: call.call_id.clone(),
+            tool: call.tool.clone(),
+            target: call.target.clone(),
+            phase,
+            effect: call.effect,
+            operation_id: call.operation_id.clone(),
+            args: call.args.clone(),
+            external_ref: call.committed.clone(),
+        }
+    }
+}
+
+/// What recovery found and recorded.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct RecoveryState {
+    /// The torn tail cut off when the session was opened.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub repaired: Option<TornTailReport>,
+    /// Runs without a finish (marked now or by an earlier recovery).
+    pub interrupted_runs: Vec<String>,
+    /// Calls marked uncertain and not yet reconciled, in call order.
+    pub uncertain: Vec<UncertainCall>,
+    /// Events this recovery appended (0 when it had nothing left to do).
+    pub appended: u64,
+}
+
+/// A torn tail, for reports.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+pub struct TornTailReport {
+    pub offset: u64,
+    pub len: u64,
+    pub line: u64,
+    pub reason: String,
+}
+
+impl From<&TornTail> for TornTailReport {
+    fn from(t: &TornTail) -> Self {
+        TornTailReport {
+            offset: t.offset,
+            len: t.len,
+            line: t.line,
+            reason: t.reason.clone(),
+        }
+    }
+}
+
+impl Session {
+    /// Recovers the session after a crash (idempotent, crash-safe).
+    pub fn recover(&mut self) -> Result<RecoveryState> {
+        crashpoint::hit("recovery.begin");
+        let mut appended = 0;
+        if let Some(run_id) = self.projection().open_run().map(str::to_string) {
+            crashpoint::hit("recovery.interrupt_run");
+            self.append(Event::RunInterrupted { run_id })?;
+            appended += 1;
+        }
+        let mark_all = fault::active(Fault::MarkTwice);
+        let lie_about_phase = fault::active(Fault::RerunUncertain);
+        let mut to_mark: Vec<(u64, String, Phase)> = self
+            .projection()
+            .open_calls()
+            .values()
+            .filter(|c| c.recovery.is_none() || mark_all)
+            .map(|c| {
+                // rerun-uncertain: broken on purpose, every call claims it never started.
+                let phase = if lie_about_phase {
+                    Phase::Requested
+                } else {
+                    c.phase()
+                };
+                (c.seq, c.call_id.clone(), phase)
+            })
+            .collect();
+        to_mark.sort();
+        for (_, call_id, phase) in to_mark {
+            crashpoint::hit("recovery.mark");
+            let event = Event::ToolRecovery {
+                call_id,
+                status: RecoveryStatus::Uncertain,
+                phase,
+            };
+            if mark_all {
+                // Skip the rule that refuses a second mark: that is the fault.
+                self.append_unchecked(event)?;
+            } else {
+                self.append(event)?;
+            }
+            appended += 1;
+        }
+        crashpoint::hit("recovery.end");
+        let projection = self.projection();
+        Ok(RecoveryState {
+            repaired: self.repaired_on_open().map(TornTailReport::from),
+            interrupted_runs: projection.interrupted_runs().to_vec(),
+            uncertain: projection
+                .uncertain_calls()
+                .into_iter()
+                .map(|c| UncertainCall::of(c, c.recovery.unwrap_or(c.phase())))
+                .collect(),
+            appended,
+        })
+    }
+}

@@ -1,0 +1,503 @@
+//! A session: the event log plus the rules that make it an agent session.
+//!
+//! [`Session`] holds the writer lock, the log and the projection. Every
+//! append is checked against the session rules first (a result for an
+//! unknown call, a second commit, a run finished twice, a parent that does
+//! not exist, a tool started before it was called or approved) and refused
+//! with [`Error::Rule`]; only then written, made durable, and folded.
+//!
+//! Opening resumes from `snapshot.json` when the log confirms it and replays
+//! only the tail; otherwise it replays the whole log and says why.
+
+use std::path::{Path, PathBuf};
+
+use crate::blob;
+use crate::checkpoint::{self, Checkpoint};
+use crate::crashpoint;
+use crate::create;
+use crate::durability::{Acked, Durability};
+use crate::error::{Error, Result};
+use crate::event::{BlobRef, Event, Record, Redaction, Seq};
+use crate::fault::{self, Fault};
+use crate::index::SparseIndex;
+use crate::layout::{SessionId, SessionPaths};
+use crate::log::{EventLog, LogOptions};
+use crate::meta::SessionMeta;
+use crate::projection::{node_of, Node, NodeSource, Projection, SeenNodes};
+use crate::scan::{LogPosition, Scanner, TornTail};
+
+/// How to create or open a session.
+#[derive(Debug, Clone, Default)]
+pub struct SessionOptions {
+    pub durability: Durability,
+    /// Rebind the session to this workspace (recorded as `workspace_rebound`).
+    pub workspace: Option<PathBuf>,
+}
+
+/// How the projection was rebuilt on open.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum SnapshotUse {
+    /// No snapshot: the whole log was replayed.
+    Absent,
+    /// The snapshot covering events `0..next_seq` was used; only the tail was replayed.
+    Used { next_seq: Seq },
+    /// A snapshot existed but was not trusted; the whole log was replayed.
+    Rejected { reason: String },
+}
+
+/// What opening a session found and did.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ResumeReport {
+    pub snapshot: SnapshotUse,
+    /// Events folded from the log (the tail, or all of them).
+    pub replayed: u64,
+    /// The torn tail that was cut off, if any.
+    pub repaired: Option<TornTail>,
+    /// The workspace was rebound from this path.
+    pub rebound_from: Option<String>,
+}
+
+/// Proof that a tool call's intent is durable: the tool may run now.
+#[derive(Debug, Clone)]
+pub struct Intent {
+    call_id: String,
+    operation_id: Option<String>,
+    ack: Option<Acked>,
+}
+
+impl Intent {
+    pub fn call_id(&self) -> &str {
+        &self.call_id
+    }
+    /// The idempotency key the tool must receive.
+    pub fn operation_id(&self) -> Option<&str> {
+        self.operation_id.as_deref()
+    }
+    /// The ack of the `tool_started` event. `None` only under the
+    /// `skip-intent` fault, which never writes it.
+    pub fn ack(&self) -> Option<&Acked> {
+        self.ack.as_ref()
+    }
+}
+
+/// Reads tree nodes from the log by seq, starting near it via the sparse index.
+#[derive(Debug)]
+struct LogNodes<'a> {
+    path: &'a Path,
+    index: &'a SparseIndex,
+}
+
+impl NodeSource for LogNodes<'_> {
+    fn node(&mut self, seq: Seq) -> Result<Option<Node>> {
+        let mut scanner = Scanner::open(self.path, self.index.seek(seq))?;
+        while let Some((_, rec)) = scanner.next_record()? {
+            if rec.seq == seq {
+                return Ok(node_of(&rec));
+            }
+        }
+        Ok(None)
+    }
+}
+
+/// An open session with its writer lock.
+#[derive(Debug)]
+pub struct Session {
+    paths: SessionPaths,
+    log: EventLog,
+    projection: Projection,
+    /// Sparse index over the whole log (snapshot's part plus what was read or written since).
+    index: SparseIndex,
+    meta: SessionMeta,
+    repaired: Option<TornTail>,
+}
+
+fn workspace_string(workspace: &Path) -> Result<String> {
+    let abs = std::path::absolute(workspace).map_err(Error::io("resolve", workspace))?;
+    abs.to_str()
+        .map(str::to_string)
+        .ok_or_else(|| Error::Invalid(format!("workspace path {} is not UTF-8", abs.display())))
+}
+
+impl Session {
+    /// Creates a new session bound to `workspace` (see [`crate::create`]
+    /// for the crash-safe order of the steps).
+    pub fn create(
+        root: &Path,
+        id: &SessionId,
+        workspace: &Path,
+        options: SessionOptions,
+    ) -> Result<Session> {
+        let paths = SessionPaths::new(root, id);
+        let (log, init) =
+            create::create_session(root, id, &workspace_string(workspace)?, options.durability)?;
+        Session::from_initialized(paths, log, init, None)
+    }
+
+    /// Opens the session, or creates it if it does not exist yet or if its
+    /// creation was interrupted before `session_created` became durable.
+    /// What an agent calls at start-up.
+    pub fn open_or_create(
+        root: &Path,
+        id: &SessionId,
+        workspace: &Path,
+        options: SessionOptions,
+    ) -> Result<(Session, Option<ResumeReport>)> {
+        let paths = SessionPaths::new(root, id);
+        if !paths.events().exists() {
+            return Ok((Session::create(root, id, workspace, options)?, None));
+        }
+        let (session, report) = Session::open_inner(paths, options, Some(workspace))?;
+        Ok((session, Some(report)))
+    }
+
+    fn from_initialized(
+        paths: SessionPaths,
+        log: EventLog,
+        init: create::Initialized,
+        repaired: Option<TornTail>,
+    ) -> Result<Session> {
+        let mut session = Session {
+            paths,
+            log,
+            projection: Projection::default(),
+            index: SparseIndex::default(),
+            meta: init.meta,
+            repaired,
+        };
+        session.index.note(LogPosition {
+            offset: init.acked.offset(),
+            seq: init.acked.seq(),
+        });
+        let events = session.paths.events();
+        session.projection.apply_event(
+            init.acked.seq(),
+            &init.event,
+            &mut LogNodes {
+                path: &events,
+                index: &session.index,
+            },
+        )?;
+        Ok(session)
+    }
+
+    /// Opens an existing session for writing and rebuilds its projection.
+    pub fn open(
+        root: &Path,
+        id: &SessionId,
+        options: SessionOptions,
+    ) -> Result<(Session, ResumeReport)> {
+        Session::open_inner(SessionPaths::new(root, id), options, None)
+    }
+
+    fn open_inner(
+        paths: SessionPaths,
+        options: SessionOptions,
+        create_in: Option<&Path>,
+    ) -> Result<(Session, ResumeReport)> {
+        let (snapshot, mut snapshot_use) = match checkpoint::read_snapshot(&paths) {
+            Ok(Some(s)) => match confirm_snapshot(&paths, s.position()) {
+                Ok(()) => {
+                    let next_seq = s.next_seq;
+                    (Some(s), SnapshotUse::Used { next_seq })
+                }
+                Err(reason) => (None, SnapshotUse::Rejected { reason }),
+            },
+            Ok(None) => (None, SnapshotUse::Absent),
+            Err(e) => (
+                None,
+                SnapshotUse::Rejected {
+                    reason: e.to_string(),
+                },
+            ),
+        };
+        let events = paths.events();
+        let (mut projection, mut index, trusted) = match snapshot {
+            Some(s) => {
+                let pos = s.position();
+                (s.projection, s.index, Some(pos))
+            }
+            None => (Projection::default(), SparseIndex::default(), None),
+        };
+        let mut replayed = 0u64;
+        let mut seen = SeenNodes::default();
+        let opened = {
+            let tail_index = index.clone();
+            EventLog::open(
+                &paths,
+                LogOptions {
+                    durability: options.durability,
+                    trusted_prefix: trusted,
+                },
+                |offset, rec: &Record| {
+                    replayed += 1;
+                    index.note(LogPosition {
+                        offset,
+                        seq: rec.seq,
+                    });
+                    if trusted.is_some() {
+                        projection.apply(
+                            rec,
+                            &mut LogNodes {
+                                path: &events,
+                                index: &tail_index,
+                            },
+                        )
+                    } else {
+                        seen.observe(rec);
+                        projection.apply(rec, &mut seen)
+                    }
+                },
+            )
+        };
+        let (log, report) = match opened {
+            Ok(ok) => ok,
+            // The snapshot matched at its offset but the tail after it does not
+            // fold: distrust the snapshot and read the log from the start.
+            Err(e) if trusted.is_some() && e.is_damage() => {
+                snapshot_use = SnapshotUse::Rejected {
+                    reason: format!("the log after the snapshot is unreadable ({e})"),
+                };
+                projection = Projection::default();
+                index = SparseIndex::default();
+                replayed = 0;
+                let mut seen = SeenNodes::default();
+                EventLog::open(
+                    &paths,
+                    LogOptions {
+                        durability: options.durability,
+                        trusted_prefix: None,
+                    },
+                    |offset, rec| {
+                        replayed += 1;
+                        index.note(LogPosition {
+                            offset,
+                            seq: rec.seq,
+                        });
+                        seen.observe(rec);
+                        projection.apply(rec, &mut seen)
+                    },
+                )?
+            }
+            Err(e) => return Err(e),
+        };
+        if projection.next_seq() == 0 {
+            // The creation was interrupted before session_created was durable.
+            let Some(workspace) = create_in else {
+                return Err(Error::Invalid(format!(
+                    "session {} is incomplete: its creation was interrupted before session_created became durable (open_or_create finishes it)",
+                    paths.id()
+                )));
+            };
+            let report = ResumeReport {
+                snapshot: snapshot_use,
+                replayed,
+                repaired: report.repaired.clone(),
+                rebound_from: None,
+            };
+            let init = create::initialize(&paths, &log, &workspace_string(workspace)?)?;
+            let session = Session::from_initialized(paths, log, init, report.repaired.clone())?;
+            return Ok((session, report));
+        }
+        let meta = match SessionMeta::read(&paths) {
+            Ok(m) => m,
+            Err(_) if projection.session_id().is_some() => {
+                // session.json was lost to a crash during creation: rebuild it from the log.
+                let mut m =
+                    SessionMeta::new(&paths, projection.workspace().unwrap_or_default(), None);
+                m.write(&paths)?;
+                m
+            }
+            Err(e) => return Err(e),
+        };
+        let mut session = Session {
+            paths,
+            log,
+            projection,
+            index,
+            meta,
+            repaired: report.repaired.clone(),
+        };
+        let rebound_from = session.bind_workspace(options.workspace.as_deref())?;
+        Ok((
+            session,
+            ResumeReport {
+                snapshot: snapshot_use,
+                replayed,
+                repaired: report.repaired,
+                rebound_from,
+            },
+        ))
+    }
+
+    /// Checks the workspace still exists, or rebinds it to `new`.
+    fn bind_workspace(&mut self, new: Option<&Path>) -> Result<Option<String>> {
+        let current = self
+            .projection
+            .workspace()
+            .unwrap_or(&self.meta.workspace)
+            .to_string();
+        match new {
+            Some(new) => {
+                let to = workspace_string(new)?;
+                if to == current {
+                    return Ok(None);
+                }
+                if !new.is_dir() {
+                    return Err(Error::Invalid(format!(
+                        "cannot rebind session {} to {to}: not a directory",
+                        self.paths.id()
+                    )));
+                }
+                self.append(Event::WorkspaceRebound {
+                    from: current.clone(),
+                    to: to.clone(),
+                })?;
+                self.meta.workspace = to;
+                self.meta.git_head = create::git_head(new);
+                self.meta.write(&self.paths)?;
+                Ok(Some(current))
+            }
+            None if Path::new(&current).is_dir() => Ok(None),
+            None => Err(Error::Invalid(format!(
+                "the workspace of session {} has moved: {current} no longer exists; rebind it with --workspace NEW",
+                self.paths.id()
+            ))),
+        }
+    }
+
+    pub fn paths(&self) -> &SessionPaths {
+        &self.paths
+    }
+    pub fn log(&self) -> &EventLog {
+        &self.log
+    }
+    pub fn projection(&self) -> &Projection {
+        &self.projection
+    }
+    pub fn meta(&self) -> &SessionMeta {
+        &self.meta
+    }
+    /// The sparse index over the whole log.
+    pub fn index(&self) -> &SparseIndex {
+        &self.index
+    }
+    /// The torn tail cut off when this session was opened.
+    pub fn repaired_on_open(&self) -> Option<&TornTail> {
+        self.repaired.as_ref()
+    }
+
+    /// Checks `event` against the session rules without writing it.
+    pub fn check(&self, event: &Event) -> Result<()> {
+        let events = self.paths.events();
+        self.projection.check(
+            event,
+            &mut LogNodes {
+                path: &events,
+                index: &self.index,
+            },
+        )
+    }
+
+    /// Appends a public event after checking the session rules.
+    pub fn append(&mut self, event: Event) -> Result<Acked> {
+        self.append_redacted(event, Redaction::Public)
+    }
+
+    /// Appends an event with a redaction level after checking the session rules.
+    pub fn append_redacted(&mut self, event: Event, redaction: Redaction) -> Result<Acked> {
+        self.check(&event)?;
+        self.write_and_fold(event, redaction)
+    }
+
+    /// Appends without checking the rules. Only the `mark-twice` fault uses it.
+    pub(crate) fn append_unchecked(&mut self, event: Event) -> Result<Acked> {
+        self.write_and_fold(event, Redaction::Public)
+    }
+
+    fn write_and_fold(&mut self, event: Event, redaction: Redaction) -> Result<Acked> {
+        let ack = self.log.append_with(&event, redaction)?;
+        self.index.note(LogPosition {
+            offset: ack.offset(),
+            seq: ack.seq(),
+        });
+        let events = self.paths.events();
+        self.projection.apply_event(
+            ack.seq(),
+            &event,
+            &mut LogNodes {
+                path: &events,
+                index: &self.index,
+            },
+        )?;
+        Ok(ack)
+    }
+
+    /// Records the intent of `call_id` (`tool_started`), durable before the
+    /// tool runs. The returned [`Intent`] is what allows running it.
+    pub fn start_tool(&mut self, call_id: &str) -> Result<Intent> {
+        let event = Event::ToolStarted {
+            call_id: call_id.to_string(),
+        };
+        self.check(&event)?;
+        let operation_id = self.projection.open_calls()[call_id].operation_id.clone();
+        let ack = if fault::active(Fault::SkipIntent) {
+            // Broken on purpose: the intent is never written.
+            self.projection.mark_started_unlogged(call_id);
+            None
+        } else {
+            Some(self.append(event)?)
+        };
+        Ok(Intent {
+            call_id: call_id.to_string(),
+            operation_id,
+            ack,
+        })
+    }
+
+    /// Stores a large payload as a durable blob.
+    pub fn put_blob(&self, bytes: &[u8]) -> Result<BlobRef> {
+        blob::put(&self.paths, bytes)
+    }
+
+    /// Writes a checkpoint of the current projection.
+    pub fn checkpoint(&mut self) -> Result<Checkpoint> {
+        crashpoint::hit("checkpoint.begin");
+        let end = self.log.end();
+        checkpoint::write_snapshot(&self.paths, &self.projection, end, &self.index)
+    }
+
+    /// Renders the model's view of the active branch (see `context`).
+    pub fn context(&self, budget_tokens: Option<u64>) -> Result<String> {
+        crate::context::render(&self.paths, &self.projection, &self.index, budget_tokens)
+    }
+}
+
+/// Confirms a snapshot against the log: the line at its offset must carry
+/// its `next_seq`, or the log must end exactly there.
+fn confirm_snapshot(paths: &SessionPaths, at: LogPosition) -> Result<(), String> {
+    let len = std::fs::metadata(paths.events())
+        .map_err(|e| format!("cannot stat the log: {e}"))?
+        .len();
+    if at.offset > len {
+        return Err(format!(
+            "snapshot covers {} bytes but the log has only {len}",
+            at.offset
+        ));
+    }
+    if at.offset == len {
+        return Ok(());
+    }
+    let mut scanner = Scanner::open(&paths.events(), at).map_err(|e| e.to_string())?;
+    match scanner.next_record() {
+        Ok(Some(_)) => Ok(()),
+        // Only the full replay may decide what is torn: never cut from a snapshot's word.
+        Ok(None) => Err(format!(
+            "no complete event {} at the snapshot's offset {}",
+            at.seq, at.offset
+        )),
+        Err(e) => Err(format!(
+            "the line at the snapshot's offset {} is not event {}: {e}",
+            at.offset, at.seq
+        )),
+    }
+}
