@@ -347,22 +347,8 @@ fn push(s: &mut Session, e: Event) -> String {
     s.append(e).expect("bench event").id().clone()
 }
 
-/// Peak resident memory that `f` added, in bytes (Linux: resets the
-/// high-water mark through /proc/self/clear_refs, then reads VmHWM).
-/// `None` where the kernel does not allow it.
-pub fn peak_rss_added<T>(f: impl FnOnce() -> T) -> (T, Option<u64>) {
-    let reset = std::fs::write("/proc/self/clear_refs", "5").is_ok();
-    let before = status_kib("VmRSS:");
-    let out = f();
-    let peak = status_kib("VmHWM:");
-    let added = match (reset, before, peak) {
-        (true, Some(b), Some(p)) => Some(p.saturating_sub(b) * 1024),
-        _ => None,
-    };
-    (out, added)
-}
-
-fn status_kib(field: &str) -> Option<u64> {
+/// A field of /proc/self/status in KiB (`"VmRSS:"`, `"VmHWM:"`); Linux only.
+pub fn proc_status_kib(field: &str) -> Option<u64> {
     let status = std::fs::read_to_string("/proc/self/status").ok()?;
     status
         .lines()
@@ -454,6 +440,14 @@ mod tests {
         assert_eq!(made.get(), 3);
         drop(rot);
         assert_eq!(std::fs::read_dir(d.path()).unwrap().count(), 0);
+    }
+
+    #[test]
+    fn proc_status_reads_memory_fields() {
+        let rss = proc_status_kib("VmRSS:").unwrap();
+        let hwm = proc_status_kib("VmHWM:").unwrap();
+        assert!(rss > 0 && hwm >= rss, "rss {rss} hwm {hwm}");
+        assert_eq!(proc_status_kib("NoSuchField:"), None);
     }
 
     #[test]
