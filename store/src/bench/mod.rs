@@ -169,6 +169,7 @@ pub fn run(config: &Config, progress: &mut dyn Progress) -> Result<Run, BenchErr
     Ok(Run {
         report: Report {
             format: REPORT_FORMAT,
+            agentstore_version: env!("CARGO_PKG_VERSION").to_string(),
             machine,
             dir: config.dir.display().to_string(),
             seconds_per_measurement: config.per_measurement.as_secs_f64(),

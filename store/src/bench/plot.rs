@@ -207,7 +207,10 @@ fn panel_svg(s: &mut String, panel: &Panel, lo: i32, hi: i32) {
 
 fn decade_label(d: i32) -> String {
     match d {
-        i32::MIN..=-1 => format!("1e{d} µs"),
+        i32::MIN..=-4 => format!("1e{d} µs"),
+        -3 => "1 ns".into(),
+        -2 => "10 ns".into(),
+        -1 => "100 ns".into(),
         0 => "1 µs".into(),
         1 => "10 µs".into(),
         2 => "100 µs".into(),
@@ -357,6 +360,18 @@ mod tests {
                 assert!((PLOT_Y..=PLOT_Y + PLOT_H).contains(&y), "y {y}");
             }
         }
+    }
+
+    #[test]
+    fn decades_are_labelled_in_natural_units() {
+        let labels: Vec<String> = (-2..=7).map(decade_label).collect();
+        assert_eq!(
+            labels,
+            [
+                "10 ns", "100 ns", "1 µs", "10 µs", "100 µs", "1 ms", "10 ms", "100 ms", "1 s",
+                "10 s"
+            ]
+        );
     }
 
     #[test]

@@ -19,6 +19,8 @@ pub const REPORT_FORMAT: u32 = 1;
 #[derive(Debug, Clone, PartialEq, Serialize)]
 pub struct Report {
     pub format: u32,
+    /// The agentstore version that measured (for trend lines across releases).
+    pub agentstore_version: String,
     pub machine: Machine,
     /// The directory given with `--dir` (the run wrote in a fresh subdirectory of it).
     pub dir: String,
@@ -454,6 +456,7 @@ pub(crate) mod tests {
         let goals = goals(&store, &group);
         Report {
             format: REPORT_FORMAT,
+            agentstore_version: "0.1.0".into(),
             machine: Machine {
                 hostname: "box".into(),
                 cpu_model: "Some CPU @ 2.0GHz".into(),
