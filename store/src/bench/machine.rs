@@ -23,6 +23,9 @@ pub struct Machine {
     pub fs_magic: String,
     /// When the run started, RFC 3339 UTC.
     pub date: String,
+    /// 1, 5 and 15 minute load averages when the run started: a busy
+    /// machine explains a noisy run.
+    pub load_average: String,
 }
 
 impl Machine {
@@ -54,6 +57,7 @@ impl Machine {
             fs_type,
             fs_magic: magic.map_or_else(|| "unknown".into(), |m| format!("{m:#x}")),
             date: humantime::format_rfc3339_seconds(std::time::SystemTime::now()).to_string(),
+            load_average: load_average().unwrap_or_else(|| "unknown".into()),
         }
     }
 
@@ -61,6 +65,11 @@ impl Machine {
     pub fn fs_is_volatile(&self) -> bool {
         matches!(self.fs_type.as_str(), "tmpfs" | "ramfs")
     }
+}
+
+fn load_average() -> Option<String> {
+    let raw = std::fs::read_to_string("/proc/loadavg").ok()?;
+    Some(raw.split_whitespace().take(3).collect::<Vec<_>>().join(" "))
 }
 
 fn cpu_model() -> Option<String> {
@@ -141,6 +150,8 @@ mod tests {
         if shm.is_dir() {
             assert!(Machine::probe(shm).fs_is_volatile());
         }
-        assert!(Machine::probe(Path::new(env!("CARGO_MANIFEST_DIR"))).cores >= 1);
+        let m = Machine::probe(Path::new(env!("CARGO_MANIFEST_DIR")));
+        assert!(m.cores >= 1);
+        assert_eq!(m.load_average.split(' ').count(), 3, "{}", m.load_average);
     }
 }

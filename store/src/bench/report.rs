@@ -300,8 +300,8 @@ impl Report {
         );
         let _ = writeln!(
             out,
-            "machine: {}, {}, {} cores, {}, {}",
-            m.hostname, m.cpu_model, m.cores, m.kernel, m.date
+            "machine: {}, {}, {} cores, {}, {} (load average {})",
+            m.hostname, m.cpu_model, m.cores, m.kernel, m.date, m.load_average
         );
         if m.fs_is_volatile() {
             let _ = writeln!(
@@ -465,6 +465,7 @@ pub(crate) mod tests {
                 fs_type: "ext4".into(),
                 fs_magic: "0xef53".into(),
                 date: "2026-01-01T00:00:00Z".into(),
+                load_average: "0.10 0.20 0.30".into(),
             },
             dir: "/work".into(),
             seconds_per_measurement: 1.0,
