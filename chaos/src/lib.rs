@@ -1,1 +1,5 @@
 //! agentchaos: crash-consistency harness for agent session stores.
+
+pub mod adapter;
+pub mod powerloss;
+pub mod syscall;

@@ -10,10 +10,12 @@
 //!   they are created and replaced durably;
 //! - [`projection`], [`session`], [`recovery`], [`checkpoint`], [`context`],
 //!   [`blob`]: what makes the log an agent session (part 2);
+//! - [`adapter`]: the agentchaos adapter protocol served over a session;
 //! - [`crashpoint`] and [`fault`]: hooks for the agentchaos harness, inert
 //!   unless their environment variables are set;
 //! - [`bench`]: `agentstore bench`, the disk and store latency report.
 
+pub mod adapter;
 pub mod bench;
 pub mod blob;
 pub mod checkpoint;

@@ -30,6 +30,7 @@ enum Command {
     Context(cli::context::Args),
     Checkpoint(cli::checkpoint::Args),
     Export(cli::export::Args),
+    Adapter(cli::adapter::Args),
     Bench(cli::bench::Args),
 }
 
@@ -49,6 +50,7 @@ fn main() -> ExitCode {
         Command::Context(args) => cli::context::run(args),
         Command::Checkpoint(args) => cli::checkpoint::run(args),
         Command::Export(args) => cli::export::run(args),
+        Command::Adapter(args) => cli::adapter::run(args),
         Command::Bench(args) => cli::bench::run(args),
     })
 }

@@ -4,6 +4,7 @@
 //! usage or input (arguments, session ids, stdin). Every failure prints
 //! exactly one line, `agentstore: <what is wrong and where>`, on stderr.
 
+pub mod adapter;
 pub mod append;
 pub mod bench;
 pub mod checkpoint;

@@ -1,0 +1,807 @@
+//! Talking to an adapter process: spawn it, send one request, read and
+//! validate one reply, never hang and never panic on what it sends.
+//!
+//! [`Client`] owns the child process and two reader threads (stdout lines
+//! into a channel, stderr into a bounded tail kept for diagnostics). Every
+//! reply is checked: it must be one JSON object on one line, carry the id
+//! of the request just sent, hold exactly one of `ok` and `error`, and fit
+//! the reply shape of its operation. Anything else, an EOF or a silence
+//! longer than the timeout is a [`ProtocolError`] naming the offending line
+//! and its number on the adapter's stdout. After a protocol error the client
+//! is spent: the adapter is killed and every later call returns that error.
+
+use std::fmt;
+use std::io::{BufRead, BufReader, Read, Write};
+use std::process::{Child, ChildStdin, Command, ExitStatus, Stdio};
+use std::sync::mpsc::{self, Receiver, RecvTimeoutError};
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+use agentstore::event::{event_id, BlobRef, Body, Event, Record, Seq};
+use agentstore::recovery::RecoveryState;
+use serde::de::DeserializeOwned;
+use serde_json::Value;
+
+use super::protocol::{
+    from_hex, to_hex, Ack, BlobBytes, Capability, CheckpointReply, Closed, ContextReply, Envelope,
+    ErrorKind, EventsReply, Hello, IntentAck, OpenArgs, Opened, ProjectionView, RecoverReply,
+    Request, WireError, WireRecord, PROTOCOL_VERSION,
+};
+
+/// Longest reply line accepted, newline included.
+pub const MAX_REPLY_BYTES: usize = 64 * 1024 * 1024;
+/// How much of the adapter's stderr is kept.
+const STDERR_TAIL_BYTES: usize = 64 * 1024;
+/// How much of an offending line an error shows.
+const SHOWN_LINE_BYTES: usize = 300;
+/// How long to wait for the adapter to exit (and its stderr to end) after its stdout closed.
+const EXIT_GRACE: Duration = Duration::from_millis(1000);
+
+/// An adapter command line, split like a POSIX shell would split it but run
+/// without a shell, so the process the harness kills is the adapter itself.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct AdapterCommand {
+    pub program: String,
+    pub args: Vec<String>,
+}
+
+impl AdapterCommand {
+    /// Splits `line` (`--adapter 'CMD ARGS…'`): words, single and double quotes, backslashes.
+    pub fn parse(line: &str) -> Result<AdapterCommand, String> {
+        let words = shlex::split(line).ok_or_else(|| {
+            format!(
+                "cannot split adapter command {line:?}: unbalanced quotes or a trailing backslash"
+            )
+        })?;
+        let mut words = words.into_iter();
+        let program = words
+            .next()
+            .ok_or_else(|| format!("adapter command {line:?} is empty"))?;
+        Ok(AdapterCommand {
+            program,
+            args: words.collect(),
+        })
+    }
+
+    /// A [`Command`] for it, to which the caller may add environment variables.
+    pub fn to_command(&self) -> Command {
+        let mut cmd = Command::new(&self.program);
+        cmd.args(&self.args);
+        cmd
+    }
+}
+
+impl fmt::Display for AdapterCommand {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        let words = std::iter::once(&self.program).chain(&self.args);
+        let quoted: Vec<String> = words
+            .map(|w| shlex::try_quote(w).map_or_else(|_| format!("{w:?}"), |q| q.into_owned()))
+            .collect();
+        f.write_str(&quoted.join(" "))
+    }
+}
+
+/// How to talk to the adapter.
+#[derive(Debug, Clone, Copy)]
+pub struct ClientOptions {
+    /// How long one request may wait for its reply.
+    pub timeout: Duration,
+}
+
+impl Default for ClientOptions {
+    fn default() -> Self {
+        ClientOptions {
+            timeout: Duration::from_secs(30),
+        }
+    }
+}
+
+/// The request a protocol error happened on.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct RequestRef {
+    pub id: u64,
+    pub op: &'static str,
+}
+
+/// A line the adapter wrote to stdout, with its 1-based number.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct StdoutLine {
+    pub number: u64,
+    pub text: String,
+}
+
+/// What was wrong with the adapter's side of the conversation.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Problem {
+    /// The line is not JSON.
+    NotJson { line: StdoutLine, reason: String },
+    /// The reply has no `id`.
+    MissingId { line: StdoutLine },
+    /// The reply's id is not the one just sent, nor an earlier one.
+    WrongId { line: StdoutLine, found: String },
+    /// The reply's id is that of an earlier request.
+    OutOfOrder { line: StdoutLine, found: u64 },
+    /// JSON with the right id, but not the reply this operation expects.
+    Shape { line: StdoutLine, reason: String },
+    /// The last line ended at EOF without a newline.
+    Incomplete { line: StdoutLine },
+    /// A line longer than [`MAX_REPLY_BYTES`].
+    TooLong { number: u64 },
+    /// Stdout closed before the reply; how the adapter ended.
+    Eof { lines: u64, exit: String },
+    /// No reply within the timeout (the adapter was killed).
+    Timeout { after: Duration, lines: u64 },
+    /// The request could not be written to the adapter's stdin.
+    Send { reason: String },
+}
+
+/// A broken conversation: one line naming the adapter, the request, the
+/// offending stdout line and its number, and the end of the adapter's stderr.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ProtocolError {
+    pub adapter: String,
+    pub request: RequestRef,
+    pub problem: Problem,
+    /// The last non-empty line of the adapter's stderr, if any.
+    pub stderr: Option<String>,
+}
+
+impl std::error::Error for ProtocolError {}
+
+/// A line as shown in an error: control characters escaped, cut at a bound.
+fn shown(text: &str) -> String {
+    let mut out = String::new();
+    for c in text.chars() {
+        if out.len() >= SHOWN_LINE_BYTES {
+            out.push_str(&format!("… ({} bytes)", text.len()));
+            break;
+        }
+        if c.is_control() {
+            out.extend(c.escape_default());
+        } else {
+            out.push(c);
+        }
+    }
+    out
+}
+
+impl fmt::Display for ProtocolError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        let RequestRef { id, op } = &self.request;
+        write!(f, "adapter protocol error ({}): ", self.adapter)?;
+        let at = |l: &StdoutLine| format!("stdout line {} (reply to {op}, request {id})", l.number);
+        match &self.problem {
+            Problem::NotJson { line, reason } => write!(
+                f,
+                "{} is not JSON ({reason}): {}",
+                at(line),
+                shown(&line.text)
+            ),
+            Problem::MissingId { line } => {
+                write!(f, "{} has no \"id\": {}", at(line), shown(&line.text))
+            }
+            Problem::WrongId { line, found } => write!(
+                f,
+                "{} has id {found}, expected {id}: {}",
+                at(line),
+                shown(&line.text)
+            ),
+            Problem::OutOfOrder { line, found } => write!(
+                f,
+                "{} has id {found}, the id of an earlier request (out of order): {}",
+                at(line),
+                shown(&line.text)
+            ),
+            Problem::Shape { line, reason } => write!(
+                f,
+                "{} does not fit the {op} reply ({reason}): {}",
+                at(line),
+                shown(&line.text)
+            ),
+            Problem::Incomplete { line } => write!(
+                f,
+                "{} ends at EOF without a newline: {}",
+                at(line),
+                shown(&line.text)
+            ),
+            Problem::TooLong { number } => write!(
+                f,
+                "stdout line {number} (reply to {op}, request {id}) is longer than {MAX_REPLY_BYTES} bytes"
+            ),
+            Problem::Eof { lines, exit } => write!(
+                f,
+                "stdout closed after {lines} line(s) without a reply to {op} (request {id}); {exit}"
+            ),
+            Problem::Timeout { after, lines } => write!(
+                f,
+                "no reply to {op} (request {id}) within {} (stdout has {lines} line(s)); the adapter was killed",
+                humantime::format_duration(*after)
+            ),
+            Problem::Send { reason } => write!(
+                f,
+                "cannot send {op} (request {id}) to the adapter's stdin: {reason}"
+            ),
+        }?;
+        if let Some(last) = &self.stderr {
+            write!(f, "; adapter stderr ends: {}", shown(last))?;
+        }
+        Ok(())
+    }
+}
+
+/// Everything a request can end in besides its reply.
+#[derive(Debug, thiserror::Error)]
+pub enum ClientError {
+    /// The adapter could not be started.
+    #[error("cannot start adapter {command}: {source}")]
+    Spawn {
+        command: String,
+        #[source]
+        source: std::io::Error,
+    },
+    /// The adapter broke the protocol; the client is spent.
+    #[error(transparent)]
+    Protocol(Box<ProtocolError>),
+    /// The adapter refused the request with a well-formed error reply.
+    #[error("adapter refused {op} ({kind}): {message}")]
+    Refused {
+        op: &'static str,
+        kind: ErrorKind,
+        message: String,
+    },
+    /// The request cannot be encoded (a path that is not UTF-8).
+    #[error("cannot encode {op} request: {reason}")]
+    Encode { op: &'static str, reason: String },
+}
+
+impl From<ProtocolError> for ClientError {
+    fn from(e: ProtocolError) -> Self {
+        ClientError::Protocol(Box::new(e))
+    }
+}
+
+impl ClientError {
+    /// The protocol error, if this is one.
+    pub fn protocol(&self) -> Option<&ProtocolError> {
+        match self {
+            ClientError::Protocol(e) => Some(e),
+            _ => None,
+        }
+    }
+
+    /// The kind of a refusal, if this is one.
+    pub fn refusal_kind(&self) -> Option<ErrorKind> {
+        match self {
+            ClientError::Refused { kind, .. } => Some(*kind),
+            _ => None,
+        }
+    }
+}
+
+/// What the stdout reader thread saw.
+enum Incoming {
+    Line(StdoutLine),
+    Incomplete(StdoutLine),
+    TooLong(u64),
+    Eof(u64),
+    ReadError(String),
+}
+
+/// The end of the adapter's stderr, shared with its reader thread.
+#[derive(Debug, Default)]
+struct StderrTail {
+    bytes: Vec<u8>,
+    closed: bool,
+}
+
+fn read_stdout(stdout: impl Read, tx: mpsc::Sender<Incoming>) {
+    let mut reader = BufReader::new(stdout);
+    let mut number = 0;
+    loop {
+        let mut buf = Vec::new();
+        let read = (&mut reader)
+            .take(MAX_REPLY_BYTES as u64)
+            .read_until(b'\n', &mut buf);
+        let incoming = match read {
+            Ok(0) => Incoming::Eof(number),
+            Ok(_) => {
+                number += 1;
+                if buf.last() == Some(&b'\n') {
+                    buf.pop();
+                    let text = String::from_utf8_lossy(&buf).into_owned();
+                    Incoming::Line(StdoutLine { number, text })
+                } else if buf.len() >= MAX_REPLY_BYTES {
+                    Incoming::TooLong(number)
+                } else {
+                    let text = String::from_utf8_lossy(&buf).into_owned();
+                    Incoming::Incomplete(StdoutLine { number, text })
+                }
+            }
+            Err(e) => Incoming::ReadError(e.to_string()),
+        };
+        let last = !matches!(incoming, Incoming::Line(_));
+        if tx.send(incoming).is_err() || last {
+            return;
+        }
+    }
+}
+
+fn read_stderr(mut stderr: impl Read, tail: Arc<Mutex<StderrTail>>) {
+    let mut chunk = [0u8; 8192];
+    loop {
+        let n = stderr.read(&mut chunk).unwrap_or(0);
+        let mut t = tail.lock().unwrap_or_else(|p| p.into_inner());
+        if n == 0 {
+            t.closed = true;
+            return;
+        }
+        t.bytes.extend_from_slice(&chunk[..n]);
+        let excess = t.bytes.len().saturating_sub(STDERR_TAIL_BYTES);
+        t.bytes.drain(..excess);
+    }
+}
+
+/// A running adapter and the conversation with it.
+#[derive(Debug)]
+pub struct Client {
+    label: String,
+    child: Child,
+    stdin: Option<ChildStdin>,
+    replies: Receiver<Incoming>,
+    stderr: Arc<Mutex<StderrTail>>,
+    timeout: Duration,
+    next_id: u64,
+    /// Stdout lines read so far.
+    lines: u64,
+    /// The last reply line, kept for errors found after it parsed.
+    last_line: Option<StdoutLine>,
+    failed: Option<ProtocolError>,
+    hello: Hello,
+}
+
+fn label_of(cmd: &Command) -> String {
+    let words = AdapterCommand {
+        program: cmd.get_program().to_string_lossy().into_owned(),
+        args: cmd
+            .get_args()
+            .map(|a| a.to_string_lossy().into_owned())
+            .collect(),
+    };
+    shown(&words.to_string())
+}
+
+impl Client {
+    /// Starts the adapter with piped stdin, stdout and stderr, and sends
+    /// `hello`. The adapter must speak [`PROTOCOL_VERSION`].
+    pub fn spawn(mut cmd: Command, options: ClientOptions) -> Result<Client, ClientError> {
+        let label = label_of(&cmd);
+        let mut child = cmd
+            .stdin(Stdio::piped())
+            .stdout(Stdio::piped())
+            .stderr(Stdio::piped())
+            .spawn()
+            .map_err(|source| ClientError::Spawn {
+                command: label.clone(),
+                source,
+            })?;
+        let (tx, replies) = mpsc::channel();
+        let stdout = child.stdout.take().expect("stdout is piped");
+        std::thread::spawn(move || read_stdout(stdout, tx));
+        let stderr = Arc::new(Mutex::new(StderrTail::default()));
+        let child_stderr = child.stderr.take().expect("stderr is piped");
+        let tail = Arc::clone(&stderr);
+        std::thread::spawn(move || read_stderr(child_stderr, tail));
+        let mut client = Client {
+            label,
+            stdin: child.stdin.take(),
+            child,
+            replies,
+            stderr,
+            timeout: options.timeout,
+            next_id: 1,
+            lines: 0,
+            last_line: None,
+            failed: None,
+            hello: Hello {
+                name: String::new(),
+                version: None,
+                protocol: 0,
+                capabilities: Vec::new(),
+            },
+        };
+        let hello: Hello = client.call(Request::Hello {
+            protocol: PROTOCOL_VERSION,
+        })?;
+        if hello.protocol != PROTOCOL_VERSION {
+            let reason = format!(
+                "the adapter speaks protocol {}, this harness speaks {PROTOCOL_VERSION}",
+                hello.protocol
+            );
+            return Err(client.shape_after_the_fact("hello", reason).into());
+        }
+        client.hello = hello;
+        Ok(client)
+    }
+
+    /// What the adapter said in `hello`.
+    pub fn hello(&self) -> &Hello {
+        &self.hello
+    }
+
+    /// Whether the adapter claims `capability`.
+    pub fn claims(&self, capability: Capability) -> bool {
+        self.hello.capabilities.contains(&capability)
+    }
+
+    /// The adapter's process id (for a nemesis).
+    pub fn pid(&self) -> u32 {
+        self.child.id()
+    }
+
+    /// The end of what the adapter wrote to stderr so far (at most 64 KiB).
+    pub fn stderr(&self) -> String {
+        let t = self.stderr.lock().unwrap_or_else(|p| p.into_inner());
+        String::from_utf8_lossy(&t.bytes).into_owned()
+    }
+
+    /// Opens (or creates) a session.
+    pub fn open(&mut self, args: &OpenArgs) -> Result<Opened, ClientError> {
+        self.call(Request::Open(args))
+    }
+
+    /// Appends one event; returns once the adapter acknowledged it as durable.
+    pub fn append(&mut self, event: &Event) -> Result<Ack, ClientError> {
+        let request = Request::Append { event };
+        let ack: Ack = self.call(request)?;
+        self.check_id("append", ack.seq, &ack.id)?;
+        Ok(ack)
+    }
+
+    /// Makes the intent of `call_id` durable; the tool may run once this returns.
+    pub fn start_tool(&mut self, call_id: &str) -> Result<IntentAck, ClientError> {
+        let ack: IntentAck = self.call(Request::StartTool { call_id })?;
+        self.check_id("start_tool", ack.seq, &ack.id)?;
+        Ok(ack)
+    }
+
+    /// Runs the store's own recovery.
+    pub fn recover(&mut self) -> Result<RecoveryState, ClientError> {
+        let reply: RecoverReply = self.call(Request::Recover)?;
+        Ok(reply.into())
+    }
+
+    /// Every record with a seq greater than `after` (all when `None`).
+    pub fn events(&mut self, after: Option<Seq>) -> Result<Vec<Record>, ClientError> {
+        self.events_page(after, None)
+    }
+
+    /// At most `limit` records with a seq greater than `after`.
+    pub fn events_page(
+        &mut self,
+        after: Option<Seq>,
+        limit: Option<u64>,
+    ) -> Result<Vec<Record>, ClientError> {
+        let reply: EventsReply = self.call(Request::Events { after, limit })?;
+        let mut out = Vec::with_capacity(reply.records.len());
+        for w in reply.records {
+            self.check_id("events", w.seq, &w.id)?;
+            let rec = to_record(w).map_err(|reason| self.shape_after_the_fact("events", reason))?;
+            out.push(rec);
+        }
+        Ok(out)
+    }
+
+    /// The model's view of the active branch.
+    pub fn context(&mut self, budget_tokens: Option<u64>) -> Result<String, ClientError> {
+        let reply: ContextReply = self.call(Request::Context {
+            budget: budget_tokens,
+        })?;
+        Ok(reply.text)
+    }
+
+    /// Writes a checkpoint; returns the seq it covers up to (exclusive).
+    pub fn checkpoint(&mut self) -> Result<Seq, ClientError> {
+        let reply: CheckpointReply = self.call(Request::Checkpoint)?;
+        Ok(reply.next_seq)
+    }
+
+    /// The store's projection.
+    pub fn projection(&mut self) -> Result<ProjectionView, ClientError> {
+        self.call(Request::Projection)
+    }
+
+    /// Stores a large payload; returns once it is durable.
+    pub fn put_blob(&mut self, bytes: &[u8]) -> Result<BlobRef, ClientError> {
+        self.call(Request::PutBlob { hex: to_hex(bytes) })
+    }
+
+    /// Reads a payload back by its reference.
+    pub fn get_blob(&mut self, reference: &BlobRef) -> Result<Vec<u8>, ClientError> {
+        let reply: BlobBytes = self.call(Request::GetBlob {
+            digest: &reference.digest,
+            size: reference.size,
+        })?;
+        from_hex(&reply.hex).ok_or_else(|| {
+            let reason = "hex is not pairs of hex digits".to_string();
+            self.shape_after_the_fact("get_blob", reason).into()
+        })
+    }
+
+    /// Closes the session (the adapter keeps running).
+    pub fn close(&mut self) -> Result<(), ClientError> {
+        let _: Closed = self.call(Request::Close)?;
+        Ok(())
+    }
+
+    /// Crashes the adapter: SIGKILL, then reaps it.
+    pub fn kill(mut self) -> std::io::Result<ExitStatus> {
+        self.child.kill()?;
+        self.child.wait()
+    }
+
+    /// Ends the conversation cleanly: closes stdin and waits for the adapter
+    /// to exit (killing it if it is still running after the timeout).
+    pub fn shutdown(mut self) -> Result<ExitStatus, ClientError> {
+        drop(self.stdin.take());
+        let deadline = Instant::now() + self.timeout;
+        loop {
+            if let Ok(Some(status)) = self.child.try_wait() {
+                return Ok(status);
+            }
+            if Instant::now() >= deadline {
+                let _ = self.child.kill();
+                let _ = self.child.wait();
+                let request = RequestRef {
+                    id: self.next_id,
+                    op: "shutdown",
+                };
+                let problem = Problem::Timeout {
+                    after: self.timeout,
+                    lines: self.lines,
+                };
+                return Err(self.fail(request, problem).into());
+            }
+            std::thread::sleep(Duration::from_millis(5));
+        }
+    }
+
+    fn last_stderr_line(&self) -> Option<String> {
+        let t = self.stderr.lock().unwrap_or_else(|p| p.into_inner());
+        String::from_utf8_lossy(&t.bytes)
+            .lines()
+            .rev()
+            .find(|l| !l.trim().is_empty())
+            .map(str::to_string)
+    }
+
+    /// Records a protocol error, kills the adapter and returns the error.
+    fn fail(&mut self, request: RequestRef, problem: Problem) -> ProtocolError {
+        if !matches!(problem, Problem::Eof { .. }) {
+            let _ = self.child.kill();
+            let _ = self.child.wait();
+        }
+        let err = ProtocolError {
+            adapter: self.label.clone(),
+            request,
+            problem,
+            stderr: self.last_stderr_line(),
+        };
+        self.failed = Some(err.clone());
+        err
+    }
+
+    /// After stdout closed: how the adapter ended, once its stderr is read too.
+    fn exit_description(&mut self) -> String {
+        let deadline = Instant::now() + EXIT_GRACE;
+        let status = loop {
+            match self.child.try_wait() {
+                Ok(Some(status)) => break Some(status),
+                Ok(None) if Instant::now() < deadline => {
+                    std::thread::sleep(Duration::from_millis(2))
+                }
+                _ => break None,
+            }
+        };
+        while Instant::now() < deadline {
+            if self.stderr.lock().map(|t| t.closed).unwrap_or(true) {
+                break;
+            }
+            std::thread::sleep(Duration::from_millis(2));
+        }
+        match status {
+            Some(s) => format!("the adapter exited ({s})"),
+            None => {
+                let _ = self.child.kill();
+                let _ = self.child.wait();
+                "the adapter was still running and was killed".to_string()
+            }
+        }
+    }
+
+    fn check_id(&mut self, op: &'static str, seq: Seq, id: &str) -> Result<(), ClientError> {
+        if id == event_id(seq) {
+            return Ok(());
+        }
+        Err(ClientError::from(self.shape_after_the_fact(
+            op,
+            format!(
+                "event id {id:?} for seq {seq}, protocol 1 ids are \"e<seq>\" (\"{}\")",
+                event_id(seq)
+            ),
+        )))
+    }
+
+    /// A shape problem found after the reply parsed (the line is the last one read).
+    fn shape_after_the_fact(&mut self, op: &'static str, reason: String) -> ProtocolError {
+        let line = self.last_line.take().unwrap_or(StdoutLine {
+            number: self.lines,
+            text: String::new(),
+        });
+        let request = RequestRef {
+            id: self.next_id - 1,
+            op,
+        };
+        self.fail(request, Problem::Shape { line, reason })
+    }
+
+    /// Sends `request` and reads its reply body.
+    fn call<T: DeserializeOwned>(&mut self, request: Request) -> Result<T, ClientError> {
+        if let Some(e) = &self.failed {
+            return Err(e.clone().into());
+        }
+        let op = request.op();
+        let id = self.next_id;
+        self.next_id += 1;
+        let mut bytes = serde_json::to_vec(&Envelope {
+            id,
+            request: &request,
+        })
+        .map_err(|e| ClientError::Encode {
+            op,
+            reason: e.to_string(),
+        })?;
+        bytes.push(b'\n');
+        let req = RequestRef { id, op };
+        let sent = match self.stdin.as_mut() {
+            Some(stdin) => stdin.write_all(&bytes).and_then(|()| stdin.flush()),
+            None => Err(std::io::Error::other("stdin is closed")),
+        };
+        if let Err(e) = sent {
+            // A closed pipe usually means the adapter is gone: say how it ended.
+            if e.kind() == std::io::ErrorKind::BrokenPipe {
+                if let Ok(Incoming::Eof(lines)) = self.replies.recv_timeout(EXIT_GRACE) {
+                    let exit = self.exit_description();
+                    return Err(self.fail(req, Problem::Eof { lines, exit }).into());
+                }
+            }
+            let problem = Problem::Send {
+                reason: e.to_string(),
+            };
+            return Err(self.fail(req, problem).into());
+        }
+        let line = match self.replies.recv_timeout(self.timeout) {
+            Ok(Incoming::Line(line)) => line,
+            Ok(Incoming::Incomplete(line)) => {
+                self.lines = line.number;
+                return Err(self.fail(req, Problem::Incomplete { line }).into());
+            }
+            Ok(Incoming::TooLong(number)) => {
+                return Err(self.fail(req, Problem::TooLong { number }).into())
+            }
+            Ok(Incoming::Eof(lines)) => {
+                let exit = self.exit_description();
+                return Err(self.fail(req, Problem::Eof { lines, exit }).into());
+            }
+            Ok(Incoming::ReadError(reason)) => {
+                let exit = self.exit_description();
+                let exit = format!("reading stdout failed ({reason}); {exit}");
+                let lines = self.lines;
+                return Err(self.fail(req, Problem::Eof { lines, exit }).into());
+            }
+            Err(RecvTimeoutError::Timeout) => {
+                let problem = Problem::Timeout {
+                    after: self.timeout,
+                    lines: self.lines,
+                };
+                return Err(self.fail(req, problem).into());
+            }
+            Err(RecvTimeoutError::Disconnected) => {
+                let exit = self.exit_description();
+                let lines = self.lines;
+                return Err(self.fail(req, Problem::Eof { lines, exit }).into());
+            }
+        };
+        self.lines = line.number;
+        match parse_reply::<T>(&line, id) {
+            Ok(Ok(body)) => {
+                self.last_line = Some(line);
+                Ok(body)
+            }
+            Ok(Err(WireError { kind, message })) => Err(ClientError::Refused { op, kind, message }),
+            Err(problem) => Err(self.fail(req, problem(line)).into()),
+        }
+    }
+}
+
+type LineProblem = Box<dyn FnOnce(StdoutLine) -> Problem>;
+
+/// Checks one reply line against request `id`: the body, a refusal, or what is wrong.
+fn parse_reply<T: DeserializeOwned>(
+    line: &StdoutLine,
+    id: u64,
+) -> Result<Result<T, WireError>, LineProblem> {
+    let value: Value = serde_json::from_str(&line.text).map_err(|e| -> LineProblem {
+        let reason = e.to_string();
+        Box::new(move |line| Problem::NotJson { line, reason })
+    })?;
+    let shape =
+        |reason: String| -> LineProblem { Box::new(move |line| Problem::Shape { line, reason }) };
+    let Value::Object(mut obj) = value else {
+        return Err(shape("a reply is a JSON object".into()));
+    };
+    match obj.get("id") {
+        None | Some(Value::Null) => return Err(Box::new(|line| Problem::MissingId { line })),
+        Some(Value::Number(n)) if n.as_u64() == Some(id) => {}
+        Some(Value::Number(n)) if n.as_u64().is_some_and(|n| n >= 1 && n < id) => {
+            let found = n.as_u64().unwrap_or_default();
+            return Err(Box::new(move |line| Problem::OutOfOrder { line, found }));
+        }
+        Some(other) => {
+            let found = other.to_string();
+            return Err(Box::new(move |line| Problem::WrongId { line, found }));
+        }
+    }
+    match (obj.remove("ok"), obj.remove("error")) {
+        (Some(ok), None) => serde_json::from_value::<T>(ok)
+            .map(Ok)
+            .map_err(|e| shape(e.to_string())),
+        (None, Some(err)) => serde_json::from_value::<WireError>(err)
+            .map(Err)
+            .map_err(|e| shape(format!("error: {e}"))),
+        (Some(_), Some(_)) => Err(shape("both \"ok\" and \"error\"".into())),
+        (None, None) => Err(shape("neither \"ok\" nor \"error\"".into())),
+    }
+}
+
+/// A wire record as a store record; the reason when its event does not fit.
+fn to_record(w: WireRecord) -> Result<Record, String> {
+    let body = match serde_json::from_value::<Event>(w.event.clone()) {
+        Ok(e) => Body::Known(e),
+        Err(e) => {
+            let Value::Object(mut fields) = w.event else {
+                return Err(format!("record {}: event is not an object", w.seq));
+            };
+            let type_name = match fields.remove("type") {
+                Some(Value::String(t)) => t,
+                _ => return Err(format!("record {}: event has no string \"type\"", w.seq)),
+            };
+            let ignorable = fields.get("ignorable") == Some(&Value::Bool(true));
+            if Event::TYPE_NAMES.contains(&type_name.as_str()) || !ignorable {
+                return Err(format!(
+                    "record {}: {type_name} event does not fit: {e}",
+                    w.seq
+                ));
+            }
+            Body::Ignorable {
+                type_name,
+                fields: Value::Object(fields),
+            }
+        }
+    };
+    Ok(Record {
+        seq: w.seq,
+        id: w.id,
+        ts: w.ts.unwrap_or_default(),
+        redaction: Default::default(),
+        body,
+    })
+}
+
+impl Drop for Client {
+    fn drop(&mut self) {
+        if let Ok(None) = self.child.try_wait() {
+            let _ = self.child.kill();
+            let _ = self.child.wait();
+        }
+    }
+}

@@ -1,0 +1,138 @@
+//! Faults the tracer injects at the N-th counted system call, and the report
+//! of what it did.
+//!
+//! A kill fault kills every traced process (the whole store, as a crash
+//! would), not only the thread that made the call.
+
+use std::fmt;
+
+use serde::{Deserialize, Serialize};
+
+use super::event::{errno_name, SyscallEvent};
+
+/// An errno value the tracer can make a call return (1..=4095).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[serde(try_from = "i32", into = "i32")]
+pub struct Errno(i32);
+
+impl Errno {
+    /// No space left on device: what a full disk does to a write.
+    pub const ENOSPC: Errno = Errno(28);
+    /// I/O error: what a failing device does to an fsync.
+    pub const EIO: Errno = Errno(5);
+
+    /// `None` outside the kernel's errno range 1..=4095.
+    pub fn new(errno: i32) -> Option<Errno> {
+        (1..=4095).contains(&errno).then_some(Errno(errno))
+    }
+
+    /// The raw value.
+    pub fn get(self) -> i32 {
+        self.0
+    }
+}
+
+impl TryFrom<i32> for Errno {
+    type Error = String;
+    fn try_from(v: i32) -> Result<Self, String> {
+        Errno::new(v).ok_or_else(|| format!("errno {v} is outside 1..=4095"))
+    }
+}
+
+impl From<Errno> for i32 {
+    fn from(e: Errno) -> i32 {
+        e.0
+    }
+}
+
+impl fmt::Display for Errno {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(&errno_name(i64::from(self.0)))
+    }
+}
+
+/// What to do to the targeted call.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(tag = "fault", rename_all = "kebab-case")]
+pub enum SyscallFault {
+    /// SIGKILL at syscall-enter: the call never runs.
+    KillBefore,
+    /// SIGKILL at syscall-exit: the call ran, the caller never sees its result.
+    KillAfter,
+    /// Writes only: the byte count is cut to `keep` before the call runs
+    /// (for writev-style calls the iovecs are cut), then SIGKILL at exit.
+    TearWrite { keep: u64 },
+    /// The call is skipped and returns `-errno`; the process goes on.
+    Fail { errno: Errno },
+}
+
+impl fmt::Display for SyscallFault {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            SyscallFault::KillBefore => f.write_str("kill before"),
+            SyscallFault::KillAfter => f.write_str("kill after"),
+            SyscallFault::TearWrite { keep } => write!(f, "tear to {keep} bytes then kill at"),
+            SyscallFault::Fail { errno } => write!(f, "fail with {errno}"),
+        }
+    }
+}
+
+/// A fault and the counted call it hits (0-based, as [`SyscallEvent::index`]).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+pub struct FaultPlan {
+    pub at: u64,
+    pub fault: SyscallFault,
+}
+
+/// What became of a [`FaultPlan`].
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(tag = "outcome", rename_all = "kebab-case")]
+pub enum FaultOutcome {
+    /// The fault hit this call (its `result` is what the process saw, if it
+    /// lived to see one).
+    Injected { event: SyscallEvent },
+    /// The run made only `counted` counted calls.
+    NotReached { counted: u64 },
+    /// The call at `at` cannot take this fault (a tear on a non-write, or a
+    /// tear keeping as many bytes as the write has); nothing was injected.
+    NotApplicable { event: SyscallEvent, reason: String },
+}
+
+/// The plan and what became of it.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct FaultReport {
+    pub plan: FaultPlan,
+    pub outcome: FaultOutcome,
+}
+
+impl fmt::Display for FaultReport {
+    /// `kill before syscall #12: fdatasync(fd 5 = /r/sessions/s/events.jsonl) in pid 4242`
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        let FaultPlan { at, fault } = self.plan;
+        match &self.outcome {
+            FaultOutcome::Injected { event } => {
+                write!(
+                    f,
+                    "{fault} syscall #{at}: {} in pid {}",
+                    event.call_text(),
+                    event.pid
+                )?;
+                if let (SyscallFault::Fail { .. } | SyscallFault::TearWrite { .. }, Some(r)) =
+                    (fault, event.result)
+                {
+                    write!(f, " (it returned {r})")?;
+                }
+                Ok(())
+            }
+            FaultOutcome::NotReached { counted } => write!(
+                f,
+                "{fault} syscall #{at}: not reached, the run made only {counted} counted syscalls"
+            ),
+            FaultOutcome::NotApplicable { event, reason } => write!(
+                f,
+                "{fault} syscall #{at}: not applicable to {} ({reason}); nothing injected",
+                event.call_text()
+            ),
+        }
+    }
+}

@@ -1,0 +1,555 @@
+//! Linux x86_64: the ptrace loop. Spawns the command with PTRACE_TRACEME,
+//! follows its forks, vforks, clones and execs, stops at every syscall
+//! enter and exit, and hands the recognised ones to the decoder, the fault
+//! plan and the recorder.
+//!
+//! Owns every resume and every signal sent to a tracee; never leaves one
+//! stopped (on error it kills them all and reaps them).
+
+use std::collections::HashMap;
+use std::fs;
+use std::io;
+use std::marker::PhantomData;
+use std::os::unix::fs::MetadataExt;
+use std::os::unix::process::CommandExt;
+use std::process::{ChildStderr, ChildStdin, ChildStdout, Command};
+use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
+use std::sync::{Arc, Mutex};
+
+use nix::errno::Errno as NixErrno;
+use nix::libc;
+use nix::sys::ptrace::{self, Options};
+use nix::sys::signal::{self, Signal};
+use nix::sys::wait::{waitpid, WaitPidFlag, WaitStatus};
+use nix::unistd::Pid;
+
+use super::decode::{self, Decoded, Root};
+use super::event::{Call, SyscallEvent};
+use super::fault::{Errno, FaultOutcome, FaultPlan, FaultReport, SyscallFault};
+use super::record::Recorder;
+use super::{Error, Exit, Outcome, TraceConfig};
+
+/// A command running under the tracer, stopped until [`Traced::run`].
+///
+/// Not `Send`: ptrace requests are only accepted from the thread that
+/// spawned the tracee. Take the pipes out and move them instead. The loop
+/// waits for any child of its thread (`waitpid(-1, __WALL|__WNOTHREAD)`),
+/// so run it on a thread that starts no other child processes. Dropped
+/// without `run`, it kills the process.
+#[derive(Debug)]
+pub struct Traced {
+    pub stdin: Option<ChildStdin>,
+    pub stdout: Option<ChildStdout>,
+    pub stderr: Option<ChildStderr>,
+    engine: Engine,
+    _not_send: PhantomData<*const ()>,
+}
+
+/// A handle to a running trace, usable from any thread.
+#[derive(Debug, Clone)]
+pub struct Monitor {
+    shared: Arc<Shared>,
+}
+
+#[derive(Debug)]
+struct Shared {
+    /// The spawned process while it is not yet reaped (so a kill can never
+    /// hit a recycled pid).
+    main: Mutex<Option<Pid>>,
+    counted: AtomicU64,
+    ops: AtomicUsize,
+    kill: AtomicBool,
+}
+
+impl Monitor {
+    /// Counted syscalls so far (their enter stops).
+    pub fn counted_syscalls(&self) -> u64 {
+        self.shared.counted.load(Ordering::SeqCst)
+    }
+
+    /// Ops recorded so far (record mode). Every op of a call that returned
+    /// before the traced process wrote something is already counted when
+    /// that write can be read from its stdout.
+    pub fn recorded_ops(&self) -> usize {
+        self.shared.ops.load(Ordering::SeqCst)
+    }
+
+    /// Kills every traced process (for a timeout); `run` then returns.
+    pub fn kill(&self) {
+        self.shared.kill.store(true, Ordering::SeqCst);
+        let main = self.shared.main.lock().unwrap_or_else(|e| e.into_inner());
+        if let Some(pid) = *main {
+            // Wakes the tracer loop, which then kills the other tracees.
+            let _ = signal::kill(pid, Signal::SIGKILL);
+        }
+    }
+}
+
+impl Traced {
+    /// Spawns `cmd` under ptrace, stopped right after its exec. Configure
+    /// its stdio before; the pipes are in the public fields.
+    pub fn spawn(mut cmd: Command, config: TraceConfig) -> Result<Traced, Error> {
+        let root_err = |source| Error::Root {
+            path: config.root.clone(),
+            source,
+        };
+        let root = fs::canonicalize(&config.root).map_err(root_err)?;
+        let dev = fs::metadata(&root).map_err(root_err)?.dev();
+        let program = cmd.get_program().to_string_lossy().into_owned();
+        // SAFETY: the closure runs in the forked child before exec and only
+        // makes the ptrace(PTRACE_TRACEME) system call: async-signal-safe,
+        // no allocation, no lock.
+        #[allow(unsafe_code)]
+        unsafe {
+            cmd.pre_exec(|| ptrace::traceme().map_err(io::Error::from));
+        }
+        let mut child = cmd.spawn().map_err(|source| Error::Spawn {
+            program: program.clone(),
+            source,
+        })?;
+        let pid = Pid::from_raw(child.id() as i32);
+        let kill_child = |e: Error| {
+            let _ = signal::kill(pid, Signal::SIGKILL);
+            let _ = waitpid(pid, Some(WaitPidFlag::__WALL));
+            e
+        };
+        match waitpid(pid, Some(WaitPidFlag::__WALL)) {
+            Ok(WaitStatus::Stopped(_, Signal::SIGTRAP)) => {}
+            other => {
+                return Err(kill_child(Error::Tracee {
+                    op: "first stop after exec",
+                    pid: pid.as_raw(),
+                    what: format!("expected a SIGTRAP stop, got {other:?}"),
+                }))
+            }
+        }
+        let options = Options::PTRACE_O_TRACESYSGOOD
+            | Options::PTRACE_O_TRACEFORK
+            | Options::PTRACE_O_TRACEVFORK
+            | Options::PTRACE_O_TRACECLONE
+            | Options::PTRACE_O_TRACEEXEC
+            | Options::PTRACE_O_EXITKILL;
+        ptrace::setoptions(pid, options)
+            .map_err(|e| kill_child(ptrace_err("setoptions", pid, e)))?;
+        let recorder = config
+            .record
+            .then(|| Recorder::new(root.clone(), decode::fd_path(pid, 1)));
+        let shared = Arc::new(Shared {
+            main: Mutex::new(Some(pid)),
+            counted: AtomicU64::new(0),
+            ops: AtomicUsize::new(0),
+            kill: AtomicBool::new(false),
+        });
+        let mut tracees = HashMap::new();
+        tracees.insert(pid, Tracee::default());
+        Ok(Traced {
+            stdin: child.stdin.take(),
+            stdout: child.stdout.take(),
+            stderr: child.stderr.take(),
+            engine: Engine {
+                root: Root { path: root, dev },
+                main: pid,
+                plan: config.fault,
+                hit: None,
+                recorder,
+                events: Vec::new(),
+                tracees,
+                exit: None,
+                killing: false,
+                shared,
+            },
+            _not_send: PhantomData,
+        })
+    }
+
+    /// The spawned process's pid.
+    pub fn pid(&self) -> u32 {
+        self.engine.main.as_raw() as u32
+    }
+
+    pub fn monitor(&self) -> Monitor {
+        Monitor {
+            shared: self.engine.shared.clone(),
+        }
+    }
+
+    /// Runs the process (and every process and thread it starts) to the
+    /// end, or to the planned kill.
+    pub fn run(mut self) -> Result<Outcome, Error> {
+        match self.engine.run() {
+            Ok(()) => self.engine.outcome(),
+            Err(e) => {
+                self.engine.kill_all();
+                self.engine.reap_all();
+                Err(e)
+            }
+        }
+    }
+}
+
+#[derive(Debug, Default)]
+struct Tracee {
+    in_syscall: bool,
+    /// A new tracee whose attach SIGSTOP is still to come.
+    fresh: bool,
+    inflight: Option<Box<InFlight>>,
+}
+
+/// A recognised call between its enter and exit stops.
+#[derive(Debug)]
+struct InFlight {
+    decoded: Decoded,
+    /// Index of its event (counted calls); `None` for a stdout write.
+    event: Option<usize>,
+    on_exit: OnExit,
+}
+
+#[derive(Debug, Clone, Copy)]
+enum OnExit {
+    Nothing,
+    Kill,
+    Fail(Errno),
+}
+
+#[derive(Debug)]
+struct Engine {
+    root: Root,
+    main: Pid,
+    plan: Option<FaultPlan>,
+    /// Set when the planned call was reached: `Err` says why it could not
+    /// take the fault.
+    hit: Option<Result<(), String>>,
+    recorder: Option<Recorder>,
+    events: Vec<SyscallEvent>,
+    tracees: HashMap<Pid, Tracee>,
+    exit: Option<Exit>,
+    killing: bool,
+    shared: Arc<Shared>,
+}
+
+impl Engine {
+    fn run(&mut self) -> Result<(), Error> {
+        self.resume(self.main, None)?;
+        while !self.tracees.is_empty() {
+            if self.shared.kill.load(Ordering::SeqCst) && !self.killing {
+                self.kill_all();
+            }
+            let status = match waitpid(None, Some(WaitPidFlag::__WALL | WaitPidFlag::__WNOTHREAD)) {
+                Ok(s) => s,
+                Err(NixErrno::EINTR) => continue,
+                Err(NixErrno::ECHILD) => {
+                    // Nothing left to wait for: any tid still listed
+                    // vanished unseen (a thread replaced by another's exec).
+                    self.tracees.clear();
+                    break;
+                }
+                Err(e) => return Err(ptrace_err("waitpid", Pid::from_raw(-1), e)),
+            };
+            match status {
+                WaitStatus::Exited(pid, code) => self.gone(pid, Exit::Code { code }),
+                WaitStatus::Signaled(pid, sig, _) => self.gone(
+                    pid,
+                    Exit::Signal {
+                        signal: sig.as_str().to_string(),
+                    },
+                ),
+                WaitStatus::PtraceSyscall(pid) => {
+                    self.syscall_stop(pid)?;
+                    self.resume(pid, None)?;
+                }
+                WaitStatus::PtraceEvent(pid, _, event) => {
+                    if matches!(
+                        event,
+                        libc::PTRACE_EVENT_FORK
+                            | libc::PTRACE_EVENT_VFORK
+                            | libc::PTRACE_EVENT_CLONE
+                    ) {
+                        if let Ok(child) = ptrace::getevent(pid) {
+                            self.tracees
+                                .entry(Pid::from_raw(child as i32))
+                                .or_insert_with(|| Tracee {
+                                    fresh: true,
+                                    ..Tracee::default()
+                                });
+                        }
+                    } else if event == libc::PTRACE_EVENT_EXEC {
+                        // If another thread exec'd, it took over this pid
+                        // and its own tid is gone; either way the process
+                        // is inside execve, whose exit stop comes next.
+                        if let Ok(former) = ptrace::getevent(pid) {
+                            let former = Pid::from_raw(former as i32);
+                            if former != pid {
+                                self.tracees.remove(&former);
+                            }
+                        }
+                        let t = self.tracees.entry(pid).or_default();
+                        t.in_syscall = true;
+                        t.inflight = None;
+                    }
+                    self.resume(pid, None)?;
+                }
+                WaitStatus::Stopped(pid, sig) => self.signal_stop(pid, sig)?,
+                _ => {}
+            }
+        }
+        Ok(())
+    }
+
+    fn gone(&mut self, pid: Pid, exit: Exit) {
+        self.tracees.remove(&pid);
+        if pid == self.main {
+            // Reaped: from here on its pid may be reused, so forget it
+            // before anything can kill it.
+            *self.shared.main.lock().unwrap_or_else(|e| e.into_inner()) = None;
+            self.exit = Some(exit);
+        }
+    }
+
+    fn signal_stop(&mut self, pid: Pid, sig: Signal) -> Result<(), Error> {
+        // A new tracee's stop may arrive before its parent's fork event.
+        let t = self.tracees.entry(pid).or_insert_with(|| Tracee {
+            fresh: true,
+            ..Tracee::default()
+        });
+        if sig == Signal::SIGSTOP && t.fresh {
+            t.fresh = false;
+            return self.resume(pid, None);
+        }
+        match ptrace::getsiginfo(pid) {
+            // A group-stop, not a signal to deliver.
+            Err(NixErrno::EINVAL) => self.resume(pid, None),
+            Err(NixErrno::ESRCH) => Ok(()),
+            _ => self.resume(pid, Some(sig)),
+        }
+    }
+
+    fn syscall_stop(&mut self, pid: Pid) -> Result<(), Error> {
+        let t = self.tracees.entry(pid).or_default();
+        t.in_syscall = !t.in_syscall;
+        if t.in_syscall {
+            self.enter(pid)
+        } else {
+            self.exit(pid)
+        }
+    }
+
+    fn enter(&mut self, pid: Pid) -> Result<(), Error> {
+        if self.killing {
+            return Ok(());
+        }
+        let Some(mut regs) = getregs(pid)? else {
+            return Ok(());
+        };
+        let Some(sysno) = decode::sysno(regs.orig_rax) else {
+            return Ok(());
+        };
+        let Some(decoded) = decode::decode(pid, sysno, decode::args(&regs), &self.root) else {
+            return Ok(());
+        };
+        if !decoded.in_root {
+            if self
+                .recorder
+                .as_ref()
+                .is_some_and(|r| r.is_output(&decoded))
+            {
+                self.set_inflight(pid, decoded, None, OnExit::Nothing);
+            }
+            return Ok(());
+        }
+        let index = self.events.len();
+        self.events.push(SyscallEvent {
+            index: index as u64,
+            pid: pid.as_raw(),
+            sysno,
+            call: decoded.call.clone(),
+            result: None,
+        });
+        self.shared
+            .counted
+            .store(index as u64 + 1, Ordering::SeqCst);
+        let mut on_exit = OnExit::Nothing;
+        if let Some(plan) = self.plan.filter(|p| p.at == index as u64) {
+            self.hit = Some(Ok(()));
+            match plan.fault {
+                SyscallFault::KillBefore => {
+                    // Skip the call as well, in case the kill were late.
+                    regs.orig_rax = u64::MAX;
+                    setregs(pid, regs)?;
+                    self.kill_all();
+                    return Ok(());
+                }
+                SyscallFault::KillAfter => on_exit = OnExit::Kill,
+                SyscallFault::TearWrite { keep } => match decoded.call {
+                    Call::Write { len, .. } if keep < len => {
+                        regs.rdx =
+                            decode::tear(pid, &decoded, keep).map_err(|what| Error::Tracee {
+                                op: "tear write",
+                                pid: pid.as_raw(),
+                                what,
+                            })?;
+                        setregs(pid, regs)?;
+                        on_exit = OnExit::Kill;
+                    }
+                    Call::Write { len, .. } => {
+                        self.hit = Some(Err(format!(
+                            "the write has {len} bytes, not more than {keep}"
+                        )))
+                    }
+                    _ => self.hit = Some(Err("only writes can be torn".into())),
+                },
+                SyscallFault::Fail { errno } => {
+                    regs.orig_rax = u64::MAX;
+                    setregs(pid, regs)?;
+                    on_exit = OnExit::Fail(errno);
+                }
+            }
+        }
+        self.set_inflight(pid, decoded, Some(index), on_exit);
+        Ok(())
+    }
+
+    fn set_inflight(&mut self, pid: Pid, decoded: Decoded, event: Option<usize>, on_exit: OnExit) {
+        if let Some(t) = self.tracees.get_mut(&pid) {
+            t.inflight = Some(Box::new(InFlight {
+                decoded,
+                event,
+                on_exit,
+            }));
+        }
+    }
+
+    fn exit(&mut self, pid: Pid) -> Result<(), Error> {
+        let Some(f) = self.tracees.get_mut(&pid).and_then(|t| t.inflight.take()) else {
+            return Ok(());
+        };
+        let Some(mut regs) = getregs(pid)? else {
+            return Ok(());
+        };
+        let mut result = regs.rax as i64;
+        if let OnExit::Fail(errno) = f.on_exit {
+            result = -i64::from(errno.get());
+            regs.rax = result as u64;
+            setregs(pid, regs)?;
+        }
+        if let Some(i) = f.event {
+            self.events[i].result = Some(result);
+        }
+        if let Some(rec) = &mut self.recorder {
+            match f.event {
+                Some(i) if result >= 0 => {
+                    rec.completed(pid, i as u64, &f.decoded, result);
+                    self.shared.ops.store(rec.ops(), Ordering::SeqCst);
+                }
+                None if result > 0 => rec.output(pid, result as u64),
+                _ => {}
+            }
+        }
+        if let OnExit::Kill = f.on_exit {
+            self.kill_all();
+        }
+        Ok(())
+    }
+
+    /// SIGKILL to every tracee (a kill of one thread kills its process).
+    fn kill_all(&mut self) {
+        self.killing = true;
+        for &pid in self.tracees.keys() {
+            let _ = signal::kill(pid, Signal::SIGKILL);
+        }
+    }
+
+    /// After `kill_all` on an error path: waits the tracees out.
+    fn reap_all(&mut self) {
+        while !self.tracees.is_empty() {
+            match waitpid(None, Some(WaitPidFlag::__WALL | WaitPidFlag::__WNOTHREAD)) {
+                Ok(WaitStatus::Exited(pid, code)) => self.gone(pid, Exit::Code { code }),
+                Ok(WaitStatus::Signaled(pid, sig, _)) => self.gone(
+                    pid,
+                    Exit::Signal {
+                        signal: sig.as_str().to_string(),
+                    },
+                ),
+                Ok(
+                    WaitStatus::Stopped(pid, _)
+                    | WaitStatus::PtraceEvent(pid, _, _)
+                    | WaitStatus::PtraceSyscall(pid),
+                ) => {
+                    let _ = ptrace::syscall(pid, None);
+                }
+                Ok(_) | Err(NixErrno::EINTR) => {}
+                Err(_) => {
+                    self.tracees.clear();
+                    break;
+                }
+            }
+        }
+    }
+
+    fn resume(&self, pid: Pid, sig: Option<Signal>) -> Result<(), Error> {
+        match ptrace::syscall(pid, sig) {
+            Ok(()) | Err(NixErrno::ESRCH) => Ok(()),
+            Err(e) => Err(ptrace_err("PTRACE_SYSCALL", pid, e)),
+        }
+    }
+
+    fn outcome(&mut self) -> Result<Outcome, Error> {
+        let exit = self.exit.take().ok_or_else(|| Error::Tracee {
+            op: "wait",
+            pid: self.main.as_raw(),
+            what: "the spawned process vanished without an exit status".into(),
+        })?;
+        let events = std::mem::take(&mut self.events);
+        let fault = self.plan.map(|plan| {
+            let event = events.get(plan.at as usize).cloned();
+            let outcome = match (self.hit.take(), event) {
+                (Some(Ok(())), Some(event)) => FaultOutcome::Injected { event },
+                (Some(Err(reason)), Some(event)) => FaultOutcome::NotApplicable { event, reason },
+                _ => FaultOutcome::NotReached {
+                    counted: events.len() as u64,
+                },
+            };
+            FaultReport { plan, outcome }
+        });
+        Ok(Outcome {
+            events,
+            fault,
+            oplog: self.recorder.take().map(Recorder::finish),
+            exit,
+        })
+    }
+}
+
+impl Drop for Engine {
+    /// A `Traced` dropped without `run` (or a run cut short) must not leave
+    /// a process stopped under ptrace.
+    fn drop(&mut self) {
+        if !self.tracees.is_empty() {
+            self.kill_all();
+            self.reap_all();
+        }
+    }
+}
+
+/// Registers of a stopped tracee; `None` if it died meanwhile.
+fn getregs(pid: Pid) -> Result<Option<libc::user_regs_struct>, Error> {
+    match ptrace::getregs(pid) {
+        Ok(r) => Ok(Some(r)),
+        Err(NixErrno::ESRCH) => Ok(None),
+        Err(e) => Err(ptrace_err("PTRACE_GETREGS", pid, e)),
+    }
+}
+
+fn setregs(pid: Pid, regs: libc::user_regs_struct) -> Result<(), Error> {
+    match ptrace::setregs(pid, regs) {
+        Ok(()) | Err(NixErrno::ESRCH) => Ok(()),
+        Err(e) => Err(ptrace_err("PTRACE_SETREGS", pid, e)),
+    }
+}
+
+fn ptrace_err(op: &'static str, pid: Pid, e: NixErrno) -> Error {
+    Error::Ptrace {
+        op,
+        pid: pid.as_raw(),
+        errno: e.desc().to_string(),
+    }
+}

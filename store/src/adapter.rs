@@ -1,0 +1,477 @@
+//! The agentchaos adapter protocol (version 1, `chaos/PROTOCOL.md`) served
+//! on top of [`Session`]: what `agentstore adapter` runs.
+//!
+//! One JSON request per input line, one JSON reply per output line, flushed
+//! before the next request is read. This module owns the mapping from
+//! protocol operations to the session API and from [`Error`] to protocol
+//! error kinds. It must never reply to `append` or `start_tool` before the
+//! session acknowledged the event (the reply *is* the durable ack), and
+//! never write anything but replies to the output.
+
+use std::io::{BufRead, Write};
+use std::path::PathBuf;
+
+use serde::Deserialize;
+use serde_json::{json, Map, Value};
+
+use crate::error::{Error, Result};
+use crate::event::{event_id, BlobRef, Body, Event, Record, Seq};
+use crate::layout::SessionId;
+use crate::projection::{OpenCall, Projection};
+use crate::scan::Scanner;
+use crate::session::{Session, SessionOptions};
+
+/// The protocol version this adapter speaks.
+pub const PROTOCOL_VERSION: u64 = 1;
+
+/// What the reference store claims: everything version 1 names.
+pub const CAPABILITIES: &[&str] = &[
+    "durable_append",
+    "torn_tail_repair",
+    "damage_refusal",
+    "orphan_marking",
+    "effect_ledger",
+    "checkpoint_projection",
+    "branches",
+    "compaction",
+];
+
+#[derive(Deserialize)]
+#[serde(tag = "op", rename_all = "snake_case")]
+enum Request {
+    Hello {
+        protocol: u64,
+    },
+    Open {
+        root: PathBuf,
+        session: String,
+        #[serde(default)]
+        workspace: Option<PathBuf>,
+        create: bool,
+    },
+    Append {
+        event: Value,
+    },
+    StartTool {
+        call_id: String,
+    },
+    Recover,
+    Events {
+        #[serde(default)]
+        after: Option<Seq>,
+        #[serde(default)]
+        limit: Option<u64>,
+    },
+    Context {
+        #[serde(default)]
+        budget: Option<u64>,
+    },
+    Checkpoint,
+    Projection,
+    PutBlob {
+        hex: String,
+    },
+    GetBlob {
+        digest: String,
+        size: u64,
+    },
+    Close,
+}
+
+/// A refusal, as sent in an error reply.
+struct Refusal {
+    kind: &'static str,
+    message: String,
+}
+
+impl Refusal {
+    fn bad_request(message: impl Into<String>) -> Refusal {
+        Refusal {
+            kind: "bad_request",
+            message: message.into(),
+        }
+    }
+}
+
+impl From<Error> for Refusal {
+    fn from(e: Error) -> Refusal {
+        let kind = match &e {
+            Error::Io { .. } | Error::Poisoned { .. } => "io",
+            Error::Damage { .. } | Error::UnknownEventType { .. } | Error::TornTail { .. } => {
+                "damage"
+            }
+            Error::SessionLocked { .. } => "locked",
+            Error::NoSuchSession { .. } => "not_found",
+            Error::SessionExists { .. } => "exists",
+            Error::Rule(_) => "rule",
+            Error::InvalidSessionId { .. } | Error::EventTooLarge { .. } | Error::Invalid(_) => {
+                "invalid"
+            }
+        };
+        Refusal {
+            kind,
+            message: e.to_string(),
+        }
+    }
+}
+
+/// One reply line: the id first, then `ok` or `error`.
+#[derive(serde::Serialize)]
+struct Reply {
+    id: Value,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    ok: Option<Value>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    error: Option<Value>,
+}
+
+/// The adapter's state: at most one open session.
+#[derive(Debug, Default)]
+struct Server {
+    session: Option<Session>,
+}
+
+/// Serves requests from `input` until it ends, writing one flushed reply
+/// line per request to `output`. Only I/O on the two streams fails it.
+pub fn serve(input: impl BufRead, mut output: impl Write) -> Result<()> {
+    let mut server = Server::default();
+    for line in input.lines() {
+        let line = line.map_err(Error::io("read request from", "stdin"))?;
+        let reply = server.handle(&line);
+        let mut bytes = serde_json::to_vec(&reply).expect("a reply serializes");
+        bytes.push(b'\n');
+        output
+            .write_all(&bytes)
+            .and_then(|()| output.flush())
+            .map_err(Error::io("write reply to", "stdout"))?;
+    }
+    Ok(())
+}
+
+impl Server {
+    fn handle(&mut self, line: &str) -> Reply {
+        let parsed: std::result::Result<Value, _> = serde_json::from_str(line);
+        let (id, outcome) = match parsed {
+            Ok(v) => {
+                let id = v.get("id").cloned().unwrap_or(Value::Null);
+                let outcome = serde_json::from_value::<Request>(v)
+                    .map_err(|e| Refusal::bad_request(format!("request does not fit: {e}")))
+                    .and_then(|req| self.dispatch(req));
+                (id, outcome)
+            }
+            Err(e) => (
+                Value::Null,
+                Err(Refusal::bad_request(format!("request is not JSON: {e}"))),
+            ),
+        };
+        match outcome {
+            Ok(ok) => Reply {
+                id,
+                ok: Some(ok),
+                error: None,
+            },
+            Err(r) => Reply {
+                id,
+                ok: None,
+                error: Some(json!({ "kind": r.kind, "message": r.message })),
+            },
+        }
+    }
+
+    fn session(&mut self) -> std::result::Result<&mut Session, Refusal> {
+        self.session
+            .as_mut()
+            .ok_or_else(|| Refusal::bad_request("no session is open (send open first)"))
+    }
+
+    fn dispatch(&mut self, req: Request) -> std::result::Result<Value, Refusal> {
+        match req {
+            Request::Hello { protocol } => {
+                if protocol != PROTOCOL_VERSION {
+                    return Err(Refusal {
+                        kind: "unsupported",
+                        message: format!(
+                            "this adapter speaks protocol {PROTOCOL_VERSION}, not {protocol}"
+                        ),
+                    });
+                }
+                Ok(json!({
+                    "name": "agentstore",
+                    "version": env!("CARGO_PKG_VERSION"),
+                    "protocol": PROTOCOL_VERSION,
+                    "capabilities": CAPABILITIES,
+                }))
+            }
+            Request::Open {
+                root,
+                session,
+                workspace,
+                create,
+            } => {
+                if self.session.is_some() {
+                    return Err(Refusal::bad_request(
+                        "a session is already open; close it first",
+                    ));
+                }
+                let id = SessionId::new(&session)?;
+                let (s, repaired) = if create {
+                    let workspace = workspace.ok_or_else(|| {
+                        Refusal::bad_request("open with create needs a workspace")
+                    })?;
+                    let s = Session::create(&root, &id, &workspace, SessionOptions::default())?;
+                    (s, None)
+                } else {
+                    let options = SessionOptions {
+                        workspace,
+                        ..SessionOptions::default()
+                    };
+                    let (s, report) = Session::open(&root, &id, options)?;
+                    (s, report.repaired)
+                };
+                let mut reply = json!({ "next_seq": s.projection().next_seq() });
+                if let Some(t) = repaired {
+                    reply["repaired"] = json!({
+                        "offset": t.offset, "len": t.len, "line": t.line, "reason": t.reason,
+                    });
+                }
+                self.session = Some(s);
+                Ok(reply)
+            }
+            Request::Append { event } => {
+                let event: Event = serde_json::from_value(event)
+                    .map_err(|e| Refusal::bad_request(format!("event does not fit: {e}")))?;
+                if let Event::ToolStarted { .. } = event {
+                    return Err(Refusal::bad_request(
+                        "tool_started is the intent: send start_tool, not append",
+                    ));
+                }
+                let ack = self.session()?.append(event)?;
+                Ok(json!({ "seq": ack.seq(), "id": ack.id() }))
+            }
+            Request::StartTool { call_id } => {
+                let session = self.session()?;
+                let intent = session.start_tool(&call_id)?;
+                // Without an ack (only under the skip-intent fault) the store
+                // claims the seq the intent would have had: a lie the harness catches.
+                let seq = intent
+                    .ack()
+                    .map_or(session.projection().next_seq(), |a| a.seq());
+                Ok(json!({
+                    "seq": seq,
+                    "id": event_id(seq),
+                    "operation_id": intent.operation_id(),
+                }))
+            }
+            Request::Recover => {
+                let state = self.session()?.recover()?;
+                Ok(serde_json::to_value(&state).expect("a recovery state serializes"))
+            }
+            Request::Events { after, limit } => {
+                let records = read_records(self.session()?, after, limit)?;
+                Ok(json!({ "records": records }))
+            }
+            Request::Context { budget } => {
+                let text = self.session()?.context(budget)?;
+                Ok(json!({ "text": text }))
+            }
+            Request::Checkpoint => {
+                let c = self.session()?.checkpoint()?;
+                Ok(json!({ "next_seq": c.next_seq }))
+            }
+            Request::Projection => Ok(projection_json(self.session()?.projection())),
+            Request::PutBlob { hex } => {
+                let bytes = from_hex(&hex).ok_or_else(|| {
+                    Refusal::bad_request("put_blob: hex is not an even number of hex digits")
+                })?;
+                let blob = self.session()?.put_blob(&bytes)?;
+                Ok(json!({ "digest": blob.digest, "size": blob.size }))
+            }
+            Request::GetBlob { digest, size } => {
+                let session = self.session()?;
+                let reference = BlobRef { digest, size };
+                let valid = reference.digest.len() == 64
+                    && reference
+                        .digest
+                        .bytes()
+                        .all(|b| matches!(b, b'0'..=b'9' | b'a'..=b'f'));
+                if !valid || !session.paths().blobs().join(&reference.digest).is_file() {
+                    return Err(Refusal {
+                        kind: "not_found",
+                        message: format!("no blob {}", reference.digest),
+                    });
+                }
+                let bytes = crate::blob::get(session.paths(), &reference)?;
+                Ok(json!({ "hex": to_hex(&bytes) }))
+            }
+            Request::Close => {
+                self.session()?;
+                self.session = None;
+                Ok(json!({}))
+            }
+        }
+    }
+}
+
+fn to_hex(bytes: &[u8]) -> String {
+    bytes.iter().map(|b| format!("{b:02x}")).collect()
+}
+
+fn from_hex(hex: &str) -> Option<Vec<u8>> {
+    if !hex.len().is_multiple_of(2) || !hex.bytes().all(|b| b.is_ascii_hexdigit()) {
+        return None;
+    }
+    (0..hex.len())
+        .step_by(2)
+        .map(|i| u8::from_str_radix(hex.get(i..i + 2)?, 16).ok())
+        .collect()
+}
+
+/// Records with seq greater than `after` (all when `None`), at most `limit`.
+fn read_records(session: &Session, after: Option<Seq>, limit: Option<u64>) -> Result<Vec<Value>> {
+    let from = after.map_or(0, |a| a + 1);
+    let limit = limit.unwrap_or(u64::MAX);
+    let mut out = Vec::new();
+    let mut scanner = Scanner::open(&session.paths().events(), session.index().seek(from))?;
+    while (out.len() as u64) < limit {
+        let Some((_, rec)) = scanner.next_record()? else {
+            break;
+        };
+        if rec.seq >= from {
+            out.push(record_json(&rec));
+        }
+    }
+    Ok(out)
+}
+
+fn record_json(rec: &Record) -> Value {
+    let event = match &rec.body {
+        Body::Known(e) => serde_json::to_value(e).expect("an event serializes"),
+        Body::Ignorable { type_name, fields } => {
+            let mut obj = match fields {
+                Value::Object(m) => m.clone(),
+                _ => Map::new(),
+            };
+            obj.insert("type".into(), Value::String(type_name.clone()));
+            Value::Object(obj)
+        }
+    };
+    json!({ "seq": rec.seq, "id": rec.id, "ts": rec.ts, "event": event })
+}
+
+fn call_json(c: &OpenCall) -> Value {
+    json!({
+        "call_id": c.call_id,
+        "tool": c.tool,
+        "args": c.args,
+        "effect": c.effect,
+        "operation_id": c.operation_id,
+        "target": c.target,
+        "needs_approval": c.needs_approval,
+        "approval": c.approval,
+        "phase": c.phase(),
+        "external_ref": c.committed,
+        "recovery": c.recovery,
+        "reconciled": c.reconciled,
+    })
+}
+
+/// The projection as protocol version 1 defines it.
+fn projection_json(p: &Projection) -> Value {
+    let mut calls: Vec<&OpenCall> = p.open_calls().values().collect();
+    calls.sort_by_key(|c| c.seq);
+    json!({
+        "next_seq": p.next_seq(),
+        "open_run": p.open_run(),
+        "interrupted_runs": p.interrupted_runs(),
+        "leaf": p.leaf(),
+        "branch": p.branch().iter().map(|&s| event_id(s)).collect::<Vec<_>>(),
+        "open_calls": calls.into_iter().map(call_json).collect::<Vec<_>>(),
+        "committed_operations": p.committed_operations(),
+        "plan": p.plan(),
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn run(requests: &[Value]) -> Vec<Value> {
+        let input: String = requests.iter().map(|r| format!("{r}\n")).collect();
+        let mut out = Vec::new();
+        serve(input.as_bytes(), &mut out).unwrap();
+        String::from_utf8(out)
+            .unwrap()
+            .lines()
+            .map(|l| serde_json::from_str(l).unwrap())
+            .collect()
+    }
+
+    #[test]
+    fn a_session_through_the_protocol() {
+        let dir = tempfile::tempdir().unwrap();
+        let root = dir.path().join("root");
+        let ws = dir.path();
+        let digest = crate::blob::digest(b"hi\n");
+        let replies = run(&[
+            json!({"id": 1, "op": "hello", "protocol": 1}),
+            json!({"id": 2, "op": "open", "root": root, "session": "s", "workspace": ws, "create": true}),
+            json!({"id": 3, "op": "append", "event": {"type": "run_started", "run_id": "r1"}}),
+            json!({"id": 4, "op": "append", "event": {"type": "tool_call", "parent": null, "call_id": "c1",
+                   "tool": "deploy", "args": {}, "effect": "side_effect", "operation_id": "op1"}}),
+            json!({"id": 5, "op": "start_tool", "call_id": "c1"}),
+            json!({"id": 6, "op": "append", "event": {"type": "tool_started", "call_id": "c1"}}),
+            json!({"id": 7, "op": "recover"}),
+            json!({"id": 8, "op": "events", "after": 2}),
+            json!({"id": 9, "op": "projection"}),
+            json!({"id": 10, "op": "put_blob", "hex": "68690a"}),
+            json!({"id": 11, "op": "get_blob", "size": 3, "digest": digest}),
+            json!({"id": 12, "op": "get_blob", "size": 3, "digest": "00".repeat(32)}),
+            json!({"id": 13, "op": "close"}),
+            json!({"id": 14, "op": "context"}),
+        ]);
+        assert_eq!(replies[0]["ok"]["protocol"], 1);
+        assert_eq!(replies[1]["ok"], json!({"next_seq": 1}));
+        assert_eq!(replies[2]["ok"], json!({"seq": 1, "id": "e1"}));
+        assert_eq!(
+            replies[4]["ok"],
+            json!({"seq": 3, "id": "e3", "operation_id": "op1"})
+        );
+        assert_eq!(replies[5]["error"]["kind"], "bad_request");
+        assert_eq!(replies[6]["ok"]["interrupted_runs"], json!(["r1"]));
+        assert_eq!(replies[6]["ok"]["uncertain"][0]["phase"], "started");
+        assert_eq!(replies[6]["ok"]["appended"], 2);
+        let types: Vec<&str> = replies[7]["ok"]["records"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|r| r["event"]["type"].as_str().unwrap())
+            .collect();
+        assert_eq!(types, ["tool_started", "run_interrupted", "tool_recovery"]);
+        assert_eq!(replies[8]["ok"]["open_calls"][0]["recovery"], "started");
+        assert_eq!(replies[9]["ok"], json!({"digest": digest, "size": 3}));
+        assert_eq!(replies[10]["ok"], json!({"hex": "68690a"}));
+        assert_eq!(replies[11]["error"]["kind"], "not_found");
+        assert_eq!(replies[12]["ok"], json!({}));
+        assert_eq!(replies[13]["error"]["kind"], "bad_request");
+        for (i, r) in replies.iter().enumerate() {
+            assert_eq!(r["id"], i as u64 + 1);
+        }
+    }
+
+    #[test]
+    fn bad_requests_get_an_error_reply_not_a_crash() {
+        let replies = run(&[
+            json!({"id": 1, "op": "hello", "protocol": 2}),
+            json!({"id": 2, "op": "fly"}),
+            json!({"id": 3, "op": "append", "event": {"type": "nope"}}),
+        ]);
+        assert_eq!(replies[0]["error"]["kind"], "unsupported");
+        assert_eq!(replies[1]["error"]["kind"], "bad_request");
+        assert_eq!(replies[2]["error"]["kind"], "bad_request");
+        let mut out = Vec::new();
+        serve("{not json\n".as_bytes(), &mut out).unwrap();
+        let reply: Value = serde_json::from_slice(&out).unwrap();
+        assert_eq!(reply["id"], Value::Null);
+        assert_eq!(reply["error"]["kind"], "bad_request");
+    }
+}
