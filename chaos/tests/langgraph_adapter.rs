@@ -17,7 +17,9 @@ use agentchaos::adapter::protocol::Ack;
 use agentchaos::adapter::{
     Capability, Client, ClientError, ClientOptions, ErrorKind, OpenArgs, ProjectionView,
 };
-use agentstore::event::{Effect, Event, Phase, ReconcileOutcome, ResultStatus};
+use agentstore::event::{
+    Effect, Event, Phase, PlanStep, ReconcileOutcome, ResultStatus, StepStatus,
+};
 use agentstore::projection::fold;
 use agentstore::Record;
 use serde_json::json;
@@ -117,6 +119,13 @@ impl Agent {
 
     fn call(&mut self, parent: &str, call_id: &str, effect: Effect) -> String {
         self.append(Self::tool_call(parent, call_id, effect))
+    }
+
+    fn say(&mut self, parent: &str, text: &str) -> String {
+        self.append(Event::AssistantMessage {
+            parent: Some(parent.into()),
+            text: text.into(),
+        })
     }
 
     fn commit(&mut self, call_id: &str) {
@@ -273,8 +282,69 @@ fn sigkill_keeps_acked_events_and_recovery_reads_phases_from_pending_writes() {
         client.start_tool("c3").is_ok(),
         "LangGraph re-runs an unfinished node: c3 starts again without reconciliation"
     );
+
+    // Branches, compaction and a plan live in the state channel: they
+    // survive the next crash and fold the same way.
+    let mut agent = Agent {
+        client,
+        acked: Vec::new(),
+    };
+    let leaf = found.leaf.clone().expect("c4's call is the leaf");
+    let r2 = agent.result(&leaf, "c2");
+    let r3 = agent.result(&r2, "c3");
+    let r4 = agent.result(&r3, "c4");
+    agent.say(&r4, "deployed; anything else?");
+    agent.append(Event::LeafMoved { leaf: r4.clone() });
+    let kept = agent.say(&r4, "on second thought: all deployed");
+    agent.append(Event::Compaction {
+        parent: Some(kept.clone()),
+        summary: "deployed v2 in four calls".into(),
+        first_kept_id: r3,
+        tokens_before: 1234,
+    });
+    agent.append(Event::PlanUpdated {
+        goal: "ship v2".into(),
+        steps: vec![PlanStep {
+            id: "deploy".into(),
+            title: "deploy web".into(),
+            status: StepStatus::Done,
+        }],
+    });
+    agent.client.checkpoint().unwrap();
+    let Agent { client, acked } = agent;
+    client.kill().unwrap();
+    let mut client = spawn(&[]);
+    client.open(&open(&root, None, false)).unwrap();
+    let events = client.events(None).unwrap();
+    check_acked_survived(&acked, &events);
+    let expected = ProjectionView::of(&fold(&events).unwrap());
+    let found = client.projection().unwrap();
+    assert!(
+        expected.differences(&found).is_empty(),
+        "after branching and compaction: {:?}",
+        expected.differences(&found)
+    );
+    assert_eq!(
+        found.branch.first().map(String::as_str),
+        Some(r3_id(&events))
+    );
+    let context = client.context(Some(40)).unwrap();
+    assert!(context.contains("deployed v2 in four calls"), "{context}");
+    assert!(
+        !context.contains("phase "),
+        "nothing is uncertain any more:\n{context}"
+    );
     client.close().unwrap();
     assert!(client.shutdown().unwrap().success());
+}
+
+/// The id of c3's result, the first entry the compaction kept.
+fn r3_id(events: &[Record]) -> &str {
+    events
+        .iter()
+        .find(|r| matches!(r.event(), Some(Event::ToolResult { call_id, .. }) if call_id == "c3"))
+        .map(|r| r.id.as_str())
+        .expect("c3 has a result")
 }
 
 #[test]
