@@ -88,13 +88,14 @@ class Server:
         """The reply line (with its newline) to one request line."""
         req_id: Any = None
         try:
-            req = json.loads(line.decode("utf-8"), parse_constant=_no_constants)
+            try:
+                req = json.loads(line.decode("utf-8"), parse_constant=_no_constants)
+            except ValueError as e:  # UnicodeDecodeError is one too
+                raise BadRequest(f"request is not JSON: {e}") from e
             if not isinstance(req, dict):
                 raise BadRequest("a request is a JSON object")
             req_id = req.get("id")
             body = {"ok": self.dispatch(req)}
-        except (UnicodeDecodeError, ValueError) as e:
-            body = {"error": {"kind": "bad_request", "message": f"request is not JSON: {e}"}}
         except BadRequest as e:
             body = {"error": {"kind": "bad_request", "message": str(e)}}
         except Rule as e:

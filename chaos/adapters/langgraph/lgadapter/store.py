@@ -39,6 +39,7 @@ from langgraph.checkpoint.base.id import uuid6
 from langgraph.checkpoint.sqlite import SqliteSaver
 
 from .model import Broken, Call, Model
+from .schema import BadEvent, check_event
 
 DB_NAME = "checkpoints.sqlite"
 CHANNEL = "events"
@@ -101,7 +102,9 @@ def _make_dirs_durable(path: str) -> None:
     try:
         os.mkdir(path)
     except FileExistsError:
-        return
+        if os.path.isdir(path):
+            return  # made by someone else meanwhile
+        raise
     _fsync_dir(parent)
 
 
@@ -134,8 +137,9 @@ def _task_path(call_id: str) -> str:
 class ThreadStore:
     """An open session: a connection, its saver, the head, the fold."""
 
-    def __init__(self, conn: sqlite3.Connection, session: str) -> None:
+    def __init__(self, conn: sqlite3.Connection, path: str, session: str) -> None:
         self.conn = conn
+        self.path = path
         self.saver = SqliteSaver(conn)
         self.session = session
         self.model = Model()
@@ -167,7 +171,7 @@ class ThreadStore:
             conn = sqlite3.connect(path, check_same_thread=False)
         except sqlite3.Error as e:
             raise _sqlite_error(f"open {path}", e) from e
-        store = cls(conn, session)
+        store = cls(conn, path, session)
         try:
             if store._load():
                 raise StoreError("exists", f"session {session!r} already exists in {path}")
@@ -192,7 +196,7 @@ class ThreadStore:
             conn = sqlite3.connect(f"file:{quote(path)}?mode=rw", uri=True, check_same_thread=False)
         except sqlite3.Error as e:
             raise _sqlite_error(f"open {path}", e) from e
-        store = cls(conn, session)
+        store = cls(conn, path, session)
         try:
             if not store._load():
                 raise missing
@@ -208,7 +212,7 @@ class ThreadStore:
         try:
             head = self.saver.get_tuple(self._thread_config())
         except sqlite3.Error as e:
-            raise _sqlite_error("read the thread's head", e) from e
+            raise _sqlite_error(f"{self.path}: read the thread's head", e) from e
         except Exception as e:  # the serializer's errors have no common type
             raise StoreError("damage", f"thread {self.session!r}: head checkpoint does not load: {e}") from e
         if head is None:
@@ -355,7 +359,7 @@ class ThreadStore:
         try:
             head = self.saver.get_tuple(self._thread_config())
         except sqlite3.Error as e:
-            raise _sqlite_error("read the thread's head", e) from e
+            raise _sqlite_error(f"{self.path}: read the thread's head", e) from e
         except Exception as e:
             raise StoreError("damage", f"thread {self.session!r}: head checkpoint does not load: {e}") from e
         if head is None:
@@ -387,6 +391,11 @@ def _records_of(head: Any) -> tuple[list[dict[str, Any]], dict[str, list[tuple[s
             records.append(value)
     if not all(isinstance(r, dict) and isinstance(r.get("seq"), int) and isinstance(r.get("event"), dict) for r in records):
         raise StoreError("damage", f"thread head {head.config['configurable']['checkpoint_id']}: a record is not {{seq, ts, event}}")
+    for r in records:
+        try:
+            check_event(r["event"])
+        except BadEvent as e:
+            raise StoreError("damage", f"thread head {head.config['configurable']['checkpoint_id']}: record {r['seq']}: {e}") from e
     records.sort(key=lambda r: r["seq"])
     for i, r in enumerate(records):
         if r["seq"] != i:
