@@ -15,9 +15,12 @@ pub enum Durability {
     #[default]
     Sync,
     /// Group commit: concurrent appenders share one `fdatasync`. The first
-    /// waiter leads: it waits up to `max_delay` (or until `max_events` are
-    /// pending), syncs once, and wakes everyone its sync covered. Each append
-    /// still returns only once its own bytes are durable.
+    /// waiter leads: it waits for the appenders already inside `append`
+    /// (at most `max_delay`, or until `max_events` are pending), syncs once,
+    /// and wakes everyone its sync covered. It never waits for appenders
+    /// that have not called `append` yet, so a lone appender pays one
+    /// `fdatasync` and no delay. Each append still returns only once its own
+    /// bytes are durable.
     Batch {
         max_delay: Duration,
         max_events: usize,

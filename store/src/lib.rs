@@ -12,9 +12,11 @@
 //!   [`blob`]: what makes the log an agent session (part 2);
 //! - [`adapter`]: the agentchaos adapter protocol served over a session;
 //! - [`crashpoint`] and [`fault`]: hooks for the agentchaos harness, inert
-//!   unless their environment variables are set.
+//!   unless their environment variables are set;
+//! - [`bench`]: `agentstore bench`, the disk and store latency report.
 
 pub mod adapter;
+pub mod bench;
 pub mod blob;
 pub mod checkpoint;
 pub mod context;

@@ -15,6 +15,7 @@
 use std::fs::{File, OpenOptions};
 use std::os::unix::fs::FileExt;
 use std::path::{Path, PathBuf};
+use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Condvar, Mutex, MutexGuard};
 use std::time::Instant;
 
@@ -70,6 +71,9 @@ pub struct EventLog {
     durability: Durability,
     state: Mutex<WriteState>,
     synced: Condvar,
+    /// Batch mode: appenders that called `append` and wait for the state
+    /// lock. A group leader waits for these, and only for these.
+    arriving: AtomicUsize,
     _lock: WriterLock,
 }
 
@@ -211,6 +215,7 @@ impl EventLog {
                 index,
             }),
             synced: Condvar::new(),
+            arriving: AtomicUsize::new(0),
             _lock: lock,
         }
     }
@@ -258,7 +263,16 @@ impl EventLog {
 
     /// Appends one event with a redaction level; returns once it is durable.
     pub fn append_with(&self, event: &Event, redaction: Redaction) -> Result<Acked> {
+        let batch = matches!(self.durability, Durability::Batch { .. });
+        if batch {
+            self.arriving.fetch_add(1, Ordering::SeqCst);
+        }
         let mut st = self.lock_state();
+        if batch {
+            // Written (and notified) below; if this append fails first, a
+            // leader waiting for it gives up at its max_delay.
+            self.arriving.fetch_sub(1, Ordering::SeqCst);
+        }
         if let Some(reason) = &st.poisoned {
             return Err(Error::Poisoned {
                 path: self.path.clone(),
@@ -384,10 +398,12 @@ impl EventLog {
                 st = self.synced.wait(st).unwrap_or_else(|p| p.into_inner());
                 continue;
             }
-            // Lead this group: gather followers for up to max_delay.
+            // Lead this group: gather the appenders already on their way in
+            // (for up to max_delay), never wait for ones that may not come.
+            // A lone appender thus pays one fdatasync and no delay.
             st.sync_running = true;
             let deadline = Instant::now() + max_delay;
-            while st.pending < max_events {
+            while st.pending < max_events && self.arriving.load(Ordering::SeqCst) > 0 {
                 let now = Instant::now();
                 if now >= deadline {
                     break;

@@ -31,6 +31,7 @@ enum Command {
     Checkpoint(cli::checkpoint::Args),
     Export(cli::export::Args),
     Adapter(cli::adapter::Args),
+    Bench(cli::bench::Args),
 }
 
 fn main() -> ExitCode {
@@ -50,5 +51,6 @@ fn main() -> ExitCode {
         Command::Checkpoint(args) => cli::checkpoint::run(args),
         Command::Export(args) => cli::export::run(args),
         Command::Adapter(args) => cli::adapter::run(args),
+        Command::Bench(args) => cli::bench::run(args),
     })
 }

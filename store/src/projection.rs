@@ -160,8 +160,10 @@ pub struct Projection {
     session_id: Option<String>,
     workspace: Option<String>,
     open_run: Option<String>,
-    /// Every run id ever started (a run id is used once).
-    runs: BTreeSet<String>,
+    /// The id of the run started last. A new run must not reuse it (the
+    /// classic mistake of a restarted agent); older ids are not kept, so the
+    /// projection stays small however many runs a session has.
+    last_run: Option<String>,
     /// Runs interrupted since the last run started.
     interrupted: Vec<String>,
     calls: BTreeMap<String, OpenCall>,
@@ -263,8 +265,10 @@ impl Projection {
                 if let Some(open) = &self.open_run {
                     return rule(format!("run {run_id:?} started while run {open:?} is open"));
                 }
-                if self.runs.contains(run_id) {
-                    return rule(format!("run id {run_id:?} was already used"));
+                if self.last_run.as_deref() == Some(run_id) {
+                    return rule(format!(
+                        "run id {run_id:?} is the previous run's id; a new run needs a new id"
+                    ));
                 }
             }
             Event::RunFinished { run_id, .. } | Event::RunInterrupted { run_id } => {
@@ -452,7 +456,7 @@ impl Projection {
             Event::WorkspaceRebound { to, .. } => self.workspace = Some(to.clone()),
             Event::RunStarted { run_id } => {
                 self.open_run = Some(run_id.clone());
-                self.runs.insert(run_id.clone());
+                self.last_run = Some(run_id.clone());
                 self.interrupted.clear();
             }
             Event::RunFinished { .. } => self.open_run = None,

@@ -6,6 +6,7 @@
 
 pub mod adapter;
 pub mod append;
+pub mod bench;
 pub mod checkpoint;
 pub mod context;
 pub mod export;

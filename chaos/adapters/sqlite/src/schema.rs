@@ -33,8 +33,8 @@ CREATE TABLE events (
     json TEXT NOT NULL
 );
 CREATE TABLE runs (
-    run_id TEXT PRIMARY KEY,
-    started_seq INTEGER NOT NULL UNIQUE,
+    started_seq INTEGER PRIMARY KEY,
+    run_id TEXT NOT NULL,
     ended TEXT
 );
 CREATE TABLE nodes (

@@ -486,12 +486,18 @@ fn check(conn: &Connection, seq: u64, event: &Event) -> Result<()> {
                     "run {run_id:?} cannot start: run {open:?} is still open"
                 ));
             }
-            let used = conn
-                .query_row("SELECT 1 FROM runs WHERE run_id = ?1", [run_id], |_| Ok(()))
+            let previous: Option<String> = conn
+                .query_row(
+                    "SELECT run_id FROM runs ORDER BY started_seq DESC LIMIT 1",
+                    [],
+                    |r| r.get(0),
+                )
                 .optional()
                 .map_err(StoreError::sqlite("read runs"))?;
-            if used.is_some() {
-                return rule(format!("run id {run_id:?} was used before"));
+            if previous.as_deref() == Some(run_id.as_str()) {
+                return rule(format!(
+                    "run id {run_id:?} is the previous run's id; a new run needs a new id"
+                ));
             }
         }
         Event::RunFinished { run_id, .. }
@@ -669,11 +675,11 @@ fn apply(conn: &Connection, seq: i64, event: &Event) -> Result<()> {
             &[run_id, &seq],
         ),
         Event::RunFinished { run_id, status } => exec(
-            "UPDATE runs SET ended = ?2 WHERE run_id = ?1",
+            "UPDATE runs SET ended = ?2 WHERE run_id = ?1 AND ended IS NULL",
             &[run_id, &word(status)],
         ),
         Event::RunInterrupted { run_id } => exec(
-            "UPDATE runs SET ended = 'interrupted' WHERE run_id = ?1",
+            "UPDATE runs SET ended = 'interrupted' WHERE run_id = ?1 AND ended IS NULL",
             &[run_id],
         ),
         Event::ToolCall {

@@ -1,0 +1,77 @@
+//! Batch mode (group commit): every append returns only once its own bytes
+//! are durable, and a group leader never waits for appenders that are not
+//! coming. The latter is checked with a one-hour `max_delay`: a leader that
+//! waited out its delay would hang the test instead of finishing it.
+
+use std::time::Duration;
+
+use agentstore::event::Event;
+use agentstore::{Durability, EventLog, LogPosition, Scanner, SessionId, SessionPaths};
+
+const NEVER: Duration = Duration::from_secs(3600);
+
+fn batch_log(dir: &std::path::Path) -> EventLog {
+    let paths = SessionPaths::new(dir, &SessionId::new("group").unwrap());
+    EventLog::create(
+        &paths,
+        Durability::Batch {
+            max_delay: NEVER,
+            max_events: 64,
+        },
+    )
+    .unwrap()
+}
+
+fn event(i: usize) -> Event {
+    Event::RunStarted {
+        run_id: format!("r{i}"),
+    }
+}
+
+#[test]
+fn a_lone_appender_does_not_wait_for_followers() {
+    let d = tempfile::tempdir_in(env!("CARGO_TARGET_TMPDIR")).unwrap();
+    let log = batch_log(d.path());
+    for i in 0..20 {
+        let ack = log.append(&event(i)).unwrap();
+        assert_eq!(ack.seq(), i as u64);
+        assert!(log.durable().len() >= ack.end(), "acked before durable");
+    }
+}
+
+#[test]
+fn concurrent_appenders_all_return_durable_and_in_one_sequence() {
+    let d = tempfile::tempdir_in(env!("CARGO_TARGET_TMPDIR")).unwrap();
+    let log = batch_log(d.path());
+    let (threads, each) = (8, 40);
+    let mut seqs: Vec<u64> = std::thread::scope(|s| {
+        let handles: Vec<_> = (0..threads)
+            .map(|t| {
+                let log = &log;
+                s.spawn(move || {
+                    (0..each)
+                        .map(|i| {
+                            let ack = log.append(&event(t * each + i)).unwrap();
+                            assert!(log.durable().len() >= ack.end(), "acked before durable");
+                            ack.seq()
+                        })
+                        .collect::<Vec<_>>()
+                })
+            })
+            .collect();
+        handles
+            .into_iter()
+            .flat_map(|h| h.join().unwrap())
+            .collect()
+    });
+    seqs.sort_unstable();
+    let n = (threads * each) as u64;
+    assert_eq!(seqs, (0..n).collect::<Vec<_>>());
+    let path = log.path().to_path_buf();
+    drop(log);
+    let read = Scanner::open(&path, LogPosition::START)
+        .unwrap()
+        .map(|r| r.unwrap().1.seq)
+        .collect::<Vec<_>>();
+    assert_eq!(read, (0..n).collect::<Vec<_>>());
+}
