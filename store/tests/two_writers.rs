@@ -32,7 +32,20 @@ fn a_second_writer_in_the_same_process_is_refused() {
     assert_eq!(locked_by(open(&paths)), me);
     assert_eq!(locked_by(EventLog::create(&paths, Durability::Sync)), me);
     drop(first);
-    let again = open(&paths).unwrap();
+    // Another test in this binary may be forking a child at this moment; until
+    // that child execs, it shares our lock's open file description, so the
+    // lock outlives the drop for a moment. Retry briefly rather than flake.
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(5);
+    let again = loop {
+        match open(&paths) {
+            Err(agentstore::Error::SessionLocked { .. })
+                if std::time::Instant::now() < deadline =>
+            {
+                std::thread::sleep(std::time::Duration::from_millis(10))
+            }
+            other => break other.unwrap(),
+        }
+    };
     assert_eq!(locked_by(open(&paths)), me);
     drop(again);
 }
