@@ -318,7 +318,12 @@ pub fn run_trial(
     };
     let failed = !violations.is_empty() || error.is_some();
     if let (Some(keep), true) = (&cfg.keep_failures, failed) {
-        let fault = cfg.store_fault.as_deref();
+        let replay = replay_command(
+            &prepared.source.path,
+            &plan,
+            cfg.store_fault.as_deref(),
+            &cfg.backend.agent_args(),
+        );
         keep_trial(
             keep,
             dir,
@@ -326,8 +331,7 @@ pub fn run_trial(
             &plan,
             &violations,
             error.as_deref(),
-            fault,
-            &cfg.backend.agent_args(),
+            &replay,
         );
     }
     let _ = std::fs::remove_dir_all(dir);
@@ -366,8 +370,7 @@ fn keep_trial(
     plan: &Plan,
     violations: &[Violation],
     error: Option<&str>,
-    fault: Option<&str>,
-    store_args: &[String],
+    replay: &str,
 ) {
     let dest = keep.join(&source.scenario.name).join(plan.to_string());
     let _ = std::fs::remove_dir_all(&dest);
@@ -375,9 +378,8 @@ fn keep_trial(
         return;
     }
     let mut notes = format!(
-        "scenario: {}\nplan: {plan}\nreplay: {}\n",
+        "scenario: {}\nplan: {plan}\nreplay: {replay}\n",
         source.path.display(),
-        replay_command(&source.path, plan, fault, store_args)
     );
     if let Some(e) = error {
         notes.push_str(&format!("error: {e}\n"));
