@@ -153,3 +153,63 @@ fn a_bad_adapter_command_is_bad_input() {
     assert_eq!(stderr.lines().count(), 1, "{stderr}");
     assert!(stderr.contains("--adapter"), "{stderr}");
 }
+
+/// A SIGKILL of the agent is a SIGKILL of its adapter: an adapter that
+/// never reads its stdin again (here: it answers `hello`, then sleeps) must
+/// not outlive the agent.
+#[test]
+fn killing_the_agent_kills_its_adapter() {
+    let dir = tempfile::tempdir().unwrap();
+    let pid_file = dir.path().join("adapter.pid");
+    let script = dir.path().join("adapter.sh");
+    let hello = r#"{"id":1,"ok":{"name":"sleeper","protocol":1,"capabilities":[]}}"#;
+    std::fs::write(
+        &script,
+        format!(
+            "echo $$ > '{}'\nread line\necho '{hello}'\nexec sleep 1000\n",
+            pid_file.display()
+        ),
+    )
+    .unwrap();
+    let ws = dir.path().join("ws");
+    std::fs::create_dir_all(&ws).unwrap();
+    // Hit 0 is adapter.open, hit 1 adapter.open.sent: the agent dies while
+    // the adapter "serves" its open.
+    let out = Command::new(env!("CARGO_BIN_EXE_agentchaos"))
+        .arg("agent")
+        .arg("--scenario")
+        .arg(fixture())
+        .arg("--root")
+        .arg(dir.path().join("root"))
+        .args(["--session", "s", "--workspace"])
+        .arg(&ws)
+        .arg("--world")
+        .arg(dir.path().join("w.sock"))
+        .args(["--life", "0", "--adapter"])
+        .arg(format!("sh {}", script.display()))
+        .env("AGENTCHAOS_KILL_AT", "1")
+        .output()
+        .unwrap();
+    use std::os::unix::process::ExitStatusExt;
+    assert_eq!(out.status.signal(), Some(9), "{out:?}");
+    let pid = std::fs::read_to_string(&pid_file).unwrap();
+    let stat = format!("/proc/{}/stat", pid.trim());
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(5);
+    loop {
+        // Gone, or a zombie waiting for init: either way it runs no more.
+        let alive = std::fs::read_to_string(&stat).is_ok_and(|s| {
+            s.rsplit(')')
+                .next()
+                .is_some_and(|rest| !rest.trim_start().starts_with('Z'))
+        });
+        if !alive {
+            break;
+        }
+        assert!(
+            std::time::Instant::now() < deadline,
+            "the adapter (pid {}) outlived the killed agent",
+            pid.trim()
+        );
+        std::thread::sleep(std::time::Duration::from_millis(10));
+    }
+}
