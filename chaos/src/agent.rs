@@ -7,8 +7,9 @@
 //! it is attempted and again when acknowledged (see [`crate::wire`]).
 //!
 //! After a restart (life > 0) it recovers the store, reports what recovery
-//! said, and pauses twice so the harness can look at the disk (after the
-//! first recovery, and after closing, reopening and recovering again).
+//! said, and pauses twice so the harness can look at the store (after the
+//! first recovery, and after reopening and recovering again), each time
+//! with the session closed, so that a fresh adapter can open it.
 //! Then it derives its position in the scenario from the store's durable
 //! events alone, never from memory, and resumes: an uncertain call is
 //! handled by the phase the store reported. `requested` runs; `started` is
@@ -53,15 +54,33 @@ pub struct AgentArgs {
     pub life: u32,
 }
 
-/// The `<recovery>…</recovery>` block of a rendered context, if any.
+/// How a rendered context shows the crash: agentstore's
+/// `<recovery>…</recovery>` block if it has one, else (an adapter's own
+/// layout, `chaos/PROTOCOL.md`) the lines naming a `call` with its `phase`
+/// or a `run` as `interrupted`. None when it shows nothing.
 pub fn recovery_block(context: &str) -> Option<String> {
-    let start = context.find("<recovery>")?;
-    let end = context[start..].find("</recovery>")? + start + "</recovery>".len();
-    Some(context[start..end].to_string())
+    if let Some(start) = context.find("<recovery>") {
+        let end = context[start..].find("</recovery>")? + start + "</recovery>".len();
+        return Some(context[start..end].to_string());
+    }
+    let lines: Vec<&str> = context
+        .lines()
+        .filter(|l| {
+            (l.contains("call ") && l.contains("phase "))
+                || (l.contains("run ") && l.contains("interrupted"))
+        })
+        .collect();
+    (!lines.is_empty()).then(|| lines.join("\n"))
 }
 
 fn hash_hex(s: &str) -> String {
     format!("{:08x}", crc32c::crc32c(s.as_bytes()))
+}
+
+fn close(store: Box<dyn SessionStore>) -> Result<(), String> {
+    store
+        .close()
+        .map_err(|e| format!("cannot close the session: {e}"))
 }
 
 /// Runs the agent to completion (or until the nemesis kills it).
@@ -100,11 +119,11 @@ pub fn run(args: &AgentArgs, backend: &dyn StoreBackend) -> Result<(), String> {
             block: recovery_block(&context),
             projection,
         })?;
+        // The session is released while the harness looks: a store seen
+        // only through a fresh adapter of its own must be able to open it.
+        close(store)?;
         let stdin = std::io::stdin();
         wait_for_harness(&mut stdin.lock())?;
-        store
-            .close()
-            .map_err(|e| format!("cannot close the session: {e}"))?;
         store = open()?;
         let again = store
             .recover()
@@ -112,7 +131,9 @@ pub fn run(args: &AgentArgs, backend: &dyn StoreBackend) -> Result<(), String> {
         reporter.send(&ChildLine::RecoveredAgain {
             appended: again.appended,
         })?;
+        close(store)?;
         wait_for_harness(&mut stdin.lock())?;
+        store = open()?;
         uncertain = again
             .uncertain
             .into_iter()
@@ -140,10 +161,7 @@ pub fn run(args: &AgentArgs, backend: &dyn StoreBackend) -> Result<(), String> {
         agent.execute(i)?;
     }
     agent.reporter.send(&ChildLine::Done)?;
-    agent
-        .store
-        .close()
-        .map_err(|e| format!("cannot close the session: {e}"))
+    close(agent.store)
 }
 
 struct Agent<'a> {
@@ -532,5 +550,11 @@ mod tests {
             Some("<recovery>\n- call c1 ...\n</recovery>")
         );
         assert_eq!(recovery_block("[user] hi\n"), None);
+        let own =
+            "[user] hi\nRECOVERY:\n  call c2 (deploy): phase started\n  run r1 was interrupted\n";
+        assert_eq!(
+            recovery_block(own).as_deref(),
+            Some("  call c2 (deploy): phase started\n  run r1 was interrupted")
+        );
     }
 }

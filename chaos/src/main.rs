@@ -7,6 +7,7 @@ use std::path::{Path, PathBuf};
 use std::process::ExitCode;
 use std::time::Duration;
 
+use agentchaos::adapter::AdapterBackend;
 use agentchaos::agent::{self, AgentArgs};
 use agentchaos::checker::Invariant;
 use agentchaos::nemesis::Plan;
@@ -14,7 +15,7 @@ use agentchaos::report::{self, Context};
 use agentchaos::runner::{self, Config, Mode, ScenarioSource};
 use agentchaos::scenario::{self, InputError};
 use agentchaos::shrink;
-use agentchaos::store::{ReferenceBackend, SessionSpec};
+use agentchaos::store::{ReferenceBackend, SessionSpec, StoreBackend};
 use agentstore::fault::Fault;
 use clap::{Args, Parser, Subcommand};
 
@@ -47,8 +48,11 @@ enum Command {
 #[derive(Args, Debug, Clone)]
 struct Common {
     /// Run the reference store with this fault profile (see `agentchaos faults`).
-    #[arg(long, value_name = "NAME")]
+    #[arg(long, value_name = "NAME", conflicts_with = "adapter")]
     store_fault: Option<String>,
+    /// Test the store behind this adapter program (chaos/PROTOCOL.md) instead of agentstore in-process.
+    #[arg(long, value_name = "'CMD ARGS…'")]
+    adapter: Option<String>,
     /// Where trial directories go (default: /dev/shm when present, else the temp dir).
     #[arg(long, value_name = "DIR")]
     dir: Option<PathBuf>,
@@ -124,6 +128,8 @@ struct AgentCli {
     world: PathBuf,
     #[arg(long)]
     life: u32,
+    #[arg(long)]
+    adapter: Option<String>,
 }
 
 fn parse_shard(s: &str) -> Result<(usize, usize), String> {
@@ -216,8 +222,19 @@ fn run_agent(a: AgentCli) -> Result<ExitCode, Failure> {
         world: a.world,
         life: a.life,
     };
-    agent::run(&args, &ReferenceBackend).map_err(|e| failed(format!("agent: {e}")))?;
+    let backend = backend(&a.adapter).map_err(|e| failed(format!("agent: {}", e.message)))?;
+    agent::run(&args, backend.as_ref()).map_err(|e| failed(format!("agent: {e}")))?;
     Ok(ExitCode::SUCCESS)
+}
+
+/// The store under test: agentstore in-process, or the one behind `--adapter`.
+fn backend(adapter: &Option<String>) -> Result<Box<dyn StoreBackend>, Failure> {
+    match adapter {
+        None => Ok(Box::new(ReferenceBackend)),
+        Some(line) => Ok(Box::new(
+            AdapterBackend::new(line).map_err(|e| bad_input(format!("--adapter: {e}")))?,
+        )),
+    }
 }
 
 fn check_fault(name: &Option<String>) -> Result<(), Failure> {
@@ -235,7 +252,7 @@ fn check_fault(name: &Option<String>) -> Result<(), Failure> {
 
 fn config<'a>(
     common: &Common,
-    backend: &'a ReferenceBackend,
+    backend: &'a dyn StoreBackend,
     mode: Mode,
     seed: u64,
 ) -> Result<Config<'a>, Failure> {
@@ -285,13 +302,13 @@ fn default_scenarios() -> PathBuf {
 }
 
 fn run(args: RunArgs) -> Result<ExitCode, Failure> {
-    let backend = ReferenceBackend;
+    let backend = backend(&args.common.adapter)?;
     let mode = match args.trials {
         Some(0) => return Err(bad_input("--trials must be at least 1")),
         Some(n) => Mode::Sampled(n),
         None => Mode::Exhaustive,
     };
-    let mut cfg = config(&args.common, &backend, mode, args.seed)?;
+    let mut cfg = config(&args.common, backend.as_ref(), mode, args.seed)?;
     cfg.shard = args.shard;
     cfg.progress = !args.quiet;
     if let Some(k) = &args.keep_failures {
@@ -334,6 +351,8 @@ fn run(args: RunArgs) -> Result<ExitCode, Failure> {
     }
     let ctx = Context {
         store: cfg.backend.describe(),
+        store_args: cfg.backend.agent_args(),
+        not_applicable: cfg.backend.not_applicable(),
         store_fault: cfg.store_fault.as_deref(),
         seed: args.seed,
         mode: match mode {
@@ -400,7 +419,12 @@ fn shrink_random(
                     ""
                 },
                 sh.plan,
-                runner::replay_command(&sh.path, &sh.plan, cfg.store_fault.as_deref())
+                runner::replay_command(
+                    &sh.path,
+                    &sh.plan,
+                    cfg.store_fault.as_deref(),
+                    &cfg.backend.agent_args()
+                )
             ),
             Err(e) => println!("shrinking {name} failed: {e}"),
         }
@@ -408,8 +432,8 @@ fn shrink_random(
 }
 
 fn replay(args: ReplayArgs) -> Result<ExitCode, Failure> {
-    let backend = ReferenceBackend;
-    let cfg = config(&args.common, &backend, Mode::Exhaustive, 0)?;
+    let backend = backend(&args.common.adapter)?;
+    let cfg = config(&args.common, backend.as_ref(), Mode::Exhaustive, 0)?;
     let plan: Plan = args.plan.parse().map_err(bad_input)?;
     let scenario = scenario::load(&args.scenario)?;
     let source = ScenarioSource {

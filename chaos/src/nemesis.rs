@@ -40,6 +40,13 @@ use crate::rng::Rng;
 pub const WRITE_SUFFIX: &str = ".write";
 /// The crash point of an event-log append.
 pub const LOG_WRITE: &str = "log.write";
+/// The agent's crash point before it opens a session in an adapter; in a
+/// traced (first) process the open creates the session: `session_created`.
+pub const ADAPTER_OPEN: &str = "adapter.open";
+/// The agent's crash point before it sends an append to an adapter.
+pub const ADAPTER_APPEND: &str = "adapter.append";
+/// The agent's crash point once an append is on the adapter's stdin.
+pub const ADAPTER_APPEND_SENT: &str = "adapter.append.sent";
 
 /// How the first process of a trial dies.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash)]
@@ -258,8 +265,9 @@ impl Trace {
                 synced = len;
                 continue;
             }
-            // A log.write hit is counted before the write; it completes
-            // before the next hit.
+            // A log.write (or adapter.append) hit is counted before the
+            // write; it completes before the next hit (an adapter's is at
+            // least under way at its `.sent` hit).
             if pending_write {
                 appends += 1;
             }
@@ -270,7 +278,7 @@ impl Trace {
             t.appends_before.push(appends);
             t.recovery_work
                 .push(work_after.get(appends).copied().unwrap_or(0));
-            pending_write = line == LOG_WRITE;
+            pending_write = [LOG_WRITE, ADAPTER_APPEND, ADAPTER_OPEN].contains(&line);
             t.hits.push(line.to_string());
         }
         t

@@ -78,9 +78,11 @@ fn story(h: &History) -> String {
         if let Some(obs) = h.after_kill.get(i) {
             let _ = writeln!(
                 s,
-                "  disk after the kill: {} event(s), {} bytes{}{}",
+                "  disk after the kill: {} event(s){}{}{}",
                 obs.records.len(),
-                obs.log_len,
+                obs.bytes
+                    .map(|b| format!(", {} bytes", b.len))
+                    .unwrap_or_default(),
                 obs.torn
                     .as_ref()
                     .map(|t| format!(", {t}"))
@@ -130,7 +132,12 @@ fn replay_in(
         prepared.trace.len(),
         prepared.reference.records.len()
     );
-    let replay = replay_command(&prepared.source.path, &plan, cfg.store_fault.as_deref());
+    let replay = replay_command(
+        &prepared.source.path,
+        &plan,
+        cfg.store_fault.as_deref(),
+        &cfg.backend.agent_args(),
+    );
     if plan.crash.is_none() || prepared.unusable.is_some() {
         let violations = prepared.trace_violations.clone();
         for v in &violations {

@@ -12,6 +12,7 @@ use serde_json::{json, Value};
 use crate::checker::{Invariant, Violation};
 use crate::nemesis::Plan;
 use crate::runner::{replay_command, CampaignResult, ScenarioResult};
+use crate::store::NotApplicable;
 
 /// How many violations per (scenario, invariant) the terminal shows in full.
 pub const SHOWN_PER_GROUP: usize = 2;
@@ -20,6 +21,10 @@ pub const SHOWN_PER_GROUP: usize = 2;
 #[derive(Debug, Clone)]
 pub struct Context<'a> {
     pub store: String,
+    /// The flags that choose the store (`--adapter 'CMD'`), for replay commands.
+    pub store_args: Vec<String>,
+    /// The checks the store cannot be judged on (reported, never passed).
+    pub not_applicable: &'static [NotApplicable],
     pub store_fault: Option<&'a str>,
     pub seed: u64,
     pub mode: String,
@@ -41,7 +46,12 @@ pub fn explain(v: &Violation, scenario: &str, crash_point: &str, replay: &str) -
 }
 
 fn replay_of(s: &ScenarioResult, plan: &Plan, ctx: &Context<'_>) -> String {
-    replay_command(&s.prepared.source.path, plan, ctx.store_fault)
+    replay_command(
+        &s.prepared.source.path,
+        plan,
+        ctx.store_fault,
+        &ctx.store_args,
+    )
 }
 
 /// The violations and errors, for the terminal.
@@ -157,6 +167,13 @@ pub fn table(result: &CampaignResult, ctx: &Context<'_>) -> String {
             .collect::<Vec<_>>()
             .join(" · ")
     );
+    for na in ctx.not_applicable {
+        let _ = writeln!(
+            out,
+            "not applicable to this store (not checked, not passed): {}: {}",
+            na.invariant, na.check
+        );
+    }
     out
 }
 
@@ -226,6 +243,7 @@ pub fn json(result: &CampaignResult, ctx: &Context<'_>) -> Value {
         "error_count": result.error_count(),
         "scenarios": scenarios,
         "violations": violations,
+        "not_applicable": ctx.not_applicable.iter().map(|na| json!({"invariant": na.invariant, "check": na.check})).collect::<Vec<_>>(),
     })
 }
 

@@ -19,7 +19,7 @@ use agentstore::event::Record;
 
 use crate::checker::{self, Invariant, Reference, Violation};
 use crate::model::{describe_record, Model};
-use crate::nemesis::{self, Crash, Plan, Trace, LOG_WRITE};
+use crate::nemesis::{self, Crash, Plan, Trace, ADAPTER_APPEND, ADAPTER_APPEND_SENT, LOG_WRITE};
 use crate::rng::Rng;
 use crate::scenario::Scenario;
 use crate::store::StoreBackend;
@@ -183,8 +183,10 @@ pub fn describe_crash(
                 .map(describe_record)
                 .unwrap_or_else(|| format!("seq {i}"))
         };
-        let context = if name == LOG_WRITE {
+        let context = if name == LOG_WRITE || name == ADAPTER_APPEND {
             format!("appending {}", rec(k))
+        } else if name == ADAPTER_APPEND_SENT && k > 0 {
+            format!("the adapter serving the append of {}", rec(k - 1))
         } else if name == "log.fdatasync" && k > 0 {
             format!("syncing {}", rec(k - 1))
         } else if k > 0 {
@@ -232,14 +234,24 @@ pub fn describe_crash(
     s
 }
 
-/// The one-line command that reruns a trial.
-pub fn replay_command(path: &Path, plan: &Plan, store_fault: Option<&str>) -> String {
+/// The one-line command that reruns a trial; `store_args` are the flags
+/// that choose the store (`--adapter 'CMD'`), as the agent gets them.
+pub fn replay_command(
+    path: &Path,
+    plan: &Plan,
+    store_fault: Option<&str>,
+    store_args: &[String],
+) -> String {
     let mut cmd = format!(
         "agentchaos replay --scenario {} --plan {plan}",
         shell_word(&path.display().to_string())
     );
     if let Some(f) = store_fault {
         cmd.push_str(&format!(" --store-fault {f}"));
+    }
+    for a in store_args {
+        cmd.push(' ');
+        cmd.push_str(&shell_word(a));
     }
     cmd
 }
@@ -306,7 +318,12 @@ pub fn run_trial(
     };
     let failed = !violations.is_empty() || error.is_some();
     if let (Some(keep), true) = (&cfg.keep_failures, failed) {
-        let fault = cfg.store_fault.as_deref();
+        let replay = replay_command(
+            &prepared.source.path,
+            &plan,
+            cfg.store_fault.as_deref(),
+            &cfg.backend.agent_args(),
+        );
         keep_trial(
             keep,
             dir,
@@ -314,7 +331,7 @@ pub fn run_trial(
             &plan,
             &violations,
             error.as_deref(),
-            fault,
+            &replay,
         );
     }
     let _ = std::fs::remove_dir_all(dir);
@@ -353,7 +370,7 @@ fn keep_trial(
     plan: &Plan,
     violations: &[Violation],
     error: Option<&str>,
-    fault: Option<&str>,
+    replay: &str,
 ) {
     let dest = keep.join(&source.scenario.name).join(plan.to_string());
     let _ = std::fs::remove_dir_all(&dest);
@@ -361,9 +378,8 @@ fn keep_trial(
         return;
     }
     let mut notes = format!(
-        "scenario: {}\nplan: {plan}\nreplay: {}\n",
+        "scenario: {}\nplan: {plan}\nreplay: {replay}\n",
         source.path.display(),
-        replay_command(&source.path, plan, fault)
     );
     if let Some(e) = error {
         notes.push_str(&format!("error: {e}\n"));
@@ -650,9 +666,14 @@ mod tests {
     fn replay_commands_quote_odd_paths() {
         let p = Plan::kill(3);
         assert_eq!(
-            replay_command(Path::new("scenarios/a.json"), &p, Some("mark-twice")),
+            replay_command(Path::new("scenarios/a.json"), &p, Some("mark-twice"), &[]),
             "agentchaos replay --scenario scenarios/a.json --plan kill@3 --store-fault mark-twice"
         );
-        assert!(replay_command(Path::new("my dir/a.json"), &p, None).contains("'my dir/a.json'"));
+        assert!(
+            replay_command(Path::new("my dir/a.json"), &p, None, &[]).contains("'my dir/a.json'")
+        );
+        let adapter = ["--adapter".to_string(), "/bin/store adapter".to_string()];
+        assert!(replay_command(Path::new("a.json"), &p, None, &adapter)
+            .ends_with("--plan kill@3 --adapter '/bin/store adapter'"));
     }
 }

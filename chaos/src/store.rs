@@ -6,8 +6,8 @@
 //! what is on disk without locking or repairing anything, for the checker.
 //! Both are object-safe and data-oriented (events are
 //! [`agentstore::Event`]/[`agentstore::Record`]) so that the adapter
-//! protocol of issue 5 can be a second implementation next to
-//! [`ReferenceBackend`], which runs agentstore in-process. Nothing here
+//! protocol is a second implementation ([`crate::adapter::AdapterBackend`])
+//! next to [`ReferenceBackend`], which runs agentstore in-process. Nothing here
 //! judges what it sees: that is the checker's job.
 
 use std::path::PathBuf;
@@ -92,6 +92,8 @@ pub trait SessionStore {
 #[derive(Debug, Clone, PartialEq)]
 pub enum CheckpointView {
     Absent,
+    /// The store keeps its snapshot to itself (an adapter): not applicable.
+    Opaque,
     /// Present but unreadable (torn, bad checksum, wrong schema).
     Unreadable(String),
     Present(SnapshotFacts),
@@ -125,12 +127,48 @@ pub struct Observation {
     pub torn: Option<String>,
     /// Damage before the tail (the log refuses to load), described.
     pub damage: Option<String>,
-    /// The store's fold of the whole log (None when it cannot be folded).
+    /// The store's fold of the whole log (None when it cannot be folded, or
+    /// when the store serves no projection to compare it with).
     pub fold: Option<Value>,
-    /// Length and CRC32C of the log file's bytes.
-    pub log_len: u64,
-    pub log_crc: u32,
+    /// The log file's bytes, when the store is a byte log the harness can read.
+    pub bytes: Option<LogBytes>,
     pub checkpoint: CheckpointView,
+}
+
+/// Length and CRC32C of a log file's bytes.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct LogBytes {
+    pub len: u64,
+    pub crc: u32,
+}
+
+impl Observation {
+    /// What a store seen only through its own interface shows: its events,
+    /// the torn tail or damage it reported, no bytes, no snapshot.
+    pub fn opaque(
+        records: Vec<Record>,
+        torn: Option<String>,
+        damage: Option<String>,
+        fold: Option<Value>,
+    ) -> Observation {
+        Observation {
+            records,
+            ends: Vec::new(),
+            torn,
+            damage,
+            fold,
+            bytes: None,
+            checkpoint: CheckpointView::Opaque,
+        }
+    }
+}
+
+/// A check that cannot apply to a store, and why (reported, never passed).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct NotApplicable {
+    /// The invariant it belongs to (or what else it is about).
+    pub invariant: &'static str,
+    pub check: &'static str,
 }
 
 /// A kind of store: opens sessions and observes them.
@@ -139,8 +177,13 @@ pub trait StoreBackend: Send + Sync + std::fmt::Debug {
     fn describe(&self) -> String;
     /// Opens the session for writing, creating it if it does not exist.
     fn open(&self, spec: &SessionSpec) -> StoreResult<Box<dyn SessionStore>>;
-    /// Reads the session from disk: no lock, no repair, no writes.
+    /// Reads the session's durable state, with the writer gone or paused
+    /// (agentstore: from disk, no lock, no repair, no writes).
     fn observe(&self, spec: &SessionSpec) -> StoreResult<Observation>;
+    /// Arguments the child agent needs to open this same store.
+    fn agent_args(&self) -> Vec<String>;
+    /// The checks this store cannot be judged on.
+    fn not_applicable(&self) -> &'static [NotApplicable];
 }
 
 /// agentstore, in the agent's process.
@@ -160,6 +203,14 @@ fn session_id(spec: &SessionSpec) -> StoreResult<SessionId> {
 impl StoreBackend for ReferenceBackend {
     fn describe(&self) -> String {
         "agentstore (in-process)".to_string()
+    }
+
+    fn agent_args(&self) -> Vec<String> {
+        Vec::new()
+    }
+
+    fn not_applicable(&self) -> &'static [NotApplicable] {
+        &[]
     }
 
     fn open(&self, spec: &SessionSpec) -> StoreResult<Box<dyn SessionStore>> {
@@ -267,8 +318,10 @@ fn observe_reference(paths: &SessionPaths) -> StoreResult<Observation> {
         ends,
         torn,
         damage,
-        log_len: bytes.len() as u64,
-        log_crc: crc32c::crc32c(&bytes),
+        bytes: Some(LogBytes {
+            len: bytes.len() as u64,
+            crc: crc32c::crc32c(&bytes),
+        }),
         checkpoint,
     })
 }

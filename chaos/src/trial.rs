@@ -338,6 +338,7 @@ fn run_life(
         .arg(td.world())
         .arg("--life")
         .arg(index.to_string())
+        .args(setup.backend.agent_args())
         .stdin(Stdio::piped())
         .stdout(Stdio::piped())
         .stderr(stderr);

@@ -357,6 +357,8 @@ pub struct Client {
     last_line: Option<StdoutLine>,
     failed: Option<ProtocolError>,
     hello: Hello,
+    /// Called with the operation's name once a request is on the adapter's stdin.
+    on_sent: Option<fn(&'static str)>,
 }
 
 fn label_of(cmd: &Command) -> String {
@@ -408,6 +410,7 @@ impl Client {
                 protocol: 0,
                 capabilities: Vec::new(),
             },
+            on_sent: None,
         };
         let hello: Hello = client.call(Request::Hello {
             protocol: PROTOCOL_VERSION,
@@ -426,6 +429,13 @@ impl Client {
     /// What the adapter said in `hello`.
     pub fn hello(&self) -> &Hello {
         &self.hello
+    }
+
+    /// Calls `hook(op)` after each request is written, before its reply is
+    /// read: where a nemesis in the caller's process can crash the caller
+    /// while the adapter is serving the request.
+    pub fn on_sent(&mut self, hook: fn(&'static str)) {
+        self.on_sent = Some(hook);
     }
 
     /// Whether the adapter claims `capability`.
@@ -678,6 +688,9 @@ impl Client {
                 reason: e.to_string(),
             };
             return Err(self.fail(req, problem).into());
+        }
+        if let Some(hook) = self.on_sent {
+            hook(op);
         }
         let line = match self.replies.recv_timeout(self.timeout) {
             Ok(Incoming::Line(line)) => line,
