@@ -97,9 +97,7 @@ impl From<Error> for Refusal {
     fn from(e: Error) -> Refusal {
         let kind = match &e {
             Error::Io { .. } | Error::Poisoned { .. } => "io",
-            Error::Damage { .. } | Error::UnknownEventType { .. } | Error::TornTail { .. } => {
-                "damage"
-            }
+            Error::Damage { .. } | Error::UnknownEventType { .. } => "damage",
             Error::SessionLocked { .. } => "locked",
             Error::NoSuchSession { .. } => "not_found",
             Error::SessionExists { .. } => "exists",

@@ -42,23 +42,14 @@ pub enum Error {
         lock: PathBuf,
     },
 
-    /// A line before the tail is damaged. Never skipped: the log refuses to load.
-    #[error("damaged event log {}: line {line}, byte offset {offset}: {reason}", path.display())]
+    /// Damaged data: a line before the log's tail, a snapshot or a blob.
+    /// Never skipped: the store refuses to load it.
+    #[error("damaged {}: line {line}, byte offset {offset}: {reason}", path.display())]
     Damage {
         path: PathBuf,
         /// 1-based line number.
         line: u64,
         offset: u64,
-        reason: String,
-    },
-
-    /// A torn tail was found where the caller asked not to repair it.
-    #[error("torn tail in {}: {len} byte(s) at byte offset {offset} (line {line}): {reason}", path.display())]
-    TornTail {
-        path: PathBuf,
-        line: u64,
-        offset: u64,
-        len: u64,
         reason: String,
     },
 
