@@ -68,6 +68,23 @@ pub struct Recovered {
     pub uncertain: Vec<Uncertain>,
 }
 
+impl From<agentstore::RecoveryState> for Recovered {
+    fn from(state: agentstore::RecoveryState) -> Recovered {
+        Recovered {
+            appended: state.appended,
+            interrupted_runs: state.interrupted_runs,
+            uncertain: state
+                .uncertain
+                .into_iter()
+                .map(|u| Uncertain {
+                    call_id: u.call_id,
+                    phase: u.phase,
+                })
+                .collect(),
+        }
+    }
+}
+
 /// An open session, from the writer's side. Every method may do I/O (an
 /// adapter answers over a pipe), so every method takes `&mut self`.
 pub trait SessionStore {
@@ -344,19 +361,7 @@ impl SessionStore for ReferenceStore {
     }
 
     fn recover(&mut self) -> StoreResult<Recovered> {
-        let state = self.session.recover()?;
-        Ok(Recovered {
-            appended: state.appended,
-            interrupted_runs: state.interrupted_runs,
-            uncertain: state
-                .uncertain
-                .into_iter()
-                .map(|u| Uncertain {
-                    call_id: u.call_id,
-                    phase: u.phase,
-                })
-                .collect(),
-        })
+        Ok(self.session.recover()?.into())
     }
 
     fn events(&mut self, after: Option<Seq>) -> StoreResult<Vec<Record>> {

@@ -34,7 +34,7 @@ use super::protocol::{Capability, ErrorKind, OpenArgs, ProjectionView};
 use crate::nemesis::{ADAPTER_APPEND, ADAPTER_APPEND_SENT, ADAPTER_OPEN};
 use crate::store::{
     Ack, NotApplicable, Observation, Recovered, SessionSpec, SessionStore, StoreBackend,
-    StoreError, StoreResult, Uncertain,
+    StoreError, StoreResult,
 };
 
 /// Environment variables of the harness's in-process nemesis: an adapter
@@ -255,19 +255,7 @@ impl SessionStore for AdapterStore {
 
     fn recover(&mut self) -> StoreResult<Recovered> {
         crashpoint::hit("adapter.recover");
-        let state = self.client.recover().map_err(err)?;
-        Ok(Recovered {
-            appended: state.appended,
-            interrupted_runs: state.interrupted_runs,
-            uncertain: state
-                .uncertain
-                .into_iter()
-                .map(|u| Uncertain {
-                    call_id: u.call_id,
-                    phase: u.phase,
-                })
-                .collect(),
-        })
+        Ok(self.client.recover().map_err(err)?.into())
     }
 
     fn events(&mut self, after: Option<Seq>) -> StoreResult<Vec<Record>> {
