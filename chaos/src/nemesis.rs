@@ -45,8 +45,9 @@ pub const LOG_WRITE: &str = "log.write";
 pub const ADAPTER_OPEN: &str = "adapter.open";
 /// The agent's crash point before it sends an append to an adapter.
 pub const ADAPTER_APPEND: &str = "adapter.append";
-/// The agent's crash point once an append is on the adapter's stdin.
-pub const ADAPTER_APPEND_SENT: &str = "adapter.append.sent";
+/// The agent's crash point once the adapter has answered an append, before
+/// the agent reads the answer (the append is done; its ack is never seen).
+pub const ADAPTER_APPEND_REPLIED: &str = "adapter.append.replied";
 
 /// How the first process of a trial dies.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash)]
@@ -266,8 +267,8 @@ impl Trace {
                 continue;
             }
             // A log.write (or adapter.append) hit is counted before the
-            // write; it completes before the next hit (an adapter's is at
-            // least under way at its `.sent` hit).
+            // write; it completes before the next hit (an adapter's is
+            // served at its `.replied` hit).
             if pending_write {
                 appends += 1;
             }

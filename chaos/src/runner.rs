@@ -19,7 +19,7 @@ use agentstore::event::Record;
 
 use crate::checker::{self, Invariant, Reference, Violation};
 use crate::model::{describe_record, Model};
-use crate::nemesis::{self, Crash, Plan, Trace, ADAPTER_APPEND, ADAPTER_APPEND_SENT, LOG_WRITE};
+use crate::nemesis::{self, Crash, Plan, Trace, ADAPTER_APPEND, ADAPTER_APPEND_REPLIED, LOG_WRITE};
 use crate::rng::Rng;
 use crate::scenario::Scenario;
 use crate::store::StoreBackend;
@@ -185,8 +185,8 @@ pub fn describe_crash(
         };
         let context = if name == LOG_WRITE || name == ADAPTER_APPEND {
             format!("appending {}", rec(k))
-        } else if name == ADAPTER_APPEND_SENT && k > 0 {
-            format!("the adapter serving the append of {}", rec(k - 1))
+        } else if name == ADAPTER_APPEND_REPLIED && k > 0 {
+            format!("the adapter has answered the append of {}", rec(k - 1))
         } else if name == "log.fdatasync" && k > 0 {
             format!("syncing {}", rec(k - 1))
         } else if k > 0 {

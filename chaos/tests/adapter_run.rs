@@ -155,7 +155,7 @@ fn a_bad_adapter_command_is_bad_input() {
 }
 
 /// A SIGKILL of the agent is a SIGKILL of its adapter: an adapter that
-/// never reads its stdin again (here: it answers `hello`, then sleeps) must
+/// never reads its stdin again (here: it answers `hello` and `open`, then sleeps) must
 /// not outlive the agent.
 #[test]
 fn killing_the_agent_kills_its_adapter() {
@@ -163,18 +163,19 @@ fn killing_the_agent_kills_its_adapter() {
     let pid_file = dir.path().join("adapter.pid");
     let script = dir.path().join("adapter.sh");
     let hello = r#"{"id":1,"ok":{"name":"sleeper","protocol":1,"capabilities":[]}}"#;
+    let opened = r#"{"id":2,"ok":{"next_seq":1}}"#;
     std::fs::write(
         &script,
         format!(
-            "echo $$ > '{}'\nread line\necho '{hello}'\nexec sleep 1000\n",
+            "echo $$ > '{}'\nread line\necho '{hello}'\nread line\necho '{opened}'\nexec sleep 1000\n",
             pid_file.display()
         ),
     )
     .unwrap();
     let ws = dir.path().join("ws");
     std::fs::create_dir_all(&ws).unwrap();
-    // Hit 0 is adapter.open, hit 1 adapter.open.sent: the agent dies while
-    // the adapter "serves" its open.
+    // Hit 0 is adapter.open, hit 1 adapter.open.replied: the agent dies
+    // with the open answered and the adapter never to read its stdin again.
     let out = Command::new(env!("CARGO_BIN_EXE_agentchaos"))
         .arg("agent")
         .arg("--scenario")

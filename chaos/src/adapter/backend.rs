@@ -11,10 +11,11 @@
 //!
 //! Whitebox crash points do not exist inside a foreign store. The agent's
 //! side of every mutating request has two instead: `adapter.<op>` before the
-//! request is sent (the adapter is idle) and `adapter.<op>.sent` once it is on
-//! the adapter's stdin (the adapter dies somewhere inside serving it; where
-//! is as repeatable as timing). Kills at syscalls inside the adapter are the
-//! ptrace nemesis ([`crate::syscall`]), not yet wired into runs.
+//! request is sent (the adapter is idle) and `adapter.<op>.replied` once the
+//! adapter has answered, before the agent reads the answer (the request was
+//! served; its ack is never seen). Both are deterministic: a kill while the
+//! adapter is still serving would race with it. Kills inside the serving,
+//! at the adapter's own syscalls, are the ptrace nemesis ([`crate::syscall`]).
 //!
 //! What cannot be seen through the protocol is reported as not applicable
 //! ([`AdapterBackend::not_applicable`]), never as passed: the log's bytes
@@ -31,7 +32,7 @@ use serde_json::Value;
 
 use super::client::{AdapterCommand, Client, ClientError, ClientOptions};
 use super::protocol::{Capability, ErrorKind, OpenArgs, ProjectionView};
-use crate::nemesis::{ADAPTER_APPEND, ADAPTER_APPEND_SENT, ADAPTER_OPEN};
+use crate::nemesis::{ADAPTER_APPEND, ADAPTER_APPEND_REPLIED, ADAPTER_OPEN};
 use crate::store::{
     Ack, NotApplicable, Observation, Recovered, SessionSpec, SessionStore, StoreBackend,
     StoreError, StoreResult,
@@ -66,7 +67,7 @@ const NOT_APPLICABLE: &[NotApplicable] = &[
     },
     NotApplicable {
         invariant: "(nemesis)",
-        check: "kills at the store's own crash points, torn writes and power cuts: plans kill at the agent's points (before each request and while the adapter serves it) and at timers",
+        check: "kills at the store's own crash points, torn writes and power cuts: plans kill at the agent's points (before each request and once the adapter has answered it) and at timers",
     },
 ];
 
@@ -119,15 +120,16 @@ fn err(e: ClientError) -> StoreError {
     StoreError(e.to_string())
 }
 
-/// The crash point of a request while the adapter serves it.
-fn in_flight(op: &'static str) {
+/// The crash point of a request the adapter has served and answered, before
+/// the agent reads the answer.
+fn replied(op: &'static str) {
     let point = match op {
-        "open" => "adapter.open.sent",
-        "append" | "start_tool" => ADAPTER_APPEND_SENT,
-        "recover" => "adapter.recover.sent",
-        "checkpoint" => "adapter.checkpoint.sent",
-        "put_blob" => "adapter.put_blob.sent",
-        "close" => "adapter.close.sent",
+        "open" => "adapter.open.replied",
+        "append" | "start_tool" => ADAPTER_APPEND_REPLIED,
+        "recover" => "adapter.recover.replied",
+        "checkpoint" => "adapter.checkpoint.replied",
+        "put_blob" => "adapter.put_blob.replied",
+        "close" => "adapter.close.replied",
         _ => return,
     };
     crashpoint::hit(point);
@@ -154,7 +156,7 @@ impl StoreBackend for AdapterBackend {
     fn open(&self, spec: &SessionSpec) -> StoreResult<Box<dyn SessionStore>> {
         crashpoint::hit(ADAPTER_OPEN);
         let mut client = self.spawn()?;
-        client.on_sent(in_flight);
+        client.on_reply(replied);
         let mut args = OpenArgs {
             root: spec.root.clone(),
             session: spec.session.clone(),

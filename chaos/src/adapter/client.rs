@@ -358,7 +358,7 @@ pub struct Client {
     failed: Option<ProtocolError>,
     hello: Hello,
     /// Called with the operation's name once a request is on the adapter's stdin.
-    on_sent: Option<fn(&'static str)>,
+    on_reply: Option<fn(&'static str)>,
 }
 
 fn label_of(cmd: &Command) -> String {
@@ -410,7 +410,7 @@ impl Client {
                 protocol: 0,
                 capabilities: Vec::new(),
             },
-            on_sent: None,
+            on_reply: None,
         };
         let hello: Hello = client.call(Request::Hello {
             protocol: PROTOCOL_VERSION,
@@ -431,11 +431,13 @@ impl Client {
         &self.hello
     }
 
-    /// Calls `hook(op)` after each request is written, before its reply is
-    /// read: where a nemesis in the caller's process can crash the caller
-    /// while the adapter is serving the request.
-    pub fn on_sent(&mut self, hook: fn(&'static str)) {
-        self.on_sent = Some(hook);
+    /// Calls `hook(op)` when a reply line has arrived, before it is read:
+    /// where a nemesis in the caller's process can crash the caller after
+    /// the adapter served the request but before the caller learned of it.
+    /// (Killing the caller while the adapter is still serving would race
+    /// with the adapter; the syscall nemesis covers that deterministically.)
+    pub fn on_reply(&mut self, hook: fn(&'static str)) {
+        self.on_reply = Some(hook);
     }
 
     /// Whether the adapter claims `capability`.
@@ -689,11 +691,13 @@ impl Client {
             };
             return Err(self.fail(req, problem).into());
         }
-        if let Some(hook) = self.on_sent {
-            hook(op);
-        }
         let line = match self.replies.recv_timeout(self.timeout) {
-            Ok(Incoming::Line(line)) => line,
+            Ok(Incoming::Line(line)) => {
+                if let Some(hook) = self.on_reply {
+                    hook(op);
+                }
+                line
+            }
             Ok(Incoming::Incomplete(line)) => {
                 self.lines = line.number;
                 return Err(self.fail(req, Problem::Incomplete { line }).into());
