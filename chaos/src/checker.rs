@@ -34,10 +34,14 @@ pub enum Invariant {
     CheckpointProjection,
     RecoveryIdempotent,
     ExactlyOnceOutcome,
+    /// A probe, not a trial check (`crate::probe`).
+    DamageRefused,
+    /// A probe, not a trial check (`crate::probe`).
+    LedgerRefusesDoubleCommit,
 }
 
 impl Invariant {
-    pub const ALL: [Invariant; 8] = [
+    pub const ALL: [Invariant; 10] = [
         Invariant::OrphanMarkedUncertain,
         Invariant::EffectAtMostOnce,
         Invariant::AckedDurable,
@@ -46,6 +50,8 @@ impl Invariant {
         Invariant::CheckpointProjection,
         Invariant::RecoveryIdempotent,
         Invariant::ExactlyOnceOutcome,
+        Invariant::DamageRefused,
+        Invariant::LedgerRefusesDoubleCommit,
     ];
 
     pub fn name(self) -> &'static str {
@@ -58,6 +64,8 @@ impl Invariant {
             Invariant::CheckpointProjection => "checkpoint-projection",
             Invariant::RecoveryIdempotent => "recovery-idempotent",
             Invariant::ExactlyOnceOutcome => "exactly-once-outcome",
+            Invariant::DamageRefused => "damage-refused",
+            Invariant::LedgerRefusesDoubleCommit => "ledger-refuses-double-commit",
         }
     }
 
@@ -72,6 +80,8 @@ impl Invariant {
             Invariant::CheckpointProjection => "the snapshot at k equals the fold of the log up to k, and snapshot + tail equals the full fold",
             Invariant::RecoveryIdempotent => "a second recovery appends nothing",
             Invariant::ExactlyOnceOutcome => "after resuming to completion, the world and the workspace equal those of a crash-free run",
+            Invariant::DamageRefused => "a store file damaged in its middle makes open (or reading) refuse with `damage`, or changes nothing the store serves: never a silent skip",
+            Invariant::LedgerRefusesDoubleCommit => "a second effect_committed for an operation id already committed is refused as a rule violation, and leaves nothing behind",
         }
     }
 
@@ -1171,7 +1181,9 @@ mod tests {
                 "runs-closed",
                 "checkpoint-projection",
                 "recovery-idempotent",
-                "exactly-once-outcome"
+                "exactly-once-outcome",
+                "damage-refused",
+                "ledger-refuses-double-commit"
             ]
         );
         for i in Invariant::ALL {

@@ -14,7 +14,9 @@
 //!   (what the child reports as it happens);
 //! - checker: [`checker`] (the invariants) over [`model`] (the harness's own
 //!   reading of a log);
-//! - [`runner`] (campaigns), [`replay`], [`shrink`], [`report`], [`rng`].
+//! - [`probe`] (damage and double-commit probes on a finished store);
+//! - [`runner`] (campaigns), [`replay`], [`shrink`], [`report`] with its
+//!   [`scorecard`] (a verdict per capability), [`rng`].
 
 pub mod adapter;
 pub mod agent;
@@ -23,11 +25,13 @@ pub mod generate;
 pub mod model;
 pub mod nemesis;
 pub mod powerloss;
+pub mod probe;
 pub mod replay;
 pub mod report;
 pub mod rng;
 pub mod runner;
 pub mod scenario;
+pub mod scorecard;
 pub mod shrink;
 pub mod store;
 pub mod syscall;

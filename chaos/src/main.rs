@@ -43,6 +43,9 @@ enum Command {
     /// The child agent (started by the harness).
     #[command(hide = true)]
     Agent(AgentCli),
+    /// A probe's child (started by the harness): drives the store, prints one JSON line.
+    #[command(hide = true)]
+    Probe(ProbeCli),
 }
 
 #[derive(Args, Debug, Clone)]
@@ -104,7 +107,8 @@ struct ReplayArgs {
     /// The scenario file.
     #[arg(long, value_name = "FILE")]
     scenario: PathBuf,
-    /// The plan: none, kill@N, tear@N:BYTES, powercut@N, timer@Dus, optionally +kill@M.
+    /// The plan: none, kill@N, tear@N:BYTES, powercut@N, timer@Dus, optionally +kill@M;
+    /// or a probe: probe:damage@FILE:OFFSET, probe:ledger@OPERATION.
     #[arg(long, value_name = "PLAN")]
     plan: String,
     /// Keep the trial directory here.
@@ -128,6 +132,22 @@ struct AgentCli {
     world: PathBuf,
     #[arg(long)]
     life: u32,
+    #[arg(long)]
+    adapter: Option<String>,
+}
+
+#[derive(Args, Debug)]
+struct ProbeCli {
+    #[arg(long)]
+    what: String,
+    #[arg(long)]
+    root: PathBuf,
+    #[arg(long)]
+    session: String,
+    #[arg(long)]
+    workspace: Option<PathBuf>,
+    #[arg(long)]
+    events: Option<PathBuf>,
     #[arg(long)]
     adapter: Option<String>,
 }
@@ -182,7 +202,7 @@ fn main() -> ExitCode {
     };
     // A panic is a harness bug: the runner reports it as a trial error in
     // one line, so the default hook's message and backtrace stay quiet.
-    if !matches!(cli.command, Command::Agent(_)) {
+    if !matches!(cli.command, Command::Agent(_) | Command::Probe(_)) {
         std::panic::set_hook(Box::new(|_| {}));
     }
     let result = match cli.command {
@@ -201,6 +221,16 @@ fn main() -> ExitCode {
             Ok(ExitCode::SUCCESS)
         }
         Command::Agent(a) => run_agent(a),
+        Command::Probe(p) => agentchaos::probe::run_child(&agentchaos::probe::ChildArgs {
+            what: p.what,
+            root: p.root,
+            session: p.session,
+            workspace: p.workspace,
+            events: p.events,
+            adapter: p.adapter,
+        })
+        .map(|()| ExitCode::SUCCESS)
+        .map_err(|e| failed(format!("probe: {e}"))),
     };
     match result {
         Ok(code) => code,
@@ -434,14 +464,23 @@ fn shrink_random(
 fn replay(args: ReplayArgs) -> Result<ExitCode, Failure> {
     let backend = backend(&args.common.adapter)?;
     let cfg = config(&args.common, backend.as_ref(), Mode::Exhaustive, 0)?;
-    let plan: Plan = args.plan.parse().map_err(bad_input)?;
     let scenario = scenario::load(&args.scenario)?;
     let source = ScenarioSource {
         path: args.scenario.clone(),
         scenario,
         random_seed: None,
     };
-    let r = agentchaos::replay::replay(&cfg, source, plan, args.keep.as_deref()).map_err(failed)?;
+    let r = match args.plan.strip_prefix(agentchaos::probe::PLAN_PREFIX) {
+        Some(p) => {
+            let probe: agentchaos::probe::Probe = p.parse().map_err(bad_input)?;
+            agentchaos::probe::replay(&cfg, source, &probe, args.keep.as_deref())
+        }
+        None => {
+            let plan: Plan = args.plan.parse().map_err(bad_input)?;
+            agentchaos::replay::replay(&cfg, source, plan, args.keep.as_deref())
+        }
+    }
+    .map_err(failed)?;
     print!("{}", r.narrative);
     if let Some(e) = &r.error {
         println!("ERROR: {e}");

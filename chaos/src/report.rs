@@ -10,8 +10,9 @@ use std::fmt::Write;
 use serde_json::{json, Value};
 
 use crate::checker::{Invariant, Violation};
-use crate::nemesis::Plan;
+use crate::probe::Probe;
 use crate::runner::{replay_command, CampaignResult, ScenarioResult};
+use crate::scorecard;
 use crate::store::NotApplicable;
 
 /// How many violations per (scenario, invariant) the terminal shows in full.
@@ -45,7 +46,16 @@ pub fn explain(v: &Violation, scenario: &str, crash_point: &str, replay: &str) -
     s
 }
 
-fn replay_of(s: &ScenarioResult, plan: &Plan, ctx: &Context<'_>) -> String {
+fn probe_replay(s: &ScenarioResult, probe: &Probe, ctx: &Context<'_>) -> String {
+    replay_of(s, &probe.plan(), ctx)
+}
+
+/// What a probe did, as the crash point of its violations.
+fn probe_point(probe: &Probe) -> String {
+    format!("none (probe {probe}, after the crash-free run)")
+}
+
+fn replay_of(s: &ScenarioResult, plan: &dyn std::fmt::Display, ctx: &Context<'_>) -> String {
     replay_command(
         &s.prepared.source.path,
         plan,
@@ -75,6 +85,44 @@ pub fn violations_text(result: &CampaignResult, ctx: &Context<'_>) -> String {
                     s.name()
                 );
             }
+            let probed: Vec<_> = s
+                .probe_violations()
+                .filter(|(_, v)| v.invariant == inv)
+                .collect();
+            for (p, v) in probed.iter().take(SHOWN_PER_GROUP) {
+                out.push_str(&explain(
+                    v,
+                    s.name(),
+                    &probe_point(p),
+                    &probe_replay(s, p, ctx),
+                ));
+                out.push('\n');
+            }
+            if probed.len() > SHOWN_PER_GROUP {
+                let _ = writeln!(
+                    out,
+                    "… and {} more {inv} violation(s) in {} (all of them with --json)\n",
+                    probed.len() - SHOWN_PER_GROUP,
+                    s.name()
+                );
+            }
+        }
+        for p in s.prepared.probes.iter().filter(|p| p.skipped) {
+            let _ = writeln!(
+                out,
+                "NOTE in {} (probe {}): {}\n",
+                s.name(),
+                p.probe,
+                p.told
+            );
+        }
+        for (p, e) in s.probe_errors() {
+            let _ = writeln!(
+                out,
+                "ERROR in {} (probe {p}): {e}\n  replay: {}\n",
+                s.name(),
+                probe_replay(s, p, ctx)
+            );
         }
         for (plan, e) in s.errors() {
             let _ = writeln!(
@@ -174,12 +222,17 @@ pub fn table(result: &CampaignResult, ctx: &Context<'_>) -> String {
             na.invariant, na.check
         );
     }
+    out.push_str(&scorecard::text(&score(result, ctx)));
     out
+}
+
+fn score(result: &CampaignResult, ctx: &Context<'_>) -> scorecard::Scorecard {
+    scorecard::score(result, ctx.store_fault, &ctx.store_args)
 }
 
 fn violation_json(
     s: &ScenarioResult,
-    plan: &Plan,
+    plan: &str,
     crash: &str,
     v: &Violation,
     ctx: &Context<'_>,
@@ -194,7 +247,7 @@ fn violation_json(
         "expected": v.expected,
         "found": v.found,
         "events": v.events,
-        "replay": replay_of(s, plan, ctx),
+        "replay": replay_of(s, &plan, ctx),
     })
 }
 
@@ -217,7 +270,11 @@ pub fn json(result: &CampaignResult, ctx: &Context<'_>) -> Value {
                 "trials": s.outcomes.len(),
                 "trials_per_second": if s.wall.is_zero() { Value::Null } else { json!(s.outcomes.len() as f64 / s.wall.as_secs_f64()) },
                 "violations_by_invariant": by,
-                "errors": s.errors().iter().map(|(p, e)| json!({"plan": p.to_string(), "error": e})).collect::<Vec<_>>(),
+                "errors": s.errors().iter().map(|(p, e)| json!({"plan": p.to_string(), "error": e}))
+                    .chain(s.probe_errors().map(|(p, e)| json!({"plan": p.plan(), "error": e})))
+                    .collect::<Vec<_>>(),
+                "probes": s.prepared.probes.len(),
+                "probes_not_carried_out": s.prepared.probes.iter().filter(|p| p.skipped).map(|p| json!({"probe": p.probe.plan(), "why": p.told})).collect::<Vec<_>>(),
             })
         })
         .collect();
@@ -226,7 +283,11 @@ pub fn json(result: &CampaignResult, ctx: &Context<'_>) -> Value {
         .iter()
         .flat_map(|s| {
             s.violations()
-                .map(move |(p, c, v)| violation_json(s, &p, c, v, ctx))
+                .map(move |(p, c, v)| violation_json(s, &p.to_string(), c, v, ctx))
+                .chain(
+                    s.probe_violations()
+                        .map(move |(p, v)| violation_json(s, &p.plan(), &probe_point(p), v, ctx)),
+                )
         })
         .collect();
     json!({
@@ -244,6 +305,8 @@ pub fn json(result: &CampaignResult, ctx: &Context<'_>) -> Value {
         "scenarios": scenarios,
         "violations": violations,
         "not_applicable": ctx.not_applicable.iter().map(|na| json!({"invariant": na.invariant, "check": na.check})).collect::<Vec<_>>(),
+        "capabilities": result.capabilities.iter().map(|c| c.name()).collect::<Vec<_>>(),
+        "scorecard": scorecard::json(&score(result, ctx)),
     })
 }
 
@@ -269,12 +332,26 @@ fn xml_escape(s: &str) -> String {
 /// one for trial errors), failures carrying the explanations.
 pub fn junit(result: &CampaignResult, ctx: &Context<'_>) -> String {
     let mut out = String::from("<?xml version=\"1.0\" encoding=\"UTF-8\"?>\n");
+    let errors_of = |s: &ScenarioResult| -> Vec<(String, String)> {
+        s.errors()
+            .iter()
+            .map(|(p, e)| (p.to_string(), e.to_string()))
+            .chain(s.probe_errors().map(|(p, e)| (p.plan(), e.to_string())))
+            .collect()
+    };
+    let card = score(result, ctx);
+    let card_failures = card
+        .rows
+        .iter()
+        .filter(|(_, v)| matches!(v, scorecard::Verdict::Fail { .. }))
+        .count();
     let failures: usize = result
         .scenarios
         .iter()
-        .map(|s| s.by_invariant().len() + usize::from(!s.errors().is_empty()))
-        .sum();
-    let cases = result.scenarios.len() * (Invariant::ALL.len() + 1);
+        .map(|s| s.by_invariant().len() + usize::from(!errors_of(s).is_empty()))
+        .sum::<usize>()
+        + card_failures;
+    let cases = result.scenarios.len() * (Invariant::ALL.len() + 1) + card.rows.len();
     let _ = writeln!(
         out,
         "<testsuites name=\"agentchaos\" tests=\"{cases}\" failures=\"{failures}\" time=\"{:.3}\">",
@@ -282,7 +359,7 @@ pub fn junit(result: &CampaignResult, ctx: &Context<'_>) -> String {
     );
     for s in &result.scenarios {
         let by = s.by_invariant();
-        let errors = s.errors();
+        let errors = errors_of(s);
         let _ = writeln!(
             out,
             "  <testsuite name=\"{}\" tests=\"{}\" failures=\"{}\" time=\"{:.3}\">",
@@ -303,8 +380,15 @@ pub fn junit(result: &CampaignResult, ctx: &Context<'_>) -> String {
                     let text: String = s
                         .violations()
                         .filter(|(_, _, v)| v.invariant == inv)
-                        .take(10)
                         .map(|(p, c, v)| explain(v, s.name(), c, &replay_of(s, &p, ctx)))
+                        .chain(
+                            s.probe_violations()
+                                .filter(|(_, v)| v.invariant == inv)
+                                .map(|(p, v)| {
+                                    explain(v, s.name(), &probe_point(p), &probe_replay(s, p, ctx))
+                                }),
+                        )
+                        .take(10)
                         .collect::<Vec<_>>()
                         .join("\n");
                     let _ = writeln!(
@@ -337,6 +421,7 @@ pub fn junit(result: &CampaignResult, ctx: &Context<'_>) -> String {
         }
         out.push_str("  </testsuite>\n");
     }
+    out.push_str(&scorecard::junit(&card, xml_escape));
     out.push_str("</testsuites>\n");
     out
 }

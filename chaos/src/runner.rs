@@ -17,13 +17,16 @@ use std::time::{Duration, Instant};
 
 use agentstore::event::Record;
 
+use crate::adapter::Capability;
 use crate::checker::{self, Invariant, Reference, Violation};
 use crate::model::{describe_record, Model};
 use crate::nemesis::{self, Crash, Plan, Trace, ADAPTER_APPEND, ADAPTER_APPEND_REPLIED, LOG_WRITE};
+use crate::probe::{self, ProbeOutcome, ProbeSetup};
 use crate::rng::Rng;
 use crate::scenario::Scenario;
+use crate::scorecard::{self, Evidence};
 use crate::store::StoreBackend;
-use crate::trial::{self, History, TrialSetup};
+use crate::trial::{self, History, TrialDir, TrialSetup};
 
 /// How many trials per scenario.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -109,6 +112,8 @@ pub struct Prepared {
     pub trace_violations: Vec<Violation>,
     /// Why crash trials cannot run (the crash-free run did not complete).
     pub unusable: Option<String>,
+    /// The probes run on the crash-free run's store (campaigns only).
+    pub probes: Vec<ProbeOutcome>,
 }
 
 fn setup<'a>(cfg: &'a Config<'_>, source: &'a ScenarioSource) -> TrialSetup<'a> {
@@ -123,8 +128,19 @@ fn setup<'a>(cfg: &'a Config<'_>, source: &'a ScenarioSource) -> TrialSetup<'a> 
 
 /// The crash-free trace run: counts hits, records the reference outcome.
 pub fn prepare(cfg: &Config<'_>, source: ScenarioSource, dir: &Path) -> Result<Prepared, String> {
-    let history = trial::run(&setup(cfg, &source), Plan::NONE, dir, true)?;
+    let prepared = prepare_keeping(cfg, source, dir);
     let _ = std::fs::remove_dir_all(dir);
+    prepared
+}
+
+/// [`prepare`], leaving the crash-free run's directory (its store) in
+/// `dir` for probes; the caller removes it.
+pub fn prepare_keeping(
+    cfg: &Config<'_>,
+    source: ScenarioSource,
+    dir: &Path,
+) -> Result<Prepared, String> {
+    let history = trial::run(&setup(cfg, &source), Plan::NONE, dir, true)?;
     let trace_violations = checker::check(&history, None);
     let life = history.last();
     let records = &history.final_obs.records;
@@ -162,7 +178,62 @@ pub fn prepare(cfg: &Config<'_>, source: ScenarioSource, dir: &Path) -> Result<P
         trace,
         trace_violations,
         unusable,
+        probes: Vec::new(),
     })
+}
+
+/// How probes reach the crash-free run's store, left in `dir` by [`prepare_keeping`].
+pub fn probe_setup<'a>(
+    cfg: &'a Config<'_>,
+    prepared: &'a Prepared,
+    spec: &'a crate::store::SessionSpec,
+) -> ProbeSetup<'a> {
+    ProbeSetup {
+        backend: cfg.backend,
+        agent_exe: &cfg.agent_exe,
+        store_fault: cfg.store_fault.as_deref(),
+        spec,
+        reference: &prepared.reference.records,
+    }
+}
+
+/// Runs the probes of a store claiming `claimed` on the crash-free run left in `dir`.
+fn run_probes(
+    cfg: &Config<'_>,
+    prepared: &Prepared,
+    claimed: &[Capability],
+    dir: &Path,
+) -> Vec<ProbeOutcome> {
+    let spec = TrialDir {
+        dir: dir.to_path_buf(),
+    }
+    .spec();
+    let mut rng = Rng::derive(cfg.seed, &prepared.source.scenario.name, 1);
+    let probes = match probe::plan(claimed, &spec.root, &prepared.reference.records, &mut rng) {
+        Ok(p) => p,
+        Err(e) => {
+            return vec![ProbeOutcome {
+                probe: probe::Probe::Ledger {
+                    operation: String::new(),
+                },
+                told: String::new(),
+                violations: Vec::new(),
+                error: Some(format!("cannot plan the probes: {e}")),
+                skipped: false,
+            }]
+        }
+    };
+    let setup = probe_setup(cfg, prepared, &spec);
+    probes
+        .iter()
+        .enumerate()
+        .map(|(i, p)| {
+            let scratch = dir.join(format!("probe{i}"));
+            let outcome = probe::run(&setup, p, &scratch);
+            let _ = std::fs::remove_dir_all(&scratch);
+            outcome
+        })
+        .collect()
 }
 
 /// Where, in words, a plan crashes the agent.
@@ -234,11 +305,12 @@ pub fn describe_crash(
     s
 }
 
-/// The one-line command that reruns a trial; `store_args` are the flags
-/// that choose the store (`--adapter 'CMD'`), as the agent gets them.
+/// The one-line command that reruns a trial (or a probe: its `plan` is
+/// `probe:…`); `store_args` are the flags that choose the store
+/// (`--adapter 'CMD'`), as the agent gets them.
 pub fn replay_command(
     path: &Path,
-    plan: &Plan,
+    plan: &dyn std::fmt::Display,
     store_fault: Option<&str>,
     store_args: &[String],
 ) -> String {
@@ -277,6 +349,8 @@ pub struct TrialOutcome {
     pub error: Option<String>,
     /// The first process's crash hit, for coverage.
     pub covered_hit: Option<u64>,
+    /// What the trial exercised, for the scorecard.
+    pub evidence: Evidence,
     pub started: Instant,
     pub finished: Instant,
 }
@@ -291,6 +365,7 @@ pub fn run_trial(
 ) -> TrialOutcome {
     let started = Instant::now();
     let result = trial::run(&setup(cfg, &prepared.source), plan, dir, false);
+    let evidence = result.as_ref().map(Evidence::of).unwrap_or_default();
     let (violations, error, crash_point, covered_hit) = match &result {
         Ok(h) => {
             let covered = match plan.crash {
@@ -342,6 +417,7 @@ pub fn run_trial(
         violations,
         error,
         covered_hit,
+        evidence,
         started,
         finished: Instant::now(),
     }
@@ -433,9 +509,29 @@ impl ScenarioResult {
         }))
     }
 
+    /// The probes' violations, with the probe that found each.
+    pub fn probe_violations(&self) -> impl Iterator<Item = (&probe::Probe, &Violation)> {
+        self.prepared
+            .probes
+            .iter()
+            .flat_map(|p| p.violations.iter().map(move |v| (&p.probe, v)))
+    }
+
+    /// Probes that could not be carried out.
+    pub fn probe_errors(&self) -> impl Iterator<Item = (&probe::Probe, &str)> {
+        self.prepared
+            .probes
+            .iter()
+            .filter_map(|p| p.error.as_deref().map(|e| (&p.probe, e)))
+    }
+
+    /// Violations by invariant, the probes' included.
     pub fn by_invariant(&self) -> BTreeMap<Invariant, usize> {
         let mut m = BTreeMap::new();
         for (_, _, v) in self.violations() {
+            *m.entry(v.invariant).or_default() += 1;
+        }
+        for (_, v) in self.probe_violations() {
             *m.entry(v.invariant).or_default() += 1;
         }
         m
@@ -460,6 +556,8 @@ pub struct CampaignResult {
     pub scenarios: Vec<ScenarioResult>,
     pub elapsed: Duration,
     pub trials: usize,
+    /// What the store claims (scored on the scorecard; the rest is not supported).
+    pub capabilities: Vec<Capability>,
 }
 
 impl CampaignResult {
@@ -467,10 +565,16 @@ impl CampaignResult {
         self.trials as f64 / self.elapsed.as_secs_f64().max(1e-9)
     }
     pub fn violation_count(&self) -> usize {
-        self.scenarios.iter().map(|s| s.violations().count()).sum()
+        self.scenarios
+            .iter()
+            .map(|s| s.violations().count() + s.probe_violations().count())
+            .sum()
     }
     pub fn error_count(&self) -> usize {
-        self.scenarios.iter().map(|s| s.errors().len()).sum()
+        self.scenarios
+            .iter()
+            .map(|s| s.errors().len() + s.probe_errors().count())
+            .sum()
     }
 }
 
@@ -489,24 +593,39 @@ pub fn campaign_dir(base: &Path) -> Result<PathBuf, String> {
 /// Runs a campaign over `sources`.
 pub fn run(cfg: &Config<'_>, sources: Vec<ScenarioSource>) -> Result<CampaignResult, String> {
     let started = Instant::now();
+    let capabilities = cfg
+        .backend
+        .capabilities()
+        .map_err(|e| format!("cannot learn what the store claims: {e}"))?;
     let dir = campaign_dir(&cfg.dir)?;
-    let result = run_in(cfg, sources, &dir);
+    let result = run_in(cfg, sources, &capabilities, &dir);
     let _ = std::fs::remove_dir_all(&dir);
     result.map(|(scenarios, trials)| CampaignResult {
         scenarios,
         elapsed: started.elapsed(),
         trials,
+        capabilities,
     })
 }
 
 fn run_in(
     cfg: &Config<'_>,
     sources: Vec<ScenarioSource>,
+    claimed: &[Capability],
     dir: &Path,
 ) -> Result<(Vec<ScenarioResult>, usize), String> {
-    // Trace runs, in parallel too: they are trials like any other.
+    // Trace runs, in parallel too: they are trials like any other. The
+    // probes then work on copies of each crash-free run's store.
     let prepared = parallel(cfg.jobs, sources.len(), |i| {
-        prepare(cfg, sources[i].clone(), &dir.join(format!("trace{i}")))
+        let trace = dir.join(format!("trace{i}"));
+        let prepared = prepare_keeping(cfg, sources[i].clone(), &trace).map(|mut p| {
+            if p.unusable.is_none() {
+                p.probes = run_probes(cfg, &p, claimed, &trace);
+            }
+            p
+        });
+        let _ = std::fs::remove_dir_all(&trace);
+        prepared
     });
     let prepared: Vec<Prepared> = prepared
         .into_iter()
@@ -518,10 +637,12 @@ fn run_in(
             continue;
         }
         let mut rng = Rng::derive(cfg.seed, &p.source.scenario.name, 0);
-        let plans = match cfg.mode {
+        let mut plans = match cfg.mode {
             Mode::Exhaustive => nemesis::exhaustive(&p.trace, &mut rng),
             Mode::Sampled(n) => nemesis::sample(&p.trace, n, &mut rng),
         };
+        // A capability the store does not claim is not tested.
+        plans.retain(|plan| scorecard::plan_runs(plan, claimed));
         jobs.extend(plans.into_iter().map(|plan| (s, plan)));
     }
     if let Some((k, n)) = cfg.shard {
@@ -559,6 +680,7 @@ fn run_in(
                     violations: Vec::new(),
                     error: Some(e),
                     covered_hit: None,
+                    evidence: Evidence::default(),
                     started: now,
                     finished: now,
                 }

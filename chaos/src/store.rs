@@ -17,6 +17,8 @@ use agentstore::projection::{Projection, SeenNodes};
 use agentstore::{LogPosition, Scanner, Session, SessionId, SessionOptions, SessionPaths};
 use serde_json::Value;
 
+use crate::adapter::Capability;
+
 /// A store failure, as one line.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct StoreError(pub String);
@@ -201,6 +203,8 @@ pub trait StoreBackend: Send + Sync + std::fmt::Debug {
     fn agent_args(&self) -> Vec<String>;
     /// The checks this store cannot be judged on.
     fn not_applicable(&self) -> &'static [NotApplicable];
+    /// The capabilities the store claims (an adapter: in its `hello`).
+    fn capabilities(&self) -> StoreResult<Vec<Capability>>;
 }
 
 /// agentstore, in the agent's process.
@@ -228,6 +232,10 @@ impl StoreBackend for ReferenceBackend {
 
     fn not_applicable(&self) -> &'static [NotApplicable] {
         &[]
+    }
+
+    fn capabilities(&self) -> StoreResult<Vec<Capability>> {
+        Ok(Capability::ALL.to_vec())
     }
 
     fn open(&self, spec: &SessionSpec) -> StoreResult<Box<dyn SessionStore>> {

@@ -90,6 +90,13 @@ impl AdapterBackend {
         })
     }
 
+    /// Starts the adapter (it has answered `hello`); it dies with the
+    /// thread that started it. For probes that need the adapter's own
+    /// refusal kinds (`crate::probe`).
+    pub fn client(&self) -> StoreResult<Client> {
+        self.spawn()
+    }
+
     /// Starts the adapter; it dies with the thread that started it.
     fn spawn(&self) -> StoreResult<Client> {
         let mut cmd = self.command.to_command();
@@ -151,6 +158,13 @@ impl StoreBackend for AdapterBackend {
 
     fn not_applicable(&self) -> &'static [NotApplicable] {
         NOT_APPLICABLE
+    }
+
+    fn capabilities(&self) -> StoreResult<Vec<Capability>> {
+        let client = self.spawn()?;
+        let claimed = client.hello().capabilities.clone();
+        client.shutdown().map_err(err)?;
+        Ok(claimed)
     }
 
     fn open(&self, spec: &SessionSpec) -> StoreResult<Box<dyn SessionStore>> {

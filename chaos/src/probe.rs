@@ -1,0 +1,978 @@
+//! Probes: checks of a capability that no crash trial can exercise, run on
+//! the crash-free run's store once it is done.
+//!
+//! - `damage@FILE:OFFSET` (`damage_refusal`): a copy of the store's root
+//!   with the low bit of one byte flipped, at a seeded offset in the middle
+//!   half of one of its files (away from a log's tail, which a store may
+//!   rightly treat as torn); a fresh store opens the copy and serves its
+//!   events. It passes when the store refuses with `damage` (at open or
+//!   while reading) or serves exactly the undamaged events (redundancy is
+//!   fine); anything else is a violation of `damage-refused`: a silent
+//!   skip, a changed event, or a refusal of another kind.
+//! - `ledger@OP` (`effect_ledger`): the crash-free run's events up to the
+//!   first `effect_committed` of operation OP are replayed into a fresh
+//!   session (the call is open, started and committed), then the same
+//!   commit is appended again. It passes when that is refused with `rule`
+//!   and nothing was written; otherwise `ledger-refuses-double-commit`.
+//!
+//! Each probe runs in a child process (`agentchaos probe`, hidden) that
+//! opens the store exactly as the agent does, so `--store-fault` and
+//! `--adapter` apply; the child reports what the store did as one JSON
+//! line ([`ProbeReply`]) and the harness judges it here. A probe runs only
+//! when the store claims its capability. This module must never touch the
+//! crash-free run's own files: probes work on copies and fresh sessions.
+
+use std::fmt;
+use std::io::Write as _;
+use std::path::{Path, PathBuf};
+use std::process::Command;
+use std::str::FromStr;
+
+use agentstore::event::{BlobRef, Event, Record, Seq};
+use agentstore::{LogPosition, Scanner, Session, SessionId, SessionOptions, SessionPaths};
+use serde::{Deserialize, Serialize};
+
+use crate::adapter::{AdapterBackend, Capability, Client, ErrorKind, OpenArgs};
+use crate::checker::{Invariant, Violation};
+use crate::model::describe_record;
+use crate::rng::Rng;
+use crate::store::{SessionSpec, StoreBackend};
+
+/// Bytes damaged per file, one probe each.
+pub const DAMAGE_POSITIONS: usize = 3;
+
+/// One probe, as `agentchaos replay --plan probe:<this>` names it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Probe {
+    /// Flip the low bit of the byte at `offset` of `file` (relative to the store's root).
+    Damage { file: PathBuf, offset: u64 },
+    /// Commit operation `operation` a second time.
+    Ledger { operation: String },
+}
+
+impl Probe {
+    /// The capability the probe is evidence for.
+    pub fn capability(&self) -> Capability {
+        match self {
+            Probe::Damage { .. } => Capability::DamageRefusal,
+            Probe::Ledger { .. } => Capability::EffectLedger,
+        }
+    }
+
+    /// The invariant a failed probe violates.
+    pub fn invariant(&self) -> Invariant {
+        match self {
+            Probe::Damage { .. } => Invariant::DamageRefused,
+            Probe::Ledger { .. } => Invariant::LedgerRefusesDoubleCommit,
+        }
+    }
+
+    /// The `--plan` value that replays it.
+    pub fn plan(&self) -> String {
+        format!("{PLAN_PREFIX}{self}")
+    }
+}
+
+/// How a replay's `--plan` names a probe.
+pub const PLAN_PREFIX: &str = "probe:";
+
+impl fmt::Display for Probe {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            Probe::Damage { file, offset } => write!(f, "damage@{}:{offset}", file.display()),
+            Probe::Ledger { operation } => write!(f, "ledger@{operation}"),
+        }
+    }
+}
+
+impl FromStr for Probe {
+    type Err = String;
+
+    fn from_str(s: &str) -> Result<Probe, String> {
+        let bad = || format!("probe {s:?} is not damage@FILE:OFFSET or ledger@OPERATION");
+        match s.split_once('@') {
+            Some(("damage", arg)) => {
+                let (file, offset) = arg.rsplit_once(':').ok_or_else(bad)?;
+                let file = PathBuf::from(file);
+                // Relative to the store's root, and never out of it.
+                if file.as_os_str().is_empty()
+                    || !file
+                        .components()
+                        .all(|c| matches!(c, std::path::Component::Normal(_)))
+                {
+                    return Err(bad());
+                }
+                Ok(Probe::Damage {
+                    file,
+                    offset: offset.parse().map_err(|_| bad())?,
+                })
+            }
+            Some(("ledger", op)) if !op.is_empty() => Ok(Probe::Ledger {
+                operation: op.to_string(),
+            }),
+            _ => Err(bad()),
+        }
+    }
+}
+
+/// The probes for a store claiming `claimed`, on the crash-free run's
+/// store at `root` whose events are `reference`: [`DAMAGE_POSITIONS`] per
+/// non-empty file, one per committed operation.
+pub fn plan(
+    claimed: &[Capability],
+    root: &Path,
+    reference: &[Record],
+    rng: &mut Rng,
+) -> Result<Vec<Probe>, String> {
+    let mut probes = Vec::new();
+    if claimed.contains(&Capability::DamageRefusal) {
+        for (file, len) in files(root)? {
+            // The middle half; a file of fewer than 4 bytes has no halves.
+            let (lo, hi) = if len >= 4 {
+                (len / 4, 3 * len / 4 - 1)
+            } else {
+                (0, len - 1)
+            };
+            let mut offsets: Vec<u64> = (0..DAMAGE_POSITIONS).map(|_| rng.range(lo, hi)).collect();
+            offsets.sort_unstable();
+            offsets.dedup();
+            probes.extend(offsets.into_iter().map(|offset| Probe::Damage {
+                file: file.clone(),
+                offset,
+            }));
+        }
+    }
+    if claimed.contains(&Capability::EffectLedger) {
+        for r in reference {
+            if let Some(Event::EffectCommitted { operation_id, .. }) = r.event() {
+                let p = Probe::Ledger {
+                    operation: operation_id.clone(),
+                };
+                if !probes.contains(&p) {
+                    probes.push(p);
+                }
+            }
+        }
+    }
+    Ok(probes)
+}
+
+/// Every non-empty regular file under `root`, relative to it, sorted, with its length.
+fn files(root: &Path) -> Result<Vec<(PathBuf, u64)>, String> {
+    fn walk(root: &Path, dir: &Path, out: &mut Vec<(PathBuf, u64)>) -> std::io::Result<()> {
+        for entry in std::fs::read_dir(dir)? {
+            let entry = entry?;
+            let ty = entry.file_type()?;
+            if ty.is_dir() {
+                walk(root, &entry.path(), out)?;
+            } else if ty.is_file() {
+                let len = entry.metadata()?.len();
+                if len > 0 {
+                    let rel = entry
+                        .path()
+                        .strip_prefix(root)
+                        .map(Path::to_path_buf)
+                        .unwrap_or_else(|_| entry.path());
+                    out.push((rel, len));
+                }
+            }
+        }
+        Ok(())
+    }
+    let mut out = Vec::new();
+    match walk(root, root, &mut out) {
+        Ok(()) => {}
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => {}
+        Err(e) => return Err(format!("cannot list {}: {e}", root.display())),
+    }
+    out.sort();
+    Ok(out)
+}
+
+/// What the store did, as the child reports it.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(tag = "k", rename_all = "snake_case")]
+pub enum ProbeReply {
+    /// The store refused: `at` names the operation (open, events, append),
+    /// `kind` the refusal kind (a protocol `ErrorKind` name).
+    Refused {
+        at: String,
+        kind: String,
+        message: String,
+        /// Ledger: how many events the session holds after the refusal.
+        #[serde(default)]
+        events_after: Option<u64>,
+    },
+    /// Damage: the store opened and served these records ([`record_key`]).
+    Served { records: Vec<String> },
+    /// Ledger: the second commit was acknowledged at this seq.
+    Accepted { seq: Seq },
+    /// Ledger: the store refused the crash-free run's own events before
+    /// the second commit, so the probe could not set up its situation.
+    NotReplayed { message: String },
+}
+
+/// A record as the damage probe compares it: seq, id, timestamp and the
+/// event's fingerprint.
+pub fn record_key(r: &Record) -> String {
+    let body = match r.event() {
+        Some(e) => crate::wire::fingerprint(e),
+        None => format!("ignorable {}", r.body.type_name()),
+    };
+    format!("{} {} {} {body}", r.seq, r.id, r.ts)
+}
+
+/// What a probe found.
+#[derive(Debug, Clone)]
+pub struct ProbeOutcome {
+    pub probe: Probe,
+    /// What the store did, in words.
+    pub told: String,
+    pub violations: Vec<Violation>,
+    /// The probe could not be carried out (not a verdict on the store).
+    pub error: Option<String>,
+    /// The store refused to replay its own crash-free events, so the
+    /// probe had nothing to test (not evidence, not an error: the trials
+    /// judge that log).
+    pub skipped: bool,
+}
+
+/// What running probes needs from the campaign.
+#[derive(Debug, Clone, Copy)]
+pub struct ProbeSetup<'a> {
+    pub backend: &'a dyn StoreBackend,
+    /// The `agentchaos` binary (its hidden `probe` subcommand is the child).
+    pub agent_exe: &'a Path,
+    pub store_fault: Option<&'a str>,
+    /// The crash-free run's session, finished and closed.
+    pub spec: &'a SessionSpec,
+    /// The crash-free run's events.
+    pub reference: &'a [Record],
+}
+
+/// Runs one probe in `dir` (a scratch directory it creates; the caller removes it).
+pub fn run(setup: &ProbeSetup<'_>, probe: &Probe, dir: &Path) -> ProbeOutcome {
+    let result = std::fs::create_dir_all(dir)
+        .map_err(|e| format!("cannot create {}: {e}", dir.display()))
+        .and_then(|()| match probe {
+            Probe::Damage { file, offset } => damage(setup, file, *offset, dir),
+            Probe::Ledger { operation } => ledger(setup, operation, dir),
+        });
+    match result {
+        Ok((told, violations, skipped)) => ProbeOutcome {
+            probe: probe.clone(),
+            skipped,
+            told,
+            violations,
+            error: None,
+        },
+        Err(e) => ProbeOutcome {
+            probe: probe.clone(),
+            told: String::new(),
+            violations: Vec::new(),
+            error: Some(e),
+            skipped: false,
+        },
+    }
+}
+
+/// What the store did, in words.
+fn tell(reply: &ProbeReply) -> String {
+    match reply {
+        ProbeReply::NotReplayed { message } => format!(
+            "not carried out: the store refused the crash-free run's own events before the second commit: {message}"
+        ),
+        ProbeReply::Refused {
+            at, kind, message, ..
+        } => format!("{at} refused with `{kind}`: {message}"),
+        ProbeReply::Served { records } => {
+            format!("it opened and served {} event(s)", records.len())
+        }
+        ProbeReply::Accepted { seq } => format!("it acknowledged the second commit at seq {seq}"),
+    }
+}
+
+fn damage(
+    setup: &ProbeSetup<'_>,
+    file: &Path,
+    offset: u64,
+    dir: &Path,
+) -> Result<(String, Vec<Violation>, bool), String> {
+    let root = dir.join("root");
+    crate::runner::copy_dir(&setup.spec.root, &root)
+        .map_err(|e| format!("cannot copy the store's root: {e}"))?;
+    let path = root.join(file);
+    let mut bytes = std::fs::read(&path).map_err(|e| format!("{}: {e}", path.display()))?;
+    let Some(byte) = bytes.get_mut(offset as usize) else {
+        return Err(format!(
+            "{} has {} bytes: no byte offset {offset}",
+            file.display(),
+            bytes.len()
+        ));
+    };
+    let was = *byte;
+    *byte ^= 1;
+    let now = *byte;
+    std::fs::write(&path, &bytes).map_err(|e| format!("{}: {e}", path.display()))?;
+    let reply = child(setup, "damage", &root, &setup.spec.session, None, &[])?;
+    let what = format!(
+        "{}, byte offset {offset}: {was:#04x} flipped to {now:#04x}",
+        file.display()
+    );
+    let told = format!("{what}; {}", tell(&reply));
+    Ok((
+        told,
+        judge_damage(&what, setup.reference, &reply)?
+            .into_iter()
+            .collect(),
+        false,
+    ))
+}
+
+/// The damage verdict: `what` says which byte was flipped.
+pub fn judge_damage(
+    what: &str,
+    reference: &[Record],
+    reply: &ProbeReply,
+) -> Result<Option<Violation>, String> {
+    let violation = |found: String, events: Vec<String>| {
+        Violation {
+        invariant: Invariant::DamageRefused,
+        when: "after the crash-free run, on a copy of its store with one bit flipped".into(),
+        expected: format!(
+            "{what}: opening or reading refuses with `damage`, or the store serves the {} undamaged events unchanged",
+            reference.len()
+        ),
+        found,
+        events,
+    }
+    };
+    match reply {
+        ProbeReply::Refused { kind, .. } if kind == ErrorKind::Damage.name() => Ok(None),
+        ProbeReply::Refused {
+            at, kind, message, ..
+        } => Ok(Some(violation(
+            format!("a `{kind}` refusal at {at}, not `damage`: {message}"),
+            vec![],
+        ))),
+        ProbeReply::Served { records } => {
+            let want: Vec<String> = reference.iter().map(record_key).collect();
+            let Some(i) =
+                (0..want.len().max(records.len())).find(|&i| want.get(i) != records.get(i))
+            else {
+                return Ok(None);
+            };
+            let found = match (reference.get(i), records.get(i)) {
+                (Some(r), None) => format!(
+                    "it served {} of {} events without refusing: from {} on they are gone (a silent skip)",
+                    records.len(),
+                    want.len(),
+                    describe_record(r)
+                ),
+                (Some(r), Some(got)) => format!(
+                    "it served a different record at seq {} without refusing: {got:?} where the undamaged store has {}",
+                    r.seq,
+                    describe_record(r)
+                ),
+                (None, Some(got)) => format!("it served an extra record {got:?}"),
+                (None, None) => unreachable!("i is below the longer length"),
+            };
+            let near = reference[i.saturating_sub(1)..(i + 2).min(reference.len())]
+                .iter()
+                .map(describe_record)
+                .collect();
+            Ok(Some(violation(found, near)))
+        }
+        ProbeReply::Accepted { .. } | ProbeReply::NotReplayed { .. } => {
+            Err("the damage probe got a ledger reply".into())
+        }
+    }
+}
+
+fn ledger(
+    setup: &ProbeSetup<'_>,
+    operation: &str,
+    dir: &Path,
+) -> Result<(String, Vec<Violation>, bool), String> {
+    let commit = setup
+        .reference
+        .iter()
+        .position(|r| matches!(r.event(), Some(Event::EffectCommitted { operation_id, .. }) if operation_id == operation))
+        .ok_or_else(|| format!("the crash-free run never commits operation {operation:?}"))?;
+    // Event 0 (session_created) is the store's own, written by open.
+    let events: Vec<&Event> = setup.reference[1..=commit]
+        .iter()
+        .map(|r| {
+            r.event()
+                .ok_or_else(|| format!("{} is not an event the agent writes", describe_record(r)))
+        })
+        .collect::<Result<_, _>>()?;
+    let file = dir.join("events.json");
+    std::fs::write(
+        &file,
+        serde_json::to_vec(&events).expect("events serialize"),
+    )
+    .map_err(|e| format!("{}: {e}", file.display()))?;
+    let ws = dir.join("ws");
+    std::fs::create_dir_all(&ws).map_err(|e| format!("{}: {e}", ws.display()))?;
+    let reply = child(
+        setup,
+        "ledger",
+        &dir.join("root"),
+        "ledger-probe",
+        Some(&ws),
+        &[std::ffi::OsStr::new("--events"), file.as_os_str()],
+    )?;
+    let first = &setup.reference[commit];
+    let told = format!(
+        "replaying {} event(s) up to {}, then the same commit again: {}",
+        commit,
+        describe_record(first),
+        tell(&reply)
+    );
+    Ok((
+        told,
+        judge_ledger(operation, first, commit as u64 + 1, &reply)?
+            .into_iter()
+            .collect(),
+        matches!(reply, ProbeReply::NotReplayed { .. }),
+    ))
+}
+
+/// The ledger verdict: `first` is the first commit, `held` how many events
+/// the session holds before the second.
+pub fn judge_ledger(
+    operation: &str,
+    first: &Record,
+    held: u64,
+    reply: &ProbeReply,
+) -> Result<Option<Violation>, String> {
+    let violation = |found: String| {
+        Violation {
+        invariant: Invariant::LedgerRefusesDoubleCommit,
+        when: "after the crash-free run, in a fresh session replaying its events up to the first commit".into(),
+        expected: format!(
+            "a second effect_committed for operation {operation} (already committed at seq {}) refused with `rule`, nothing written",
+            first.seq
+        ),
+        found,
+        events: vec![describe_record(first)],
+    }
+    };
+    Ok(match reply {
+        ProbeReply::Refused {
+            kind, events_after, ..
+        } if kind == ErrorKind::Rule.name() => match events_after {
+            Some(n) if *n > held => Some(violation(format!(
+                "refused, but the session grew from {held} to {n} events"
+            ))),
+            _ => None,
+        },
+        ProbeReply::Refused {
+            at, kind, message, ..
+        } => Some(violation(format!(
+            "a `{kind}` refusal at {at}, not `rule`: {message}"
+        ))),
+        ProbeReply::Accepted { seq } => Some(violation(format!(
+            "accepted and acknowledged at seq {seq}: operation {operation} is committed twice"
+        ))),
+        ProbeReply::NotReplayed { .. } => None,
+        ProbeReply::Served { .. } => return Err("the ledger probe got a damage reply".into()),
+    })
+}
+
+/// Runs `agentchaos probe` with the store's flags and parses its reply.
+fn child(
+    setup: &ProbeSetup<'_>,
+    what: &str,
+    root: &Path,
+    session: &str,
+    workspace: Option<&Path>,
+    extra: &[&std::ffi::OsStr],
+) -> Result<ProbeReply, String> {
+    let mut cmd = Command::new(setup.agent_exe);
+    cmd.args(["probe", "--what", what, "--session", session, "--root"])
+        .arg(root)
+        .args(extra)
+        .args(setup.backend.agent_args());
+    if let Some(ws) = workspace {
+        cmd.arg("--workspace").arg(ws);
+    }
+    cmd.env_remove(agentstore::fault::FAULT_ENV);
+    for var in [
+        "AGENTCHAOS_TRACE",
+        "AGENTCHAOS_KILL_AT",
+        "AGENTCHAOS_TEAR",
+        "AGENTCHAOS_SYNC_LOG",
+    ] {
+        cmd.env_remove(var);
+    }
+    if let Some(f) = setup.store_fault {
+        cmd.env(agentstore::fault::FAULT_ENV, f);
+    }
+    let out = cmd
+        .output()
+        .map_err(|e| format!("cannot start the probe {}: {e}", setup.agent_exe.display()))?;
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    if !out.status.success() {
+        let stderr = String::from_utf8_lossy(&out.stderr);
+        return Err(format!(
+            "the {what} probe failed ({}): {}",
+            out.status,
+            stderr.lines().last().unwrap_or("(no message)")
+        ));
+    }
+    serde_json::from_str(stdout.trim())
+        .map_err(|e| format!("the {what} probe replied {:?}: {e}", stdout.trim()))
+}
+
+/// `agentchaos replay --plan probe:…`: the crash-free run again, then the
+/// one probe on its store, told in words. `keep` keeps the probe's scratch
+/// directory (the damaged copy, or the fresh session) there.
+pub fn replay(
+    cfg: &crate::runner::Config<'_>,
+    source: crate::runner::ScenarioSource,
+    probe: &Probe,
+    keep: Option<&Path>,
+) -> Result<crate::replay::Replayed, String> {
+    let dir = crate::runner::campaign_dir(&cfg.dir)?;
+    let result = replay_in(cfg, source, probe, keep, &dir);
+    let _ = std::fs::remove_dir_all(&dir);
+    result
+}
+
+fn replay_in(
+    cfg: &crate::runner::Config<'_>,
+    source: crate::runner::ScenarioSource,
+    probe: &Probe,
+    keep: Option<&Path>,
+    dir: &Path,
+) -> Result<crate::replay::Replayed, String> {
+    use std::fmt::Write as _;
+    let trace = dir.join("trace");
+    let prepared = crate::runner::prepare_keeping(cfg, source, &trace)?;
+    let name = prepared.source.scenario.name.clone();
+    let mut narrative = format!(
+        "scenario {name} ({}), probe {probe}\nthe crash-free run wrote {} events\n",
+        prepared.source.path.display(),
+        prepared.reference.records.len()
+    );
+    if let Some(u) = &prepared.unusable {
+        return Ok(crate::replay::Replayed {
+            narrative,
+            violations: Vec::new(),
+            error: Some(u.clone()),
+        });
+    }
+    let spec = crate::trial::TrialDir { dir: trace.clone() }.spec();
+    let setup = crate::runner::probe_setup(cfg, &prepared, &spec);
+    let scratch = dir.join("probe");
+    let outcome = run(&setup, probe, &scratch);
+    let replay = crate::runner::replay_command(
+        &prepared.source.path,
+        &probe.plan(),
+        cfg.store_fault.as_deref(),
+        &cfg.backend.agent_args(),
+    );
+    if !outcome.told.is_empty() {
+        let _ = writeln!(narrative, "{}", outcome.told);
+    }
+    let _ = writeln!(
+        narrative,
+        "{}",
+        match (&outcome.error, outcome.violations.is_empty()) {
+            (Some(_), _) => "the probe could not be carried out".to_string(),
+            (None, true) => format!("the store kept its promise ({})", probe.capability()),
+            (None, false) => format!("the store broke its promise ({})", probe.capability()),
+        }
+    );
+    for v in &outcome.violations {
+        narrative.push('\n');
+        narrative.push_str(&crate::report::explain(
+            v,
+            &name,
+            &format!("none (probe {probe}, after the crash-free run)"),
+            &replay,
+        ));
+    }
+    if let Some(keep) = keep {
+        let dest = keep.join(&name).join(probe.to_string().replace('/', "_"));
+        let _ = std::fs::remove_dir_all(&dest);
+        crate::runner::copy_dir(&scratch, &dest)
+            .map_err(|e| format!("cannot keep the probe in {}: {e}", dest.display()))?;
+        let _ = writeln!(narrative, "probe directory kept in {}", dest.display());
+    }
+    Ok(crate::replay::Replayed {
+        narrative,
+        violations: outcome.violations,
+        error: outcome.error,
+    })
+}
+
+/// A store refusal (with its kind) or a failure to talk to the store.
+#[derive(Debug)]
+pub enum ChildError {
+    Refused { kind: ErrorKind, message: String },
+    Failed(String),
+}
+
+impl From<agentstore::Error> for ChildError {
+    fn from(e: agentstore::Error) -> ChildError {
+        use agentstore::Error as E;
+        let kind = match &e {
+            E::Io { .. } | E::Poisoned { .. } => ErrorKind::Io,
+            E::Damage { .. } | E::UnknownEventType { .. } => ErrorKind::Damage,
+            E::SessionLocked { .. } => ErrorKind::Locked,
+            E::NoSuchSession { .. } => ErrorKind::NotFound,
+            E::SessionExists { .. } => ErrorKind::Exists,
+            E::Rule(_) => ErrorKind::Rule,
+            E::InvalidSessionId { .. } | E::EventTooLarge { .. } | E::Invalid(_) => {
+                ErrorKind::Invalid
+            }
+        };
+        ChildError::Refused {
+            kind,
+            message: e.to_string(),
+        }
+    }
+}
+
+impl From<crate::adapter::ClientError> for ChildError {
+    fn from(e: crate::adapter::ClientError) -> ChildError {
+        match e.refusal_kind() {
+            Some(kind) => ChildError::Refused {
+                kind,
+                message: e.to_string(),
+            },
+            None => ChildError::Failed(e.to_string()),
+        }
+    }
+}
+
+/// The store as the probe child drives it: agentstore in this process, or an adapter.
+enum Target {
+    Reference {
+        paths: SessionPaths,
+        session: Box<Session>,
+    },
+    Adapter(Box<Client>),
+}
+
+impl Target {
+    fn open(
+        adapter: Option<&str>,
+        root: &Path,
+        session: &str,
+        workspace: Option<&Path>,
+    ) -> Result<Target, ChildError> {
+        match adapter {
+            None => {
+                let id = SessionId::new(session)?;
+                let session = match workspace {
+                    Some(ws) => {
+                        Session::open_or_create(root, &id, ws, SessionOptions::default())?.0
+                    }
+                    None => Session::open(root, &id, SessionOptions::default())?.0,
+                };
+                Ok(Target::Reference {
+                    paths: SessionPaths::new(root, &id),
+                    session: Box::new(session),
+                })
+            }
+            Some(line) => {
+                let backend = AdapterBackend::new(line).map_err(ChildError::Failed)?;
+                let mut client = backend.client().map_err(|e| ChildError::Failed(e.0))?;
+                client.open(&OpenArgs {
+                    root: root.to_path_buf(),
+                    session: session.to_string(),
+                    workspace: workspace.map(Path::to_path_buf),
+                    create: workspace.is_some(),
+                })?;
+                Ok(Target::Adapter(Box::new(client)))
+            }
+        }
+    }
+
+    fn append(&mut self, event: &Event) -> Result<Seq, ChildError> {
+        match (self, event) {
+            (Target::Reference { session, .. }, Event::ToolStarted { call_id }) => {
+                let due = session.log().next_seq();
+                let intent = session.start_tool(call_id)?;
+                Ok(intent.ack().map_or(due, |a| a.seq()))
+            }
+            (Target::Reference { session, .. }, e) => Ok(session.append(e.clone())?.seq()),
+            (Target::Adapter(c), Event::ToolStarted { call_id }) => Ok(c.start_tool(call_id)?.seq),
+            (Target::Adapter(c), e) => Ok(c.append(e)?.seq),
+        }
+    }
+
+    fn put_blob(&mut self, bytes: &[u8]) -> Result<BlobRef, ChildError> {
+        match self {
+            Target::Reference { session, .. } => Ok(session.put_blob(bytes)?),
+            Target::Adapter(c) => Ok(c.put_blob(bytes)?),
+        }
+    }
+
+    fn events(&mut self) -> Result<Vec<Record>, ChildError> {
+        match self {
+            Target::Reference { paths, .. } => {
+                let mut out = Vec::new();
+                for item in Scanner::open(&paths.events(), LogPosition::START)? {
+                    out.push(item?.1);
+                }
+                Ok(out)
+            }
+            Target::Adapter(c) => Ok(c.events(None)?),
+        }
+    }
+}
+
+/// The child's arguments.
+#[derive(Debug, Clone)]
+pub struct ChildArgs {
+    /// `damage` or `ledger`.
+    pub what: String,
+    pub root: PathBuf,
+    pub session: String,
+    /// Ledger: the workspace of the fresh session.
+    pub workspace: Option<PathBuf>,
+    /// Ledger: the events to replay, a JSON array; the last is the commit to repeat.
+    pub events: Option<PathBuf>,
+    pub adapter: Option<String>,
+}
+
+/// The child (`agentchaos probe`): drives the store, prints one [`ProbeReply`] line.
+pub fn run_child(args: &ChildArgs) -> Result<(), String> {
+    let reply = match args.what.as_str() {
+        "damage" => child_damage(args),
+        "ledger" => child_ledger(args),
+        other => return Err(format!("--what {other:?} is not damage or ledger")),
+    }?;
+    let mut out = std::io::stdout().lock();
+    writeln!(
+        out,
+        "{}",
+        serde_json::to_string(&reply).expect("a reply serializes")
+    )
+    .and_then(|()| out.flush())
+    .map_err(|e| format!("cannot write the reply: {e}"))
+}
+
+fn refused(at: &str, e: ChildError, events_after: Option<u64>) -> Result<ProbeReply, String> {
+    match e {
+        ChildError::Refused { kind, message } => Ok(ProbeReply::Refused {
+            at: at.to_string(),
+            kind: kind.name().to_string(),
+            message,
+            events_after,
+        }),
+        ChildError::Failed(m) => Err(format!("{at}: {m}")),
+    }
+}
+
+fn child_damage(args: &ChildArgs) -> Result<ProbeReply, String> {
+    let mut target = match Target::open(args.adapter.as_deref(), &args.root, &args.session, None) {
+        Ok(t) => t,
+        Err(e) => return refused("open", e, None),
+    };
+    match target.events() {
+        Ok(records) => Ok(ProbeReply::Served {
+            records: records.iter().map(record_key).collect(),
+        }),
+        Err(e) => refused("events", e, None),
+    }
+}
+
+fn child_ledger(args: &ChildArgs) -> Result<ProbeReply, String> {
+    let file = args.events.as_ref().ok_or("--events is required")?;
+    let text = std::fs::read(file).map_err(|e| format!("{}: {e}", file.display()))?;
+    let events: Vec<Event> =
+        serde_json::from_slice(&text).map_err(|e| format!("{}: {e}", file.display()))?;
+    let (again, prefix) = events.split_last().ok_or("no events to replay")?;
+    let ws = args.workspace.as_deref().ok_or("--workspace is required")?;
+    let fail = |what: String| move |e: ChildError| format!("{what}: {e:?}");
+    let mut target = Target::open(args.adapter.as_deref(), &args.root, &args.session, Some(ws))
+        .map_err(fail("open".into()))?;
+    for e in prefix.iter().chain(std::iter::once(again)) {
+        let e = match e {
+            // The blob's bytes are not in the log: any stored blob will do.
+            Event::ToolResult {
+                parent,
+                call_id,
+                status,
+                output,
+                blob: Some(_),
+            } => Event::ToolResult {
+                parent: parent.clone(),
+                call_id: call_id.clone(),
+                status: *status,
+                output: output.clone(),
+                blob: Some(
+                    target
+                        .put_blob(format!("ledger probe stand-in for {call_id}").as_bytes())
+                        .map_err(fail("put_blob".into()))?,
+                ),
+            },
+            other => other.clone(),
+        };
+        if let Err(err) = target.append(&e) {
+            return match err {
+                ChildError::Refused { kind, message } => Ok(ProbeReply::NotReplayed {
+                    message: format!("{} refused with `{kind}`: {message}", e.type_name()),
+                }),
+                ChildError::Failed(m) => Err(format!("replaying {}: {m}", e.type_name())),
+            };
+        }
+    }
+    match target.append(again) {
+        Ok(seq) => Ok(ProbeReply::Accepted { seq }),
+        Err(e) => {
+            let after = target.events().map_err(fail("events".into()))?.len() as u64;
+            refused("append", e, Some(after))
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use agentstore::event::{event_id, Body, Redaction};
+
+    fn rec(seq: u64, e: Event) -> Record {
+        Record {
+            seq,
+            id: event_id(seq),
+            ts: "2026-01-01T00:00:00.000Z".into(),
+            redaction: Redaction::Public,
+            body: Body::Known(e),
+        }
+    }
+
+    fn log() -> Vec<Record> {
+        vec![
+            rec(
+                0,
+                Event::SessionCreated {
+                    session_id: "s".into(),
+                    schema_version: 1,
+                    workspace: "/w".into(),
+                },
+            ),
+            rec(1, Event::RunStarted { run_id: "r".into() }),
+            rec(
+                2,
+                Event::EffectCommitted {
+                    call_id: "c".into(),
+                    operation_id: "op".into(),
+                    external_ref: "x".into(),
+                },
+            ),
+        ]
+    }
+
+    #[test]
+    fn probes_round_trip_through_their_plan_form() {
+        for s in ["damage@sessions/s/events.jsonl:120", "ledger@op-deploy-1"] {
+            let p: Probe = s.parse().unwrap();
+            assert_eq!(p.to_string(), s);
+        }
+        for bad in [
+            "damage@x",
+            "damage@:3",
+            "damage@../x:3",
+            "damage@/etc/passwd:3",
+            "ledger@",
+            "zap@1",
+        ] {
+            assert!(bad.parse::<Probe>().is_err(), "{bad}");
+        }
+    }
+
+    #[test]
+    fn a_silent_skip_is_a_violation_and_a_damage_refusal_or_redundancy_is_not() {
+        let reference = log();
+        let all: Vec<String> = reference.iter().map(record_key).collect();
+        let served = |n: usize| ProbeReply::Served {
+            records: all[..n].to_vec(),
+        };
+        assert!(judge_damage("f", &reference, &served(3)).unwrap().is_none());
+        let refused = |kind: &str| ProbeReply::Refused {
+            at: "open".into(),
+            kind: kind.into(),
+            message: "m".into(),
+            events_after: None,
+        };
+        assert!(judge_damage("f", &reference, &refused("damage"))
+            .unwrap()
+            .is_none());
+        // The broken store: it skips the damaged line and serves the rest.
+        let skipped = judge_damage("f, byte offset 9", &reference, &served(2))
+            .unwrap()
+            .expect("a silent skip is caught");
+        assert_eq!(skipped.invariant, Invariant::DamageRefused);
+        assert!(skipped.found.contains("silent skip"), "{}", skipped.found);
+        assert!(skipped.expected.contains("byte offset 9"));
+        let wrong = judge_damage("f", &reference, &refused("io"))
+            .unwrap()
+            .unwrap();
+        assert!(wrong.found.contains("`io` refusal"), "{}", wrong.found);
+    }
+
+    #[test]
+    fn an_accepted_second_commit_is_a_violation() {
+        let reference = log();
+        let accepted = judge_ledger("op", &reference[2], 3, &ProbeReply::Accepted { seq: 3 })
+            .unwrap()
+            .expect("caught");
+        assert_eq!(accepted.invariant, Invariant::LedgerRefusesDoubleCommit);
+        assert!(accepted.found.contains("committed twice"));
+        let refused = |kind: &str, after: u64| ProbeReply::Refused {
+            at: "append".into(),
+            kind: kind.into(),
+            message: "m".into(),
+            events_after: Some(after),
+        };
+        assert!(judge_ledger("op", &reference[2], 3, &refused("rule", 3))
+            .unwrap()
+            .is_none());
+        assert!(judge_ledger("op", &reference[2], 3, &refused("rule", 4))
+            .unwrap()
+            .is_some());
+        assert!(judge_ledger("op", &reference[2], 3, &refused("io", 3))
+            .unwrap()
+            .is_some());
+    }
+
+    #[test]
+    fn plans_probe_only_what_is_claimed() {
+        let dir = tempfile::tempdir().unwrap();
+        std::fs::create_dir_all(dir.path().join("s")).unwrap();
+        std::fs::write(dir.path().join("s/log"), vec![b'x'; 100]).unwrap();
+        std::fs::write(dir.path().join("empty"), b"").unwrap();
+        let reference = log();
+        let all = plan(&Capability::ALL, dir.path(), &reference, &mut Rng::new(1)).unwrap();
+        let damage: Vec<&Probe> = all
+            .iter()
+            .filter(|p| matches!(p, Probe::Damage { .. }))
+            .collect();
+        assert!(!damage.is_empty() && damage.len() <= DAMAGE_POSITIONS);
+        for p in &damage {
+            let Probe::Damage { file, offset } = p else {
+                unreachable!()
+            };
+            assert_eq!(file, Path::new("s/log"));
+            assert!((25..75).contains(offset), "{offset}");
+        }
+        assert!(all.contains(&Probe::Ledger {
+            operation: "op".into()
+        }));
+        let none = plan(
+            &[Capability::DurableAppend],
+            dir.path(),
+            &reference,
+            &mut Rng::new(1),
+        )
+        .unwrap();
+        assert!(none.is_empty());
+    }
+}

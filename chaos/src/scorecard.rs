@@ -1,0 +1,557 @@
+//! The scorecard: one verdict per capability (`Capability::ALL`), plus
+//! the end-to-end outcome every store owes, from a campaign's trials and
+//! probes.
+//!
+//! - **pass**: the capability's checks ran at least once (counted) and none failed;
+//! - **fail**: with the first violation and its replay command;
+//! - **not supported**: the store does not claim it; its probes and its
+//!   nemesis-only trials (tears) are not run, and it is never a pass;
+//! - **not exercised**: claimed, but nothing in this campaign tested it (and why).
+//!
+//! [`row_of`] is the one table mapping each invariant to the row it is
+//! evidence for; [`Evidence`] is what one trial exercised. This module
+//! sorts the checker's and the probes' verdicts by capability and counts;
+//! it must never judge a trial itself, and never pass an unclaimed capability.
+
+use std::fmt::Write as _;
+
+use agentstore::event::Event;
+use serde_json::{json, Value};
+
+use crate::adapter::Capability;
+use crate::checker::{Invariant, Violation};
+use crate::model::Model;
+use crate::nemesis::{Crash, Plan};
+use crate::runner::{replay_command, CampaignResult};
+use crate::store::CheckpointView;
+use crate::trial::History;
+
+/// A scorecard row.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash)]
+pub enum Row {
+    Capability(Capability),
+    /// What every store owes the agent, whatever it claims: no effect twice,
+    /// and the crash-free run's world and workspace after resuming.
+    Outcome,
+}
+
+impl Row {
+    /// Every row, in scorecard order.
+    pub fn all() -> Vec<Row> {
+        Capability::ALL
+            .into_iter()
+            .map(Row::Capability)
+            .chain([Row::Outcome])
+            .collect()
+    }
+
+    pub fn name(self) -> &'static str {
+        match self {
+            Row::Capability(c) => c.name(),
+            Row::Outcome => "outcome (every store)",
+        }
+    }
+}
+
+/// The one table: which row an invariant's violations count against.
+/// Two refinements look at the trial ([`attribute`]): `log-prefix` in a
+/// trial that left a torn tail is `torn_tail_repair`; `checkpoint-projection`
+/// whose first difference is the leaf is `branches`, the branch window
+/// `compaction` when the log holds a compaction (else `branches`).
+pub fn row_of(invariant: Invariant) -> Row {
+    use Capability as C;
+    match invariant {
+        Invariant::AckedDurable | Invariant::LogPrefix => Row::Capability(C::DurableAppend),
+        Invariant::OrphanMarkedUncertain
+        | Invariant::RunsClosed
+        | Invariant::RecoveryIdempotent => Row::Capability(C::OrphanMarking),
+        Invariant::CheckpointProjection => Row::Capability(C::CheckpointProjection),
+        Invariant::DamageRefused => Row::Capability(C::DamageRefusal),
+        Invariant::LedgerRefusesDoubleCommit => Row::Capability(C::EffectLedger),
+        Invariant::EffectAtMostOnce | Invariant::ExactlyOnceOutcome => Row::Outcome,
+    }
+}
+
+/// How the checker words a projection difference (`checker::first_diff`
+/// under the name `projection`).
+const LEAF_DIFF: &str = "differ at projection.leaf";
+const BRANCH_DIFF: &str = "differ at projection.branch";
+
+/// The row of one violation found in a trial that exercised `e`.
+pub fn attribute(v: &Violation, e: &Evidence) -> Row {
+    match (v.invariant, row_of(v.invariant)) {
+        (Invariant::LogPrefix, _) if e.torn_tail => Row::Capability(Capability::TornTailRepair),
+        (Invariant::CheckpointProjection, _) if v.found.contains(LEAF_DIFF) => {
+            Row::Capability(Capability::Branches)
+        }
+        (Invariant::CheckpointProjection, _) if v.found.contains(BRANCH_DIFF) => {
+            Row::Capability(if e.compaction {
+                Capability::Compaction
+            } else {
+                Capability::Branches
+            })
+        }
+        (_, row) => row,
+    }
+}
+
+/// Runs a plan only when the store claims what it tests: a torn write
+/// tests `torn_tail_repair`.
+pub fn plan_runs(plan: &Plan, claimed: &[Capability]) -> bool {
+    !matches!(plan.crash, Some(Crash::Tear { .. })) || claimed.contains(&Capability::TornTailRepair)
+}
+
+/// What one trial exercised.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct Evidence {
+    /// A crash trial that ran: every ack was checked at every observation.
+    pub crashed: bool,
+    /// The first crash left a torn tail that recovery had to repair.
+    pub torn_tail: bool,
+    /// The log at the crash had an open run or a call to mark.
+    pub recovery_work: bool,
+    /// A resumed projection was compared with the fold, or a snapshot checked.
+    pub projection: bool,
+    /// ... while the log at the crash held a `leaf_moved`.
+    pub leaf_moved: bool,
+    /// ... while the log at the crash held a `compaction`.
+    pub compaction: bool,
+    /// The agent finished: the outcome was compared with the crash-free run's.
+    pub finished: bool,
+}
+
+impl Evidence {
+    pub fn of(h: &History) -> Evidence {
+        let Some(crash) = h.after_kill.first() else {
+            return Evidence {
+                finished: h.last().done,
+                ..Evidence::default()
+            };
+        };
+        let model = Model::fold(&crash.records);
+        let recovered = h.lives.iter().skip(1).any(|l| l.recovered.is_some());
+        let projection = h.lives.iter().any(|l| {
+            l.recovered.is_some() && l.after_recovery.as_ref().is_some_and(|o| o.fold.is_some())
+        }) || h
+            .lives
+            .iter()
+            .filter_map(|l| l.after_recovery.as_ref())
+            .chain(&h.after_kill)
+            .chain([&h.final_obs])
+            .any(|o| matches!(o.checkpoint, CheckpointView::Present(_)));
+        let holds = |f: fn(&Event) -> bool| crash.records.iter().any(|r| r.event().is_some_and(f));
+        Evidence {
+            crashed: true,
+            torn_tail: crash.torn.is_some(),
+            recovery_work: recovered
+                && (model.open_run.is_some() || model.open_calls().any(|c| c.needs_mark())),
+            projection,
+            leaf_moved: projection && holds(|e| matches!(e, Event::LeafMoved { .. })),
+            compaction: projection && holds(|e| matches!(e, Event::Compaction { .. })),
+            finished: h.last().done,
+        }
+    }
+}
+
+/// How many times a row was exercised in a campaign, and in what unit.
+fn exercised(row: Row, result: &CampaignResult) -> (usize, &'static str) {
+    let trials = |f: fn(&Evidence) -> bool| {
+        result
+            .scenarios
+            .iter()
+            .flat_map(|s| &s.outcomes)
+            .filter(|o| o.error.is_none() && f(&o.evidence))
+            .count()
+    };
+    let probes = |c: Capability| {
+        result
+            .scenarios
+            .iter()
+            .flat_map(|s| &s.prepared.probes)
+            .filter(|p| p.error.is_none() && !p.skipped && p.probe.capability() == c)
+            .count()
+    };
+    use Capability as C;
+    match row {
+        Row::Capability(C::DurableAppend) => (trials(|e| e.crashed), "crash trials"),
+        Row::Capability(C::TornTailRepair) => (trials(|e| e.torn_tail), "trials left a torn tail"),
+        Row::Capability(C::DamageRefusal) => (probes(C::DamageRefusal), "damage probes"),
+        Row::Capability(C::OrphanMarking) => (trials(|e| e.recovery_work), "recoveries with work"),
+        Row::Capability(C::EffectLedger) => (probes(C::EffectLedger), "double-commit probes"),
+        Row::Capability(C::CheckpointProjection) => {
+            (trials(|e| e.projection), "trials compared projections")
+        }
+        Row::Capability(C::Branches) => {
+            (trials(|e| e.leaf_moved), "trials crashed after a leaf move")
+        }
+        Row::Capability(C::Compaction) => (
+            trials(|e| e.compaction),
+            "trials crashed after a compaction",
+        ),
+        Row::Outcome => (trials(|e| e.finished), "trials resumed to completion"),
+    }
+}
+
+/// Why a claimed row was not exercised.
+fn why_not(row: Row, adapter: bool) -> &'static str {
+    use Capability as C;
+    match row {
+        Row::Capability(C::DurableAppend) => "no crash trial ran",
+        Row::Capability(C::TornTailRepair) if adapter => {
+            "no trial tore a write: through an adapter, tears need the syscall nemesis"
+        }
+        Row::Capability(C::TornTailRepair) => "no trial left a torn tail",
+        Row::Capability(C::DamageRefusal) => {
+            "no damage probe ran (no crash-free run, or an empty store root)"
+        }
+        Row::Capability(C::OrphanMarking) => {
+            "no crash left an open run or a call without its result"
+        }
+        Row::Capability(C::EffectLedger) => {
+            "no scenario commits a side effect, or the store refused to replay its own events up to a commit (see the probe notes)"
+        }
+        Row::Capability(C::CheckpointProjection) => {
+            "no recovery compared a projection and no snapshot was written"
+        }
+        Row::Capability(C::Branches) => "no scenario moves the leaf (leaf_moved) before a crash",
+        Row::Capability(C::Compaction) => "no scenario compacts before a crash",
+        Row::Outcome => "no trial resumed to completion",
+    }
+}
+
+/// The first violation of a row, with its replay command.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct FirstViolation {
+    pub scenario: String,
+    pub invariant: Invariant,
+    /// One line: expected and found.
+    pub line: String,
+    pub replay: String,
+}
+
+/// One row's verdict.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Verdict {
+    Pass {
+        count: usize,
+        unit: &'static str,
+    },
+    Fail {
+        violations: usize,
+        first: FirstViolation,
+    },
+    /// Not claimed: not scored. `violations` found against it anyway are
+    /// still violations of the campaign.
+    NotSupported {
+        violations: usize,
+    },
+    NotExercised {
+        why: &'static str,
+    },
+}
+
+impl Verdict {
+    pub fn word(&self) -> &'static str {
+        match self {
+            Verdict::Pass { .. } => "pass",
+            Verdict::Fail { .. } => "fail",
+            Verdict::NotSupported { .. } => "not supported",
+            Verdict::NotExercised { .. } => "not exercised",
+        }
+    }
+}
+
+/// The scorecard of a campaign.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Scorecard {
+    pub claimed: Vec<Capability>,
+    pub rows: Vec<(Row, Verdict)>,
+}
+
+fn one_line(v: &Violation) -> String {
+    format!(
+        "{}: expected {}; found {}",
+        v.invariant, v.expected, v.found
+    )
+    .replace('\n', " ")
+}
+
+/// Scores `result`; `store_fault` and `store_args` go into replay commands.
+pub fn score(
+    result: &CampaignResult,
+    store_fault: Option<&str>,
+    store_args: &[String],
+) -> Scorecard {
+    let adapter = !store_args.is_empty();
+    // Every violation with its row, scenario and replay command, in report order.
+    let mut found: Vec<(Row, String, &Violation, String)> = Vec::new();
+    for s in &result.scenarios {
+        let path = &s.prepared.source.path;
+        for v in &s.prepared.trace_violations {
+            let replay = replay_command(path, &Plan::NONE, store_fault, store_args);
+            found.push((
+                attribute(v, &Evidence::default()),
+                s.name().to_string(),
+                v,
+                replay,
+            ));
+        }
+        for o in &s.outcomes {
+            for v in &o.violations {
+                let replay = replay_command(path, &o.plan, store_fault, store_args);
+                found.push((attribute(v, &o.evidence), s.name().to_string(), v, replay));
+            }
+        }
+        for p in &s.prepared.probes {
+            for v in &p.violations {
+                let replay = replay_command(path, &p.probe.plan(), store_fault, store_args);
+                found.push((row_of(v.invariant), s.name().to_string(), v, replay));
+            }
+        }
+    }
+    let rows = Row::all()
+        .into_iter()
+        .map(|row| {
+            let mine: Vec<_> = found.iter().filter(|f| f.0 == row).collect();
+            let claimed = match row {
+                Row::Capability(c) => result.capabilities.contains(&c),
+                Row::Outcome => true,
+            };
+            let verdict = if !claimed {
+                Verdict::NotSupported {
+                    violations: mine.len(),
+                }
+            } else if let Some((_, scenario, v, replay)) = mine.first() {
+                Verdict::Fail {
+                    violations: mine.len(),
+                    first: FirstViolation {
+                        scenario: scenario.clone(),
+                        invariant: v.invariant,
+                        line: one_line(v),
+                        replay: replay.clone(),
+                    },
+                }
+            } else {
+                match exercised(row, result) {
+                    (0, _) => Verdict::NotExercised {
+                        why: why_not(row, adapter),
+                    },
+                    (count, unit) => Verdict::Pass { count, unit },
+                }
+            };
+            (row, verdict)
+        })
+        .collect();
+    Scorecard {
+        claimed: result.capabilities.clone(),
+        rows,
+    }
+}
+
+/// The scorecard for the terminal.
+pub fn text(card: &Scorecard) -> String {
+    let mut out = format!(
+        "scorecard ({} of {} capabilities claimed):\n",
+        card.claimed.len(),
+        Capability::ALL.len()
+    );
+    for (row, verdict) in &card.rows {
+        let detail = match verdict {
+            Verdict::Pass { count, unit } => format!("{count} {unit}"),
+            Verdict::Fail { violations, first } => format!(
+                "{violations} violation(s); first in {}: {}\n{:>27}replay:   {}",
+                first.scenario, first.line, "", first.replay
+            ),
+            Verdict::NotSupported { violations: 0 } => {
+                "the store does not claim it: not checked, not passed".to_string()
+            }
+            Verdict::NotSupported { violations } => format!(
+                "the store does not claim it: not scored ({violations} violation(s) of its invariants found anyway)"
+            ),
+            Verdict::NotExercised { why } => (*why).to_string(),
+        };
+        let _ = writeln!(
+            out,
+            "  {:<23}  {:<13}  {detail}",
+            row.name(),
+            verdict.word()
+        );
+    }
+    out
+}
+
+/// The scorecard as JSON: one object per row.
+pub fn json(card: &Scorecard) -> Value {
+    let rows: Vec<Value> = card
+        .rows
+        .iter()
+        .map(|(row, verdict)| {
+            let mut o = json!({
+                "capability": match row {
+                    Row::Capability(c) => c.name(),
+                    Row::Outcome => "outcome",
+                },
+                "claimed": !matches!(verdict, Verdict::NotSupported { .. }),
+                "verdict": verdict.word(),
+            });
+            match verdict {
+                Verdict::Pass { count, unit } => {
+                    o["evidence"] = json!(count);
+                    o["evidence_unit"] = json!(unit);
+                }
+                Verdict::Fail { violations, first } => {
+                    o["violations"] = json!(violations);
+                    o["first_violation"] = json!({
+                        "scenario": first.scenario,
+                        "invariant": first.invariant.name(),
+                        "line": first.line,
+                        "replay": first.replay,
+                    });
+                }
+                Verdict::NotSupported { violations } => o["violations"] = json!(violations),
+                Verdict::NotExercised { why } => o["why"] = json!(why),
+            }
+            o
+        })
+        .collect();
+    Value::Array(rows)
+}
+
+/// The scorecard as one JUnit test suite (`escape` escapes XML text):
+/// fail is a failure, not supported and not exercised are skipped.
+pub fn junit(card: &Scorecard, escape: fn(&str) -> String) -> String {
+    let failures = card
+        .rows
+        .iter()
+        .filter(|(_, v)| matches!(v, Verdict::Fail { .. }))
+        .count();
+    let mut out = format!(
+        "  <testsuite name=\"scorecard\" tests=\"{}\" failures=\"{failures}\">\n",
+        card.rows.len()
+    );
+    for (row, verdict) in &card.rows {
+        let _ = write!(
+            out,
+            "    <testcase classname=\"agentchaos.scorecard\" name=\"{}\"",
+            escape(row.name())
+        );
+        match verdict {
+            Verdict::Pass { .. } => out.push_str("/>\n"),
+            Verdict::Fail { violations, first } => {
+                let _ = writeln!(
+                    out,
+                    ">\n      <failure message=\"{violations} violation(s)\">{}\nreplay: {}</failure>\n    </testcase>",
+                    escape(&first.line),
+                    escape(&first.replay)
+                );
+            }
+            Verdict::NotSupported { .. } | Verdict::NotExercised { .. } => {
+                let why = match verdict {
+                    Verdict::NotExercised { why } => format!("not exercised: {why}"),
+                    _ => "not supported: the store does not claim it".to_string(),
+                };
+                let _ = writeln!(
+                    out,
+                    ">\n      <skipped message=\"{}\"/>\n    </testcase>",
+                    escape(&why)
+                );
+            }
+        }
+    }
+    out.push_str("  </testsuite>\n");
+    out
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn violation(invariant: Invariant, found: &str) -> Violation {
+        Violation {
+            invariant,
+            when: "w".into(),
+            expected: "e".into(),
+            found: found.into(),
+            events: vec![],
+        }
+    }
+
+    #[test]
+    fn every_invariant_has_a_row_and_every_capability_is_evidenced() {
+        let rows: Vec<Row> = Invariant::ALL.into_iter().map(row_of).collect();
+        for c in Capability::ALL {
+            // Torn tails, branches and compaction are reached by attribute's refinements.
+            let refined = [
+                Capability::TornTailRepair,
+                Capability::Branches,
+                Capability::Compaction,
+            ];
+            assert!(
+                rows.contains(&Row::Capability(c)) || refined.contains(&c),
+                "{c} has no invariant"
+            );
+        }
+    }
+
+    #[test]
+    fn refinements_follow_the_trial_and_the_checkers_wording() {
+        let torn = Evidence {
+            torn_tail: true,
+            ..Evidence::default()
+        };
+        let lp = violation(Invariant::LogPrefix, "x");
+        assert_eq!(
+            attribute(&lp, &torn),
+            Row::Capability(Capability::TornTailRepair)
+        );
+        assert_eq!(
+            attribute(&lp, &Evidence::default()),
+            Row::Capability(Capability::DurableAppend)
+        );
+        // The checker's own wording of a projection difference.
+        let a = json!({"leaf": "e3", "branch": ["e2", "e3"]});
+        let b = json!({"leaf": "e5", "branch": ["e2", "e5"]});
+        let d = crate::checker::first_diff(&a, &b, "projection").unwrap();
+        let leaf = violation(
+            Invariant::CheckpointProjection,
+            &format!("they differ at {d}"),
+        );
+        assert_eq!(
+            attribute(&leaf, &Evidence::default()),
+            Row::Capability(Capability::Branches)
+        );
+        let c = json!({"leaf": "e3", "branch": ["e3"]});
+        let d = crate::checker::first_diff(&a, &c, "projection").unwrap();
+        let window = violation(
+            Invariant::CheckpointProjection,
+            &format!("they differ at {d}"),
+        );
+        let compacted = Evidence {
+            compaction: true,
+            ..Evidence::default()
+        };
+        assert_eq!(
+            attribute(&window, &compacted),
+            Row::Capability(Capability::Compaction)
+        );
+        let other = violation(
+            Invariant::CheckpointProjection,
+            "they differ at projection.plan: 1 vs 2",
+        );
+        assert_eq!(
+            attribute(&other, &compacted),
+            Row::Capability(Capability::CheckpointProjection)
+        );
+    }
+
+    #[test]
+    fn tears_run_only_for_a_store_that_claims_torn_tail_repair() {
+        let tear = Plan {
+            crash: Some(Crash::Tear { at: 3, bytes: 2 }),
+            then_kill_at: None,
+        };
+        assert!(plan_runs(&tear, &Capability::ALL));
+        assert!(!plan_runs(&tear, &[Capability::DurableAppend]));
+        assert!(plan_runs(&Plan::kill(3), &[Capability::DurableAppend]));
+    }
+}
