@@ -357,31 +357,38 @@ pub fn judge_damage(
         ))),
         ProbeReply::Served { records } => {
             let want: Vec<String> = reference.iter().map(record_key).collect();
-            let Some(i) =
-                (0..want.len().max(records.len())).find(|&i| want.get(i) != records.get(i))
-            else {
+            if &want == records {
                 return Ok(None);
+            }
+            let served: std::collections::BTreeSet<&String> = records.iter().collect();
+            let near = |i: usize| -> Vec<String> {
+                reference[i.saturating_sub(1)..(i + 2).min(reference.len())]
+                    .iter()
+                    .map(describe_record)
+                    .collect()
             };
-            let found = match (reference.get(i), records.get(i)) {
-                (Some(r), None) => format!(
-                    "it served {} of {} events without refusing: from {} on they are gone (a silent skip)",
-                    records.len(),
-                    want.len(),
-                    describe_record(r)
+            let found = match want.iter().position(|k| !served.contains(k)) {
+                Some(i) => (
+                    format!(
+                        "it served {} of {} events without refusing: {} is gone (a silent skip)",
+                        records.len(),
+                        want.len(),
+                        describe_record(&reference[i])
+                    ),
+                    near(i),
                 ),
-                (Some(r), Some(got)) => format!(
-                    "it served a different record at seq {} without refusing: {got:?} where the undamaged store has {}",
-                    r.seq,
-                    describe_record(r)
-                ),
-                (None, Some(got)) => format!("it served an extra record {got:?}"),
-                (None, None) => unreachable!("i is below the longer length"),
+                None => match records.iter().find(|k| !want.contains(k)) {
+                    Some(extra) => (
+                        format!("it served a record the undamaged store does not have: {extra:?}"),
+                        vec![],
+                    ),
+                    None => (
+                        "it served the same records in another order".to_string(),
+                        vec![],
+                    ),
+                },
             };
-            let near = reference[i.saturating_sub(1)..(i + 2).min(reference.len())]
-                .iter()
-                .map(describe_record)
-                .collect();
-            Ok(Some(violation(found, near)))
+            Ok(Some(violation(found.0, found.1)))
         }
         ProbeReply::Accepted { .. } | ProbeReply::NotReplayed { .. } => {
             Err("the damage probe got a ledger reply".into())

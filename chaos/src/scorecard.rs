@@ -54,10 +54,12 @@ impl Row {
 }
 
 /// The one table: which row an invariant's violations count against.
-/// Two refinements look at the trial ([`attribute`]): `log-prefix` in a
-/// trial that left a torn tail is `torn_tail_repair`; `checkpoint-projection`
-/// whose first difference is the leaf is `branches`, the branch window
-/// `compaction` when the log holds a compaction (else `branches`).
+/// Two refinements look at the trial ([`attribute`]): `log-prefix` about a
+/// torn or damaged line in a trial that left a torn tail is
+/// `torn_tail_repair`; `checkpoint-projection` in a trial whose resumed
+/// projection has another leaf than the fold is `branches`, the same leaf
+/// but another branch window `compaction` when the log holds a compaction
+/// (else `branches`).
 pub fn row_of(invariant: Invariant) -> Row {
     use Capability as C;
     match invariant {
@@ -72,27 +74,34 @@ pub fn row_of(invariant: Invariant) -> Row {
     }
 }
 
-/// How the checker words a projection difference (`checker::first_diff`
-/// under the name `projection`).
-const LEAF_DIFF: &str = "differ at projection.leaf";
-const BRANCH_DIFF: &str = "differ at projection.branch";
-
 /// The row of one violation found in a trial that exercised `e`.
 pub fn attribute(v: &Violation, e: &Evidence) -> Row {
-    match (v.invariant, row_of(v.invariant)) {
-        (Invariant::LogPrefix, _) if e.torn_tail => Row::Capability(Capability::TornTailRepair),
-        (Invariant::CheckpointProjection, _) if v.found.contains(LEAF_DIFF) => {
-            Row::Capability(Capability::Branches)
+    match v.invariant {
+        // The checker's torn-line findings (`well_formed`): damage, or a torn tail left after recovery.
+        Invariant::LogPrefix
+            if e.torn_tail
+                && (v.found.starts_with("damage: ") || v.expected.contains("torn tail")) =>
+        {
+            Row::Capability(Capability::TornTailRepair)
         }
-        (Invariant::CheckpointProjection, _) if v.found.contains(BRANCH_DIFF) => {
-            Row::Capability(if e.compaction {
-                Capability::Compaction
-            } else {
-                Capability::Branches
-            })
-        }
-        (_, row) => row,
+        Invariant::CheckpointProjection if e.leaf_differs => Row::Capability(Capability::Branches),
+        Invariant::CheckpointProjection if e.window_differs => Row::Capability(if e.compaction {
+            Capability::Compaction
+        } else {
+            Capability::Branches
+        }),
+        other => row_of(other),
     }
+}
+
+/// The active leaf of a projection as JSON: `leaf` in the adapter view,
+/// the last of `branch` in agentstore's own.
+fn leaf(p: &Value) -> Option<&Value> {
+    p.get("leaf").or_else(|| {
+        p.get("branch")
+            .and_then(Value::as_array)
+            .and_then(|b| b.last())
+    })
 }
 
 /// Runs a plan only when the store claims what it tests: a torn write
@@ -116,6 +125,10 @@ pub struct Evidence {
     pub leaf_moved: bool,
     /// ... while the log at the crash held a `compaction`.
     pub compaction: bool,
+    /// A resumed projection had another active leaf than the fold.
+    pub leaf_differs: bool,
+    /// A resumed projection had the fold's leaf but another branch window.
+    pub window_differs: bool,
     /// The agent finished: the outcome was compared with the crash-free run's.
     pub finished: bool,
 }
@@ -140,6 +153,19 @@ impl Evidence {
             .chain([&h.final_obs])
             .any(|o| matches!(o.checkpoint, CheckpointView::Present(_)));
         let holds = |f: fn(&Event) -> bool| crash.records.iter().any(|r| r.event().is_some_and(f));
+        let (mut leaf_differs, mut window_differs) = (false, false);
+        for l in &h.lives {
+            if let (Some(r), Some(Some(fold))) = (
+                &l.recovered,
+                l.after_recovery.as_ref().map(|o| o.fold.as_ref()),
+            ) {
+                if leaf(&r.projection) != leaf(fold) {
+                    leaf_differs = true;
+                } else if r.projection.get("branch") != fold.get("branch") {
+                    window_differs = true;
+                }
+            }
+        }
         Evidence {
             crashed: true,
             torn_tail: crash.torn.is_some(),
@@ -148,6 +174,8 @@ impl Evidence {
             projection,
             leaf_moved: projection && holds(|e| matches!(e, Event::LeafMoved { .. })),
             compaction: projection && holds(|e| matches!(e, Event::Compaction { .. })),
+            leaf_differs,
+            window_differs,
             finished: h.last().done,
         }
     }
@@ -494,54 +522,57 @@ mod tests {
     }
 
     #[test]
-    fn refinements_follow_the_trial_and_the_checkers_wording() {
+    fn refinements_follow_the_trial() {
         let torn = Evidence {
             torn_tail: true,
             ..Evidence::default()
         };
-        let lp = violation(Invariant::LogPrefix, "x");
+        let mut fused = violation(Invariant::LogPrefix, "damage: line 7 ...");
         assert_eq!(
-            attribute(&lp, &torn),
+            attribute(&fused, &torn),
             Row::Capability(Capability::TornTailRepair)
         );
         assert_eq!(
-            attribute(&lp, &Evidence::default()),
+            attribute(&fused, &Evidence::default()),
             Row::Capability(Capability::DurableAppend)
         );
-        // The checker's own wording of a projection difference.
-        let a = json!({"leaf": "e3", "branch": ["e2", "e3"]});
-        let b = json!({"leaf": "e5", "branch": ["e2", "e5"]});
-        let d = crate::checker::first_diff(&a, &b, "projection").unwrap();
-        let leaf = violation(
-            Invariant::CheckpointProjection,
-            &format!("they differ at {d}"),
-        );
+        fused.found = "seq 5 tool_call was rewritten".into();
         assert_eq!(
-            attribute(&leaf, &Evidence::default()),
-            Row::Capability(Capability::Branches)
+            attribute(&fused, &torn),
+            Row::Capability(Capability::DurableAppend)
         );
-        let c = json!({"leaf": "e3", "branch": ["e3"]});
-        let d = crate::checker::first_diff(&a, &c, "projection").unwrap();
-        let window = violation(
+        let cp = violation(
             Invariant::CheckpointProjection,
-            &format!("they differ at {d}"),
+            "they differ at projection.branch",
         );
-        let compacted = Evidence {
+        let moved = Evidence {
+            leaf_differs: true,
             compaction: true,
             ..Evidence::default()
         };
         assert_eq!(
-            attribute(&window, &compacted),
+            attribute(&cp, &moved),
+            Row::Capability(Capability::Branches)
+        );
+        let windowed = Evidence {
+            window_differs: true,
+            compaction: true,
+            ..Evidence::default()
+        };
+        assert_eq!(
+            attribute(&cp, &windowed),
             Row::Capability(Capability::Compaction)
         );
-        let other = violation(
-            Invariant::CheckpointProjection,
-            "they differ at projection.plan: 1 vs 2",
-        );
         assert_eq!(
-            attribute(&other, &compacted),
+            attribute(&cp, &Evidence::default()),
             Row::Capability(Capability::CheckpointProjection)
         );
+        // Both projection shapes name their leaf.
+        assert_eq!(
+            leaf(&json!({"leaf": "e3", "branch": ["e2", "e3"]})),
+            Some(&json!("e3"))
+        );
+        assert_eq!(leaf(&json!({"branch": [2, 3]})), Some(&json!(3)));
     }
 
     #[test]

@@ -28,6 +28,8 @@ pub enum Fault {
     DropRecoveryBlock,
     /// Recovery marks orphaned calls again even when they are already marked.
     MarkTwice,
+    /// Reading the log skips a damaged line before the tail instead of refusing it.
+    SkipDamagedLines,
 }
 
 impl Fault {
@@ -69,6 +71,11 @@ impl Fault {
             "the context shows every uncertain call",
         ),
         (Fault::MarkTwice, "mark-twice", "recovery is idempotent"),
+        (
+            Fault::SkipDamagedLines,
+            "skip-damaged-lines",
+            "damage before the tail is refused, never skipped",
+        ),
     ];
 
     /// The fault's stable name.

@@ -207,6 +207,14 @@ impl<R: BufRead> Scanner<R> {
                 } else if self.at_eof()? {
                     self.end_torn(n as u64, format!("final line is unreadable: {e}"));
                     Ok(None)
+                } else if crate::fault::active(crate::fault::Fault::SkipDamagedLines) {
+                    // Broken on purpose: the damaged line is skipped as if
+                    // it were a record, and the stream goes on.
+                    self.pos = LogPosition {
+                        offset: self.pos.offset + n as u64,
+                        seq: self.pos.seq + 1,
+                    };
+                    self.next_record()
                 } else {
                     self.done = true;
                     Err(self.damage(e.to_string()))
