@@ -1,0 +1,407 @@
+//! The mutant corpus (`chaos/mutants/README.md`), each caught by a real
+//! `agentchaos run`: exit code 1, its expected invariant violated, and the
+//! scorecard row of the capability it breaks is `fail`, while the rows of
+//! capabilities it does not touch are not. The SQLite mutants run through
+//! `--adapter`, the agentstore faults in-process (`--store-fault`), all on
+//! the small fixture (exhaustive), or the branch fixture for a mutant whose
+//! capability needs a leaf move. The unmodified stores' scorecards are the
+//! control. (agentstore's other faults are caught in `tests/faults.rs`.)
+
+mod support;
+
+use std::path::{Path, PathBuf};
+use std::process::Command;
+
+use serde_json::Value;
+
+fn scenario(name: &str) -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR")).join(format!("tests/fixtures/{name}.json"))
+}
+
+/// Which store, broken how.
+#[derive(Clone, Copy)]
+enum Store {
+    Reference,
+    Fault(&'static str),
+    Sqlite(Option<&'static str>),
+}
+
+fn store_args(store: Store) -> Vec<String> {
+    match store {
+        Store::Reference => vec![],
+        Store::Fault(f) => vec!["--store-fault".into(), f.into()],
+        Store::Sqlite(m) => {
+            let bin =
+                support::workspace_bin("agentchaos-sqlite-store", "agentchaos-sqlite-adapter");
+            let line = match m {
+                None => bin.display().to_string(),
+                Some(m) => format!("{} --mutant {m}", bin.display()),
+            };
+            vec!["--adapter".into(), line]
+        }
+    }
+}
+
+/// `agentchaos run --quiet --scenario S --json FILE` (exhaustive): exit
+/// code, the JSON report, stdout.
+fn campaign(store: Store, scenario_name: &str) -> (i32, Value, String) {
+    let dir = tempfile::tempdir().unwrap();
+    let json = dir.path().join("report.json");
+    let out = Command::new(env!("CARGO_BIN_EXE_agentchaos"))
+        .args(["run", "--quiet", "--scenario"])
+        .arg(scenario(scenario_name))
+        .arg("--json")
+        .arg(&json)
+        .args(store_args(store))
+        .output()
+        .unwrap();
+    let stdout = String::from_utf8_lossy(&out.stdout).into_owned();
+    let report: Value = match std::fs::read(&json) {
+        Ok(bytes) => serde_json::from_slice(&bytes).unwrap(),
+        Err(e) => panic!(
+            "no report ({e}); stdout:\n{stdout}\nstderr:\n{}",
+            String::from_utf8_lossy(&out.stderr)
+        ),
+    };
+    (out.status.code().unwrap_or(-1), report, stdout)
+}
+
+/// The scorecard row of `capability` (`outcome` for the end-to-end row).
+fn row<'a>(report: &'a Value, capability: &str) -> &'a Value {
+    report["scorecard"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|r| r["capability"] == capability)
+        .unwrap_or_else(|| panic!("no scorecard row {capability}"))
+}
+
+const ALL_ROWS: [&str; 9] = [
+    "durable_append",
+    "torn_tail_repair",
+    "damage_refusal",
+    "orphan_marking",
+    "effect_ledger",
+    "checkpoint_projection",
+    "branches",
+    "compaction",
+    "outcome",
+];
+
+/// One mutant and what must catch it.
+struct Expect<'a> {
+    store: Store,
+    scenario: &'static str,
+    invariant: &'static str,
+    fails: &'static str,
+    /// Rows the mutant does not touch: never `fail`.
+    untouched: &'a [&'static str],
+}
+
+/// Runs the campaign and checks it; returns the report.
+fn caught(e: &Expect<'_>) -> Value {
+    let (code, report, stdout) = campaign(e.store, e.scenario);
+    let name = match e.store {
+        Store::Fault(f) => f,
+        Store::Sqlite(Some(m)) => m,
+        _ => unreachable!("a mutant"),
+    };
+    assert_eq!(code, 1, "{name} must fail the campaign:\n{stdout}");
+    assert_eq!(
+        report["error_count"], 0,
+        "{name}: trials run as planned:\n{stdout}"
+    );
+    let by = &report["scenarios"][0]["violations_by_invariant"];
+    assert!(
+        by[e.invariant].as_u64().unwrap() > 0,
+        "{name} must be caught by {}:\n{stdout}",
+        e.invariant
+    );
+    let r = row(&report, e.fails);
+    assert_eq!(
+        r["verdict"], "fail",
+        "{name}: scorecard row {}:\n{stdout}",
+        e.fails
+    );
+    let replay = r["first_violation"]["replay"].as_str().unwrap();
+    assert!(
+        replay.starts_with("agentchaos replay --scenario ") && replay.contains(name),
+        "{replay}"
+    );
+    for other in e.untouched {
+        assert_ne!(
+            row(&report, other)["verdict"],
+            "fail",
+            "{name} does not touch {other}:\n{stdout}"
+        );
+    }
+    report
+}
+
+#[test]
+fn sqlite_double_commit_fails_effect_ledger_and_its_probe_replays() {
+    let report = caught(&Expect {
+        store: Store::Sqlite(Some("double-commit")),
+        scenario: "small",
+        invariant: "ledger-refuses-double-commit",
+        fails: "effect_ledger",
+        untouched: &[
+            "durable_append",
+            "orphan_marking",
+            "checkpoint_projection",
+            "outcome",
+        ],
+    });
+    let v = report["violations"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|v| v["invariant"] == "ledger-refuses-double-commit")
+        .unwrap();
+    assert!(
+        v["found"].as_str().unwrap().contains("committed twice"),
+        "{v}"
+    );
+    // The probe's replay command reproduces it through the same adapter.
+    let words = shlex::split(v["replay"].as_str().unwrap()).unwrap();
+    assert!(
+        words.iter().any(|w| w.starts_with("probe:ledger@")),
+        "{words:?}"
+    );
+    let out = Command::new(env!("CARGO_BIN_EXE_agentchaos"))
+        .args(&words[1..])
+        .output()
+        .unwrap();
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    assert_eq!(out.status.code(), Some(1), "{stdout}");
+    assert!(
+        stdout.contains("VIOLATION ledger-refuses-double-commit"),
+        "{stdout}"
+    );
+}
+
+#[test]
+fn sqlite_rerun_uncertain_fails_orphan_marking() {
+    caught(&Expect {
+        store: Store::Sqlite(Some("rerun-uncertain")),
+        scenario: "small",
+        invariant: "orphan-marked-uncertain",
+        fails: "orphan_marking",
+        untouched: &["durable_append", "effect_ledger", "checkpoint_projection"],
+    });
+}
+
+#[test]
+fn sqlite_mark_twice_fails_orphan_marking() {
+    caught(&Expect {
+        store: Store::Sqlite(Some("mark-twice")),
+        scenario: "small",
+        invariant: "recovery-idempotent",
+        fails: "orphan_marking",
+        untouched: &[
+            "durable_append",
+            "effect_ledger",
+            "checkpoint_projection",
+            "outcome",
+        ],
+    });
+}
+
+#[test]
+fn sqlite_forget_started_fails_orphan_marking() {
+    caught(&Expect {
+        store: Store::Sqlite(Some("forget-started")),
+        scenario: "small",
+        invariant: "orphan-marked-uncertain",
+        fails: "orphan_marking",
+        untouched: &["durable_append", "effect_ledger", "checkpoint_projection"],
+    });
+}
+
+#[test]
+fn sqlite_recovery_uncommitted_fails_orphan_marking() {
+    caught(&Expect {
+        store: Store::Sqlite(Some("recovery-uncommitted")),
+        scenario: "small",
+        invariant: "recovery-idempotent",
+        fails: "orphan_marking",
+        untouched: &["durable_append", "effect_ledger", "checkpoint_projection"],
+    });
+}
+
+#[test]
+fn sqlite_lose_intent_fails_durable_append() {
+    caught(&Expect {
+        store: Store::Sqlite(Some("lose-intent")),
+        scenario: "small",
+        invariant: "acked-durable",
+        fails: "durable_append",
+        untouched: &["effect_ledger", "outcome"],
+    });
+}
+
+#[test]
+fn sqlite_drop_recovery_notice_fails_orphan_marking() {
+    caught(&Expect {
+        store: Store::Sqlite(Some("drop-recovery-notice")),
+        scenario: "small",
+        invariant: "orphan-marked-uncertain",
+        fails: "orphan_marking",
+        untouched: &[
+            "durable_append",
+            "effect_ledger",
+            "checkpoint_projection",
+            "outcome",
+        ],
+    });
+}
+
+/// The small fixture never moves the leaf: this one needs a branch switch.
+#[test]
+fn sqlite_leaf_from_last_line_fails_branches() {
+    caught(&Expect {
+        store: Store::Sqlite(Some("leaf-from-last-line")),
+        scenario: "branch",
+        invariant: "checkpoint-projection",
+        fails: "branches",
+        untouched: &[
+            "durable_append",
+            "orphan_marking",
+            "effect_ledger",
+            "checkpoint_projection",
+            "compaction",
+            "outcome",
+        ],
+    });
+}
+
+#[test]
+fn agentstore_ack_before_fsync_fails_durable_append() {
+    caught(&Expect {
+        store: Store::Fault("ack-before-fsync"),
+        scenario: "small",
+        invariant: "acked-durable",
+        fails: "durable_append",
+        untouched: &[
+            "torn_tail_repair",
+            "damage_refusal",
+            "orphan_marking",
+            "effect_ledger",
+        ],
+    });
+}
+
+#[test]
+fn agentstore_no_torn_tail_repair_fails_torn_tail_repair() {
+    caught(&Expect {
+        store: Store::Fault("no-torn-tail-repair"),
+        scenario: "small",
+        invariant: "log-prefix",
+        fails: "torn_tail_repair",
+        untouched: &["damage_refusal", "effect_ledger"],
+    });
+}
+
+#[test]
+fn agentstore_skip_damaged_lines_fails_damage_refusal_and_its_probe_replays() {
+    let report = caught(&Expect {
+        store: Store::Fault("skip-damaged-lines"),
+        scenario: "small",
+        invariant: "damage-refused",
+        fails: "damage_refusal",
+        untouched: &[
+            "durable_append",
+            "torn_tail_repair",
+            "orphan_marking",
+            "effect_ledger",
+            "checkpoint_projection",
+            "outcome",
+        ],
+    });
+    let v = report["violations"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|v| v["invariant"] == "damage-refused")
+        .unwrap();
+    // Plain words: which file, which byte, what went missing.
+    let expected = v["expected"].as_str().unwrap();
+    assert!(
+        expected.contains("events.jsonl, byte offset "),
+        "{expected}"
+    );
+    assert!(v["found"].as_str().unwrap().contains("silent skip"), "{v}");
+    let words = shlex::split(v["replay"].as_str().unwrap()).unwrap();
+    let out = Command::new(env!("CARGO_BIN_EXE_agentchaos"))
+        .args(&words[1..])
+        .output()
+        .unwrap();
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    assert_eq!(out.status.code(), Some(1), "{stdout}");
+    assert!(stdout.contains("VIOLATION damage-refused"), "{stdout}");
+}
+
+#[test]
+fn agentstore_non_atomic_snapshot_fails_checkpoint_projection() {
+    caught(&Expect {
+        store: Store::Fault("non-atomic-snapshot"),
+        scenario: "small",
+        invariant: "checkpoint-projection",
+        fails: "checkpoint_projection",
+        untouched: &[
+            "durable_append",
+            "torn_tail_repair",
+            "damage_refusal",
+            "orphan_marking",
+            "effect_ledger",
+            "outcome",
+        ],
+    });
+}
+
+#[test]
+fn agentstore_drop_recovery_block_fails_orphan_marking() {
+    let others: Vec<&str> = ALL_ROWS
+        .into_iter()
+        .filter(|r| *r != "orphan_marking")
+        .collect();
+    caught(&Expect {
+        store: Store::Fault("drop-recovery-block"),
+        scenario: "small",
+        invariant: "orphan-marked-uncertain",
+        fails: "orphan_marking",
+        untouched: &others,
+    });
+}
+
+/// The controls: the unmodified stores fail no row, claim what they
+/// claim, and every claimed capability the small fixture exercises passes
+/// with evidence counted.
+#[test]
+fn the_unmodified_stores_fail_no_row() {
+    let (code, report, stdout) = campaign(Store::Reference, "small");
+    assert_eq!(code, 0, "{stdout}");
+    for r in ALL_ROWS {
+        let verdict = &row(&report, r)["verdict"];
+        match r {
+            "branches" | "compaction" => assert_eq!(verdict, "not exercised", "{r}: {stdout}"),
+            _ => {
+                assert_eq!(verdict, "pass", "{r}: {stdout}");
+                assert!(row(&report, r)["evidence"].as_u64().unwrap() > 0);
+            }
+        }
+    }
+    assert!(
+        stdout.contains("scorecard (8 of 8 capabilities claimed)"),
+        "{stdout}"
+    );
+    let (code, report, stdout) = campaign(Store::Sqlite(None), "small");
+    assert_eq!(code, 0, "{stdout}");
+    for r in ["torn_tail_repair", "damage_refusal"] {
+        assert_eq!(row(&report, r)["verdict"], "not supported", "{stdout}");
+        assert_eq!(row(&report, r)["claimed"], false);
+    }
+    for r in ["durable_append", "orphan_marking", "effect_ledger"] {
+        assert_eq!(row(&report, r)["verdict"], "pass", "{r}: {stdout}");
+    }
+}
