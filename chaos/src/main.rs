@@ -202,7 +202,7 @@ fn main() -> ExitCode {
     };
     // A panic is a harness bug: the runner reports it as a trial error in
     // one line, so the default hook's message and backtrace stay quiet.
-    if !matches!(cli.command, Command::Agent(_) | Command::Probe(_)) {
+    if !matches!(cli.command, Command::Agent(_)) {
         std::panic::set_hook(Box::new(|_| {}));
     }
     let result = match cli.command {

@@ -205,6 +205,9 @@ pub enum ProbeReply {
     },
     /// Damage: the store opened and served these records ([`record_key`]).
     Served { records: Vec<String> },
+    /// Damage: the store died on the damaged copy (a panic in-process, an
+    /// adapter that broke the protocol or exited) instead of refusing it.
+    Crashed { at: String, message: String },
     /// Ledger: the second commit was acknowledged at this seq.
     Accepted { seq: Seq },
     /// Ledger: the store refused the crash-free run's own events before
@@ -289,6 +292,7 @@ fn tell(reply: &ProbeReply) -> String {
             format!("it opened and served {} event(s)", records.len())
         }
         ProbeReply::Accepted { seq } => format!("it acknowledged the second commit at seq {seq}"),
+        ProbeReply::Crashed { at, message } => format!("the store died at {at}: {message}"),
     }
 }
 
@@ -353,6 +357,10 @@ pub fn judge_damage(
             at, kind, message, ..
         } => Ok(Some(violation(
             format!("a `{kind}` refusal at {at}, not `damage`: {message}"),
+            vec![],
+        ))),
+        ProbeReply::Crashed { at, message } => Ok(Some(violation(
+            format!("the store died at {at} instead of refusing: {message}"),
             vec![],
         ))),
         ProbeReply::Served { records } => {
@@ -484,7 +492,9 @@ pub fn judge_ledger(
             "accepted and acknowledged at seq {seq}: operation {operation} is committed twice"
         ))),
         ProbeReply::NotReplayed { .. } => None,
-        ProbeReply::Served { .. } => return Err("the ledger probe got a damage reply".into()),
+        ProbeReply::Served { .. } | ProbeReply::Crashed { .. } => {
+            return Err("the ledger probe got a damage reply".into())
+        }
     })
 }
 
@@ -778,16 +788,39 @@ fn refused(at: &str, e: ChildError, events_after: Option<u64>) -> Result<ProbeRe
 }
 
 fn child_damage(args: &ChildArgs) -> Result<ProbeReply, String> {
-    let mut target = match Target::open(args.adapter.as_deref(), &args.root, &args.session, None) {
-        Ok(t) => t,
-        Err(e) => return refused("open", e, None),
-    };
-    match target.events() {
-        Ok(records) => Ok(ProbeReply::Served {
-            records: records.iter().map(record_key).collect(),
+    // Damaged data must be refused, not crash the store: a panic of the
+    // in-process store or an adapter that fails the protocol is a finding.
+    let died = |at: &str, e: ChildError| match e {
+        ChildError::Failed(message) => Ok(ProbeReply::Crashed {
+            at: at.to_string(),
+            message,
         }),
-        Err(e) => refused("events", e, None),
-    }
+        e => refused(at, e, None),
+    };
+    let caught = std::panic::catch_unwind(|| {
+        let mut target =
+            match Target::open(args.adapter.as_deref(), &args.root, &args.session, None) {
+                Ok(t) => t,
+                Err(e) => return died("open", e),
+            };
+        match target.events() {
+            Ok(records) => Ok(ProbeReply::Served {
+                records: records.iter().map(record_key).collect(),
+            }),
+            Err(e) => died("events", e),
+        }
+    });
+    caught.unwrap_or_else(|p| {
+        let message = p
+            .downcast_ref::<String>()
+            .cloned()
+            .or_else(|| p.downcast_ref::<&str>().map(|s| s.to_string()))
+            .unwrap_or_else(|| "unknown panic".to_string());
+        Ok(ProbeReply::Crashed {
+            at: "open".to_string(),
+            message: format!("panicked: {}", message.replace('\n', " ")),
+        })
+    })
 }
 
 fn child_ledger(args: &ChildArgs) -> Result<ProbeReply, String> {
@@ -923,6 +956,12 @@ mod tests {
             .unwrap()
             .unwrap();
         assert!(wrong.found.contains("`io` refusal"), "{}", wrong.found);
+        let died = ProbeReply::Crashed {
+            at: "open".into(),
+            message: "panicked: boom".into(),
+        };
+        let died = judge_damage("f", &reference, &died).unwrap().unwrap();
+        assert!(died.found.contains("died at open"), "{}", died.found);
     }
 
     #[test]
