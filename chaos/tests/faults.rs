@@ -50,6 +50,7 @@ const EXPECTED: &[(&str, &[&str])] = &[
     ("no-torn-tail-repair", &["log-prefix"]),
     ("drop-recovery-block", &["orphan-marked-uncertain"]),
     ("mark-twice", &["recovery-idempotent"]),
+    ("skip-damaged-lines", &["damage-refused"]),
 ];
 
 fn assert_caught(fault: &str) {
@@ -141,6 +142,11 @@ fn drop_recovery_block_is_caught_by_orphan_marked_uncertain() {
 #[test]
 fn mark_twice_is_caught_by_recovery_idempotent() {
     assert_caught("mark-twice");
+}
+
+#[test]
+fn skip_damaged_lines_is_caught_by_damage_refused() {
+    assert_caught("skip-damaged-lines");
 }
 
 #[test]
