@@ -464,21 +464,24 @@ fn shrink_random(
 fn replay(args: ReplayArgs) -> Result<ExitCode, Failure> {
     let backend = backend(&args.common.adapter)?;
     let cfg = config(&args.common, backend.as_ref(), Mode::Exhaustive, 0)?;
+    // A trial's plan, or a probe's (`probe:…`).
+    enum What {
+        Trial(Plan),
+        Probe(agentchaos::probe::Probe),
+    }
+    let what = match args.plan.strip_prefix(agentchaos::probe::PLAN_PREFIX) {
+        Some(p) => What::Probe(p.parse().map_err(bad_input)?),
+        None => What::Trial(args.plan.parse().map_err(bad_input)?),
+    };
     let scenario = scenario::load(&args.scenario)?;
     let source = ScenarioSource {
         path: args.scenario.clone(),
         scenario,
         random_seed: None,
     };
-    let r = match args.plan.strip_prefix(agentchaos::probe::PLAN_PREFIX) {
-        Some(p) => {
-            let probe: agentchaos::probe::Probe = p.parse().map_err(bad_input)?;
-            agentchaos::probe::replay(&cfg, source, &probe, args.keep.as_deref())
-        }
-        None => {
-            let plan: Plan = args.plan.parse().map_err(bad_input)?;
-            agentchaos::replay::replay(&cfg, source, plan, args.keep.as_deref())
-        }
+    let r = match what {
+        What::Trial(plan) => agentchaos::replay::replay(&cfg, source, plan, args.keep.as_deref()),
+        What::Probe(probe) => agentchaos::probe::replay(&cfg, source, &probe, args.keep.as_deref()),
     }
     .map_err(failed)?;
     print!("{}", r.narrative);

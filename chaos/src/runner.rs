@@ -619,7 +619,8 @@ fn run_in(
     let prepared = parallel(cfg.jobs, sources.len(), |i| {
         let trace = dir.join(format!("trace{i}"));
         let prepared = prepare_keeping(cfg, sources[i].clone(), &trace).map(|mut p| {
-            if p.unusable.is_none() {
+            // Probes are not trials: with --shard, the first shard runs them all.
+            if p.unusable.is_none() && cfg.shard.is_none_or(|(k, _)| k == 1) {
                 p.probes = run_probes(cfg, &p, claimed, &trace);
             }
             p

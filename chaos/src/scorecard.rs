@@ -230,13 +230,13 @@ fn why_not(row: Row, adapter: bool) -> &'static str {
         }
         Row::Capability(C::TornTailRepair) => "no trial left a torn tail",
         Row::Capability(C::DamageRefusal) => {
-            "no damage probe ran (no crash-free run, or an empty store root)"
+            "no damage probe ran (no crash-free run, an empty store root, or another --shard runs the probes)"
         }
         Row::Capability(C::OrphanMarking) => {
             "no crash left an open run or a call without its result"
         }
         Row::Capability(C::EffectLedger) => {
-            "no scenario commits a side effect, or the store refused to replay its own events up to a commit (see the probe notes)"
+            "no scenario commits a side effect, the store refused to replay its own events up to a commit (see the probe notes), or another --shard runs the probes"
         }
         Row::Capability(C::CheckpointProjection) => {
             "no recovery compared a projection and no snapshot was written"
