@@ -59,14 +59,6 @@ impl Probe {
         }
     }
 
-    /// The invariant a failed probe violates.
-    pub fn invariant(&self) -> Invariant {
-        match self {
-            Probe::Damage { .. } => Invariant::DamageRefused,
-            Probe::Ledger { .. } => Invariant::LedgerRefusesDoubleCommit,
-        }
-    }
-
     /// The `--plan` value that replays it.
     pub fn plan(&self) -> String {
         format!("{PLAN_PREFIX}{self}")

@@ -584,7 +584,8 @@ pub fn campaign_dir(base: &Path) -> Result<PathBuf, String> {
         .duration_since(std::time::UNIX_EPOCH)
         .map(|d| d.subsec_nanos())
         .unwrap_or(0);
-    let dir = base.join(format!("agentchaos-{}-{nanos:x}", std::process::id()));
+    // Fixed width: a trial's paths (and so its log's bytes) must not depend on the clock.
+    let dir = base.join(format!("agentchaos-{:010}-{nanos:08x}", std::process::id()));
     std::fs::create_dir_all(&dir)
         .map_err(|e| format!("cannot create the trial directory {}: {e}", dir.display()))?;
     Ok(dir)
