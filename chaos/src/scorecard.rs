@@ -576,6 +576,74 @@ mod tests {
     }
 
     #[test]
+    fn every_verdict_renders_in_text_json_and_junit() {
+        let card = Scorecard {
+            claimed: vec![
+                Capability::DurableAppend,
+                Capability::EffectLedger,
+                Capability::Compaction,
+            ],
+            rows: vec![
+                (
+                    Row::Capability(Capability::DurableAppend),
+                    Verdict::Pass {
+                        count: 7,
+                        unit: "crash trials",
+                    },
+                ),
+                (
+                    Row::Capability(Capability::EffectLedger),
+                    Verdict::Fail {
+                        violations: 2,
+                        first: FirstViolation {
+                            scenario: "small".into(),
+                            invariant: Invariant::LedgerRefusesDoubleCommit,
+                            line: "expected <refusal>; found accepted".into(),
+                            replay: "agentchaos replay --plan probe:ledger@op".into(),
+                        },
+                    },
+                ),
+                (
+                    Row::Capability(Capability::DamageRefusal),
+                    Verdict::NotSupported { violations: 0 },
+                ),
+                (
+                    Row::Capability(Capability::Compaction),
+                    Verdict::NotExercised {
+                        why: "no scenario compacts before a crash",
+                    },
+                ),
+            ],
+        };
+        let t = text(&card);
+        assert!(t.contains("scorecard (3 of 8 capabilities claimed)"), "{t}");
+        assert!(
+            t.contains("durable_append           pass           7 crash trials"),
+            "{t}"
+        );
+        assert!(
+            t.contains("replay:   agentchaos replay --plan probe:ledger@op"),
+            "{t}"
+        );
+        assert!(
+            t.contains("not supported  the store does not claim it"),
+            "{t}"
+        );
+        let j = json(&card);
+        assert_eq!(j[1]["verdict"], "fail");
+        assert_eq!(
+            j[1]["first_violation"]["invariant"],
+            "ledger-refuses-double-commit"
+        );
+        assert_eq!(j[2]["claimed"], false);
+        assert_eq!(j[3]["why"], "no scenario compacts before a crash");
+        let x = junit(&card, |s| s.replace('<', "&lt;"));
+        assert!(x.contains("tests=\"4\" failures=\"1\""), "{x}");
+        assert!(x.contains("expected &lt;refusal>"), "{x}");
+        assert_eq!(x.matches("<skipped").count(), 2, "{x}");
+    }
+
+    #[test]
     fn tears_run_only_for_a_store_that_claims_torn_tail_repair() {
         let tear = Plan {
             crash: Some(Crash::Tear { at: 3, bytes: 2 }),
