@@ -216,7 +216,7 @@ fn main() -> ExitCode {
         }
         Command::Invariants => {
             for i in Invariant::ALL {
-                println!("{:<24} {}", i.name(), i.promise());
+                println!("{:<29} {}", i.name(), i.promise());
             }
             Ok(ExitCode::SUCCESS)
         }
