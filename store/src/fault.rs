@@ -28,6 +28,14 @@ pub enum Fault {
     DropRecoveryBlock,
     /// Recovery marks orphaned calls again even when they are already marked.
     MarkTwice,
+    /// The log never calls fdatasync: sync appends are acknowledged with their bytes in the page cache only.
+    NoFdatasync,
+    /// Sync appends call fdatasync before their write instead of after it (syncing only what came before).
+    FdatasyncBeforeWrite,
+    /// Creating a session never fsyncs the session directory, so the entry of the new events.jsonl (and of session.json) is not durable.
+    NoDirFsyncCreate,
+    /// The snapshot's temp file is renamed into place without being fsynced first.
+    SnapshotNoFsync,
 }
 
 impl Fault {
@@ -69,6 +77,36 @@ impl Fault {
             "the context shows every uncertain call",
         ),
         (Fault::MarkTwice, "mark-twice", "recovery is idempotent"),
+        (
+            Fault::NoFdatasync,
+            "no-fdatasync",
+            "an acknowledged append is durable (power loss)",
+        ),
+        (
+            Fault::FdatasyncBeforeWrite,
+            "fdatasync-before-write",
+            "an acknowledged append is durable: its own bytes are synced (power loss)",
+        ),
+        (
+            Fault::NoDirFsyncCreate,
+            "no-dir-fsync-create",
+            "a created session's events.jsonl survives a power loss (its directory is fsynced)",
+        ),
+        (
+            Fault::SnapshotNoFsync,
+            "snapshot-no-fsync",
+            "a snapshot is replaced atomically: its data is durable before the rename (power loss)",
+        ),
+    ];
+
+    /// The faults only a power loss reveals (a SIGKILL keeps the page
+    /// cache, so every kill trial passes them): `agentchaos powerloss`
+    /// catches them, kill campaigns do not.
+    pub const POWER_LOSS: &'static [Fault] = &[
+        Fault::NoFdatasync,
+        Fault::FdatasyncBeforeWrite,
+        Fault::NoDirFsyncCreate,
+        Fault::SnapshotNoFsync,
     ];
 
     /// The fault's stable name.
