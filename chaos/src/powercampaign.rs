@@ -489,7 +489,9 @@ fn findings(violations: Vec<checker::Violation>) -> Vec<Finding> {
                 .replace("  ", " ")
                 .trim()
                 .to_string(),
-            expected: v.expected,
+            expected: v
+                .expected
+                .replace("durable to life 0", "durable before the power loss"),
             found: v.found,
             events: v.events,
         })
