@@ -196,6 +196,34 @@ fn no_directory_fsync_after_creating_the_log_is_caught_and_replays() {
     assert!(!state.join(LOG).exists(), "{shown}");
 }
 
+/// opens-and-recovers: the store must open what a crash inside its own
+/// creation leaves (an empty events.jsonl), with nothing lost at all.
+#[test]
+fn refusing_an_interrupted_creation_is_caught() {
+    let a = adapter(Some("refuse-incomplete-session"));
+    let (out, text) = powerloss(&[
+        "--scenario",
+        small().to_str().unwrap(),
+        "--adapter",
+        &a,
+        "--model",
+        "strict",
+    ]);
+    assert_eq!(out.status.code(), Some(1), "{text}");
+    assert!(
+        text.contains("VIOLATION opens-and-recovers in small (model strict, power lost after op #")
+            && text.contains("(create sessions/session/events.jsonl))"),
+        "{text}"
+    );
+    assert!(
+        text.contains(
+            "found: open: adapter refused open (invalid): session \"session\" is incomplete"
+        ),
+        "{text}"
+    );
+    assert!(text.contains("relies on: nothing lost"), "{text}");
+}
+
 #[test]
 fn every_power_loss_fault_has_a_test_here() {
     let names: Vec<&str> = agentstore::fault::Fault::POWER_LOSS
@@ -208,7 +236,8 @@ fn every_power_loss_fault_has_a_test_here() {
             "no-fdatasync",
             "fdatasync-before-write",
             "no-dir-fsync-create",
-            "snapshot-no-fsync"
+            "snapshot-no-fsync",
+            "refuse-incomplete-session"
         ],
         "each power-loss fault has a *_is_caught test in this file"
     );

@@ -16,6 +16,7 @@ use serde_json::{json, Map, Value};
 
 use crate::error::{Error, Result};
 use crate::event::{event_id, BlobRef, Body, Event, Record, Seq};
+use crate::fault::{self, Fault};
 use crate::layout::SessionId;
 use crate::projection::{OpenCall, Projection};
 use crate::scan::{Scanner, TornTail};
@@ -99,6 +100,9 @@ impl From<Error> for Refusal {
             Error::Io { .. } | Error::Poisoned { .. } => "io",
             Error::Damage { .. } | Error::UnknownEventType { .. } => "damage",
             Error::SessionLocked { .. } => "locked",
+            Error::IncompleteSession { .. } if fault::active(Fault::RefuseIncompleteSession) => {
+                "invalid"
+            }
             // Nothing of it is durable: to the harness it does not exist
             // yet, and `open` with `create` finishes it.
             Error::NoSuchSession { .. } | Error::IncompleteSession { .. } => "not_found",
@@ -321,7 +325,9 @@ fn create_or_finish(
 ) -> Result<(Session, Option<TornTail>)> {
     match Session::create(root, id, workspace, SessionOptions::default()) {
         Ok(s) => Ok((s, None)),
-        Err(exists @ Error::SessionExists { .. }) => {
+        Err(exists @ Error::SessionExists { .. })
+            if !fault::active(Fault::RefuseIncompleteSession) =>
+        {
             match Session::open(root, id, SessionOptions::default()) {
                 Err(Error::IncompleteSession { .. }) => {
                     let (s, report) =

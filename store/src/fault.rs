@@ -36,6 +36,8 @@ pub enum Fault {
     NoDirFsyncCreate,
     /// The snapshot's temp file is renamed into place without being fsynced first.
     SnapshotNoFsync,
+    /// The adapter's `open` refuses a session whose creation a crash interrupted (the bug the power-loss campaign found).
+    RefuseIncompleteSession,
 }
 
 impl Fault {
@@ -97,16 +99,22 @@ impl Fault {
             "snapshot-no-fsync",
             "a snapshot is replaced atomically: its data is durable before the rename (power loss)",
         ),
+        (
+            Fault::RefuseIncompleteSession,
+            "refuse-incomplete-session",
+            "a restart opens every state a crash leaves (adapter only)",
+        ),
     ];
 
-    /// The faults only a power loss reveals (a SIGKILL keeps the page
-    /// cache, so every kill trial passes them): `agentchaos powerloss`
-    /// catches them, kill campaigns do not.
+    /// The faults `agentchaos powerloss` catches and kill campaigns do
+    /// not: a SIGKILL keeps the page cache, and no kill point of `run`
+    /// lands inside the adapter's creation of a session.
     pub const POWER_LOSS: &'static [Fault] = &[
         Fault::NoFdatasync,
         Fault::FdatasyncBeforeWrite,
         Fault::NoDirFsyncCreate,
         Fault::SnapshotNoFsync,
+        Fault::RefuseIncompleteSession,
     ];
 
     /// The fault's stable name.
