@@ -319,8 +319,20 @@ impl<'a> Judge<'a> {
     /// Materializes `state` into `dir` (which must not exist), recovers it
     /// twice through the adapter, observes it before and after, and checks.
     pub fn judge(&self, state: &CrashState, dir: &Path) -> Verdict {
-        let verdict = self.judge_in(state, dir);
+        let mut verdict = self.judge_in(state, dir);
         let _ = std::fs::remove_dir_all(dir);
+        // Paths inside the (deleted) state directory, as the store named
+        // them, read the same in every run: STATE/sessions/….
+        let root = dir.join("root").display().to_string();
+        match &mut verdict {
+            Verdict::Fail(findings) => {
+                for f in findings {
+                    f.found = f.found.replace(&root, "STATE");
+                }
+            }
+            Verdict::Refused(why) => *why = why.replace(&root, "STATE"),
+            Verdict::Pass => {}
+        }
         verdict
     }
 
@@ -713,9 +725,8 @@ fn run_scenario(cfg: &Config, source: ScenarioSource, dir: &Path) -> ScenarioRep
         report.refusals.extend(outcome.refusals);
         for f in outcome.failures {
             // One failing state per broken invariant: the first crash point.
-            let key = f.findings[0].check.clone();
-            if !seen.contains(&key) {
-                seen.push(key);
+            if !seen.contains(&f.findings[0].check) {
+                seen.push(f.findings[0].check.clone());
                 report.failures.push(f);
             }
         }
@@ -774,7 +785,8 @@ fn check_point(
             exhaustive: states.exhaustive,
             ..PointStats::default()
         };
-        let mut failed_here = false;
+        // The checks already reported at this point for this model.
+        let mut reported: Vec<String> = Vec::new();
         for (i, state) in states.states.iter().enumerate() {
             let mut h = std::collections::hash_map::DefaultHasher::new();
             state.tree.hash(&mut h);
@@ -794,11 +806,14 @@ fn check_point(
                     stats.refused += 1;
                     out.refusals.push(why);
                 }
-                Verdict::Fail(findings) => {
+                Verdict::Fail(mut findings) => {
                     stats.failed += 1;
-                    // One failing state per point and model is enough to report.
-                    if !failed_here {
-                        failed_here = true;
+                    // The first state to break each check, with that check
+                    // first (it is what the failure is reported and
+                    // minimized for).
+                    if let Some(n) = findings.iter().position(|f| !reported.contains(&f.check)) {
+                        reported.push(findings[n].check.clone());
+                        findings.swap(0, n);
                         out.failures.push(Failure {
                             model,
                             crash_after: k,
@@ -834,8 +849,9 @@ fn minimize(judge: &Judge<'_>, f: &Failure, dir: &Path) -> Failure {
         let Ok(state) = sim.state(f.model, &c) else {
             continue;
         };
-        if let Verdict::Fail(findings) = judge.judge(&state, &dir.join(i.to_string())) {
-            if findings.iter().any(|x| (&x.check, &x.expected) == key) {
+        if let Verdict::Fail(mut findings) = judge.judge(&state, &dir.join(i.to_string())) {
+            if let Some(n) = findings.iter().position(|x| (&x.check, &x.expected) == key) {
+                findings.swap(0, n);
                 best = Failure {
                     model: f.model,
                     crash_after: f.crash_after,

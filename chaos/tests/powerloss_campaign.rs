@@ -75,17 +75,22 @@ fn agentstore_passes_every_state_of_every_model() {
 
 /// Runs the mutant on the small scenario and returns the report text.
 fn caught(fault: &str, invariant: &str, relies_on: &[&str]) -> String {
+    caught_with(fault, &["--max-states", "4"], invariant, relies_on)
+}
+
+fn caught_with(fault: &str, bounds: &[&str], invariant: &str, relies_on: &[&str]) -> String {
     let a = adapter(Some(fault));
-    let (out, text) = powerloss(&[
+    let scenario = small();
+    let mut args = vec![
         "--scenario",
-        small().to_str().unwrap(),
+        scenario.to_str().unwrap(),
         "--adapter",
         &a,
         "--model",
         "weak",
-        "--max-states",
-        "4",
-    ]);
+    ];
+    args.extend(bounds);
+    let (out, text) = powerloss(&args);
     assert_eq!(
         out.status.code(),
         Some(1),
@@ -110,16 +115,25 @@ fn caught(fault: &str, invariant: &str, relies_on: &[&str]) -> String {
 
 const LOG: &str = "sessions/session/events.jsonl";
 
+/// With more states, `weak` also leaves garbage before a valid line: a
+/// damage refusal that loses acknowledged events is a violation too.
 #[test]
 fn no_fdatasync_is_caught() {
-    caught(
+    let text = caught_with(
         "no-fdatasync",
+        &["--max-states", "32", "--max-points", "16"],
         "acked-durable",
         &[
             "relies on write op #",
             &format!("to {LOG} (bytes "),
             &format!("surviving: {LOG} was not fsynced after it"),
         ],
+    );
+    assert!(
+        text.contains("VIOLATION log-prefix in small")
+            && text.contains("found: damage: damaged STATE/sessions/session/events.jsonl")
+            && text.contains("a valid line starts"),
+        "{text}"
     );
 }
 
