@@ -170,6 +170,32 @@ pub fn check(h: &History, reference: Option<&Reference>) -> Vec<Violation> {
     out
 }
 
+/// The invariants a crash state can be judged on when only the store's
+/// recovery ran on it and no agent resumed (the power-loss campaign,
+/// [`crate::powercampaign`]): acked-durable and log-prefix at every
+/// observation, orphan-marked-uncertain, runs-closed, checkpoint-projection
+/// and recovery-idempotent for the recovering life. The end-of-trial checks
+/// (creation, closed runs, effects, outcome) need a resumed agent.
+pub fn check_recovery(h: &History, reference: &Reference) -> Vec<Violation> {
+    let mut out = Vec::new();
+    let moments = moments(h);
+    for m in &moments {
+        well_formed(m, &mut out);
+        acked_durable(h, m, &mut out);
+    }
+    if let Some(first) = h.after_kill.first() {
+        prefix_of_reference(first, reference, &mut out);
+    }
+    segments(h, &mut out);
+    for (i, life) in h.lives.iter().enumerate().skip(1) {
+        recovery(h, i, life, &mut out);
+    }
+    checkpoint(&moments, &mut out);
+    let mut seen = std::collections::HashSet::new();
+    out.retain(|v| seen.insert((v.invariant, v.expected.clone())));
+    out
+}
+
 fn moments(h: &History) -> Vec<Moment<'_>> {
     let mut m = Vec::new();
     for (i, life) in h.lives.iter().enumerate() {

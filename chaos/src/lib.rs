@@ -9,7 +9,8 @@
 //!   stores in any language, over the adapter protocol);
 //! - nemesis: [`nemesis`] (kill, tear, power cut, timer, double crash),
 //!   [`syscall`] (ptrace: kills, tears and errors at file-mutating syscalls),
-//!   [`powerloss`] (crash states a power loss allows);
+//!   [`powerloss`] (crash states a power loss allows), [`powercampaign`]
+//!   (recovering every such state through the store's adapter);
 //! - history: [`trial`] (one trial's processes and observations) and [`wire`]
 //!   (what the child reports as it happens);
 //! - checker: [`checker`] (the invariants) over [`model`] (the harness's own
@@ -24,6 +25,7 @@ pub mod checker;
 pub mod generate;
 pub mod model;
 pub mod nemesis;
+pub mod powercampaign;
 pub mod powerloss;
 pub mod probe;
 pub mod replay;

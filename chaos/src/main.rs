@@ -36,6 +36,8 @@ enum Command {
     Run(RunArgs),
     /// Reproduce one trial deterministically and tell what happened.
     Replay(ReplayArgs),
+    /// Power loss: record a crash-free run, recover every on-disk state a persistence model allows after each op (Linux x86_64).
+    Powerloss(PowerlossArgs),
     /// List the store fault profiles (--store-fault NAME) and the promise each breaks.
     Faults,
     /// List the invariants and their promises.
@@ -116,6 +118,45 @@ struct ReplayArgs {
     keep: Option<PathBuf>,
     #[command(flatten)]
     common: Common,
+}
+
+#[derive(Args, Debug)]
+struct PowerlossArgs {
+    /// A scenario file or a directory of them (repeatable; default: scenarios/).
+    #[arg(long, value_name = "FILE|DIR")]
+    scenario: Vec<PathBuf>,
+    /// The store's adapter (default: agentstore's `agentstore adapter`, next to this binary).
+    #[arg(long, value_name = "'CMD ARGS…'")]
+    adapter: Option<String>,
+    /// Persistence model: strict, ext4-ordered, weak, or all.
+    #[arg(long, value_name = "MODEL", default_value = "all")]
+    model: String,
+    /// States per crash point and model: all combinations up to N, a seeded sample of N beyond.
+    #[arg(long, value_name = "N", default_value_t = 256)]
+    max_states: usize,
+    /// Crash points per scenario: every op up to N, a seeded sample of N beyond.
+    #[arg(long, value_name = "N")]
+    max_points: Option<usize>,
+    #[arg(long, value_name = "S", default_value_t = 1)]
+    seed: u64,
+    /// Parallel crash points (default: the number of CPUs).
+    #[arg(long, short, value_name = "J")]
+    jobs: Option<usize>,
+    /// Where state directories go (default: /dev/shm when present, else the temp dir).
+    #[arg(long, value_name = "DIR")]
+    dir: Option<PathBuf>,
+    /// Write the report as JSON.
+    #[arg(long, value_name = "FILE")]
+    json: Option<PathBuf>,
+    /// Rebuild and recover one state, MODEL:K:CHOICE, as printed by a violation.
+    #[arg(long, value_name = "MODEL:K:CHOICE")]
+    replay: Option<String>,
+    /// With --replay: also write the state (before recovery) into this new directory.
+    #[arg(long, value_name = "DIR", requires = "replay")]
+    keep: Option<PathBuf>,
+    /// No progress bar.
+    #[arg(long)]
+    quiet: bool,
 }
 
 #[derive(Args, Debug)]
@@ -208,6 +249,7 @@ fn main() -> ExitCode {
     let result = match cli.command {
         Command::Run(args) => run(args),
         Command::Replay(args) => replay(args),
+        Command::Powerloss(args) => powerloss(args),
         Command::Faults => {
             for (_, name, promise) in Fault::ALL {
                 println!("{name:<22} breaks: {promise}");
@@ -498,6 +540,149 @@ fn replay(args: ReplayArgs) -> Result<ExitCode, Failure> {
         }
     );
     Ok(if n == 0 && r.error.is_none() {
+        ExitCode::SUCCESS
+    } else {
+        ExitCode::from(1)
+    })
+}
+
+/// Scenario files under `paths`, each name loaded once.
+fn load_sources(paths: &[PathBuf]) -> Result<Vec<ScenarioSource>, Failure> {
+    let mut sources: Vec<ScenarioSource> = Vec::new();
+    for p in paths {
+        for f in scenario::load_all(p)? {
+            if sources.iter().any(|s| s.scenario.name == f.scenario.name) {
+                return Err(bad_input(format!(
+                    "{}: scenario name {:?} is loaded twice",
+                    f.path.display(),
+                    f.scenario.name
+                )));
+            }
+            sources.push(ScenarioSource {
+                path: f.path,
+                scenario: f.scenario,
+                random_seed: None,
+            });
+        }
+    }
+    Ok(sources)
+}
+
+/// `agentstore adapter`, with the agentstore binary next to this one.
+fn default_adapter(me: &Path) -> Result<String, Failure> {
+    let store = me.with_file_name("agentstore");
+    if !store.is_file() {
+        return Err(bad_input(format!(
+            "no --adapter and no agentstore binary at {} (build it: cargo build -p agentstore)",
+            store.display()
+        )));
+    }
+    let word = store.display().to_string();
+    let word = shlex::try_quote(&word).map_or(word.clone(), |q| q.into_owned());
+    Ok(format!("{word} adapter"))
+}
+
+fn powerloss(args: PowerlossArgs) -> Result<ExitCode, Failure> {
+    use agentchaos::powercampaign::{self, StateId, Verdict};
+    use agentchaos::powerloss::Model;
+    let models = match args.model.as_str() {
+        "all" => Model::ALL.to_vec(),
+        m => vec![m
+            .parse::<Model>()
+            .map_err(|e| bad_input(format!("--model: {e} or all")))?],
+    };
+    if args.max_states == 0 || args.max_points == Some(0) {
+        return Err(bad_input(
+            "--max-states and --max-points must be at least 1",
+        ));
+    }
+    let agent_exe =
+        std::env::current_exe().map_err(|e| failed(format!("cannot find my own binary: {e}")))?;
+    let adapter = match &args.adapter {
+        Some(a) => a.clone(),
+        None => default_adapter(&agent_exe)?,
+    };
+    AdapterBackend::new(&adapter).map_err(|e| bad_input(format!("--adapter: {e}")))?;
+    let dir = args.dir.clone().unwrap_or_else(runner::default_dir);
+    std::fs::create_dir_all(&dir)
+        .map_err(|e| bad_input(format!("--dir {}: {e}", dir.display())))?;
+    let jobs = args
+        .jobs
+        .unwrap_or_else(|| std::thread::available_parallelism().map_or(2, |n| n.get()));
+    if jobs == 0 {
+        return Err(bad_input("--jobs must be at least 1"));
+    }
+    let cfg = powercampaign::Config {
+        adapter: adapter.clone(),
+        agent_exe,
+        models,
+        max_states: args.max_states,
+        max_points: args.max_points,
+        seed: args.seed,
+        jobs,
+        dir,
+        progress: !args.quiet,
+    };
+    let paths = if args.scenario.is_empty() {
+        vec![default_scenarios()]
+    } else {
+        args.scenario.clone()
+    };
+    let sources = load_sources(&paths)?;
+    if let Some(r) = &args.replay {
+        let id: StateId = r.parse().map_err(|e| bad_input(format!("--replay: {e}")))?;
+        let [source] = sources.as_slice() else {
+            return Err(bad_input(
+                "--replay needs exactly one scenario (--scenario FILE)",
+            ));
+        };
+        let out = powercampaign::replay(&cfg, source, &id, args.keep.as_deref()).map_err(failed)?;
+        println!(
+            "state {id} of {}: power lost {}",
+            source.scenario.name,
+            out.op
+                .map_or("before the first op".to_string(), |op| format!(
+                    "after {op}"
+                ))
+        );
+        print!("{}", powercampaign::assumptions(&out.state.losses));
+        if let Some(k) = &args.keep {
+            println!("state (before recovery) kept in {}", k.display());
+        }
+        return Ok(match out.verdict {
+            Verdict::Pass => {
+                println!("result: no violations");
+                ExitCode::SUCCESS
+            }
+            Verdict::Refused(why) => {
+                println!("result: refused with damage, no acknowledged event lost: {why}");
+                ExitCode::SUCCESS
+            }
+            Verdict::Fail(findings) => {
+                for f in &findings {
+                    println!(
+                        "VIOLATION {} ({})\n  expected: {}\n  found: {}\n  events: {}",
+                        f.check,
+                        f.when,
+                        f.expected,
+                        f.found,
+                        f.events.join(", ")
+                    );
+                }
+                println!("result: {} violation(s)", findings.len());
+                ExitCode::from(1)
+            }
+        });
+    }
+    let report = powercampaign::run(&cfg, sources).map_err(failed)?;
+    print!("{}", powercampaign::text(&report, &adapter));
+    if let Some(p) = &args.json {
+        let text = serde_json::to_string_pretty(&powercampaign::json(&report, &adapter))
+            .expect("a report serializes");
+        std::fs::write(p, text + "\n")
+            .map_err(|e| failed(format!("cannot write {}: {e}", p.display())))?;
+    }
+    Ok(if report.failures() + report.errors() == 0 {
         ExitCode::SUCCESS
     } else {
         ExitCode::from(1)

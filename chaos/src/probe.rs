@@ -632,7 +632,7 @@ impl From<agentstore::Error> for ChildError {
             E::Io { .. } | E::Poisoned { .. } => ErrorKind::Io,
             E::Damage { .. } | E::UnknownEventType { .. } => ErrorKind::Damage,
             E::SessionLocked { .. } => ErrorKind::Locked,
-            E::NoSuchSession { .. } => ErrorKind::NotFound,
+            E::NoSuchSession { .. } | E::IncompleteSession { .. } => ErrorKind::NotFound,
             E::SessionExists { .. } => ErrorKind::Exists,
             E::Rule(_) => ErrorKind::Rule,
             E::InvalidSessionId { .. } | E::EventTooLarge { .. } | E::Invalid(_) => {

@@ -9,16 +9,17 @@
 //! never write anything but replies to the output.
 
 use std::io::{BufRead, Write};
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 
 use serde::Deserialize;
 use serde_json::{json, Map, Value};
 
 use crate::error::{Error, Result};
 use crate::event::{event_id, BlobRef, Body, Event, Record, Seq};
+use crate::fault::{self, Fault};
 use crate::layout::SessionId;
 use crate::projection::{OpenCall, Projection};
-use crate::scan::Scanner;
+use crate::scan::{Scanner, TornTail};
 use crate::session::{Session, SessionOptions};
 
 /// The protocol version this adapter speaks.
@@ -99,7 +100,12 @@ impl From<Error> for Refusal {
             Error::Io { .. } | Error::Poisoned { .. } => "io",
             Error::Damage { .. } | Error::UnknownEventType { .. } => "damage",
             Error::SessionLocked { .. } => "locked",
-            Error::NoSuchSession { .. } => "not_found",
+            Error::IncompleteSession { .. } if fault::active(Fault::RefuseIncompleteSession) => {
+                "invalid"
+            }
+            // Nothing of it is durable: to the harness it does not exist
+            // yet, and `open` with `create` finishes it.
+            Error::NoSuchSession { .. } | Error::IncompleteSession { .. } => "not_found",
             Error::SessionExists { .. } => "exists",
             Error::Rule(_) => "rule",
             Error::InvalidSessionId { .. } | Error::EventTooLarge { .. } | Error::Invalid(_) => {
@@ -216,8 +222,7 @@ impl Server {
                     let workspace = workspace.ok_or_else(|| {
                         Refusal::bad_request("open with create needs a workspace")
                     })?;
-                    let s = Session::create(&root, &id, &workspace, SessionOptions::default())?;
-                    (s, None)
+                    create_or_finish(&root, &id, &workspace)?
                 } else {
                     let options = SessionOptions {
                         workspace,
@@ -307,6 +312,33 @@ impl Server {
                 Ok(json!({}))
             }
         }
+    }
+}
+
+/// `open` with `create`: a new session, or one whose creation a crash
+/// interrupted before `session_created` was durable (finished now, its torn
+/// tail cut); a complete session is refused with `exists`.
+fn create_or_finish(
+    root: &Path,
+    id: &SessionId,
+    workspace: &Path,
+) -> Result<(Session, Option<TornTail>)> {
+    match Session::create(root, id, workspace, SessionOptions::default()) {
+        Ok(s) => Ok((s, None)),
+        Err(exists @ Error::SessionExists { .. })
+            if !fault::active(Fault::RefuseIncompleteSession) =>
+        {
+            match Session::open(root, id, SessionOptions::default()) {
+                Err(Error::IncompleteSession { .. }) => {
+                    let (s, report) =
+                        Session::open_or_create(root, id, workspace, SessionOptions::default())?;
+                    Ok((s, report.and_then(|r| r.repaired)))
+                }
+                Ok(_) => Err(exists),
+                Err(e) => Err(e),
+            }
+        }
+        Err(e) => Err(e),
     }
 }
 
@@ -402,6 +434,36 @@ mod tests {
             .lines()
             .map(|l| serde_json::from_str(l).unwrap())
             .collect()
+    }
+
+    /// Found by the power-loss campaign: a power loss right after
+    /// events.jsonl was created leaves an empty log. `open` used to refuse
+    /// it as `invalid` without `create` and as `exists` with it, so no
+    /// restart through the protocol could ever finish the session.
+    #[test]
+    fn open_finishes_a_creation_a_crash_interrupted() {
+        let dir = tempfile::tempdir().unwrap();
+        let root = dir.path().join("root");
+        let id = SessionId::new("s").unwrap();
+        let paths = crate::layout::SessionPaths::new(&root, &id);
+        drop(crate::log::EventLog::create(&paths, crate::durability::Durability::Sync).unwrap());
+        let ws = dir.path();
+        let open = |id: u64, create: bool| json!({"id": id, "op": "open", "root": root, "session": "s", "workspace": ws, "create": create});
+        let replies = run(&[
+            json!({"id": 1, "op": "hello", "protocol": 1}),
+            open(2, false),
+            open(3, true),
+            json!({"id": 4, "op": "events"}),
+            json!({"id": 5, "op": "close"}),
+            open(6, true),
+        ]);
+        assert_eq!(replies[1]["error"]["kind"], "not_found", "{}", replies[1]);
+        assert_eq!(replies[2]["ok"], json!({"next_seq": 1}), "{}", replies[2]);
+        assert_eq!(
+            replies[3]["ok"]["records"][0]["event"]["type"],
+            "session_created"
+        );
+        assert_eq!(replies[5]["error"]["kind"], "exists", "{}", replies[5]);
     }
 
     #[test]

@@ -34,6 +34,11 @@ pub enum Error {
     #[error("session {id:?} already exists under {}", root.display())]
     SessionExists { id: String, root: PathBuf },
 
+    /// The session's creation was interrupted before `session_created` became
+    /// durable: its log holds no event. Opening it for creation finishes it.
+    #[error("session {id:?} is incomplete: its creation was interrupted before session_created became durable (open_or_create finishes it)")]
+    IncompleteSession { id: String },
+
     /// Another process holds the writer lock.
     #[error("session {id:?} is locked by another writer (pid {pid}); lock file {}", lock.display())]
     SessionLocked {

@@ -30,6 +30,16 @@ pub enum Fault {
     MarkTwice,
     /// Reading the log skips a damaged line before the tail instead of refusing it.
     SkipDamagedLines,
+    /// The log never calls fdatasync: sync appends are acknowledged with their bytes in the page cache only.
+    NoFdatasync,
+    /// Sync appends call fdatasync before their write instead of after it (syncing only what came before).
+    FdatasyncBeforeWrite,
+    /// Creating a session never fsyncs the session directory, so the entry of the new events.jsonl (and of session.json) is not durable.
+    NoDirFsyncCreate,
+    /// The snapshot's temp file is renamed into place without being fsynced first.
+    SnapshotNoFsync,
+    /// The adapter's `open` refuses a session whose creation a crash interrupted (the bug the power-loss campaign found).
+    RefuseIncompleteSession,
 }
 
 impl Fault {
@@ -76,6 +86,42 @@ impl Fault {
             "skip-damaged-lines",
             "damage before the tail is refused, never skipped",
         ),
+        (
+            Fault::NoFdatasync,
+            "no-fdatasync",
+            "an acknowledged append is durable (power loss)",
+        ),
+        (
+            Fault::FdatasyncBeforeWrite,
+            "fdatasync-before-write",
+            "an acknowledged append is durable: its own bytes are synced (power loss)",
+        ),
+        (
+            Fault::NoDirFsyncCreate,
+            "no-dir-fsync-create",
+            "a created session's events.jsonl survives a power loss (its directory is fsynced)",
+        ),
+        (
+            Fault::SnapshotNoFsync,
+            "snapshot-no-fsync",
+            "a snapshot is replaced atomically: its data is durable before the rename (power loss)",
+        ),
+        (
+            Fault::RefuseIncompleteSession,
+            "refuse-incomplete-session",
+            "a restart opens every state a crash leaves (adapter only)",
+        ),
+    ];
+
+    /// The faults `agentchaos powerloss` catches and kill campaigns do
+    /// not: a SIGKILL keeps the page cache, and no kill point of `run`
+    /// lands inside the adapter's creation of a session.
+    pub const POWER_LOSS: &'static [Fault] = &[
+        Fault::NoFdatasync,
+        Fault::FdatasyncBeforeWrite,
+        Fault::NoDirFsyncCreate,
+        Fault::SnapshotNoFsync,
+        Fault::RefuseIncompleteSession,
     ];
 
     /// The fault's stable name.

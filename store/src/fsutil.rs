@@ -10,6 +10,7 @@ use std::path::Path;
 
 use crate::crashpoint;
 use crate::error::{Error, Result};
+use crate::fault::{self, Fault};
 
 /// fsyncs a directory so that entries created or renamed in it are durable.
 pub fn fsync_dir(dir: &Path) -> Result<()> {
@@ -50,7 +51,9 @@ pub fn create_new_durable(path: &Path) -> Result<File> {
         .open(path)
         .map_err(Error::io("create", path))?;
     file.sync_all().map_err(Error::io("fsync", path))?;
-    fsync_dir(parent_of(path))?;
+    if !fault::active(Fault::NoDirFsyncCreate) {
+        fsync_dir(parent_of(path))?;
+    }
     Ok(file)
 }
 
@@ -76,10 +79,16 @@ pub fn replace_atomic(path: &Path, bytes: &[u8], what: &'static str) -> Result<(
         .map_err(Error::io("create", &tmp))?;
     crashpoint::write_at(write_point, &file, bytes, 0).map_err(Error::io("write", &tmp))?;
     crashpoint::hit(sync_point);
-    file.sync_all().map_err(Error::io("fsync", &tmp))?;
+    if !(what == "snapshot" && fault::active(Fault::SnapshotNoFsync)) {
+        file.sync_all().map_err(Error::io("fsync", &tmp))?;
+    }
     drop(file);
     crashpoint::hit(rename_point);
     std::fs::rename(&tmp, path).map_err(Error::io("rename", path))?;
+    if what == "meta" && fault::active(Fault::NoDirFsyncCreate) {
+        // Broken on purpose: this fsync would also make events.jsonl's entry durable.
+        return Ok(());
+    }
     fsync_dir(parent_of(path))
 }
 

@@ -280,6 +280,12 @@ impl EventLog {
             });
         }
         let start = st.end;
+        let early = fault::active(Fault::FdatasyncBeforeWrite)
+            || (fault::active(Fault::AckBeforeFsync) && st.durable.len < start.offset);
+        if early {
+            // Broken on purpose: sync what came before, not this event.
+            self.sync_to(&mut st, start)?;
+        }
         let id = event_id(start.seq);
         let ts = now_ts();
         let mut buf = std::mem::take(&mut st.buf);
@@ -316,7 +322,9 @@ impl EventLog {
         match self.durability {
             Durability::None => Ok(acked),
             Durability::Sync => {
-                if fault::active(Fault::AckBeforeFsync) {
+                if fault::active(Fault::AckBeforeFsync)
+                    || fault::active(Fault::FdatasyncBeforeWrite)
+                {
                     // Broken on purpose: acknowledge now; the sync comes with the next append.
                     return Ok(acked);
                 }
@@ -338,7 +346,11 @@ impl EventLog {
     /// fdatasync while holding the state lock (sync mode, explicit syncs).
     fn sync_to(&self, st: &mut WriteState, target: LogPosition) -> Result<()> {
         crashpoint::hit("log.fdatasync");
-        let result = self.file.sync_data();
+        let result = if fault::active(Fault::NoFdatasync) {
+            Ok(()) // Broken on purpose: pretend the bytes are durable.
+        } else {
+            self.file.sync_data()
+        };
         self.finish_sync(st, target, result)
     }
 

@@ -283,10 +283,9 @@ impl Session {
         if projection.next_seq() == 0 {
             // The creation was interrupted before session_created was durable.
             let Some(workspace) = create_in else {
-                return Err(Error::Invalid(format!(
-                    "session {} is incomplete: its creation was interrupted before session_created became durable (open_or_create finishes it)",
-                    paths.id()
-                )));
+                return Err(Error::IncompleteSession {
+                    id: paths.id().to_string(),
+                });
             };
             let report = ResumeReport {
                 snapshot: snapshot_use,

@@ -556,6 +556,9 @@ impl Client {
     pub fn shutdown(mut self) -> Result<ExitStatus, ClientError> {
         drop(self.stdin.take());
         let deadline = Instant::now() + self.timeout;
+        // An adapter usually exits within a millisecond of its EOF: poll
+        // fast first, then back off to 5 ms.
+        let mut pause = Duration::from_micros(100);
         loop {
             if let Ok(Some(status)) = self.child.try_wait() {
                 return Ok(status);
@@ -573,7 +576,8 @@ impl Client {
                 };
                 return Err(self.fail(request, problem).into());
             }
-            std::thread::sleep(Duration::from_millis(5));
+            std::thread::sleep(pause);
+            pause = (pause * 2).min(Duration::from_millis(5));
         }
     }
 

@@ -1,0 +1,271 @@
+//! `agentchaos powerloss` end to end: agentstore passes every state of every
+//! model on a small scenario, and each power-loss mutant is caught naming
+//! the persistence assumption it relied on, with a replay that rebuilds the
+//! state and fails the same way.
+#![cfg(all(target_os = "linux", target_arch = "x86_64"))]
+
+mod support;
+
+use std::path::{Path, PathBuf};
+use std::process::{Command, Output};
+
+const AGENTCHAOS: &str = env!("CARGO_BIN_EXE_agentchaos");
+
+fn small() -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/fixtures/small.json")
+}
+
+fn adapter(fault: Option<&str>) -> String {
+    let store = support::workspace_bin("agentstore", "agentstore");
+    match fault {
+        Some(f) => format!("env AGENTSTORE_FAULT={f} {} adapter", store.display()),
+        None => format!("{} adapter", store.display()),
+    }
+}
+
+fn powerloss(args: &[&str]) -> (Output, String) {
+    let out = Command::new(AGENTCHAOS)
+        .arg("powerloss")
+        .args(["--quiet", "--jobs", "2"])
+        .args(args)
+        .output()
+        .unwrap();
+    let text = format!(
+        "{}{}",
+        String::from_utf8_lossy(&out.stdout),
+        String::from_utf8_lossy(&out.stderr)
+    );
+    (out, text)
+}
+
+#[test]
+fn agentstore_passes_every_state_of_every_model() {
+    let dir = tempfile::tempdir().unwrap();
+    let json = dir.path().join("report.json");
+    let a = adapter(None);
+    let (out, text) = powerloss(&[
+        "--scenario",
+        small().to_str().unwrap(),
+        "--adapter",
+        &a,
+        "--json",
+        json.to_str().unwrap(),
+    ]);
+    assert!(out.status.success(), "{text}");
+    let report: serde_json::Value =
+        serde_json::from_str(&std::fs::read_to_string(&json).unwrap()).unwrap();
+    let sc = &report["scenarios"][0];
+    assert_eq!(sc["error"], serde_json::Value::Null, "{text}");
+    assert!(sc["acked"].as_u64().unwrap() >= 8, "{sc}");
+    let ops = sc["ops"].as_u64().unwrap();
+    for model in ["strict", "ext4-ordered", "weak"] {
+        let m = &sc["models"][model];
+        assert_eq!(
+            m["points"].as_u64(),
+            Some(ops + 1),
+            "{model}: every crash point"
+        );
+        assert!(m["states"].as_u64().unwrap() > ops, "{model}: {m}");
+        assert_eq!(m["passed"], m["states"], "{model}: {m}\n{text}");
+    }
+    assert_eq!(sc["models"]["strict"]["sampled_points"], 0);
+    assert_eq!(sc["violations"], serde_json::json!([]));
+    assert!(report["states_per_s"].as_f64().unwrap() > 0.0);
+}
+
+/// Runs the mutant on the small scenario and returns the report text.
+fn caught(fault: &str, invariant: &str, relies_on: &[&str]) -> String {
+    caught_with(fault, &["--max-states", "4"], invariant, relies_on)
+}
+
+fn caught_with(fault: &str, bounds: &[&str], invariant: &str, relies_on: &[&str]) -> String {
+    let a = adapter(Some(fault));
+    let scenario = small();
+    let mut args = vec![
+        "--scenario",
+        scenario.to_str().unwrap(),
+        "--adapter",
+        &a,
+        "--model",
+        "weak",
+    ];
+    args.extend(bounds);
+    let (out, text) = powerloss(&args);
+    assert_eq!(
+        out.status.code(),
+        Some(1),
+        "{fault} must be caught:\n{text}"
+    );
+    assert!(
+        text.contains(&format!("VIOLATION {invariant} in small")),
+        "{fault}: expected {invariant}:\n{text}"
+    );
+    // The minimized state names exactly the assumption.
+    let named = text
+        .lines()
+        .filter(|l| l.trim_start().starts_with("relies on"))
+        .any(|l| relies_on.iter().all(|part| l.contains(part)));
+    assert!(named, "{fault}: no assumption with {relies_on:?}:\n{text}");
+    assert!(
+        text.contains("replay: agentchaos powerloss --scenario "),
+        "{text}"
+    );
+    text
+}
+
+const LOG: &str = "sessions/session/events.jsonl";
+
+/// With more states, `weak` also leaves garbage before a valid line: a
+/// damage refusal that loses acknowledged events is a violation too.
+#[test]
+fn no_fdatasync_is_caught() {
+    let text = caught_with(
+        "no-fdatasync",
+        &["--max-states", "32", "--max-points", "16"],
+        "acked-durable",
+        &[
+            "relies on write op #",
+            &format!("to {LOG} (bytes "),
+            &format!("surviving: {LOG} was not fsynced after it"),
+        ],
+    );
+    assert!(
+        text.contains("VIOLATION log-prefix in small")
+            && text.contains("found: damage: damaged STATE/sessions/session/events.jsonl")
+            && text.contains("a valid line starts"),
+        "{text}"
+    );
+}
+
+#[test]
+fn fdatasync_before_the_write_is_caught() {
+    caught(
+        "fdatasync-before-write",
+        "acked-durable",
+        &[
+            &format!("to {LOG} (bytes "),
+            &format!("surviving: {LOG} was not fsynced after it"),
+        ],
+    );
+}
+
+#[test]
+fn ack_before_fsync_is_caught() {
+    caught(
+        "ack-before-fsync",
+        "acked-durable",
+        &[
+            &format!("to {LOG} (bytes "),
+            &format!("surviving: {LOG} was not fsynced after it"),
+        ],
+    );
+}
+
+#[test]
+fn snapshot_renamed_without_fsyncing_the_temp_file_is_caught() {
+    caught(
+        "snapshot-no-fsync",
+        "checkpoint-projection",
+        &[
+            "relies on write op #",
+            "to sessions/session/snapshot.tmp (bytes 0..",
+            "surviving: sessions/session/snapshot.tmp was not fsynced after it",
+        ],
+    );
+}
+
+#[test]
+fn no_directory_fsync_after_creating_the_log_is_caught_and_replays() {
+    let text = caught(
+        "no-dir-fsync-create",
+        "acked-durable",
+        &[
+            &format!("relies on the directory entry of {LOG} (created by op #"),
+            "surviving: directory sessions/session was not fsynced after it",
+        ],
+    );
+    let replay = text
+        .lines()
+        .find_map(|l| l.trim_start().strip_prefix("replay: agentchaos "))
+        .unwrap();
+    let words = shlex::split(replay).unwrap();
+    let kept = tempfile::tempdir().unwrap();
+    let state = kept.path().join("state");
+    let out = Command::new(AGENTCHAOS)
+        .args(&words)
+        .arg("--keep")
+        .arg(&state)
+        .output()
+        .unwrap();
+    let shown = String::from_utf8_lossy(&out.stdout);
+    assert_eq!(out.status.code(), Some(1), "{shown}");
+    assert!(shown.contains("VIOLATION acked-durable"), "{shown}");
+    assert!(
+        shown.contains(&format!("relies on the directory entry of {LOG}")),
+        "{shown}"
+    );
+    // The kept state is the one recovery saw: the session directory
+    // without its log.
+    assert!(state.join("sessions/session").is_dir(), "{shown}");
+    assert!(!state.join(LOG).exists(), "{shown}");
+}
+
+/// opens-and-recovers: the store must open what a crash inside its own
+/// creation leaves (an empty events.jsonl), with nothing lost at all.
+#[test]
+fn refusing_an_interrupted_creation_is_caught() {
+    let a = adapter(Some("refuse-incomplete-session"));
+    let (out, text) = powerloss(&[
+        "--scenario",
+        small().to_str().unwrap(),
+        "--adapter",
+        &a,
+        "--model",
+        "strict",
+    ]);
+    assert_eq!(out.status.code(), Some(1), "{text}");
+    assert!(
+        text.contains("VIOLATION opens-and-recovers in small (model strict, power lost after op #")
+            && text.contains("(create sessions/session/events.jsonl))"),
+        "{text}"
+    );
+    assert!(
+        text.contains(
+            "found: open: adapter refused open (invalid): session \"session\" is incomplete"
+        ),
+        "{text}"
+    );
+    assert!(text.contains("relies on: nothing lost"), "{text}");
+}
+
+#[test]
+fn every_power_loss_fault_has_a_test_here() {
+    let names: Vec<&str> = agentstore::fault::Fault::POWER_LOSS
+        .iter()
+        .map(|f| f.name())
+        .collect();
+    assert_eq!(
+        names,
+        [
+            "no-fdatasync",
+            "fdatasync-before-write",
+            "no-dir-fsync-create",
+            "snapshot-no-fsync",
+            "refuse-incomplete-session"
+        ],
+        "each power-loss fault has a *_is_caught test in this file"
+    );
+}
+
+#[test]
+fn bad_arguments_are_one_line_and_exit_2() {
+    for args in [
+        &["--model", "ext5"][..],
+        &["--replay", "weak:x:0"],
+        &["--max-states", "0"],
+    ] {
+        let (out, text) = powerloss(args);
+        assert_eq!(out.status.code(), Some(2), "{args:?}: {text}");
+        assert_eq!(text.lines().count(), 1, "{args:?}: {text}");
+    }
+}
