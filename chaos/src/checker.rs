@@ -18,7 +18,9 @@ use agentstore::event::{Decision, Event, Record};
 use serde_json::Value;
 
 use crate::model::{describe_record, phase_name, store_authored, Model, RunClose};
+use crate::powerloss::{LoggedOp, Op};
 use crate::store::{CheckpointView, Observation};
+use crate::syscall::{Call, FaultOutcome, SyscallFault};
 use crate::tools::tagged_operation;
 use crate::trial::{History, Life, LifeEnd};
 use crate::world::Application;
@@ -34,10 +36,11 @@ pub enum Invariant {
     CheckpointProjection,
     RecoveryIdempotent,
     ExactlyOnceOutcome,
+    FailedSyncNotAcked,
 }
 
 impl Invariant {
-    pub const ALL: [Invariant; 8] = [
+    pub const ALL: [Invariant; 9] = [
         Invariant::OrphanMarkedUncertain,
         Invariant::EffectAtMostOnce,
         Invariant::AckedDurable,
@@ -46,6 +49,7 @@ impl Invariant {
         Invariant::CheckpointProjection,
         Invariant::RecoveryIdempotent,
         Invariant::ExactlyOnceOutcome,
+        Invariant::FailedSyncNotAcked,
     ];
 
     pub fn name(self) -> &'static str {
@@ -58,6 +62,7 @@ impl Invariant {
             Invariant::CheckpointProjection => "checkpoint-projection",
             Invariant::RecoveryIdempotent => "recovery-idempotent",
             Invariant::ExactlyOnceOutcome => "exactly-once-outcome",
+            Invariant::FailedSyncNotAcked => "failed-sync-not-acked",
         }
     }
 
@@ -72,6 +77,7 @@ impl Invariant {
             Invariant::CheckpointProjection => "the snapshot at k equals the fold of the log up to k, and snapshot + tail equals the full fold",
             Invariant::RecoveryIdempotent => "a second recovery appends nothing",
             Invariant::ExactlyOnceOutcome => "after resuming to completion, the world and the workspace equal those of a crash-free run",
+            Invariant::FailedSyncNotAcked => "after a write fails (ENOSPC) or an fsync fails (EIO), nothing is acknowledged until the file is written again and synced: a retried fsync proves nothing, the kernel may have dropped the unsynced pages",
         }
     }
 
@@ -153,6 +159,7 @@ pub fn check(h: &History, reference: Option<&Reference>) -> Vec<Violation> {
     runs_closed_at_end(h, &final_model, &mut out);
     effect_at_most_once(h, &final_model, &mut out);
     exactly_once_outcome(h, reference, &mut out);
+    failed_sync_not_acked(h, &mut out);
     // The same broken promise seen at several observations is one finding:
     // keep the earliest.
     let mut seen = std::collections::HashSet::new();
@@ -185,9 +192,14 @@ fn moments(h: &History) -> Vec<Moment<'_>> {
             } else {
                 ""
             };
+            let ended = if life.end == LifeEnd::Killed {
+                "was killed"
+            } else {
+                "gave up"
+            };
             m.push(Moment {
                 obs: k,
-                when: format!("after life {i} was killed{cut}, before recovery"),
+                when: format!("after life {i} {ended}{cut}, before recovery"),
                 recovered: false,
                 acked_by_lives: i + 1,
             });
@@ -1017,6 +1029,115 @@ fn exactly_once_outcome(h: &History, reference: Option<&Reference>, out: &mut Ve
     }
 }
 
+/// failed-sync-not-acked: after the syscall nemesis made a write (ENOSPC)
+/// or an fsync (EIO) of file F fail in life 0, no append is acknowledged
+/// until F is written again and then synced. An fsync that failed while F
+/// held no unsynced write lost nothing and is not judged. The order of the
+/// agent's ack lines against the store's syscalls is exact: the tracer
+/// places every write to the agent's stdout between the recorded ops.
+fn failed_sync_not_acked(h: &History, out: &mut Vec<Violation>) {
+    let Some(first) = h.lives.first() else { return };
+    let Some(sys) = &first.syscalls else { return };
+    let (Some(report), Some(oplog)) = (&sys.fault, &sys.oplog) else {
+        return;
+    };
+    let (SyscallFault::Fail { errno }, FaultOutcome::Injected { event }, Some(before)) =
+        (report.plan.fault, &report.outcome, report.stdout_before)
+    else {
+        return;
+    };
+    let (path, is_sync) = match &event.call {
+        Call::Write { path, .. } => (path, false),
+        Call::Sync { path, .. } => (path, true),
+        _ => return,
+    };
+    let Ok(file) = path.strip_prefix(&sys.root) else {
+        return;
+    };
+    let at = event.index;
+    let writes = |op: &Op| matches!(op, Op::Write { path, .. } if path == file);
+    let syncs = |op: &Op| match op {
+        Op::Fsync { path } | Op::Fdatasync { path } => path == file,
+        Op::SyncAll => true,
+        _ => false,
+    };
+    let origin = |o: &LoggedOp| o.origin.map(|g| g.syscall);
+    if is_sync {
+        let mut dirty = false;
+        for o in oplog
+            .ops
+            .iter()
+            .filter(|o| origin(o).is_some_and(|i| i < at))
+        {
+            if writes(&o.op) {
+                dirty = true;
+            } else if syncs(&o.op) {
+                dirty = false;
+            }
+        }
+        if !dirty {
+            return;
+        }
+    }
+    let root = sys.root.display().to_string();
+    let text = |e: &crate::syscall::SyscallEvent| e.to_string().replace(&root, "ROOT");
+    for &(w, offset) in &sys.acks {
+        if offset < before {
+            continue;
+        }
+        let after_ops = oplog
+            .outputs
+            .iter()
+            .find(|m| m.offset <= offset && offset < m.offset + m.len)
+            .map_or(oplog.ops.len(), |m| m.after_ops);
+        let between: Vec<&LoggedOp> = oplog.ops[..after_ops]
+            .iter()
+            .filter(|o| origin(o).is_some_and(|i| i > at))
+            .collect();
+        let rewritten = between
+            .iter()
+            .position(|o| writes(&o.op))
+            .is_some_and(|i| between[i + 1..].iter().any(|o| syncs(&o.op)));
+        if rewritten {
+            continue;
+        }
+        let upto = between.iter().filter_map(|o| origin(o)).max().unwrap_or(at);
+        let calls: Vec<String> = sys
+            .events
+            .iter()
+            .filter(|e| e.index > at && e.index <= upto)
+            .map(text)
+            .collect();
+        let write = &first.writes[w];
+        let seq = write.acked.unwrap_or_default();
+        let call = format!("#{at} {}", event.call_text().replace(&root, "ROOT"));
+        out.push(v(
+            Invariant::FailedSyncNotAcked,
+            "in life 0, after the injected error",
+            format!(
+                "no acknowledgement after {call} failed with {errno} until ROOT/{} is written again and synced{}",
+                file.display(),
+                if is_sync {
+                    " (the kernel may have dropped its unsynced pages: a retried fsync proves nothing)"
+                } else {
+                    " (the write never happened)"
+                }
+            ),
+            format!(
+                "{} at seq {seq} was acknowledged; in between: {}",
+                write.type_name,
+                if calls.is_empty() {
+                    "no store syscall".to_string()
+                } else {
+                    calls.join(", ")
+                }
+            ),
+            vec![format!("{call} failed with {errno}"), format!("ack of seq {seq} {}", write.type_name)],
+        ));
+        return;
+    }
+}
+
 fn line_diff(want: &[u8], got: &[u8]) -> String {
     let (w, g) = (String::from_utf8_lossy(want), String::from_utf8_lossy(got));
     let (mut wl, mut gl) = (w.lines(), g.lines());
@@ -1087,6 +1208,7 @@ mod tests {
             end,
             stderr: String::new(),
             trace: None,
+            syscalls: None,
             micros: 0,
         }
     }
@@ -1171,7 +1293,8 @@ mod tests {
                 "runs-closed",
                 "checkpoint-projection",
                 "recovery-idempotent",
-                "exactly-once-outcome"
+                "exactly-once-outcome",
+                "failed-sync-not-acked"
             ]
         );
         for i in Invariant::ALL {

@@ -1,8 +1,11 @@
 //! Campaigns: trace runs, trial plans, parallel trials, results.
 //!
 //! For each scenario the runner first makes a crash-free trace run (which
-//! counts every crash-point hit and becomes the [`Reference`]), then plans
-//! trials ([`nemesis::exhaustive`] or [`nemesis::sample`]), keeps this
+//! counts every crash-point hit and becomes the [`Reference`]) and, for the
+//! syscall nemesis, a crash-free run under the tracer (which enumerates the
+//! first process's store syscalls), then plans trials
+//! ([`nemesis::exhaustive`] or [`nemesis::sample`], and
+//! [`SyscallTrace::exhaustive`] or [`SyscallTrace::sample`]), keeps this
 //! shard's share, and runs them on `jobs` worker threads, each trial in its
 //! own directory under the campaign directory (on `/dev/shm` by default).
 //! A trial directory is deleted once checked, or moved to
@@ -19,11 +22,15 @@ use agentstore::event::Record;
 
 use crate::checker::{self, Invariant, Reference, Violation};
 use crate::model::{describe_record, Model};
-use crate::nemesis::{self, Crash, Plan, Trace, ADAPTER_APPEND, ADAPTER_APPEND_REPLIED, LOG_WRITE};
+use crate::nemesis::{
+    self, Crash, Nemeses, Plan, SysFault, SyscallTrace, Trace, TracedCall, ADAPTER_APPEND,
+    ADAPTER_APPEND_REPLIED, LOG_WRITE,
+};
 use crate::rng::Rng;
 use crate::scenario::Scenario;
 use crate::store::StoreBackend;
-use crate::trial::{self, History, TrialSetup};
+use crate::syscall::{FaultOutcome, FaultReport};
+use crate::trial::{self, History, RunKind, TrialSetup};
 
 /// How many trials per scenario.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -51,6 +58,8 @@ pub struct Config<'a> {
     pub agent_exe: PathBuf,
     pub store_fault: Option<String>,
     pub mode: Mode,
+    /// Which nemeses plan the trials.
+    pub nemesis: Nemeses,
     pub seed: u64,
     pub jobs: usize,
     /// `(k, n)`: run only trials whose index is `k-1` modulo `n`.
@@ -105,13 +114,15 @@ pub struct Prepared {
     pub source: ScenarioSource,
     pub reference: Reference,
     pub trace: Trace,
+    /// The syscall nemesis's crash-free traced run (when it is on).
+    pub syscalls: Option<SyscallTrace>,
     /// Violations of the crash-free run itself.
     pub trace_violations: Vec<Violation>,
     /// Why crash trials cannot run (the crash-free run did not complete).
     pub unusable: Option<String>,
 }
 
-fn setup<'a>(cfg: &'a Config<'_>, source: &'a ScenarioSource) -> TrialSetup<'a> {
+pub fn setup<'a>(cfg: &'a Config<'_>, source: &'a ScenarioSource) -> TrialSetup<'a> {
     TrialSetup {
         backend: cfg.backend,
         agent_exe: &cfg.agent_exe,
@@ -121,10 +132,41 @@ fn setup<'a>(cfg: &'a Config<'_>, source: &'a ScenarioSource) -> TrialSetup<'a> 
     }
 }
 
-/// The crash-free trace run: counts hits, records the reference outcome.
+/// The crash-free trace run: counts hits, records the reference outcome;
+/// with the syscall nemesis on, a second crash-free run under the tracer
+/// enumerates the first process's syscalls.
 pub fn prepare(cfg: &Config<'_>, source: ScenarioSource, dir: &Path) -> Result<Prepared, String> {
-    let history = trial::run(&setup(cfg, &source), Plan::NONE, dir, true)?;
+    let history = trial::run(&setup(cfg, &source), Plan::NONE, dir, RunKind::TracePoints)?;
     let _ = std::fs::remove_dir_all(dir);
+    let mut sys_unusable = None;
+    let syscalls = if cfg.nemesis.syscall {
+        let sys_dir = dir.with_extension("sys");
+        let traced = trial::run(
+            &setup(cfg, &source),
+            Plan::NONE,
+            &sys_dir,
+            RunKind::TraceSyscalls,
+        )?;
+        let _ = std::fs::remove_dir_all(&sys_dir);
+        let first = &traced.lives[0];
+        if let Some(e) = &traced.error {
+            sys_unusable = Some(format!("the crash-free run under the syscall tracer: {e}"));
+        } else if !first.done {
+            sys_unusable = Some(format!(
+                "the crash-free run under the syscall tracer did not complete: {}",
+                first.stderr
+            ));
+        }
+        first.syscalls.as_ref().map(|s| SyscallTrace {
+            calls: s
+                .events
+                .iter()
+                .map(|e| TracedCall::new(e, &s.root))
+                .collect(),
+        })
+    } else {
+        None
+    };
     let trace_violations = checker::check(&history, None);
     let life = history.last();
     let records = &history.final_obs.records;
@@ -150,7 +192,7 @@ pub fn prepare(cfg: &Config<'_>, source: ScenarioSource, dir: &Path) -> Result<P
             "the crash-free run did not complete: {}",
             life.stderr
         )),
-        (None, true) => None,
+        (None, true) => sys_unusable,
     };
     Ok(Prepared {
         reference: Reference {
@@ -160,15 +202,74 @@ pub fn prepare(cfg: &Config<'_>, source: ScenarioSource, dir: &Path) -> Result<P
         },
         source,
         trace,
+        syscalls,
         trace_violations,
         unusable,
     })
+}
+
+/// The syscall a plan targets, as the crash-free traced run saw it; for
+/// a trial, as the fault report says it really was.
+fn syscall_text(at: u64, syscalls: Option<&SyscallTrace>, history: Option<&History>) -> String {
+    let injected = history
+        .and_then(|h| h.lives.first())
+        .and_then(|l| l.syscalls.as_ref())
+        .and_then(|s| match &s.fault {
+            Some(FaultReport {
+                outcome: FaultOutcome::Injected { event },
+                ..
+            }) => Some(TracedCall::new(event, &s.root).text),
+            _ => None,
+        });
+    let n = syscalls.map_or(0, |t| t.len());
+    let call = injected
+        .or_else(|| {
+            syscalls
+                .and_then(|t| t.calls.get(at as usize))
+                .map(|c| c.text.clone())
+        })
+        .unwrap_or_else(|| format!("beyond the {n} syscalls of the traced run"));
+    format!("syscall {at} of {n}: {call}")
+}
+
+/// Did a syscall fault land on the call the traced run had at its index?
+/// `None` when it did (or the plan is not a syscall plan); else why not.
+pub fn syscall_mismatch(
+    plan: &Plan,
+    syscalls: Option<&SyscallTrace>,
+    h: &History,
+) -> Option<String> {
+    let Some(Crash::Syscall { at, .. }) = plan.crash else {
+        return None;
+    };
+    let sys = h.lives.first()?.syscalls.as_ref()?;
+    let Some(FaultReport {
+        outcome: FaultOutcome::Injected { event },
+        ..
+    }) = &sys.fault
+    else {
+        return None;
+    };
+    let hit = TracedCall::new(event, &sys.root);
+    let planned = syscalls.and_then(|t| t.calls.get(at as usize));
+    match planned {
+        Some(p) if p.key == hit.key => None,
+        Some(p) => Some(format!(
+            "the fault planned for syscall {at}, {}, landed on {} (the store's syscalls are not the same from run to run: several threads or processes racing?)",
+            p.text, hit.text
+        )),
+        None => Some(format!(
+            "the fault planned for syscall {at} landed on {}, which the traced run never made",
+            hit.text
+        )),
+    }
 }
 
 /// Where, in words, a plan crashes the agent.
 pub fn describe_crash(
     plan: &Plan,
     trace: &Trace,
+    syscalls: Option<&SyscallTrace>,
     reference: &[Record],
     history: Option<&History>,
 ) -> String {
@@ -224,6 +325,18 @@ pub fn describe_crash(
                 })
                 .unwrap_or_default();
             format!("SIGKILL by timer after {micros} µs{last}")
+        }
+        Some(Crash::Syscall { at, fault }) => {
+            let call = syscall_text(at, syscalls, history);
+            match fault {
+                SysFault::KillBefore => format!("SIGKILL before {call}"),
+                SysFault::KillAfter => format!("SIGKILL after {call}"),
+                SysFault::Tear { bytes } => {
+                    format!("torn write (first {bytes} bytes), then SIGKILL, at {call}")
+                }
+                SysFault::Enospc => format!("ENOSPC injected at {call}; the process went on"),
+                SysFault::Eio => format!("EIO injected at {call}; the process went on"),
+            }
         }
     };
     if let Some(m) = plan.then_kill_at {
@@ -290,7 +403,8 @@ pub fn run_trial(
     dir: &Path,
 ) -> TrialOutcome {
     let started = Instant::now();
-    let result = trial::run(&setup(cfg, &prepared.source), plan, dir, false);
+    let result = trial::run(&setup(cfg, &prepared.source), plan, dir, RunKind::Trial);
+    let syscalls = prepared.syscalls.as_ref();
     let (violations, error, crash_point, covered_hit) = match &result {
         Ok(h) => {
             let covered = match plan.crash {
@@ -304,15 +418,29 @@ pub fn run_trial(
             };
             (
                 checker::check(h, Some(&prepared.reference)),
-                h.error.clone(),
-                describe_crash(&plan, &prepared.trace, &prepared.reference.records, Some(h)),
+                h.error
+                    .clone()
+                    .or_else(|| syscall_mismatch(&plan, syscalls, h)),
+                describe_crash(
+                    &plan,
+                    &prepared.trace,
+                    syscalls,
+                    &prepared.reference.records,
+                    Some(h),
+                ),
                 covered,
             )
         }
         Err(e) => (
             Vec::new(),
             Some(e.clone()),
-            describe_crash(&plan, &prepared.trace, &prepared.reference.records, None),
+            describe_crash(
+                &plan,
+                &prepared.trace,
+                syscalls,
+                &prepared.reference.records,
+                None,
+            ),
             None,
         ),
     };
@@ -419,6 +547,19 @@ impl ScenarioResult {
             .len()
     }
 
+    /// Syscalls of the traced run that a trial faulted as planned.
+    pub fn covered_syscalls(&self) -> usize {
+        self.outcomes
+            .iter()
+            .filter(|o| o.error.is_none())
+            .filter_map(|o| match o.plan.crash {
+                Some(Crash::Syscall { at, .. }) => Some(at),
+                _ => None,
+            })
+            .collect::<BTreeSet<_>>()
+            .len()
+    }
+
     /// Violations of every trial, with the crash-free run's first.
     pub fn violations(&self) -> impl Iterator<Item = (Plan, &str, &Violation)> {
         let trace = self
@@ -518,11 +659,21 @@ fn run_in(
             continue;
         }
         let mut rng = Rng::derive(cfg.seed, &p.source.scenario.name, 0);
-        let plans = match cfg.mode {
-            Mode::Exhaustive => nemesis::exhaustive(&p.trace, &mut rng),
-            Mode::Sampled(n) => nemesis::sample(&p.trace, n, &mut rng),
-        };
-        jobs.extend(plans.into_iter().map(|plan| (s, plan)));
+        if cfg.nemesis.points {
+            let plans = match cfg.mode {
+                Mode::Exhaustive => nemesis::exhaustive(&p.trace, &mut rng),
+                Mode::Sampled(n) => nemesis::sample(&p.trace, n, &mut rng),
+            };
+            jobs.extend(plans.into_iter().map(|plan| (s, plan)));
+        }
+        if let (true, Some(sys)) = (cfg.nemesis.syscall, &p.syscalls) {
+            let mut rng = Rng::derive(cfg.seed, &p.source.scenario.name, 1);
+            let plans = match cfg.mode {
+                Mode::Exhaustive => sys.exhaustive(&mut rng),
+                Mode::Sampled(n) => sys.sample(n, &mut rng),
+            };
+            jobs.extend(plans.into_iter().map(|plan| (s, plan)));
+        }
     }
     if let Some((k, n)) = cfg.shard {
         jobs = jobs
@@ -553,6 +704,7 @@ fn run_in(
                     crash_point: describe_crash(
                         &plan,
                         &prepared[s].trace,
+                        prepared[s].syscalls.as_ref(),
                         &prepared[s].reference.records,
                         None,
                     ),

@@ -16,7 +16,7 @@ use serde_json::{json, Map, Value};
 
 use crate::error::{Error, Result};
 use crate::event::{event_id, BlobRef, Body, Event, Record, Seq};
-use crate::layout::SessionId;
+use crate::layout::{SessionId, SessionPaths};
 use crate::projection::{OpenCall, Projection};
 use crate::scan::Scanner;
 use crate::session::{Session, SessionOptions};
@@ -212,12 +212,31 @@ impl Server {
                     ));
                 }
                 let id = SessionId::new(&session)?;
+                // A creation interrupted before session_created was durable
+                // left a session that does not exist yet: `create` finishes it.
+                let incomplete = creation_interrupted(&SessionPaths::new(&root, &id))?;
                 let (s, repaired) = if create {
                     let workspace = workspace.ok_or_else(|| {
                         Refusal::bad_request("open with create needs a workspace")
                     })?;
-                    let s = Session::create(&root, &id, &workspace, SessionOptions::default())?;
-                    (s, None)
+                    if incomplete {
+                        let (s, report) = Session::open_or_create(
+                            &root,
+                            &id,
+                            &workspace,
+                            SessionOptions::default(),
+                        )?;
+                        (s, report.and_then(|r| r.repaired))
+                    } else {
+                        let s = Session::create(&root, &id, &workspace, SessionOptions::default())?;
+                        (s, None)
+                    }
+                } else if incomplete {
+                    return Err(Error::NoSuchSession {
+                        id: id.to_string(),
+                        root,
+                    }
+                    .into());
                 } else {
                     let options = SessionOptions {
                         workspace,
@@ -308,6 +327,18 @@ impl Server {
             }
         }
     }
+}
+
+/// Does the session's log exist without a single whole record (its
+/// creation was interrupted before `session_created` became durable)?
+/// Reads only; a damaged log is left for `open` to refuse.
+fn creation_interrupted(paths: &SessionPaths) -> Result<bool> {
+    let events = paths.events();
+    if !events.exists() {
+        return Ok(false);
+    }
+    let mut scanner = Scanner::open(&events, crate::scan::LogPosition::START)?;
+    Ok(matches!(scanner.next_record(), Ok(None)))
 }
 
 fn to_hex(bytes: &[u8]) -> String {

@@ -28,6 +28,8 @@ pub enum Fault {
     DropRecoveryBlock,
     /// Recovery marks orphaned calls again even when they are already marked.
     MarkTwice,
+    /// A failed fdatasync of the log is retried, and the append acknowledged if the retry succeeds.
+    FsyncRetry,
 }
 
 impl Fault {
@@ -69,6 +71,11 @@ impl Fault {
             "the context shows every uncertain call",
         ),
         (Fault::MarkTwice, "mark-twice", "recovery is idempotent"),
+        (
+            Fault::FsyncRetry,
+            "fsync-retry",
+            "a failed fsync is never retried into an acknowledgement",
+        ),
     ];
 
     /// The fault's stable name.

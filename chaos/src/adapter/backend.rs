@@ -219,7 +219,16 @@ impl StoreBackend for AdapterBackend {
                     t.len, t.offset, t.line, t.reason
                 )
             });
-            let records = client.events(None).map_err(err)?;
+            let records = match client.events(None) {
+                Ok(r) => r,
+                // Damage found past what open verified (a fused line).
+                Err(e) if e.refusal_kind() == Some(ErrorKind::Damage) => {
+                    let _ = client.close();
+                    let _ = client.shutdown();
+                    return Ok(Observation::opaque(Vec::new(), torn, Some(err(e).0), None));
+                }
+                Err(e) => return Err(err(e)),
+            };
             // A store that serves no projection has nothing to compare the fold with.
             let fold = client
                 .claims(Capability::CheckpointProjection)
