@@ -1280,6 +1280,97 @@ mod tests {
         assert_eq!(check(&history(true), None), vec![], "the control passes");
     }
 
+    /// Life 0 wrote the log (#0), its fdatasync failed with EIO (#1), then
+    /// the store made `after` (as ops at #2, #3, …) and acknowledged.
+    fn eio_then(after: Vec<Op>) -> History {
+        use crate::powerloss::{Bytes, OpLog, Origin, OutputMark};
+        use crate::syscall::{Errno, FaultPlan, FaultReport, SyscallEvent, Sysno};
+        let log = std::path::PathBuf::from("/r/s/events.jsonl");
+        let rel = std::path::PathBuf::from("s/events.jsonl");
+        let failed = SyscallEvent {
+            index: 1,
+            pid: 1,
+            sysno: Sysno::Fdatasync,
+            call: Call::Sync {
+                fd: 4,
+                path: log.clone(),
+                data_only: true,
+            },
+            result: Some(-5),
+        };
+        let write = Op::Write {
+            path: rel,
+            offset: 0,
+            data: Bytes(b"line\n".to_vec()),
+        };
+        let ops: Vec<LoggedOp> = std::iter::once(write)
+            .chain(after)
+            .enumerate()
+            .map(|(i, op)| LoggedOp {
+                op,
+                origin: Some(Origin {
+                    pid: 1,
+                    syscall: if i == 0 { 0 } else { i as u64 + 1 },
+                }),
+            })
+            .collect();
+        let mut h = history(true);
+        h.lives[0].syscalls = Some(crate::trial::SyscallLife {
+            root: "/r".into(),
+            events: vec![failed.clone()],
+            fault: Some(FaultReport {
+                plan: FaultPlan {
+                    at: 1,
+                    fault: SyscallFault::Fail { errno: Errno::EIO },
+                },
+                outcome: FaultOutcome::Injected { event: failed },
+                stdout_before: Some(40),
+            }),
+            oplog: Some(OpLog {
+                outputs: vec![OutputMark {
+                    after_ops: ops.len(),
+                    offset: 40,
+                    len: 30,
+                    pid: 1,
+                }],
+                ops,
+                gaps: vec![],
+            }),
+            acks: vec![(0, 40)],
+        });
+        h
+    }
+
+    #[test]
+    fn failed_sync_not_acked_catches_a_retried_fsync_and_lets_a_rewrite_pass() {
+        let rel = std::path::PathBuf::from("s/events.jsonl");
+        let retried = check(&eio_then(vec![Op::Fdatasync { path: rel.clone() }]), None);
+        let v: Vec<&Violation> = retried
+            .iter()
+            .filter(|v| v.invariant == Invariant::FailedSyncNotAcked)
+            .collect();
+        assert_eq!(v.len(), 1, "{retried:#?}");
+        assert!(
+            v[0].found
+                .starts_with("run_started at seq 1 was acknowledged"),
+            "{:?}",
+            v[0]
+        );
+        let rewritten = vec![
+            Op::Write {
+                path: rel.clone(),
+                offset: 0,
+                data: crate::powerloss::Bytes(b"line\n".to_vec()),
+            },
+            Op::Fdatasync { path: rel },
+        ];
+        assert_eq!(
+            check(&eio_then(rewritten), None),
+            vec![],
+            "a rewrite + sync passes"
+        );
+    }
+
     #[test]
     fn names_are_stable_and_round_trip() {
         let names: Vec<&str> = Invariant::ALL.iter().map(|i| i.name()).collect();

@@ -753,6 +753,80 @@ mod tests {
     }
 
     #[test]
+    fn syscall_plans_cover_each_call_with_the_faults_that_apply() {
+        let root = Path::new("/r");
+        let log = PathBuf::from("/r/s/events.jsonl");
+        let event = |index, sysno, call| SyscallEvent {
+            index,
+            pid: 1,
+            sysno,
+            call,
+            result: Some(0),
+        };
+        let calls = [
+            event(
+                0,
+                Sysno::Mkdir,
+                Call::Mkdir {
+                    path: "/r/s".into(),
+                    mode: 0o755,
+                },
+            ),
+            event(
+                1,
+                Sysno::Pwrite64,
+                Call::Write {
+                    fd: 4,
+                    path: log.clone(),
+                    len: 180,
+                    offset: Some(0),
+                },
+            ),
+            event(
+                2,
+                Sysno::Fdatasync,
+                Call::Sync {
+                    fd: 4,
+                    path: log,
+                    data_only: true,
+                },
+            ),
+        ];
+        let trace = SyscallTrace {
+            calls: calls.iter().map(|e| TracedCall::new(e, root)).collect(),
+        };
+        assert_eq!(trace.calls[2].text, "fdatasync(fd 4 = ROOT/s/events.jsonl)");
+        assert_eq!(trace.calls[1].key, "pwrite64(fd 4 ROOT/s/events.jsonl)");
+        let plans = trace.exhaustive(&mut Rng::new(1));
+        let kinds: Vec<String> = plans.iter().map(|p| p.to_string()).collect();
+        // mkdir: 2 kills; the write: 2 kills, a tear, ENOSPC; the sync: 2 kills, EIO.
+        assert_eq!(plans.len(), 9, "{kinds:?}");
+        for k in [
+            "sys-kill-before@0",
+            "sys-kill-after@0",
+            "sys-enospc@1",
+            "sys-eio@2",
+        ] {
+            assert!(kinds.contains(&k.to_string()), "{kinds:?}");
+        }
+        let tear = plans.iter().find(|p| p.kind() == "sys-tear").unwrap();
+        assert!(matches!(
+            tear.crash,
+            Some(Crash::Syscall { at: 1, fault: SysFault::Tear { bytes } }) if (1..=90).contains(&bytes)
+        ));
+        let sampled = trace.sample(30, &mut Rng::new(2));
+        assert!(sampled.iter().all(|p| match p.crash {
+            Some(Crash::Syscall { at, fault }) => fault.applies_to(&trace.calls[at as usize]),
+            _ => false,
+        }));
+        assert_eq!(
+            "points,syscall".parse::<Nemeses>().unwrap().to_string(),
+            "points,syscall"
+        );
+        assert!("points,zap".parse::<Nemeses>().is_err());
+    }
+
+    #[test]
     fn power_cut_drops_only_what_was_never_synced() {
         let dir = tempfile::tempdir().unwrap();
         let log = dir.path().join("events.jsonl");
