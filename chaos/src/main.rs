@@ -325,9 +325,6 @@ fn run(args: RunArgs) -> Result<ExitCode, Failure> {
         Some(n) => Mode::Sampled(n),
         None => Mode::Exhaustive,
     };
-    if !args.nemesis.points && !args.nemesis.syscall {
-        return Err(bad_input("--nemesis names no nemesis"));
-    }
     if args.nemesis.syscall {
         syscall_supported()?;
     }
