@@ -621,7 +621,9 @@ pub fn campaign_dir(base: &Path) -> Result<PathBuf, String> {
         .duration_since(std::time::UNIX_EPOCH)
         .map(|d| d.subsec_nanos())
         .unwrap_or(0);
-    let dir = base.join(format!("agentchaos-{}-{nanos:x}", std::process::id()));
+    // Fixed width: the workspace path is in `session_created`, so a replay
+    // writes the same bytes as the campaign only if its path is as long.
+    let dir = base.join(format!("agentchaos-{:010}-{nanos:08x}", std::process::id()));
     std::fs::create_dir_all(&dir)
         .map_err(|e| format!("cannot create the trial directory {}: {e}", dir.display()))?;
     Ok(dir)

@@ -15,8 +15,9 @@
 //! created empty beforehand, as the trace root; its counted syscalls, the
 //! fault report and, for injected errors, the recorded operations with the
 //! agent's stdout writes between them go into [`Life::syscalls`]. A first
-//! process that goes on after an injected error and then exits is restarted
-//! like a killed one.
+//! process that goes on after an injected error and then gives up (exits
+//! non-zero) is restarted like a killed one; a fault that was not injected
+//! as planned is an error of the trial.
 
 use std::collections::BTreeMap;
 use std::io::{BufRead, BufReader, Write};
