@@ -18,7 +18,9 @@ use agentstore::event::{Decision, Event, Record};
 use serde_json::Value;
 
 use crate::model::{describe_record, phase_name, store_authored, Model, RunClose};
+use crate::powerloss::{LoggedOp, Op};
 use crate::store::{CheckpointView, Observation};
+use crate::syscall::{Call, FaultOutcome, SyscallFault};
 use crate::tools::tagged_operation;
 use crate::trial::{History, Life, LifeEnd};
 use crate::world::Application;
@@ -38,10 +40,11 @@ pub enum Invariant {
     DamageRefused,
     /// A probe, not a trial check (`crate::probe`).
     LedgerRefusesDoubleCommit,
+    FailedSyncNotAcked,
 }
 
 impl Invariant {
-    pub const ALL: [Invariant; 10] = [
+    pub const ALL: [Invariant; 11] = [
         Invariant::OrphanMarkedUncertain,
         Invariant::EffectAtMostOnce,
         Invariant::AckedDurable,
@@ -52,6 +55,7 @@ impl Invariant {
         Invariant::ExactlyOnceOutcome,
         Invariant::DamageRefused,
         Invariant::LedgerRefusesDoubleCommit,
+        Invariant::FailedSyncNotAcked,
     ];
 
     pub fn name(self) -> &'static str {
@@ -66,6 +70,7 @@ impl Invariant {
             Invariant::ExactlyOnceOutcome => "exactly-once-outcome",
             Invariant::DamageRefused => "damage-refused",
             Invariant::LedgerRefusesDoubleCommit => "ledger-refuses-double-commit",
+            Invariant::FailedSyncNotAcked => "failed-sync-not-acked",
         }
     }
 
@@ -82,6 +87,7 @@ impl Invariant {
             Invariant::ExactlyOnceOutcome => "after resuming to completion, the world and the workspace equal those of a crash-free run",
             Invariant::DamageRefused => "a store file damaged in its middle makes open (or reading) refuse with `damage`, or changes nothing the store serves: never a silent skip",
             Invariant::LedgerRefusesDoubleCommit => "a second effect_committed for an operation id already committed is refused as a rule violation, and leaves nothing behind",
+            Invariant::FailedSyncNotAcked => "after a write fails (ENOSPC) or an fsync fails (EIO), nothing is acknowledged until the file is written again and synced: a retried fsync proves nothing, the kernel may have dropped the unsynced pages",
         }
     }
 
@@ -163,6 +169,7 @@ pub fn check(h: &History, reference: Option<&Reference>) -> Vec<Violation> {
     runs_closed_at_end(h, &final_model, &mut out);
     effect_at_most_once(h, &final_model, &mut out);
     exactly_once_outcome(h, reference, &mut out);
+    failed_sync_not_acked(h, &mut out);
     // The same broken promise seen at several observations is one finding:
     // keep the earliest.
     let mut seen = std::collections::HashSet::new();
@@ -221,9 +228,14 @@ fn moments(h: &History) -> Vec<Moment<'_>> {
             } else {
                 ""
             };
+            let ended = if life.end == LifeEnd::Killed {
+                "was killed"
+            } else {
+                "gave up"
+            };
             m.push(Moment {
                 obs: k,
-                when: format!("after life {i} was killed{cut}, before recovery"),
+                when: format!("after life {i} {ended}{cut}, before recovery"),
                 recovered: false,
                 acked_by_lives: i + 1,
             });
@@ -1053,6 +1065,115 @@ fn exactly_once_outcome(h: &History, reference: Option<&Reference>, out: &mut Ve
     }
 }
 
+/// failed-sync-not-acked: after the syscall nemesis made a write (ENOSPC)
+/// or an fsync (EIO) of file F fail in life 0, no append is acknowledged
+/// until F is written again and then synced. An fsync that failed while F
+/// held no unsynced write lost nothing and is not judged. The order of the
+/// agent's ack lines against the store's syscalls is exact: the tracer
+/// places every write to the agent's stdout between the recorded ops.
+fn failed_sync_not_acked(h: &History, out: &mut Vec<Violation>) {
+    let Some(first) = h.lives.first() else { return };
+    let Some(sys) = &first.syscalls else { return };
+    let (Some(report), Some(oplog)) = (&sys.fault, &sys.oplog) else {
+        return;
+    };
+    let (SyscallFault::Fail { errno }, FaultOutcome::Injected { event }, Some(before)) =
+        (report.plan.fault, &report.outcome, report.stdout_before)
+    else {
+        return;
+    };
+    let (path, is_sync) = match &event.call {
+        Call::Write { path, .. } => (path, false),
+        Call::Sync { path, .. } => (path, true),
+        _ => return,
+    };
+    let Ok(file) = path.strip_prefix(&sys.root) else {
+        return;
+    };
+    let at = event.index;
+    let writes = |op: &Op| matches!(op, Op::Write { path, .. } if path == file);
+    let syncs = |op: &Op| match op {
+        Op::Fsync { path } | Op::Fdatasync { path } => path == file,
+        Op::SyncAll => true,
+        _ => false,
+    };
+    let origin = |o: &LoggedOp| o.origin.map(|g| g.syscall);
+    if is_sync {
+        let mut dirty = false;
+        for o in oplog
+            .ops
+            .iter()
+            .filter(|o| origin(o).is_some_and(|i| i < at))
+        {
+            if writes(&o.op) {
+                dirty = true;
+            } else if syncs(&o.op) {
+                dirty = false;
+            }
+        }
+        if !dirty {
+            return;
+        }
+    }
+    let root = sys.root.display().to_string();
+    let text = |e: &crate::syscall::SyscallEvent| e.to_string().replace(&root, "ROOT");
+    for &(w, offset) in &sys.acks {
+        if offset < before {
+            continue;
+        }
+        let after_ops = oplog
+            .outputs
+            .iter()
+            .find(|m| m.offset <= offset && offset < m.offset + m.len)
+            .map_or(oplog.ops.len(), |m| m.after_ops);
+        let between: Vec<&LoggedOp> = oplog.ops[..after_ops]
+            .iter()
+            .filter(|o| origin(o).is_some_and(|i| i > at))
+            .collect();
+        let rewritten = between
+            .iter()
+            .position(|o| writes(&o.op))
+            .is_some_and(|i| between[i + 1..].iter().any(|o| syncs(&o.op)));
+        if rewritten {
+            continue;
+        }
+        let upto = between.iter().filter_map(|o| origin(o)).max().unwrap_or(at);
+        let calls: Vec<String> = sys
+            .events
+            .iter()
+            .filter(|e| e.index > at && e.index <= upto)
+            .map(text)
+            .collect();
+        let write = &first.writes[w];
+        let seq = write.acked.unwrap_or_default();
+        let call = format!("#{at} {}", event.call_text().replace(&root, "ROOT"));
+        out.push(v(
+            Invariant::FailedSyncNotAcked,
+            "in life 0, after the injected error",
+            format!(
+                "no acknowledgement after {call} failed with {errno} until ROOT/{} is written again and synced{}",
+                file.display(),
+                if is_sync {
+                    " (the kernel may have dropped its unsynced pages: a retried fsync proves nothing)"
+                } else {
+                    " (the write never happened)"
+                }
+            ),
+            format!(
+                "{} at seq {seq} was acknowledged; in between: {}",
+                write.type_name,
+                if calls.is_empty() {
+                    "no store syscall".to_string()
+                } else {
+                    calls.join(", ")
+                }
+            ),
+            vec![format!("{call} failed with {errno}"), format!("ack of seq {seq} {}", write.type_name)],
+        ));
+        return;
+    }
+}
+
 fn line_diff(want: &[u8], got: &[u8]) -> String {
     let (w, g) = (String::from_utf8_lossy(want), String::from_utf8_lossy(got));
     let (mut wl, mut gl) = (w.lines(), g.lines());
@@ -1123,6 +1244,7 @@ mod tests {
             end,
             stderr: String::new(),
             trace: None,
+            syscalls: None,
             micros: 0,
         }
     }
@@ -1194,6 +1316,97 @@ mod tests {
         assert_eq!(check(&history(true), None), vec![], "the control passes");
     }
 
+    /// Life 0 wrote the log (#0), its fdatasync failed with EIO (#1), then
+    /// the store made `after` (as ops at #2, #3, …) and acknowledged.
+    fn eio_then(after: Vec<Op>) -> History {
+        use crate::powerloss::{Bytes, OpLog, Origin, OutputMark};
+        use crate::syscall::{Errno, FaultPlan, FaultReport, SyscallEvent, Sysno};
+        let log = std::path::PathBuf::from("/r/s/events.jsonl");
+        let rel = std::path::PathBuf::from("s/events.jsonl");
+        let failed = SyscallEvent {
+            index: 1,
+            pid: 1,
+            sysno: Sysno::Fdatasync,
+            call: Call::Sync {
+                fd: 4,
+                path: log.clone(),
+                data_only: true,
+            },
+            result: Some(-5),
+        };
+        let write = Op::Write {
+            path: rel,
+            offset: 0,
+            data: Bytes(b"line\n".to_vec()),
+        };
+        let ops: Vec<LoggedOp> = std::iter::once(write)
+            .chain(after)
+            .enumerate()
+            .map(|(i, op)| LoggedOp {
+                op,
+                origin: Some(Origin {
+                    pid: 1,
+                    syscall: if i == 0 { 0 } else { i as u64 + 1 },
+                }),
+            })
+            .collect();
+        let mut h = history(true);
+        h.lives[0].syscalls = Some(crate::trial::SyscallLife {
+            root: "/r".into(),
+            events: vec![failed.clone()],
+            fault: Some(FaultReport {
+                plan: FaultPlan {
+                    at: 1,
+                    fault: SyscallFault::Fail { errno: Errno::EIO },
+                },
+                outcome: FaultOutcome::Injected { event: failed },
+                stdout_before: Some(40),
+            }),
+            oplog: Some(OpLog {
+                outputs: vec![OutputMark {
+                    after_ops: ops.len(),
+                    offset: 40,
+                    len: 30,
+                    pid: 1,
+                }],
+                ops,
+                gaps: vec![],
+            }),
+            acks: vec![(0, 40)],
+        });
+        h
+    }
+
+    #[test]
+    fn failed_sync_not_acked_catches_a_retried_fsync_and_lets_a_rewrite_pass() {
+        let rel = std::path::PathBuf::from("s/events.jsonl");
+        let retried = check(&eio_then(vec![Op::Fdatasync { path: rel.clone() }]), None);
+        let v: Vec<&Violation> = retried
+            .iter()
+            .filter(|v| v.invariant == Invariant::FailedSyncNotAcked)
+            .collect();
+        assert_eq!(v.len(), 1, "{retried:#?}");
+        assert!(
+            v[0].found
+                .starts_with("run_started at seq 1 was acknowledged"),
+            "{:?}",
+            v[0]
+        );
+        let rewritten = vec![
+            Op::Write {
+                path: rel.clone(),
+                offset: 0,
+                data: crate::powerloss::Bytes(b"line\n".to_vec()),
+            },
+            Op::Fdatasync { path: rel },
+        ];
+        assert_eq!(
+            check(&eio_then(rewritten), None),
+            vec![],
+            "a rewrite + sync passes"
+        );
+    }
+
     #[test]
     fn names_are_stable_and_round_trip() {
         let names: Vec<&str> = Invariant::ALL.iter().map(|i| i.name()).collect();
@@ -1209,7 +1422,8 @@ mod tests {
                 "recovery-idempotent",
                 "exactly-once-outcome",
                 "damage-refused",
-                "ledger-refuses-double-commit"
+                "ledger-refuses-double-commit",
+                "failed-sync-not-acked"
             ]
         );
         for i in Invariant::ALL {

@@ -10,7 +10,7 @@ use std::time::Duration;
 use agentchaos::adapter::AdapterBackend;
 use agentchaos::agent::{self, AgentArgs};
 use agentchaos::checker::Invariant;
-use agentchaos::nemesis::Plan;
+use agentchaos::nemesis::{Crash, Nemeses, Plan};
 use agentchaos::report::{self, Context};
 use agentchaos::runner::{self, Config, Mode, ScenarioSource};
 use agentchaos::scenario::{self, InputError};
@@ -74,9 +74,22 @@ struct RunArgs {
     /// Sample N trials per scenario from the seed instead of the exhaustive plan.
     #[arg(long, value_name = "N", conflicts_with = "exhaustive")]
     trials: Option<usize>,
-    /// One trial per crash-point hit, plus torn writes, power cuts and double crashes (the default).
+    /// Every plan of each nemesis (the default): for `points`, a kill at every crash-point hit,
+    /// torn writes, power cuts, double crashes and timers; for `syscall`, every applicable
+    /// fault at every store syscall of the first process.
     #[arg(long)]
     exhaustive: bool,
+    /// Which nemeses plan the trials, comma-separated: `points` (crash points in the store and
+    /// the agent: kill, tear, powercut, timer, double crash) and/or `syscall` (ptrace, no
+    /// instrumentation: sys-kill-before, sys-kill-after, sys-tear, sys-enospc, sys-eio at each
+    /// file-mutating syscall the first agent process tree makes under the store root; Linux
+    /// x86_64 only). With --trials N, N plans per nemesis.
+    #[arg(
+        long,
+        value_name = "points|syscall|points,syscall",
+        default_value = "points"
+    )]
+    nemesis: Nemeses,
     /// Add N random scenarios generated from the seed (failing ones are shrunk).
     #[arg(long, value_name = "N", default_value_t = 0)]
     random: usize,
@@ -109,7 +122,10 @@ struct ReplayArgs {
     /// The scenario file.
     #[arg(long, value_name = "FILE")]
     scenario: PathBuf,
-    /// The plan: none, kill@N, tear@N:BYTES, powercut@N, timer@Dus, optionally +kill@M;
+    /// The plan: none, kill@N, tear@N:BYTES, powercut@N, timer@Dus (crash points), or
+    /// sys-kill-before@N, sys-kill-after@N, sys-tear@N:BYTES, sys-enospc@N, sys-eio@N (the
+    /// syscall nemesis: N counts the store syscalls of the first agent process tree, as
+    /// `agentchaos run --nemesis syscall` enumerated them; Linux x86_64 only); optionally +kill@M;
     /// or a probe: probe:damage@FILE:OFFSET, probe:ledger@OPERATION.
     #[arg(long, value_name = "PLAN")]
     plan: String,
@@ -355,6 +371,7 @@ fn config<'a>(
         agent_exe,
         store_fault: common.store_fault.clone(),
         mode,
+        nemesis: Nemeses::POINTS,
         seed,
         jobs,
         shard: None,
@@ -380,7 +397,11 @@ fn run(args: RunArgs) -> Result<ExitCode, Failure> {
         Some(n) => Mode::Sampled(n),
         None => Mode::Exhaustive,
     };
+    if args.nemesis.syscall {
+        syscall_supported()?;
+    }
     let mut cfg = config(&args.common, backend.as_ref(), mode, args.seed)?;
+    cfg.nemesis = args.nemesis;
     cfg.shard = args.shard;
     cfg.progress = !args.quiet;
     if let Some(k) = &args.keep_failures {
@@ -428,8 +449,10 @@ fn run(args: RunArgs) -> Result<ExitCode, Failure> {
         store_fault: cfg.store_fault.as_deref(),
         seed: args.seed,
         mode: match mode {
-            Mode::Exhaustive => "exhaustive".to_string(),
-            Mode::Sampled(n) => format!("{n} sampled trials per scenario"),
+            Mode::Exhaustive => format!("exhaustive, nemesis {}", args.nemesis),
+            Mode::Sampled(n) => {
+                format!("{n} sampled trials per scenario, nemesis {}", args.nemesis)
+            }
         },
         jobs: cfg.jobs,
         shard: cfg.shard,
@@ -503,9 +526,22 @@ fn shrink_random(
     }
 }
 
+/// The syscall nemesis needs ptrace on Linux x86_64: elsewhere, bad input.
+fn syscall_supported() -> Result<(), Failure> {
+    if agentchaos::syscall::SUPPORTED {
+        Ok(())
+    } else {
+        Err(bad_input(format!(
+            "the syscall nemesis needs Linux on x86_64 (ptrace); this build targets {}/{}",
+            std::env::consts::OS,
+            std::env::consts::ARCH
+        )))
+    }
+}
+
 fn replay(args: ReplayArgs) -> Result<ExitCode, Failure> {
     let backend = backend(&args.common.adapter)?;
-    let cfg = config(&args.common, backend.as_ref(), Mode::Exhaustive, 0)?;
+    let mut cfg = config(&args.common, backend.as_ref(), Mode::Exhaustive, 0)?;
     // A trial's plan, or a probe's (`probe:…`).
     enum What {
         Trial(Plan),
@@ -515,6 +551,14 @@ fn replay(args: ReplayArgs) -> Result<ExitCode, Failure> {
         Some(p) => What::Probe(p.parse().map_err(bad_input)?),
         None => What::Trial(args.plan.parse().map_err(bad_input)?),
     };
+    if let What::Trial(Plan {
+        crash: Some(Crash::Syscall { .. }),
+        ..
+    }) = what
+    {
+        syscall_supported()?;
+        cfg.nemesis.syscall = true;
+    }
     let scenario = scenario::load(&args.scenario)?;
     let source = ScenarioSource {
         path: args.scenario.clone(),

@@ -25,6 +25,26 @@
 //!   hit, inside its recovery for small M; a third process then recovers
 //!   and finishes (a double crash).
 //!
+//! The syscall nemesis (`--nemesis syscall`, [`crate::syscall`], Linux
+//! x86_64 only) needs no crash points: the first process tree (the agent
+//! and its adapter child, forks followed) runs under ptrace, and N counts
+//! the file-mutating syscalls it makes under the trial's store root, in
+//! the order a crash-free traced run enumerated them ([`SyscallTrace`]):
+//!
+//! - `sys-kill-before@N`: SIGKILL as syscall N enters; it never runs.
+//! - `sys-kill-after@N`: syscall N runs, then SIGKILL before the caller
+//!   sees its result (the store cannot react to it).
+//! - `sys-tear@N:B`: writes only: syscall N writes only its first B bytes,
+//!   then SIGKILL (a torn write the store did not choose).
+//! - `sys-enospc@N`: writes only: syscall N fails with ENOSPC, nothing
+//!   written, and the process goes on (a full disk).
+//! - `sys-eio@N`: fsync/fdatasync only: syscall N fails with EIO and the
+//!   process goes on (a failing device; Linux may have dropped the dirty
+//!   pages, so a retried fsync can succeed for data that is gone).
+//!
+//! After an injected error the first process may finish or give up; either
+//! way the trial goes on as after a kill (restart, recover, finish).
+//!
 //! This module owns plan syntax, the environment a plan gives each
 //! process, the power cut itself, and which plans a campaign runs. It must
 //! never decide whether a trial passed.
@@ -35,6 +55,7 @@ use std::path::{Path, PathBuf};
 use std::str::FromStr;
 
 use crate::rng::Rng;
+use crate::syscall::{Call, Errno, SyscallEvent, SyscallFault, Sysno};
 
 /// Crash-point hits whose name ends like this are writes that can tear.
 pub const WRITE_SUFFIX: &str = ".write";
@@ -52,10 +73,24 @@ pub const ADAPTER_APPEND_REPLIED: &str = "adapter.append.replied";
 /// How the first process of a trial dies.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash)]
 pub enum Crash {
-    Kill { at: u64 },
-    Tear { at: u64, bytes: u64 },
-    PowerCut { at: u64 },
-    Timer { micros: u64 },
+    Kill {
+        at: u64,
+    },
+    Tear {
+        at: u64,
+        bytes: u64,
+    },
+    PowerCut {
+        at: u64,
+    },
+    Timer {
+        micros: u64,
+    },
+    /// A fault at the `at`-th counted syscall of the first process tree.
+    Syscall {
+        at: u64,
+        fault: SysFault,
+    },
 }
 
 impl Crash {
@@ -63,8 +98,222 @@ impl Crash {
     pub fn hit(&self) -> Option<u64> {
         match *self {
             Crash::Kill { at } | Crash::Tear { at, .. } | Crash::PowerCut { at } => Some(at),
-            Crash::Timer { .. } => None,
+            Crash::Timer { .. } | Crash::Syscall { .. } => None,
         }
+    }
+}
+
+/// What the syscall nemesis does to its syscall.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash)]
+pub enum SysFault {
+    KillBefore,
+    KillAfter,
+    /// Only the first `bytes` bytes of the write go through, then SIGKILL.
+    Tear {
+        bytes: u64,
+    },
+    /// The write fails with ENOSPC; the process goes on.
+    Enospc,
+    /// The fsync/fdatasync fails with EIO; the process goes on.
+    Eio,
+}
+
+impl SysFault {
+    /// The tracer's fault.
+    pub fn to_syscall(self) -> SyscallFault {
+        match self {
+            SysFault::KillBefore => SyscallFault::KillBefore,
+            SysFault::KillAfter => SyscallFault::KillAfter,
+            SysFault::Tear { bytes } => SyscallFault::TearWrite { keep: bytes },
+            SysFault::Enospc => SyscallFault::Fail {
+                errno: Errno::ENOSPC,
+            },
+            SysFault::Eio => SyscallFault::Fail { errno: Errno::EIO },
+        }
+    }
+
+    /// Does the process die of it (rather than go on after an error)?
+    pub fn kills(self) -> bool {
+        !matches!(self, SysFault::Enospc | SysFault::Eio)
+    }
+
+    /// Can `call` take this fault?
+    pub fn applies_to(self, call: &TracedCall) -> bool {
+        match self {
+            SysFault::KillBefore | SysFault::KillAfter => true,
+            SysFault::Tear { bytes } => call.write_len.is_some_and(|l| bytes >= 1 && bytes < l),
+            SysFault::Enospc => call.write_len.is_some(),
+            SysFault::Eio => call.is_sync,
+        }
+    }
+}
+
+/// One counted syscall of a crash-free traced run, with the store root
+/// written as `ROOT` so that runs in different trial directories compare.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct TracedCall {
+    pub sysno: Sysno,
+    /// `fdatasync(fd 5 = ROOT/sessions/s/events.jsonl)`.
+    pub text: String,
+    /// The call without byte counts (which may differ from run to run:
+    /// the workspace path is in `session_created`): what must match for a
+    /// fault to have hit the planned call.
+    pub key: String,
+    /// Writes: the byte count.
+    pub write_len: Option<u64>,
+    /// fsync or fdatasync.
+    pub is_sync: bool,
+}
+
+impl TracedCall {
+    /// `root` is the canonical store root of the run that made the call.
+    pub fn new(e: &SyscallEvent, root: &Path) -> TracedCall {
+        let root = root.display().to_string();
+        let rel = |p: &Path| p.display().to_string().replacen(&root, "ROOT", 1);
+        let fd = match &e.call {
+            Call::Write { fd, .. } | Call::Sync { fd, .. } | Call::SyncFileRange { fd, .. } => {
+                format!("fd {fd} ")
+            }
+            Call::Truncate { fd: Some(fd), .. } => format!("fd {fd} "),
+            _ => String::new(),
+        };
+        let paths: Vec<String> = e.call.paths().into_iter().map(|p| rel(p)).collect();
+        TracedCall {
+            sysno: e.sysno,
+            text: e.call_text().replace(&root, "ROOT"),
+            key: format!("{}({fd}{})", e.sysno, paths.join(" -> ")),
+            write_len: match e.call {
+                Call::Write { len, .. } => Some(len),
+                _ => None,
+            },
+            is_sync: matches!(e.call, Call::Sync { .. }),
+        }
+    }
+}
+
+/// What a crash-free traced run of the first process made: its counted
+/// syscalls, in order.
+#[derive(Debug, Clone, PartialEq, Eq, Default)]
+pub struct SyscallTrace {
+    pub calls: Vec<TracedCall>,
+}
+
+impl SyscallTrace {
+    pub fn len(&self) -> u64 {
+        self.calls.len() as u64
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.calls.is_empty()
+    }
+
+    fn plan(at: usize, fault: SysFault) -> Plan {
+        Plan {
+            crash: Some(Crash::Syscall {
+                at: at as u64,
+                fault,
+            }),
+            then_kill_at: None,
+        }
+    }
+
+    /// Every fault that applies to call `at`, a tear keeping a sampled prefix.
+    fn faults(&self, at: usize, rng: &mut Rng) -> Vec<SysFault> {
+        let call = &self.calls[at];
+        // At most half the bytes: the trial's write may be a little shorter
+        // than the trace's (paths in events differ in length).
+        let tear = SysFault::Tear {
+            bytes: call.write_len.map_or(0, |l| 1 + rng.below((l / 2).max(1))),
+        };
+        [
+            SysFault::KillBefore,
+            SysFault::KillAfter,
+            tear,
+            SysFault::Enospc,
+            SysFault::Eio,
+        ]
+        .into_iter()
+        .filter(|f| f.applies_to(call))
+        .collect()
+    }
+
+    /// `--exhaustive`: every applicable fault at every counted syscall.
+    pub fn exhaustive(&self, rng: &mut Rng) -> Vec<Plan> {
+        (0..self.calls.len())
+            .flat_map(|at| {
+                self.faults(at, rng)
+                    .into_iter()
+                    .map(move |f| SyscallTrace::plan(at, f))
+            })
+            .collect()
+    }
+
+    /// `n` plans sampled from the seed: a random syscall, a random fault that applies.
+    pub fn sample(&self, n: usize, rng: &mut Rng) -> Vec<Plan> {
+        if self.calls.is_empty() {
+            return Vec::new();
+        }
+        (0..n)
+            .map(|_| {
+                let at = rng.below(self.len()) as usize;
+                let faults = self.faults(at, rng);
+                SyscallTrace::plan(at, *rng.pick(&faults))
+            })
+            .collect()
+    }
+}
+
+/// Which nemeses a campaign runs: crash points (kill, tear, power cut,
+/// timer, double crash) and/or the syscall nemesis.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Nemeses {
+    pub points: bool,
+    pub syscall: bool,
+}
+
+impl Nemeses {
+    pub const POINTS: Nemeses = Nemeses {
+        points: true,
+        syscall: false,
+    };
+}
+
+impl Default for Nemeses {
+    fn default() -> Self {
+        Nemeses::POINTS
+    }
+}
+
+impl fmt::Display for Nemeses {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        let names: Vec<&str> = [(self.points, "points"), (self.syscall, "syscall")]
+            .into_iter()
+            .filter_map(|(on, n)| on.then_some(n))
+            .collect();
+        f.write_str(&names.join(","))
+    }
+}
+
+impl FromStr for Nemeses {
+    type Err = String;
+
+    fn from_str(s: &str) -> Result<Nemeses, String> {
+        let mut n = Nemeses {
+            points: false,
+            syscall: false,
+        };
+        for part in s.split(',') {
+            match part.trim() {
+                "points" => n.points = true,
+                "syscall" => n.syscall = true,
+                other => {
+                    return Err(format!(
+                        "nemesis {other:?} is not points or syscall (e.g. --nemesis points,syscall)"
+                    ))
+                }
+            }
+        }
+        Ok(n)
     }
 }
 
@@ -89,11 +338,19 @@ impl Plan {
         }
     }
 
-    /// The kind, for reports: `kill`, `tear`, `powercut`, `timer`, `double`, `none`.
+    /// The kind, for reports: `kill`, `tear`, `powercut`, `timer`, `double`,
+    /// `sys-kill-before`, `sys-kill-after`, `sys-tear`, `sys-enospc`, `sys-eio`, `none`.
     pub fn kind(&self) -> &'static str {
         match (self.crash, self.then_kill_at) {
             (None, _) => "none",
             (Some(_), Some(_)) => "double",
+            (Some(Crash::Syscall { fault, .. }), None) => match fault {
+                SysFault::KillBefore => "sys-kill-before",
+                SysFault::KillAfter => "sys-kill-after",
+                SysFault::Tear { .. } => "sys-tear",
+                SysFault::Enospc => "sys-enospc",
+                SysFault::Eio => "sys-eio",
+            },
             (Some(Crash::Kill { .. }), None) => "kill",
             (Some(Crash::Tear { .. }), None) => "tear",
             (Some(Crash::PowerCut { .. }), None) => "powercut",
@@ -143,6 +400,13 @@ impl fmt::Display for Plan {
             Some(Crash::Tear { at, bytes }) => write!(f, "tear@{at}:{bytes}")?,
             Some(Crash::PowerCut { at }) => write!(f, "powercut@{at}")?,
             Some(Crash::Timer { micros }) => write!(f, "timer@{micros}us")?,
+            Some(Crash::Syscall { at, fault }) => match fault {
+                SysFault::KillBefore => write!(f, "sys-kill-before@{at}")?,
+                SysFault::KillAfter => write!(f, "sys-kill-after@{at}")?,
+                SysFault::Tear { bytes } => write!(f, "sys-tear@{at}:{bytes}")?,
+                SysFault::Enospc => write!(f, "sys-enospc@{at}")?,
+                SysFault::Eio => write!(f, "sys-eio@{at}")?,
+            },
         }
         if let Some(m) = self.then_kill_at {
             write!(f, "+kill@{m}")?;
@@ -157,7 +421,7 @@ impl FromStr for Plan {
     fn from_str(s: &str) -> Result<Plan, String> {
         let bad = || {
             format!(
-                "plan {s:?} is not one of none, kill@N, tear@N:BYTES, powercut@N, timer@MICROSus, optionally followed by +kill@M"
+                "plan {s:?} is not one of none, kill@N, tear@N:BYTES, powercut@N, timer@MICROSus, sys-kill-before@N, sys-kill-after@N, sys-tear@N:BYTES, sys-enospc@N, sys-eio@N, optionally followed by +kill@M"
             )
         };
         let num = |t: &str| t.parse::<u64>().map_err(|_| bad());
@@ -172,8 +436,25 @@ impl FromStr for Plan {
             None
         } else {
             let (kind, arg) = first.split_once('@').ok_or_else(bad)?;
+            let sys = |fault| -> Result<Crash, String> {
+                Ok(Crash::Syscall {
+                    at: num(arg)?,
+                    fault,
+                })
+            };
             Some(match kind {
                 "kill" => Crash::Kill { at: num(arg)? },
+                "sys-kill-before" => sys(SysFault::KillBefore)?,
+                "sys-kill-after" => sys(SysFault::KillAfter)?,
+                "sys-enospc" => sys(SysFault::Enospc)?,
+                "sys-eio" => sys(SysFault::Eio)?,
+                "sys-tear" => {
+                    let (at, bytes) = arg.split_once(':').ok_or_else(bad)?;
+                    Crash::Syscall {
+                        at: num(at)?,
+                        fault: SysFault::Tear { bytes: num(bytes)? },
+                    }
+                }
                 "powercut" => Crash::PowerCut { at: num(arg)? },
                 "tear" => {
                     let (at, bytes) = arg.split_once(':').ok_or_else(bad)?;
@@ -416,6 +697,11 @@ mod tests {
             "powercut@3",
             "timer@1200us",
             "kill@9+kill@2",
+            "sys-kill-before@0",
+            "sys-kill-after@14",
+            "sys-tear@3:7",
+            "sys-enospc@5",
+            "sys-eio@6",
         ] {
             let p: Plan = s.parse().unwrap();
             assert_eq!(p.to_string(), s);
@@ -428,6 +714,9 @@ mod tests {
             "none+kill@1",
             "zap@1",
             "timer@5",
+            "sys-tear@3",
+            "sys-eio@x",
+            "sys-zap@1",
         ] {
             assert!(bad.parse::<Plan>().is_err(), "{bad}");
         }
@@ -461,6 +750,80 @@ mod tests {
         let sampled = sample(&t, 50, &mut Rng::new(2));
         assert_eq!(sampled.len(), 50);
         assert!(sampled.iter().all(|p| p.crash.is_some()));
+    }
+
+    #[test]
+    fn syscall_plans_cover_each_call_with_the_faults_that_apply() {
+        let root = Path::new("/r");
+        let log = PathBuf::from("/r/s/events.jsonl");
+        let event = |index, sysno, call| SyscallEvent {
+            index,
+            pid: 1,
+            sysno,
+            call,
+            result: Some(0),
+        };
+        let calls = [
+            event(
+                0,
+                Sysno::Mkdir,
+                Call::Mkdir {
+                    path: "/r/s".into(),
+                    mode: 0o755,
+                },
+            ),
+            event(
+                1,
+                Sysno::Pwrite64,
+                Call::Write {
+                    fd: 4,
+                    path: log.clone(),
+                    len: 180,
+                    offset: Some(0),
+                },
+            ),
+            event(
+                2,
+                Sysno::Fdatasync,
+                Call::Sync {
+                    fd: 4,
+                    path: log,
+                    data_only: true,
+                },
+            ),
+        ];
+        let trace = SyscallTrace {
+            calls: calls.iter().map(|e| TracedCall::new(e, root)).collect(),
+        };
+        assert_eq!(trace.calls[2].text, "fdatasync(fd 4 = ROOT/s/events.jsonl)");
+        assert_eq!(trace.calls[1].key, "pwrite64(fd 4 ROOT/s/events.jsonl)");
+        let plans = trace.exhaustive(&mut Rng::new(1));
+        let kinds: Vec<String> = plans.iter().map(|p| p.to_string()).collect();
+        // mkdir: 2 kills; the write: 2 kills, a tear, ENOSPC; the sync: 2 kills, EIO.
+        assert_eq!(plans.len(), 9, "{kinds:?}");
+        for k in [
+            "sys-kill-before@0",
+            "sys-kill-after@0",
+            "sys-enospc@1",
+            "sys-eio@2",
+        ] {
+            assert!(kinds.contains(&k.to_string()), "{kinds:?}");
+        }
+        let tear = plans.iter().find(|p| p.kind() == "sys-tear").unwrap();
+        assert!(matches!(
+            tear.crash,
+            Some(Crash::Syscall { at: 1, fault: SysFault::Tear { bytes } }) if (1..=90).contains(&bytes)
+        ));
+        let sampled = trace.sample(30, &mut Rng::new(2));
+        assert!(sampled.iter().all(|p| match p.crash {
+            Some(Crash::Syscall { at, fault }) => fault.applies_to(&trace.calls[at as usize]),
+            _ => false,
+        }));
+        assert_eq!(
+            "points,syscall".parse::<Nemeses>().unwrap().to_string(),
+            "points,syscall"
+        );
+        assert!("points,zap".parse::<Nemeses>().is_err());
     }
 
     #[test]

@@ -369,6 +369,7 @@ impl<'a> Judge<'a> {
             end: LifeEnd::Killed,
             stderr: String::new(),
             trace: None,
+            syscalls: None,
             micros: 0,
         };
         let before = match self.observe(&spec) {
@@ -435,6 +436,7 @@ impl<'a> Judge<'a> {
             end: LifeEnd::Exited(0),
             stderr: String::new(),
             trace: None,
+            syscalls: None,
             micros: 0,
         };
         let h = History {

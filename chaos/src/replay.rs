@@ -15,7 +15,7 @@ use crate::model::describe_record;
 use crate::nemesis::Plan;
 use crate::report::explain;
 use crate::runner::{self, describe_crash, replay_command, Config, ScenarioSource};
-use crate::trial::{self, History, LifeEnd};
+use crate::trial::{self, History, LifeEnd, RunKind};
 
 /// What a replay found.
 #[derive(Debug)]
@@ -30,9 +30,10 @@ fn story(h: &History) -> String {
     for (i, life) in h.lives.iter().enumerate() {
         let acked = life.writes.iter().filter(|w| w.acked.is_some()).count();
         let end = match life.end {
-            LifeEnd::Killed => match life.kill_at {
-                Some(k) => format!("killed (SIGKILL) at its hit {k}"),
-                None => "killed (SIGKILL) by the timer".to_string(),
+            LifeEnd::Killed => match (life.kill_at, &life.syscalls) {
+                (Some(k), _) => format!("killed (SIGKILL) at its hit {k}"),
+                (None, Some(_)) => "killed (SIGKILL) by the syscall nemesis".to_string(),
+                (None, None) => "killed (SIGKILL) by the timer".to_string(),
             },
             LifeEnd::Exited(0) if life.done => "finished the scenario".to_string(),
             LifeEnd::Exited(c) => format!("exited with status {c}: {}", life.stderr),
@@ -44,6 +45,18 @@ fn story(h: &History) -> String {
             "life {i}: {end}; {} append(s) announced, {acked} acknowledged",
             life.writes.len()
         );
+        if let Some(sys) = &life.syscalls {
+            let root = sys.root.display().to_string();
+            let _ = writeln!(
+                s,
+                "  under the syscall tracer: {} store syscall(s){}",
+                sys.events.len(),
+                sys.fault
+                    .as_ref()
+                    .map(|f| format!("; {}", f.to_string().replace(&root, "ROOT")))
+                    .unwrap_or_default()
+            );
+        }
         if let Some(r) = &life.recovered {
             let calls: Vec<String> = r
                 .uncertain
@@ -78,7 +91,12 @@ fn story(h: &History) -> String {
         if let Some(obs) = h.after_kill.get(i) {
             let _ = writeln!(
                 s,
-                "  disk after the kill: {} event(s){}{}{}",
+                "  disk after it {}: {} event(s){}{}{}",
+                if life.end == LifeEnd::Killed {
+                    "was killed"
+                } else {
+                    "gave up"
+                },
                 obs.records.len(),
                 obs.bytes
                     .map(|b| format!(", {} bytes", b.len))
@@ -132,6 +150,13 @@ fn replay_in(
         prepared.trace.len(),
         prepared.reference.records.len()
     );
+    if let Some(sys) = &prepared.syscalls {
+        let _ = writeln!(
+            narrative,
+            "its first process made {} store syscalls under the tracer",
+            sys.len()
+        );
+    }
     let replay = replay_command(
         &prepared.source.path,
         &plan,
@@ -155,20 +180,20 @@ fn replay_in(
         });
     }
     let trial_dir = dir.join("trial");
-    let setup = trial::TrialSetup {
-        backend: cfg.backend,
-        agent_exe: &cfg.agent_exe,
-        scenario_path: &prepared.source.path,
-        files: &prepared.source.scenario.files,
-        store_fault: cfg.store_fault.as_deref(),
-    };
-    let history = trial::run(&setup, plan, &trial_dir, false)?;
+    let setup = runner::setup(cfg, &prepared.source);
+    let history = trial::run(&setup, plan, &trial_dir, RunKind::Trial)?;
+    let syscalls = prepared.syscalls.as_ref();
     let crash = describe_crash(
         &plan,
         &prepared.trace,
+        syscalls,
         &prepared.reference.records,
         Some(&history),
     );
+    let error = history
+        .error
+        .clone()
+        .or_else(|| runner::syscall_mismatch(&plan, syscalls, &history));
     let _ = writeln!(narrative, "crash: {crash}");
     narrative.push_str(&story(&history));
     let violations = checker::check(&history, Some(&prepared.reference));
@@ -188,6 +213,6 @@ fn replay_in(
     Ok(Replayed {
         narrative,
         violations,
-        error: history.error,
+        error,
     })
 }

@@ -200,6 +200,17 @@ pub fn table(result: &CampaignResult, ctx: &Context<'_>) -> String {
         result.error_count(),
         result.elapsed.as_secs_f64()
     );
+    for s in &result.scenarios {
+        if let Some(sys) = &s.prepared.syscalls {
+            let _ = writeln!(
+                out,
+                "syscall nemesis: {}: {}/{} store syscalls of the first process faulted",
+                s.name(),
+                s.covered_syscalls(),
+                sys.len()
+            );
+        }
+    }
     let mut by: std::collections::BTreeMap<Invariant, usize> = Default::default();
     for s in &result.scenarios {
         for (i, n) in s.by_invariant() {
@@ -267,6 +278,8 @@ pub fn json(result: &CampaignResult, ctx: &Context<'_>) -> Value {
                 "random_seed": s.prepared.source.random_seed,
                 "crash_points_total": s.prepared.trace.len(),
                 "crash_points_covered": s.covered_hits(),
+                "syscalls_total": s.prepared.syscalls.as_ref().map(|t| t.len()),
+                "syscalls_covered": s.prepared.syscalls.as_ref().map(|_| s.covered_syscalls()),
                 "trials": s.outcomes.len(),
                 "trials_per_second": if s.wall.is_zero() { Value::Null } else { json!(s.outcomes.len() as f64 / s.wall.as_secs_f64()) },
                 "violations_by_invariant": by,

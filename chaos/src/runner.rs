@@ -1,8 +1,11 @@
 //! Campaigns: trace runs, trial plans, parallel trials, results.
 //!
 //! For each scenario the runner first makes a crash-free trace run (which
-//! counts every crash-point hit and becomes the [`Reference`]), then plans
-//! trials ([`nemesis::exhaustive`] or [`nemesis::sample`]), keeps this
+//! counts every crash-point hit and becomes the [`Reference`]) and, for the
+//! syscall nemesis, a crash-free run under the tracer (which enumerates the
+//! first process's store syscalls), then plans trials
+//! ([`nemesis::exhaustive`] or [`nemesis::sample`], and
+//! [`SyscallTrace::exhaustive`] or [`SyscallTrace::sample`]), keeps this
 //! shard's share, and runs them on `jobs` worker threads, each trial in its
 //! own directory under the campaign directory (on `/dev/shm` by default).
 //! A trial directory is deleted once checked, or moved to
@@ -20,13 +23,17 @@ use agentstore::event::Record;
 use crate::adapter::Capability;
 use crate::checker::{self, Invariant, Reference, Violation};
 use crate::model::{describe_record, Model};
-use crate::nemesis::{self, Crash, Plan, Trace, ADAPTER_APPEND, ADAPTER_APPEND_REPLIED, LOG_WRITE};
+use crate::nemesis::{
+    self, Crash, Nemeses, Plan, SysFault, SyscallTrace, Trace, TracedCall, ADAPTER_APPEND,
+    ADAPTER_APPEND_REPLIED, LOG_WRITE,
+};
 use crate::probe::{self, ProbeOutcome, ProbeSetup};
 use crate::rng::Rng;
 use crate::scenario::Scenario;
 use crate::scorecard::{self, Evidence};
 use crate::store::StoreBackend;
-use crate::trial::{self, History, TrialDir, TrialSetup};
+use crate::syscall::{FaultOutcome, FaultReport};
+use crate::trial::{self, History, RunKind, TrialDir, TrialSetup};
 
 /// How many trials per scenario.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -54,6 +61,8 @@ pub struct Config<'a> {
     pub agent_exe: PathBuf,
     pub store_fault: Option<String>,
     pub mode: Mode,
+    /// Which nemeses plan the trials.
+    pub nemesis: Nemeses,
     pub seed: u64,
     pub jobs: usize,
     /// `(k, n)`: run only trials whose index is `k-1` modulo `n`.
@@ -108,6 +117,8 @@ pub struct Prepared {
     pub source: ScenarioSource,
     pub reference: Reference,
     pub trace: Trace,
+    /// The syscall nemesis's crash-free traced run (when it is on).
+    pub syscalls: Option<SyscallTrace>,
     /// Violations of the crash-free run itself.
     pub trace_violations: Vec<Violation>,
     /// Why crash trials cannot run (the crash-free run did not complete).
@@ -116,7 +127,7 @@ pub struct Prepared {
     pub probes: Vec<ProbeOutcome>,
 }
 
-fn setup<'a>(cfg: &'a Config<'_>, source: &'a ScenarioSource) -> TrialSetup<'a> {
+pub fn setup<'a>(cfg: &'a Config<'_>, source: &'a ScenarioSource) -> TrialSetup<'a> {
     TrialSetup {
         backend: cfg.backend,
         agent_exe: &cfg.agent_exe,
@@ -126,7 +137,9 @@ fn setup<'a>(cfg: &'a Config<'_>, source: &'a ScenarioSource) -> TrialSetup<'a> 
     }
 }
 
-/// The crash-free trace run: counts hits, records the reference outcome.
+/// The crash-free trace run: counts hits, records the reference outcome;
+/// with the syscall nemesis on, a second crash-free run under the tracer
+/// enumerates the first process's syscalls.
 pub fn prepare(cfg: &Config<'_>, source: ScenarioSource, dir: &Path) -> Result<Prepared, String> {
     let prepared = prepare_keeping(cfg, source, dir);
     let _ = std::fs::remove_dir_all(dir);
@@ -140,7 +153,36 @@ pub fn prepare_keeping(
     source: ScenarioSource,
     dir: &Path,
 ) -> Result<Prepared, String> {
-    let history = trial::run(&setup(cfg, &source), Plan::NONE, dir, true)?;
+    let history = trial::run(&setup(cfg, &source), Plan::NONE, dir, RunKind::TracePoints)?;
+    let mut sys_unusable = None;
+    let syscalls = if cfg.nemesis.syscall {
+        let sys_dir = dir.with_extension("sys");
+        let traced = trial::run(
+            &setup(cfg, &source),
+            Plan::NONE,
+            &sys_dir,
+            RunKind::TraceSyscalls,
+        )?;
+        let _ = std::fs::remove_dir_all(&sys_dir);
+        let first = &traced.lives[0];
+        if let Some(e) = &traced.error {
+            sys_unusable = Some(format!("the crash-free run under the syscall tracer: {e}"));
+        } else if !first.done {
+            sys_unusable = Some(format!(
+                "the crash-free run under the syscall tracer did not complete: {}",
+                first.stderr
+            ));
+        }
+        first.syscalls.as_ref().map(|s| SyscallTrace {
+            calls: s
+                .events
+                .iter()
+                .map(|e| TracedCall::new(e, &s.root))
+                .collect(),
+        })
+    } else {
+        None
+    };
     let trace_violations = checker::check(&history, None);
     let life = history.last();
     let records = &history.final_obs.records;
@@ -166,7 +208,7 @@ pub fn prepare_keeping(
             "the crash-free run did not complete: {}",
             life.stderr
         )),
-        (None, true) => None,
+        (None, true) => sys_unusable,
     };
     Ok(Prepared {
         reference: Reference {
@@ -176,6 +218,7 @@ pub fn prepare_keeping(
         },
         source,
         trace,
+        syscalls,
         trace_violations,
         unusable,
         probes: Vec::new(),
@@ -236,10 +279,68 @@ fn run_probes(
         .collect()
 }
 
+/// The syscall a plan targets, as the crash-free traced run saw it; for
+/// a trial, as the fault report says it really was.
+fn syscall_text(at: u64, syscalls: Option<&SyscallTrace>, history: Option<&History>) -> String {
+    let injected = history
+        .and_then(|h| h.lives.first())
+        .and_then(|l| l.syscalls.as_ref())
+        .and_then(|s| match &s.fault {
+            Some(FaultReport {
+                outcome: FaultOutcome::Injected { event },
+                ..
+            }) => Some(TracedCall::new(event, &s.root).text),
+            _ => None,
+        });
+    let n = syscalls.map_or(0, |t| t.len());
+    let call = injected
+        .or_else(|| {
+            syscalls
+                .and_then(|t| t.calls.get(at as usize))
+                .map(|c| c.text.clone())
+        })
+        .unwrap_or_else(|| format!("beyond the {n} syscalls of the traced run"));
+    format!("syscall {at} of {n}: {call}")
+}
+
+/// Did a syscall fault land on the call the traced run had at its index?
+/// `None` when it did (or the plan is not a syscall plan); else why not.
+pub fn syscall_mismatch(
+    plan: &Plan,
+    syscalls: Option<&SyscallTrace>,
+    h: &History,
+) -> Option<String> {
+    let Some(Crash::Syscall { at, .. }) = plan.crash else {
+        return None;
+    };
+    let sys = h.lives.first()?.syscalls.as_ref()?;
+    let Some(FaultReport {
+        outcome: FaultOutcome::Injected { event },
+        ..
+    }) = &sys.fault
+    else {
+        return None;
+    };
+    let hit = TracedCall::new(event, &sys.root);
+    let planned = syscalls.and_then(|t| t.calls.get(at as usize));
+    match planned {
+        Some(p) if p.key == hit.key => None,
+        Some(p) => Some(format!(
+            "the fault planned for syscall {at}, {}, landed on {} (the store's syscalls are not the same from run to run: several threads or processes racing?)",
+            p.text, hit.text
+        )),
+        None => Some(format!(
+            "the fault planned for syscall {at} landed on {}, which the traced run never made",
+            hit.text
+        )),
+    }
+}
+
 /// Where, in words, a plan crashes the agent.
 pub fn describe_crash(
     plan: &Plan,
     trace: &Trace,
+    syscalls: Option<&SyscallTrace>,
     reference: &[Record],
     history: Option<&History>,
 ) -> String {
@@ -295,6 +396,18 @@ pub fn describe_crash(
                 })
                 .unwrap_or_default();
             format!("SIGKILL by timer after {micros} µs{last}")
+        }
+        Some(Crash::Syscall { at, fault }) => {
+            let call = syscall_text(at, syscalls, history);
+            match fault {
+                SysFault::KillBefore => format!("SIGKILL before {call}"),
+                SysFault::KillAfter => format!("SIGKILL after {call}"),
+                SysFault::Tear { bytes } => {
+                    format!("torn write (first {bytes} bytes), then SIGKILL, at {call}")
+                }
+                SysFault::Enospc => format!("ENOSPC injected at {call}; the process went on"),
+                SysFault::Eio => format!("EIO injected at {call}; the process went on"),
+            }
         }
     };
     if let Some(m) = plan.then_kill_at {
@@ -364,8 +477,9 @@ pub fn run_trial(
     dir: &Path,
 ) -> TrialOutcome {
     let started = Instant::now();
-    let result = trial::run(&setup(cfg, &prepared.source), plan, dir, false);
+    let result = trial::run(&setup(cfg, &prepared.source), plan, dir, RunKind::Trial);
     let evidence = result.as_ref().map(Evidence::of).unwrap_or_default();
+    let syscalls = prepared.syscalls.as_ref();
     let (violations, error, crash_point, covered_hit) = match &result {
         Ok(h) => {
             let covered = match plan.crash {
@@ -379,15 +493,29 @@ pub fn run_trial(
             };
             (
                 checker::check(h, Some(&prepared.reference)),
-                h.error.clone(),
-                describe_crash(&plan, &prepared.trace, &prepared.reference.records, Some(h)),
+                h.error
+                    .clone()
+                    .or_else(|| syscall_mismatch(&plan, syscalls, h)),
+                describe_crash(
+                    &plan,
+                    &prepared.trace,
+                    syscalls,
+                    &prepared.reference.records,
+                    Some(h),
+                ),
                 covered,
             )
         }
         Err(e) => (
             Vec::new(),
             Some(e.clone()),
-            describe_crash(&plan, &prepared.trace, &prepared.reference.records, None),
+            describe_crash(
+                &plan,
+                &prepared.trace,
+                syscalls,
+                &prepared.reference.records,
+                None,
+            ),
             None,
         ),
     };
@@ -495,6 +623,19 @@ impl ScenarioResult {
             .len()
     }
 
+    /// Syscalls of the traced run that a trial faulted as planned.
+    pub fn covered_syscalls(&self) -> usize {
+        self.outcomes
+            .iter()
+            .filter(|o| o.error.is_none())
+            .filter_map(|o| match o.plan.crash {
+                Some(Crash::Syscall { at, .. }) => Some(at),
+                _ => None,
+            })
+            .collect::<BTreeSet<_>>()
+            .len()
+    }
+
     /// Violations of every trial, with the crash-free run's first.
     pub fn violations(&self) -> impl Iterator<Item = (Plan, &str, &Violation)> {
         let trace = self
@@ -584,7 +725,8 @@ pub fn campaign_dir(base: &Path) -> Result<PathBuf, String> {
         .duration_since(std::time::UNIX_EPOCH)
         .map(|d| d.subsec_nanos())
         .unwrap_or(0);
-    // Fixed width: a trial's paths (and so its log's bytes) must not depend on the clock.
+    // Fixed width: the workspace path is in `session_created`, so a replay
+    // writes the same bytes as the campaign only if its path is as long.
     let dir = base.join(format!("agentchaos-{:010}-{nanos:08x}", std::process::id()));
     std::fs::create_dir_all(&dir)
         .map_err(|e| format!("cannot create the trial directory {}: {e}", dir.display()))?;
@@ -639,10 +781,20 @@ fn run_in(
             continue;
         }
         let mut rng = Rng::derive(cfg.seed, &p.source.scenario.name, 0);
-        let mut plans = match cfg.mode {
-            Mode::Exhaustive => nemesis::exhaustive(&p.trace, &mut rng),
-            Mode::Sampled(n) => nemesis::sample(&p.trace, n, &mut rng),
-        };
+        let mut plans = Vec::new();
+        if cfg.nemesis.points {
+            plans.extend(match cfg.mode {
+                Mode::Exhaustive => nemesis::exhaustive(&p.trace, &mut rng),
+                Mode::Sampled(n) => nemesis::sample(&p.trace, n, &mut rng),
+            });
+        }
+        if let (true, Some(sys)) = (cfg.nemesis.syscall, &p.syscalls) {
+            let mut rng = Rng::derive(cfg.seed, &p.source.scenario.name, 2);
+            plans.extend(match cfg.mode {
+                Mode::Exhaustive => sys.exhaustive(&mut rng),
+                Mode::Sampled(n) => sys.sample(n, &mut rng),
+            });
+        }
         // A capability the store does not claim is not tested.
         plans.retain(|plan| scorecard::plan_runs(plan, claimed));
         jobs.extend(plans.into_iter().map(|plan| (s, plan)));
@@ -676,6 +828,7 @@ fn run_in(
                     crash_point: describe_crash(
                         &plan,
                         &prepared[s].trace,
+                        prepared[s].syscalls.as_ref(),
                         &prepared[s].reference.records,
                         None,
                     ),

@@ -21,7 +21,7 @@ use serde_json::{json, Value};
 use crate::adapter::Capability;
 use crate::checker::{Invariant, Violation};
 use crate::model::Model;
-use crate::nemesis::{Crash, Plan};
+use crate::nemesis::{Crash, Plan, SysFault};
 use crate::runner::{replay_command, CampaignResult};
 use crate::store::CheckpointView;
 use crate::trial::History;
@@ -63,7 +63,9 @@ impl Row {
 pub fn row_of(invariant: Invariant) -> Row {
     use Capability as C;
     match invariant {
-        Invariant::AckedDurable | Invariant::LogPrefix => Row::Capability(C::DurableAppend),
+        Invariant::AckedDurable | Invariant::LogPrefix | Invariant::FailedSyncNotAcked => {
+            Row::Capability(C::DurableAppend)
+        }
         Invariant::OrphanMarkedUncertain
         | Invariant::RunsClosed
         | Invariant::RecoveryIdempotent => Row::Capability(C::OrphanMarking),
@@ -104,10 +106,18 @@ fn leaf(p: &Value) -> Option<&Value> {
     })
 }
 
-/// Runs a plan only when the store claims what it tests: a torn write
-/// tests `torn_tail_repair`.
+/// Runs a plan only when the store claims what it tests: a torn write (at
+/// a crash point or at a syscall) tests `torn_tail_repair`.
 pub fn plan_runs(plan: &Plan, claimed: &[Capability]) -> bool {
-    !matches!(plan.crash, Some(Crash::Tear { .. })) || claimed.contains(&Capability::TornTailRepair)
+    let tears = matches!(
+        plan.crash,
+        Some(Crash::Tear { .. })
+            | Some(Crash::Syscall {
+                fault: SysFault::Tear { .. },
+                ..
+            })
+    );
+    !tears || claimed.contains(&Capability::TornTailRepair)
 }
 
 /// What one trial exercised.

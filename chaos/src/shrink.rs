@@ -99,8 +99,13 @@ fn reproduce(
     if prepared.unusable.is_some() || original.crash.is_none() {
         return Ok(None);
     }
+    let sys_plans = prepared
+        .syscalls
+        .iter()
+        .flat_map(|t| t.exhaustive(&mut Rng::new(0)));
     let plans: Vec<Plan> = nemesis::exhaustive(&prepared.trace, &mut Rng::new(0))
         .into_iter()
+        .chain(sys_plans)
         .filter(|p| same_kind(original, p))
         .collect();
     let batch = cfg.jobs.max(1) * 2;

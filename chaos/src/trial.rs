@@ -9,19 +9,32 @@
 //! observes the disk. Every kill must really be a SIGKILL; anything else is
 //! an error of the trial. This module records facts; it must never judge
 //! them (that is [`crate::checker`]).
+//!
+//! Under a syscall plan (and in the syscall trace run) the first process
+//! runs under the ptrace tracer ([`crate::syscall`]) with the store root,
+//! created empty beforehand, as the trace root; its counted syscalls, the
+//! fault report and, for injected errors, the recorded operations with the
+//! agent's stdout writes between them go into [`Life::syscalls`]. A first
+//! process that goes on after an injected error and then gives up (exits
+//! non-zero) is restarted like a killed one; a fault that was not injected
+//! as planned is an error of the trial.
 
 use std::collections::BTreeMap;
 use std::io::{BufRead, BufReader, Write};
 use std::os::unix::process::ExitStatusExt;
 use std::path::{Path, PathBuf};
-use std::process::{Child, Command, Stdio};
+use std::process::{Child, ChildStdin, ChildStdout, Command, Stdio};
 use std::sync::{mpsc, Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use agentstore::event::Seq;
 
 use crate::nemesis::{self, Crash, Plan};
+use crate::powerloss::OpLog;
 use crate::store::{Observation, SessionSpec, StoreBackend};
+use crate::syscall::{
+    self, FaultOutcome, FaultPlan, FaultReport, Monitor, SyscallEvent, TraceConfig, Traced,
+};
 use crate::tools;
 use crate::wire::{parse_line, ChildLine, ReportedCall};
 use crate::world::{Application, World};
@@ -103,7 +116,38 @@ pub struct Life {
     pub stderr: String,
     /// Crash-point hits, when traced.
     pub trace: Option<String>,
+    /// What the syscall tracer saw, when this process ran under it.
+    pub syscalls: Option<SyscallLife>,
     pub micros: u64,
+}
+
+/// A process tree that ran under the syscall tracer.
+#[derive(Debug, Clone)]
+pub struct SyscallLife {
+    /// The canonical store root (the trace root; `ROOT` in descriptions).
+    pub root: PathBuf,
+    /// Every counted syscall, in order.
+    pub events: Vec<SyscallEvent>,
+    /// What became of the planned fault.
+    pub fault: Option<FaultReport>,
+    /// Injected errors only: the file operations, with the agent's stdout
+    /// writes placed between them.
+    pub oplog: Option<OpLog>,
+    /// Each ack the agent reported: its index in [`Life::writes`] and the
+    /// byte offset of its line in the agent's stdout.
+    pub acks: Vec<(usize, u64)>,
+}
+
+/// Which kind of run a trial is.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum RunKind {
+    /// A trial of a plan.
+    Trial,
+    /// The crash-free run that records the crash-point trace.
+    TracePoints,
+    /// The crash-free run whose first process runs under the syscall
+    /// tracer, to enumerate its syscalls.
+    TraceSyscalls,
 }
 
 /// Everything a trial observed.
@@ -157,13 +201,13 @@ impl TrialDir {
 }
 
 /// Runs one trial in `dir` (created empty by the caller's parent; must not exist).
-/// `trace_run` adds a trace and a sync log to the first life (the crash-free reference run).
 pub fn run(
     setup: &TrialSetup<'_>,
     plan: Plan,
     dir: &Path,
-    trace_run: bool,
+    kind: RunKind,
 ) -> Result<History, String> {
+    let trace_run = kind == RunKind::TracePoints;
     let td = TrialDir {
         dir: dir.to_path_buf(),
     };
@@ -176,6 +220,26 @@ pub fn run(
             spec.workspace.display()
         )
     })?;
+    // The first process runs under the tracer, whose root must exist.
+    let sys_fault = match plan.crash {
+        Some(Crash::Syscall { at, fault }) => Some(FaultPlan {
+            at,
+            fault: fault.to_syscall(),
+        }),
+        _ => None,
+    };
+    let traced = kind == RunKind::TraceSyscalls || sys_fault.is_some();
+    let trace_config = if traced {
+        std::fs::create_dir_all(&spec.root)
+            .map_err(|e| format!("cannot create {}: {e}", spec.root.display()))?;
+        Some(TraceConfig {
+            root: spec.root.clone(),
+            fault: sys_fault,
+            record: matches!(plan.crash, Some(Crash::Syscall { fault, .. }) if !fault.kills()),
+        })
+    } else {
+        None
+    };
     let world = World::start(&td.world()).map_err(|e| format!("cannot start the world: {e}"))?;
     let observe = |what: &str| {
         setup
@@ -212,6 +276,11 @@ pub fn run(
                 kill_at,
                 env: &env,
                 timer,
+                syscall: if index == 0 {
+                    trace_config.clone()
+                } else {
+                    None
+                },
             },
             &observe,
         )?;
@@ -221,8 +290,30 @@ pub fn run(
         if traced {
             life.trace = Some(std::fs::read_to_string(td.trace()).unwrap_or_default());
         }
-        let planned_kill = kill_at.is_some() || timer.is_some();
+        let sys_kill =
+            index == 0 && matches!(plan.crash, Some(Crash::Syscall { fault, .. }) if fault.kills());
+        let planned_kill = kill_at.is_some() || timer.is_some() || sys_kill;
+        // An injected error that the process went on from: did it land?
+        let sys_error = match (index, plan.crash, &life.syscalls) {
+            (0, Some(Crash::Syscall { .. }), Some(sys)) => match &sys.fault {
+                Some(FaultReport {
+                    outcome: FaultOutcome::Injected { .. },
+                    ..
+                }) => None,
+                Some(r) => Some(format!("the planned fault was not injected: {r}")),
+                None => Some("the tracer made no fault report".to_string()),
+            },
+            _ => None,
+        };
+        let went_on = index == 0 && !sys_kill && sys_fault.is_some();
         lives.push(life);
+        if let Some(e) = sys_error {
+            error = Some(e);
+            if end == LifeEnd::Killed {
+                after_kill.push(observe("after the kill")?);
+            }
+            break;
+        }
         match end {
             LifeEnd::Killed if planned_kill => {
                 if index == 0 && matches!(plan.crash, Some(Crash::PowerCut { .. })) {
@@ -236,6 +327,10 @@ pub fn run(
                     ));
                     break;
                 }
+            }
+            // After an injected error the agent may give up: restart it.
+            LifeEnd::Exited(c) if went_on && c != 0 => {
+                after_kill.push(observe("after the first process gave up")?);
             }
             LifeEnd::Exited(0) => {
                 if index == 0 && plan.crash.is_some_and(|c| c.hit().is_some()) {
@@ -281,17 +376,33 @@ pub fn run(
     })
 }
 
-/// Kills `child` (SIGKILL) unless told to stand down before `after`. The
+/// How to kill a running first process: the child itself, or every
+/// process the tracer follows.
+#[derive(Clone)]
+enum Killer {
+    Child(Arc<Mutex<Child>>),
+    Traced(Monitor),
+}
+
+impl Killer {
+    fn kill(&self) {
+        match self {
+            Killer::Child(c) => {
+                let _ = c.lock().unwrap_or_else(|p| p.into_inner()).kill();
+            }
+            Killer::Traced(m) => m.kill(),
+        }
+    }
+}
+
+/// Kills the agent (SIGKILL) unless told to stand down before `after`. The
 /// child is reaped only after this thread is joined, so the kill can never
-/// reach a recycled pid.
-fn arm_timer(
-    child: Arc<Mutex<Child>>,
-    after: Duration,
-) -> (mpsc::Sender<()>, std::thread::JoinHandle<bool>) {
+/// reach a recycled pid (the tracer forgets a pid before it reaps it).
+fn arm_timer(killer: Killer, after: Duration) -> (mpsc::Sender<()>, std::thread::JoinHandle<bool>) {
     let (tx, rx) = mpsc::channel::<()>();
     let handle = std::thread::spawn(move || match rx.recv_timeout(after) {
         Err(mpsc::RecvTimeoutError::Timeout) => {
-            let _ = child.lock().unwrap_or_else(|p| p.into_inner()).kill();
+            killer.kill();
             true
         }
         _ => false,
@@ -306,6 +417,53 @@ struct LifeSpec<'a> {
     env: &'a [(&'static str, String)],
     /// SIGKILL from the harness after this long.
     timer: Option<Duration>,
+    /// Run it under the syscall tracer.
+    syscall: Option<TraceConfig>,
+}
+
+type TracerThread = std::thread::JoinHandle<Result<syscall::Outcome, syscall::Error>>;
+
+/// What to wait for at the end of a life.
+enum Running {
+    Child(Arc<Mutex<Child>>),
+    Traced(TracerThread),
+}
+
+/// Starts `cmd` under the tracer on a thread of its own (ptrace requests
+/// must come from the thread that spawned the tracee).
+fn spawn_traced(
+    cmd: Command,
+    config: TraceConfig,
+) -> Result<(Option<ChildStdin>, ChildStdout, Monitor, TracerThread), String> {
+    let (tx, rx) = mpsc::channel();
+    let thread = std::thread::spawn(move || {
+        let mut traced = match Traced::spawn(cmd, config) {
+            Ok(t) => t,
+            Err(e) => {
+                let _ = tx.send(Err(e.to_string()));
+                return Err(e);
+            }
+        };
+        let pipes = (traced.stdin.take(), traced.stdout.take(), traced.monitor());
+        let _ = tx.send(Ok(pipes));
+        traced.run()
+    });
+    match rx.recv() {
+        Ok(Ok((stdin, Some(stdout), monitor))) => Ok((stdin, stdout, monitor, thread)),
+        Ok(Ok((_, None, monitor))) => {
+            monitor.kill();
+            let _ = thread.join();
+            Err("the traced agent has no stdout pipe".to_string())
+        }
+        Ok(Err(e)) => {
+            let _ = thread.join();
+            Err(e)
+        }
+        Err(_) => Err(match thread.join() {
+            Err(_) => "the tracer thread panicked".to_string(),
+            Ok(r) => format!("the tracer stopped before the agent started: {r:?}"),
+        }),
+    }
 }
 
 fn run_life(
@@ -319,6 +477,7 @@ fn run_life(
         kill_at,
         env,
         timer,
+        ref syscall,
     } = *life_spec;
     let spec = td.spec();
     let stderr_path = td.stderr(index);
@@ -352,13 +511,32 @@ fn run_life(
         cmd.env(k, v);
     }
     let started = Instant::now();
-    let mut child: Child = cmd
-        .spawn()
-        .map_err(|e| format!("cannot start the agent {}: {e}", setup.agent_exe.display()))?;
-    let mut stdin = child.stdin.take();
-    let stdout = child.stdout.take().expect("stdout is piped");
-    let child = Arc::new(Mutex::new(child));
-    let (timer_tx, timer_thread) = arm_timer(Arc::clone(&child), timer.unwrap_or(WATCHDOG));
+    let (mut stdin, stdout, killer, running) = match syscall {
+        None => {
+            let mut child: Child = cmd.spawn().map_err(|e| {
+                format!("cannot start the agent {}: {e}", setup.agent_exe.display())
+            })?;
+            let stdin = child.stdin.take();
+            let stdout = child.stdout.take().expect("stdout is piped");
+            let child = Arc::new(Mutex::new(child));
+            (
+                stdin,
+                stdout,
+                Killer::Child(Arc::clone(&child)),
+                Running::Child(child),
+            )
+        }
+        Some(config) => {
+            let (stdin, stdout, monitor, thread) = spawn_traced(cmd, config.clone())?;
+            (
+                stdin,
+                stdout,
+                Killer::Traced(monitor),
+                Running::Traced(thread),
+            )
+        }
+    };
+    let (timer_tx, timer_thread) = arm_timer(killer.clone(), timer.unwrap_or(WATCHDOG));
     let mut life = Life {
         index,
         kill_at,
@@ -371,13 +549,19 @@ fn run_life(
         end: LifeEnd::Exited(0),
         stderr: String::new(),
         trace: None,
+        syscalls: None,
         micros: 0,
     };
     let mut protocol_error = None;
     // A failure of the harness itself while the child waits for it.
     let mut failure: Option<String> = None;
+    // Byte offset of the next line in the agent's stdout, and where each ack was.
+    let mut offset = 0u64;
+    let mut acks = Vec::new();
     for line in BufReader::new(stdout).lines() {
         let Ok(line) = line else { break };
+        let at = offset;
+        offset += line.len() as u64 + 1;
         let parsed = match parse_line(&line) {
             Ok(p) => p,
             Err(e) => {
@@ -393,7 +577,8 @@ fn run_life(
             }),
             ChildLine::Ack { seq, t, h } => match life.writes.last_mut() {
                 Some(w) if w.fingerprint == h && w.type_name == t && w.acked.is_none() => {
-                    w.acked = Some(seq)
+                    w.acked = Some(seq);
+                    acks.push((life.writes.len() - 1, at));
                 }
                 _ => {
                     protocol_error = Some(format!(
@@ -440,17 +625,48 @@ fn run_life(
     }
     if failure.is_some() {
         // Never leave a paused agent behind.
-        let _ = child.lock().unwrap_or_else(|p| p.into_inner()).kill();
+        killer.kill();
     }
     drop(timer_tx);
     let timer_fired = timer_thread.join().unwrap_or(false);
-    let status = child
-        .lock()
-        .unwrap_or_else(|p| p.into_inner())
-        .wait()
-        .map_err(|e| format!("cannot wait for the agent: {e}"))?;
+    let (code, signal) = match running {
+        Running::Child(child) => {
+            let status = child
+                .lock()
+                .unwrap_or_else(|p| p.into_inner())
+                .wait()
+                .map_err(|e| format!("cannot wait for the agent: {e}"))?;
+            (status.code(), status.signal())
+        }
+        Running::Traced(thread) => {
+            let outcome = thread
+                .join()
+                .map_err(|_| "the tracer thread panicked".to_string())?
+                .map_err(|e| format!("tracing the agent failed: {e}"))?;
+            let exit = match &outcome.exit {
+                syscall::Exit::Code { code } => (Some(*code), None),
+                syscall::Exit::Signal { signal } => (
+                    None,
+                    Some(
+                        signal
+                            .parse::<nix::sys::signal::Signal>()
+                            .map_or(-1, |s| s as i32),
+                    ),
+                ),
+            };
+            let root = syscall.as_ref().map(|c| c.root.clone()).unwrap_or_default();
+            life.syscalls = Some(SyscallLife {
+                root: std::fs::canonicalize(&root).unwrap_or(root),
+                events: outcome.events,
+                fault: outcome.fault,
+                oplog: outcome.oplog,
+                acks,
+            });
+            exit
+        }
+    };
     life.micros = started.elapsed().as_micros() as u64;
-    life.end = match (status.code(), status.signal()) {
+    life.end = match (code, signal) {
         (_, Some(9)) if timer_fired && timer.is_none() => LifeEnd::Hung,
         (_, Some(9)) => LifeEnd::Killed,
         (Some(code), _) => LifeEnd::Exited(code),

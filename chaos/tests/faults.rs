@@ -16,11 +16,22 @@ fn fixture() -> PathBuf {
 fn campaign(fault: Option<&str>) -> (i32, Value, String) {
     let dir = tempfile::tempdir().unwrap();
     let json = dir.path().join("report.json");
+    let nemesis = NEMESIS
+        .iter()
+        .find(|(f, _)| Some(*f) == fault)
+        .map_or("points", |(_, n)| *n);
     let mut cmd = Command::new(env!("CARGO_BIN_EXE_agentchaos"));
-    cmd.args(["run", "--quiet", "--exhaustive", "--scenario"])
-        .arg(fixture())
-        .arg("--json")
-        .arg(&json);
+    cmd.args([
+        "run",
+        "--quiet",
+        "--exhaustive",
+        "--nemesis",
+        nemesis,
+        "--scenario",
+    ])
+    .arg(fixture())
+    .arg("--json")
+    .arg(&json);
     if let Some(f) = fault {
         cmd.args(["--store-fault", f]);
     }
@@ -51,7 +62,11 @@ const EXPECTED: &[(&str, &[&str])] = &[
     ("drop-recovery-block", &["orphan-marked-uncertain"]),
     ("mark-twice", &["recovery-idempotent"]),
     ("skip-damaged-lines", &["damage-refused"]),
+    ("fsync-retry", &["failed-sync-not-acked"]),
 ];
+
+/// Faults that only a nemesis other than the crash points can show.
+const NEMESIS: &[(&str, &str)] = &[("fsync-retry", "syscall")];
 
 fn assert_caught(fault: &str) {
     let &(_, invariants) = EXPECTED.iter().find(|(f, _)| *f == fault).unwrap();
@@ -147,6 +162,11 @@ fn mark_twice_is_caught_by_recovery_idempotent() {
 #[test]
 fn skip_damaged_lines_is_caught_by_damage_refused() {
     assert_caught("skip-damaged-lines");
+}
+
+#[test]
+fn fsync_retry_is_caught_by_failed_sync_not_acked() {
+    assert_caught("fsync-retry");
 }
 
 #[test]

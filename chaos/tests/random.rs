@@ -109,6 +109,7 @@ proptest! {
             agent_exe: PathBuf::from(env!("CARGO_BIN_EXE_agentchaos")),
             store_fault: None,
             mode: Mode::Sampled(10),
+            nemesis: agentchaos::nemesis::Nemeses::POINTS,
             seed,
             jobs: 2,
             shard: None,

@@ -40,6 +40,8 @@ pub enum Fault {
     SnapshotNoFsync,
     /// The adapter's `open` refuses a session whose creation a crash interrupted (the bug the power-loss campaign found).
     RefuseIncompleteSession,
+    /// A failed fdatasync of the log is retried, and the append acknowledged if the retry succeeds.
+    FsyncRetry,
 }
 
 impl Fault {
@@ -110,6 +112,11 @@ impl Fault {
             Fault::RefuseIncompleteSession,
             "refuse-incomplete-session",
             "a restart opens every state a crash leaves (adapter only)",
+        ),
+        (
+            Fault::FsyncRetry,
+            "fsync-retry",
+            "a failed fsync is never retried into an acknowledgement",
         ),
     ];
 

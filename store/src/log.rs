@@ -346,12 +346,21 @@ impl EventLog {
     /// fdatasync while holding the state lock (sync mode, explicit syncs).
     fn sync_to(&self, st: &mut WriteState, target: LogPosition) -> Result<()> {
         crashpoint::hit("log.fdatasync");
-        let result = if fault::active(Fault::NoFdatasync) {
-            Ok(()) // Broken on purpose: pretend the bytes are durable.
-        } else {
-            self.file.sync_data()
-        };
+        let result = self.fdatasync();
         self.finish_sync(st, target, result)
+    }
+
+    fn fdatasync(&self) -> std::io::Result<()> {
+        if fault::active(Fault::NoFdatasync) {
+            return Ok(()); // Broken on purpose: pretend the bytes are durable.
+        }
+        let result = self.file.sync_data();
+        if result.is_err() && fault::active(Fault::FsyncRetry) {
+            // Broken on purpose: after a failed fdatasync the kernel may have
+            // dropped the dirty pages, so the retry's success proves nothing.
+            return self.file.sync_data();
+        }
+        result
     }
 
     /// Applies the outcome of a sync that covered everything up to `target`.
@@ -430,7 +439,7 @@ impl EventLog {
             st.pending = 0;
             drop(st);
             crashpoint::hit("log.fdatasync");
-            let result = self.file.sync_data();
+            let result = self.fdatasync();
             st = self.lock_state();
             st.sync_running = false;
             let outcome = self.finish_sync(&mut st, target, result);

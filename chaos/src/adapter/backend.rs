@@ -67,7 +67,7 @@ const NOT_APPLICABLE: &[NotApplicable] = &[
     },
     NotApplicable {
         invariant: "(nemesis)",
-        check: "kills at the store's own crash points, torn writes and power cuts: plans kill at the agent's points (before each request and once the adapter has answered it) and at timers",
+        check: "kills at the store's own crash points and power cuts: crash-point plans kill at the agent's points (before each request and once the adapter has answered it) and at timers; kills, tears and errors at the store's own syscalls need --nemesis syscall",
     },
 ];
 
@@ -233,7 +233,16 @@ impl StoreBackend for AdapterBackend {
                     t.len, t.offset, t.line, t.reason
                 )
             });
-            let records = client.events(None).map_err(err)?;
+            let records = match client.events(None) {
+                Ok(r) => r,
+                // Damage found past what open verified (a fused line).
+                Err(e) if e.refusal_kind() == Some(ErrorKind::Damage) => {
+                    let _ = client.close();
+                    let _ = client.shutdown();
+                    return Ok(Observation::opaque(Vec::new(), torn, Some(err(e).0), None));
+                }
+                Err(e) => return Err(err(e)),
+            };
             // A store that serves no projection has nothing to compare the fold with.
             let fold = client
                 .claims(Capability::CheckpointProjection)

@@ -103,6 +103,12 @@ pub enum FaultOutcome {
 pub struct FaultReport {
     pub plan: FaultPlan,
     pub outcome: FaultOutcome,
+    /// Record mode, when the planned call was reached: how many bytes the
+    /// traced process had written to its stdout by then. Whatever it wrote
+    /// from this offset on came after the call (exact ordering of the
+    /// process's own reports against the fault).
+    #[serde(default)]
+    pub stdout_before: Option<u64>,
 }
 
 impl fmt::Display for FaultReport {

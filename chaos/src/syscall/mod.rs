@@ -78,6 +78,10 @@ pub use tracer::{Monitor, Traced};
 
 use crate::powerloss::OpLog;
 
+/// Can this build trace syscalls (Linux on x86_64)? Elsewhere
+/// [`Traced::spawn`] returns [`Error::Unsupported`].
+pub const SUPPORTED: bool = cfg!(all(target_os = "linux", target_arch = "x86_64"));
+
 /// What to trace and what to do.
 #[derive(Debug, Clone)]
 pub struct TraceConfig {

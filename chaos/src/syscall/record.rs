@@ -43,6 +43,11 @@ impl Recorder {
         self.log.ops.len()
     }
 
+    /// Bytes written to the spawned process's stdout so far.
+    pub fn stream(&self) -> u64 {
+        self.stream
+    }
+
     pub fn finish(self) -> OpLog {
         self.log
     }

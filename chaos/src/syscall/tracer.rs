@@ -151,6 +151,7 @@ impl Traced {
                 main: pid,
                 plan: config.fault,
                 hit: None,
+                stdout_before: None,
                 recorder,
                 events: Vec::new(),
                 tracees,
@@ -219,6 +220,9 @@ struct Engine {
     /// Set when the planned call was reached: `Err` says why it could not
     /// take the fault.
     hit: Option<Result<(), String>>,
+    /// Record mode: bytes the process had written to its stdout when the
+    /// planned call entered.
+    stdout_before: Option<u64>,
     recorder: Option<Recorder>,
     events: Vec<SyscallEvent>,
     tracees: HashMap<Pid, Tracee>,
@@ -370,6 +374,7 @@ impl Engine {
         let mut on_exit = OnExit::Nothing;
         if let Some(plan) = self.plan.filter(|p| p.at == index as u64) {
             self.hit = Some(Ok(()));
+            self.stdout_before = self.recorder.as_ref().map(Recorder::stream);
             match plan.fault {
                 SyscallFault::KillBefore => {
                     // Skip the call as well, in case the kill were late.
@@ -508,7 +513,11 @@ impl Engine {
                     counted: events.len() as u64,
                 },
             };
-            FaultReport { plan, outcome }
+            FaultReport {
+                plan,
+                outcome,
+                stdout_before: self.stdout_before,
+            }
         });
         Ok(Outcome {
             events,

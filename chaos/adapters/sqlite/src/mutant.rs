@@ -30,6 +30,8 @@ pub enum Mutant {
     LeafFromLastLine,
     /// The context leaves out the recovery notice.
     DropRecoveryNotice,
+    /// The append reply is written and flushed before the COMMIT.
+    AckBeforeWrite,
 }
 
 impl Mutant {
@@ -75,6 +77,11 @@ impl Mutant {
             Mutant::DropRecoveryNotice,
             "drop-recovery-notice",
             "the context shows every uncertain call",
+        ),
+        (
+            Mutant::AckBeforeWrite,
+            "ack-before-write",
+            "an append is acknowledged only once it is durable",
         ),
     ];
 

@@ -14,6 +14,7 @@ use serde::Deserialize;
 use serde_json::{json, Value};
 
 use crate::error::StoreError;
+use crate::mutant::{self, Mutant};
 use crate::store::SqliteStore;
 use crate::view;
 
@@ -89,17 +90,29 @@ pub fn serve(input: impl BufRead, mut output: impl Write) -> std::io::Result<()>
     let mut store: Option<SqliteStore> = None;
     for line in input.lines() {
         let line = line?;
+        // Set when a reply already went out (only the ack-before-write mutant).
+        let mut replied = false;
         let (id, result) = match serde_json::from_str::<Value>(&line) {
             Err(e) => (Value::Null, Err(bad(&format!("request is not JSON: {e}")))),
             Ok(request) => {
                 let id = request.get("id").cloned().unwrap_or(Value::Null);
                 let result = match serde_json::from_value::<Op>(request) {
-                    Ok(op) => handle(&mut store, op),
+                    Ok(op) => {
+                        let mut early = |ok: &Value| {
+                            replied = true;
+                            writeln!(output, "{{\"id\":{id},\"ok\":{ok}}}")?;
+                            output.flush()
+                        };
+                        handle(&mut store, op, &mut early)
+                    }
                     Err(e) => Err(bad(&format!("request does not fit: {e}"))),
                 };
                 (id, result)
             }
         };
+        if replied {
+            continue;
+        }
         // Built by hand so that the id comes first on the line.
         let body = match result {
             Ok(ok) => format!("\"ok\":{ok}"),
@@ -131,7 +144,13 @@ fn open_store(store: &mut Option<SqliteStore>) -> Result<&mut SqliteStore, Failu
         .ok_or_else(|| bad("no session is open (send open first)"))
 }
 
-fn handle(store: &mut Option<SqliteStore>, op: Op) -> Result<Value, Failure> {
+/// `early` sends a reply before the request is done (only the
+/// ack-before-write mutant uses it).
+fn handle(
+    store: &mut Option<SqliteStore>,
+    op: Op,
+    early: &mut dyn FnMut(&Value) -> std::io::Result<()>,
+) -> Result<Value, Failure> {
     match op {
         Op::Hello { protocol } => {
             if protocol != PROTOCOL {
@@ -172,8 +191,14 @@ fn handle(store: &mut Option<SqliteStore>, op: Op) -> Result<Value, Failure> {
             if matches!(event, Event::ToolStarted { .. }) {
                 return Err(bad("the intent (tool_started) is written by start_tool"));
             }
-            let seq = open_store(store)?.append(&event)?;
-            Ok(json!({ "seq": seq, "id": format!("e{seq}") }))
+            let reply = |seq: u64| json!({ "seq": seq, "id": format!("e{seq}") });
+            let store = open_store(store)?;
+            let seq = if mutant::active(Mutant::AckBeforeWrite) {
+                store.append_acking_first(&event, |seq| early(&reply(seq)))?
+            } else {
+                store.append(&event)?
+            };
+            Ok(reply(seq))
         }
         Op::StartTool { call_id } => {
             let (seq, operation_id) = open_store(store)?.start_tool(&call_id)?;

@@ -255,6 +255,24 @@ impl SqliteStore {
         Ok(seq)
     }
 
+    /// The `ack-before-write` mutant's append: `reply` sends the ack
+    /// before the COMMIT (broken on purpose: a crash before the WAL is
+    /// written and synced loses an acknowledged event).
+    pub fn append_acking_first(
+        &mut self,
+        event: &Event,
+        reply: impl FnOnce(u64) -> std::io::Result<()>,
+    ) -> Result<u64> {
+        let tx = self
+            .conn
+            .transaction_with_behavior(TransactionBehavior::Immediate)
+            .map_err(StoreError::sqlite("begin"))?;
+        let seq = append_in(&tx, event)?;
+        reply(seq).map_err(|e| StoreError::Io(format!("cannot reply: {e}")))?;
+        tx.commit().map_err(StoreError::sqlite("commit"))?;
+        Ok(seq)
+    }
+
     /// Makes the intent of `call_id` durable (`tool_started`); returns its
     /// seq and the operation id the tool must receive.
     pub fn start_tool(&mut self, call_id: &str) -> Result<(u64, Option<String>)> {
