@@ -3,6 +3,8 @@
 //! SQLite mutants must fail naming the invariant their broken promise
 //! belongs to; and the report must say which checks did not apply.
 
+#[path = "support/campaign.rs"]
+mod campaign;
 mod support;
 
 use std::path::{Path, PathBuf};
@@ -30,30 +32,7 @@ fn sqlite_adapter(mutant: Option<&str>) -> String {
 /// An exhaustive campaign on the small fixture through `adapter`: the exit
 /// code, the JSON report and stdout.
 fn campaign(adapter: &str) -> (i32, Value, String) {
-    let dir = tempfile::tempdir().unwrap();
-    let json = dir.path().join("report.json");
-    let out = Command::new(env!("CARGO_BIN_EXE_agentchaos"))
-        .args(["run", "--quiet", "--scenario"])
-        .arg(fixture())
-        .arg("--adapter")
-        .arg(adapter)
-        .arg("--json")
-        .arg(&json)
-        .output()
-        .unwrap();
-    let stdout = String::from_utf8_lossy(&out.stdout).into_owned();
-    let stderr = String::from_utf8_lossy(&out.stderr);
-    let report: Value = match std::fs::read(&json) {
-        Ok(bytes) => serde_json::from_slice(&bytes).unwrap(),
-        Err(e) => panic!("no report ({e}); stdout:\n{stdout}\nstderr:\n{stderr}"),
-    };
-    (out.status.code().unwrap_or(-1), report, stdout)
-}
-
-fn count(report: &Value, invariant: &str) -> u64 {
-    report["scenarios"][0]["violations_by_invariant"][invariant]
-        .as_u64()
-        .unwrap()
+    campaign::run(&fixture(), &["--adapter", adapter])
 }
 
 fn assert_clean(adapter: &str) {
@@ -89,7 +68,7 @@ fn assert_caught(mutant: &str, invariants: &[&str]) -> String {
     assert_eq!(report["error_count"], 0, "{stdout}");
     for invariant in invariants {
         assert!(
-            count(&report, invariant) > 0,
+            campaign::count(&report, invariant) > 0,
             "mutant {mutant} must be caught by {invariant}:\n{stdout}"
         );
     }

@@ -3,9 +3,11 @@
 //! cannot fail is worth nothing.
 
 use std::path::{Path, PathBuf};
-use std::process::Command;
 
 use serde_json::Value;
+
+#[path = "support/campaign.rs"]
+mod campaign;
 
 fn fixture() -> PathBuf {
     Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/fixtures/small.json")
@@ -14,37 +16,15 @@ fn fixture() -> PathBuf {
 /// Runs an exhaustive campaign on the small fixture; returns the exit code
 /// and the violation counts by invariant from the JSON report.
 fn campaign(fault: Option<&str>) -> (i32, Value, String) {
-    let dir = tempfile::tempdir().unwrap();
-    let json = dir.path().join("report.json");
     let nemesis = NEMESIS
         .iter()
         .find(|(f, _)| Some(*f) == fault)
         .map_or("points", |(_, n)| *n);
-    let mut cmd = Command::new(env!("CARGO_BIN_EXE_agentchaos"));
-    cmd.args([
-        "run",
-        "--quiet",
-        "--exhaustive",
-        "--nemesis",
-        nemesis,
-        "--scenario",
-    ])
-    .arg(fixture())
-    .arg("--json")
-    .arg(&json);
+    let mut args = vec!["--exhaustive", "--nemesis", nemesis];
     if let Some(f) = fault {
-        cmd.args(["--store-fault", f]);
+        args.extend(["--store-fault", f]);
     }
-    let out = cmd.output().unwrap();
-    let stdout = String::from_utf8_lossy(&out.stdout).into_owned();
-    let report: Value = serde_json::from_slice(&std::fs::read(&json).unwrap()).unwrap();
-    (out.status.code().unwrap_or(-1), report, stdout)
-}
-
-fn count(report: &Value, invariant: &str) -> u64 {
-    report["scenarios"][0]["violations_by_invariant"][invariant]
-        .as_u64()
-        .unwrap()
+    campaign::run(&fixture(), &args)
 }
 
 /// Each fault and the invariants that must catch it (the first is the one
@@ -78,7 +58,7 @@ fn assert_caught(fault: &str) {
     );
     for inv in invariants {
         assert!(
-            count(&report, inv) > 0,
+            campaign::count(&report, inv) > 0,
             "{fault} must be caught by {inv}:\n{stdout}"
         );
         assert!(

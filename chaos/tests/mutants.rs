@@ -7,6 +7,8 @@
 //! capability needs a leaf move. The unmodified stores' scorecards are the
 //! control. (agentstore's other faults are caught in `tests/faults.rs`.)
 
+#[path = "support/campaign.rs"]
+mod campaign;
 mod support;
 
 use std::path::{Path, PathBuf};
@@ -45,25 +47,7 @@ fn store_args(store: Store) -> Vec<String> {
 /// `agentchaos run --quiet --scenario S --json FILE` (exhaustive): exit
 /// code, the JSON report, stdout.
 fn campaign(store: Store, scenario_name: &str) -> (i32, Value, String) {
-    let dir = tempfile::tempdir().unwrap();
-    let json = dir.path().join("report.json");
-    let out = Command::new(env!("CARGO_BIN_EXE_agentchaos"))
-        .args(["run", "--quiet", "--scenario"])
-        .arg(scenario(scenario_name))
-        .arg("--json")
-        .arg(&json)
-        .args(store_args(store))
-        .output()
-        .unwrap();
-    let stdout = String::from_utf8_lossy(&out.stdout).into_owned();
-    let report: Value = match std::fs::read(&json) {
-        Ok(bytes) => serde_json::from_slice(&bytes).unwrap(),
-        Err(e) => panic!(
-            "no report ({e}); stdout:\n{stdout}\nstderr:\n{}",
-            String::from_utf8_lossy(&out.stderr)
-        ),
-    };
-    (out.status.code().unwrap_or(-1), report, stdout)
+    campaign::run(&scenario(scenario_name), &store_args(store))
 }
 
 /// The scorecard row of `capability` (`outcome` for the end-to-end row).
@@ -111,9 +95,8 @@ fn caught(e: &Expect<'_>) -> Value {
         report["error_count"], 0,
         "{name}: trials run as planned:\n{stdout}"
     );
-    let by = &report["scenarios"][0]["violations_by_invariant"];
     assert!(
-        by[e.invariant].as_u64().unwrap() > 0,
+        campaign::count(&report, e.invariant) > 0,
         "{name} must be caught by {}:\n{stdout}",
         e.invariant
     );

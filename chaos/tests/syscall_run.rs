@@ -6,6 +6,8 @@
 //! real EIO must meet agentstore's poison path. Linux x86_64 only.
 #![cfg(all(target_os = "linux", target_arch = "x86_64"))]
 
+#[path = "support/campaign.rs"]
+mod campaign;
 mod support;
 
 use std::io::{Read, Write};
@@ -35,29 +37,7 @@ fn sqlite_adapter(mutant: Option<&str>) -> String {
 
 /// A campaign on the small fixture with `args`: exit code, JSON report, stdout.
 fn campaign(args: &[&str]) -> (i32, Value, String) {
-    let dir = tempfile::tempdir().unwrap();
-    let json = dir.path().join("report.json");
-    let out = Command::new(env!("CARGO_BIN_EXE_agentchaos"))
-        .args(["run", "--quiet", "--scenario"])
-        .arg(fixture())
-        .args(args)
-        .arg("--json")
-        .arg(&json)
-        .output()
-        .unwrap();
-    let stdout = String::from_utf8_lossy(&out.stdout).into_owned();
-    let stderr = String::from_utf8_lossy(&out.stderr);
-    let report: Value = match std::fs::read(&json) {
-        Ok(bytes) => serde_json::from_slice(&bytes).unwrap(),
-        Err(e) => panic!("no report ({e}); stdout:\n{stdout}\nstderr:\n{stderr}"),
-    };
-    (out.status.code().unwrap_or(-1), report, stdout)
-}
-
-fn count(report: &Value, invariant: &str) -> u64 {
-    report["scenarios"][0]["violations_by_invariant"][invariant]
-        .as_u64()
-        .unwrap()
+    campaign::run(&fixture(), args)
 }
 
 /// Every applicable fault at every enumerated syscall, and nothing found.
@@ -79,7 +59,7 @@ fn assert_caught(args: &[&str], invariant: &str) -> Value {
     assert_eq!(code, 1, "{args:?} must fail:\n{stdout}");
     assert_eq!(report["error_count"], 0, "{stdout}");
     assert!(
-        count(&report, invariant) > 0,
+        campaign::count(&report, invariant) > 0,
         "{args:?} must be caught by {invariant}:\n{stdout}"
     );
     report

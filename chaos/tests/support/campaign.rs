@@ -1,0 +1,41 @@
+//! `agentchaos run` as the campaign tests drive it: included with
+//! `#[path = "support/campaign.rs"] mod campaign;` by the tests that run
+//! whole campaigns (the other tests would not use it).
+
+use std::ffi::OsStr;
+use std::path::Path;
+use std::process::Command;
+
+use serde_json::Value;
+
+/// `agentchaos run --quiet --scenario SCENARIO ARGS… --json FILE`: the exit
+/// code, the JSON report and stdout. No report is a test failure that shows
+/// what the harness printed.
+pub fn run(scenario: &Path, args: &[impl AsRef<OsStr>]) -> (i32, Value, String) {
+    let dir = tempfile::tempdir().unwrap();
+    let json = dir.path().join("report.json");
+    let out = Command::new(env!("CARGO_BIN_EXE_agentchaos"))
+        .args(["run", "--quiet", "--scenario"])
+        .arg(scenario)
+        .args(args)
+        .arg("--json")
+        .arg(&json)
+        .output()
+        .unwrap();
+    let stdout = String::from_utf8_lossy(&out.stdout).into_owned();
+    let report: Value = match std::fs::read(&json) {
+        Ok(bytes) => serde_json::from_slice(&bytes).unwrap(),
+        Err(e) => panic!(
+            "no report ({e}); stdout:\n{stdout}\nstderr:\n{}",
+            String::from_utf8_lossy(&out.stderr)
+        ),
+    };
+    (out.status.code().unwrap_or(-1), report, stdout)
+}
+
+/// Violations of `invariant` in the first scenario of `report`.
+pub fn count(report: &Value, invariant: &str) -> u64 {
+    report["scenarios"][0]["violations_by_invariant"][invariant]
+        .as_u64()
+        .unwrap()
+}
