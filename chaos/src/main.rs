@@ -414,26 +414,7 @@ fn run(args: RunArgs) -> Result<ExitCode, Failure> {
     } else {
         args.scenario.clone()
     };
-    let mut sources = Vec::new();
-    for p in &paths {
-        for f in scenario::load_all(p)? {
-            if sources
-                .iter()
-                .any(|s: &ScenarioSource| s.scenario.name == f.scenario.name)
-            {
-                return Err(bad_input(format!(
-                    "{}: scenario name {:?} is loaded twice",
-                    f.path.display(),
-                    f.scenario.name
-                )));
-            }
-            sources.push(ScenarioSource {
-                path: f.path,
-                scenario: f.scenario,
-                random_seed: None,
-            });
-        }
-    }
+    let mut sources = load_sources(&paths)?;
     let random_dir = match (&cfg.keep_failures, args.random) {
         (_, 0) => None,
         (Some(k), _) => Some(k.join("random")),

@@ -97,14 +97,8 @@ fn a_store_that_reruns_uncertain_calls_is_caught_and_replayed() {
         &["effect-at-most-once", "orphan-marked-uncertain"],
     );
     // The replay command reproduces the violation through the same adapter.
-    let words = shlex::split(&replay).unwrap();
-    assert_eq!(words[0], "agentchaos");
-    let out = Command::new(env!("CARGO_BIN_EXE_agentchaos"))
-        .args(&words[1..])
-        .output()
-        .unwrap();
-    let stdout = String::from_utf8_lossy(&out.stdout);
-    assert_eq!(out.status.code(), Some(1), "{stdout}");
+    let (code, stdout) = campaign::replay(&replay);
+    assert_eq!(code, 1, "{stdout}");
     assert!(stdout.contains("VIOLATION"), "{stdout}");
 }
 

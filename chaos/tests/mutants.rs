@@ -12,7 +12,6 @@ mod campaign;
 mod support;
 
 use std::path::{Path, PathBuf};
-use std::process::Command;
 
 use serde_json::Value;
 
@@ -146,17 +145,10 @@ fn sqlite_double_commit_fails_effect_ledger_and_its_probe_replays() {
         "{v}"
     );
     // The probe's replay command reproduces it through the same adapter.
-    let words = shlex::split(v["replay"].as_str().unwrap()).unwrap();
-    assert!(
-        words.iter().any(|w| w.starts_with("probe:ledger@")),
-        "{words:?}"
-    );
-    let out = Command::new(env!("CARGO_BIN_EXE_agentchaos"))
-        .args(&words[1..])
-        .output()
-        .unwrap();
-    let stdout = String::from_utf8_lossy(&out.stdout);
-    assert_eq!(out.status.code(), Some(1), "{stdout}");
+    let command = v["replay"].as_str().unwrap();
+    assert!(command.contains("probe:ledger@"), "{command}");
+    let (code, stdout) = campaign::replay(command);
+    assert_eq!(code, 1, "{stdout}");
     assert!(
         stdout.contains("VIOLATION ledger-refuses-double-commit"),
         "{stdout}"
@@ -314,13 +306,8 @@ fn agentstore_skip_damaged_lines_fails_damage_refusal_and_its_probe_replays() {
         "{expected}"
     );
     assert!(v["found"].as_str().unwrap().contains("silent skip"), "{v}");
-    let words = shlex::split(v["replay"].as_str().unwrap()).unwrap();
-    let out = Command::new(env!("CARGO_BIN_EXE_agentchaos"))
-        .args(&words[1..])
-        .output()
-        .unwrap();
-    let stdout = String::from_utf8_lossy(&out.stdout);
-    assert_eq!(out.status.code(), Some(1), "{stdout}");
+    let (code, stdout) = campaign::replay(v["replay"].as_str().unwrap());
+    assert_eq!(code, 1, "{stdout}");
     assert!(stdout.contains("VIOLATION damage-refused"), "{stdout}");
 }
 

@@ -75,19 +75,6 @@ fn violation<'a>(report: &'a Value, invariant: &str, kind: &str) -> &'a Value {
         .unwrap_or_else(|| panic!("no {invariant} violation under {kind}"))
 }
 
-fn replay(command: &str) -> (i32, String) {
-    let words = shlex::split(command).unwrap();
-    assert_eq!(words[0], "agentchaos");
-    let out = Command::new(env!("CARGO_BIN_EXE_agentchaos"))
-        .args(&words[1..])
-        .output()
-        .unwrap();
-    (
-        out.status.code().unwrap_or(-1),
-        String::from_utf8_lossy(&out.stdout).into_owned(),
-    )
-}
-
 #[test]
 fn the_reference_store_passes_in_process_with_both_nemeses() {
     assert_clean(&["--nemesis", "points,syscall"]);
@@ -128,7 +115,7 @@ fn a_store_that_appends_onto_a_torn_tail_is_caught_through_its_adapter() {
             && command.contains("AGENTSTORE_FAULT=no-torn-tail-repair"),
         "{command}"
     );
-    let (code, stdout) = replay(command);
+    let (code, stdout) = campaign::replay(command);
     assert_eq!(code, 1, "{stdout}");
     assert!(stdout.contains("VIOLATION log-prefix"), "{stdout}");
 }

@@ -39,3 +39,19 @@ pub fn count(report: &Value, invariant: &str) -> u64 {
         .as_u64()
         .unwrap()
 }
+
+/// Runs a printed replay command (`agentchaos replay …`) with this build's
+/// binary: the exit code and stdout.
+#[allow(dead_code)] // included by faults.rs too, which replays nothing
+pub fn replay(command: &str) -> (i32, String) {
+    let words = shlex::split(command).unwrap();
+    assert_eq!(words[0], "agentchaos", "{command}");
+    let out = Command::new(env!("CARGO_BIN_EXE_agentchaos"))
+        .args(&words[1..])
+        .output()
+        .unwrap();
+    (
+        out.status.code().unwrap_or(-1),
+        String::from_utf8_lossy(&out.stdout).into_owned(),
+    )
+}
