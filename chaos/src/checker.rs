@@ -14,7 +14,7 @@
 use std::collections::BTreeMap;
 use std::fmt;
 
-use agentstore::event::{Decision, Event, Record};
+use agentstore::event::{Decision, Event, Record, Seq};
 use serde_json::Value;
 
 use crate::model::{describe_record, phase_name, store_authored, Model, RunClose};
@@ -272,7 +272,7 @@ fn well_formed(m: &Moment<'_>, out: &mut Vec<Violation>) {
         out.push(v(
             Invariant::LogPrefix,
             &m.when,
-            "every line of the log whole and valid (only the very last may be torn, before recovery)".into(),
+            "every record of the log whole and valid (only the last write may be torn, before recovery)".into(),
             format!("damage: {d}"),
             tail(&m.obs.records, 3),
         ));
@@ -288,7 +288,11 @@ fn well_formed(m: &Moment<'_>, out: &mut Vec<Violation>) {
 }
 
 /// acked-durable: every ack the child reported is in the log at its seq.
+/// One violation per moment, saying how many acknowledged events are
+/// missing or changed, and which (the first and the last).
 fn acked_durable(h: &History, m: &Moment<'_>, out: &mut Vec<Violation>) {
+    // (life, type, seq, what the log holds there) of every broken ack.
+    let mut lost: Vec<(u32, &str, Seq, String)> = Vec::new();
     for life in &h.lives[..m.acked_by_lives.min(h.lives.len())] {
         for w in &life.writes {
             let Some(seq) = w.acked else { continue };
@@ -297,27 +301,52 @@ fn acked_durable(h: &History, m: &Moment<'_>, out: &mut Vec<Violation>) {
                 .and_then(Record::event)
                 .is_some_and(|e| crate::wire::fingerprint(e) == w.fingerprint);
             if !ok {
-                let found = match found {
+                let holds = match found {
                     Some(r) => format!("the log holds {} there", describe_record(r)),
                     None => format!(
                         "the log ends before seq {seq} ({})",
                         events(m.obs.records.len())
                     ),
                 };
-                out.push(v(
-                    Invariant::AckedDurable,
-                    &m.when,
-                    format!(
-                        "{} at seq {seq}, acknowledged as durable to life {}",
-                        w.type_name, life.index
-                    ),
-                    found,
-                    tail(&m.obs.records, 2),
-                ));
-                return;
+                lost.push((life.index, &w.type_name, seq, holds));
             }
         }
     }
+    let (Some(first), Some(last)) = (lost.first(), lost.last()) else {
+        return;
+    };
+    let acked: usize = h.lives[..m.acked_by_lives.min(h.lives.len())]
+        .iter()
+        .flat_map(|l| &l.writes)
+        .filter(|w| w.acked.is_some())
+        .count();
+    let name = |(life, ty, seq, _): &(u32, &str, Seq, String)| {
+        format!("{ty} at seq {seq} (acknowledged to life {life})")
+    };
+    let (expected, found) = if lost.len() == 1 {
+        (
+            format!("{}, acknowledged as durable", name(first)),
+            first.3.clone(),
+        )
+    } else {
+        (
+            format!("all {acked} acknowledged events in the log at their seqs"),
+            format!(
+                "{} of them missing or changed: from {} to {}; at the first, {}",
+                lost.len(),
+                name(first),
+                name(last),
+                first.3
+            ),
+        )
+    };
+    out.push(v(
+        Invariant::AckedDurable,
+        &m.when,
+        expected,
+        found,
+        tail(&m.obs.records, 2),
+    ));
 }
 
 fn normalized(e: &Event) -> Event {
@@ -1297,6 +1326,58 @@ mod tests {
             workspace: BTreeMap::new(),
             error: None,
         }
+    }
+
+    #[test]
+    fn acked_durable_says_how_many_acknowledged_events_are_gone_and_which() {
+        let created = Event::SessionCreated {
+            session_id: "s".into(),
+            schema_version: 1,
+            workspace: String::new(),
+        };
+        let messages: Vec<Event> = (0..4)
+            .map(|i| Event::UserMessage {
+                parent: None,
+                text: format!("m{i}"),
+            })
+            .collect();
+        let writes: Vec<(&Event, u64)> = messages.iter().zip(1..).collect();
+        let mut h = history(true);
+        h.lives = vec![life(0, &writes, LifeEnd::Killed)];
+        // A store that rewrote its file and lost everything after session_created.
+        h.after_kill = vec![obs(std::slice::from_ref(&created))];
+        h.final_obs = obs(std::slice::from_ref(&created));
+        let lost: Vec<Violation> = check(&h, None)
+            .into_iter()
+            .filter(|v| v.invariant == Invariant::AckedDurable)
+            .collect();
+        assert!(!lost.is_empty());
+        assert_eq!(
+            lost[0].expected,
+            "all 4 acknowledged events in the log at their seqs"
+        );
+        assert_eq!(
+            lost[0].found,
+            "4 of them missing or changed: from user_message at seq 1 (acknowledged to life 0) \
+             to user_message at seq 4 (acknowledged to life 0); at the first, the log ends \
+             before seq 1 (1 event)"
+        );
+        // One lost event is named alone.
+        h.after_kill = vec![obs(&[
+            created.clone(),
+            messages[0].clone(),
+            messages[1].clone(),
+            messages[2].clone(),
+        ])];
+        h.final_obs = h.after_kill[0].clone();
+        let one = check(&h, None)
+            .into_iter()
+            .find(|v| v.invariant == Invariant::AckedDurable)
+            .expect("the last ack is gone");
+        assert_eq!(
+            one.expected,
+            "user_message at seq 4 (acknowledged to life 0), acknowledged as durable"
+        );
     }
 
     #[test]

@@ -48,6 +48,10 @@ enum Command {
     /// A probe's child (started by the harness): drives the store, prints one JSON line.
     #[command(hide = true)]
     Probe(ProbeCli),
+    /// agentstore behind the adapter protocol on stdin/stdout (`agentstore adapter`, built
+    /// in), so the power-loss nemesis recovers the reference store without a second binary.
+    #[command(hide = true)]
+    ReferenceAdapter,
 }
 
 #[derive(Args, Debug, Clone)]
@@ -79,17 +83,16 @@ struct RunArgs {
     /// fault at every store syscall of the first process.
     #[arg(long)]
     exhaustive: bool,
-    /// Which nemeses plan the trials, comma-separated: `points` (crash points in the store and
-    /// the agent: kill, tear, powercut, timer, double crash) and/or `syscall` (ptrace, no
-    /// instrumentation: sys-kill-before, sys-kill-after, sys-tear, sys-enospc, sys-eio at each
-    /// file-mutating syscall the first agent process tree makes under the store root; Linux
-    /// x86_64 only). With --trials N, N plans per nemesis.
-    #[arg(
-        long,
-        value_name = "points|syscall|points,syscall",
-        default_value = "points"
-    )]
-    nemesis: Nemeses,
+    /// Which nemeses run, comma-separated: `points` (crash points in the store and the agent:
+    /// kill, tear, powercut, timer, double crash), `syscall` (ptrace, no instrumentation:
+    /// sys-kill-before, sys-kill-after, sys-tear, sys-enospc, sys-eio at each file-mutating
+    /// syscall the first agent process tree makes under the store root), `powerloss` (every
+    /// on-disk state a power cut may leave under three persistence models, recovered by the
+    /// store; chaos/POWERLOSS.md), or `all`. syscall and powerloss need Linux x86_64. Default:
+    /// all that this platform can run (said on the report's first line when that is not all).
+    /// With --trials N: N plans per nemesis, and N crash points per scenario for powerloss.
+    #[arg(long, value_name = "points,syscall,powerloss|all")]
+    nemesis: Option<Nemeses>,
     /// Add N random scenarios generated from the seed (failing ones are shrunk).
     #[arg(long, value_name = "N", default_value_t = 0)]
     random: usize,
@@ -141,9 +144,12 @@ struct PowerlossArgs {
     /// A scenario file or a directory of them (repeatable; default: scenarios/).
     #[arg(long, value_name = "FILE|DIR")]
     scenario: Vec<PathBuf>,
-    /// The store's adapter (default: agentstore's `agentstore adapter`, next to this binary).
+    /// The store's adapter (default: agentstore, served by this binary).
     #[arg(long, value_name = "'CMD ARGS…'")]
     adapter: Option<String>,
+    /// Recover the reference store with this fault profile (see `agentchaos faults`).
+    #[arg(long, value_name = "NAME", conflicts_with = "adapter")]
+    store_fault: Option<String>,
     /// Persistence model: strict, ext4-ordered, weak, or all.
     #[arg(long, value_name = "MODEL", default_value = "all")]
     model: String,
@@ -289,6 +295,11 @@ fn main() -> ExitCode {
         })
         .map(|()| ExitCode::SUCCESS)
         .map_err(|e| failed(format!("probe: {e}"))),
+        Command::ReferenceAdapter => {
+            agentstore::adapter::serve(std::io::stdin().lock(), std::io::stdout().lock())
+                .map(|()| ExitCode::SUCCESS)
+                .map_err(|e| failed(format!("reference-adapter: {e}")))
+        }
     };
     match result {
         Ok(code) => code,
@@ -397,11 +408,28 @@ fn run(args: RunArgs) -> Result<ExitCode, Failure> {
         Some(n) => Mode::Sampled(n),
         None => Mode::Exhaustive,
     };
-    if args.nemesis.syscall {
-        syscall_supported()?;
-    }
+    // What the default leaves out on this platform, for the report's first line.
+    let mut not_run = None;
+    let nemesis = match args.nemesis {
+        Some(n) => {
+            if n.syscall || n.powerloss {
+                syscall_supported()?;
+            }
+            n
+        }
+        None => {
+            if !agentchaos::syscall::SUPPORTED {
+                not_run = Some(format!(
+                    "syscall and power-loss nemeses not run: they need Linux on x86_64 (ptrace), this build targets {}/{}; durable_append is earned only by kills inside the store's writes, and its power-loss row is not exercised",
+                    std::env::consts::OS,
+                    std::env::consts::ARCH
+                ));
+            }
+            Nemeses::every_supported()
+        }
+    };
     let mut cfg = config(&args.common, backend.as_ref(), mode, args.seed)?;
-    cfg.nemesis = args.nemesis;
+    cfg.nemesis = nemesis;
     cfg.shard = args.shard;
     cfg.progress = !args.quiet;
     if let Some(k) = &args.keep_failures {
@@ -430,15 +458,18 @@ fn run(args: RunArgs) -> Result<ExitCode, Failure> {
         store_fault: cfg.store_fault.as_deref(),
         seed: args.seed,
         mode: match mode {
-            Mode::Exhaustive => format!("exhaustive, nemesis {}", args.nemesis),
+            Mode::Exhaustive => format!("exhaustive, nemesis {nemesis}"),
             Mode::Sampled(n) => {
-                format!("{n} sampled trials per scenario, nemesis {}", args.nemesis)
+                format!("{n} sampled trials per scenario, nemesis {nemesis}")
             }
         },
         jobs: cfg.jobs,
         shard: cfg.shard,
     };
     let result = runner::run(&cfg, sources).map_err(failed)?;
+    if let Some(line) = &not_run {
+        println!("{line}");
+    }
     print!("{}", report::violations_text(&result, &ctx));
     print!("{}", report::table(&result, &ctx));
     if let (Some(k), true) = (
@@ -513,7 +544,7 @@ fn syscall_supported() -> Result<(), Failure> {
         Ok(())
     } else {
         Err(bad_input(format!(
-            "the syscall nemesis needs Linux on x86_64 (ptrace); this build targets {}/{}",
+            "the syscall and power-loss nemeses need Linux on x86_64 (ptrace); this build targets {}/{}",
             std::env::consts::OS,
             std::env::consts::ARCH
         )))
@@ -594,19 +625,6 @@ fn load_sources(paths: &[PathBuf]) -> Result<Vec<ScenarioSource>, Failure> {
 }
 
 /// `agentstore adapter`, with the agentstore binary next to this one.
-fn default_adapter(me: &Path) -> Result<String, Failure> {
-    let store = me.with_file_name("agentstore");
-    if !store.is_file() {
-        return Err(bad_input(format!(
-            "no --adapter and no agentstore binary at {} (build it: cargo build -p agentstore)",
-            store.display()
-        )));
-    }
-    let word = store.display().to_string();
-    let word = shlex::try_quote(&word).map_or(word.clone(), |q| q.into_owned());
-    Ok(format!("{word} adapter"))
-}
-
 fn powerloss(args: PowerlossArgs) -> Result<ExitCode, Failure> {
     use agentchaos::powercampaign::{self, StateId, Verdict};
     use agentchaos::powerloss::Model;
@@ -623,9 +641,18 @@ fn powerloss(args: PowerlossArgs) -> Result<ExitCode, Failure> {
     }
     let agent_exe =
         std::env::current_exe().map_err(|e| failed(format!("cannot find my own binary: {e}")))?;
-    let adapter = match &args.adapter {
-        Some(a) => a.clone(),
-        None => default_adapter(&agent_exe)?,
+    let (adapter, store_flags) = match (&args.adapter, &args.store_fault) {
+        (Some(a), _) => (a.clone(), vec!["--adapter".to_string(), a.clone()]),
+        (None, fault) => {
+            check_fault(fault)?;
+            (
+                powercampaign::reference_adapter(&agent_exe, fault.as_deref()),
+                fault
+                    .iter()
+                    .flat_map(|f| ["--store-fault".to_string(), f.clone()])
+                    .collect(),
+            )
+        }
     };
     AdapterBackend::new(&adapter).map_err(|e| bad_input(format!("--adapter: {e}")))?;
     let dir = args.dir.clone().unwrap_or_else(runner::default_dir);
@@ -700,10 +727,11 @@ fn powerloss(args: PowerlossArgs) -> Result<ExitCode, Failure> {
         });
     }
     let report = powercampaign::run(&cfg, sources).map_err(failed)?;
-    print!("{}", powercampaign::text(&report, &adapter));
+    print!("{}", powercampaign::text(&report, &store_flags));
     if let Some(p) = &args.json {
-        let text = serde_json::to_string_pretty(&powercampaign::json(&report, &adapter))
-            .expect("a report serializes");
+        let text =
+            serde_json::to_string_pretty(&powercampaign::json(&report, &adapter, &store_flags))
+                .expect("a report serializes");
         std::fs::write(p, text + "\n")
             .map_err(|e| failed(format!("cannot write {}: {e}", p.display())))?;
     }

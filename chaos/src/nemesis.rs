@@ -264,18 +264,32 @@ impl SyscallTrace {
 }
 
 /// Which nemeses a campaign runs: crash points (kill, tear, power cut,
-/// timer, double crash) and/or the syscall nemesis.
+/// timer, double crash), the syscall nemesis, and/or power loss (the
+/// persistence models of [`crate::powerloss`], run by
+/// [`crate::powercampaign`] after the trials).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct Nemeses {
     pub points: bool,
     pub syscall: bool,
+    pub powerloss: bool,
 }
 
 impl Nemeses {
     pub const POINTS: Nemeses = Nemeses {
         points: true,
         syscall: false,
+        powerloss: false,
     };
+
+    /// Every nemesis this build can run: the syscall nemesis and the
+    /// power-loss recorder need ptrace on Linux x86_64.
+    pub fn every_supported() -> Nemeses {
+        Nemeses {
+            points: true,
+            syscall: crate::syscall::SUPPORTED,
+            powerloss: crate::syscall::SUPPORTED,
+        }
+    }
 }
 
 impl Default for Nemeses {
@@ -286,10 +300,14 @@ impl Default for Nemeses {
 
 impl fmt::Display for Nemeses {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        let names: Vec<&str> = [(self.points, "points"), (self.syscall, "syscall")]
-            .into_iter()
-            .filter_map(|(on, n)| on.then_some(n))
-            .collect();
+        let names: Vec<&str> = [
+            (self.points, "points"),
+            (self.syscall, "syscall"),
+            (self.powerloss, "powerloss"),
+        ]
+        .into_iter()
+        .filter_map(|(on, n)| on.then_some(n))
+        .collect();
         f.write_str(&names.join(","))
     }
 }
@@ -301,14 +319,17 @@ impl FromStr for Nemeses {
         let mut n = Nemeses {
             points: false,
             syscall: false,
+            powerloss: false,
         };
         for part in s.split(',') {
             match part.trim() {
                 "points" => n.points = true,
                 "syscall" => n.syscall = true,
+                "powerloss" => n.powerloss = true,
+                "all" => n = Nemeses::every_supported(),
                 other => {
                     return Err(format!(
-                        "nemesis {other:?} is not points or syscall (e.g. --nemesis points,syscall)"
+                        "nemesis {other:?} is not points, syscall, powerloss or all (e.g. --nemesis points,syscall)"
                     ))
                 }
             }

@@ -914,17 +914,36 @@ impl std::str::FromStr for StateId {
     }
 }
 
-/// The one-line command that rebuilds a failing state and recovers it.
-pub fn replay_command(path: &Path, adapter: &str, id: &StateId) -> String {
+/// The one-line command that rebuilds a failing state and recovers it;
+/// `store_flags` choose the store as the campaign's command line did
+/// (`--adapter 'LINE'`, `--store-fault NAME`, or nothing for agentstore).
+pub fn replay_command(path: &Path, store_flags: &[String], id: &StateId) -> String {
     let word = |s: &str| match shlex::try_quote(s) {
         Ok(q) => q.into_owned(),
         Err(_) => format!("{s:?}"),
     };
-    format!(
-        "agentchaos powerloss --scenario {} --adapter {} --replay {id}",
-        word(&path.display().to_string()),
-        word(adapter)
-    )
+    let mut cmd = format!(
+        "agentchaos powerloss --scenario {}",
+        word(&path.display().to_string())
+    );
+    for flag in store_flags {
+        cmd.push(' ');
+        cmd.push_str(&word(flag));
+    }
+    let _ = write!(cmd, " --replay {id}");
+    cmd
+}
+
+/// The adapter command line of the reference store, served by the
+/// `agentchaos` binary `exe` (its hidden `reference-adapter` command),
+/// with a fault profile if any.
+pub fn reference_adapter(exe: &Path, fault: Option<&str>) -> String {
+    let word = |s: &str| shlex::try_quote(s).map_or_else(|_| s.to_string(), |q| q.into_owned());
+    let serve = format!("{} reference-adapter", word(&exe.display().to_string()));
+    match fault {
+        Some(f) => format!("env {}={} {serve}", agentstore::fault::FAULT_ENV, word(f)),
+        None => serve,
+    }
 }
 
 /// The result of a replay.
@@ -973,7 +992,7 @@ fn last_op(log: &OpLog, k: usize) -> Option<String> {
 }
 
 /// A failure in words: the findings, the assumption, the ops, the replay.
-pub fn describe_failure(f: &Failure, source: &ScenarioSource, adapter: &str) -> String {
+pub fn describe_failure(f: &Failure, source: &ScenarioSource, store_flags: &[String]) -> String {
     let mut s = String::new();
     let id = StateId {
         model: f.model,
@@ -1001,7 +1020,7 @@ pub fn describe_failure(f: &Failure, source: &ScenarioSource, adapter: &str) -> 
     let _ = writeln!(
         s,
         "  replay: {}",
-        replay_command(&source.path, adapter, &id)
+        replay_command(&source.path, store_flags, &id)
     );
     s
 }
@@ -1032,14 +1051,14 @@ pub fn assumptions(losses: &[Loss]) -> String {
 }
 
 /// The summary table and every failure.
-pub fn text(report: &CampaignReport, adapter: &str) -> String {
+pub fn text(report: &CampaignReport, store_flags: &[String]) -> String {
     let mut s = String::new();
     for sc in &report.scenarios {
         if let Some(e) = &sc.error {
             let _ = writeln!(s, "ERROR {}: {e}", sc.source.scenario.name);
         }
         for f in &sc.failures {
-            s.push_str(&describe_failure(f, &sc.source, adapter));
+            s.push_str(&describe_failure(f, &sc.source, store_flags));
         }
         for r in &sc.refusals {
             let _ = writeln!(
@@ -1099,8 +1118,8 @@ pub fn text(report: &CampaignReport, adapter: &str) -> String {
     s
 }
 
-/// The report as JSON.
-pub fn json(report: &CampaignReport, adapter: &str) -> Value {
+/// The report as JSON; `adapter` is the command line the states were recovered through.
+pub fn json(report: &CampaignReport, adapter: &str, store_flags: &[String]) -> Value {
     let secs = report.elapsed.as_secs_f64().max(1e-9);
     json!({
         "adapter": adapter,
@@ -1142,7 +1161,7 @@ pub fn json(report: &CampaignReport, adapter: &str) -> Value {
                     "relies_on": f.losses.iter().map(|l| json!({
                         "what": l.what, "how": l.how, "why": l.why, "ops": l.ops,
                     })).collect::<Vec<_>>(),
-                    "replay": replay_command(&sc.source.path, adapter, &id),
+                    "replay": replay_command(&sc.source.path, store_flags, &id),
                 })
             }).collect::<Vec<_>>(),
         })).collect::<Vec<_>>(),

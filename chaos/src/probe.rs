@@ -2,13 +2,24 @@
 //! the crash-free run's store once it is done.
 //!
 //! - `damage@FILE:OFFSET` (`damage_refusal`): a copy of the store's root
-//!   with the low bit of one byte flipped, at a seeded offset in the middle
-//!   half of one of its files (away from a log's tail, which a store may
-//!   rightly treat as torn); a fresh store opens the copy and serves its
-//!   events. It passes when the store refuses with `damage` (at open or
-//!   while reading) or serves exactly the undamaged events (redundancy is
-//!   fine); anything else is a violation of `damage-refused`: a silent
-//!   skip, a changed event, or a refusal of another kind.
+//!   with the low bit of one byte flipped, at seeded offsets in the middle
+//!   half of each of its files, and, in a line-based file (one that ends
+//!   with a newline), in the middle of its last complete line.
+//! - `zeros@FILE:OFFSET+LEN` (`damage_refusal`): the same, with LEN bytes
+//!   from OFFSET overwritten with zeros; in a line-based file of at least
+//!   four lines, over the last three complete lines, newlines kept. Neither
+//!   is what a torn write leaves (a torn write loses the end of one write;
+//!   it does not flip a bit inside a whole line, nor zero whole lines and
+//!   keep their newlines), and every event was acknowledged before the
+//!   store closed, so a store that cuts them as a "torn tail" loses
+//!   acknowledged events.
+//!
+//!   Both pass when a fresh store opening the copy refuses with `damage` (at
+//!   open or while reading) or serves exactly the undamaged events
+//!   (redundancy is fine); anything else is a violation of
+//!   `damage-refused`: a silent skip or cut, a changed event, or a refusal
+//!   of another kind. Events are compared by content (type and fields,
+//!   [`record_key`]), not by timestamps a store may regenerate.
 //! - `ledger@OP` (`effect_ledger`): the crash-free run's events up to the
 //!   first `effect_committed` of operation OP are replayed into a fresh
 //!   session (the call is open, started and committed), then the same
@@ -46,6 +57,12 @@ pub const DAMAGE_POSITIONS: usize = 3;
 pub enum Probe {
     /// Flip the low bit of the byte at `offset` of `file` (relative to the store's root).
     Damage { file: PathBuf, offset: u64 },
+    /// Overwrite `len` bytes of `file` from `offset` with zeros, keeping newlines.
+    Zeros {
+        file: PathBuf,
+        offset: u64,
+        len: u64,
+    },
     /// Commit operation `operation` a second time.
     Ledger { operation: String },
 }
@@ -54,7 +71,7 @@ impl Probe {
     /// The capability the probe is evidence for.
     pub fn capability(&self) -> Capability {
         match self {
-            Probe::Damage { .. } => Capability::DamageRefusal,
+            Probe::Damage { .. } | Probe::Zeros { .. } => Capability::DamageRefusal,
             Probe::Ledger { .. } => Capability::EffectLedger,
         }
     }
@@ -72,6 +89,9 @@ impl fmt::Display for Probe {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         match self {
             Probe::Damage { file, offset } => write!(f, "damage@{}:{offset}", file.display()),
+            Probe::Zeros { file, offset, len } => {
+                write!(f, "zeros@{}:{offset}+{len}", file.display())
+            }
             Probe::Ledger { operation } => write!(f, "ledger@{operation}"),
         }
     }
@@ -81,23 +101,39 @@ impl FromStr for Probe {
     type Err = String;
 
     fn from_str(s: &str) -> Result<Probe, String> {
-        let bad = || format!("probe {s:?} is not damage@FILE:OFFSET or ledger@OPERATION");
+        let bad = || {
+            format!(
+                "probe {s:?} is not damage@FILE:OFFSET, zeros@FILE:OFFSET+LEN or ledger@OPERATION"
+            )
+        };
+        // FILE:REST, FILE relative to the store's root and never out of it.
+        let file_and = |arg: &str| -> Result<(PathBuf, String), String> {
+            let (file, rest) = arg.rsplit_once(':').ok_or_else(bad)?;
+            let file = PathBuf::from(file);
+            if file.as_os_str().is_empty()
+                || !file
+                    .components()
+                    .all(|c| matches!(c, std::path::Component::Normal(_)))
+            {
+                return Err(bad());
+            }
+            Ok((file, rest.to_string()))
+        };
         match s.split_once('@') {
             Some(("damage", arg)) => {
-                let (file, offset) = arg.rsplit_once(':').ok_or_else(bad)?;
-                let file = PathBuf::from(file);
-                // Relative to the store's root, and never out of it.
-                if file.as_os_str().is_empty()
-                    || !file
-                        .components()
-                        .all(|c| matches!(c, std::path::Component::Normal(_)))
-                {
-                    return Err(bad());
-                }
+                let (file, offset) = file_and(arg)?;
                 Ok(Probe::Damage {
                     file,
                     offset: offset.parse().map_err(|_| bad())?,
                 })
+            }
+            Some(("zeros", arg)) => {
+                let (file, range) = file_and(arg)?;
+                let (offset, len) = range.split_once('+').ok_or_else(bad)?;
+                match (offset.parse(), len.parse()) {
+                    (Ok(offset), Ok(len)) if len > 0 => Ok(Probe::Zeros { file, offset, len }),
+                    _ => Err(bad()),
+                }
             }
             Some(("ledger", op)) if !op.is_empty() => Ok(Probe::Ledger {
                 operation: op.to_string(),
@@ -126,12 +162,26 @@ pub fn plan(
                 (0, len - 1)
             };
             let mut offsets: Vec<u64> = (0..DAMAGE_POSITIONS).map(|_| rng.range(lo, hi)).collect();
+            let bytes = std::fs::read(root.join(&file))
+                .map_err(|e| format!("cannot read {}: {e}", file.display()))?;
+            let lines = complete_lines(&bytes);
+            if let Some(last) = lines.last().filter(|l| l.end - l.start > 1) {
+                offsets.push((last.start + last.end - 1) / 2);
+            }
             offsets.sort_unstable();
             offsets.dedup();
             probes.extend(offsets.into_iter().map(|offset| Probe::Damage {
                 file: file.clone(),
                 offset,
             }));
+            if lines.len() >= 4 {
+                let from = lines[lines.len() - 3].start;
+                probes.push(Probe::Zeros {
+                    file: file.clone(),
+                    offset: from,
+                    len: len - from,
+                });
+            }
         }
     }
     if claimed.contains(&Capability::EffectLedger) {
@@ -147,6 +197,22 @@ pub fn plan(
         }
     }
     Ok(probes)
+}
+
+/// The byte ranges of the newline-terminated lines of `bytes`, newline
+/// included; none unless the whole file is lines (it ends with a newline).
+fn complete_lines(bytes: &[u8]) -> Vec<std::ops::Range<u64>> {
+    if bytes.last() != Some(&b'\n') {
+        return Vec::new();
+    }
+    let mut start = 0u64;
+    let mut out = Vec::new();
+    for (i, _) in bytes.iter().enumerate().filter(|(_, b)| **b == b'\n') {
+        let end = i as u64 + 1;
+        out.push(start..end);
+        start = end;
+    }
+    out
 }
 
 /// Every non-empty regular file under `root`, relative to it, sorted, with its length.
@@ -207,14 +273,15 @@ pub enum ProbeReply {
     NotReplayed { message: String },
 }
 
-/// A record as the damage probe compares it: seq, id, timestamp and the
-/// event's fingerprint.
+/// A record as the damage probe compares it: seq, id and the event's
+/// content (its fingerprint), not the timestamp, which a store may
+/// regenerate when it serves an event.
 pub fn record_key(r: &Record) -> String {
     let body = match r.event() {
         Some(e) => crate::wire::fingerprint(e),
         None => format!("ignorable {}", r.body.type_name()),
     };
-    format!("{} {} {} {body}", r.seq, r.id, r.ts)
+    format!("{} {} {body}", r.seq, r.id)
 }
 
 /// What a probe found.
@@ -250,7 +317,10 @@ pub fn run(setup: &ProbeSetup<'_>, probe: &Probe, dir: &Path) -> ProbeOutcome {
     let result = std::fs::create_dir_all(dir)
         .map_err(|e| format!("cannot create {}: {e}", dir.display()))
         .and_then(|()| match probe {
-            Probe::Damage { file, offset } => damage(setup, file, *offset, dir),
+            Probe::Damage { file, offset } => damage(setup, file, &Change::Flip(*offset), dir),
+            Probe::Zeros { file, offset, len } => {
+                damage(setup, file, &Change::Zeros(*offset, *len), dir)
+            }
             Probe::Ledger { operation } => ledger(setup, operation, dir),
         });
     match result {
@@ -288,10 +358,59 @@ fn tell(reply: &ProbeReply) -> String {
     }
 }
 
+/// How a damage probe changes its file.
+enum Change {
+    /// Flip the low bit of the byte at this offset.
+    Flip(u64),
+    /// Zero LEN bytes from OFFSET, keeping newlines.
+    Zeros(u64, u64),
+}
+
+impl Change {
+    /// Applies the change to `bytes` of `file`; says what it did.
+    fn apply(&self, file: &Path, bytes: &mut [u8]) -> Result<String, String> {
+        let short = |end: u64| {
+            format!(
+                "{} has {} bytes: no byte offset {}",
+                file.display(),
+                bytes.len(),
+                end
+            )
+        };
+        match *self {
+            Change::Flip(offset) => {
+                let missing = short(offset);
+                let byte = bytes.get_mut(offset as usize).ok_or(missing)?;
+                let was = *byte;
+                *byte ^= 1;
+                Ok(format!(
+                    "{}, byte offset {offset}: {was:#04x} flipped to {:#04x}",
+                    file.display(),
+                    *byte
+                ))
+            }
+            Change::Zeros(offset, len) => {
+                let end = offset.checked_add(len).filter(|e| *e <= bytes.len() as u64);
+                let end = end.ok_or_else(|| short(offset.saturating_add(len)))?;
+                let range = &mut bytes[offset as usize..end as usize];
+                let lines = range.iter().filter(|b| **b == b'\n').count();
+                range
+                    .iter_mut()
+                    .filter(|b| **b != b'\n')
+                    .for_each(|b| *b = 0);
+                Ok(format!(
+                    "{}, byte offsets {offset}..{end}: {len} bytes over {lines} complete line(s) zeroed, newlines kept",
+                    file.display()
+                ))
+            }
+        }
+    }
+}
+
 fn damage(
     setup: &ProbeSetup<'_>,
     file: &Path,
-    offset: u64,
+    change: &Change,
     dir: &Path,
 ) -> Result<(String, Vec<Violation>, bool), String> {
     let root = dir.join("root");
@@ -299,22 +418,9 @@ fn damage(
         .map_err(|e| format!("cannot copy the store's root: {e}"))?;
     let path = root.join(file);
     let mut bytes = std::fs::read(&path).map_err(|e| format!("{}: {e}", path.display()))?;
-    let Some(byte) = bytes.get_mut(offset as usize) else {
-        return Err(format!(
-            "{} has {} bytes: no byte offset {offset}",
-            file.display(),
-            bytes.len()
-        ));
-    };
-    let was = *byte;
-    *byte ^= 1;
-    let now = *byte;
+    let what = change.apply(file, &mut bytes)?;
     std::fs::write(&path, &bytes).map_err(|e| format!("{}: {e}", path.display()))?;
     let reply = child(setup, "damage", &root, &setup.spec.session, None, &[])?;
-    let what = format!(
-        "{}, byte offset {offset}: {was:#04x} flipped to {now:#04x}",
-        file.display()
-    );
     let told = format!("{what}; {}", tell(&reply));
     Ok((
         told,
@@ -334,7 +440,7 @@ pub fn judge_damage(
     let violation = |found: String, events: Vec<String>| {
         Violation {
         invariant: Invariant::DamageRefused,
-        when: "after the crash-free run, on a copy of its store with one bit flipped".into(),
+        when: "after the crash-free run, on a damaged copy of its store".into(),
         expected: format!(
             "{what}: opening or reading refuses with `damage`, or the store serves the {} undamaged events unchanged",
             reference.len()
@@ -904,7 +1010,11 @@ mod tests {
 
     #[test]
     fn probes_round_trip_through_their_plan_form() {
-        for s in ["damage@sessions/s/events.jsonl:120", "ledger@op-deploy-1"] {
+        for s in [
+            "damage@sessions/s/events.jsonl:120",
+            "zeros@sessions/s/events.jsonl:40+62",
+            "ledger@op-deploy-1",
+        ] {
             let p: Probe = s.parse().unwrap();
             assert_eq!(p.to_string(), s);
         }
@@ -915,6 +1025,9 @@ mod tests {
             "damage@/etc/passwd:3",
             "ledger@",
             "zap@1",
+            "zeros@x:3",
+            "zeros@x:3+0",
+            "zeros@../x:3+1",
         ] {
             assert!(bad.parse::<Probe>().is_err(), "{bad}");
         }
@@ -979,6 +1092,55 @@ mod tests {
         assert!(judge_ledger("op", &reference[2], 3, &refused("io", 3))
             .unwrap()
             .is_some());
+    }
+
+    #[test]
+    fn a_line_based_file_is_probed_in_its_last_line_and_zeroed_over_its_last_three() {
+        let dir = tempfile::tempdir().unwrap();
+        let lines = [
+            "{\"a\":1}\n",
+            "{\"b\":22}\n",
+            "{\"c\":333}\n",
+            "{\"d\":4}\n",
+            "{\"e\":55}\n",
+        ];
+        let text = lines.concat();
+        std::fs::write(dir.path().join("log"), &text).unwrap();
+        let probes = plan(&Capability::ALL, dir.path(), &[], &mut Rng::new(1)).unwrap();
+        let last_start = (text.len() - lines[4].len()) as u64;
+        assert!(
+            probes
+                .iter()
+                .any(|p| matches!(p, Probe::Damage { offset, .. }
+                if (last_start..text.len() as u64 - 1).contains(offset))),
+            "no flip in the last complete line: {probes:?}"
+        );
+        let zeros_from = (lines[0].len() + lines[1].len()) as u64;
+        assert!(
+            probes.contains(&Probe::Zeros {
+                file: "log".into(),
+                offset: zeros_from,
+                len: text.len() as u64 - zeros_from,
+            }),
+            "{probes:?}"
+        );
+        let mut bytes = text.clone().into_bytes();
+        let what = Change::Zeros(zeros_from, text.len() as u64 - zeros_from)
+            .apply(Path::new("log"), &mut bytes)
+            .unwrap();
+        assert!(what.contains("over 3 complete line(s)"), "{what}");
+        let zeroed = &bytes[zeros_from as usize..];
+        assert_eq!(zeroed.iter().filter(|b| **b == b'\n').count(), 3);
+        assert!(zeroed.iter().all(|b| *b == 0 || *b == b'\n'));
+        assert_eq!(
+            &bytes[..zeros_from as usize],
+            &text.as_bytes()[..zeros_from as usize]
+        );
+        // A file that is not lines gets no tail probes.
+        assert!(complete_lines(b"abc\ndef").is_empty());
+        assert!(Change::Flip(99)
+            .apply(Path::new("log"), &mut bytes)
+            .is_err());
     }
 
     #[test]

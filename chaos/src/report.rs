@@ -10,6 +10,7 @@ use std::fmt::Write;
 use serde_json::{json, Value};
 
 use crate::checker::{Invariant, Violation};
+use crate::powercampaign;
 use crate::probe::Probe;
 use crate::runner::{replay_command, CampaignResult, ScenarioResult};
 use crate::scorecard;
@@ -31,6 +32,13 @@ pub struct Context<'a> {
     pub mode: String,
     pub jobs: usize,
     pub shard: Option<(usize, usize)>,
+}
+
+impl Context<'_> {
+    /// The flags a replay command needs to choose the same store.
+    pub fn store_flags(&self) -> Vec<String> {
+        crate::runner::store_flags(self.store_fault, &self.store_args)
+    }
 }
 
 /// One violation in words, with its replay command.
@@ -133,6 +141,23 @@ pub fn violations_text(result: &CampaignResult, ctx: &Context<'_>) -> String {
             );
         }
     }
+    for sc in result.power_loss.iter().flat_map(|p| &p.scenarios) {
+        for f in &sc.failures {
+            out.push_str(&powercampaign::describe_failure(
+                f,
+                &sc.source,
+                &ctx.store_flags(),
+            ));
+            out.push('\n');
+        }
+        if let Some(e) = &sc.error {
+            let _ = writeln!(
+                out,
+                "ERROR in {} (power loss): {e}\n",
+                sc.source.scenario.name
+            );
+        }
+    }
     out
 }
 
@@ -210,6 +235,23 @@ pub fn table(result: &CampaignResult, ctx: &Context<'_>) -> String {
                 sys.len()
             );
         }
+    }
+    if let Some(p) = &result.power_loss {
+        let failing: usize = p.scenarios.iter().map(|s| s.failures.len()).sum();
+        let refused: usize = p
+            .scenarios
+            .iter()
+            .flat_map(|s| &s.models)
+            .map(|(_, m)| m.refused)
+            .sum();
+        let _ = writeln!(
+            out,
+            "power-loss nemesis: {} states ({} distinct) under strict, ext4-ordered and weak, at most {} per crash point and model: {failing} failing, {refused} refused with damage (no acknowledged event lost), {:.1}s",
+            p.states(),
+            p.judged(),
+            crate::runner::RUN_POWER_LOSS_STATES,
+            p.elapsed.as_secs_f64()
+        );
     }
     let mut by: std::collections::BTreeMap<Invariant, usize> = Default::default();
     for s in &result.scenarios {
@@ -320,6 +362,7 @@ pub fn json(result: &CampaignResult, ctx: &Context<'_>) -> Value {
         "not_applicable": ctx.not_applicable.iter().map(|na| json!({"invariant": na.invariant, "check": na.check})).collect::<Vec<_>>(),
         "capabilities": result.capabilities.iter().map(|c| c.name()).collect::<Vec<_>>(),
         "scorecard": scorecard::json(&score(result, ctx)),
+        "power_loss": result.power_loss.as_ref().map(|p| powercampaign::json(p, &ctx.store, &ctx.store_flags())),
     })
 }
 

@@ -30,7 +30,7 @@ use crate::nemesis::{
 use crate::probe::{self, ProbeOutcome, ProbeSetup};
 use crate::rng::Rng;
 use crate::scenario::Scenario;
-use crate::scorecard::{self, Evidence};
+use crate::scorecard::Evidence;
 use crate::store::StoreBackend;
 use crate::syscall::{FaultOutcome, FaultReport};
 use crate::trial::{self, History, RunKind, TrialDir, TrialSetup};
@@ -441,6 +441,16 @@ pub fn replay_command(
     cmd
 }
 
+/// The flags a replay command passes to choose the campaign's store:
+/// `--store-fault NAME` and/or the backend's (`--adapter 'LINE'`).
+pub fn store_flags(store_fault: Option<&str>, store_args: &[String]) -> Vec<String> {
+    store_fault
+        .iter()
+        .flat_map(|f| ["--store-fault".to_string(), f.to_string()])
+        .chain(store_args.iter().cloned())
+        .collect()
+}
+
 fn shell_word(s: &str) -> String {
     if s.bytes()
         .all(|b| b.is_ascii_alphanumeric() || b"/._-+@:".contains(&b))
@@ -478,7 +488,10 @@ pub fn run_trial(
 ) -> TrialOutcome {
     let started = Instant::now();
     let result = trial::run(&setup(cfg, &prepared.source), plan, dir, RunKind::Trial);
-    let evidence = result.as_ref().map(Evidence::of).unwrap_or_default();
+    let evidence = result
+        .as_ref()
+        .map(|h| Evidence::of(h, &plan, &prepared.trace.hits))
+        .unwrap_or_default();
     let syscalls = prepared.syscalls.as_ref();
     let (violations, error, crash_point, covered_hit) = match &result {
         Ok(h) => {
@@ -699,6 +712,8 @@ pub struct CampaignResult {
     pub trials: usize,
     /// What the store claims (scored on the scorecard; the rest is not supported).
     pub capabilities: Vec<Capability>,
+    /// The power-loss nemesis, when it ran.
+    pub power_loss: Option<crate::powercampaign::CampaignReport>,
 }
 
 impl CampaignResult {
@@ -709,13 +724,34 @@ impl CampaignResult {
         self.scenarios
             .iter()
             .map(|s| s.violations().count() + s.probe_violations().count())
-            .sum()
+            .sum::<usize>()
+            + self.power_loss_findings().count()
     }
     pub fn error_count(&self) -> usize {
         self.scenarios
             .iter()
             .map(|s| s.errors().len() + s.probe_errors().count())
-            .sum()
+            .sum::<usize>()
+            + self.power_loss.as_ref().map_or(0, |p| p.errors())
+    }
+    /// Every power-loss finding: the first failing state of each broken
+    /// invariant per scenario, with its findings.
+    pub fn power_loss_findings(
+        &self,
+    ) -> impl Iterator<
+        Item = (
+            &crate::powercampaign::ScenarioReport,
+            &crate::powercampaign::Failure,
+            &crate::powercampaign::Finding,
+        ),
+    > {
+        self.power_loss.iter().flat_map(|p| {
+            p.scenarios.iter().flat_map(|sc| {
+                sc.failures
+                    .iter()
+                    .flat_map(move |f| f.findings.iter().map(move |x| (sc, f, x)))
+            })
+        })
     }
 }
 
@@ -741,14 +777,53 @@ pub fn run(cfg: &Config<'_>, sources: Vec<ScenarioSource>) -> Result<CampaignRes
         .capabilities()
         .map_err(|e| format!("cannot learn what the store claims: {e}"))?;
     let dir = campaign_dir(&cfg.dir)?;
+    // Power loss runs once per campaign, like the probes: on the first shard.
+    let power_sources =
+        (cfg.nemesis.powerloss && cfg.shard.is_none_or(|(k, _)| k == 1)).then(|| sources.clone());
     let result = run_in(cfg, sources, &capabilities, &dir);
     let _ = std::fs::remove_dir_all(&dir);
-    result.map(|(scenarios, trials)| CampaignResult {
+    let (scenarios, trials) = result?;
+    let power_loss = match power_sources {
+        Some(sources) => Some(crate::powercampaign::run(&power_loss_config(cfg), sources)?),
+        None => None,
+    };
+    Ok(CampaignResult {
         scenarios,
         elapsed: started.elapsed(),
         trials,
         capabilities,
+        power_loss,
     })
+}
+
+/// States per crash point and model when power loss runs inside `run`
+/// (enumerated up to it, sampled beyond; `agentchaos powerloss` defaults
+/// to 256): enough to reach every ordering of a few unsynced writes, few
+/// enough that the nemesis costs about what the trials do.
+pub const RUN_POWER_LOSS_STATES: usize = 64;
+
+/// The power-loss nemesis of a `run`: every persistence model, every crash
+/// point (or `--trials N` of them per scenario), through the store's
+/// adapter, or agentstore served by this binary.
+fn power_loss_config(cfg: &Config<'_>) -> crate::powercampaign::Config {
+    let adapter = match cfg.backend.agent_args().as_slice() {
+        [flag, line] if flag == "--adapter" => line.clone(),
+        _ => crate::powercampaign::reference_adapter(&cfg.agent_exe, cfg.store_fault.as_deref()),
+    };
+    crate::powercampaign::Config {
+        adapter,
+        agent_exe: cfg.agent_exe.clone(),
+        models: crate::powerloss::Model::ALL.to_vec(),
+        max_states: RUN_POWER_LOSS_STATES,
+        max_points: match cfg.mode {
+            Mode::Exhaustive => None,
+            Mode::Sampled(n) => Some(n),
+        },
+        seed: cfg.seed,
+        jobs: cfg.jobs,
+        dir: cfg.dir.clone(),
+        progress: cfg.progress,
+    }
 }
 
 fn run_in(
@@ -795,8 +870,6 @@ fn run_in(
                 Mode::Sampled(n) => sys.sample(n, &mut rng),
             });
         }
-        // A capability the store does not claim is not tested.
-        plans.retain(|plan| scorecard::plan_runs(plan, claimed));
         jobs.extend(plans.into_iter().map(|plan| (s, plan)));
     }
     if let Some((k, n)) = cfg.shard {

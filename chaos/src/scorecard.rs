@@ -4,8 +4,11 @@
 //!
 //! - **pass**: the capability's checks ran at least once (counted) and none failed;
 //! - **fail**: with the first violation and its replay command;
-//! - **not supported**: the store does not claim it; its probes and its
-//!   nemesis-only trials (tears) are not run, and it is never a pass;
+//! - **not supported**: the store does not claim it; it is never a pass.
+//!   Claims decide how a row is scored, never which faults a store gets:
+//!   every store is torn, killed and faulted alike, and what an unclaimed
+//!   capability would have caught is judged by the rows every store owes
+//!   (a torn write that loses or fuses an event fails `durable_append`);
 //! - **not exercised**: claimed, but nothing in this campaign tested it (and why).
 //!
 //! [`row_of`] is the one table mapping each invariant to the row it is
@@ -21,7 +24,7 @@ use serde_json::{json, Value};
 use crate::adapter::Capability;
 use crate::checker::{Invariant, Violation};
 use crate::model::Model;
-use crate::nemesis::{Crash, Plan, SysFault};
+use crate::nemesis::{Crash, Plan};
 use crate::runner::{replay_command, CampaignResult};
 use crate::store::CheckpointView;
 use crate::trial::History;
@@ -29,7 +32,13 @@ use crate::trial::History;
 /// A scorecard row.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash)]
 pub enum Row {
+    /// A capability; for `durable_append`, surviving a process crash
+    /// (SIGKILL, the page cache kept).
     Capability(Capability),
+    /// `durable_append` under a power loss (what the persistence models let
+    /// the disk keep): a store without fsync may pass the crash row and
+    /// fail this one. Scored under the `durable_append` claim.
+    PowerLoss,
     /// What every store owes the agent, whatever it claims: no effect twice,
     /// and the crash-free run's world and workspace after resuming.
     Outcome,
@@ -38,17 +47,40 @@ pub enum Row {
 impl Row {
     /// Every row, in scorecard order.
     pub fn all() -> Vec<Row> {
-        Capability::ALL
-            .into_iter()
-            .map(Row::Capability)
-            .chain([Row::Outcome])
-            .collect()
+        let mut rows = Vec::new();
+        for c in Capability::ALL {
+            rows.push(Row::Capability(c));
+            if c == Capability::DurableAppend {
+                rows.push(Row::PowerLoss);
+            }
+        }
+        rows.push(Row::Outcome);
+        rows
     }
 
     pub fn name(self) -> &'static str {
         match self {
             Row::Capability(c) => c.name(),
+            Row::PowerLoss => "durable_append: power",
             Row::Outcome => "outcome (every store)",
+        }
+    }
+
+    /// The row's name in JSON and JUnit.
+    pub fn key(self) -> &'static str {
+        match self {
+            Row::Capability(c) => c.name(),
+            Row::PowerLoss => "durable_append_power_loss",
+            Row::Outcome => "outcome",
+        }
+    }
+
+    /// The capability whose claim decides how the row is scored.
+    fn claim(self) -> Option<Capability> {
+        match self {
+            Row::Capability(c) => Some(c),
+            Row::PowerLoss => Some(Capability::DurableAppend),
+            Row::Outcome => None,
         }
     }
 }
@@ -76,23 +108,30 @@ pub fn row_of(invariant: Invariant) -> Row {
     }
 }
 
-/// The row of one violation found in a trial that exercised `e`.
-pub fn attribute(v: &Violation, e: &Evidence) -> Row {
-    match v.invariant {
+/// The row of one violation found in a trial that exercised `e`, for a
+/// store claiming `claimed`. A refinement applies only to a claimed
+/// capability: a store that does not claim `torn_tail_repair` and loses an
+/// event to a torn write fails `durable_append`, which every store owes.
+pub fn attribute(v: &Violation, e: &Evidence, claimed: &[Capability]) -> Row {
+    let refined = match v.invariant {
         // The checker's torn-line findings (`well_formed`): damage, or a torn tail left after recovery.
         Invariant::LogPrefix
             if e.torn_tail
                 && (v.found.starts_with("damage: ") || v.expected.contains("torn tail")) =>
         {
-            Row::Capability(Capability::TornTailRepair)
+            Some(Capability::TornTailRepair)
         }
-        Invariant::CheckpointProjection if e.leaf_differs => Row::Capability(Capability::Branches),
-        Invariant::CheckpointProjection if e.window_differs => Row::Capability(if e.compaction {
+        Invariant::CheckpointProjection if e.leaf_differs => Some(Capability::Branches),
+        Invariant::CheckpointProjection if e.window_differs => Some(if e.compaction {
             Capability::Compaction
         } else {
             Capability::Branches
         }),
-        other => row_of(other),
+        _ => None,
+    };
+    match refined {
+        Some(c) if claimed.contains(&c) => Row::Capability(c),
+        _ => row_of(v.invariant),
     }
 }
 
@@ -106,25 +145,15 @@ fn leaf(p: &Value) -> Option<&Value> {
     })
 }
 
-/// Runs a plan only when the store claims what it tests: a torn write (at
-/// a crash point or at a syscall) tests `torn_tail_repair`.
-pub fn plan_runs(plan: &Plan, claimed: &[Capability]) -> bool {
-    let tears = matches!(
-        plan.crash,
-        Some(Crash::Tear { .. })
-            | Some(Crash::Syscall {
-                fault: SysFault::Tear { .. },
-                ..
-            })
-    );
-    !tears || claimed.contains(&Capability::TornTailRepair)
-}
-
 /// What one trial exercised.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
 pub struct Evidence {
-    /// A crash trial that ran: every ack was checked at every observation.
-    pub crashed: bool,
+    /// A crash trial whose first fault landed inside one of the store's own writes
+    /// or syncs, the window where an acknowledged event can be lost: a
+    /// syscall fault (kill, tear, ENOSPC, EIO at a file-mutating syscall of
+    /// the store), a torn write or a power cut, or a kill at one of the
+    /// store's I/O crash points. A kill between requests or a timer is not.
+    pub in_store_io: bool,
     /// The first crash left a torn tail that recovery had to repair.
     pub torn_tail: bool,
     /// The log at the crash had an open run or a call to mark.
@@ -143,8 +172,35 @@ pub struct Evidence {
     pub finished: bool,
 }
 
+/// The last part of a store crash point that is a write, sync, rename,
+/// truncate or creation (`log.write`, `snapshot.fsync`, `fsync_dir`, …).
+const STORE_IO_POINTS: &[&str] = &[
+    "write",
+    "fdatasync",
+    "fsync",
+    "fsync_dir",
+    "rename",
+    "truncate",
+    "mkdir",
+    "create_file",
+];
+
+/// Did `plan`'s first fault land inside the store's own I/O? `hits` names
+/// the crash-point hits of the crash-free trace run.
+pub fn lands_in_store_io(plan: &Plan, hits: &[String]) -> bool {
+    match plan.crash {
+        Some(Crash::Syscall { .. } | Crash::Tear { .. } | Crash::PowerCut { .. }) => true,
+        Some(Crash::Kill { at }) => hits.get(at as usize).is_some_and(|name| {
+            let last = name.rsplit('.').next().unwrap_or(name);
+            STORE_IO_POINTS.contains(&last)
+        }),
+        Some(Crash::Timer { .. }) | None => false,
+    }
+}
+
 impl Evidence {
-    pub fn of(h: &History) -> Evidence {
+    /// What `h`, a trial of `plan`, exercised; `hits` as in [`lands_in_store_io`].
+    pub fn of(h: &History, plan: &Plan, hits: &[String]) -> Evidence {
         let Some(crash) = h.after_kill.first() else {
             return Evidence {
                 finished: h.last().done,
@@ -177,7 +233,7 @@ impl Evidence {
             }
         }
         Evidence {
-            crashed: true,
+            in_store_io: lands_in_store_io(plan, hits),
             torn_tail: crash.torn.is_some(),
             recovery_work: recovered
                 && (model.open_run.is_some() || model.open_calls().any(|c| c.needs_mark())),
@@ -211,7 +267,10 @@ fn exercised(row: Row, result: &CampaignResult) -> (usize, &'static str) {
     };
     use Capability as C;
     match row {
-        Row::Capability(C::DurableAppend) => (trials(|e| e.crashed), "crash trials"),
+        Row::Capability(C::DurableAppend) => (
+            trials(|e| e.in_store_io),
+            "crash trials with a fault inside a store write or sync",
+        ),
         Row::Capability(C::TornTailRepair) => (trials(|e| e.torn_tail), "trials left a torn tail"),
         Row::Capability(C::DamageRefusal) => (probes(C::DamageRefusal), "damage probes"),
         Row::Capability(C::OrphanMarking) => (trials(|e| e.recovery_work), "recoveries with work"),
@@ -226,6 +285,10 @@ fn exercised(row: Row, result: &CampaignResult) -> (usize, &'static str) {
             trials(|e| e.compaction),
             "trials crashed after a compaction",
         ),
+        Row::PowerLoss => (
+            result.power_loss.as_ref().map_or(0, |p| p.judged()),
+            "power-loss states recovered",
+        ),
         Row::Outcome => (trials(|e| e.finished), "trials resumed to completion"),
     }
 }
@@ -234,7 +297,12 @@ fn exercised(row: Row, result: &CampaignResult) -> (usize, &'static str) {
 fn why_not(row: Row, adapter: bool) -> &'static str {
     use Capability as C;
     match row {
-        Row::Capability(C::DurableAppend) => "no crash trial ran",
+        Row::Capability(C::DurableAppend) if adapter => {
+            "no fault landed inside the store's own writes or syncs: through an adapter the crash points kill the store only between requests; the syscall nemesis (--nemesis points,syscall, Linux x86_64) reaches them"
+        }
+        Row::Capability(C::DurableAppend) => {
+            "no fault landed inside the store's own writes or syncs (no crash trial at a store write, sync or syscall ran)"
+        }
         Row::Capability(C::TornTailRepair) if adapter => {
             "no trial tore a write: through an adapter, tears need the syscall nemesis"
         }
@@ -253,6 +321,9 @@ fn why_not(row: Row, adapter: bool) -> &'static str {
         }
         Row::Capability(C::Branches) => "no scenario moves the leaf (leaf_moved) before a crash",
         Row::Capability(C::Compaction) => "no scenario compacts before a crash",
+        Row::PowerLoss => {
+            "the power-loss nemesis did not run or judged no state (not in --nemesis, another --shard runs it, or no ptrace on this platform)"
+        }
         Row::Outcome => "no trial resumed to completion",
     }
 }
@@ -261,7 +332,8 @@ fn why_not(row: Row, adapter: bool) -> &'static str {
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct FirstViolation {
     pub scenario: String,
-    pub invariant: Invariant,
+    /// The invariant's name (or the power-loss campaign's `opens-and-recovers`).
+    pub invariant: String,
     /// One line: expected and found.
     pub line: String,
     pub replay: String,
@@ -321,51 +393,77 @@ pub fn score(
     store_args: &[String],
 ) -> Scorecard {
     let adapter = !store_args.is_empty();
-    // Every violation with its row, scenario and replay command, in report order.
-    let mut found: Vec<(Row, String, &Violation, String)> = Vec::new();
+    // Every violation with its row, scenario, invariant, line and replay command, in report order.
+    let mut found: Vec<(Row, String, String, String, String)> = Vec::new();
+    let mut add = |row: Row, scenario: &str, v: &Violation, replay: String| {
+        found.push((
+            row,
+            scenario.to_string(),
+            v.invariant.name().to_string(),
+            one_line(v),
+            replay,
+        ));
+    };
     for s in &result.scenarios {
         let path = &s.prepared.source.path;
         for v in &s.prepared.trace_violations {
             let replay = replay_command(path, &Plan::NONE, store_fault, store_args);
-            found.push((
-                attribute(v, &Evidence::default()),
-                s.name().to_string(),
-                v,
-                replay,
-            ));
+            let row = attribute(v, &Evidence::default(), &result.capabilities);
+            add(row, s.name(), v, replay);
         }
         for o in &s.outcomes {
             for v in &o.violations {
                 let replay = replay_command(path, &o.plan, store_fault, store_args);
-                found.push((attribute(v, &o.evidence), s.name().to_string(), v, replay));
+                add(
+                    attribute(v, &o.evidence, &result.capabilities),
+                    s.name(),
+                    v,
+                    replay,
+                );
             }
         }
         for p in &s.prepared.probes {
             for v in &p.violations {
                 let replay = replay_command(path, &p.probe.plan(), store_fault, store_args);
-                found.push((row_of(v.invariant), s.name().to_string(), v, replay));
+                add(row_of(v.invariant), s.name(), v, replay);
             }
         }
+    }
+    let store_flags = crate::runner::store_flags(store_fault, store_args);
+    for (sc, f, x) in result.power_loss_findings() {
+        let id = crate::powercampaign::StateId {
+            model: f.model,
+            crash_after: f.crash_after,
+            choice: f.choice.clone(),
+        };
+        found.push((
+            Row::PowerLoss,
+            sc.source.scenario.name.clone(),
+            x.check.clone(),
+            format!(
+                "{} (model {}): expected {}; found {}",
+                x.check, f.model, x.expected, x.found
+            )
+            .replace('\n', " "),
+            crate::powercampaign::replay_command(&sc.source.path, &store_flags, &id),
+        ));
     }
     let rows = Row::all()
         .into_iter()
         .map(|row| {
             let mine: Vec<_> = found.iter().filter(|f| f.0 == row).collect();
-            let claimed = match row {
-                Row::Capability(c) => result.capabilities.contains(&c),
-                Row::Outcome => true,
-            };
+            let claimed = row.claim().is_none_or(|c| result.capabilities.contains(&c));
             let verdict = if !claimed {
                 Verdict::NotSupported {
                     violations: mine.len(),
                 }
-            } else if let Some((_, scenario, v, replay)) = mine.first() {
+            } else if let Some((_, scenario, invariant, line, replay)) = mine.first() {
                 Verdict::Fail {
                     violations: mine.len(),
                     first: FirstViolation {
                         scenario: scenario.clone(),
-                        invariant: v.invariant,
-                        line: one_line(v),
+                        invariant: invariant.clone(),
+                        line: line.clone(),
                         replay: replay.clone(),
                     },
                 }
@@ -425,10 +523,7 @@ pub fn json(card: &Scorecard) -> Value {
         .iter()
         .map(|(row, verdict)| {
             let mut o = json!({
-                "capability": match row {
-                    Row::Capability(c) => c.name(),
-                    Row::Outcome => "outcome",
-                },
+                "capability": row.key(),
                 "claimed": !matches!(verdict, Verdict::NotSupported { .. }),
                 "verdict": verdict.word(),
             });
@@ -441,7 +536,7 @@ pub fn json(card: &Scorecard) -> Value {
                     o["violations"] = json!(violations);
                     o["first_violation"] = json!({
                         "scenario": first.scenario,
-                        "invariant": first.invariant.name(),
+                        "invariant": first.invariant,
                         "line": first.line,
                         "replay": first.replay,
                     });
@@ -539,16 +634,16 @@ mod tests {
         };
         let mut fused = violation(Invariant::LogPrefix, "damage: line 7 ...");
         assert_eq!(
-            attribute(&fused, &torn),
+            attribute(&fused, &torn, &Capability::ALL),
             Row::Capability(Capability::TornTailRepair)
         );
         assert_eq!(
-            attribute(&fused, &Evidence::default()),
+            attribute(&fused, &Evidence::default(), &Capability::ALL),
             Row::Capability(Capability::DurableAppend)
         );
         fused.found = "seq 5 tool_call was rewritten".into();
         assert_eq!(
-            attribute(&fused, &torn),
+            attribute(&fused, &torn, &Capability::ALL),
             Row::Capability(Capability::DurableAppend)
         );
         let cp = violation(
@@ -561,7 +656,7 @@ mod tests {
             ..Evidence::default()
         };
         assert_eq!(
-            attribute(&cp, &moved),
+            attribute(&cp, &moved, &Capability::ALL),
             Row::Capability(Capability::Branches)
         );
         let windowed = Evidence {
@@ -570,11 +665,11 @@ mod tests {
             ..Evidence::default()
         };
         assert_eq!(
-            attribute(&cp, &windowed),
+            attribute(&cp, &windowed, &Capability::ALL),
             Row::Capability(Capability::Compaction)
         );
         assert_eq!(
-            attribute(&cp, &Evidence::default()),
+            attribute(&cp, &Evidence::default(), &Capability::ALL),
             Row::Capability(Capability::CheckpointProjection)
         );
         // Both projection shapes name their leaf.
@@ -607,7 +702,7 @@ mod tests {
                         violations: 2,
                         first: FirstViolation {
                             scenario: "small".into(),
-                            invariant: Invariant::LedgerRefusesDoubleCommit,
+                            invariant: Invariant::LedgerRefusesDoubleCommit.name().into(),
                             line: "expected <refusal>; found accepted".into(),
                             replay: "agentchaos replay --plan probe:ledger@op".into(),
                         },
@@ -654,13 +749,31 @@ mod tests {
     }
 
     #[test]
-    fn tears_run_only_for_a_store_that_claims_torn_tail_repair() {
-        let tear = Plan {
-            crash: Some(Crash::Tear { at: 3, bytes: 2 }),
-            then_kill_at: None,
+    fn an_unclaimed_refinement_falls_to_the_row_every_store_owes() {
+        let torn = Evidence {
+            torn_tail: true,
+            ..Evidence::default()
         };
-        assert!(plan_runs(&tear, &Capability::ALL));
-        assert!(!plan_runs(&tear, &[Capability::DurableAppend]));
-        assert!(plan_runs(&Plan::kill(3), &[Capability::DurableAppend]));
+        let fused = violation(Invariant::LogPrefix, "damage: line 7 ...");
+        let no_tears: Vec<Capability> = Capability::ALL
+            .into_iter()
+            .filter(|c| *c != Capability::TornTailRepair)
+            .collect();
+        assert_eq!(
+            attribute(&fused, &torn, &no_tears),
+            Row::Capability(Capability::DurableAppend)
+        );
+        let cp = violation(
+            Invariant::CheckpointProjection,
+            "they differ at projection.branch",
+        );
+        let moved = Evidence {
+            leaf_differs: true,
+            ..Evidence::default()
+        };
+        assert_eq!(
+            attribute(&cp, &moved, &[Capability::CheckpointProjection]),
+            Row::Capability(Capability::CheckpointProjection)
+        );
     }
 }

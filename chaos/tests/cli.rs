@@ -140,6 +140,8 @@ fn reports_shards_and_kept_failures() {
                 "--quiet",
                 "--trials",
                 "12",
+                "--nemesis",
+                "points",
                 "--seed",
                 "5",
                 "--scenario",
