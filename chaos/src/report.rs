@@ -246,7 +246,7 @@ pub fn table(result: &CampaignResult, ctx: &Context<'_>) -> String {
             .sum();
         let _ = writeln!(
             out,
-            "power-loss nemesis: {} states ({} distinct) under strict, ext4-ordered and weak, at most {} per crash point and model: {failing} failing, {refused} refused with damage (no acknowledged event lost), {:.1}s",
+            "power-loss nemesis: {} states ({} distinct) under strict, ext4-ordered and weak, at most {} per crash point and model: {failing} failing state(s), {refused} refused with damage (no acknowledged event lost), {:.1}s",
             p.states(),
             p.judged(),
             crate::runner::RUN_POWER_LOSS_STATES,
@@ -257,6 +257,11 @@ pub fn table(result: &CampaignResult, ctx: &Context<'_>) -> String {
     for s in &result.scenarios {
         for (i, n) in s.by_invariant() {
             *by.entry(i).or_default() += n;
+        }
+    }
+    for (_, _, x) in result.power_loss_findings() {
+        if let Some(i) = Invariant::ALL.iter().find(|i| i.name() == x.check) {
+            *by.entry(*i).or_default() += 1;
         }
     }
     let _ = writeln!(

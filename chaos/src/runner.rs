@@ -708,6 +708,7 @@ impl ScenarioResult {
 #[derive(Debug)]
 pub struct CampaignResult {
     pub scenarios: Vec<ScenarioResult>,
+    /// The trials' and probes' time (the power-loss nemesis has its own).
     pub elapsed: Duration,
     pub trials: usize,
     /// What the store claims (scored on the scorecard; the rest is not supported).
@@ -783,13 +784,14 @@ pub fn run(cfg: &Config<'_>, sources: Vec<ScenarioSource>) -> Result<CampaignRes
     let result = run_in(cfg, sources, &capabilities, &dir);
     let _ = std::fs::remove_dir_all(&dir);
     let (scenarios, trials) = result?;
+    let elapsed = started.elapsed();
     let power_loss = match power_sources {
         Some(sources) => Some(crate::powercampaign::run(&power_loss_config(cfg), sources)?),
         None => None,
     };
     Ok(CampaignResult {
         scenarios,
-        elapsed: started.elapsed(),
+        elapsed,
         trials,
         capabilities,
         power_loss,
