@@ -84,7 +84,7 @@ fn recover_context_checkpoint_and_export_from_the_command_line() {
     assert_eq!(out.lines().count(), 7);
     assert_eq!(
         err,
-        "agentstore: exported 7 event(s); masked 1 event(s): e2 (text)\n"
+        "agentstore: exported 7 event(s); masked 1 value(s) in 1 event(s)\n  masked seq 2 text [sensitive event]\n"
     );
 
     let (code, _, err) = agentstore(&["recover", root_s, "nope"]);
