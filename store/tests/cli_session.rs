@@ -191,3 +191,36 @@ fn read_only_commands_work_while_a_writer_holds_the_lock_and_write_nothing() {
     assert_eq!(view.projection().next_seq(), 3);
     assert_eq!(view.context(None).unwrap(), writer.context(None).unwrap());
 }
+
+/// Input echoed into an error is quoted short and on one line: a 10 000
+/// character session id, one with a newline, an unknown --type.
+#[test]
+fn errors_quote_long_or_multi_line_input_on_one_short_line() {
+    let dir = tempfile::tempdir().unwrap();
+    let root_s = dir.path().to_str().unwrap();
+    let long = "x".repeat(10_000);
+    let bad_type = format!("no\n{}", "t".repeat(5_000));
+    for (args, expected) in [
+        (
+            vec!["show", root_s, long.as_str()],
+            format!(
+                "agentstore: invalid session id \"{}…\" (10000 chars): ",
+                "x".repeat(80)
+            ),
+        ),
+        (
+            vec!["context", root_s, "a\nb"],
+            "agentstore: invalid session id \"a\\nb\": ".to_string(),
+        ),
+        (
+            vec!["show", root_s, "s", "--type", bad_type.as_str()],
+            "agentstore: --type \"no\\nttt".to_string(),
+        ),
+    ] {
+        let (code, _, err) = agentstore(&args);
+        assert_eq!(code, 2, "{err}");
+        assert!(err.starts_with(&expected), "{err}");
+        assert_eq!(err.lines().count(), 1, "{err}");
+        assert!(err.len() < 500, "{} bytes: {err}", err.len());
+    }
+}
