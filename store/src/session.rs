@@ -522,9 +522,6 @@ impl SessionView {
         })
     }
 
-    pub fn paths(&self) -> &SessionPaths {
-        &self.paths
-    }
     pub fn projection(&self) -> &Projection {
         &self.projection
     }
