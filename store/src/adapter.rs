@@ -8,13 +8,13 @@
 //! session acknowledged the event (the reply *is* the durable ack), and
 //! never write anything but replies to the output.
 
-use std::io::{BufRead, Write};
+use std::io::{self, BufRead, Write};
 use std::path::{Path, PathBuf};
 
 use serde::Deserialize;
 use serde_json::{json, Map, Value};
 
-use crate::error::{Error, Result};
+use crate::error::{one_line, quote, Error, Result};
 use crate::event::{event_id, BlobRef, Body, Event, Record, Seq};
 use crate::fault::{self, Fault};
 use crate::layout::SessionId;
@@ -135,13 +135,41 @@ struct Server {
     session: Option<Session>,
 }
 
+/// The longest request line the adapter reads, newline included: the same
+/// as the longest reply line `chaos/PROTOCOL.md` allows.
+pub const MAX_REQUEST_LINE: usize = 64 << 20;
+
 /// Serves requests from `input` until it ends, writing one flushed reply
 /// line per request to `output`. Only I/O on the two streams fails it.
-pub fn serve(input: impl BufRead, mut output: impl Write) -> Result<()> {
+pub fn serve(input: impl BufRead, output: impl Write) -> Result<()> {
+    serve_capped(input, output, MAX_REQUEST_LINE)
+}
+
+/// [`serve`] with request lines capped at `cap` bytes, newline included. A
+/// longer line is read to its newline without being kept, and answered
+/// with one `bad_request` reply (its id is unknown: null).
+pub fn serve_capped(mut input: impl BufRead, mut output: impl Write, cap: usize) -> Result<()> {
     let mut server = Server::default();
-    for line in input.lines() {
-        let line = line.map_err(Error::io("read request from", "stdin"))?;
-        let reply = server.handle(&line);
+    let mut line = Vec::new();
+    loop {
+        let read = read_line_capped(&mut input, &mut line, cap)
+            .map_err(Error::io("read request from", "stdin"))?;
+        let reply = match read {
+            Line::End => return Ok(()),
+            Line::TooLong { len } => Reply::refused(
+                Value::Null,
+                Refusal::bad_request(format!(
+                    "request line of {len} bytes exceeds the limit of {cap} bytes (newline included); discarded"
+                )),
+            ),
+            Line::Complete => match std::str::from_utf8(&line) {
+                Ok(text) => server.handle(text),
+                Err(e) => Reply::refused(
+                    Value::Null,
+                    Refusal::bad_request(format!("request is not UTF-8: {e}")),
+                ),
+            },
+        };
         let mut bytes = serde_json::to_vec(&reply).expect("a reply serializes");
         bytes.push(b'\n');
         output
@@ -149,7 +177,70 @@ pub fn serve(input: impl BufRead, mut output: impl Write) -> Result<()> {
             .and_then(|()| output.flush())
             .map_err(Error::io("write reply to", "stdout"))?;
     }
-    Ok(())
+}
+
+/// What [`read_line_capped`] found.
+#[derive(Debug, PartialEq, Eq)]
+enum Line {
+    /// The input ended before another line.
+    End,
+    /// A line is in the buffer, without its line ending.
+    Complete,
+    /// A line of `len` bytes (newline included) was longer than the cap;
+    /// it was consumed but not kept.
+    TooLong { len: u64 },
+}
+
+/// Reads one line into `buf`, never holding more than `cap` bytes of it: a
+/// longer line is consumed to its newline (or the end of the input) chunk
+/// by chunk, as the reader buffers it, and only its length is kept.
+fn read_line_capped(input: &mut impl BufRead, buf: &mut Vec<u8>, cap: usize) -> io::Result<Line> {
+    buf.clear();
+    let mut len = 0u64;
+    let mut too_long = false;
+    loop {
+        let chunk = match input.fill_buf() {
+            Ok(chunk) => chunk,
+            Err(e) if e.kind() == io::ErrorKind::Interrupted => continue,
+            Err(e) => return Err(e),
+        };
+        let (take, ends) = match chunk.iter().position(|&b| b == b'\n') {
+            Some(i) => (i + 1, true),
+            None if chunk.is_empty() && len == 0 => return Ok(Line::End),
+            None => (chunk.len(), chunk.is_empty()),
+        };
+        len += take as u64;
+        if !too_long && len > cap as u64 {
+            too_long = true;
+            *buf = Vec::new();
+        }
+        if !too_long {
+            buf.extend_from_slice(&chunk[..take]);
+        }
+        input.consume(take);
+        if ends {
+            if too_long {
+                return Ok(Line::TooLong { len });
+            }
+            if buf.last() == Some(&b'\n') {
+                buf.pop();
+                if buf.last() == Some(&b'\r') {
+                    buf.pop();
+                }
+            }
+            return Ok(Line::Complete);
+        }
+    }
+}
+
+impl Reply {
+    fn refused(id: Value, r: Refusal) -> Reply {
+        Reply {
+            id,
+            ok: None,
+            error: Some(json!({ "kind": r.kind, "message": one_line(&r.message) })),
+        }
+    }
 }
 
 impl Server {
@@ -174,11 +265,7 @@ impl Server {
                 ok: Some(ok),
                 error: None,
             },
-            Err(r) => Reply {
-                id,
-                ok: None,
-                error: Some(json!({ "kind": r.kind, "message": r.message })),
-            },
+            Err(r) => Reply::refused(id, r),
         }
     }
 
@@ -300,7 +387,7 @@ impl Server {
                 if !valid || !session.paths().blobs().join(&reference.digest).is_file() {
                     return Err(Refusal {
                         kind: "not_found",
-                        message: format!("no blob {}", reference.digest),
+                        message: format!("no blob {}", quote(&reference.digest)),
                     });
                 }
                 let bytes = crate::blob::get(session.paths(), &reference)?;
@@ -518,6 +605,124 @@ mod tests {
         }
     }
 
+    fn serve_lines(input: &[u8], cap: usize) -> Vec<Value> {
+        let mut out = Vec::new();
+        // A small reader buffer, so that a long line arrives in many chunks.
+        serve_capped(io::BufReader::with_capacity(16, input), &mut out, cap).unwrap();
+        String::from_utf8(out)
+            .unwrap()
+            .lines()
+            .map(|l| serde_json::from_str(l).unwrap())
+            .collect()
+    }
+
+    /// A 100 MB request line took 260 MB of memory: lines are capped now,
+    /// and an over-long one gets one bad_request reply; the next line is
+    /// served as usual.
+    #[test]
+    fn an_over_long_request_line_is_refused_and_skipped() {
+        let hello = |id: u64, pad: usize| {
+            let line = format!(
+                r#"{{"id":{id},"op":"hello","protocol":1,"pad":"{}"}}"#,
+                "x".repeat(pad)
+            );
+            line + "\n"
+        };
+        let cap = hello(1, 100).len(); // exactly at the cap, newline included
+        let input = [hello(1, 100), hello(2, 101), hello(3, 5000), hello(4, 0)].concat();
+        let replies = serve_lines(input.as_bytes(), cap);
+        assert_eq!(replies.len(), 4, "{replies:?}");
+        assert_eq!(replies[0]["id"], 1);
+        assert_eq!(replies[0]["ok"]["protocol"], 1);
+        for (r, len) in [(&replies[1], cap + 1), (&replies[2], cap + 4900)] {
+            assert_eq!(r["id"], Value::Null);
+            assert_eq!(r["error"]["kind"], "bad_request");
+            let message = r["error"]["message"].as_str().unwrap();
+            assert_eq!(
+                message,
+                format!("request line of {len} bytes exceeds the limit of {cap} bytes (newline included); discarded")
+            );
+        }
+        assert_eq!(replies[3]["id"], 4);
+        assert_eq!(replies[3]["ok"]["protocol"], 1);
+        assert_eq!(MAX_REQUEST_LINE, 64 * 1024 * 1024);
+    }
+
+    #[test]
+    fn a_long_line_is_never_held_whole() {
+        let input = format!("{}\nnext\r\nlast", "y".repeat(10_000));
+        let mut reader = io::BufReader::with_capacity(64, input.as_bytes());
+        let mut buf = Vec::new();
+        let first = read_line_capped(&mut reader, &mut buf, 100).unwrap();
+        assert_eq!(first, Line::TooLong { len: 10_001 });
+        assert!(buf.capacity() <= 100, "{}", buf.capacity());
+        assert_eq!(
+            read_line_capped(&mut reader, &mut buf, 100).unwrap(),
+            Line::Complete
+        );
+        assert_eq!(buf, b"next");
+        assert_eq!(
+            read_line_capped(&mut reader, &mut buf, 100).unwrap(),
+            Line::Complete
+        );
+        assert_eq!(buf, b"last");
+        assert_eq!(
+            read_line_capped(&mut reader, &mut buf, 100).unwrap(),
+            Line::End
+        );
+    }
+
+    /// A 10 000 character session id, one with a newline, and a lock file
+    /// full of foreign bytes were echoed whole into error messages.
+    #[test]
+    fn messages_quote_user_input_and_file_contents_short_and_on_one_line() {
+        let dir = tempfile::tempdir().unwrap();
+        let root = dir.path().join("root");
+        let ws = dir.path();
+        let long = "x".repeat(10_000);
+        let id = SessionId::new("s").unwrap();
+        let _writer = Session::create(&root, &id, ws, SessionOptions::default()).unwrap();
+        let paths = crate::layout::SessionPaths::new(&root, &id);
+        let foreign = format!("{}\nnot a pid\n", "\u{1b}[31mevil ".repeat(2_000));
+        std::fs::write(paths.lock(), &foreign).unwrap();
+        let replies = run(&[
+            json!({"id": 1, "op": "open", "root": root, "session": long, "create": false}),
+            json!({"id": 2, "op": "open", "root": root, "session": "a\nb", "create": false}),
+            json!({"id": 3, "op": "open", "root": root, "session": "s", "create": false}),
+            json!({"id": 4, "op": long, "x": 1}),
+        ]);
+        for r in &replies {
+            let message = r["error"]["message"].as_str().unwrap();
+            assert!(message.chars().count() < 1200, "{} chars", message.len());
+            assert!(!message.chars().any(char::is_control), "{message:?}");
+        }
+        let m = |i: usize| replies[i]["error"]["message"].as_str().unwrap().to_string();
+        assert_eq!(replies[0]["error"]["kind"], "invalid");
+        assert!(
+            m(0).starts_with(&format!(
+                "invalid session id \"{}…\" (10000 chars): ",
+                "x".repeat(80)
+            )),
+            "{}",
+            m(0)
+        );
+        assert!(m(0).len() < 200, "{}", m(0));
+        assert!(
+            m(1).starts_with(r#"invalid session id "a\nb": "#),
+            "{}",
+            m(1)
+        );
+        assert_eq!(replies[2]["error"]["kind"], "locked");
+        assert!(
+            m(2).contains(r#"(pid "\u{1b}[31mevil "#) && m(2).contains("…\" (20010 chars)"),
+            "{}",
+            m(2)
+        );
+        assert!(m(2).len() < 400, "{}", m(2));
+        assert_eq!(replies[3]["error"]["kind"], "bad_request");
+        assert!(m(3).contains("(10"), "{}", m(3));
+    }
+
     #[test]
     fn bad_requests_get_an_error_reply_not_a_crash() {
         let replies = run(&[
@@ -533,5 +738,13 @@ mod tests {
         let reply: Value = serde_json::from_slice(&out).unwrap();
         assert_eq!(reply["id"], Value::Null);
         assert_eq!(reply["error"]["kind"], "bad_request");
+        // Not UTF-8: a reply, where it used to end the server with an I/O error.
+        let replies = serve_lines(b"{\"id\":1,\xff}\n{\"id\":2,\"op\":\"close\"}\n", 1024);
+        assert_eq!(replies[0]["error"]["kind"], "bad_request");
+        assert!(replies[0]["error"]["message"]
+            .as_str()
+            .unwrap()
+            .starts_with("request is not UTF-8"));
+        assert_eq!(replies[1]["id"], 2);
     }
 }

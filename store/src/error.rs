@@ -23,7 +23,7 @@ pub enum Error {
     },
 
     /// A session id that could escape ROOT or is otherwise unusable.
-    #[error("invalid session id {id:?}: {reason}")]
+    #[error("invalid session id {}: {reason}", quote(id))]
     InvalidSessionId { id: String, reason: &'static str },
 
     /// The session does not exist under ROOT.
@@ -40,7 +40,7 @@ pub enum Error {
     IncompleteSession { id: String },
 
     /// Another process holds the writer lock.
-    #[error("session {id:?} is locked by another writer (pid {pid}); lock file {}", lock.display())]
+    #[error("session {id:?} is locked by another writer (pid {}); lock file {}", holder(pid), lock.display())]
     SessionLocked {
         id: String,
         pid: String,
@@ -59,7 +59,7 @@ pub enum Error {
     },
 
     /// An event type this build does not know, on a line that did not mark itself ignorable.
-    #[error("unknown event type {type_name:?} in {}: line {line}, byte offset {offset} (written by a newer schema? lines may set \"ignorable\":true to be skipped by older readers)", path.display())]
+    #[error("unknown event type {} in {}: line {line}, byte offset {offset} (written by a newer schema? lines may set \"ignorable\":true to be skipped by older readers)", quote(type_name), path.display())]
     UnknownEventType {
         path: PathBuf,
         line: u64,
@@ -84,6 +84,59 @@ pub enum Error {
     /// Input that is not what it should be (CLI input, snapshot, metadata).
     #[error("{0}")]
     Invalid(String),
+}
+
+/// How many characters of user input or file contents an error message quotes.
+pub const QUOTE_CHARS: usize = 80;
+
+/// The longest error message the CLI prints or the adapter sends, in characters.
+pub const MESSAGE_CHARS: usize = 1024;
+
+/// `text` quoted for a one-line message: in double quotes, with quotes,
+/// backslashes and control characters (newlines!) escaped, and cut after
+/// [`QUOTE_CHARS`] characters with an ellipsis and its full length.
+pub fn quote(text: &str) -> String {
+    let mut out = String::from("\"");
+    for c in text.chars().take(QUOTE_CHARS) {
+        out.extend(c.escape_debug());
+    }
+    out.push('"');
+    let total = text.chars().count();
+    if total > QUOTE_CHARS {
+        out = format!("{}…\" ({total} chars)", &out[..out.len() - 1]);
+    }
+    out
+}
+
+/// `message` made safe to print as one line: control characters escaped,
+/// and cut after [`MESSAGE_CHARS`] characters with an ellipsis and its full
+/// length. The last guard for messages built from text this store does not
+/// control (a parser's complaint that quotes its input, a path).
+pub fn one_line(message: &str) -> String {
+    let mut out = String::with_capacity(message.len().min(MESSAGE_CHARS));
+    for c in message.chars().take(MESSAGE_CHARS) {
+        if c.is_control() {
+            out.extend(c.escape_default());
+        } else {
+            out.push(c);
+        }
+    }
+    let total = message.chars().count();
+    if total > MESSAGE_CHARS {
+        out.push_str(&format!("… ({total} chars)"));
+    }
+    out
+}
+
+/// The lock holder as the lock file names it: a pid as is, anything else quoted.
+fn holder(pid: &str) -> String {
+    if pid == "unknown"
+        || (!pid.is_empty() && pid.len() <= 20 && pid.bytes().all(|b| b.is_ascii_digit()))
+    {
+        pid.to_string()
+    } else {
+        quote(pid)
+    }
 }
 
 impl Error {

@@ -51,4 +51,4 @@ pub use projection::Projection;
 pub use query::{Events, LogReader, Query};
 pub use recovery::{RecoveryState, UncertainCall};
 pub use scan::{LogPosition, Scanner, TornTail};
-pub use session::{Intent, ResumeReport, Session, SessionOptions, SnapshotUse};
+pub use session::{Intent, ResumeReport, Session, SessionOptions, SessionView, SnapshotUse};

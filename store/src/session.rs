@@ -24,7 +24,7 @@ use crate::layout::{SessionId, SessionPaths};
 use crate::log::{EventLog, LogOptions};
 use crate::meta::SessionMeta;
 use crate::projection::{node_of, Node, NodeSource, Projection, SeenNodes};
-use crate::scan::{LogPosition, Scanner, TornTail};
+use crate::scan::{self, LogPosition, Scanner, TornTail};
 
 /// How to create or open a session.
 #[derive(Debug, Clone, Default)]
@@ -356,11 +356,7 @@ impl Session {
                 self.meta.write(&self.paths)?;
                 Ok(Some(current))
             }
-            None if Path::new(&current).is_dir() => Ok(None),
-            None => Err(Error::Invalid(format!(
-                "the workspace of session {} has moved: {current} no longer exists; rebind it with --workspace NEW",
-                self.paths.id()
-            ))),
+            None => check_workspace(&self.paths, &current).map(|()| None),
         }
     }
 
@@ -469,6 +465,115 @@ impl Session {
     pub fn context(&self, budget_tokens: Option<u64>) -> Result<String> {
         crate::context::render(&self.paths, &self.projection, &self.index, budget_tokens)
     }
+}
+
+/// Refuses a session whose workspace no longer exists.
+fn check_workspace(paths: &SessionPaths, workspace: &str) -> Result<()> {
+    if Path::new(workspace).is_dir() {
+        return Ok(());
+    }
+    Err(Error::Invalid(format!(
+        "the workspace of session {} has moved: {workspace} no longer exists; rebind it with --workspace NEW",
+        paths.id()
+    )))
+}
+
+/// A session read without the writer lock, for commands that only look
+/// (`context`): it works while an agent writes and on a read-only root,
+/// and writes nothing. Its projection is the log as of opening: a final
+/// line still being written (or torn) is left out, never cut.
+#[derive(Debug)]
+pub struct SessionView {
+    paths: SessionPaths,
+    projection: Projection,
+    index: SparseIndex,
+}
+
+impl SessionView {
+    /// Folds the session's log, from the snapshot when the log confirms it.
+    /// Refuses a session that does not exist, is incomplete, or whose
+    /// workspace has moved (as [`Session::open`] does).
+    pub fn open(root: &Path, id: &SessionId) -> Result<SessionView> {
+        let paths = SessionPaths::new(root, id);
+        if !paths.events().exists() {
+            return Err(Error::NoSuchSession {
+                id: id.to_string(),
+                root: root.to_path_buf(),
+            });
+        }
+        let (projection, index) = match fold_read_only(&paths) {
+            // A writer may have cut a torn tail we read and appended after
+            // it: damage does not move, so fold once more before reporting it.
+            Err(e) if e.is_damage() => fold_read_only(&paths)?,
+            folded => folded?,
+        };
+        if projection.next_seq() == 0 {
+            return Err(Error::IncompleteSession { id: id.to_string() });
+        }
+        let workspace = match projection.workspace() {
+            Some(w) => w.to_string(),
+            None => SessionMeta::read(&paths)?.workspace,
+        };
+        check_workspace(&paths, &workspace)?;
+        Ok(SessionView {
+            paths,
+            projection,
+            index,
+        })
+    }
+
+    pub fn projection(&self) -> &Projection {
+        &self.projection
+    }
+
+    /// Renders the model's view of the active branch (see `context`).
+    pub fn context(&self, budget_tokens: Option<u64>) -> Result<String> {
+        crate::context::render(&self.paths, &self.projection, &self.index, budget_tokens)
+    }
+}
+
+/// The projection and index of the log, read only: from a confirmed
+/// snapshot plus the tail, or from the start.
+fn fold_read_only(paths: &SessionPaths) -> Result<(Projection, SparseIndex)> {
+    let events = paths.events();
+    if let Ok(Some(s)) = checkpoint::read_snapshot(paths) {
+        if confirm_snapshot(paths, s.position()).is_ok() {
+            let from = s.position();
+            let (mut projection, mut index) = (s.projection, s.index);
+            let snapshot_index = index.clone();
+            let tail = scan::verify(&events, from, |offset, rec| {
+                index.note(LogPosition {
+                    offset,
+                    seq: rec.seq,
+                });
+                projection.apply(
+                    rec,
+                    &mut LogNodes {
+                        path: &events,
+                        index: &snapshot_index,
+                    },
+                )
+            });
+            match tail {
+                Ok(_) => return Ok((projection, index)),
+                // Distrust the snapshot and read from the start, as open does.
+                Err(e) if e.is_damage() => {}
+                Err(e) => return Err(e),
+            }
+        }
+    }
+    let mut projection = Projection::default();
+    let mut index = SparseIndex::default();
+    let mut seen = SeenNodes::default();
+    scan::verify(&events, LogPosition::START, |offset, rec| {
+        index.note(LogPosition {
+            offset,
+            seq: rec.seq,
+        });
+        seen.observe(rec);
+        projection.apply(rec, &mut seen)
+    })?;
+    Ok((projection, index))
 }
 
 /// Confirms a snapshot against the log: the line at its offset must carry

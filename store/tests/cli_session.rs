@@ -84,7 +84,7 @@ fn recover_context_checkpoint_and_export_from_the_command_line() {
     assert_eq!(out.lines().count(), 7);
     assert_eq!(
         err,
-        "agentstore: exported 7 event(s); masked 1 event(s): e2 (text)\n"
+        "agentstore: exported 7 event(s); masked 1 value(s) in 1 event(s)\n  masked seq 2 text [sensitive event]\n"
     );
 
     let (code, _, err) = agentstore(&["recover", root_s, "nope"]);
@@ -97,4 +97,130 @@ fn recover_context_checkpoint_and_export_from_the_command_line() {
         err.contains("has moved") && err.contains("--workspace"),
         "{err}"
     );
+}
+
+/// Every file under `dir` with its length, sorted: what a read must not change.
+fn listing(dir: &std::path::Path) -> Vec<(String, u64)> {
+    let mut out = Vec::new();
+    let mut stack = vec![dir.to_path_buf()];
+    while let Some(d) = stack.pop() {
+        for entry in std::fs::read_dir(&d).unwrap() {
+            let entry = entry.unwrap();
+            let meta = entry.metadata().unwrap();
+            let name = entry
+                .path()
+                .strip_prefix(dir)
+                .unwrap()
+                .display()
+                .to_string();
+            if meta.is_dir() {
+                stack.push(entry.path());
+            }
+            out.push((name, if meta.is_dir() { 0 } else { meta.len() }));
+        }
+    }
+    out.sort();
+    out
+}
+
+/// `context` took the writer lock: it failed while an agent wrote. Every
+/// command that only reads (context, show, fsck, export, ls) must work
+/// while another `Session` holds the lock, and must write nothing: no
+/// file created, none changed, a torn tail left for the writer to cut.
+#[test]
+fn read_only_commands_work_while_a_writer_holds_the_lock_and_write_nothing() {
+    let dir = tempfile::tempdir().unwrap();
+    let root = dir.path().join("root");
+    let ws = dir.path().join("ws");
+    std::fs::create_dir_all(&ws).unwrap();
+    let id = SessionId::new("s1").unwrap();
+    let mut writer = Session::create(&root, &id, &ws, SessionOptions::default()).unwrap();
+    writer
+        .append(Event::UserMessage {
+            parent: None,
+            text: "hello from the agent".into(),
+        })
+        .unwrap();
+    let root_s = root.to_str().unwrap();
+    let before = listing(&root);
+    for args in [
+        &["context", root_s, "s1"][..],
+        &["show", root_s, "s1"],
+        &["fsck", root_s, "s1"],
+        &["fsck", root_s],
+        &["export", root_s, "s1", "--redact"],
+        &["ls", root_s],
+    ] {
+        let (code, out, err) = agentstore(args);
+        assert_eq!(code, 0, "{args:?}: {err}");
+        assert!(!out.is_empty(), "{args:?}");
+        assert_eq!(listing(&root), before, "{args:?} changed the store");
+    }
+    let (_, out, _) = agentstore(&["context", root_s, "s1"]);
+    assert_eq!(out, "[user] hello from the agent\n");
+
+    // A line the writer is still writing: context shows what is complete
+    // and leaves the bytes alone.
+    use std::io::Write;
+    let events = agentstore::SessionPaths::new(&root, &id).events();
+    std::fs::OpenOptions::new()
+        .append(true)
+        .open(&events)
+        .unwrap()
+        .write_all(b"{\"crc\":\"0000")
+        .unwrap();
+    let before = listing(&root);
+    let (code, out, err) = agentstore(&["context", root_s, "s1"]);
+    assert_eq!(code, 0, "{err}");
+    assert_eq!(out, "[user] hello from the agent\n");
+    assert_eq!(listing(&root), before);
+
+    // The library view too, with the lock still held and a snapshot to use.
+    drop(writer);
+    let mut writer = Session::open(&root, &id, SessionOptions::default())
+        .unwrap()
+        .0;
+    writer.checkpoint().unwrap();
+    writer
+        .append(Event::AssistantMessage {
+            parent: Some("e1".into()),
+            text: "after the snapshot".into(),
+        })
+        .unwrap();
+    let view = agentstore::SessionView::open(&root, &id).unwrap();
+    assert_eq!(view.projection().next_seq(), 3);
+    assert_eq!(view.context(None).unwrap(), writer.context(None).unwrap());
+}
+
+/// Input echoed into an error is quoted short and on one line: a 10 000
+/// character session id, one with a newline, an unknown --type.
+#[test]
+fn errors_quote_long_or_multi_line_input_on_one_short_line() {
+    let dir = tempfile::tempdir().unwrap();
+    let root_s = dir.path().to_str().unwrap();
+    let long = "x".repeat(10_000);
+    let bad_type = format!("no\n{}", "t".repeat(5_000));
+    for (args, expected) in [
+        (
+            vec!["show", root_s, long.as_str()],
+            format!(
+                "agentstore: invalid session id \"{}…\" (10000 chars): ",
+                "x".repeat(80)
+            ),
+        ),
+        (
+            vec!["context", root_s, "a\nb"],
+            "agentstore: invalid session id \"a\\nb\": ".to_string(),
+        ),
+        (
+            vec!["show", root_s, "s", "--type", bad_type.as_str()],
+            "agentstore: --type \"no\\nttt".to_string(),
+        ),
+    ] {
+        let (code, _, err) = agentstore(&args);
+        assert_eq!(code, 2, "{err}");
+        assert!(err.starts_with(&expected), "{err}");
+        assert_eq!(err.lines().count(), 1, "{err}");
+        assert!(err.len() < 500, "{} bytes: {err}", err.len());
+    }
 }

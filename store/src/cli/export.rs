@@ -8,14 +8,16 @@ use agentstore::SessionPaths;
 use super::{existing_root, session_id, Failure, Outcome};
 
 /// Write the session's events as plain JSONL on stdout. With --redact,
-/// payloads of events marked sensitive are masked, and stderr says which.
+/// payloads of sensitive events and calls, values of secret-named keys and
+/// credentials found in any string are masked, and stderr names each
+/// masked value by seq and JSON path (never the secret).
 #[derive(Debug, clap::Args)]
 pub struct Args {
     /// The store's root directory.
     pub root: PathBuf,
     /// The session to export.
     pub session: String,
-    /// Mask the payload fields of events marked sensitive.
+    /// Mask sensitive payloads, secret-named keys and credentials (see the README).
     #[arg(long)]
     pub redact: bool,
 }
@@ -32,24 +34,27 @@ pub fn run(args: Args) -> Outcome {
     }
     let stdout = std::io::stdout();
     let mut out = std::io::BufWriter::new(stdout.lock());
-    let report = agentstore::export::export(&paths, args.redact, &mut out)?;
+    let report = match agentstore::export::export(&paths, args.redact, &mut out) {
+        Err(agentstore::Error::Io {
+            op: "write export",
+            source,
+            ..
+        }) => return Err(super::stdout_error(source)),
+        other => other?,
+    };
     out.flush().map_err(super::stdout_error)?;
     if args.redact {
-        let masked: Vec<String> = report
-            .masked
-            .iter()
-            .map(|m| format!("e{} ({})", m.seq, m.fields.join(", ")))
-            .collect();
-        let summary = if masked.is_empty() {
-            "masked nothing: no event is marked sensitive".to_string()
-        } else {
-            format!("masked {} event(s): {}", masked.len(), masked.join("; "))
-        };
+        let mut err = std::io::stderr().lock();
         let _ = writeln!(
-            std::io::stderr(),
-            "agentstore: exported {} event(s); {summary}",
-            report.events
+            err,
+            "agentstore: exported {} event(s); masked {} value(s) in {} event(s)",
+            report.events,
+            report.masked.len(),
+            report.masked_events()
         );
+        for masked in &report.masked {
+            let _ = writeln!(err, "  masked {masked}");
+        }
     }
     Ok(())
 }

@@ -61,7 +61,11 @@ pub fn finish(outcome: Outcome) -> ExitCode {
         Err(Failure::Problem(line)) => (EXIT_PROBLEMS, line),
         Err(Failure::Store(e)) => (store_exit_code(&e), e.to_string()),
     };
-    let _ = writeln!(std::io::stderr(), "agentstore: {line}");
+    let _ = writeln!(
+        std::io::stderr(),
+        "agentstore: {}",
+        agentstore::error::one_line(&line)
+    );
     ExitCode::from(code)
 }
 
@@ -99,7 +103,8 @@ pub fn usage_error(e: clap::Error) -> ExitCode {
             let text = text.strip_prefix("error: ").unwrap_or(&text);
             let _ = writeln!(
                 std::io::stderr(),
-                "agentstore: {text} (see agentstore --help)"
+                "agentstore: {} (see agentstore --help)",
+                agentstore::error::one_line(text)
             );
             ExitCode::from(EXIT_USAGE)
         }

@@ -45,7 +45,8 @@ pub fn run(args: Args) -> Outcome {
     for t in &args.types {
         if !Event::TYPE_NAMES.contains(&t.as_str()) {
             return Err(Failure::Usage(format!(
-                "--type {t:?} is not an event type (known: {})",
+                "--type {} is not an event type (known: {})",
+                agentstore::error::quote(t),
                 Event::TYPE_NAMES.join(", ")
             )));
         }
