@@ -246,9 +246,10 @@ pub fn table(result: &CampaignResult, ctx: &Context<'_>) -> String {
             .sum();
         let _ = writeln!(
             out,
-            "power-loss nemesis: {} states ({} distinct) under strict, ext4-ordered and weak, at most {} per crash point and model: {failing} failing state(s), {refused} refused with damage (no acknowledged event lost), {:.1}s",
+            "power-loss nemesis: {} states ({} distinct) at {} crash points under strict, ext4-ordered and weak, at most {} per crash point and model: {failing} failing state(s), {refused} refused with damage (no acknowledged event lost), {:.1}s",
             p.states(),
             p.judged(),
+            p.scenarios.iter().map(|s| s.crash_points).sum::<usize>(),
             crate::runner::RUN_POWER_LOSS_STATES,
             p.elapsed.as_secs_f64()
         );

@@ -800,13 +800,18 @@ pub fn run(cfg: &Config<'_>, sources: Vec<ScenarioSource>) -> Result<CampaignRes
 
 /// States per crash point and model when power loss runs inside `run`
 /// (enumerated up to it, sampled beyond; `agentchaos powerloss` defaults
-/// to 256): enough to reach every ordering of a few unsynced writes, few
-/// enough that the nemesis costs about what the trials do.
+/// to 256): enough to reach every ordering of a few unsynced writes.
 pub const RUN_POWER_LOSS_STATES: usize = 64;
 
-/// The power-loss nemesis of a `run`: every persistence model, every crash
-/// point (or `--trials N` of them per scenario), through the store's
-/// adapter, or agentstore served by this binary.
+/// Crash points per scenario when power loss runs inside an exhaustive
+/// `run` (seeded, always the first and the last op; `agentchaos powerloss`
+/// takes every op): through an adapter every state costs a store process,
+/// and this keeps the nemesis within about what the trials cost.
+pub const RUN_POWER_LOSS_POINTS: usize = 48;
+
+/// The power-loss nemesis of a `run`: every persistence model,
+/// [`RUN_POWER_LOSS_POINTS`] crash points per scenario (`--trials N`: N),
+/// through the store's adapter, or agentstore served by this binary.
 fn power_loss_config(cfg: &Config<'_>) -> crate::powercampaign::Config {
     let adapter = match cfg.backend.agent_args().as_slice() {
         [flag, line] if flag == "--adapter" => line.clone(),
@@ -817,10 +822,10 @@ fn power_loss_config(cfg: &Config<'_>) -> crate::powercampaign::Config {
         agent_exe: cfg.agent_exe.clone(),
         models: crate::powerloss::Model::ALL.to_vec(),
         max_states: RUN_POWER_LOSS_STATES,
-        max_points: match cfg.mode {
-            Mode::Exhaustive => None,
-            Mode::Sampled(n) => Some(n),
-        },
+        max_points: Some(match cfg.mode {
+            Mode::Exhaustive => RUN_POWER_LOSS_POINTS,
+            Mode::Sampled(n) => n,
+        }),
         seed: cfg.seed,
         jobs: cfg.jobs,
         dir: cfg.dir.clone(),
