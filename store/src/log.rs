@@ -3,7 +3,9 @@
 //! [`EventLog`] owns `events.jsonl` while it holds the session's writer lock.
 //! It assigns seq, id and ts, frames each event as one line, writes it at the
 //! end and makes it durable according to its [`Durability`]. It must never
-//! rewrite a byte before the durable end, except to cut a torn tail at open.
+//! rewrite a byte before the durable end, except to cut a torn tail at open
+//! (by the tail rules of [`crate::scan`], with `snapshot.json`'s offset as
+//! the floor), and only after copying it to a quarantine file.
 //!
 //! Failure rules:
 //! - a failed write is rolled back to where that line started;

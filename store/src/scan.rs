@@ -1,11 +1,33 @@
 //! Reading the log back, line by line, verifying each one.
 //!
 //! [`Scanner`] streams records from a byte position and never holds more
-//! than one line. It tells a torn tail (the final segment: no newline, a bad
-//! frame or checksum, zero bytes) from damage (any bad line before the
-//! tail). Damage is an error naming line and offset; it is never skipped.
-//! A torn tail ends the stream and is reported through [`Scanner::torn`];
-//! only the writer may remove it.
+//! than one line. A bad line ends the stream: either as damage (an error
+//! naming line and byte offset, never skipped) or as a torn tail, reported
+//! through [`Scanner::torn`]; only the writer may cut a torn tail.
+//!
+//! The tail rules. The *final segment* is everything after the last
+//! newline-terminated valid line, to the end of the file; it is split into
+//! *pieces* (each up to and including a newline, the last one possibly
+//! without). It is a torn tail only if all of these hold, else it is damage:
+//! - it is no longer than one in-flight write: at most
+//!   [`TORN_TAIL_MAX_LINES`] pieces (= [`MAX_GROUP_EVENTS`], one `Batch`
+//!   group; the log does not record its last writer's durability mode, so
+//!   this bound applies even where a `Sync` writer could only tear one line)
+//!   and [`TORN_TAIL_MAX_BYTES`] bytes (that many lines of
+//!   [`MAX_LINE_BYTES`]); a piece with no newline within [`MAX_LINE_BYTES`]
+//!   that does not end the file is damage;
+//! - every piece may be what a torn write leaves: it contains a zero byte,
+//!   or lacks a newline (the last piece), or does not parse as a frame. A
+//!   complete, newline-terminated, well-formed frame whose checksum does not
+//!   match is damage (a torn write leaves missing bytes, zeros or garbage,
+//!   not a frame with a wrong CRC), and so is a piece with a valid line
+//!   inside it (a lost newline fused committed lines);
+//! - it starts at or after the [`Scanner::durable_floor`]: the byte offset
+//!   that an intact `snapshot.json` covers. A bad byte before that offset is
+//!   damage, whatever follows.
+//!
+//! The writer copies a torn tail to a quarantine file before cutting it
+//! (see `log`), so seqs of acknowledged events are never reused from a cut.
 
 use std::fs::File;
 use std::io::{BufRead, BufReader, Read, Seek, SeekFrom};
