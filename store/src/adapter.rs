@@ -19,6 +19,7 @@ use crate::event::{event_id, BlobRef, Body, Event, Record, Seq};
 use crate::fault::{self, Fault};
 use crate::layout::SessionId;
 use crate::projection::{OpenCall, Projection};
+use crate::recovery::TornTailReport;
 use crate::scan::{Scanner, TornTail};
 use crate::session::{Session, SessionOptions};
 
@@ -320,9 +321,7 @@ impl Server {
                 };
                 let mut reply = json!({ "next_seq": s.projection().next_seq() });
                 if let Some(t) = repaired {
-                    reply["repaired"] = json!({
-                        "offset": t.offset, "len": t.len, "line": t.line, "reason": t.reason,
-                    });
+                    reply["repaired"] = json!(TornTailReport::from(&t));
                 }
                 self.session = Some(s);
                 Ok(reply)

@@ -37,7 +37,11 @@ pub fn put(paths: &SessionPaths, bytes: &[u8]) -> Result<BlobRef> {
     if path.exists() && get(paths, &reference).is_ok() {
         return Ok(reference);
     }
-    fsutil::create_dir_durable(&paths.blobs())?;
+    let dir = paths.blobs();
+    if std::fs::symlink_metadata(&dir).is_ok_and(|m| m.file_type().is_symlink()) {
+        return Err(fsutil::symlink_refused(&dir));
+    }
+    fsutil::create_dir_durable(&dir)?;
     fsutil::replace_atomic(&path, bytes, "blob")?;
     Ok(reference)
 }

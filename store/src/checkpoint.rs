@@ -87,9 +87,42 @@ pub fn write_snapshot(
     })
 }
 
+/// The byte offset an intact `snapshot.json` covers: no torn tail may start
+/// before it (see [`crate::scan`]). `None` when there is no snapshot or it
+/// is damaged (a torn snapshot was never durable, so it proves nothing).
+/// Parses only the offset, not the projection.
+pub fn covered_offset(paths: &SessionPaths) -> Result<Option<u64>> {
+    #[derive(Deserialize)]
+    struct Covered {
+        offset: u64,
+    }
+    match read_framed(paths) {
+        Ok(Some((_, body))) => Ok(serde_json::from_slice::<Covered>(&body)
+            .ok()
+            .map(|c| c.offset)),
+        Ok(None) | Err(Error::Damage { .. }) => Ok(None),
+        Err(e) => Err(e),
+    }
+}
+
 /// Reads `snapshot.json`: `Ok(None)` when there is none, an error naming
 /// the file when it is present but damaged.
 pub fn read_snapshot(paths: &SessionPaths) -> Result<Option<Snapshot>> {
+    let Some((path, body)) = read_framed(paths)? else {
+        return Ok(None);
+    };
+    serde_json::from_slice(&body)
+        .map(Some)
+        .map_err(|e| Error::Damage {
+            path,
+            line: 1,
+            offset: 0,
+            reason: format!("snapshot does not fit the schema: {e}"),
+        })
+}
+
+/// The checksummed body of `snapshot.json`, without its newline.
+fn read_framed(paths: &SessionPaths) -> Result<Option<(std::path::PathBuf, Vec<u8>)>> {
     let path = paths.snapshot();
     let bytes = match std::fs::read(&path) {
         Ok(b) => b,
@@ -106,7 +139,6 @@ pub fn read_snapshot(paths: &SessionPaths) -> Result<Option<Snapshot>> {
         .strip_suffix(b"\n")
         .ok_or_else(|| damaged("snapshot does not end with a newline (torn write)".into()))?;
     framing::verify_checksum(body).map_err(|e| damaged(e.to_string()))?;
-    serde_json::from_slice(body)
-        .map(Some)
-        .map_err(|e| damaged(format!("snapshot does not fit the schema: {e}")))
+    let body = body.to_vec();
+    Ok(Some((path, body)))
 }

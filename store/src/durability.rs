@@ -20,7 +20,10 @@ pub enum Durability {
     /// and wakes everyone its sync covered. It never waits for appenders
     /// that have not called `append` yet, so a lone appender pays one
     /// `fdatasync` and no delay. Each append still returns only once its own
-    /// bytes are durable.
+    /// bytes are durable. `max_events` is taken as `1..=`[`MAX_GROUP_EVENTS`],
+    /// and it also bounds the lines written but not yet durable: an append
+    /// that would exceed it waits for the running sync first, so a power cut
+    /// can tear at most one group.
     Batch {
         max_delay: Duration,
         max_events: usize,
@@ -38,6 +41,10 @@ impl Durability {
         }
     }
 }
+
+/// The largest group a `Batch` log commits with one `fdatasync`, and so the
+/// most lines a power cut can tear (see [`crate::scan`]).
+pub const MAX_GROUP_EVENTS: usize = 64;
 
 /// A byte length of the log known to be on stable storage, with the seq of
 /// the next event after it.

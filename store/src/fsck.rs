@@ -14,8 +14,7 @@ use crate::error::{Error, Result};
 use crate::event::SCHEMA_VERSION;
 use crate::layout::{sessions_dir, SessionId, SessionPaths, EVENTS_FILE};
 use crate::meta::SessionMeta;
-use crate::query::{LogReader, Query};
-use crate::scan::{LogPosition, TornTail};
+use crate::scan::{LogPosition, Scanner, TornTail};
 
 /// Why a log is not valid to its end.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -76,39 +75,41 @@ pub struct LogCheck {
     pub problem: Option<LogProblem>,
 }
 
-/// Reads and verifies every line of the log at `path`. Damage is a finding
-/// here, not an error; errors are I/O failures.
-pub fn check_log(path: &Path) -> Result<LogCheck> {
-    let mut events = LogReader::from_file(path).events(&Query::all())?;
+/// Reads and verifies every line of the log at `path`, with the tail rules
+/// of [`crate::scan`]: no torn tail may start before `floor`, the offset an
+/// intact snapshot covers ([`crate::checkpoint::covered_offset`]). Damage is
+/// a finding here, not an error; errors are I/O failures.
+pub fn check_log(path: &Path, floor: u64) -> Result<LogCheck> {
+    let mut events = Scanner::open(path, LogPosition::START)?.durable_floor(floor);
     let problem = loop {
-        match events.next() {
-            Some(Ok(_)) => continue,
-            None => break events.torn().cloned().map(LogProblem::TornTail),
-            Some(Err(Error::Damage {
+        match events.next_record() {
+            Ok(Some(_)) => continue,
+            Ok(None) => break events.torn().cloned().map(LogProblem::TornTail),
+            Err(Error::Damage {
                 line,
                 offset,
                 reason,
                 ..
-            })) => {
+            }) => {
                 break Some(LogProblem::Damage {
                     line,
                     offset,
                     reason,
                 })
             }
-            Some(Err(Error::UnknownEventType {
+            Err(Error::UnknownEventType {
                 line,
                 offset,
                 type_name,
                 ..
-            })) => {
+            }) => {
                 break Some(LogProblem::UnknownType {
                     line,
                     offset,
                     type_name,
                 })
             }
-            Some(Err(e)) => return Err(e),
+            Err(e) => return Err(e),
         }
     };
     Ok(LogCheck {
@@ -152,7 +153,8 @@ pub fn fsck_session(root: &Path, id: &SessionId) -> Result<SessionCheck> {
             root: root.to_path_buf(),
         });
     }
-    let log = check_log(&paths.events())?;
+    let floor = crate::checkpoint::covered_offset(&paths)?.unwrap_or(0);
+    let log = check_log(&paths.events(), floor)?;
     let mut problems: Vec<Problem> = log.problem.into_iter().map(Problem::Log).collect();
     problems.extend(check_meta(&paths).map(Problem::Meta));
     Ok(SessionCheck {

@@ -3,12 +3,15 @@
 //! The holder writes its pid into the lock file so a refused writer can say
 //! who holds it. The lock dies with the process (including SIGKILL), so a
 //! crashed writer never leaves a stale lock. Readers never take it.
+//! Taking it first refuses a session directory that is or holds a symlink
+//! (see [`crate::fsutil`]), so no writer starts in one.
 
 use std::fs::{File, OpenOptions};
 use std::io::Read;
 use std::os::unix::fs::FileExt;
 
 use crate::error::{Error, Result};
+use crate::fsutil;
 use crate::layout::SessionPaths;
 
 /// Proof that this process is the session's only writer. Released on drop.
@@ -20,14 +23,17 @@ pub struct WriterLock {
 impl WriterLock {
     /// Takes the writer lock or fails with [`Error::SessionLocked`] at once.
     pub fn acquire(paths: &SessionPaths) -> Result<WriterLock> {
+        fsutil::refuse_symlinks(paths.dir())?;
         let path = paths.lock();
-        let file = OpenOptions::new()
-            .read(true)
-            .write(true)
-            .create(true)
-            .truncate(false)
-            .open(&path)
-            .map_err(Error::io("open lock", &path))?;
+        let file = fsutil::open_nofollow(
+            OpenOptions::new()
+                .read(true)
+                .write(true)
+                .create(true)
+                .truncate(false),
+            &path,
+            "open lock",
+        )?;
         match file.try_lock() {
             Ok(()) => {}
             Err(std::fs::TryLockError::WouldBlock) => {

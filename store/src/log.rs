@@ -3,7 +3,9 @@
 //! [`EventLog`] owns `events.jsonl` while it holds the session's writer lock.
 //! It assigns seq, id and ts, frames each event as one line, writes it at the
 //! end and makes it durable according to its [`Durability`]. It must never
-//! rewrite a byte before the durable end, except to cut a torn tail at open.
+//! rewrite a byte before the durable end, except to cut a torn tail at open
+//! (by the tail rules of [`crate::scan`], with `snapshot.json`'s offset as
+//! the floor), and only after copying it to a quarantine file.
 //!
 //! Failure rules:
 //! - a failed write is rolled back to where that line started;
@@ -19,12 +21,14 @@ use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Condvar, Mutex, MutexGuard};
 use std::time::Instant;
 
+use crate::checkpoint;
 use crate::crashpoint;
-use crate::durability::{Acked, Durability, DurablePosition};
+use crate::durability::{Acked, Durability, DurablePosition, MAX_GROUP_EVENTS};
 use crate::error::{Error, Result};
 use crate::event::{event_id, now_ts, Event, Record, Redaction, Seq};
 use crate::fault::{self, Fault};
 use crate::framing::{self, MAX_LINE_BYTES};
+use crate::fsutil;
 use crate::index::SparseIndex;
 use crate::layout::SessionPaths;
 use crate::lock::WriterLock;
@@ -77,6 +81,52 @@ pub struct EventLog {
     _lock: WriterLock,
 }
 
+/// Copies the torn bytes `t` of the log `file` at `path` into a new file
+/// next to it, `<log>.torn-<offset>` (or `.torn-<offset>.<n>` if an earlier
+/// cut at the same offset left one), durably (file and directory fsynced),
+/// before anything is cut. Returns its path.
+fn quarantine(file: &File, path: &Path, t: &TornTail) -> Result<PathBuf> {
+    use std::io::{Read, Seek, SeekFrom};
+    let base = format!("{}.torn-{}", path.display(), t.offset);
+    let mut n = 0u32;
+    let (target, mut out) = loop {
+        let target = match n {
+            0 => PathBuf::from(&base),
+            n => PathBuf::from(format!("{base}.{n}")),
+        };
+        match fsutil::create_exclusive(&target) {
+            Ok(out) => break (target, out),
+            Err(Error::Io { source, .. })
+                if source.kind() == std::io::ErrorKind::AlreadyExists && n < 1000 =>
+            {
+                n += 1
+            }
+            Err(e) => return Err(e),
+        }
+    };
+    let mut src = file.try_clone().map_err(Error::io("dup", path))?;
+    src.seek(SeekFrom::Start(t.offset))
+        .map_err(Error::io("seek", path))?;
+    let copied = std::io::copy(&mut src.take(t.len), &mut out)
+        .map_err(Error::io("write quarantine", &target))?;
+    if copied != t.len {
+        return Err(Error::Invalid(format!(
+            "{} shrank while its torn tail was saved to {} ({copied} of {} bytes read)",
+            path.display(),
+            target.display(),
+            t.len
+        )));
+    }
+    out.sync_all().map_err(Error::io("fsync", &target))?;
+    fsutil::fsync_dir(target.parent().unwrap_or(Path::new(".")))?;
+    Ok(target)
+}
+
+/// The group size a `Batch` log uses for `max_events`: 1 to [`MAX_GROUP_EVENTS`].
+fn group_size(max_events: usize) -> usize {
+    max_events.clamp(1, MAX_GROUP_EVENTS)
+}
+
 /// A trusted prefix must end exactly at a line boundary inside the file.
 /// Otherwise appends would leave a hole of zeros (prefix beyond the end) or
 /// verification would start mid-line and could cut a committed line as "torn".
@@ -108,7 +158,7 @@ impl EventLog {
     /// Creates the session directory and an empty, durable `events.jsonl`,
     /// then opens it for writing. Fails if the log already exists.
     pub fn create(paths: &SessionPaths, durability: Durability) -> Result<EventLog> {
-        crate::fsutil::create_dir_durable(paths.dir())?;
+        fsutil::create_dir_durable(paths.dir())?;
         let lock = WriterLock::acquire(paths)?;
         let events = paths.events();
         if events.exists() {
@@ -117,7 +167,7 @@ impl EventLog {
                 root: paths.root().to_path_buf(),
             });
         }
-        let file = crate::fsutil::create_new_durable(&events)?;
+        let file = fsutil::create_new_durable(&events)?;
         // The empty file is durable: a power-cut trial may cut back to it.
         crashpoint::synced(&events, 0);
         Ok(EventLog::from_parts(
@@ -147,15 +197,18 @@ impl EventLog {
             });
         }
         let lock = WriterLock::acquire(paths)?;
-        let file = OpenOptions::new()
-            .read(true)
-            .write(true)
-            .open(&events)
-            .map_err(Error::io("open", &events))?;
+        let file =
+            fsutil::open_nofollow(OpenOptions::new().read(true).write(true), &events, "open")?;
         let from = options.trusted_prefix.unwrap_or(LogPosition::START);
         check_trusted_prefix(&file, &events, from)?;
+        // A trusted prefix is the snapshot's; without one, a snapshot that
+        // was rejected still says how much of the log was acknowledged.
+        let floor = match options.trusted_prefix {
+            Some(p) => p.offset,
+            None => checkpoint::covered_offset(paths)?.unwrap_or(0),
+        };
         let mut index = SparseIndex::default();
-        let mut scanner = Scanner::open(&events, from)?;
+        let mut scanner = Scanner::open(&events, from)?.durable_floor(floor);
         while let Some((offset, rec)) = scanner.next_record()? {
             index.note(LogPosition {
                 offset,
@@ -164,12 +217,13 @@ impl EventLog {
             visit(offset, &rec)?;
         }
         let mut end = scanner.position();
-        let torn = scanner.torn().cloned();
-        if let Some(t) = &torn {
+        let mut torn = scanner.torn().cloned();
+        if let Some(t) = &mut torn {
             if fault::active(Fault::NoTornTailRepair) {
                 // Broken on purpose: keep the fragment, append after it.
                 end.offset = t.offset + t.len;
             } else {
+                t.quarantine = Some(quarantine(&file, &events, t)?);
                 crashpoint::hit("repair.truncate");
                 file.set_len(t.offset)
                     .map_err(Error::io("truncate torn tail", &events))?;
@@ -273,6 +327,14 @@ impl EventLog {
             // leader waiting for it gives up at its max_delay.
             self.arriving.fetch_sub(1, Ordering::SeqCst);
         }
+        if let Durability::Batch { max_events, .. } = self.durability {
+            // What a power cut can tear is what is written and not yet
+            // durable: keep that to one group (the scanner's tail bound).
+            let group = group_size(max_events) as u64;
+            while st.poisoned.is_none() && st.end.seq - st.durable.next_seq >= group {
+                st = self.synced.wait(st).unwrap_or_else(|p| p.into_inner());
+            }
+        }
         if let Some(reason) = &st.poisoned {
             return Err(Error::Poisoned {
                 path: self.path.clone(),
@@ -338,7 +400,7 @@ impl EventLog {
             } => {
                 st.pending += 1;
                 self.synced.notify_all();
-                self.wait_group_commit(st, acked, max_delay, max_events)
+                self.wait_group_commit(st, acked, max_delay, group_size(max_events))
             }
         }
     }

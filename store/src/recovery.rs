@@ -11,6 +11,15 @@
 //! prefix of the marks; the next recovery adds only what is missing. A
 //! second recovery appends nothing. The torn tail was already cut when the
 //! session was opened.
+//!
+//! What verifies what: opening for writing (`Session::open`, `repair`, the
+//! CLI's `append`) verifies every line after the snapshot it trusts, and
+//! trusts the prefix the snapshot covers (checked only at its boundary), so
+//! resuming stays O(tail). Recovery trusts nothing: before it appends
+//! anything it verifies every line of the log from the start (frame,
+//! checksum, seq, id), so damage under a snapshot stops it with line and
+//! byte offset instead of being hidden behind the snapshot. `fsck` verifies
+//! every line too and never writes.
 
 use serde::Serialize;
 use serde_json::Value;
@@ -73,6 +82,9 @@ pub struct TornTailReport {
     pub len: u64,
     pub line: u64,
     pub reason: String,
+    /// Where the cut bytes were saved before the cut.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub quarantine: Option<String>,
 }
 
 impl From<&TornTail> for TornTailReport {
@@ -82,6 +94,7 @@ impl From<&TornTail> for TornTailReport {
             len: t.len,
             line: t.line,
             reason: t.reason.clone(),
+            quarantine: t.quarantine.as_ref().map(|q| q.display().to_string()),
         }
     }
 }
@@ -90,6 +103,7 @@ impl Session {
     /// Recovers the session after a crash (idempotent, crash-safe).
     pub fn recover(&mut self) -> Result<RecoveryState> {
         crashpoint::hit("recovery.begin");
+        self.verify_whole_log()?;
         let mut appended = 0;
         if let Some(run_id) = self.projection().open_run().map(str::to_string) {
             crashpoint::hit("recovery.interrupt_run");

@@ -84,7 +84,8 @@ pub fn salvage(root: &Path, id: &SessionId, new_id: &SessionId) -> Result<Salvag
             root: root.to_path_buf(),
         });
     }
-    let check = check_log(&src.events())?;
+    let floor = crate::checkpoint::covered_offset(&src)?.unwrap_or(0);
+    let check = check_log(&src.events(), floor)?;
     let kept_end = check.valid_end;
 
     let staging = sessions_dir(root).join(format!(".salvage-{new_id}-{}", std::process::id()));

@@ -1,16 +1,39 @@
 //! Reading the log back, line by line, verifying each one.
 //!
 //! [`Scanner`] streams records from a byte position and never holds more
-//! than one line. It tells a torn tail (the final segment: no newline, a bad
-//! frame or checksum, zero bytes) from damage (any bad line before the
-//! tail). Damage is an error naming line and offset; it is never skipped.
-//! A torn tail ends the stream and is reported through [`Scanner::torn`];
-//! only the writer may remove it.
+//! than one line. A bad line ends the stream: either as damage (an error
+//! naming line and byte offset, never skipped) or as a torn tail, reported
+//! through [`Scanner::torn`]; only the writer may cut a torn tail.
+//!
+//! The tail rules. The *final segment* is everything after the last
+//! newline-terminated valid line, to the end of the file; it is split into
+//! *pieces* (each up to and including a newline, the last one possibly
+//! without). It is a torn tail only if all of these hold, else it is damage:
+//! - it is no longer than one in-flight write: at most
+//!   [`TORN_TAIL_MAX_LINES`] pieces (= [`MAX_GROUP_EVENTS`], one `Batch`
+//!   group; the log does not record its last writer's durability mode, so
+//!   this bound applies even where a `Sync` writer could only tear one line)
+//!   and [`TORN_TAIL_MAX_BYTES`] bytes (that many lines of
+//!   [`MAX_LINE_BYTES`]); a piece with no newline within [`MAX_LINE_BYTES`]
+//!   that does not end the file is damage;
+//! - every piece may be what a torn write leaves: it contains a zero byte,
+//!   or lacks a newline (the last piece), or does not parse as a frame. A
+//!   complete, newline-terminated, well-formed frame whose checksum does not
+//!   match is damage (a torn write leaves missing bytes, zeros or garbage,
+//!   not a frame with a wrong CRC), and so is a piece with a valid line
+//!   inside it (a lost newline fused committed lines);
+//! - it starts at or after the [`Scanner::durable_floor`]: the byte offset
+//!   that an intact `snapshot.json` covers. A bad byte before that offset is
+//!   damage, whatever follows.
+//!
+//! The writer copies a torn tail to a quarantine file before cutting it
+//! (see `log`), so seqs of acknowledged events are never reused from a cut.
 
 use std::fs::File;
 use std::io::{BufRead, BufReader, Read, Seek, SeekFrom};
 use std::path::{Path, PathBuf};
 
+use crate::durability::MAX_GROUP_EVENTS;
 use crate::error::{Error, Result};
 use crate::event::{seq_of_event_id, Record, Seq};
 use crate::framing::{self, LineError, MAX_LINE_BYTES};
@@ -39,6 +62,9 @@ pub struct TornTail {
     /// 1-based line number where the torn bytes start.
     pub line: u64,
     pub reason: String,
+    /// Where the cut bytes were copied before the cut (set by the writer
+    /// that cut them; `None` while the tail is only found, not cut).
+    pub quarantine: Option<PathBuf>,
 }
 
 impl std::fmt::Display for TornTail {
@@ -47,9 +73,22 @@ impl std::fmt::Display for TornTail {
             f,
             "torn tail: {} byte(s) at byte offset {} (line {}): {}",
             self.len, self.offset, self.line, self.reason
-        )
+        )?;
+        if let Some(q) = &self.quarantine {
+            write!(f, "; the cut bytes were saved to {}", q.display())?;
+        }
+        Ok(())
     }
 }
+
+/// The most lines one write can leave torn: a whole group commit (see
+/// [`MAX_GROUP_EVENTS`]). A log does not record the durability mode of its
+/// last writer, so the scanner allows this much even where a `Sync` writer
+/// could only have torn one line.
+pub const TORN_TAIL_MAX_LINES: u64 = MAX_GROUP_EVENTS as u64;
+/// The most bytes one write can leave torn: [`TORN_TAIL_MAX_LINES`] lines of
+/// at most [`MAX_LINE_BYTES`] each.
+pub const TORN_TAIL_MAX_BYTES: u64 = TORN_TAIL_MAX_LINES * MAX_LINE_BYTES as u64;
 
 /// Buffer size for sequential reads.
 const READ_BUF: usize = 256 * 1024;
@@ -62,6 +101,8 @@ pub struct Scanner<R> {
     pos: LogPosition,
     buf: Vec<u8>,
     torn: Option<TornTail>,
+    /// No torn tail may start before this offset (what a snapshot covers).
+    floor: u64,
     done: bool,
 }
 
@@ -91,8 +132,16 @@ impl<R: BufRead> Scanner<R> {
             pos: from,
             buf: Vec::with_capacity(4096),
             torn: None,
+            floor: 0,
             done: false,
         }
+    }
+
+    /// Declares `[0, offset)` covered by a durable snapshot: a bad line
+    /// that starts before `offset` is damage, never a torn tail.
+    pub fn durable_floor(mut self, offset: u64) -> Self {
+        self.floor = offset;
+        self
     }
 
     /// Where the next line would start (after the last record returned).
@@ -129,6 +178,7 @@ impl<R: BufRead> Scanner<R> {
             len,
             line: self.pos.line(),
             reason,
+            quarantine: None,
         });
         self.done = true;
     }
@@ -138,29 +188,17 @@ impl<R: BufRead> Scanner<R> {
         if self.done {
             return Ok(None);
         }
-        self.buf.clear();
-        let n = (&mut self.reader)
-            .take(MAX_LINE_BYTES as u64)
-            .read_until(b'\n', &mut self.buf)
-            .map_err(Error::io("read", &self.path))?;
-        if n == 0 {
+        let Some(n) = self.read_piece()? else {
             self.done = true;
             return Ok(None);
-        }
+        };
         if self.buf.last() != Some(&b'\n') {
-            if n == MAX_LINE_BYTES && !self.at_eof()? {
-                self.done = true;
-                return Err(self.damage(format!(
-                    "no newline within {MAX_LINE_BYTES} bytes (line longer than the limit)"
-                )));
-            }
             let reason = if self.buf.iter().all(|&b| b == 0) {
                 format!("{n} zero byte(s) after the last complete line")
             } else {
                 "final line has no trailing newline (interrupted write)".to_string()
             };
-            self.end_torn(n as u64, reason);
-            return Ok(None);
+            return self.final_segment(n, reason);
         }
         let line = &self.buf[..n - 1];
         match framing::decode(line) {
@@ -197,34 +235,113 @@ impl<R: BufRead> Scanner<R> {
                 })
             }
             Err(e @ (LineError::Frame(_) | LineError::Checksum { .. })) => {
-                if let Some(at) = embedded_valid_line(line) {
-                    // A lost newline merged a committed line into this one:
-                    // that is damage, and cutting it as a tail would lose data.
-                    self.done = true;
-                    Err(self.damage(format!(
-                        "{e}; a valid line starts {at} bytes into it (a newline was damaged?)"
-                    )))
-                } else if self.at_eof()? {
-                    self.end_torn(n as u64, format!("final line is unreadable: {e}"));
-                    Ok(None)
-                } else if crate::fault::active(crate::fault::Fault::SkipDamagedLines) {
+                let skip = crate::fault::active(crate::fault::Fault::SkipDamagedLines)
+                    && embedded_valid_line(line).is_none();
+                if skip && !self.at_eof()? {
                     // Broken on purpose: the damaged line is skipped as if
                     // it were a record, and the stream goes on.
                     self.pos = LogPosition {
                         offset: self.pos.offset + n as u64,
                         seq: self.pos.seq + 1,
                     };
-                    self.next_record()
-                } else {
-                    self.done = true;
-                    Err(self.damage(e.to_string()))
+                    return self.next_record();
                 }
+                self.final_segment(n, e.to_string())
             }
             Err(e @ LineError::Schema(_)) => {
                 self.done = true;
                 Err(self.damage(e.to_string()))
             }
         }
+    }
+
+    /// Reads the next piece (up to and including a newline, or to the end
+    /// of the file) into `buf`: its length, or `None` at the end of the file.
+    /// A piece with no newline within [`MAX_LINE_BYTES`] that does not end
+    /// the file is damage.
+    fn read_piece(&mut self) -> Result<Option<usize>> {
+        self.buf.clear();
+        let n = (&mut self.reader)
+            .take(MAX_LINE_BYTES as u64)
+            .read_until(b'\n', &mut self.buf)
+            .map_err(Error::io("read", &self.path))?;
+        if n == 0 {
+            return Ok(None);
+        }
+        if self.buf.last() != Some(&b'\n') && n == MAX_LINE_BYTES && !self.at_eof()? {
+            self.done = true;
+            return Err(self.damage(format!(
+                "no newline within {MAX_LINE_BYTES} bytes (line longer than the limit)"
+            )));
+        }
+        Ok(Some(n))
+    }
+
+    /// Decides whether the bad piece in `buf` (`len` bytes at `pos`, bad
+    /// because of `reason`) starts a torn tail: the tail rules of the module
+    /// doc, applied to it and to every piece after it up to the end of the
+    /// file. Ends the stream either way.
+    fn final_segment(&mut self, len: usize, reason: String) -> Result<Option<(u64, Record)>> {
+        self.done = true;
+        if self.pos.offset < self.floor {
+            return Err(self.damage(format!(
+                "{reason}; snapshot.json covers the log up to byte offset {}, so this is damage, not a torn tail",
+                self.floor
+            )));
+        }
+        if let Err(why) = torn_piece(&self.buf) {
+            return Err(self.damage(format!("{reason}; {why}")));
+        }
+        let (mut total, mut pieces) = (len as u64, 1u64);
+        while let Some(n) = self.read_piece()? {
+            let at = self.pos.offset + total;
+            total += n as u64;
+            pieces += 1;
+            if pieces > TORN_TAIL_MAX_LINES || total > TORN_TAIL_MAX_BYTES {
+                return Err(self.damage(format!(
+                    "{reason}; the bad bytes go on past byte offset {at}, more than one write could leave (at most {TORN_TAIL_MAX_LINES} lines, {TORN_TAIL_MAX_BYTES} bytes)"
+                )));
+            }
+            if let Err(why) = torn_piece(&self.buf) {
+                return Err(self.damage(format!("{reason}; then, at byte offset {at}: {why}")));
+            }
+        }
+        let reason = if pieces > 1 {
+            format!("{reason} (and {} more unreadable line(s))", pieces - 1)
+        } else {
+            reason
+        };
+        self.end_torn(total, reason);
+        Ok(None)
+    }
+}
+
+/// Whether one piece of a final segment (a line with its newline, or the
+/// bytes after the last newline) may be what a torn write left: `Err` says
+/// why it is damage instead.
+fn torn_piece(piece: &[u8]) -> std::result::Result<(), String> {
+    let (body, complete) = match piece.strip_suffix(b"\n") {
+        Some(body) => (body, true),
+        None => (piece, false),
+    };
+    if let Some(at) = embedded_valid_line(body) {
+        // A lost newline merged a committed line into this one: cutting it
+        // as a tail would lose data.
+        return Err(format!(
+            "a valid line starts {at} bytes into it (a newline was damaged?)"
+        ));
+    }
+    if !complete || body.contains(&0) {
+        // Missing bytes or zeros: what an interrupted write leaves.
+        return Ok(());
+    }
+    match framing::verify_checksum(body) {
+        Ok(()) => Err("a complete line with a valid checksum: committed data, not a torn write".into()),
+        Err(LineError::Checksum { .. }) => Err(
+            "a complete, well-formed line whose checksum does not match is damage (a torn write leaves missing bytes, zeros or garbage, not a frame with a wrong checksum)"
+                .into(),
+        ),
+        Err(_) => Ok(()),
     }
 }
 
@@ -317,15 +434,59 @@ mod tests {
     }
 
     #[test]
-    fn a_bad_final_line_alone_is_a_torn_tail() {
+    fn a_final_line_with_zeros_in_it_is_a_torn_tail() {
         let (mut bytes, starts) = log_bytes(3);
-        let mid = starts[2] as usize + 12;
-        bytes[mid] ^= 1;
+        let mid = starts[2] as usize + 20;
+        bytes[mid..mid + 8].fill(0);
         let (seqs, outcome) = scan(&bytes);
         assert_eq!(seqs, vec![0, 1]);
         let torn = outcome.unwrap().expect("torn tail");
         assert_eq!(torn.offset, starts[2]);
         assert_eq!(torn.len, bytes.len() as u64 - starts[2]);
+    }
+
+    #[test]
+    fn a_complete_final_line_with_a_wrong_checksum_is_damage() {
+        let (mut bytes, starts) = log_bytes(3);
+        let mid = (starts[2] as usize + bytes.len()) / 2;
+        bytes[mid] ^= 1;
+        let (seqs, outcome) = scan(&bytes);
+        assert_eq!(seqs, vec![0, 1]);
+        match outcome {
+            Err(Error::Damage { line, offset, .. }) => assert_eq!((line, offset), (3, starts[2])),
+            other => panic!("expected damage at line 3, got {other:?}"),
+        }
+    }
+
+    #[test]
+    fn a_torn_tail_never_starts_under_the_durable_floor() {
+        let (bytes, starts) = log_bytes(3);
+        let cut = &bytes[..starts[2] as usize + 10];
+        let mut s = Scanner::new(cut, Path::new("events.jsonl"), LogPosition::START)
+            .durable_floor(starts[2] + 1);
+        assert!(matches!(s.next_record(), Ok(Some(_))));
+        assert!(matches!(s.next_record(), Ok(Some(_))));
+        match s.next_record() {
+            Err(Error::Damage { line, offset, .. }) => assert_eq!((line, offset), (3, starts[2])),
+            other => panic!("expected damage at line 3, got {other:?}"),
+        }
+    }
+
+    #[test]
+    fn more_bad_lines_than_one_group_is_damage() {
+        let (mut bytes, _) = log_bytes(1);
+        for _ in 0..TORN_TAIL_MAX_LINES {
+            bytes.extend_from_slice(b"\0\0\n");
+        }
+        let (seqs, outcome) = scan(&bytes);
+        assert_eq!(seqs, vec![0]);
+        assert_eq!(outcome.unwrap().unwrap().len, 3 * TORN_TAIL_MAX_LINES);
+        bytes.extend_from_slice(b"\0\0\n");
+        let (_, outcome) = scan(&bytes);
+        assert!(
+            matches!(outcome, Err(Error::Damage { line: 2, .. })),
+            "{outcome:?}"
+        );
     }
 
     #[test]

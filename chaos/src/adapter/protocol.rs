@@ -232,6 +232,9 @@ pub struct TornTailWire {
     pub len: u64,
     pub line: u64,
     pub reason: String,
+    /// Where the store saved the cut bytes (agentstore names it; others may not).
+    #[serde(default)]
+    pub quarantine: Option<String>,
 }
 
 impl From<TornTailWire> for TornTailReport {
@@ -241,6 +244,7 @@ impl From<TornTailWire> for TornTailReport {
             len: t.len,
             line: t.line,
             reason: t.reason,
+            quarantine: t.quarantine,
         }
     }
 }

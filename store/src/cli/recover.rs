@@ -3,12 +3,12 @@
 use std::io::Write;
 use std::path::PathBuf;
 
-use agentstore::{Session, SessionOptions};
+use agentstore::{Error, Session, SessionOptions};
 
-use super::{existing_root, session_id, stdout_error, Outcome};
+use super::{existing_root, session_id, stdout_error, Failure, Outcome};
 
-/// Recover a session after a crash: cut a torn tail, close runs that have
-/// no finish, and mark every tool call without a result as uncertain with
+/// Recover a session after a crash: verify every line of the log (even
+/// under a snapshot), cut a torn tail, close runs that have no finish, and mark every tool call without a result as uncertain with
 /// how far it got. Idempotent: a second run appends nothing.
 #[derive(Debug, clap::Args)]
 pub struct Args {
@@ -32,7 +32,13 @@ pub fn run(args: Args) -> Outcome {
         ..SessionOptions::default()
     };
     let (mut session, _) = Session::open(&args.root, &id, options)?;
-    let state = session.recover()?;
+    let state = session.recover().map_err(|e| match e {
+        e @ Error::Damage { .. } => Failure::Problem(format!(
+            "{e}; recovery appends nothing to a damaged log: `agentstore salvage {} {id} NEW_SESSION` copies the lines before it into a new session",
+            args.root.display()
+        )),
+        e => Failure::Store(e),
+    })?;
     let mut out = std::io::stdout().lock();
     if args.json {
         let json = serde_json::to_string_pretty(&state).expect("recovery state serializes");
@@ -44,6 +50,9 @@ pub fn run(args: Args) -> Outcome {
             "repaired: cut a torn tail of {} byte(s) at byte offset {} (line {}): {}\n",
             t.len, t.offset, t.line, t.reason
         ));
+        if let Some(q) = &t.quarantine {
+            text.push_str(&format!("repaired: the cut bytes were saved to {q}\n"));
+        }
     }
     for run in &state.interrupted_runs {
         text.push_str(&format!("interrupted run: {run}\n"));
