@@ -17,7 +17,12 @@
 //!   [`MAX_LINE_BYTES`]); a piece with no newline within [`MAX_LINE_BYTES`]
 //!   that does not end the file is damage;
 //! - every piece may be what a torn write leaves: it contains a zero byte,
-//!   or lacks a newline (the last piece), or does not parse as a frame. A
+//!   or lacks a newline (the last piece), or does not parse as a frame; and
+//!   every run of zero bytes in it is what a lost sector reads as: it
+//!   starts at the segment's start or at a [`SECTOR_BYTES`] boundary of the
+//!   file, and ends at the end of the file or at such a boundary. Zeros
+//!   that start or stop inside a sector (say, whole lines zeroed with their
+//!   newlines kept) were written there: damage. A
 //!   complete, newline-terminated, well-formed frame whose checksum does not
 //!   match is damage (a torn write leaves missing bytes, zeros or garbage,
 //!   not a frame with a wrong CRC), and so is a piece with a valid line
@@ -86,6 +91,10 @@ impl std::fmt::Display for TornTail {
 /// last writer, so the scanner allows this much even where a `Sync` writer
 /// could only have torn one line.
 pub const TORN_TAIL_MAX_LINES: u64 = MAX_GROUP_EVENTS as u64;
+/// The unit a disk writes atomically: a write cut by a power loss keeps
+/// whole sectors, and the lost ones of a grown file read as zeros.
+pub const SECTOR_BYTES: u64 = 512;
+
 /// The most bytes one write can leave torn: [`TORN_TAIL_MAX_LINES`] lines of
 /// at most [`MAX_LINE_BYTES`] each.
 pub const TORN_TAIL_MAX_BYTES: u64 = TORN_TAIL_MAX_LINES * MAX_LINE_BYTES as u64;
@@ -289,12 +298,13 @@ impl<R: BufRead> Scanner<R> {
                 self.floor
             )));
         }
-        if let Err(why) = torn_piece(&self.buf) {
+        let start = self.pos.offset;
+        if let Err(why) = torn_piece(&self.buf, start, start) {
             return Err(self.damage(format!("{reason}; {why}")));
         }
         let (mut total, mut pieces) = (len as u64, 1u64);
         while let Some(n) = self.read_piece()? {
-            let at = self.pos.offset + total;
+            let at = start + total;
             total += n as u64;
             pieces += 1;
             if pieces > TORN_TAIL_MAX_LINES || total > TORN_TAIL_MAX_BYTES {
@@ -302,7 +312,7 @@ impl<R: BufRead> Scanner<R> {
                     "{reason}; the bad bytes go on past byte offset {at}, more than one write could leave (at most {TORN_TAIL_MAX_LINES} lines, {TORN_TAIL_MAX_BYTES} bytes)"
                 )));
             }
-            if let Err(why) = torn_piece(&self.buf) {
+            if let Err(why) = torn_piece(&self.buf, at, start) {
                 return Err(self.damage(format!("{reason}; then, at byte offset {at}: {why}")));
             }
         }
@@ -317,13 +327,19 @@ impl<R: BufRead> Scanner<R> {
 }
 
 /// Whether one piece of a final segment (a line with its newline, or the
-/// bytes after the last newline) may be what a torn write left: `Err` says
-/// why it is damage instead.
-fn torn_piece(piece: &[u8]) -> std::result::Result<(), String> {
+/// bytes after the last newline), at byte offset `at` of a segment that
+/// starts at `segment`, may be what a torn write left: `Err` says why it is
+/// damage instead.
+fn torn_piece(piece: &[u8], at: u64, segment: u64) -> std::result::Result<(), String> {
     let (body, complete) = match piece.strip_suffix(b"\n") {
         Some(body) => (body, true),
         None => (piece, false),
     };
+    if let Some((from, to)) = misplaced_zeros(body, at, segment, !complete) {
+        return Err(format!(
+            "zero bytes at byte offsets {from}..{to} start or stop inside a {SECTOR_BYTES}-byte sector: a lost write reads as whole sectors of zeros, so these were written (damage)"
+        ));
+    }
     if let Some(at) = embedded_valid_line(body) {
         // A lost newline merged a committed line into this one: cutting it
         // as a tail would lose data.
@@ -343,6 +359,28 @@ fn torn_piece(piece: &[u8]) -> std::result::Result<(), String> {
         ),
         Err(_) => Ok(()),
     }
+}
+
+/// The first run of zero bytes in `body` (at byte offset `at`, in a final
+/// segment starting at `segment`; `at_end`: `body` ends the file) that a
+/// lost sector cannot explain, as absolute offsets `from..to`.
+fn misplaced_zeros(body: &[u8], at: u64, segment: u64, at_end: bool) -> Option<(u64, u64)> {
+    let mut i = 0;
+    while i < body.len() {
+        if body[i] != 0 {
+            i += 1;
+            continue;
+        }
+        let run = body[i..].iter().take_while(|&&b| b == 0).count();
+        let (from, to) = (at + i as u64, at + (i + run) as u64);
+        let starts_ok = from == segment || from % SECTOR_BYTES == 0;
+        let ends_ok = (at_end && i + run == body.len()) || to % SECTOR_BYTES == 0;
+        if !(starts_ok && ends_ok) {
+            return Some((from, to));
+        }
+        i += run;
+    }
+    None
 }
 
 /// Where a complete, checksummed line starts inside the bad segment `line`,
@@ -434,15 +472,35 @@ mod tests {
     }
 
     #[test]
-    fn a_final_line_with_zeros_in_it_is_a_torn_tail() {
+    fn a_final_line_whose_write_was_lost_is_a_torn_tail() {
+        // The file grew, the data never reached the disk: zeros from the
+        // line's start to the end of the file.
         let (mut bytes, starts) = log_bytes(3);
-        let mid = starts[2] as usize + 20;
-        bytes[mid..mid + 8].fill(0);
+        bytes[starts[2] as usize..].fill(0);
         let (seqs, outcome) = scan(&bytes);
         assert_eq!(seqs, vec![0, 1]);
         let torn = outcome.unwrap().expect("torn tail");
         assert_eq!(torn.offset, starts[2]);
         assert_eq!(torn.len, bytes.len() as u64 - starts[2]);
+    }
+
+    #[test]
+    fn zeros_inside_a_sector_are_damage_not_a_torn_tail() {
+        let (mut bytes, starts) = log_bytes(3);
+        // Eight bytes zeroed in the middle of the last line.
+        let mid = starts[2] as usize + 20;
+        bytes[mid..mid + 8].fill(0);
+        let (_, outcome) = scan(&bytes);
+        let e = outcome.expect_err("zeros that stop mid-sector were written");
+        assert!(e.to_string().contains("inside a 512-byte sector"), "{e}");
+        // Whole lines zeroed with their newlines kept.
+        let (mut bytes, starts) = log_bytes(3);
+        for i in starts[1] as usize..bytes.len() {
+            if bytes[i] != b'\n' {
+                bytes[i] = 0;
+            }
+        }
+        assert!(scan(&bytes).1.is_err());
     }
 
     #[test]
@@ -475,13 +533,14 @@ mod tests {
     #[test]
     fn more_bad_lines_than_one_group_is_damage() {
         let (mut bytes, _) = log_bytes(1);
+        // Garbage lines: what a weak disk may leave of a lost group write.
         for _ in 0..TORN_TAIL_MAX_LINES {
-            bytes.extend_from_slice(b"\0\0\n");
+            bytes.extend_from_slice(b"#?\n");
         }
         let (seqs, outcome) = scan(&bytes);
         assert_eq!(seqs, vec![0]);
         assert_eq!(outcome.unwrap().unwrap().len, 3 * TORN_TAIL_MAX_LINES);
-        bytes.extend_from_slice(b"\0\0\n");
+        bytes.extend_from_slice(b"#?\n");
         let (_, outcome) = scan(&bytes);
         assert!(
             matches!(outcome, Err(Error::Damage { line: 2, .. })),

@@ -7,6 +7,13 @@ use agentstore::event::{Effect, Event, Redaction};
 use agentstore::{Session, SessionId, SessionOptions};
 use serde_json::json;
 
+/// The tests take writer locks in this process and spawn children: run
+/// them one at a time (see `common::serial` in the other test binaries).
+fn serial() -> std::sync::MutexGuard<'static, ()> {
+    static SERIAL: std::sync::Mutex<()> = std::sync::Mutex::new(());
+    SERIAL.lock().unwrap_or_else(|p| p.into_inner())
+}
+
 fn agentstore(args: &[&str]) -> (i32, String, String) {
     let out = Command::new(env!("CARGO_BIN_EXE_agentstore"))
         .args(args)
@@ -21,6 +28,7 @@ fn agentstore(args: &[&str]) -> (i32, String, String) {
 
 #[test]
 fn recover_context_checkpoint_and_export_from_the_command_line() {
+    let _serial = serial();
     let dir = tempfile::tempdir().unwrap();
     let root = dir.path().join("root");
     let ws = dir.path().join("ws");
@@ -129,6 +137,7 @@ fn listing(dir: &std::path::Path) -> Vec<(String, u64)> {
 /// file created, none changed, a torn tail left for the writer to cut.
 #[test]
 fn read_only_commands_work_while_a_writer_holds_the_lock_and_write_nothing() {
+    let _serial = serial();
     let dir = tempfile::tempdir().unwrap();
     let root = dir.path().join("root");
     let ws = dir.path().join("ws");
@@ -196,6 +205,7 @@ fn read_only_commands_work_while_a_writer_holds_the_lock_and_write_nothing() {
 /// character session id, one with a newline, an unknown --type.
 #[test]
 fn errors_quote_long_or_multi_line_input_on_one_short_line() {
+    let _serial = serial();
     let dir = tempfile::tempdir().unwrap();
     let root_s = dir.path().to_str().unwrap();
     let long = "x".repeat(10_000);

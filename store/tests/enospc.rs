@@ -52,6 +52,7 @@ fn big_event(i: usize) -> Event {
 
 #[test]
 fn a_write_that_runs_out_of_space_leaves_no_fragment() {
+    let _serial = common::serial();
     let fs = match TinyFs::mount("64k") {
         Ok(fs) => fs,
         Err(why) => {

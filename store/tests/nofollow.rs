@@ -64,6 +64,7 @@ impl Fixture {
 
 #[test]
 fn lock() {
+    let _serial = common::serial();
     let f = fixture();
     let at = f.paths.lock();
     f.plant(&at);
@@ -82,6 +83,7 @@ fn lock() {
 
 #[test]
 fn events_jsonl() {
+    let _serial = common::serial();
     let f = fixture();
     let at = f.paths.events();
     // The outside file even looks like this session's log.
@@ -95,6 +97,7 @@ fn events_jsonl() {
 
 #[test]
 fn snapshot_tmp_and_snapshot_json() {
+    let _serial = common::serial();
     let f = fixture();
     let mut s = f.open().unwrap();
     for at in [f.paths.dir().join("snapshot.tmp"), f.paths.snapshot()] {
@@ -111,6 +114,7 @@ fn snapshot_tmp_and_snapshot_json() {
 
 #[test]
 fn session_tmp_and_session_json() {
+    let _serial = common::serial();
     let f = fixture();
     let mut meta = SessionMeta::read(&f.paths).unwrap();
     for at in [f.paths.dir().join("session.tmp"), f.paths.meta()] {
@@ -124,6 +128,7 @@ fn session_tmp_and_session_json() {
 
 #[test]
 fn blobs() {
+    let _serial = common::serial();
     let f = fixture();
     let s = f.open().unwrap();
     let bytes = vec![b'x'; 20_000];
@@ -148,6 +153,7 @@ fn blobs() {
 
 #[test]
 fn torn_tail_quarantine() {
+    let _serial = common::serial();
     let f = fixture();
     let mut bytes = std::fs::read(f.paths.events()).unwrap();
     let len = bytes.len();
@@ -162,6 +168,7 @@ fn torn_tail_quarantine() {
 
 #[test]
 fn the_session_directory_itself() {
+    let _serial = common::serial();
     let f = fixture();
     let moved = f.root.join("elsewhere");
     std::fs::rename(f.paths.dir(), &moved).unwrap();

@@ -62,6 +62,7 @@ fn assert_damage_at(result: agentstore::Result<impl std::fmt::Debug>, want: (u64
 
 #[test]
 fn a_wrong_checksum_on_the_last_complete_line_is_damage_not_a_torn_tail() {
+    let _serial = common::serial();
     let dir = scratch();
     let (paths, s) = session(dir.path(), 3);
     drop(s);
@@ -78,6 +79,7 @@ fn a_wrong_checksum_on_the_last_complete_line_is_damage_not_a_torn_tail() {
 
 #[test]
 fn zeros_over_the_last_lines_under_a_snapshot_are_damage() {
+    let _serial = common::serial();
     let dir = scratch();
     let (paths, mut s) = session(dir.path(), 3);
     s.checkpoint().unwrap();
@@ -98,6 +100,7 @@ fn zeros_over_the_last_lines_under_a_snapshot_are_damage() {
 
 #[test]
 fn a_torn_line_after_the_snapshot_is_still_cut() {
+    let _serial = common::serial();
     let dir = scratch();
     let (paths, mut s) = session(dir.path(), 2);
     s.checkpoint().unwrap();
@@ -114,6 +117,7 @@ fn a_torn_line_after_the_snapshot_is_still_cut() {
 
 #[test]
 fn what_is_cut_is_first_saved_to_a_quarantine_file_next_to_the_log() {
+    let _serial = common::serial();
     let dir = scratch();
     let p = paths(dir.path(), "q");
     let log = EventLog::create(&p, agentstore::Durability::Sync).unwrap();
@@ -122,7 +126,7 @@ fn what_is_cut_is_first_saved_to_a_quarantine_file_next_to_the_log() {
     }
     drop(log);
     let full = std::fs::read(p.events()).unwrap();
-    let torn: &[u8] = b"{\"crc\":\"12345678\",\"seq\":3,\"id\":\"e3\",\"ts\":\0\0\0\0";
+    let torn: &[u8] = b"{\"crc\":\"12345678\",\"seq\":3,\"id\":\"e3\",\"ts\":";
     for round in 0..2 {
         let mut bytes = full.clone();
         bytes.extend_from_slice(torn);
@@ -143,6 +147,7 @@ fn what_is_cut_is_first_saved_to_a_quarantine_file_next_to_the_log() {
 
 #[test]
 fn the_cli_names_the_quarantine_file() {
+    let _serial = common::serial();
     let dir = scratch();
     let (paths, s) = session(dir.path(), 1);
     drop(s);
@@ -180,6 +185,7 @@ fn the_cli_names_the_quarantine_file() {
 
 #[test]
 fn recovery_verifies_every_line_even_under_a_checkpoint() {
+    let _serial = common::serial();
     let dir = scratch();
     let (paths, mut s) = session(dir.path(), 4);
     s.checkpoint().unwrap();

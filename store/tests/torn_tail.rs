@@ -1,6 +1,8 @@
 //! Torn tails: cut the log at every byte offset inside its last lines, or
 //! pad it with zeros. Opening for writing must cut exactly the bytes after
-//! the last complete line, say where, and leave a log the next append extends.
+//! the last complete line, say where, and leave a log the next append
+//! extends; zeros no lost write could leave (starting or stopping inside a
+//! sector) are damage.
 
 mod common;
 
@@ -98,16 +100,44 @@ fn trailing_zero_bytes_are_a_torn_tail() {
         bytes.resize(full.len() + zeros, 0);
         open_cut_and_append(&paths, &bytes, n, full.len() as u64);
 
-        // Right after a partial line (no newline before the zeros).
+        // Right after a partial line (no newline before the zeros): the
+        // zeros start inside a sector, which no lost write leaves (it reads
+        // as whole sectors of zeros), so they were written: damage.
         let mut bytes = full[..full.len() - 1].to_vec();
         bytes.resize(full.len() - 1 + zeros, 0);
-        open_cut_and_append(&paths, &bytes, n - 1, last_start);
+        std::fs::write(paths.events(), &bytes).unwrap();
+        let refused = EventLog::open(&paths, LogOptions::default(), |_, _| Ok(()));
+        assert!(
+            matches!(refused, Err(agentstore::Error::Damage { offset, .. }) if offset == last_start),
+            "{zeros} zeros after a partial line: {:?}",
+            refused.err()
+        );
+        // The same write lost from the sector boundary on is torn.
+        let sector = (last_start / 512 + 1) * 512;
+        if sector < full.len() as u64 {
+            let mut bytes = full.clone();
+            bytes[sector as usize..].fill(0);
+            open_cut_and_append(&paths, &bytes, n - 1, last_start);
+        }
 
-        // Zeros ending in a newline: a complete but unreadable final line.
+        // Zeros ending in a newline inside a sector: the newline was
+        // written and the bytes before it zeroed, which no lost write
+        // leaves: damage, unless the newline starts a sector.
         let mut bytes = full.clone();
         bytes.resize(full.len() + zeros, 0);
         bytes.push(b'\n');
-        open_cut_and_append(&paths, &bytes, n, full.len() as u64);
+        std::fs::write(paths.events(), &bytes).unwrap();
+        let opened = EventLog::open(&paths, LogOptions::default(), |_, _| Ok(()));
+        if (full.len() + zeros) % 512 == 0 {
+            drop(opened);
+            open_cut_and_append(&paths, &bytes, n, full.len() as u64);
+        } else {
+            assert!(
+                matches!(opened, Err(agentstore::Error::Damage { .. })),
+                "{zeros} zeros then a newline: {:?}",
+                opened.err()
+            );
+        }
     }
 }
 

@@ -25,6 +25,7 @@ fn locked_by(result: agentstore::Result<EventLog>) -> String {
 
 #[test]
 fn a_second_writer_in_the_same_process_is_refused() {
+    let _serial = common::serial();
     let dir = tempfile::tempdir().unwrap();
     let paths = paths(dir.path(), "s");
     let first = EventLog::create(&paths, Durability::Sync).unwrap();
@@ -97,6 +98,7 @@ impl Writer {
 
 #[test]
 fn a_second_writer_process_is_refused_with_the_holders_pid() {
+    let _serial = common::serial();
     let dir = tempfile::tempdir().unwrap();
     let root = dir.path();
     let paths = paths(root, "s");
@@ -139,6 +141,7 @@ fn a_second_writer_process_is_refused_with_the_holders_pid() {
 
 #[test]
 fn the_lock_dies_with_a_killed_writer() {
+    let _serial = common::serial();
     let dir = tempfile::tempdir().unwrap();
     let root = dir.path();
     let paths = paths(root, "s");

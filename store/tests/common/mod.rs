@@ -71,3 +71,13 @@ pub fn line_starts(bytes: &[u8]) -> Vec<u64> {
 pub fn binary() -> PathBuf {
     PathBuf::from(env!("CARGO_BIN_EXE_agentstore"))
 }
+
+/// Serializes the tests of a binary that both take writer locks in this
+/// process and spawn child processes. A child being spawned holds copies of
+/// the parent's file descriptors until it execs, the flock'ed `lock` file
+/// among them, so a test re-taking a lock while another thread spawns a
+/// child could find it held for that moment: a race, so a flaky test.
+pub fn serial() -> std::sync::MutexGuard<'static, ()> {
+    static SERIAL: std::sync::Mutex<()> = std::sync::Mutex::new(());
+    SERIAL.lock().unwrap_or_else(|p| p.into_inner())
+}
