@@ -495,11 +495,10 @@ mod tests {
         assert!(e.to_string().contains("inside a 512-byte sector"), "{e}");
         // Whole lines zeroed with their newlines kept.
         let (mut bytes, starts) = log_bytes(3);
-        for i in starts[1] as usize..bytes.len() {
-            if bytes[i] != b'\n' {
-                bytes[i] = 0;
-            }
-        }
+        bytes[starts[1] as usize..]
+            .iter_mut()
+            .filter(|b| **b != b'\n')
+            .for_each(|b| *b = 0);
         assert!(scan(&bytes).1.is_err());
     }
 
