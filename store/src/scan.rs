@@ -373,8 +373,8 @@ fn misplaced_zeros(body: &[u8], at: u64, segment: u64, at_end: bool) -> Option<(
         }
         let run = body[i..].iter().take_while(|&&b| b == 0).count();
         let (from, to) = (at + i as u64, at + (i + run) as u64);
-        let starts_ok = from == segment || from % SECTOR_BYTES == 0;
-        let ends_ok = (at_end && i + run == body.len()) || to % SECTOR_BYTES == 0;
+        let starts_ok = from == segment || from.is_multiple_of(SECTOR_BYTES);
+        let ends_ok = (at_end && i + run == body.len()) || to.is_multiple_of(SECTOR_BYTES);
         if !(starts_ok && ends_ok) {
             return Some((from, to));
         }

@@ -128,7 +128,7 @@ fn trailing_zero_bytes_are_a_torn_tail() {
         bytes.push(b'\n');
         std::fs::write(paths.events(), &bytes).unwrap();
         let opened = EventLog::open(&paths, LogOptions::default(), |_, _| Ok(()));
-        if (full.len() + zeros) % 512 == 0 {
+        if (full.len() + zeros).is_multiple_of(512) {
             drop(opened);
             open_cut_and_append(&paths, &bytes, n, full.len() as u64);
         } else {
