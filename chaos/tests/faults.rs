@@ -43,6 +43,7 @@ const EXPECTED: &[(&str, &[&str])] = &[
     ("mark-twice", &["recovery-idempotent"]),
     ("skip-damaged-lines", &["damage-refused"]),
     ("fsync-retry", &["failed-sync-not-acked"]),
+    ("rewrite-whole-log", &["acked-durable"]),
 ];
 
 /// Faults that only a nemesis other than the crash points can show.
@@ -147,6 +148,11 @@ fn skip_damaged_lines_is_caught_by_damage_refused() {
 #[test]
 fn fsync_retry_is_caught_by_failed_sync_not_acked() {
     assert_caught("fsync-retry");
+}
+
+#[test]
+fn rewrite_whole_log_is_caught_by_acked_durable() {
+    assert_caught("rewrite-whole-log");
 }
 
 #[test]

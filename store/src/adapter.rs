@@ -130,10 +130,11 @@ struct Reply {
     error: Option<Value>,
 }
 
-/// The adapter's state: at most one open session.
-#[derive(Debug, Default)]
+/// The adapter's state: at most one open session, and what `hello` claims.
+#[derive(Debug)]
 struct Server {
     session: Option<Session>,
+    claims: Vec<&'static str>,
 }
 
 /// The longest request line the adapter reads, newline included: the same
@@ -146,11 +147,35 @@ pub fn serve(input: impl BufRead, output: impl Write) -> Result<()> {
     serve_capped(input, output, MAX_REQUEST_LINE)
 }
 
+/// [`serve`], with `hello` claiming only `claims` (a subset of
+/// [`CAPABILITIES`]; the store behaves the same). For seeing how the
+/// harness scores a store that claims less: claims decide how a
+/// capability is scored, never which faults the store gets.
+pub fn serve_claiming(
+    input: impl BufRead,
+    output: impl Write,
+    claims: Vec<&'static str>,
+) -> Result<()> {
+    serve_with(input, output, MAX_REQUEST_LINE, claims)
+}
+
 /// [`serve`] with request lines capped at `cap` bytes, newline included. A
 /// longer line is read to its newline without being kept, and answered
 /// with one `bad_request` reply (its id is unknown: null).
-pub fn serve_capped(mut input: impl BufRead, mut output: impl Write, cap: usize) -> Result<()> {
-    let mut server = Server::default();
+pub fn serve_capped(input: impl BufRead, output: impl Write, cap: usize) -> Result<()> {
+    serve_with(input, output, cap, CAPABILITIES.to_vec())
+}
+
+fn serve_with(
+    mut input: impl BufRead,
+    mut output: impl Write,
+    cap: usize,
+    claims: Vec<&'static str>,
+) -> Result<()> {
+    let mut server = Server {
+        session: None,
+        claims,
+    };
     let mut line = Vec::new();
     loop {
         let read = read_line_capped(&mut input, &mut line, cap)
@@ -291,7 +316,7 @@ impl Server {
                     "name": "agentstore",
                     "version": env!("CARGO_PKG_VERSION"),
                     "protocol": PROTOCOL_VERSION,
-                    "capabilities": CAPABILITIES,
+                    "capabilities": self.claims,
                 }))
             }
             Request::Open {

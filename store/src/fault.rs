@@ -42,6 +42,8 @@ pub enum Fault {
     RefuseIncompleteSession,
     /// A failed fdatasync of the log is retried, and the append acknowledged if the retry succeeds.
     FsyncRetry,
+    /// Every append rewrites the whole log: truncate to zero, then write every line again; a crash in between loses every acknowledged event.
+    RewriteWholeLog,
 }
 
 impl Fault {
@@ -117,6 +119,11 @@ impl Fault {
             Fault::FsyncRetry,
             "fsync-retry",
             "a failed fsync is never retried into an acknowledgement",
+        ),
+        (
+            Fault::RewriteWholeLog,
+            "rewrite-whole-log",
+            "an append never puts acknowledged events at risk (it appends; it does not truncate and rewrite)",
         ),
     ];
 

@@ -304,6 +304,17 @@ impl EventLog {
         self.lock_state().index.clone()
     }
 
+    /// The `rewrite-whole-log` fault, broken on purpose as stores that
+    /// serialize their whole history on every save are: the file is cut
+    /// to zero, then everything is written again with `line` at `offset`.
+    fn rewrite_whole(&self, line: &[u8], offset: u64) -> std::io::Result<()> {
+        let mut all = vec![0u8; offset as usize];
+        self.file.read_exact_at(&mut all, 0)?;
+        all.extend_from_slice(line);
+        self.file.set_len(0)?;
+        crashpoint::write_at("log.write", &self.file, &all, 0)
+    }
+
     fn lock_state(&self) -> MutexGuard<'_, WriteState> {
         // A panic while holding the lock cannot leave the file inconsistent
         // with `end`, because `end` only moves after a successful write.
@@ -360,7 +371,11 @@ impl EventLog {
                 limit: MAX_LINE_BYTES,
             });
         }
-        let written = crashpoint::write_at("log.write", &self.file, &buf, start.offset);
+        let written = if fault::active(Fault::RewriteWholeLog) {
+            self.rewrite_whole(&buf, start.offset)
+        } else {
+            crashpoint::write_at("log.write", &self.file, &buf, start.offset)
+        };
         let line_len = buf.len() as u64;
         st.buf = buf;
         if let Err(e) = written {

@@ -7,10 +7,37 @@ use super::{Failure, Outcome};
 /// stdin ends. The harness drives everything through the protocol; faults
 /// (`AGENTSTORE_FAULT`) and crash points come from the environment.
 #[derive(Debug, clap::Args)]
-pub struct Args {}
+pub struct Args {
+    /// Claim only these capabilities in `hello`, comma-separated (default:
+    /// all). The store behaves the same; this shows how the harness scores
+    /// a store that claims less.
+    #[arg(long, value_name = "CAP,CAP…")]
+    claims: Option<String>,
+}
 
-pub fn run(_args: Args) -> Outcome {
+pub fn run(args: Args) -> Outcome {
+    use agentstore::adapter::CAPABILITIES;
     let stdin = std::io::stdin().lock();
     let stdout = std::io::stdout().lock();
-    agentstore::adapter::serve(stdin, stdout).map_err(Failure::Store)
+    let Some(list) = args.claims else {
+        return agentstore::adapter::serve(stdin, stdout).map_err(Failure::Store);
+    };
+    let claims = list
+        .split(',')
+        .filter(|c| !c.is_empty())
+        .map(|c| {
+            CAPABILITIES
+                .iter()
+                .copied()
+                .find(|k| *k == c)
+                .ok_or_else(|| {
+                    Failure::Usage(format!(
+                        "--claims: {} is not a capability (known: {})",
+                        agentstore::error::quote(c),
+                        CAPABILITIES.join(", ")
+                    ))
+                })
+        })
+        .collect::<Result<Vec<_>, _>>()?;
+    agentstore::adapter::serve_claiming(stdin, stdout, claims).map_err(Failure::Store)
 }

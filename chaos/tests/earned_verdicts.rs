@@ -1,0 +1,151 @@
+//! Earned verdicts: a scorecard row passes only on evidence from the window
+//! where it can fail, the default `agentchaos run` brings every nemesis
+//! that can produce that evidence, and a store's claims decide how it is
+//! scored, never which faults it gets.
+//!
+//! - A store that truncates its log and rewrites it on every append
+//!   (agentstore's `rewrite-whole-log` fault, through its adapter): with the
+//!   crash points alone nothing lands inside its writes, and
+//!   `durable_append` says "not exercised" instead of passing; the default
+//!   nemeses find the loss.
+//! - A store that never fsyncs (`no-fdatasync`): it survives every process
+//!   crash and fails the power-loss row.
+//! - A store that does not claim `torn_tail_repair` and appends onto a torn
+//!   tail is still torn, and fails `durable_append`.
+
+#[path = "support/campaign.rs"]
+mod campaign;
+mod support;
+
+use std::path::{Path, PathBuf};
+
+use serde_json::Value;
+
+fn fixture() -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/fixtures/small.json")
+}
+
+fn agentstore_adapter(fault: &str, extra: &str) -> String {
+    let bin = support::workspace_bin("agentstore", "agentstore");
+    format!(
+        "env AGENTSTORE_FAULT={fault} {} adapter{extra}",
+        bin.display()
+    )
+}
+
+fn row<'a>(report: &'a Value, key: &str) -> &'a Value {
+    report["scorecard"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|r| r["capability"] == key)
+        .unwrap_or_else(|| panic!("no scorecard row {key}"))
+}
+
+#[test]
+fn a_store_that_rewrites_its_log_is_not_passed_by_kills_between_requests() {
+    let adapter = agentstore_adapter("rewrite-whole-log", "");
+    let (code, report, stdout) =
+        campaign::run(&fixture(), &["--adapter", &adapter, "--nemesis", "points"]);
+    assert_eq!(code, 0, "the crash points alone cannot see it:\n{stdout}");
+    let durable = row(&report, "durable_append");
+    assert_eq!(durable["verdict"], "not exercised", "{stdout}");
+    assert!(
+        durable["why"]
+            .as_str()
+            .unwrap()
+            .contains("only between requests"),
+        "{durable}"
+    );
+}
+
+#[test]
+fn a_store_that_rewrites_its_log_fails_durable_append_under_the_syscall_nemesis() {
+    let adapter = agentstore_adapter("rewrite-whole-log", "");
+    let (code, report, stdout) = campaign::run(
+        &fixture(),
+        &["--adapter", &adapter, "--nemesis", "points,syscall"],
+    );
+    assert_eq!(code, 1, "{stdout}");
+    let durable = row(&report, "durable_append");
+    assert_eq!(durable["verdict"], "fail", "{stdout}");
+    let first = &durable["first_violation"];
+    assert_eq!(first["invariant"], "acked-durable", "{durable}");
+    let replay = first["replay"].as_str().unwrap();
+    assert!(replay.contains("--plan sys-"), "{replay}");
+    let (replayed, out) = campaign::replay(replay);
+    assert_eq!(replayed, 1, "the replay reproduces the loss:\n{out}");
+    assert!(out.contains("VIOLATION acked-durable"), "{out}");
+}
+
+#[test]
+fn a_store_without_fsync_survives_crashes_and_fails_the_power_loss_row_by_default() {
+    let (code, report, stdout) = campaign::run(&fixture(), &["--store-fault", "no-fdatasync"]);
+    assert_eq!(code, 1, "{stdout}");
+    assert!(
+        report["mode"]
+            .as_str()
+            .unwrap()
+            .contains("nemesis points,syscall,powerloss"),
+        "the default runs every nemesis: {}",
+        report["mode"]
+    );
+    assert_eq!(
+        row(&report, "durable_append")["verdict"],
+        "pass",
+        "{stdout}"
+    );
+    let power = row(&report, "durable_append_power_loss");
+    assert_eq!(power["verdict"], "fail", "{stdout}");
+    let replay = power["first_violation"]["replay"].as_str().unwrap();
+    assert!(
+        replay.starts_with("agentchaos powerloss --scenario ")
+            && replay.contains("--store-fault no-fdatasync --replay "),
+        "{replay}"
+    );
+    let (replayed, out) = campaign::replay(replay);
+    assert_eq!(replayed, 1, "the power-loss replay reproduces it:\n{out}");
+    assert!(
+        report["power_loss"]["scenarios"][0]["violations"]
+            .as_array()
+            .is_some_and(|v| !v.is_empty()),
+        "the JSON report carries the power-loss findings"
+    );
+}
+
+#[test]
+fn the_reference_store_passes_every_default_nemesis() {
+    let (code, report, stdout) = campaign::run(&fixture(), &[] as &[&str]);
+    assert_eq!(code, 0, "{stdout}");
+    for key in [
+        "durable_append",
+        "durable_append_power_loss",
+        "torn_tail_repair",
+    ] {
+        assert_eq!(row(&report, key)["verdict"], "pass", "{key}:\n{stdout}");
+    }
+    assert!(stdout.contains("power-loss nemesis: "), "{stdout}");
+}
+
+#[test]
+fn a_store_that_does_not_claim_torn_tail_repair_is_torn_anyway() {
+    let claims = " --claims durable_append,damage_refusal,orphan_marking,effect_ledger,checkpoint_projection,branches,compaction";
+    let adapter = agentstore_adapter("no-torn-tail-repair", claims);
+    let (code, report, stdout) =
+        campaign::run(&fixture(), &["--adapter", &adapter, "--nemesis", "syscall"]);
+    assert_eq!(code, 1, "tears reach it and it fuses onto them:\n{stdout}");
+    assert_eq!(
+        row(&report, "torn_tail_repair")["verdict"],
+        "not supported",
+        "{stdout}"
+    );
+    let durable = row(&report, "durable_append");
+    assert_eq!(durable["verdict"], "fail", "{stdout}");
+    assert!(
+        durable["first_violation"]["replay"]
+            .as_str()
+            .unwrap()
+            .contains("sys-tear@"),
+        "{durable}"
+    );
+}
