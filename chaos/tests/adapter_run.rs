@@ -29,10 +29,14 @@ fn sqlite_adapter(mutant: Option<&str>) -> String {
     }
 }
 
-/// An exhaustive campaign on the small fixture through `adapter`: the exit
-/// code, the JSON report and stdout.
+/// An exhaustive campaign on the small fixture through `adapter`, kills and
+/// syscall faults (power loss through adapters is `powerloss_campaign.rs`'s):
+/// the exit code, the JSON report and stdout.
 fn campaign(adapter: &str) -> (i32, Value, String) {
-    campaign::run(&fixture(), &["--adapter", adapter])
+    campaign::run(
+        &fixture(),
+        &["--adapter", adapter, "--nemesis", "points,syscall"],
+    )
 }
 
 fn assert_clean(adapter: &str) {

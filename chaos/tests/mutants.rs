@@ -43,10 +43,19 @@ fn store_args(store: Store) -> Vec<String> {
     }
 }
 
-/// `agentchaos run --quiet --scenario S --json FILE` (exhaustive): exit
-/// code, the JSON report, stdout.
+/// `agentchaos run --quiet --scenario S --nemesis N --json FILE`
+/// (exhaustive): exit code, the JSON report, stdout. The mutants run under
+/// the crash points (each is caught there; the defaults are
+/// `earned_verdicts.rs`'s); the controls add the syscall nemesis, which
+/// through an adapter is what earns `durable_append` its pass.
 fn campaign(store: Store, scenario_name: &str) -> (i32, Value, String) {
-    campaign::run(&scenario(scenario_name), &store_args(store))
+    let nemesis = match store {
+        Store::Sqlite(None) => "points,syscall",
+        _ => "points",
+    };
+    let mut args = store_args(store);
+    args.extend(["--nemesis".to_string(), nemesis.to_string()]);
+    campaign::run(&scenario(scenario_name), &args)
 }
 
 /// The scorecard row of `capability` (`outcome` for the end-to-end row).

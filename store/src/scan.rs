@@ -335,16 +335,16 @@ fn torn_piece(piece: &[u8], at: u64, segment: u64) -> std::result::Result<(), St
         Some(body) => (body, true),
         None => (piece, false),
     };
-    if let Some((from, to)) = misplaced_zeros(body, at, segment, !complete) {
-        return Err(format!(
-            "zero bytes at byte offsets {from}..{to} start or stop inside a {SECTOR_BYTES}-byte sector: a lost write reads as whole sectors of zeros, so these were written (damage)"
-        ));
-    }
     if let Some(at) = embedded_valid_line(body) {
         // A lost newline merged a committed line into this one: cutting it
         // as a tail would lose data.
         return Err(format!(
             "a valid line starts {at} bytes into it (a newline was damaged?)"
+        ));
+    }
+    if let Some((from, to)) = misplaced_zeros(body, at, segment, !complete) {
+        return Err(format!(
+            "zero bytes at byte offsets {from}..{to} start or stop inside a {SECTOR_BYTES}-byte sector: a lost write reads as whole sectors of zeros, so these were written (damage)"
         ));
     }
     if !complete || body.contains(&0) {

@@ -67,7 +67,7 @@ const NOT_APPLICABLE: &[NotApplicable] = &[
     },
     NotApplicable {
         invariant: "(nemesis)",
-        check: "kills at the store's own whitebox crash points and the crash-point power cut (a foreign store has none): crash-point plans kill at the agent's points (before each request and once the adapter has answered it) and at timers; kills, tears and errors at the store's own syscalls are --nemesis syscall, power loss is `agentchaos powerloss`",
+        check: "kills at the store's own whitebox crash points and the crash-point power cut (a foreign store has none): crash-point plans kill at the agent's points (before each request and once the adapter has answered it) and at timers; kills, tears and errors at the store's own syscalls are the syscall nemesis, power cuts the power-loss nemesis (both in the default nemesis set on Linux x86_64)",
     },
 ];
 
