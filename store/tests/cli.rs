@@ -129,6 +129,52 @@ fn append_prints_one_ack_per_durable_event() {
     assert_eq!(ack["end"], size);
 }
 
+/// `append` goes through the session rules: each refused line exits 1
+/// naming its line and the rule, and writes nothing; a `tool_started` is
+/// the call's intent.
+#[test]
+fn append_enforces_the_session_rules() {
+    let dir = tempfile::tempdir().unwrap();
+    let root = dir.path().to_str().unwrap();
+    let setup = concat!(
+        "{\"type\":\"run_started\",\"run_id\":\"r1\"}\n",
+        "{\"type\":\"tool_call\",\"parent\":null,\"call_id\":\"c1\",\"tool\":\"deploy\",\"args\":{},\"effect\":\"side_effect\",\"operation_id\":\"op1\"}\n",
+        "{\"type\":\"tool_started\",\"call_id\":\"c1\"}\n",
+        "{\"type\":\"effect_committed\",\"call_id\":\"c1\",\"operation_id\":\"op1\",\"external_ref\":\"x\"}\n",
+    );
+    let run = agentstore(&["append", root, "s", "--workspace", root], setup);
+    assert_eq!(run.code, 0, "{}", run.stderr);
+    assert_eq!(run.stdout.lines().count(), 5, "{}", run.stdout);
+    assert!(run.stdout.contains("\"type\":\"tool_started\""));
+    let log = dir.path().join("sessions/s/events.jsonl");
+    let before = std::fs::read(&log).unwrap();
+    for (event, rule) in [
+        (
+            "{\"type\":\"effect_committed\",\"call_id\":\"c1\",\"operation_id\":\"op1\",\"external_ref\":\"y\"}",
+            "op1",
+        ),
+        (
+            "{\"type\":\"tool_call\",\"parent\":null,\"call_id\":\"c2\",\"tool\":\"deploy\",\"args\":{},\"effect\":\"side_effect\"}",
+            "operation_id",
+        ),
+        (
+            "{\"type\":\"tool_result\",\"parent\":null,\"call_id\":\"nope\",\"status\":\"ok\",\"output\":\"x\"}",
+            "\"nope\"",
+        ),
+        ("{\"type\":\"run_started\",\"run_id\":\"r2\"}", "r1"),
+        (
+            "{\"type\":\"user_message\",\"parent\":\"e42\",\"text\":\"x\"}",
+            "\"e42\"",
+        ),
+        ("{\"type\":\"tool_started\",\"call_id\":\"zz\"}", "\"zz\""),
+    ] {
+        let run = agentstore(&["append", root, "s"], &format!("{event}\n"));
+        assert_fails(&run, 1, &["stdin line 1", "refused, nothing written", rule]);
+        assert_eq!(run.stdout, "", "{event}: nothing acknowledged");
+        assert_eq!(std::fs::read(&log).unwrap(), before, "{event}: nothing written");
+    }
+}
+
 #[test]
 fn creating_append_acks_session_created_first() {
     let dir = tempfile::tempdir().unwrap();

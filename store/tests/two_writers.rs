@@ -77,19 +77,23 @@ impl Writer {
         }
     }
 
-    /// Sends one event and waits for its ack: from then on the lock is held.
+    /// Starts run `run_id` and waits for its ack: from then on the lock is held.
     fn append(&mut self, run_id: &str) -> serde_json::Value {
-        writeln!(
-            self.stdin,
-            r#"{{"type":"run_started","run_id":"{run_id}"}}"#
+        self.send(
+            &format!(r#"{{"type":"run_started","run_id":"{run_id}"}}"#),
+            "run_started",
         )
-        .unwrap();
+    }
+
+    /// Sends one event line and waits for the ack of an event of `type_name`.
+    fn send(&mut self, event: &str, type_name: &str) -> serde_json::Value {
+        writeln!(self.stdin, "{event}").unwrap();
         self.stdin.flush().unwrap();
         loop {
             let mut line = String::new();
             assert_ne!(self.stdout.read_line(&mut line).unwrap(), 0, "writer died");
             let ack: serde_json::Value = serde_json::from_str(&line).unwrap();
-            if ack["type"] == "run_started" {
+            if ack["type"] == type_name {
                 return ack;
             }
         }
@@ -126,7 +130,10 @@ fn a_second_writer_process_is_refused_with_the_holders_pid() {
     );
 
     // The holder is still fine, and lets go when its input ends.
-    holder.append("r2");
+    holder.send(
+        r#"{"type":"run_finished","run_id":"r1","status":"completed"}"#,
+        "run_finished",
+    );
     drop(holder.stdin);
     assert!(holder.child.wait().unwrap().success());
     let mut runs = Vec::new();
@@ -136,7 +143,7 @@ fn a_second_writer_process_is_refused_with_the_holders_pid() {
     })
     .unwrap();
     assert_eq!(report.end.seq, 3);
-    assert_eq!(runs, ["session_created", "run_started", "run_started"]);
+    assert_eq!(runs, ["session_created", "run_started", "run_finished"]);
 }
 
 #[test]

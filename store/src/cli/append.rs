@@ -2,8 +2,12 @@
 //!
 //! Each input line is an object with `type` and the event's fields (and
 //! optionally `"redaction":"sensitive"`); the store assigns seq, id, ts and
-//! the checksum, so those fields are refused. An ack is printed only once
-//! its event is durable, so what this prints is a durability promise.
+//! the checksum, so those fields are refused. Every event goes through the
+//! session rules, as the library's and the adapter's appends do (a
+//! `tool_started` is the call's intent, `Session::start_tool`); the first
+//! refused line stops the command, with its line number, and nothing of it
+//! is written. An ack is printed only once its event is durable, so what
+//! this prints is a durability promise.
 
 use std::io::{BufRead, Read, Write};
 use std::path::{Path, PathBuf};
@@ -11,11 +15,10 @@ use std::path::{Path, PathBuf};
 use serde::Serialize;
 use serde_json::Value;
 
-use agentstore::create::{create_session, initialize};
 use agentstore::event::Redaction;
 use agentstore::framing::MAX_LINE_BYTES;
 use agentstore::meta::SessionMeta;
-use agentstore::{Acked, Durability, Event, EventLog, LogOptions, SessionId, SessionPaths};
+use agentstore::{Event, Session, SessionId, SessionOptions, SessionPaths};
 
 use super::{existing_root, session_id, Failure, Outcome};
 
@@ -48,7 +51,7 @@ pub fn run(args: Args) -> Outcome {
     let id = session_id(&args.session)?;
     let paths = SessionPaths::new(&args.root, &id);
     let mut out = std::io::stdout().lock();
-    let log = open_or_create(&args, &id, &paths, &mut out)?;
+    let mut session = open_or_create(&args, &id, &paths, &mut out)?;
     let mut input = std::io::stdin().lock();
     let mut line = Vec::new();
     let mut number = 0u64;
@@ -75,8 +78,23 @@ pub fn run(args: Args) -> Outcome {
         }
         let (event, redaction) = parse_event(text)
             .map_err(|why| Failure::Usage(format!("stdin line {number}: {why}")))?;
-        let acked = log.append_with(&event, redaction)?;
-        print_ack(&mut out, &acked, event.type_name())?;
+        let type_name = event.type_name();
+        let before = session.log().end();
+        let refused = |e: agentstore::Error| {
+            Failure::Problem(format!(
+                "stdin line {number}: {type_name} refused, nothing written: {e}"
+            ))
+        };
+        match event {
+            Event::ToolStarted { call_id } => {
+                session.start_tool(&call_id).map_err(refused)?;
+            }
+            event => {
+                session.append_redacted(event, redaction).map_err(refused)?;
+            }
+        }
+        let after = session.log().end();
+        print_ack(&mut out, before.seq, before.offset, after.offset, type_name)?;
     }
 }
 
@@ -85,14 +103,8 @@ fn open_or_create(
     id: &SessionId,
     paths: &SessionPaths,
     out: &mut impl Write,
-) -> Result<EventLog, Failure> {
-    if !paths.events().exists() {
-        let workspace = workspace(args.workspace.as_deref())?;
-        let (log, init) = create_session(&args.root, id, &workspace, Durability::Sync)?;
-        print_ack(out, &init.acked, "session_created")?;
-        return Ok(log);
-    }
-    if let Some(wanted) = &args.workspace {
+) -> Result<Session, Failure> {
+    if let (Some(wanted), true) = (&args.workspace, paths.events().exists()) {
         let wanted = workspace(Some(wanted))?;
         if let Ok(meta) = SessionMeta::read(paths) {
             if meta.workspace != wanted {
@@ -103,17 +115,22 @@ fn open_or_create(
             }
         }
     }
-    let (log, report) = EventLog::open(paths, LogOptions::default(), |_, _| Ok(()))?;
-    if let Some(torn) = report.repaired {
-        let _ = writeln!(std::io::stderr(), "agentstore: {id}: cut {torn}");
+    let ws = workspace(args.workspace.as_deref())?;
+    let (session, report) =
+        Session::open_or_create(&args.root, id, Path::new(&ws), SessionOptions::default())?;
+    match report {
+        // Created now (or a creation a crash cut short, finished now).
+        None => {
+            let end = session.log().end();
+            print_ack(out, 0, 0, end.offset, "session_created")?;
+        }
+        Some(r) => {
+            if let Some(torn) = r.repaired {
+                let _ = writeln!(std::io::stderr(), "agentstore: {id}: cut {torn}");
+            }
+        }
     }
-    if report.end.seq == 0 {
-        // A creation cut short by a crash: finish it before appending.
-        let workspace = workspace(args.workspace.as_deref())?;
-        let init = initialize(paths, &log, &workspace)?;
-        print_ack(out, &init.acked, "session_created")?;
-    }
-    Ok(log)
+    Ok(session)
 }
 
 /// The workspace as an absolute, canonical UTF-8 path.
@@ -126,21 +143,28 @@ fn workspace(given: Option<&Path>) -> Result<String, Failure> {
         .map_err(|p| Failure::Usage(format!("workspace {p:?} is not valid UTF-8")))
 }
 
-fn print_ack(out: &mut impl Write, acked: &Acked, type_name: &str) -> Result<(), Failure> {
+/// Prints the ack of the durable event `seq`, whose line is `offset..end`.
+fn print_ack(
+    out: &mut impl Write,
+    seq: u64,
+    offset: u64,
+    end: u64,
+    type_name: &str,
+) -> Result<(), Failure> {
+    let id = agentstore::event::event_id(seq);
     let line = AckLine {
-        seq: acked.seq(),
-        id: acked.id(),
+        seq,
+        id: &id,
         type_name,
-        offset: acked.offset(),
-        end: acked.end(),
+        offset,
+        end,
     };
     let json = serde_json::to_string(&line).expect("an ack serializes");
     writeln!(out, "{json}")
         .and_then(|()| out.flush())
         .map_err(|e| {
             Failure::Problem(format!(
-                "cannot print the ack of durable event {} ({e}); stopped reading stdin",
-                acked.seq()
+                "cannot print the ack of durable event {seq} ({e}); stopped reading stdin"
             ))
         })
 }
