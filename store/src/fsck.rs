@@ -2,7 +2,8 @@
 //!
 //! [`check_log`] reads every line of a log (frame, checksum, seq contiguity,
 //! id) and says how far it is valid and what stops it there. [`fsck_session`]
-//! adds `session.json`; [`fsck_root`] checks every session under ROOT and
+//! then folds a valid log through the session rules (the first event that
+//! breaks one, with its seq) and adds `session.json`; [`fsck_root`] checks every session under ROOT and
 //! names entries that are not sessions. This module never writes, never
 //! takes the writer lock, and never stops at the first problem of a session
 //! when a later check (metadata) can still run.
@@ -36,6 +37,10 @@ pub enum LogProblem {
         offset: u64,
         type_name: String,
     },
+    /// Every line is valid, but the event at `seq` breaks a session rule
+    /// (say, a dangling parent): resuming would refuse it. `salvage`
+    /// copies the events before it.
+    Rule { seq: u64, reason: String },
 }
 
 impl LogProblem {
@@ -54,6 +59,11 @@ impl fmt::Display for LogProblem {
                 offset,
                 reason,
             } => write!(f, "damage at line {line}, byte offset {offset}: {reason}"),
+            LogProblem::Rule { seq, reason } => write!(
+                f,
+                "event seq {seq} (line {}) breaks a session rule: {reason}",
+                seq + 1
+            ),
             LogProblem::UnknownType {
                 line,
                 offset,
@@ -155,7 +165,18 @@ pub fn fsck_session(root: &Path, id: &SessionId) -> Result<SessionCheck> {
     }
     let floor = crate::checkpoint::covered_offset(&paths)?.unwrap_or(0);
     let log = check_log(&paths.events(), floor)?;
-    let mut problems: Vec<Problem> = log.problem.into_iter().map(Problem::Log).collect();
+    // Only a log whose lines are all valid is folded: damage comes first.
+    let rule = match &log.problem {
+        None | Some(LogProblem::TornTail(_)) => crate::projection::first_rule_violation(&paths)?
+            .map(|(seq, reason)| LogProblem::Rule { seq, reason }),
+        Some(_) => None,
+    };
+    let mut problems: Vec<Problem> = log
+        .problem
+        .into_iter()
+        .chain(rule)
+        .map(Problem::Log)
+        .collect();
     problems.extend(check_meta(&paths).map(Problem::Meta));
     Ok(SessionCheck {
         id: id.clone(),

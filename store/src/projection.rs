@@ -681,6 +681,37 @@ pub fn replay(
     Ok((p, verified.torn))
 }
 
+/// The first event of the log at `paths` that breaks a session rule, as
+/// `(seq, why)`: the fold `fsck` runs, read-only, every event checked as
+/// an append would be before it is folded. Damage is an error; a torn tail
+/// ends the fold.
+pub fn first_rule_violation(paths: &crate::layout::SessionPaths) -> Result<Option<(Seq, String)>> {
+    let mut p = Projection::default();
+    let mut seen = SeenNodes::default();
+    let mut found = None;
+    let verified = crate::scan::verify(
+        &paths.events(),
+        crate::scan::LogPosition::START,
+        |_, rec| {
+            seen.observe(rec);
+            let checked = match rec.event() {
+                Some(event) => p.check(event, &mut seen),
+                None => Ok(()),
+            };
+            checked
+                .and_then(|()| p.apply(rec, &mut seen))
+                .inspect_err(|e| {
+                    found = Some((rec.seq, e.to_string()));
+                })
+        },
+    );
+    match (found, verified) {
+        (Some(f), _) => Ok(Some(f)),
+        (None, Err(e)) => Err(e),
+        (None, Ok(_)) => Ok(None),
+    }
+}
+
 /// Folds records from the start, remembering nodes as it goes.
 pub fn fold<'a>(records: impl IntoIterator<Item = &'a Record>) -> Result<Projection> {
     let mut p = Projection::default();

@@ -10,7 +10,7 @@ use std::io::{Read, Write};
 use std::path::Path;
 
 use crate::error::{Error, Result};
-use crate::event::Event;
+use crate::event::{Event, Seq};
 use crate::fsck::{check_log, LogProblem};
 use crate::fsutil;
 use crate::layout::{sessions_dir, SessionId, SessionPaths, EVENTS_FILE, META_FILE};
@@ -86,7 +86,20 @@ pub fn salvage(root: &Path, id: &SessionId, new_id: &SessionId) -> Result<Salvag
     }
     let floor = crate::checkpoint::covered_offset(&src)?.unwrap_or(0);
     let check = check_log(&src.events(), floor)?;
-    let kept_end = check.valid_end;
+    // A prefix of valid lines is kept only up to the first event that
+    // breaks a session rule: the copy must be a session the store resumes.
+    let (kept_end, stopped_at) = match check.problem {
+        None | Some(LogProblem::TornTail(_)) => {
+            match crate::projection::first_rule_violation(&src)? {
+                Some((seq, reason)) => (
+                    position_of(&src.events(), seq)?,
+                    Some(LogProblem::Rule { seq, reason }),
+                ),
+                None => (check.valid_end, check.problem),
+            }
+        }
+        problem => (check.valid_end, problem),
+    };
 
     let staging = sessions_dir(root).join(format!(".salvage-{new_id}-{}", std::process::id()));
     let staged = stage(&src, &dst, &staging, kept_end);
@@ -108,8 +121,25 @@ pub fn salvage(root: &Path, id: &SessionId, new_id: &SessionId) -> Result<Salvag
     Ok(SalvageReport {
         kept: kept_end.seq,
         kept_bytes: kept_end.offset,
-        stopped_at: check.problem,
+        stopped_at,
         workspace_from,
+    })
+}
+
+/// Where the line of event `seq` starts in the valid log at `events`.
+fn position_of(events: &Path, seq: Seq) -> Result<LogPosition> {
+    let mut at = None;
+    scan::verify(events, LogPosition::START, |offset, rec| {
+        if rec.seq == seq {
+            at = Some(LogPosition { offset, seq });
+        }
+        Ok(())
+    })?;
+    at.ok_or_else(|| {
+        Error::Invalid(format!(
+            "{}: no event seq {seq} to stop before",
+            events.display()
+        ))
     })
 }
 

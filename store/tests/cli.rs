@@ -533,3 +533,51 @@ fn follow_streams_new_events_and_never_a_partial_line() {
     child.kill().unwrap();
     child.wait().unwrap();
 }
+
+/// A log whose lines all verify but whose last event has a dangling
+/// parent (written past the rules): fsck names the event and the rule,
+/// and salvage keeps the events before it, a session the store resumes.
+#[test]
+fn fsck_folds_the_rules_and_salvage_stops_before_a_broken_event() {
+    let (_dir, root) = store_with_session();
+    let log = Path::new(&root).join("sessions/s1/events.jsonl");
+    let held = agentstore(&["show", &root, "s1", "--json"], "")
+        .stdout
+        .lines()
+        .count() as u64;
+    let mut line = Vec::new();
+    framing::encode_into(
+        &mut line,
+        held,
+        &event_id(held),
+        &now_ts(),
+        Redaction::Public,
+        &Event::UserMessage {
+            parent: Some("e999".into()),
+            text: "orphan".into(),
+        },
+    );
+    let mut f = std::fs::OpenOptions::new().append(true).open(&log).unwrap();
+    f.write_all(&line).unwrap();
+    drop(f);
+    let run = agentstore(&["fsck", &root, "s1"], "");
+    assert_eq!(run.code, 1, "{}{}", run.stdout, run.stderr);
+    let text = format!("{}{}", run.stdout, run.stderr);
+    assert!(
+        text.contains(&format!("event seq {held} (line {})", held + 1))
+            && text.contains("breaks a session rule")
+            && text.contains("\"e999\"")
+            && text.contains(&format!("keeps the {held} event(s) before it")),
+        "{text}"
+    );
+    let run = agentstore(&["salvage", &root, "s1", "s2"], "");
+    assert_eq!(run.code, 0, "{}", run.stderr);
+    assert!(
+        run.stdout.contains(&format!("kept {held} event(s)")),
+        "{}",
+        run.stdout
+    );
+    assert_eq!(agentstore(&["fsck", &root, "s2"], "").code, 0);
+    let run = agentstore(&["recover", &root, "s2"], "");
+    assert_eq!(run.code, 0, "the salvaged session resumes: {}", run.stderr);
+}

@@ -13,7 +13,7 @@ use agentstore::repair::{repair, salvage};
 use agentstore::{Durability, Error, EventLog, LogOptions, LogReader, SessionId};
 use proptest::prelude::*;
 
-use common::{line_starts, paths, sample_event, scratch};
+use common::{line_starts, message_event, paths, scratch};
 
 const EVENTS: u64 = 8;
 
@@ -25,7 +25,7 @@ fn base() -> &'static (Vec<u8>, Vec<u64>) {
         let paths = paths(dir.path(), "base");
         let log = EventLog::create(&paths, Durability::None).unwrap();
         for i in 0..EVENTS {
-            log.append(&sample_event(i)).unwrap();
+            log.append(&message_event(i)).unwrap();
         }
         drop(log);
         let bytes = std::fs::read(paths.events()).unwrap();
@@ -108,7 +108,7 @@ fn check_damage_at(line: usize, at: f64, xor: u8) {
     assert!(fsck_session(root, &new_id).unwrap().problems.is_empty());
     let (log, report) = EventLog::open(&new_paths, LogOptions::default(), |_, _| Ok(())).unwrap();
     assert_eq!(report.end.seq, line as u64);
-    assert_eq!(log.append(&sample_event(99)).unwrap().seq(), line as u64);
+    assert_eq!(log.append(&message_event(99)).unwrap().seq(), line as u64);
 }
 
 proptest! {

@@ -69,6 +69,9 @@ fn describe(root: &Path, session: &SessionCheck, problem: &Problem) -> String {
             "needs a newer agentstore, or agentstore salvage {root} {id} NEW_SESSION keeps the {} event(s) before it",
             session.events
         ),
+        Problem::Log(LogProblem::Rule { seq, .. }) => format!(
+            "not repairable: agentstore salvage {root} {id} NEW_SESSION keeps the {seq} event(s) before it"
+        ),
         Problem::Meta(_) => return format!("{id}: {problem}"),
     };
     format!("{id}: {problem}; {hint}")

@@ -81,3 +81,13 @@ pub fn serial() -> std::sync::MutexGuard<'static, ()> {
     static SERIAL: std::sync::Mutex<()> = std::sync::Mutex::new(());
     SERIAL.lock().unwrap_or_else(|p| p.into_inner())
 }
+
+/// A deterministic event of varied size that breaks no session rule in any
+/// order (a user message with no parent): for logs that `fsck` and
+/// `salvage` fold through the rules.
+pub fn message_event(i: u64) -> Event {
+    Event::UserMessage {
+        parent: None,
+        text: format!("message {i}: {}", "words ".repeat((i % 7) as usize)),
+    }
+}
