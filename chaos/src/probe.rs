@@ -25,6 +25,14 @@
 //!   session (the call is open, started and committed), then the same
 //!   commit is appended again. It passes when that is refused with `rule`
 //!   and nothing was written; otherwise `ledger-refuses-double-commit`.
+//! - `ledger-retry@OP` (`effect_ledger`): the operation retried under a
+//!   new call id, as agents do: the events up to just before the first
+//!   commit, then a second call with the same operation id (approved when
+//!   the first needed it) and its intent, then the first call's commit,
+//!   then the second call's. A `rule` refusal anywhere in those four, with
+//!   nothing written by it, passes; the second commit acknowledged is
+//!   `ledger-refuses-double-commit` (a ledger keyed by call, not by
+//!   operation, lets it through).
 //!
 //! Each probe runs in a child process (`agentchaos probe`, hidden) that
 //! opens the store exactly as the agent does, so `--store-fault` and
@@ -63,8 +71,12 @@ pub enum Probe {
         offset: u64,
         len: u64,
     },
-    /// Commit operation `operation` a second time.
-    Ledger { operation: String },
+    /// Commit operation `operation` a second time: from the same call, or
+    /// from `another_call` opened with the same operation id.
+    Ledger {
+        operation: String,
+        another_call: bool,
+    },
 }
 
 impl Probe {
@@ -92,7 +104,14 @@ impl fmt::Display for Probe {
             Probe::Zeros { file, offset, len } => {
                 write!(f, "zeros@{}:{offset}+{len}", file.display())
             }
-            Probe::Ledger { operation } => write!(f, "ledger@{operation}"),
+            Probe::Ledger {
+                operation,
+                another_call: false,
+            } => write!(f, "ledger@{operation}"),
+            Probe::Ledger {
+                operation,
+                another_call: true,
+            } => write!(f, "ledger-retry@{operation}"),
         }
     }
 }
@@ -103,7 +122,7 @@ impl FromStr for Probe {
     fn from_str(s: &str) -> Result<Probe, String> {
         let bad = || {
             format!(
-                "probe {s:?} is not damage@FILE:OFFSET, zeros@FILE:OFFSET+LEN or ledger@OPERATION"
+                "probe {s:?} is not damage@FILE:OFFSET, zeros@FILE:OFFSET+LEN, ledger@OPERATION or ledger-retry@OPERATION"
             )
         };
         // FILE:REST, FILE relative to the store's root and never out of it.
@@ -135,8 +154,9 @@ impl FromStr for Probe {
                     _ => Err(bad()),
                 }
             }
-            Some(("ledger", op)) if !op.is_empty() => Ok(Probe::Ledger {
+            Some((kind @ ("ledger" | "ledger-retry"), op)) if !op.is_empty() => Ok(Probe::Ledger {
                 operation: op.to_string(),
+                another_call: kind == "ledger-retry",
             }),
             _ => Err(bad()),
         }
@@ -187,11 +207,14 @@ pub fn plan(
     if claimed.contains(&Capability::EffectLedger) {
         for r in reference {
             if let Some(Event::EffectCommitted { operation_id, .. }) = r.event() {
-                let p = Probe::Ledger {
-                    operation: operation_id.clone(),
-                };
-                if !probes.contains(&p) {
-                    probes.push(p);
+                for another_call in [false, true] {
+                    let p = Probe::Ledger {
+                        operation: operation_id.clone(),
+                        another_call,
+                    };
+                    if !probes.contains(&p) {
+                        probes.push(p);
+                    }
                 }
             }
         }
@@ -257,7 +280,10 @@ pub enum ProbeReply {
         at: String,
         kind: String,
         message: String,
-        /// Ledger: how many events the session holds after the refusal.
+        /// Ledger: how many events the session held before the refused
+        /// append, and after it.
+        #[serde(default)]
+        events_before: Option<u64>,
         #[serde(default)]
         events_after: Option<u64>,
     },
@@ -321,7 +347,10 @@ pub fn run(setup: &ProbeSetup<'_>, probe: &Probe, dir: &Path) -> ProbeOutcome {
             Probe::Zeros { file, offset, len } => {
                 damage(setup, file, &Change::Zeros(*offset, *len), dir)
             }
-            Probe::Ledger { operation } => ledger(setup, operation, dir),
+            Probe::Ledger {
+                operation,
+                another_call,
+            } => ledger(setup, operation, *another_call, dir),
         });
     match result {
         Ok((told, violations, skipped)) => ProbeOutcome {
@@ -502,24 +531,115 @@ pub fn judge_damage(
     }
 }
 
+/// The events a ledger probe's child replays, then those it appends as the
+/// probe (the last is the second commit).
+#[derive(Debug, Serialize, Deserialize)]
+struct LedgerEvents {
+    replay: Vec<Event>,
+    then: Vec<Event>,
+}
+
 fn ledger(
     setup: &ProbeSetup<'_>,
     operation: &str,
+    another_call: bool,
     dir: &Path,
 ) -> Result<(String, Vec<Violation>, bool), String> {
-    let commit = setup
-        .reference
+    let reference = setup.reference;
+    let commit = reference
         .iter()
         .position(|r| matches!(r.event(), Some(Event::EffectCommitted { operation_id, .. }) if operation_id == operation))
         .ok_or_else(|| format!("the crash-free run never commits operation {operation:?}"))?;
+    let event = |r: &Record| {
+        r.event()
+            .cloned()
+            .ok_or_else(|| format!("{} is not an event the agent writes", describe_record(r)))
+    };
+    let first = &reference[commit];
+    let commit_event = event(first)?;
     // Event 0 (session_created) is the store's own, written by open.
-    let events: Vec<&Event> = setup.reference[1..=commit]
-        .iter()
-        .map(|r| {
-            r.event()
-                .ok_or_else(|| format!("{} is not an event the agent writes", describe_record(r)))
-        })
-        .collect::<Result<_, _>>()?;
+    let (events, how) = if another_call {
+        let Event::EffectCommitted {
+            call_id,
+            operation_id,
+            external_ref,
+        } = &commit_event
+        else {
+            unreachable!("found as an effect_committed")
+        };
+        let call = reference[..commit]
+            .iter()
+            .find_map(|r| match r.event() {
+                Some(Event::ToolCall {
+                    call_id: c,
+                    parent,
+                    tool,
+                    args,
+                    effect,
+                    target,
+                    needs_approval,
+                    ..
+                }) if c == call_id => Some((parent, tool, args, effect, target, *needs_approval)),
+                _ => None,
+            })
+            .ok_or_else(|| format!("no tool_call for call {call_id:?} before its commit"))?;
+        let (parent, tool, args, effect, target, needs_approval) = call;
+        let retry = format!("{call_id}-retry");
+        let mut then = vec![Event::ToolCall {
+            parent: parent.clone(),
+            call_id: retry.clone(),
+            tool: tool.clone(),
+            args: args.clone(),
+            effect: *effect,
+            operation_id: Some(operation_id.clone()),
+            target: target.clone(),
+            needs_approval,
+        }];
+        if needs_approval {
+            then.push(Event::Approval {
+                call_id: retry.clone(),
+                decision: agentstore::event::Decision::Approved,
+            });
+        }
+        then.extend([
+            Event::ToolStarted {
+                call_id: retry.clone(),
+            },
+            commit_event.clone(),
+            Event::EffectCommitted {
+                call_id: retry.clone(),
+                operation_id: operation_id.clone(),
+                external_ref: format!("{external_ref}-again"),
+            },
+        ]);
+        let replay = reference[1..commit]
+            .iter()
+            .map(event)
+            .collect::<Result<_, _>>()?;
+        (
+            LedgerEvents { replay, then },
+            format!(
+                "replaying {} event(s) up to before {}, then call {retry} with the same operation id, its intent, both commits",
+                commit - 1,
+                describe_record(first)
+            ),
+        )
+    } else {
+        let replay = reference[1..=commit]
+            .iter()
+            .map(event)
+            .collect::<Result<_, _>>()?;
+        (
+            LedgerEvents {
+                replay,
+                then: vec![commit_event.clone()],
+            },
+            format!(
+                "replaying {commit} event(s) up to {}, then the same commit again",
+                describe_record(first)
+            ),
+        )
+    };
     let file = dir.join("events.json");
     std::fs::write(
         &file,
@@ -536,37 +656,39 @@ fn ledger(
         Some(&ws),
         &[std::ffi::OsStr::new("--events"), file.as_os_str()],
     )?;
-    let first = &setup.reference[commit];
-    let told = format!(
-        "replaying {} event(s) up to {}, then the same commit again: {}",
-        commit,
-        describe_record(first),
-        tell(&reply)
-    );
+    let told = format!("{how}: {}", tell(&reply));
     Ok((
         told,
-        judge_ledger(operation, first, commit as u64 + 1, &reply)?
+        judge_ledger(operation, first, another_call, &reply)?
             .into_iter()
             .collect(),
         matches!(reply, ProbeReply::NotReplayed { .. }),
     ))
 }
 
-/// The ledger verdict: `first` is the first commit, `held` how many events
-/// the session holds before the second.
+/// The ledger verdict: `first` is the first commit; `another_call`: the
+/// second comes from another call with the same operation id.
 pub fn judge_ledger(
     operation: &str,
     first: &Record,
-    held: u64,
+    another_call: bool,
     reply: &ProbeReply,
 ) -> Result<Option<Violation>, String> {
     let violation = |found: String| {
         Violation {
         invariant: Invariant::LedgerRefusesDoubleCommit,
-        when: "after the crash-free run, in a fresh session replaying its events up to the first commit".into(),
+        when: if another_call {
+            "after the crash-free run, in a fresh session replaying its events, with the operation retried under a new call id"
+        } else {
+            "after the crash-free run, in a fresh session replaying its events up to the first commit"
+        }.into(),
         expected: format!(
-            "a second effect_committed for operation {operation} (already committed at seq {}) refused with `rule`, nothing written",
-            first.seq
+            "a second effect_committed for operation {operation} ({}) refused with `rule`, nothing written",
+            if another_call {
+                "from another call, after the first call's commit"
+            } else {
+                "from the same call"
+            }
         ),
         found,
         events: vec![describe_record(first)],
@@ -574,10 +696,13 @@ pub fn judge_ledger(
     };
     Ok(match reply {
         ProbeReply::Refused {
-            kind, events_after, ..
-        } if kind == ErrorKind::Rule.name() => match events_after {
-            Some(n) if *n > held => Some(violation(format!(
-                "refused, but the session grew from {held} to {n} events"
+            kind,
+            events_before,
+            events_after,
+            ..
+        } if kind == ErrorKind::Rule.name() => match (events_before, events_after) {
+            (Some(b), Some(a)) if a > b => Some(violation(format!(
+                "refused, but the session grew from {b} to {a} events"
             ))),
             _ => None,
         },
@@ -873,13 +998,16 @@ pub fn run_child(args: &ChildArgs) -> Result<(), String> {
     .map_err(|e| format!("cannot write the reply: {e}"))
 }
 
-fn refused(at: &str, e: ChildError, events_after: Option<u64>) -> Result<ProbeReply, String> {
+/// A refusal as the child reports it; `events`: the session's event count
+/// before and after it (ledger).
+fn refused(at: &str, e: ChildError, events: Option<(u64, u64)>) -> Result<ProbeReply, String> {
     match e {
         ChildError::Refused { kind, message } => Ok(ProbeReply::Refused {
             at: at.to_string(),
             kind: kind.name().to_string(),
             message,
-            events_after,
+            events_before: events.map(|e| e.0),
+            events_after: events.map(|e| e.1),
         }),
         ChildError::Failed(m) => Err(format!("{at}: {m}")),
     }
@@ -924,14 +1052,13 @@ fn child_damage(args: &ChildArgs) -> Result<ProbeReply, String> {
 fn child_ledger(args: &ChildArgs) -> Result<ProbeReply, String> {
     let file = args.events.as_ref().ok_or("--events is required")?;
     let text = std::fs::read(file).map_err(|e| format!("{}: {e}", file.display()))?;
-    let events: Vec<Event> =
+    let events: LedgerEvents =
         serde_json::from_slice(&text).map_err(|e| format!("{}: {e}", file.display()))?;
-    let (again, prefix) = events.split_last().ok_or("no events to replay")?;
     let ws = args.workspace.as_deref().ok_or("--workspace is required")?;
     let fail = |what: String| move |e: ChildError| format!("{what}: {e:?}");
     let mut target = Target::open(args.adapter.as_deref(), &args.root, &args.session, Some(ws))
         .map_err(fail("open".into()))?;
-    for e in prefix.iter().chain(std::iter::once(again)) {
+    for e in &events.replay {
         let e = match e {
             // The blob's bytes are not in the log: any stored blob will do.
             Event::ToolResult {
@@ -962,13 +1089,23 @@ fn child_ledger(args: &ChildArgs) -> Result<ProbeReply, String> {
             };
         }
     }
-    match target.append(again) {
-        Ok(seq) => Ok(ProbeReply::Accepted { seq }),
-        Err(e) => {
-            let after = target.events().map_err(fail("events".into()))?.len() as u64;
-            refused("append", e, Some(after))
+    let mut last = None;
+    for e in &events.then {
+        let before = target.events().map_err(fail("events".into()))?.len() as u64;
+        match target.append(e) {
+            Ok(seq) => last = Some(seq),
+            Err(err) => {
+                let after = target.events().map_err(fail("events".into()))?.len() as u64;
+                return refused(
+                    &format!("append of {}", e.type_name()),
+                    err,
+                    Some((before, after)),
+                );
+            }
         }
     }
+    let seq = last.ok_or("the ledger probe appends nothing")?;
+    Ok(ProbeReply::Accepted { seq })
 }
 
 #[cfg(test)]
@@ -1014,6 +1151,7 @@ mod tests {
             "damage@sessions/s/events.jsonl:120",
             "zeros@sessions/s/events.jsonl:40+62",
             "ledger@op-deploy-1",
+            "ledger-retry@op-deploy-1",
         ] {
             let p: Probe = s.parse().unwrap();
             assert_eq!(p.to_string(), s);
@@ -1045,6 +1183,7 @@ mod tests {
             at: "open".into(),
             kind: kind.into(),
             message: "m".into(),
+            events_before: None,
             events_after: None,
         };
         assert!(judge_damage("f", &reference, &refused("damage"))
@@ -1072,24 +1211,42 @@ mod tests {
     #[test]
     fn an_accepted_second_commit_is_a_violation() {
         let reference = log();
-        let accepted = judge_ledger("op", &reference[2], 3, &ProbeReply::Accepted { seq: 3 })
+        for another_call in [false, true] {
+            let accepted = judge_ledger(
+                "op",
+                &reference[2],
+                another_call,
+                &ProbeReply::Accepted { seq: 3 },
+            )
             .unwrap()
             .expect("caught");
-        assert_eq!(accepted.invariant, Invariant::LedgerRefusesDoubleCommit);
-        assert!(accepted.found.contains("committed twice"));
+            assert_eq!(accepted.invariant, Invariant::LedgerRefusesDoubleCommit);
+            assert!(accepted.found.contains("committed twice"));
+            assert_eq!(
+                accepted.expected.contains("from another call"),
+                another_call,
+                "{}",
+                accepted.expected
+            );
+        }
         let refused = |kind: &str, after: u64| ProbeReply::Refused {
             at: "append".into(),
             kind: kind.into(),
             message: "m".into(),
+            events_before: Some(3),
             events_after: Some(after),
         };
-        assert!(judge_ledger("op", &reference[2], 3, &refused("rule", 3))
-            .unwrap()
-            .is_none());
-        assert!(judge_ledger("op", &reference[2], 3, &refused("rule", 4))
-            .unwrap()
-            .is_some());
-        assert!(judge_ledger("op", &reference[2], 3, &refused("io", 3))
+        assert!(
+            judge_ledger("op", &reference[2], false, &refused("rule", 3))
+                .unwrap()
+                .is_none()
+        );
+        assert!(
+            judge_ledger("op", &reference[2], false, &refused("rule", 4))
+                .unwrap()
+                .is_some()
+        );
+        assert!(judge_ledger("op", &reference[2], true, &refused("io", 3))
             .unwrap()
             .is_some());
     }
@@ -1163,9 +1320,12 @@ mod tests {
             assert_eq!(file, Path::new("s/log"));
             assert!((25..75).contains(offset), "{offset}");
         }
-        assert!(all.contains(&Probe::Ledger {
-            operation: "op".into()
-        }));
+        for another_call in [false, true] {
+            assert!(all.contains(&Probe::Ledger {
+                operation: "op".into(),
+                another_call,
+            }));
+        }
         let none = plan(
             &[Capability::DurableAppend],
             dir.path(),

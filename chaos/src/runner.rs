@@ -258,6 +258,7 @@ fn run_probes(
             return vec![ProbeOutcome {
                 probe: probe::Probe::Ledger {
                     operation: String::new(),
+                    another_call: false,
                 },
                 told: String::new(),
                 violations: Vec::new(),

@@ -44,6 +44,7 @@ const EXPECTED: &[(&str, &[&str])] = &[
     ("skip-damaged-lines", &["damage-refused"]),
     ("fsync-retry", &["failed-sync-not-acked"]),
     ("rewrite-whole-log", &["acked-durable"]),
+    ("ledger-per-call", &["ledger-refuses-double-commit"]),
 ];
 
 /// Faults that only a nemesis other than the crash points can show.
@@ -153,6 +154,13 @@ fn fsync_retry_is_caught_by_failed_sync_not_acked() {
 #[test]
 fn rewrite_whole_log_is_caught_by_acked_durable() {
     assert_caught("rewrite-whole-log");
+}
+
+/// Only the ledger probe that retries the operation under a new call id
+/// sees it: the same call's second commit is still refused.
+#[test]
+fn ledger_per_call_is_caught_by_ledger_refuses_double_commit() {
+    assert_caught("ledger-per-call");
 }
 
 #[test]

@@ -44,6 +44,8 @@ pub enum Fault {
     FsyncRetry,
     /// Every append rewrites the whole log: truncate to zero, then write every line again; a crash in between loses every acknowledged event.
     RewriteWholeLog,
+    /// The effect ledger is keyed by call, not by operation: a second commit of an operation from another call is accepted.
+    LedgerPerCall,
 }
 
 impl Fault {
@@ -124,6 +126,11 @@ impl Fault {
             Fault::RewriteWholeLog,
             "rewrite-whole-log",
             "an append never puts acknowledged events at risk (it appends; it does not truncate and rewrite)",
+        ),
+        (
+            Fault::LedgerPerCall,
+            "ledger-per-call",
+            "an operation is committed at most once, whichever call commits it",
         ),
     ];
 

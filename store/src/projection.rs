@@ -355,7 +355,13 @@ impl Projection {
                 ..
             } => {
                 let call = self.open_call(call_id, "effect_committed")?;
-                if self.committed_ops.contains(operation_id) {
+                let committed = if crate::fault::active(crate::fault::Fault::LedgerPerCall) {
+                    // Broken on purpose: only this call's own commit counts.
+                    call.committed.is_some()
+                } else {
+                    self.committed_ops.contains(operation_id)
+                };
+                if committed {
                     return rule(format!(
                         "operation {operation_id:?} is already committed (second commit)"
                     ));
