@@ -41,10 +41,12 @@ pub enum Invariant {
     /// A probe, not a trial check (`crate::probe`).
     LedgerRefusesDoubleCommit,
     FailedSyncNotAcked,
+    /// A probe, not a trial check (`crate::probe`).
+    SecondWriterRefused,
 }
 
 impl Invariant {
-    pub const ALL: [Invariant; 11] = [
+    pub const ALL: [Invariant; 12] = [
         Invariant::OrphanMarkedUncertain,
         Invariant::EffectAtMostOnce,
         Invariant::AckedDurable,
@@ -56,6 +58,7 @@ impl Invariant {
         Invariant::DamageRefused,
         Invariant::LedgerRefusesDoubleCommit,
         Invariant::FailedSyncNotAcked,
+        Invariant::SecondWriterRefused,
     ];
 
     pub fn name(self) -> &'static str {
@@ -71,6 +74,7 @@ impl Invariant {
             Invariant::DamageRefused => "damage-refused",
             Invariant::LedgerRefusesDoubleCommit => "ledger-refuses-double-commit",
             Invariant::FailedSyncNotAcked => "failed-sync-not-acked",
+            Invariant::SecondWriterRefused => "second-writer-refused",
         }
     }
 
@@ -87,6 +91,7 @@ impl Invariant {
             Invariant::ExactlyOnceOutcome => "after resuming to completion, the world and the workspace equal those of a crash-free run",
             Invariant::DamageRefused => "a store file damaged in its middle makes open (or reading) refuse with `damage`, or changes nothing the store serves: never a silent skip",
             Invariant::LedgerRefusesDoubleCommit => "a second effect_committed for an operation id already committed is refused as a rule violation, and leaves nothing behind",
+            Invariant::SecondWriterRefused => "while one process holds a session open, a second open of it is refused with `locked`: two writers would hand out the same seqs and one's acknowledged events would be lost",
             Invariant::FailedSyncNotAcked => "after a write fails (ENOSPC) or an fsync fails (EIO), nothing is acknowledged until the file is written again and synced: a retried fsync proves nothing, the kernel may have dropped the unsynced pages",
         }
     }
@@ -1504,7 +1509,8 @@ mod tests {
                 "exactly-once-outcome",
                 "damage-refused",
                 "ledger-refuses-double-commit",
-                "failed-sync-not-acked"
+                "failed-sync-not-acked",
+                "second-writer-refused"
             ]
         );
         for i in Invariant::ALL {

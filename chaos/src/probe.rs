@@ -33,6 +33,11 @@
 //!   nothing written by it, passes; the second commit acknowledged is
 //!   `ledger-refuses-double-commit` (a ledger keyed by call, not by
 //!   operation, lets it through).
+//! - `lock` (`writer_lock`): a copy of the crash-free run's store is opened
+//!   for writing, and, while that first open holds it, opened again (a
+//!   second `Session::open` in-process, a second adapter process). It
+//!   passes when the second open is refused with `locked`; a second writer
+//!   let in, or another refusal, is `second-writer-refused`.
 //!
 //! Each probe runs in a child process (`agentchaos probe`, hidden) that
 //! opens the store exactly as the agent does, so `--store-fault` and
@@ -77,6 +82,8 @@ pub enum Probe {
         operation: String,
         another_call: bool,
     },
+    /// Open the session a second time while a first open holds it.
+    Lock,
 }
 
 impl Probe {
@@ -85,6 +92,7 @@ impl Probe {
         match self {
             Probe::Damage { .. } | Probe::Zeros { .. } => Capability::DamageRefusal,
             Probe::Ledger { .. } => Capability::EffectLedger,
+            Probe::Lock => Capability::WriterLock,
         }
     }
 
@@ -112,6 +120,7 @@ impl fmt::Display for Probe {
                 operation,
                 another_call: true,
             } => write!(f, "ledger-retry@{operation}"),
+            Probe::Lock => f.write_str("lock"),
         }
     }
 }
@@ -122,7 +131,7 @@ impl FromStr for Probe {
     fn from_str(s: &str) -> Result<Probe, String> {
         let bad = || {
             format!(
-                "probe {s:?} is not damage@FILE:OFFSET, zeros@FILE:OFFSET+LEN, ledger@OPERATION or ledger-retry@OPERATION"
+                "probe {s:?} is not damage@FILE:OFFSET, zeros@FILE:OFFSET+LEN, ledger@OPERATION, ledger-retry@OPERATION or lock"
             )
         };
         // FILE:REST, FILE relative to the store's root and never out of it.
@@ -138,6 +147,9 @@ impl FromStr for Probe {
             }
             Ok((file, rest.to_string()))
         };
+        if s == "lock" {
+            return Ok(Probe::Lock);
+        }
         match s.split_once('@') {
             Some(("damage", arg)) => {
                 let (file, offset) = file_and(arg)?;
@@ -203,6 +215,9 @@ pub fn plan(
                 });
             }
         }
+    }
+    if claimed.contains(&Capability::WriterLock) {
+        probes.push(Probe::Lock);
     }
     if claimed.contains(&Capability::EffectLedger) {
         for r in reference {
@@ -297,6 +312,8 @@ pub enum ProbeReply {
     /// Ledger: the store refused the crash-free run's own events before
     /// the second commit, so the probe could not set up its situation.
     NotReplayed { message: String },
+    /// Lock: the second open succeeded while the first held the session.
+    SecondOpened,
 }
 
 /// A record as the damage probe compares it: seq, id and the event's
@@ -351,6 +368,7 @@ pub fn run(setup: &ProbeSetup<'_>, probe: &Probe, dir: &Path) -> ProbeOutcome {
                 operation,
                 another_call,
             } => ledger(setup, operation, *another_call, dir),
+            Probe::Lock => lock(setup, dir),
         });
     match result {
         Ok((told, violations, skipped)) => ProbeOutcome {
@@ -384,6 +402,9 @@ fn tell(reply: &ProbeReply) -> String {
         }
         ProbeReply::Accepted { seq } => format!("it acknowledged the second commit at seq {seq}"),
         ProbeReply::Crashed { at, message } => format!("the store died at {at}: {message}"),
+        ProbeReply::SecondOpened => {
+            "a second open succeeded while the first held the session".to_string()
+        }
     }
 }
 
@@ -525,8 +546,8 @@ pub fn judge_damage(
             };
             Ok(Some(violation(found.0, found.1)))
         }
-        ProbeReply::Accepted { .. } | ProbeReply::NotReplayed { .. } => {
-            Err("the damage probe got a ledger reply".into())
+        ProbeReply::Accepted { .. } | ProbeReply::NotReplayed { .. } | ProbeReply::SecondOpened => {
+            Err("the damage probe got another probe's reply".into())
         }
     }
 }
@@ -715,9 +736,44 @@ pub fn judge_ledger(
             "accepted and acknowledged at seq {seq}: operation {operation} is committed twice"
         ))),
         ProbeReply::NotReplayed { .. } => None,
-        ProbeReply::Served { .. } | ProbeReply::Crashed { .. } => {
-            return Err("the ledger probe got a damage reply".into())
+        ProbeReply::Served { .. } | ProbeReply::Crashed { .. } | ProbeReply::SecondOpened => {
+            return Err("the ledger probe got another probe's reply".into())
         }
+    })
+}
+
+fn lock(setup: &ProbeSetup<'_>, dir: &Path) -> Result<(String, Vec<Violation>, bool), String> {
+    let root = dir.join("root");
+    crate::runner::copy_dir(&setup.spec.root, &root)
+        .map_err(|e| format!("cannot copy the store's root: {e}"))?;
+    let reply = child(setup, "lock", &root, &setup.spec.session, None, &[])?;
+    let told = format!(
+        "the session opened, then opened again while the first held it: {}",
+        tell(&reply)
+    );
+    Ok((told, judge_lock(&reply)?.into_iter().collect(), false))
+}
+
+/// The lock verdict.
+pub fn judge_lock(reply: &ProbeReply) -> Result<Option<Violation>, String> {
+    let violation = |found: String| Violation {
+        invariant: Invariant::SecondWriterRefused,
+        when: "after the crash-free run, on a copy of its store opened for writing".into(),
+        expected: "a second open while the first holds the session refused with `locked`".into(),
+        found,
+        events: vec![],
+    };
+    Ok(match reply {
+        ProbeReply::Refused { kind, .. } if kind == ErrorKind::Locked.name() => None,
+        ProbeReply::Refused {
+            at, kind, message, ..
+        } => Some(violation(format!(
+            "a `{kind}` refusal at {at}, not `locked`: {message}"
+        ))),
+        ProbeReply::SecondOpened => Some(violation(
+            "the second open succeeded: two writers hold the session, and would append at the same seqs".into(),
+        )),
+        _ => return Err("the lock probe got another probe's reply".into()),
     })
 }
 
@@ -970,7 +1026,7 @@ impl Target {
 /// The child's arguments.
 #[derive(Debug, Clone)]
 pub struct ChildArgs {
-    /// `damage` or `ledger`.
+    /// `damage`, `ledger` or `lock`.
     pub what: String,
     pub root: PathBuf,
     pub session: String,
@@ -986,7 +1042,8 @@ pub fn run_child(args: &ChildArgs) -> Result<(), String> {
     let reply = match args.what.as_str() {
         "damage" => child_damage(args),
         "ledger" => child_ledger(args),
-        other => return Err(format!("--what {other:?} is not damage or ledger")),
+        "lock" => child_lock(args),
+        other => return Err(format!("--what {other:?} is not damage, ledger or lock")),
     }?;
     let mut out = std::io::stdout().lock();
     writeln!(
@@ -1047,6 +1104,15 @@ fn child_damage(args: &ChildArgs) -> Result<ProbeReply, String> {
             message: format!("panicked: {}", message.replace('\n', " ")),
         })
     })
+}
+
+fn child_lock(args: &ChildArgs) -> Result<ProbeReply, String> {
+    let open = || Target::open(args.adapter.as_deref(), &args.root, &args.session, None);
+    let _first = open().map_err(|e| format!("first open: {e:?}"))?;
+    match open() {
+        Ok(_second) => Ok(ProbeReply::SecondOpened),
+        Err(e) => refused("second open", e, None),
+    }
 }
 
 fn child_ledger(args: &ChildArgs) -> Result<ProbeReply, String> {
@@ -1152,6 +1218,7 @@ mod tests {
             "zeros@sessions/s/events.jsonl:40+62",
             "ledger@op-deploy-1",
             "ledger-retry@op-deploy-1",
+            "lock",
         ] {
             let p: Probe = s.parse().unwrap();
             assert_eq!(p.to_string(), s);
@@ -1249,6 +1316,24 @@ mod tests {
         assert!(judge_ledger("op", &reference[2], true, &refused("io", 3))
             .unwrap()
             .is_some());
+    }
+
+    #[test]
+    fn a_second_writer_let_in_is_a_violation_and_locked_is_not() {
+        let refused = |kind: &str| ProbeReply::Refused {
+            at: "second open".into(),
+            kind: kind.into(),
+            message: "m".into(),
+            events_before: None,
+            events_after: None,
+        };
+        assert!(judge_lock(&refused("locked")).unwrap().is_none());
+        let io = judge_lock(&refused("io")).unwrap().expect("not `locked`");
+        assert_eq!(io.invariant, Invariant::SecondWriterRefused);
+        assert!(io.found.contains("`io` refusal"), "{}", io.found);
+        let let_in = judge_lock(&ProbeReply::SecondOpened).unwrap().unwrap();
+        assert!(let_in.found.contains("two writers"), "{}", let_in.found);
+        assert!(judge_lock(&ProbeReply::Accepted { seq: 1 }).is_err());
     }
 
     #[test]

@@ -104,6 +104,7 @@ pub fn row_of(invariant: Invariant) -> Row {
         Invariant::CheckpointProjection => Row::Capability(C::CheckpointProjection),
         Invariant::DamageRefused => Row::Capability(C::DamageRefusal),
         Invariant::LedgerRefusesDoubleCommit => Row::Capability(C::EffectLedger),
+        Invariant::SecondWriterRefused => Row::Capability(C::WriterLock),
         Invariant::EffectAtMostOnce | Invariant::ExactlyOnceOutcome => Row::Outcome,
     }
 }
@@ -285,6 +286,7 @@ fn exercised(row: Row, result: &CampaignResult) -> (usize, &'static str) {
             trials(|e| e.compaction),
             "trials crashed after a compaction",
         ),
+        Row::Capability(C::WriterLock) => (probes(C::WriterLock), "second-writer probes"),
         Row::PowerLoss => (
             result.power_loss.as_ref().map_or(0, |p| p.judged()),
             "power-loss states recovered",
@@ -321,6 +323,9 @@ fn why_not(row: Row, adapter: bool) -> &'static str {
         }
         Row::Capability(C::Branches) => "no scenario moves the leaf (leaf_moved) before a crash",
         Row::Capability(C::Compaction) => "no scenario compacts before a crash",
+        Row::Capability(C::WriterLock) => {
+            "no second-writer probe ran (no crash-free run, or another --shard runs the probes)"
+        }
         Row::PowerLoss => {
             "the power-loss nemesis did not run or judged no state (not in --nemesis, another --shard runs it, or no ptrace on this platform)"
         }
@@ -721,7 +726,7 @@ mod tests {
             ],
         };
         let t = text(&card);
-        assert!(t.contains("scorecard (3 of 8 capabilities claimed)"), "{t}");
+        assert!(t.contains("scorecard (3 of 9 capabilities claimed)"), "{t}");
         assert!(
             t.contains("durable_append           pass           7 crash trials"),
             "{t}"

@@ -45,6 +45,7 @@ const EXPECTED: &[(&str, &[&str])] = &[
     ("fsync-retry", &["failed-sync-not-acked"]),
     ("rewrite-whole-log", &["acked-durable"]),
     ("ledger-per-call", &["ledger-refuses-double-commit"]),
+    ("no-writer-lock", &["second-writer-refused"]),
 ];
 
 /// Faults that only a nemesis other than the crash points can show.
@@ -161,6 +162,11 @@ fn rewrite_whole_log_is_caught_by_acked_durable() {
 #[test]
 fn ledger_per_call_is_caught_by_ledger_refuses_double_commit() {
     assert_caught("ledger-per-call");
+}
+
+#[test]
+fn no_writer_lock_is_caught_by_second_writer_refused() {
+    assert_caught("no-writer-lock");
 }
 
 #[test]

@@ -68,7 +68,7 @@ fn row<'a>(report: &'a Value, capability: &str) -> &'a Value {
         .unwrap_or_else(|| panic!("no scorecard row {capability}"))
 }
 
-const ALL_ROWS: [&str; 9] = [
+const ALL_ROWS: [&str; 10] = [
     "durable_append",
     "torn_tail_repair",
     "damage_refusal",
@@ -77,6 +77,7 @@ const ALL_ROWS: [&str; 9] = [
     "checkpoint_projection",
     "branches",
     "compaction",
+    "writer_lock",
     "outcome",
 ];
 
@@ -371,7 +372,7 @@ fn the_unmodified_stores_fail_no_row() {
         }
     }
     assert!(
-        stdout.contains("scorecard (8 of 8 capabilities claimed)"),
+        stdout.contains("scorecard (9 of 9 capabilities claimed)"),
         "{stdout}"
     );
     let (code, report, stdout) = campaign(Store::Sqlite(None), "small");

@@ -36,6 +36,7 @@ pub const CAPABILITIES: &[&str] = &[
     "checkpoint_projection",
     "branches",
     "compaction",
+    "writer_lock",
 ];
 
 #[derive(Deserialize)]

@@ -46,6 +46,8 @@ pub enum Fault {
     RewriteWholeLog,
     /// The effect ledger is keyed by call, not by operation: a second commit of an operation from another call is accepted.
     LedgerPerCall,
+    /// Opening for writing takes no lock: a second writer opens the session beside the first.
+    NoWriterLock,
 }
 
 impl Fault {
@@ -131,6 +133,11 @@ impl Fault {
             Fault::LedgerPerCall,
             "ledger-per-call",
             "an operation is committed at most once, whichever call commits it",
+        ),
+        (
+            Fault::NoWriterLock,
+            "no-writer-lock",
+            "a second writer is refused while one holds the session",
         ),
     ];
 

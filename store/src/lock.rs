@@ -34,7 +34,13 @@ impl WriterLock {
             &path,
             "open lock",
         )?;
-        match file.try_lock() {
+        // Broken on purpose under the fault: the lock is never taken.
+        let taken = if crate::fault::active(crate::fault::Fault::NoWriterLock) {
+            Ok(())
+        } else {
+            file.try_lock()
+        };
+        match taken {
             Ok(()) => {}
             Err(std::fs::TryLockError::WouldBlock) => {
                 let mut holder = String::new();

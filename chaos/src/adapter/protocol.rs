@@ -40,11 +40,13 @@ pub enum Capability {
     Branches,
     /// `compaction` windows the context without deleting history.
     Compaction,
+    /// While one process holds a session open, a second `open` is refused (`locked`).
+    WriterLock,
 }
 
 impl Capability {
     /// Every capability of version 1, in scorecard order.
-    pub const ALL: [Capability; 8] = [
+    pub const ALL: [Capability; 9] = [
         Capability::DurableAppend,
         Capability::TornTailRepair,
         Capability::DamageRefusal,
@@ -53,6 +55,7 @@ impl Capability {
         Capability::CheckpointProjection,
         Capability::Branches,
         Capability::Compaction,
+        Capability::WriterLock,
     ];
 
     /// The wire name.
@@ -66,6 +69,7 @@ impl Capability {
             Capability::CheckpointProjection => "checkpoint_projection",
             Capability::Branches => "branches",
             Capability::Compaction => "compaction",
+            Capability::WriterLock => "writer_lock",
         }
     }
 }

@@ -32,6 +32,7 @@ pub const CAPABILITIES: &[&str] = &[
     "checkpoint_projection",
     "branches",
     "compaction",
+    "writer_lock",
 ];
 
 #[derive(Debug, Deserialize)]
