@@ -503,10 +503,14 @@ fn findings(violations: Vec<checker::Violation>) -> Vec<Finding> {
                 .replace("  ", " ")
                 .trim()
                 .to_string(),
-            expected: v
-                .expected
-                .replace("durable to life 0", "durable before the power loss"),
-            found: v.found,
+            expected: v.expected.replace(
+                "acknowledged to life 0",
+                "acknowledged before the power loss",
+            ),
+            found: v.found.replace(
+                "acknowledged to life 0",
+                "acknowledged before the power loss",
+            ),
             events: v.events,
         })
         .collect()
@@ -1186,6 +1190,21 @@ mod tests {
         for bad in ["weak", "weak:x:0", "weak:1:0.a", "fast:1:0"] {
             assert!(bad.parse::<StateId>().is_err(), "{bad}");
         }
+    }
+
+    #[test]
+    fn findings_speak_of_the_power_loss_not_of_lives() {
+        let v = checker::Violation {
+            invariant: Invariant::AckedDurable,
+            when: "after life 0 was killed, before recovery".into(),
+            expected: "all 3 acknowledged events in the log at their seqs".into(),
+            found: "2 of them missing or changed: from run_started at seq 1 (acknowledged to life 0) to user_message at seq 2 (acknowledged to life 0); at the first, the log ends before seq 1 (1 event)".into(),
+            events: vec![],
+        };
+        let f = &findings(vec![v])[0];
+        assert_eq!(f.when, "after the power loss, before recovery");
+        assert!(!f.found.contains("life 0"), "{}", f.found);
+        assert!(f.found.contains("(acknowledged before the power loss)"));
     }
 
     #[test]
