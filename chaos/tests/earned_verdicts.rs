@@ -19,7 +19,7 @@ mod support;
 
 use std::path::{Path, PathBuf};
 
-use serde_json::Value;
+use campaign::row;
 
 fn fixture() -> PathBuf {
     Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/fixtures/small.json")
@@ -31,15 +31,6 @@ fn agentstore_adapter(fault: &str, extra: &str) -> String {
         "env AGENTSTORE_FAULT={fault} {} adapter{extra}",
         bin.display()
     )
-}
-
-fn row<'a>(report: &'a Value, key: &str) -> &'a Value {
-    report["scorecard"]
-        .as_array()
-        .unwrap()
-        .iter()
-        .find(|r| r["capability"] == key)
-        .unwrap_or_else(|| panic!("no scorecard row {key}"))
 }
 
 #[test]

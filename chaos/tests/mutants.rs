@@ -13,6 +13,7 @@ mod support;
 
 use std::path::{Path, PathBuf};
 
+use campaign::row;
 use serde_json::Value;
 
 fn scenario(name: &str) -> PathBuf {
@@ -56,16 +57,6 @@ fn campaign(store: Store, scenario_name: &str) -> (i32, Value, String) {
     let mut args = store_args(store);
     args.extend(["--nemesis".to_string(), nemesis.to_string()]);
     campaign::run(&scenario(scenario_name), &args)
-}
-
-/// The scorecard row of `capability` (`outcome` for the end-to-end row).
-fn row<'a>(report: &'a Value, capability: &str) -> &'a Value {
-    report["scorecard"]
-        .as_array()
-        .unwrap()
-        .iter()
-        .find(|r| r["capability"] == capability)
-        .unwrap_or_else(|| panic!("no scorecard row {capability}"))
 }
 
 const ALL_ROWS: [&str; 10] = [

@@ -33,6 +33,18 @@ pub fn run(scenario: &Path, args: &[impl AsRef<OsStr>]) -> (i32, Value, String) 
     (out.status.code().unwrap_or(-1), report, stdout)
 }
 
+/// The scorecard row whose JSON key is `key` (a capability,
+/// `durable_append_power_loss`, or `outcome`).
+#[allow(dead_code)] // included by faults.rs too, which reads no rows
+pub fn row<'a>(report: &'a Value, key: &str) -> &'a Value {
+    report["scorecard"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|r| r["capability"] == key)
+        .unwrap_or_else(|| panic!("no scorecard row {key}"))
+}
+
 /// Violations of `invariant` in the first scenario of `report`.
 #[allow(dead_code)] // included by earned_verdicts.rs too, which reads rows instead
 pub fn count(report: &Value, invariant: &str) -> u64 {
