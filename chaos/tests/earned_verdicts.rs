@@ -67,6 +67,15 @@ fn a_store_that_rewrites_its_log_fails_durable_append_under_the_syscall_nemesis(
     let (replayed, out) = campaign::replay(replay);
     assert_eq!(replayed, 1, "the replay reproduces the loss:\n{out}");
     assert!(out.contains("VIOLATION acked-durable"), "{out}");
+    // A failed write (ENOSPC after the truncate) destroyed the events
+    // acknowledged before it: checked after every injected I/O error.
+    assert!(
+        report["violations"].as_array().unwrap().iter().any(|v| {
+            v["invariant"] == "acked-durable"
+                && v["plan"].as_str().unwrap().starts_with("sys-enospc@")
+        }),
+        "{stdout}"
+    );
 }
 
 #[test]

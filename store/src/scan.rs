@@ -27,6 +27,9 @@
 //!   match is damage (a torn write leaves missing bytes, zeros or garbage,
 //!   not a frame with a wrong CRC), and so is a piece with a valid line
 //!   inside it (a lost newline fused committed lines);
+//! - in a log with no valid line, it is one piece: the only write in
+//!   flight there is the creation's `session_created` (so a file that
+//!   holds nothing loadable is damage, never an interrupted creation);
 //! - it starts at or after the [`Scanner::durable_floor`]: the byte offset
 //!   that an intact `snapshot.json` covers. A bad byte before that offset is
 //!   damage, whatever follows.
@@ -307,6 +310,15 @@ impl<R: BufRead> Scanner<R> {
             let at = start + total;
             total += n as u64;
             pieces += 1;
+            if self.pos.seq == 0 {
+                // Before any valid line the only write in flight is the
+                // creation's session_created: one line. A file with more
+                // that nothing loads from is damage, never an interrupted
+                // creation that `open` may answer not_found for.
+                return Err(self.damage(format!(
+                    "{reason}; then more unreadable bytes at byte offset {at}: a log with no valid line can be torn by one write only (its session_created)"
+                )));
+            }
             if pieces > TORN_TAIL_MAX_LINES || total > TORN_TAIL_MAX_BYTES {
                 return Err(self.damage(format!(
                     "{reason}; the bad bytes go on past byte offset {at}, more than one write could leave (at most {TORN_TAIL_MAX_LINES} lines, {TORN_TAIL_MAX_BYTES} bytes)"
@@ -482,6 +494,16 @@ mod tests {
         let torn = outcome.unwrap().expect("torn tail");
         assert_eq!(torn.offset, starts[2]);
         assert_eq!(torn.len, bytes.len() as u64 - starts[2]);
+    }
+
+    #[test]
+    fn a_log_with_no_valid_line_is_torn_by_one_line_at_most() {
+        let (_, one) = scan(b"{\"crc\":\"12");
+        assert_eq!(one.unwrap().expect("an interrupted creation").offset, 0);
+        let (seqs, two) = scan(b"#garbage\n#more\n");
+        assert!(seqs.is_empty());
+        let e = two.expect_err("nothing loadable is damage");
+        assert!(e.to_string().contains("torn by one write only"), "{e}");
     }
 
     #[test]

@@ -581,3 +581,28 @@ fn fsck_folds_the_rules_and_salvage_stops_before_a_broken_event() {
     let run = agentstore(&["recover", &root, "s2"], "");
     assert_eq!(run.code, 0, "the salvaged session resumes: {}", run.stderr);
 }
+
+/// `open` of a session whose log holds nothing loadable (more than one
+/// unreadable line) answers `damage`, never `not_found`, which would let
+/// the harness create the session again over it.
+#[test]
+fn the_adapter_refuses_a_log_with_nothing_loadable_as_damage() {
+    let (_dir, root) = store_with_session();
+    let log = Path::new(&root).join("sessions/s1/events.jsonl");
+    std::fs::write(&log, b"#not a line of ours\n#nor this\n").unwrap();
+    let requests = format!(
+        "{{\"id\":1,\"op\":\"hello\",\"protocol\":1}}\n{{\"id\":2,\"op\":\"open\",\"root\":\"{root}\",\"session\":\"s1\",\"create\":false}}\n"
+    );
+    let run = agentstore(&["adapter"], &requests);
+    let replies: Vec<serde_json::Value> = run
+        .stdout
+        .lines()
+        .map(|l| serde_json::from_str(l).unwrap())
+        .collect();
+    assert_eq!(replies[1]["error"]["kind"], "damage", "{}", run.stdout);
+    assert_eq!(
+        std::fs::read(&log).unwrap(),
+        b"#not a line of ours\n#nor this\n",
+        "nothing cut"
+    );
+}
