@@ -43,10 +43,11 @@ pub enum Invariant {
     FailedSyncNotAcked,
     /// A probe, not a trial check (`crate::probe`).
     SecondWriterRefused,
+    BlobReadable,
 }
 
 impl Invariant {
-    pub const ALL: [Invariant; 12] = [
+    pub const ALL: [Invariant; 13] = [
         Invariant::OrphanMarkedUncertain,
         Invariant::EffectAtMostOnce,
         Invariant::AckedDurable,
@@ -59,6 +60,7 @@ impl Invariant {
         Invariant::LedgerRefusesDoubleCommit,
         Invariant::FailedSyncNotAcked,
         Invariant::SecondWriterRefused,
+        Invariant::BlobReadable,
     ];
 
     pub fn name(self) -> &'static str {
@@ -75,6 +77,7 @@ impl Invariant {
             Invariant::LedgerRefusesDoubleCommit => "ledger-refuses-double-commit",
             Invariant::FailedSyncNotAcked => "failed-sync-not-acked",
             Invariant::SecondWriterRefused => "second-writer-refused",
+            Invariant::BlobReadable => "blob-readable",
         }
     }
 
@@ -92,6 +95,7 @@ impl Invariant {
             Invariant::DamageRefused => "a store file damaged in its middle makes open (or reading) refuse with `damage`, or changes nothing the store serves: never a silent skip",
             Invariant::LedgerRefusesDoubleCommit => "a second effect_committed for an operation id already committed is refused as a rule violation, and leaves nothing behind",
             Invariant::SecondWriterRefused => "while one process holds a session open, a second open of it is refused with `locked`: two writers would hand out the same seqs and one's acknowledged events would be lost",
+            Invariant::BlobReadable => "every blob a durable event references reads back with its size and digest, after every crash and power loss",
             Invariant::FailedSyncNotAcked => "after a write fails (ENOSPC) or an fsync fails (EIO), nothing is acknowledged until the file is written again and synced: a retried fsync proves nothing, the kernel may have dropped the unsynced pages",
         }
     }
@@ -160,6 +164,7 @@ pub fn check(h: &History, reference: Option<&Reference>) -> Vec<Violation> {
     for m in &moments {
         well_formed(m, &mut out);
         acked_durable(h, m, &mut out);
+        blobs_readable(m, &mut out);
     }
     if let (Some(reference), Some(first)) = (reference, h.after_kill.first()) {
         prefix_of_reference(first, reference, &mut out);
@@ -194,6 +199,7 @@ pub fn check_recovery(h: &History, reference: &Reference) -> Vec<Violation> {
     for m in &moments {
         well_formed(m, &mut out);
         acked_durable(h, m, &mut out);
+        blobs_readable(m, &mut out);
     }
     if let Some(first) = h.after_kill.first() {
         prefix_of_reference(first, reference, &mut out);
@@ -290,6 +296,41 @@ fn well_formed(m: &Moment<'_>, out: &mut Vec<Violation>) {
             tail(&m.obs.records, 3),
         ));
     }
+}
+
+/// blob-readable: every blob a record in the log references reads back
+/// with its size and digest. One violation per moment, with the count.
+fn blobs_readable(m: &Moment<'_>, out: &mut Vec<Violation>) {
+    let bad: Vec<_> = m.obs.blobs.iter().filter(|b| b.problem.is_some()).collect();
+    let Some(first) = bad.first() else { return };
+    let record = m
+        .obs
+        .records
+        .get(first.seq as usize)
+        .map(describe_record)
+        .unwrap_or_else(|| format!("seq {}", first.seq));
+    out.push(v(
+        Invariant::BlobReadable,
+        &m.when,
+        format!(
+            "blob {} ({} bytes), referenced by {record}, to read back with its digest",
+            first.reference.digest, first.reference.size
+        ),
+        format!(
+            "{}{}",
+            first.problem.as_deref().unwrap_or_default(),
+            if bad.len() > 1 {
+                format!(
+                    " (and {} more of {} referenced blobs)",
+                    bad.len() - 1,
+                    m.obs.blobs.len()
+                )
+            } else {
+                String::new()
+            }
+        ),
+        vec![record],
+    ));
 }
 
 /// acked-durable: every ack the child reported is in the log at its seq.
@@ -1255,6 +1296,7 @@ mod tests {
             }),
             checkpoint: CheckpointView::Absent,
             records,
+            blobs: Vec::new(),
         }
     }
 
@@ -1386,6 +1428,42 @@ mod tests {
     }
 
     #[test]
+    fn blob_readable_names_the_first_unreadable_blob_and_counts_the_rest() {
+        let mut h = history(true);
+        let blob = |digest: &str, problem: Option<&str>| crate::store::BlobRead {
+            seq: 1,
+            reference: agentstore::event::BlobRef {
+                digest: digest.into(),
+                size: 20_000,
+            },
+            problem: problem.map(str::to_string),
+        };
+        h.final_obs.blobs = vec![
+            blob("aa", None),
+            blob("bb", Some("cannot read it: gone")),
+            blob("cc", Some("x")),
+        ];
+        let found: Vec<Violation> = check(&h, None)
+            .into_iter()
+            .filter(|v| v.invariant == Invariant::BlobReadable)
+            .collect();
+        assert_eq!(found.len(), 1, "{found:#?}");
+        assert!(
+            found[0].expected.starts_with("blob bb (20000 bytes)"),
+            "{}",
+            found[0].expected
+        );
+        assert_eq!(
+            found[0].found,
+            "cannot read it: gone (and 1 more of 3 referenced blobs)"
+        );
+        h.final_obs.blobs = vec![blob("aa", None)];
+        assert!(check(&h, None)
+            .iter()
+            .all(|v| v.invariant != Invariant::BlobReadable));
+    }
+
+    #[test]
     fn runs_closed_catches_a_recovery_that_leaves_the_run_open() {
         let found = check(&history(false), None);
         let rc: Vec<&Violation> = found
@@ -1510,7 +1588,8 @@ mod tests {
                 "damage-refused",
                 "ledger-refuses-double-commit",
                 "failed-sync-not-acked",
-                "second-writer-refused"
+                "second-writer-refused",
+                "blob-readable"
             ]
         );
         for i in Invariant::ALL {

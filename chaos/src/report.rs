@@ -75,6 +75,14 @@ fn replay_of(s: &ScenarioResult, plan: &dyn std::fmt::Display, ctx: &Context<'_>
 /// The violations and errors, for the terminal.
 pub fn violations_text(result: &CampaignResult, ctx: &Context<'_>) -> String {
     let mut out = String::new();
+    for (s, why) in &result.skipped {
+        let _ = writeln!(
+            out,
+            "SKIPPED scenario {} ({}): {why}\n",
+            s.scenario.name,
+            s.path.display()
+        );
+    }
     for s in &result.scenarios {
         for inv in Invariant::ALL {
             let all: Vec<_> = s
@@ -369,6 +377,7 @@ pub fn json(result: &CampaignResult, ctx: &Context<'_>) -> Value {
         "capabilities": result.capabilities.iter().map(|c| c.name()).collect::<Vec<_>>(),
         "scorecard": scorecard::json(&score(result, ctx)),
         "power_loss": result.power_loss.as_ref().map(|p| powercampaign::json(p, &ctx.store, &ctx.store_flags())),
+        "skipped_scenarios": result.skipped.iter().map(|(s, why)| json!({"name": s.scenario.name, "file": s.path.display().to_string(), "why": why})).collect::<Vec<_>>(),
     })
 }
 

@@ -716,6 +716,8 @@ pub struct CampaignResult {
     pub capabilities: Vec<Capability>,
     /// The power-loss nemesis, when it ran.
     pub power_loss: Option<crate::powercampaign::CampaignReport>,
+    /// Scenarios not run on this store, and why.
+    pub skipped: Vec<(ScenarioSource, String)>,
 }
 
 impl CampaignResult {
@@ -778,6 +780,18 @@ pub fn run(cfg: &Config<'_>, sources: Vec<ScenarioSource>) -> Result<CampaignRes
         .backend
         .capabilities()
         .map_err(|e| format!("cannot learn what the store claims: {e}"))?;
+    // A store that does not claim blobs is not given scenarios that store
+    // one: they are reported as skipped, never failed as an outcome.
+    let (sources, skipped): (Vec<_>, Vec<_>) = sources
+        .into_iter()
+        .partition(|s| capabilities.contains(&Capability::Blobs) || !s.scenario.uses_blobs());
+    let skipped = skipped
+        .into_iter()
+        .map(|s| {
+            let why = "it stores a large tool output as a blob, and the store does not claim `blobs`: not run, not passed".to_string();
+            (s, why)
+        })
+        .collect();
     let dir = campaign_dir(&cfg.dir)?;
     // Power loss runs once per campaign, like the probes: on the first shard.
     let power_sources =
@@ -796,6 +810,7 @@ pub fn run(cfg: &Config<'_>, sources: Vec<ScenarioSource>) -> Result<CampaignRes
         trials,
         capabilities,
         power_loss,
+        skipped,
     })
 }
 

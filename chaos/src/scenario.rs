@@ -347,6 +347,14 @@ impl Scenario {
         }
     }
 
+    /// Whether the agent stores a blob (a `large_output` step's output).
+    pub fn uses_blobs(&self) -> bool {
+        self.runs
+            .iter()
+            .flat_map(|r| &r.steps)
+            .any(|s| matches!(s, Step::LargeOutput { .. }))
+    }
+
     /// Total number of steps over all runs.
     pub fn step_count(&self) -> usize {
         self.runs.iter().map(|r| r.steps.len()).sum()

@@ -105,6 +105,7 @@ pub fn row_of(invariant: Invariant) -> Row {
         Invariant::DamageRefused => Row::Capability(C::DamageRefusal),
         Invariant::LedgerRefusesDoubleCommit => Row::Capability(C::EffectLedger),
         Invariant::SecondWriterRefused => Row::Capability(C::WriterLock),
+        Invariant::BlobReadable => Row::Capability(C::Blobs),
         Invariant::EffectAtMostOnce | Invariant::ExactlyOnceOutcome => Row::Outcome,
     }
 }
@@ -171,6 +172,8 @@ pub struct Evidence {
     pub window_differs: bool,
     /// The agent finished: the outcome was compared with the crash-free run's.
     pub finished: bool,
+    /// An observation after the crash read a referenced blob back.
+    pub blobs_read: bool,
 }
 
 /// The last part of a store crash point that is a write, sync, rename,
@@ -244,6 +247,13 @@ impl Evidence {
             leaf_differs,
             window_differs,
             finished: h.last().done,
+            blobs_read: h
+                .lives
+                .iter()
+                .filter_map(|l| l.after_recovery.as_ref())
+                .chain(&h.after_kill)
+                .chain([&h.final_obs])
+                .any(|o| !o.blobs.is_empty()),
         }
     }
 }
@@ -287,6 +297,7 @@ fn exercised(row: Row, result: &CampaignResult) -> (usize, &'static str) {
             "trials crashed after a compaction",
         ),
         Row::Capability(C::WriterLock) => (probes(C::WriterLock), "second-writer probes"),
+        Row::Capability(C::Blobs) => (trials(|e| e.blobs_read), "crash trials read blobs back"),
         Row::PowerLoss => (
             result.power_loss.as_ref().map_or(0, |p| p.judged()),
             "power-loss states recovered",
@@ -326,6 +337,7 @@ fn why_not(row: Row, adapter: bool) -> &'static str {
         Row::Capability(C::WriterLock) => {
             "no second-writer probe ran (no crash-free run, or another --shard runs the probes)"
         }
+        Row::Capability(C::Blobs) => "no crash left a log that references a blob",
         Row::PowerLoss => {
             "the power-loss nemesis did not run or judged no state (not in --nemesis, another --shard runs it, or no ptrace on this platform)"
         }
@@ -726,7 +738,10 @@ mod tests {
             ],
         };
         let t = text(&card);
-        assert!(t.contains("scorecard (3 of 9 capabilities claimed)"), "{t}");
+        assert!(
+            t.contains("scorecard (3 of 10 capabilities claimed)"),
+            "{t}"
+        );
         assert!(
             t.contains("durable_append           pass           7 crash trials"),
             "{t}"

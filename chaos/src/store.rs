@@ -152,6 +152,33 @@ pub struct Observation {
     /// The log file's bytes, when the store is a byte log the harness can read.
     pub bytes: Option<LogBytes>,
     pub checkpoint: CheckpointView,
+    /// Every blob a record references, read back through the store.
+    pub blobs: Vec<BlobRead>,
+}
+
+/// One blob a record references, as the store served it back.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct BlobRead {
+    /// The record that references it.
+    pub seq: Seq,
+    pub reference: BlobRef,
+    /// Why it did not read back with its size and digest, if it did not.
+    pub problem: Option<String>,
+}
+
+/// Checks bytes a store served for `reference` against it (size, SHA-256).
+pub fn blob_problem(reference: &BlobRef, bytes: &[u8]) -> Option<String> {
+    let digest = agentstore::blob::digest(bytes);
+    (bytes.len() as u64 != reference.size || digest != reference.digest)
+        .then(|| format!("it served {} bytes with digest {digest}", bytes.len()))
+}
+
+/// The blobs `records` reference, each with the seq of its record.
+pub fn referenced_blobs(records: &[Record]) -> impl Iterator<Item = (Seq, &BlobRef)> {
+    records.iter().filter_map(|r| match r.event() {
+        Some(Event::ToolResult { blob: Some(b), .. }) => Some((r.seq, b)),
+        _ => None,
+    })
 }
 
 /// Length and CRC32C of a log file's bytes.
@@ -178,6 +205,7 @@ impl Observation {
             fold,
             bytes: None,
             checkpoint: CheckpointView::Opaque,
+            blobs: Vec::new(),
         }
     }
 }
@@ -337,7 +365,18 @@ fn observe_reference(paths: &SessionPaths) -> StoreResult<Observation> {
     let fold = agentstore::projection::fold(&records)
         .ok()
         .map(|p| to_value(&p));
+    let blobs = referenced_blobs(&records)
+        .map(|(seq, reference)| BlobRead {
+            seq,
+            reference: reference.clone(),
+            problem: match std::fs::read(paths.blobs().join(&reference.digest)) {
+                Ok(bytes) => blob_problem(reference, &bytes),
+                Err(e) => Some(format!("cannot read it: {e}")),
+            },
+        })
+        .collect();
     Ok(Observation {
+        blobs,
         fold,
         records,
         ends,

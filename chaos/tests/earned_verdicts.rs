@@ -25,17 +25,17 @@ fn fixture() -> PathBuf {
     Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/fixtures/small.json")
 }
 
-fn agentstore_adapter(fault: &str, extra: &str) -> String {
+fn agentstore_adapter(fault: Option<&str>, extra: &str) -> String {
     let bin = support::workspace_bin("agentstore", "agentstore");
-    format!(
-        "env AGENTSTORE_FAULT={fault} {} adapter{extra}",
-        bin.display()
-    )
+    match fault {
+        Some(f) => format!("env AGENTSTORE_FAULT={f} {} adapter{extra}", bin.display()),
+        None => format!("{} adapter{extra}", bin.display()),
+    }
 }
 
 #[test]
 fn a_store_that_rewrites_its_log_is_not_passed_by_kills_between_requests() {
-    let adapter = agentstore_adapter("rewrite-whole-log", "");
+    let adapter = agentstore_adapter(Some("rewrite-whole-log"), "");
     let (code, report, stdout) =
         campaign::run(&fixture(), &["--adapter", &adapter, "--nemesis", "points"]);
     assert_eq!(code, 0, "the crash points alone cannot see it:\n{stdout}");
@@ -52,7 +52,7 @@ fn a_store_that_rewrites_its_log_is_not_passed_by_kills_between_requests() {
 
 #[test]
 fn a_store_that_rewrites_its_log_fails_durable_append_under_the_syscall_nemesis() {
-    let adapter = agentstore_adapter("rewrite-whole-log", "");
+    let adapter = agentstore_adapter(Some("rewrite-whole-log"), "");
     let (code, report, stdout) = campaign::run(
         &fixture(),
         &["--adapter", &adapter, "--nemesis", "points,syscall"],
@@ -130,7 +130,7 @@ fn the_reference_store_passes_every_default_nemesis() {
 #[test]
 fn a_store_that_does_not_claim_torn_tail_repair_is_torn_anyway() {
     let claims = " --claims durable_append,damage_refusal,orphan_marking,effect_ledger,checkpoint_projection,branches,compaction";
-    let adapter = agentstore_adapter("no-torn-tail-repair", claims);
+    let adapter = agentstore_adapter(Some("no-torn-tail-repair"), claims);
     let (code, report, stdout) =
         campaign::run(&fixture(), &["--adapter", &adapter, "--nemesis", "syscall"]);
     assert_eq!(code, 1, "tears reach it and it fuses onto them:\n{stdout}");
@@ -147,5 +147,37 @@ fn a_store_that_does_not_claim_torn_tail_repair_is_torn_anyway() {
             .unwrap()
             .contains("sys-tear@"),
         "{durable}"
+    );
+}
+
+/// A store that does not claim `blobs` is not given a scenario that stores
+/// one: the scenario is reported as skipped, never failed as an outcome.
+#[test]
+fn a_scenario_that_needs_blobs_is_skipped_for_a_store_without_them() {
+    let scenario =
+        Path::new(env!("CARGO_MANIFEST_DIR")).join("../scenarios/large-output-blob.json");
+    let claims = " --claims durable_append,torn_tail_repair,damage_refusal,orphan_marking,effect_ledger,checkpoint_projection,branches,compaction,writer_lock";
+    let adapter = agentstore_adapter(None, claims);
+    let (code, report, stdout) =
+        campaign::run(&scenario, &["--adapter", &adapter, "--nemesis", "points"]);
+    assert_eq!(code, 0, "{stdout}");
+    assert_eq!(report["trials"], 0, "{stdout}");
+    let skipped = &report["skipped_scenarios"][0];
+    assert_eq!(skipped["name"], "large-output-blob", "{report}");
+    assert!(
+        skipped["why"]
+            .as_str()
+            .unwrap()
+            .contains("does not claim `blobs`"),
+        "{skipped}"
+    );
+    assert!(
+        stdout.contains("SKIPPED scenario large-output-blob"),
+        "{stdout}"
+    );
+    assert_eq!(
+        row(&report, "blobs")["verdict"],
+        "not supported",
+        "{stdout}"
     );
 }

@@ -238,6 +238,41 @@ fn refusing_an_interrupted_creation_is_caught() {
     assert!(text.contains("relies on: nothing lost"), "{text}");
 }
 
+/// Power-loss states include the blob files: a blob renamed into place
+/// without its data fsynced is read back short after the power loss, while
+/// the tool_result that references it survived (`blob-readable`).
+#[test]
+fn a_blob_renamed_without_fsyncing_its_data_is_caught() {
+    let scenario =
+        Path::new(env!("CARGO_MANIFEST_DIR")).join("../scenarios/large-output-blob.json");
+    let (out, text) = powerloss(&[
+        "--scenario",
+        scenario.to_str().unwrap(),
+        "--store-fault",
+        "blob-no-fsync",
+        "--model",
+        "ext4-ordered",
+        "--max-states",
+        "4",
+    ]);
+    assert_eq!(out.status.code(), Some(1), "{text}");
+    assert!(
+        text.contains("VIOLATION blob-readable in large-output-blob"),
+        "{text}"
+    );
+    assert!(
+        text.lines().any(|l| l.contains("relies on write op #")
+            && l.contains("sessions/session/blobs/")
+            && l.contains(".tmp was not fsynced after it")),
+        "{text}"
+    );
+    assert!(
+        text.contains("replay: agentchaos powerloss --scenario ")
+            && text.contains("--store-fault blob-no-fsync --replay "),
+        "{text}"
+    );
+}
+
 #[test]
 fn every_power_loss_fault_has_a_test_here() {
     let names: Vec<&str> = agentstore::fault::Fault::POWER_LOSS
@@ -251,7 +286,8 @@ fn every_power_loss_fault_has_a_test_here() {
             "fdatasync-before-write",
             "no-dir-fsync-create",
             "snapshot-no-fsync",
-            "refuse-incomplete-session"
+            "refuse-incomplete-session",
+            "blob-no-fsync"
         ],
         "each power-loss fault has a *_is_caught test in this file"
     );

@@ -37,6 +37,7 @@ pub const CAPABILITIES: &[&str] = &[
     "branches",
     "compaction",
     "writer_lock",
+    "blobs",
 ];
 
 #[derive(Deserialize)]

@@ -48,6 +48,8 @@ pub enum Fault {
     LedgerPerCall,
     /// Opening for writing takes no lock: a second writer opens the session beside the first.
     NoWriterLock,
+    /// A blob's temp file is renamed into place without being fsynced first: an event may reference a blob a power loss emptied.
+    BlobNoFsync,
 }
 
 impl Fault {
@@ -139,6 +141,11 @@ impl Fault {
             "no-writer-lock",
             "a second writer is refused while one holds the session",
         ),
+        (
+            Fault::BlobNoFsync,
+            "blob-no-fsync",
+            "a blob an event references is durable before the event (power loss)",
+        ),
     ];
 
     /// The faults `agentchaos powerloss` catches and kill campaigns do
@@ -150,6 +157,7 @@ impl Fault {
         Fault::NoDirFsyncCreate,
         Fault::SnapshotNoFsync,
         Fault::RefuseIncompleteSession,
+        Fault::BlobNoFsync,
     ];
 
     /// The fault's stable name.

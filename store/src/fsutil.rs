@@ -152,7 +152,9 @@ pub fn replace_atomic(path: &Path, bytes: &[u8], what: &'static str) -> Result<(
     let file = create_exclusive(&tmp)?;
     crashpoint::write_at(write_point, &file, bytes, 0).map_err(Error::io("write", &tmp))?;
     crashpoint::hit(sync_point);
-    if !(what == "snapshot" && fault::active(Fault::SnapshotNoFsync)) {
+    let broken = (what == "snapshot" && fault::active(Fault::SnapshotNoFsync))
+        || (what == "blob" && fault::active(Fault::BlobNoFsync));
+    if !broken {
         file.sync_all().map_err(Error::io("fsync", &tmp))?;
     }
     drop(file);

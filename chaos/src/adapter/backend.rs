@@ -247,9 +247,24 @@ impl StoreBackend for AdapterBackend {
             let fold = client
                 .claims(Capability::CheckpointProjection)
                 .then(|| fold_view(&records));
+            let mut blobs = Vec::new();
+            for (seq, reference) in crate::store::referenced_blobs(&records) {
+                let problem = match client.get_blob(reference) {
+                    Ok(bytes) => crate::store::blob_problem(reference, &bytes),
+                    Err(e) if e.refusal_kind().is_some() => Some(format!("get_blob refused: {e}")),
+                    Err(e) => return Err(err(e)),
+                };
+                blobs.push(crate::store::BlobRead {
+                    seq,
+                    reference: reference.clone(),
+                    problem,
+                });
+            }
             client.close().map_err(err)?;
             client.shutdown().map_err(err)?;
-            return Ok(Observation::opaque(records, torn, None, fold));
+            let mut obs = Observation::opaque(records, torn, None, fold);
+            obs.blobs = blobs;
+            return Ok(obs);
         }
     }
 }

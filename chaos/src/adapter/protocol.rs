@@ -42,11 +42,13 @@ pub enum Capability {
     Compaction,
     /// While one process holds a session open, a second `open` is refused (`locked`).
     WriterLock,
+    /// `put_blob` stores bytes durably and `get_blob` serves them back.
+    Blobs,
 }
 
 impl Capability {
     /// Every capability of version 1, in scorecard order.
-    pub const ALL: [Capability; 9] = [
+    pub const ALL: [Capability; 10] = [
         Capability::DurableAppend,
         Capability::TornTailRepair,
         Capability::DamageRefusal,
@@ -56,6 +58,7 @@ impl Capability {
         Capability::Branches,
         Capability::Compaction,
         Capability::WriterLock,
+        Capability::Blobs,
     ];
 
     /// The wire name.
@@ -70,6 +73,7 @@ impl Capability {
             Capability::Branches => "branches",
             Capability::Compaction => "compaction",
             Capability::WriterLock => "writer_lock",
+            Capability::Blobs => "blobs",
         }
     }
 }

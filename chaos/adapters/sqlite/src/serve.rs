@@ -33,6 +33,7 @@ pub const CAPABILITIES: &[&str] = &[
     "branches",
     "compaction",
     "writer_lock",
+    "blobs",
 ];
 
 #[derive(Debug, Deserialize)]
