@@ -453,8 +453,17 @@ pub fn score(
             crash_after: f.crash_after,
             choice: f.choice.clone(),
         };
+        // What a power loss loses (acknowledged events, referenced blobs,
+        // a store that no longer opens) is the power row's; what recovery
+        // then gets wrong belongs where it would in a crash trial.
+        let row = match Invariant::from_name(&x.check).map(row_of) {
+            Some(Row::Capability(Capability::DurableAppend | Capability::Blobs)) | None => {
+                Row::PowerLoss
+            }
+            Some(other) => other,
+        };
         found.push((
-            Row::PowerLoss,
+            row,
             sc.source.scenario.name.clone(),
             x.check.clone(),
             format!(

@@ -4,10 +4,11 @@
 //! scored, never which faults it gets.
 //!
 //! - A store that truncates its log and rewrites it on every append
-//!   (agentstore's `rewrite-whole-log` fault, through its adapter): with the
+//!   (`tests/fixtures/rewriting_store.py`, a 78-line Python adapter, and
+//!   agentstore's `rewrite-whole-log` fault through its adapter): with the
 //!   crash points alone nothing lands inside its writes, and
 //!   `durable_append` says "not exercised" instead of passing; the default
-//!   nemeses find the loss.
+//!   nemeses find the loss, all of it.
 //! - A store that never fsyncs (`no-fdatasync`): it survives every process
 //!   crash and fails the power-loss row.
 //! - A store that does not claim `torn_tail_repair` and appends onto a torn
@@ -30,6 +31,37 @@ fn agentstore_adapter(fault: Option<&str>, extra: &str) -> String {
     match fault {
         Some(f) => format!("env AGENTSTORE_FAULT={f} {} adapter{extra}", bin.display()),
         None => format!("{} adapter{extra}", bin.display()),
+    }
+}
+
+/// The issue's own store: a Python adapter that rewrites its file on every
+/// append, under the default nemeses (sampled, to keep a Python store's
+/// campaign short: 6 plans per nemesis, 6 power-loss crash points).
+#[test]
+fn a_python_store_that_rewrites_its_file_fails_durable_append_under_the_defaults() {
+    let store = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/fixtures/rewriting_store.py");
+    let adapter = format!("python3 {}", store.display());
+    let (code, report, stdout) =
+        campaign::run(&fixture(), &["--adapter", &adapter, "--trials", "6"]);
+    assert_eq!(code, 1, "{stdout}");
+    let durable = row(&report, "durable_append");
+    assert_eq!(durable["verdict"], "fail", "{stdout}");
+    let first = &durable["first_violation"];
+    assert_eq!(first["invariant"], "acked-durable", "{durable}");
+    // The size of the loss: every acknowledged event, not just the first.
+    assert!(
+        first["line"]
+            .as_str()
+            .unwrap()
+            .contains("6 of them missing or changed"),
+        "{first}"
+    );
+    let (replayed, out) = campaign::replay(first["replay"].as_str().unwrap());
+    assert_eq!(replayed, 1, "the replay reproduces the loss:\n{out}");
+    assert!(out.contains("VIOLATION acked-durable"), "{out}");
+    // It claims nothing else, and is not passed on anything else.
+    for key in ["torn_tail_repair", "orphan_marking", "blobs", "writer_lock"] {
+        assert_eq!(row(&report, key)["verdict"], "not supported", "{key}");
     }
 }
 
