@@ -401,7 +401,32 @@ fn default_scenarios() -> PathBuf {
     Path::new(env!("CARGO_MANIFEST_DIR")).join("../scenarios")
 }
 
+/// A report file must be writable before the campaign runs, not after.
+fn writable_output(flag: &str, path: &Option<PathBuf>) -> Result<(), Failure> {
+    let Some(path) = path else { return Ok(()) };
+    let dir = match path.parent() {
+        Some(d) if !d.as_os_str().is_empty() => d,
+        _ => Path::new("."),
+    };
+    if !dir.is_dir() {
+        return Err(bad_input(format!(
+            "{flag} {}: {} is not a directory",
+            path.display(),
+            dir.display()
+        )));
+    }
+    nix::unistd::access(dir, nix::unistd::AccessFlags::W_OK).map_err(|e| {
+        bad_input(format!(
+            "{flag} {}: cannot write in {}: {e}",
+            path.display(),
+            dir.display()
+        ))
+    })
+}
+
 fn run(args: RunArgs) -> Result<ExitCode, Failure> {
+    writable_output("--json", &args.json)?;
+    writable_output("--junit", &args.junit)?;
     let backend = backend(&args.common.adapter)?;
     let mode = match args.trials {
         Some(0) => return Err(bad_input("--trials must be at least 1")),

@@ -50,6 +50,10 @@ fn bad_flags_exit_2() {
         vec!["run", "--scenario", f, "--shard", "3/2"],
         vec!["run", "--scenario", f, "--trials", "0"],
         vec!["replay", "--scenario", f, "--plan", "zap@1"],
+        // Before any work: a missing adapter program, an unwritable report.
+        vec!["run", "--scenario", f, "--adapter", "/nonexistent/adapter"],
+        vec!["run", "--scenario", f, "--json", "/nonexistent/dir/r.json"],
+        vec!["run", "--scenario", f, "--junit", "/nonexistent/dir/r.xml"],
     ] {
         let out = run(&args);
         assert_eq!(

@@ -45,6 +45,16 @@ pub struct AdapterCommand {
     pub args: Vec<String>,
 }
 
+/// Whether `program` names a file, directly (with a `/`) or on `PATH`, as
+/// `Command` would find it: a missing adapter is bad input before any work.
+fn program_exists(program: &str) -> bool {
+    if program.contains('/') {
+        return std::path::Path::new(program).is_file();
+    }
+    std::env::var_os("PATH")
+        .is_some_and(|paths| std::env::split_paths(&paths).any(|dir| dir.join(program).is_file()))
+}
+
 impl AdapterCommand {
     /// Splits `line` (`--adapter 'CMD ARGS…'`): words, single and double quotes, backslashes.
     pub fn parse(line: &str) -> Result<AdapterCommand, String> {
@@ -57,6 +67,11 @@ impl AdapterCommand {
         let program = words
             .next()
             .ok_or_else(|| format!("adapter command {line:?} is empty"))?;
+        if !program_exists(&program) {
+            return Err(format!(
+                "adapter program {program:?} not found (no such file, and not on PATH)"
+            ));
+        }
         Ok(AdapterCommand {
             program,
             args: words.collect(),
