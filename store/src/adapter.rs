@@ -540,13 +540,7 @@ mod tests {
 
     fn run(requests: &[Value]) -> Vec<Value> {
         let input: String = requests.iter().map(|r| format!("{r}\n")).collect();
-        let mut out = Vec::new();
-        serve(input.as_bytes(), &mut out).unwrap();
-        String::from_utf8(out)
-            .unwrap()
-            .lines()
-            .map(|l| serde_json::from_str(l).unwrap())
-            .collect()
+        serve_lines(input.as_bytes(), MAX_REQUEST_LINE)
     }
 
     /// Found by the power-loss campaign: a power loss right after
