@@ -166,9 +166,14 @@ pub struct BlobRead {
     pub problem: Option<String>,
 }
 
-/// Checks bytes a store served for `reference` against it (size, SHA-256).
+/// Checks bytes a store served for `reference` against it (size, SHA-256,
+/// computed here, not by the store under test).
 pub fn blob_problem(reference: &BlobRef, bytes: &[u8]) -> Option<String> {
-    let digest = agentstore::blob::digest(bytes);
+    use sha2::Digest as _;
+    let digest: String = sha2::Sha256::digest(bytes)
+        .iter()
+        .map(|b| format!("{b:02x}"))
+        .collect();
     (bytes.len() as u64 != reference.size || digest != reference.digest)
         .then(|| format!("it served {} bytes with digest {digest}", bytes.len()))
 }
@@ -510,5 +515,23 @@ mod tests {
         );
         assert!(store.context(None).unwrap().contains("<recovery>"));
         assert_eq!(store.events(Some(3)).unwrap().len(), 2);
+    }
+}
+
+#[cfg(test)]
+mod blob_tests {
+    use super::*;
+
+    #[test]
+    fn a_blob_reads_back_only_with_its_own_size_and_digest() {
+        let reference = BlobRef {
+            // `printf 'tool output' | sha256sum`
+            digest: "e2a78c7b5a05c0b34cbcac65007d1e2a5765341d79b159797db7baf5fa1ecb13".into(),
+            size: 11,
+        };
+        assert_eq!(blob_problem(&reference, b"tool output"), None);
+        let changed = blob_problem(&reference, b"tool outpuT").expect("another digest");
+        assert!(changed.contains("11 bytes with digest"), "{changed}");
+        assert!(blob_problem(&reference, b"tool").is_some(), "another size");
     }
 }
