@@ -829,9 +829,9 @@ pub const RUN_POWER_LOSS_POINTS: usize = 48;
 /// [`RUN_POWER_LOSS_POINTS`] crash points per scenario (`--trials N`: N),
 /// through the store's adapter, or agentstore served by this binary.
 fn power_loss_config(cfg: &Config<'_>) -> crate::powercampaign::Config {
-    let adapter = match cfg.backend.agent_args().as_slice() {
-        [flag, line] if flag == "--adapter" => line.clone(),
-        _ => crate::powercampaign::reference_adapter(&cfg.agent_exe, cfg.store_fault.as_deref()),
+    let adapter = match cfg.backend.adapter_line() {
+        Some(line) => line.to_string(),
+        None => crate::powercampaign::reference_adapter(&cfg.agent_exe, cfg.store_fault.as_deref()),
     };
     crate::powercampaign::Config {
         adapter,

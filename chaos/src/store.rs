@@ -234,6 +234,11 @@ pub trait StoreBackend: Send + Sync + std::fmt::Debug {
     fn observe(&self, spec: &SessionSpec) -> StoreResult<Observation>;
     /// Arguments the child agent needs to open this same store.
     fn agent_args(&self) -> Vec<String>;
+    /// The adapter command line, for a store behind one (the power-loss
+    /// nemesis recovers its states through it).
+    fn adapter_line(&self) -> Option<&str> {
+        None
+    }
     /// The checks this store cannot be judged on.
     fn not_applicable(&self) -> &'static [NotApplicable];
     /// The capabilities the store claims (an adapter: in its `hello`).

@@ -156,6 +156,10 @@ impl StoreBackend for AdapterBackend {
         vec!["--adapter".to_string(), self.line.clone()]
     }
 
+    fn adapter_line(&self) -> Option<&str> {
+        Some(&self.line)
+    }
+
     fn not_applicable(&self) -> &'static [NotApplicable] {
         NOT_APPLICABLE
     }
