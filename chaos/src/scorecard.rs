@@ -213,14 +213,17 @@ impl Evidence {
         };
         let model = Model::fold(&crash.records);
         let recovered = h.lives.iter().skip(1).any(|l| l.recovered.is_some());
+        // Every observation of the trial's store after the first crash.
+        let observed = || {
+            h.lives
+                .iter()
+                .filter_map(|l| l.after_recovery.as_ref())
+                .chain(&h.after_kill)
+                .chain([&h.final_obs])
+        };
         let projection = h.lives.iter().any(|l| {
             l.recovered.is_some() && l.after_recovery.as_ref().is_some_and(|o| o.fold.is_some())
-        }) || h
-            .lives
-            .iter()
-            .filter_map(|l| l.after_recovery.as_ref())
-            .chain(&h.after_kill)
-            .chain([&h.final_obs])
+        }) || observed()
             .any(|o| matches!(o.checkpoint, CheckpointView::Present(_)));
         let holds = |f: fn(&Event) -> bool| crash.records.iter().any(|r| r.event().is_some_and(f));
         let (mut leaf_differs, mut window_differs) = (false, false);
@@ -247,13 +250,7 @@ impl Evidence {
             leaf_differs,
             window_differs,
             finished: h.last().done,
-            blobs_read: h
-                .lives
-                .iter()
-                .filter_map(|l| l.after_recovery.as_ref())
-                .chain(&h.after_kill)
-                .chain([&h.final_obs])
-                .any(|o| !o.blobs.is_empty()),
+            blobs_read: observed().any(|o| !o.blobs.is_empty()),
         }
     }
 }
@@ -775,6 +772,37 @@ mod tests {
         assert!(x.contains("tests=\"4\" failures=\"1\""), "{x}");
         assert!(x.contains("expected &lt;refusal>"), "{x}");
         assert_eq!(x.matches("<skipped").count(), 2, "{x}");
+    }
+
+    #[test]
+    fn only_faults_inside_the_store_s_own_io_earn_durable_append() {
+        let hits: Vec<String> = [
+            "adapter.append",
+            "log.write",
+            "log.fdatasync",
+            "agent.before_effect",
+        ]
+        .map(String::from)
+        .to_vec();
+        let kill = |at| Plan::kill(at);
+        assert!(!lands_in_store_io(&kill(0), &hits), "between requests");
+        assert!(lands_in_store_io(&kill(1), &hits));
+        assert!(lands_in_store_io(&kill(2), &hits));
+        assert!(!lands_in_store_io(&kill(3), &hits), "in the agent");
+        let timer = Plan {
+            crash: Some(Crash::Timer { micros: 10 }),
+            then_kill_at: None,
+        };
+        assert!(!lands_in_store_io(&timer, &hits));
+        let sys = Plan {
+            crash: Some(Crash::Syscall {
+                at: 4,
+                fault: crate::nemesis::SysFault::KillBefore,
+            }),
+            then_kill_at: None,
+        };
+        assert!(lands_in_store_io(&sys, &hits));
+        assert!(!lands_in_store_io(&Plan::NONE, &hits));
     }
 
     #[test]
