@@ -164,6 +164,9 @@ pub fn run(args: &AgentArgs, backend: &dyn StoreBackend) -> Result<(), String> {
     close(agent.store)
 }
 
+/// How often the agent tries an append the store refuses with an I/O error.
+pub const APPEND_ATTEMPTS: u32 = 3;
+
 struct Agent<'a> {
     scenario: &'a Scenario,
     ops: &'a [PlacedOp],
@@ -245,18 +248,37 @@ impl Agent<'_> {
         Ok(next)
     }
 
-    /// Appends one event, reporting it before and after.
+    /// Appends one event, reporting it before and after. An I/O refusal is
+    /// retried (each attempt announced anew), as real agents do, up to
+    /// [`APPEND_ATTEMPTS`] attempts: a store must not let a retry duplicate
+    /// the refused event, nor acknowledge what a failed sync may have lost.
     fn append(&mut self, event: Event) -> Result<Seq, String> {
         let t = event.type_name().to_string();
         let h = fingerprint(&event);
-        self.reporter.send(&ChildLine::Append {
-            t: t.clone(),
-            h: h.clone(),
-        })?;
-        let ack = self
-            .store
-            .append(&event)
-            .map_err(|e| format!("the store refused {}: {e}", describe_event(&event)))?;
+        let mut attempt = 1;
+        let ack = loop {
+            self.reporter.send(&ChildLine::Append {
+                t: t.clone(),
+                h: h.clone(),
+            })?;
+            match self.store.append(&event) {
+                Ok(ack) => break ack,
+                Err(e) => {
+                    let refused = format!("the store refused {}: {e}", describe_event(&event));
+                    if !e.io {
+                        return Err(refused);
+                    }
+                    self.reporter.send(&ChildLine::Refused {
+                        t: t.clone(),
+                        h: h.clone(),
+                    })?;
+                    if attempt == APPEND_ATTEMPTS {
+                        return Err(format!("{refused} ({attempt} attempts)"));
+                    }
+                    attempt += 1;
+                }
+            }
+        };
         self.reporter.send(&ChildLine::Ack { seq: ack.seq, t, h })?;
         self.model.apply(ack.seq, &event);
         Ok(ack.seq)

@@ -22,7 +22,7 @@ use crate::powerloss::{LoggedOp, Op};
 use crate::store::{CheckpointView, Observation};
 use crate::syscall::{Call, FaultOutcome, SyscallFault};
 use crate::tools::tagged_operation;
-use crate::trial::{History, Life, LifeEnd};
+use crate::trial::{Append, History, Life, LifeEnd};
 use crate::world::Application;
 
 /// The invariants, with their stable names.
@@ -167,7 +167,7 @@ pub fn check(h: &History, reference: Option<&Reference>) -> Vec<Violation> {
         blobs_readable(m, &mut out);
     }
     if let (Some(reference), Some(first)) = (reference, h.after_kill.first()) {
-        prefix_of_reference(first, reference, &mut out);
+        prefix_of_reference(h, first, reference, &mut out);
     }
     segments(h, &mut out);
     created(h, &mut out);
@@ -202,7 +202,7 @@ pub fn check_recovery(h: &History, reference: &Reference) -> Vec<Violation> {
         blobs_readable(m, &mut out);
     }
     if let Some(first) = h.after_kill.first() {
-        prefix_of_reference(first, reference, &mut out);
+        prefix_of_reference(h, first, reference, &mut out);
     }
     segments(h, &mut out);
     for (i, life) in h.lives.iter().enumerate().skip(1) {
@@ -239,14 +239,9 @@ fn moments(h: &History) -> Vec<Moment<'_>> {
             } else {
                 ""
             };
-            let ended = if life.end == LifeEnd::Killed {
-                "was killed"
-            } else {
-                "gave up"
-            };
             m.push(Moment {
                 obs: k,
-                when: format!("after life {i} {ended}{cut}, before recovery"),
+                when: format!("after life {i} {}{cut}, before recovery", ended(life.end)),
                 recovered: false,
                 acked_by_lives: i + 1,
             });
@@ -260,6 +255,16 @@ fn moments(h: &History) -> Vec<Moment<'_>> {
         acked_by_lives: h.lives.len(),
     });
     m
+}
+
+/// How a life that did not finish ended, for `when`: killed, or gave up
+/// after an injected error.
+fn ended(end: LifeEnd) -> &'static str {
+    if end == LifeEnd::Killed {
+        "was killed"
+    } else {
+        "gave up"
+    }
 }
 
 fn events(n: usize) -> String {
@@ -411,8 +416,13 @@ fn normalized(e: &Event) -> Event {
 }
 
 /// log-prefix: what the first process left is a prefix of the crash-free log.
-fn prefix_of_reference(first: &Observation, reference: &Reference, out: &mut Vec<Violation>) {
-    let when = "after life 0 was killed, before recovery";
+fn prefix_of_reference(
+    h: &History,
+    first: &Observation,
+    reference: &Reference,
+    out: &mut Vec<Violation>,
+) {
+    let when = &format!("after life 0 {}, before recovery", ended(h.lives[0].end));
     for (i, rec) in first.records.iter().enumerate() {
         let Some(want) = reference.records.get(i) else {
             out.push(v(
@@ -465,7 +475,7 @@ fn segments(h: &History, out: &mut Vec<Violation>) {
         let start = start_records(h, i);
         let end = end_obs(h, i);
         let when = if i < h.after_kill.len() {
-            format!("after life {i} was killed")
+            format!("after life {i} {}", ended(life.end))
         } else {
             "at the end of the trial".to_string()
         };
@@ -552,8 +562,15 @@ fn first_divergence(before: &[Record], after: &[Record]) -> Option<String> {
     None
 }
 
+/// What life `i` added to the log must be recovery events, then exactly
+/// what it announced, in order. An append the store refused with an I/O
+/// error may be absent; if the agent retried it, the refused attempt must
+/// have left nothing behind, or the retry duplicates it.
 fn suffix_problem(suffix: &[Record], life: &Life) -> Option<String> {
-    let mut writes = life.writes.iter();
+    let writes = &life.writes;
+    let mut next = 0;
+    // The last refused attempt skipped because its retry followed.
+    let mut refused_and_retried: Option<&Append> = None;
     let mut agent_started = false;
     for rec in suffix {
         let Some(e) = rec.event() else {
@@ -573,24 +590,54 @@ fn suffix_problem(suffix: &[Record], life: &Life) -> Option<String> {
             continue;
         }
         agent_started = true;
-        match writes.next() {
-            None => {
-                return Some(format!(
-                    "{} was never written by life {} (it wrote {} events)",
+        let found = crate::wire::fingerprint(e);
+        let duplicate = |w: Option<&Append>| {
+            w.filter(|w| w.fingerprint == found).map(|w| {
+                format!(
+                    "{} again: the store refused that {} with an I/O error, kept it, and the agent's retry added it a second time",
                     describe_record(rec),
-                    life.index,
-                    life.writes.len()
-                ))
-            }
-            Some(w) if crate::wire::fingerprint(e) != w.fingerprint => {
-                return Some(format!(
-                    "{} where life {} wrote {} (a gap, duplicate, reordering or altered event)",
-                    describe_record(rec),
-                    life.index,
                     w.type_name
-                ))
+                )
+            })
+        };
+        loop {
+            let Some(w) = writes.get(next) else {
+                return Some(duplicate(refused_and_retried).unwrap_or_else(|| {
+                    format!(
+                        "{} was never written by life {} (it wrote {} events)",
+                        describe_record(rec),
+                        life.index,
+                        writes.len()
+                    )
+                }));
+            };
+            next += 1;
+            if w.refused {
+                let retried = writes
+                    .get(next)
+                    .is_some_and(|r| r.fingerprint == w.fingerprint);
+                if retried {
+                    refused_and_retried = Some(w);
+                    continue;
+                }
+                if w.fingerprint != found {
+                    continue; // Refused and absent: as it should be.
+                }
+            } else if w.fingerprint != found {
+                return Some(duplicate(refused_and_retried).unwrap_or_else(|| {
+                    format!(
+                        "{} where life {} wrote {} (a gap, duplicate, reordering or altered event)",
+                        describe_record(rec),
+                        life.index,
+                        w.type_name
+                    )
+                }));
             }
-            Some(_) => {}
+            // Kept past the retry itself: the copy after it is the duplicate.
+            if refused_and_retried.is_some_and(|r| r.fingerprint != w.fingerprint) {
+                refused_and_retried = None;
+            }
+            break;
         }
     }
     None
@@ -1270,7 +1317,7 @@ fn line_diff(want: &[u8], got: &[u8]) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::trial::{Append, RecoveryReport};
+    use crate::trial::RecoveryReport;
     use agentstore::event::{event_id, Body, Redaction};
 
     fn obs(events: &[Event]) -> Observation {
@@ -1310,6 +1357,7 @@ mod tests {
                     type_name: e.type_name().into(),
                     fingerprint: crate::wire::fingerprint(e),
                     acked: Some(*seq),
+                    refused: false,
                 })
                 .collect(),
             recovered: None,
@@ -1373,6 +1421,44 @@ mod tests {
             workspace: BTreeMap::new(),
             error: None,
         }
+    }
+
+    #[test]
+    fn a_refused_append_may_be_absent_but_its_retry_must_not_duplicate_it() {
+        let a = Event::UserMessage {
+            parent: None,
+            text: "a".into(),
+        };
+        let b = Event::UserMessage {
+            parent: None,
+            text: "b".into(),
+        };
+        let refused = |e: &Event| Append {
+            type_name: e.type_name().into(),
+            fingerprint: crate::wire::fingerprint(e),
+            acked: None,
+            refused: true,
+        };
+        // Announced a, refused; retried a, acknowledged; then b.
+        let mut l = life(0, &[(&a, 0), (&b, 1)], LifeEnd::Exited(0));
+        l.writes.insert(0, refused(&a));
+        let log = |events: &[Event]| obs(events).records;
+        assert_eq!(suffix_problem(&log(&[a.clone(), b.clone()]), &l), None);
+        let twice = suffix_problem(&log(&[a.clone(), a.clone(), b.clone()]), &l)
+            .expect("the kept refused append and its retry are a duplicate");
+        assert!(
+            twice.ends_with("again: the store refused that user_message with an I/O error, kept it, and the agent's retry added it a second time"),
+            "{twice}"
+        );
+        // Refused for good (the agent gave up): present or absent, both allowed.
+        let mut gave_up = life(0, &[], LifeEnd::Exited(1));
+        gave_up.writes.push(refused(&a));
+        assert_eq!(
+            suffix_problem(&log(std::slice::from_ref(&a)), &gave_up),
+            None
+        );
+        assert_eq!(suffix_problem(&[], &gave_up), None);
+        assert!(suffix_problem(&log(std::slice::from_ref(&b)), &gave_up).is_some());
     }
 
     #[test]

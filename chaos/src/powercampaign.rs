@@ -299,9 +299,9 @@ impl<'a> Judge<'a> {
 
     fn observe(&self, spec: &SessionSpec) -> Result<Observation, String> {
         if !self.agentstore_files {
-            return self.backend.observe(spec).map_err(|e| e.0);
+            return self.backend.observe(spec).map_err(|e| e.message);
         }
-        let mut obs = ReferenceBackend.observe(spec).map_err(|e| e.0)?;
+        let mut obs = ReferenceBackend.observe(spec).map_err(|e| e.message)?;
         // Compared with what the adapter serves: its view of a projection.
         obs.fold = match (self.serves_projection, &obs.fold) {
             (false, _) => None,
@@ -359,6 +359,7 @@ impl<'a> Judge<'a> {
                     type_name: a.type_name.clone(),
                     fingerprint: a.fingerprint.clone(),
                     acked: a.ack.filter(|&(_, at)| at <= k).map(|(seq, _)| seq),
+                    refused: false,
                 })
                 .collect(),
             recovered: None,

@@ -977,7 +977,9 @@ impl Target {
             }
             Some(line) => {
                 let backend = AdapterBackend::new(line).map_err(ChildError::Failed)?;
-                let mut client = backend.client().map_err(|e| ChildError::Failed(e.0))?;
+                let mut client = backend
+                    .client()
+                    .map_err(|e| ChildError::Failed(e.message))?;
                 client.open(&OpenArgs {
                     root: root.to_path_buf(),
                     session: session.to_string(),

@@ -21,11 +21,24 @@ use crate::adapter::Capability;
 
 /// A store failure, as one line.
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub struct StoreError(pub String);
+pub struct StoreError {
+    pub message: String,
+    /// An I/O failure (agentstore's `Io` or `Poisoned`, an adapter's `io`
+    /// refusal): nothing is acknowledged, and an agent may retry, as real
+    /// agents do. Any other failure is final.
+    pub io: bool,
+}
+
+impl StoreError {
+    /// A failure that is not an I/O error.
+    pub fn other(message: String) -> StoreError {
+        StoreError { message, io: false }
+    }
+}
 
 impl std::fmt::Display for StoreError {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.write_str(&self.0)
+        f.write_str(&self.message)
     }
 }
 
@@ -33,7 +46,13 @@ impl std::error::Error for StoreError {}
 
 impl From<agentstore::Error> for StoreError {
     fn from(e: agentstore::Error) -> Self {
-        StoreError(e.to_string())
+        StoreError {
+            io: matches!(
+                e,
+                agentstore::Error::Io { .. } | agentstore::Error::Poisoned { .. }
+            ),
+            message: e.to_string(),
+        }
     }
 }
 
@@ -299,7 +318,7 @@ fn observe_reference(paths: &SessionPaths) -> StoreResult<Observation> {
     let bytes = match std::fs::read(&events) {
         Ok(b) => b,
         Err(e) if e.kind() == std::io::ErrorKind::NotFound => Vec::new(),
-        Err(e) => return Err(StoreError(format!("read {}: {e}", events.display()))),
+        Err(e) => return Err(StoreError::other(format!("read {}: {e}", events.display()))),
     };
     let mut records = Vec::new();
     let mut offsets = Vec::new();

@@ -72,6 +72,9 @@ pub struct Append {
     pub type_name: String,
     pub fingerprint: String,
     pub acked: Option<Seq>,
+    /// The store refused it with an I/O error (the agent may have retried it
+    /// as the next append).
+    pub refused: bool,
 }
 
 /// What the first recovery of a restarted agent reported.
@@ -574,7 +577,18 @@ fn run_life(
                 type_name: t,
                 fingerprint: h,
                 acked: None,
+                refused: false,
             }),
+            ChildLine::Refused { t, h } => match life.writes.last_mut() {
+                Some(w) if w.fingerprint == h && w.type_name == t && w.acked.is_none() => {
+                    w.refused = true;
+                }
+                _ => {
+                    protocol_error = Some(format!(
+                        "the agent reported a refusal of {t} without announcing it"
+                    ))
+                }
+            },
             ChildLine::Ack { seq, t, h } => match life.writes.last_mut() {
                 Some(w) if w.fingerprint == h && w.type_name == t && w.acked.is_none() => {
                     w.acked = Some(seq);

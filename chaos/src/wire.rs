@@ -27,6 +27,9 @@ pub enum ChildLine {
     Append { t: String, h: String },
     /// The store acknowledged the last appended event as durable at `seq`.
     Ack { seq: Seq, t: String, h: String },
+    /// The store refused the last appended event with an I/O error; the
+    /// agent announces it again if it retries.
+    Refused { t: String, h: String },
     /// First recovery done: what the store reported, the `<recovery>`
     /// block of the rendered context (None when the context has none) and
     /// the store's projection.

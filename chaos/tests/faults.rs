@@ -46,10 +46,14 @@ const EXPECTED: &[(&str, &[&str])] = &[
     ("rewrite-whole-log", &["acked-durable"]),
     ("ledger-per-call", &["ledger-refuses-double-commit"]),
     ("no-writer-lock", &["second-writer-refused"]),
+    ("keep-refused-append", &["log-prefix"]),
 ];
 
 /// Faults that only a nemesis other than the crash points can show.
-const NEMESIS: &[(&str, &str)] = &[("fsync-retry", "syscall")];
+const NEMESIS: &[(&str, &str)] = &[
+    ("fsync-retry", "syscall"),
+    ("keep-refused-append", "syscall"),
+];
 
 fn assert_caught(fault: &str) {
     let &(_, invariants) = EXPECTED.iter().find(|(f, _)| *f == fault).unwrap();
@@ -167,6 +171,13 @@ fn ledger_per_call_is_caught_by_ledger_refuses_double_commit() {
 #[test]
 fn no_writer_lock_is_caught_by_second_writer_refused() {
     assert_caught("no-writer-lock");
+}
+
+/// Only because the agent retries an append refused with an I/O error:
+/// the refused copy is still in the log, and the retry adds it again.
+#[test]
+fn keep_refused_append_is_caught_by_log_prefix_when_the_agent_retries() {
+    assert_caught("keep-refused-append");
 }
 
 #[test]

@@ -50,6 +50,8 @@ pub enum Fault {
     NoWriterLock,
     /// A blob's temp file is renamed into place without being fsynced first: an event may reference a blob a power loss emptied.
     BlobNoFsync,
+    /// A failed fdatasync refuses the append but keeps its bytes and goes on: no rollback, no poisoning; a retried append lands after the refused one.
+    KeepRefusedAppend,
 }
 
 impl Fault {
@@ -145,6 +147,11 @@ impl Fault {
             Fault::BlobNoFsync,
             "blob-no-fsync",
             "a blob an event references is durable before the event (power loss)",
+        ),
+        (
+            Fault::KeepRefusedAppend,
+            "keep-refused-append",
+            "a refused append leaves nothing behind: after a failed fdatasync the log is cut back and refuses appends until reopened",
         ),
     ];
 

@@ -458,6 +458,10 @@ impl EventLog {
                 }
                 Ok(())
             }
+            Err(e) if fault::active(Fault::KeepRefusedAppend) => {
+                // Broken on purpose: refuse, but keep the bytes and the position.
+                Err(Error::io("fdatasync", &self.path)(e))
+            }
             Err(e) => {
                 let reason = format!("fdatasync failed: {e}");
                 let durable = st.durable;

@@ -124,7 +124,10 @@ impl AdapterBackend {
 }
 
 fn err(e: ClientError) -> StoreError {
-    StoreError(e.to_string())
+    StoreError {
+        io: e.refusal_kind() == Some(ErrorKind::Io),
+        message: e.to_string(),
+    }
 }
 
 /// The crash point of a request the adapter has served and answered, before
@@ -209,7 +212,7 @@ impl StoreBackend for AdapterBackend {
                 Err(e) if e.refusal_kind() == Some(ErrorKind::Locked) => {
                     let _ = client.kill();
                     if Instant::now() >= deadline {
-                        return Err(StoreError(format!(
+                        return Err(StoreError::other(format!(
                             "the session is still locked after {}s: {}",
                             LOCK_WAIT.as_secs(),
                             err(e)
@@ -227,7 +230,12 @@ impl StoreBackend for AdapterBackend {
                 }
                 Err(e) if e.refusal_kind() == Some(ErrorKind::Damage) => {
                     let _ = client.shutdown();
-                    return Ok(Observation::opaque(Vec::new(), None, Some(err(e).0), None));
+                    return Ok(Observation::opaque(
+                        Vec::new(),
+                        None,
+                        Some(err(e).message),
+                        None,
+                    ));
                 }
                 Err(e) => return Err(err(e)),
             };
@@ -243,7 +251,12 @@ impl StoreBackend for AdapterBackend {
                 Err(e) if e.refusal_kind() == Some(ErrorKind::Damage) => {
                     let _ = client.close();
                     let _ = client.shutdown();
-                    return Ok(Observation::opaque(Vec::new(), torn, Some(err(e).0), None));
+                    return Ok(Observation::opaque(
+                        Vec::new(),
+                        torn,
+                        Some(err(e).message),
+                        None,
+                    ));
                 }
                 Err(e) => return Err(err(e)),
             };
