@@ -550,11 +550,29 @@ fn first_divergence(before: &[Record], after: &[Record]) -> Option<String> {
                 ))
             }
             Some(a) if a != b => {
+                let json = |r: &Record| {
+                    serde_json::json!({
+                        "seq": r.seq,
+                        "id": r.id.to_string(),
+                        "ts": r.ts,
+                        "redaction": format!("{:?}", r.redaction),
+                        "event": match &r.body {
+                            agentstore::event::Body::Known(e) => {
+                                serde_json::to_value(e).expect("an event serializes")
+                            }
+                            agentstore::event::Body::Ignorable { fields, .. } => fields.clone(),
+                        },
+                    })
+                };
+                let (was, now) = (json(b), json(a));
+                let changed = first_diff(&was, &now, "")
+                    .map(|d| format!(" (first change: {}, was vs now)", d.trim_start_matches('.')))
+                    .unwrap_or_default();
                 return Some(format!(
-                    "{} was rewritten as {}",
+                    "{} was rewritten as {}{changed}",
                     describe_record(b),
                     describe_record(a)
-                ))
+                ));
             }
             Some(_) => {}
         }
@@ -1188,14 +1206,19 @@ fn exactly_once_outcome(h: &History, reference: Option<&Reference>, out: &mut Ve
 }
 
 /// failed-sync-not-acked: after the syscall nemesis made a write (ENOSPC)
-/// or an fsync (EIO) of file F fail in life 0, no append is acknowledged
+/// or an fsync (EIO) of file F fail in a life, no append is acknowledged
 /// until F is written again and then synced. An fsync that failed while F
 /// held no unsynced write lost nothing and is not judged. The order of the
 /// agent's ack lines against the store's syscalls is exact: the tracer
 /// places every write to the agent's stdout between the recorded ops.
 fn failed_sync_not_acked(h: &History, out: &mut Vec<Violation>) {
-    let Some(first) = h.lives.first() else { return };
-    let Some(sys) = &first.syscalls else { return };
+    for life in &h.lives {
+        failed_sync_not_acked_in(life, out);
+    }
+}
+
+fn failed_sync_not_acked_in(life: &Life, out: &mut Vec<Violation>) {
+    let Some(sys) = &life.syscalls else { return };
     let (Some(report), Some(oplog)) = (&sys.fault, &sys.oplog) else {
         return;
     };
@@ -1266,12 +1289,12 @@ fn failed_sync_not_acked(h: &History, out: &mut Vec<Violation>) {
             .filter(|e| e.index > at && e.index <= upto)
             .map(text)
             .collect();
-        let write = &first.writes[w];
+        let write = &life.writes[w];
         let seq = write.acked.unwrap_or_default();
         let call = format!("#{at} {}", event.call_text().replace(&root, "ROOT"));
         out.push(v(
             Invariant::FailedSyncNotAcked,
-            "in life 0, after the injected error",
+            &format!("in life {}, after the injected error", life.index),
             format!(
                 "no acknowledgement after {call} failed with {errno} until ROOT/{} is written again and synced{}",
                 file.display(),
@@ -1421,6 +1444,24 @@ mod tests {
             workspace: BTreeMap::new(),
             error: None,
         }
+    }
+
+    #[test]
+    fn a_rewritten_event_names_the_field_that_changed() {
+        let before = obs(&[Event::UserMessage {
+            parent: None,
+            text: "deploy to staging".into(),
+        }]);
+        let after = obs(&[Event::UserMessage {
+            parent: None,
+            text: "deploy to production".into(),
+        }]);
+        let found = first_divergence(&before.records, &after.records).unwrap();
+        assert!(
+            found.contains("was rewritten as")
+                && found.contains("text: \"deploy to staging\" vs \"deploy to production\""),
+            "{found}"
+        );
     }
 
     #[test]

@@ -10,7 +10,7 @@ use std::time::Duration;
 use agentchaos::adapter::AdapterBackend;
 use agentchaos::agent::{self, AgentArgs};
 use agentchaos::checker::Invariant;
-use agentchaos::nemesis::{Crash, Nemeses, Plan};
+use agentchaos::nemesis::{Nemeses, Plan, Restarts};
 use agentchaos::report::{self, Context};
 use agentchaos::runner::{self, Config, Mode, ScenarioSource};
 use agentchaos::scenario::{self, InputError};
@@ -93,6 +93,12 @@ struct RunArgs {
     /// With --trials N: N plans per nemesis, and N crash points per scenario for powerloss.
     #[arg(long, value_name = "points,syscall,powerloss|all")]
     nemesis: Option<Nemeses>,
+    /// Which restarted lives are traced and crashed at their own points and syscalls: `all`
+    /// (after every first kill that leaves recovery work: life 1 through its recovery and the
+    /// 16 hits after it; the deepest restart's life 1 and a life 2 after it to their end),
+    /// `deepest` (only those two), or `none` (first-life faults only).
+    #[arg(long, value_name = "all|deepest|none", default_value_t = Restarts::All)]
+    restarts: Restarts,
     /// Add N random scenarios generated from the seed (failing ones are shrunk).
     #[arg(long, value_name = "N", default_value_t = 0)]
     random: usize,
@@ -128,8 +134,10 @@ struct ReplayArgs {
     /// The plan: none, kill@N, tear@N:BYTES, powercut@N, timer@Dus (crash points), or
     /// sys-kill-before@N, sys-kill-after@N, sys-tear@N:BYTES, sys-enospc@N, sys-eio@N (the
     /// syscall nemesis: N counts the store syscalls of the first agent process tree, as
-    /// `agentchaos run --nemesis syscall` enumerated them; Linux x86_64 only); optionally +kill@M;
-    /// or a probe: probe:damage@FILE:OFFSET, probe:ledger@OPERATION.
+    /// `agentchaos run --nemesis syscall` enumerated them; Linux x86_64 only); then up to
+    /// two crashes of the restarted lives, each +kill@M, +tear@M:BYTES or +sys-…@M counted
+    /// in that life (kill@9+kill@40+sys-eio@3); or a probe: probe:damage@FILE:OFFSET,
+    /// probe:ledger@OPERATION.
     #[arg(long, value_name = "PLAN")]
     plan: String,
     /// Keep the trial directory here.
@@ -383,6 +391,8 @@ fn config<'a>(
         store_fault: common.store_fault.clone(),
         mode,
         nemesis: Nemeses::POINTS,
+        // A replay traces the restarts its plan crashes, and no others.
+        restarts: Restarts::None,
         seed,
         jobs,
         shard: None,
@@ -455,6 +465,7 @@ fn run(args: RunArgs) -> Result<ExitCode, Failure> {
     };
     let mut cfg = config(&args.common, backend.as_ref(), mode, args.seed)?;
     cfg.nemesis = nemesis;
+    cfg.restarts = args.restarts;
     cfg.shard = args.shard;
     cfg.progress = !args.quiet;
     if let Some(k) = &args.keep_failures {
@@ -483,10 +494,13 @@ fn run(args: RunArgs) -> Result<ExitCode, Failure> {
         store_fault: cfg.store_fault.as_deref(),
         seed: args.seed,
         mode: match mode {
-            Mode::Exhaustive => format!("exhaustive, nemesis {nemesis}"),
-            Mode::Sampled(n) => {
-                format!("{n} sampled trials per scenario, nemesis {nemesis}")
+            Mode::Exhaustive => {
+                format!("exhaustive, nemesis {nemesis}, restarts {}", args.restarts)
             }
+            Mode::Sampled(n) => format!(
+                "{n} sampled trials per scenario, nemesis {nemesis}, restarts {}",
+                args.restarts
+            ),
         },
         jobs: cfg.jobs,
         shard: cfg.shard,
@@ -588,11 +602,7 @@ fn replay(args: ReplayArgs) -> Result<ExitCode, Failure> {
         Some(p) => What::Probe(p.parse().map_err(bad_input)?),
         None => What::Trial(args.plan.parse().map_err(bad_input)?),
     };
-    if let What::Trial(Plan {
-        crash: Some(Crash::Syscall { .. }),
-        ..
-    }) = what
-    {
+    if matches!(&what, What::Trial(plan) if plan.syscall_fault().is_some()) {
         syscall_supported()?;
         cfg.nemesis.syscall = true;
     }

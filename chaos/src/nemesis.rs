@@ -1,8 +1,9 @@
 //! The nemesis: how a trial's agent dies, and what each death models.
 //!
 //! A [`Plan`] says how the first process dies ([`Crash`]) and, for a double
-//! crash, at which hit the first restarted process dies too, during its
-//! recovery. Every crash is a real `SIGKILL`: uncatchable, no destructors,
+//! or triple crash, how the restarted lives 1 and 2 die too, counted in
+//! their own hits or syscalls ([`LaterTrace`]: a restarted life's own
+//! trace). Every crash is a real `SIGKILL`: uncatchable, no destructors,
 //! no flushes, but the kernel keeps the page cache, so what was written
 //! survives. The crash models:
 //!
@@ -21,9 +22,9 @@
 //!   (power loss) covers those.
 //! - `timer@Dus`: the harness sends SIGKILL after D microseconds, wherever
 //!   the agent is (blackbox, for realism; not exactly replayable).
-//! - `+kill@M` suffix: the first restarted process is killed at its M-th
-//!   hit, inside its recovery for small M; a third process then recovers
-//!   and finishes (a double crash).
+//! - `+kill@M`, `+tear@M:B`, `+sys-…@M` suffixes: the restarted life 1
+//!   dies too, at its own M-th hit or syscall; a second suffix crashes
+//!   life 2. The next process then recovers and finishes.
 //!
 //! The syscall nemesis (`--nemesis syscall`, [`crate::syscall`], Linux
 //! x86_64 only) needs no crash points: the first process tree (the agent
@@ -94,6 +95,15 @@ pub enum Crash {
 }
 
 impl Crash {
+    /// Can a restarted life die of it? Kills, tears and syscall faults
+    /// (counted in that life); power cuts and timers only end the first.
+    pub fn allowed_later(&self) -> bool {
+        matches!(
+            self,
+            Crash::Kill { .. } | Crash::Tear { .. } | Crash::Syscall { .. }
+        )
+    }
+
     /// The hit it kills at, for whitebox crashes.
     pub fn hit(&self) -> Option<u64> {
         match *self {
@@ -208,13 +218,10 @@ impl SyscallTrace {
     }
 
     fn plan(at: usize, fault: SysFault) -> Plan {
-        Plan {
-            crash: Some(Crash::Syscall {
-                at: at as u64,
-                fault,
-            }),
-            then_kill_at: None,
-        }
+        Plan::first(Crash::Syscall {
+            at: at as u64,
+            fault,
+        })
     }
 
     /// Every fault that applies to call `at`, a tear keeping a sampled prefix.
@@ -338,31 +345,130 @@ impl FromStr for Nemeses {
     }
 }
 
+/// How many restarted lives a plan can crash after the first process.
+pub const LATER_LIVES: usize = 2;
+
+/// Which restarted lives a campaign traces and crashes (`--restarts`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum Restarts {
+    /// Every restart of [`restarts`] through its recovery and the
+    /// [`RESUMED_HITS`] after it, the deepest to its end, and a life 2.
+    #[default]
+    All,
+    /// Only the deepest restart (to its end) and the life 2 after it.
+    Deepest,
+    /// No restarted life is crashed except by the first-life plans' own
+    /// double crashes (`--trials`): first-life faults only.
+    None,
+}
+
+impl fmt::Display for Restarts {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(match self {
+            Restarts::All => "all",
+            Restarts::Deepest => "deepest",
+            Restarts::None => "none",
+        })
+    }
+}
+
+impl FromStr for Restarts {
+    type Err = String;
+
+    fn from_str(s: &str) -> Result<Restarts, String> {
+        match s {
+            "all" => Ok(Restarts::All),
+            "deepest" => Ok(Restarts::Deepest),
+            "none" => Ok(Restarts::None),
+            other => Err(format!("--restarts {other:?} is not all, deepest or none")),
+        }
+    }
+}
+
 /// One trial's nemesis schedule. `crash: None` is the crash-free trace run.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash)]
 pub struct Plan {
+    /// How the first process (life 0) dies.
     pub crash: Option<Crash>,
-    /// Kill the first restarted process at this hit (a double crash).
-    pub then_kill_at: Option<u64>,
+    /// How the restarted lives 1 and 2 die: a kill, a tear or a syscall
+    /// fault, counted in that life's own hits or syscalls (see
+    /// [`Crash::allowed_later`]). `later[1]` only after `later[0]`, and
+    /// both only after `crash`: the parser refuses anything else.
+    pub later: [Option<Crash>; LATER_LIVES],
 }
 
 impl Plan {
     pub const NONE: Plan = Plan {
         crash: None,
-        then_kill_at: None,
+        later: [None; LATER_LIVES],
     };
 
     pub fn kill(at: u64) -> Plan {
+        Plan::first(Crash::Kill { at })
+    }
+
+    /// A plan that crashes only the first process.
+    pub fn first(crash: Crash) -> Plan {
         Plan {
-            crash: Some(Crash::Kill { at }),
-            then_kill_at: None,
+            crash: Some(crash),
+            later: [None; LATER_LIVES],
         }
     }
 
-    /// The kind, for reports: `kill`, `tear`, `powercut`, `timer`, `double`,
+    /// This plan, and then life `self.crashed_lives()` dies of `crash` too.
+    pub fn then(mut self, crash: Crash) -> Plan {
+        let n = self.crashed_lives();
+        assert!(
+            (1..=LATER_LIVES).contains(&n) && crash.allowed_later(),
+            "{self} cannot be followed by {crash:?}"
+        );
+        self.later[n - 1] = Some(crash);
+        self
+    }
+
+    /// The crashes of the first `lives` lives only.
+    pub fn prefix(&self, lives: usize) -> Plan {
+        let mut p = Plan::NONE;
+        for life in 0..lives.min(self.crashed_lives()) {
+            let c = self.crash_of(life as u32);
+            if life == 0 {
+                p.crash = c;
+            } else {
+                p.later[life - 1] = c;
+            }
+        }
+        p
+    }
+
+    /// The life a syscall fault of this plan lands in, and the fault's index.
+    pub fn syscall_fault(&self) -> Option<(u32, u64, SysFault)> {
+        (0..=LATER_LIVES as u32).find_map(|life| match self.crash_of(life) {
+            Some(Crash::Syscall { at, fault }) => Some((life, at, fault)),
+            _ => None,
+        })
+    }
+
+    /// The crash planned for life `life`, if any.
+    pub fn crash_of(&self, life: u32) -> Option<Crash> {
+        match life {
+            0 => self.crash,
+            i => self.later.get(i as usize - 1).copied().flatten(),
+        }
+    }
+
+    /// How many lives this plan crashes: the first one without a planned
+    /// crash is `crashed_lives()` (the one a trace run of this plan traces).
+    pub fn crashed_lives(&self) -> usize {
+        (0..=LATER_LIVES as u32)
+            .take_while(|&l| self.crash_of(l).is_some())
+            .count()
+    }
+
+    /// The kind, for reports: `kill`, `tear`, `powercut`, `timer`,
+    /// `double` (a restarted life crashes too),
     /// `sys-kill-before`, `sys-kill-after`, `sys-tear`, `sys-enospc`, `sys-eio`, `none`.
     pub fn kind(&self) -> &'static str {
-        match (self.crash, self.then_kill_at) {
+        match (self.crash, self.later[0]) {
             (None, _) => "none",
             (Some(_), Some(_)) => "double",
             (Some(Crash::Syscall { fault, .. }), None) => match fault {
@@ -388,51 +494,98 @@ impl Plan {
     /// power cut's sync log goes, `trace` where a trace goes.
     pub fn env(&self, life: u32, sync_log: &Path, trace: &Path) -> Vec<(&'static str, String)> {
         let mut env = Vec::new();
-        match (life, self.crash) {
-            (0, Some(Crash::Kill { at })) => env.push(("AGENTCHAOS_KILL_AT", at.to_string())),
-            (0, Some(Crash::Tear { at, bytes })) => {
+        match self.crash_of(life) {
+            Some(Crash::Kill { at }) => env.push(("AGENTCHAOS_KILL_AT", at.to_string())),
+            Some(Crash::Tear { at, bytes }) => {
                 env.push(("AGENTCHAOS_KILL_AT", at.to_string()));
                 env.push(("AGENTCHAOS_TEAR", bytes.to_string()));
             }
-            (0, Some(Crash::PowerCut { at })) => {
+            Some(Crash::PowerCut { at }) => {
                 env.push(("AGENTCHAOS_KILL_AT", at.to_string()));
                 env.push(("AGENTCHAOS_SYNC_LOG", sync_log.display().to_string()));
             }
             // The trace tells where the timer struck.
-            (0, Some(Crash::Timer { .. })) => {
+            Some(Crash::Timer { .. }) => {
                 env.push(("AGENTCHAOS_TRACE", trace.display().to_string()))
             }
-            (1, _) => {
-                if let Some(m) = self.then_kill_at {
-                    env.push(("AGENTCHAOS_KILL_AT", m.to_string()));
-                }
-            }
-            _ => {}
+            Some(Crash::Syscall { .. }) | None => {}
         }
         env
     }
 }
 
+impl fmt::Display for Crash {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match *self {
+            Crash::Kill { at } => write!(f, "kill@{at}"),
+            Crash::Tear { at, bytes } => write!(f, "tear@{at}:{bytes}"),
+            Crash::PowerCut { at } => write!(f, "powercut@{at}"),
+            Crash::Timer { micros } => write!(f, "timer@{micros}us"),
+            Crash::Syscall { at, fault } => match fault {
+                SysFault::KillBefore => write!(f, "sys-kill-before@{at}"),
+                SysFault::KillAfter => write!(f, "sys-kill-after@{at}"),
+                SysFault::Tear { bytes } => write!(f, "sys-tear@{at}:{bytes}"),
+                SysFault::Enospc => write!(f, "sys-enospc@{at}"),
+                SysFault::Eio => write!(f, "sys-eio@{at}"),
+            },
+        }
+    }
+}
+
+/// `none`, or the first life's crash, then `+CRASH` for each restarted life
+/// that dies too: `kill@9+kill@2`, `kill@9+sys-eio@3`, `kill@9+kill@40+kill@5`.
 impl fmt::Display for Plan {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         match self.crash {
             None => write!(f, "none")?,
-            Some(Crash::Kill { at }) => write!(f, "kill@{at}")?,
-            Some(Crash::Tear { at, bytes }) => write!(f, "tear@{at}:{bytes}")?,
-            Some(Crash::PowerCut { at }) => write!(f, "powercut@{at}")?,
-            Some(Crash::Timer { micros }) => write!(f, "timer@{micros}us")?,
-            Some(Crash::Syscall { at, fault }) => match fault {
-                SysFault::KillBefore => write!(f, "sys-kill-before@{at}")?,
-                SysFault::KillAfter => write!(f, "sys-kill-after@{at}")?,
-                SysFault::Tear { bytes } => write!(f, "sys-tear@{at}:{bytes}")?,
-                SysFault::Enospc => write!(f, "sys-enospc@{at}")?,
-                SysFault::Eio => write!(f, "sys-eio@{at}")?,
-            },
+            Some(c) => write!(f, "{c}")?,
         }
-        if let Some(m) = self.then_kill_at {
-            write!(f, "+kill@{m}")?;
+        for c in self.later.iter().flatten() {
+            write!(f, "+{c}")?;
         }
         Ok(())
+    }
+}
+
+impl FromStr for Crash {
+    type Err = ();
+
+    fn from_str(s: &str) -> Result<Crash, ()> {
+        let num = |t: &str| t.parse::<u64>().map_err(|_| ());
+        let (kind, arg) = s.split_once('@').ok_or(())?;
+        let sys = |fault| -> Result<Crash, ()> {
+            Ok(Crash::Syscall {
+                at: num(arg)?,
+                fault,
+            })
+        };
+        let pair = |arg: &str| -> Result<(u64, u64), ()> {
+            let (a, b) = arg.split_once(':').ok_or(())?;
+            Ok((num(a)?, num(b)?))
+        };
+        Ok(match kind {
+            "kill" => Crash::Kill { at: num(arg)? },
+            "sys-kill-before" => sys(SysFault::KillBefore)?,
+            "sys-kill-after" => sys(SysFault::KillAfter)?,
+            "sys-enospc" => sys(SysFault::Enospc)?,
+            "sys-eio" => sys(SysFault::Eio)?,
+            "sys-tear" => {
+                let (at, bytes) = pair(arg)?;
+                Crash::Syscall {
+                    at,
+                    fault: SysFault::Tear { bytes },
+                }
+            }
+            "powercut" => Crash::PowerCut { at: num(arg)? },
+            "tear" => {
+                let (at, bytes) = pair(arg)?;
+                Crash::Tear { at, bytes }
+            }
+            "timer" => Crash::Timer {
+                micros: num(arg.strip_suffix("us").ok_or(())?)?,
+            },
+            _ => return Err(()),
+        })
     }
 }
 
@@ -442,61 +595,25 @@ impl FromStr for Plan {
     fn from_str(s: &str) -> Result<Plan, String> {
         let bad = || {
             format!(
-                "plan {s:?} is not one of none, kill@N, tear@N:BYTES, powercut@N, timer@MICROSus, sys-kill-before@N, sys-kill-after@N, sys-tear@N:BYTES, sys-enospc@N, sys-eio@N, optionally followed by +kill@M"
+                "plan {s:?} is not one of none, kill@N, tear@N:BYTES, powercut@N, timer@MICROSus, sys-kill-before@N, sys-kill-after@N, sys-tear@N:BYTES, sys-enospc@N, sys-eio@N, optionally followed by up to {LATER_LIVES} crashes of the restarted lives, each +kill@M, +tear@M:BYTES or +sys-…@M"
             )
         };
-        let num = |t: &str| t.parse::<u64>().map_err(|_| bad());
-        let (first, then) = match s.split_once('+') {
-            Some((a, b)) => (
-                a,
-                Some(b.strip_prefix("kill@").ok_or_else(bad).and_then(num)?),
-            ),
-            None => (s, None),
-        };
-        let crash = if first == "none" {
-            None
+        let mut parts = s.split('+');
+        let first = parts.next().unwrap_or_default();
+        let mut plan = if first == "none" {
+            Plan::NONE
         } else {
-            let (kind, arg) = first.split_once('@').ok_or_else(bad)?;
-            let sys = |fault| -> Result<Crash, String> {
-                Ok(Crash::Syscall {
-                    at: num(arg)?,
-                    fault,
-                })
-            };
-            Some(match kind {
-                "kill" => Crash::Kill { at: num(arg)? },
-                "sys-kill-before" => sys(SysFault::KillBefore)?,
-                "sys-kill-after" => sys(SysFault::KillAfter)?,
-                "sys-enospc" => sys(SysFault::Enospc)?,
-                "sys-eio" => sys(SysFault::Eio)?,
-                "sys-tear" => {
-                    let (at, bytes) = arg.split_once(':').ok_or_else(bad)?;
-                    Crash::Syscall {
-                        at: num(at)?,
-                        fault: SysFault::Tear { bytes: num(bytes)? },
-                    }
-                }
-                "powercut" => Crash::PowerCut { at: num(arg)? },
-                "tear" => {
-                    let (at, bytes) = arg.split_once(':').ok_or_else(bad)?;
-                    Crash::Tear {
-                        at: num(at)?,
-                        bytes: num(bytes)?,
-                    }
-                }
-                "timer" => Crash::Timer {
-                    micros: num(arg.strip_suffix("us").ok_or_else(bad)?)?,
-                },
-                _ => return Err(bad()),
-            })
+            Plan::first(first.parse().map_err(|()| bad())?)
         };
-        if crash.is_none() && then.is_some() {
-            return Err(bad());
+        for part in parts {
+            let crash: Crash = part.parse().map_err(|()| bad())?;
+            let n = plan.crashed_lives();
+            if n == 0 || n > LATER_LIVES || !crash.allowed_later() {
+                return Err(bad());
+            }
+            plan = plan.then(crash);
         }
-        Ok(Plan {
-            crash,
-            then_kill_at: then,
-        })
+        Ok(plan)
     }
 }
 
@@ -596,6 +713,117 @@ impl Trace {
     }
 }
 
+/// The first lives' crashes after which a restarted life is traced and
+/// crashed at every one of its points: one first kill per distinct log
+/// length at which a recovery has work (the last hit with that log: the
+/// most progress with it), so that each restart recovers something
+/// different: an open run, a requested, started or committed call.
+pub fn restarts(trace: &Trace) -> Vec<Plan> {
+    let mut last_at_len: BTreeMap<usize, usize> = BTreeMap::new();
+    for (h, &n) in trace.appends_before.iter().enumerate() {
+        if trace.recovery_work[h] > 0 {
+            last_at_len.insert(n, h);
+        }
+    }
+    last_at_len
+        .into_values()
+        .map(|h| Plan::kill(h as u64))
+        .collect()
+}
+
+/// Of [`restarts`], the one whose recovery has the most work (the latest
+/// on a tie): where the syscall nemesis and the third life are traced.
+pub fn deepest_restart(trace: &Trace) -> Option<Plan> {
+    restarts(trace).into_iter().max_by_key(|p| {
+        let h = p.crash.and_then(|c| c.hit()).unwrap_or_default();
+        (trace.recovery_work[h as usize], h)
+    })
+}
+
+/// A restarted life's crash-free trace: what life `before.crashed_lives()`
+/// does (opens, recovers, finishes the scenario) after the crashes
+/// `before` planned for the lives before it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct LaterTrace {
+    pub before: Plan,
+    /// Its crash-point hits, in order.
+    pub hits: Vec<String>,
+    /// Its syscalls under the tracer (the syscall nemesis only).
+    pub syscalls: Option<SyscallTrace>,
+    /// Crash it at every hit to its end, not only through its recovery
+    /// and the [`RESUMED_HITS`] after it.
+    pub every_point: bool,
+}
+
+/// How many hits after its recovery a restarted life is crashed at (unless
+/// [`LaterTrace::every_point`]): enough for the reconciliation and re-run of
+/// an uncertain call (its intent, effect, commit and result, each a write
+/// and a sync). Past them the life does what the first life did.
+pub const RESUMED_HITS: usize = 16;
+
+impl LaterTrace {
+    /// The traced life.
+    pub fn life(&self) -> usize {
+        self.before.crashed_lives()
+    }
+
+    /// The first hit after its last recovery hit (0 when it has none).
+    fn recovered_at(&self) -> usize {
+        self.hits
+            .iter()
+            .rposition(|h| h.contains("recover"))
+            .map_or(0, |i| i + 1)
+    }
+
+    /// Where its own restart is killed to trace the life after it (a third
+    /// life): halfway between its last recovery hit and its end, inside
+    /// the scenario work it resumed.
+    pub fn next_restart(&self) -> Option<Plan> {
+        if self.life() > LATER_LIVES - 1 {
+            return None;
+        }
+        let at = (self.recovered_at() + self.hits.len()) / 2;
+        (at < self.hits.len()).then(|| self.before.then(Crash::Kill { at: at as u64 }))
+    }
+
+    /// The hits it is crashed at: all of them, or through its recovery and
+    /// the [`RESUMED_HITS`] after it.
+    pub fn span(&self) -> usize {
+        if self.every_point {
+            self.hits.len()
+        } else {
+            self.hits.len().min(self.recovered_at() + RESUMED_HITS)
+        }
+    }
+
+    /// A kill at every hit and a tear at every write hit of its [`span`](Self::span).
+    pub fn point_plans(&self, rng: &mut Rng) -> Vec<Plan> {
+        let span = self.span();
+        let mut plans: Vec<Plan> = (0..span as u64)
+            .map(|at| self.before.then(Crash::Kill { at }))
+            .collect();
+        for (h, name) in self.hits[..span].iter().enumerate() {
+            if name.ends_with(WRITE_SUFFIX) {
+                plans.push(self.before.then(Crash::Tear {
+                    at: h as u64,
+                    bytes: tear_bytes(rng),
+                }));
+            }
+        }
+        plans
+    }
+
+    /// Every applicable syscall fault at every syscall of this life.
+    pub fn syscall_plans(&self, rng: &mut Rng) -> Vec<Plan> {
+        self.syscalls
+            .iter()
+            .flat_map(|s| s.exhaustive(rng))
+            .filter_map(|p| p.crash)
+            .map(|c| self.before.then(c))
+            .collect()
+    }
+}
+
 /// A tear size: half the time a short prefix, half the time everything but
 /// the last byte (the store clamps it), so that the fragment is nearly a line.
 fn tear_bytes(rng: &mut Rng) -> u64 {
@@ -612,50 +840,28 @@ fn second_kill(rng: &mut Rng, work: usize) -> u64 {
     rng.below(4 + 3 * work as u64)
 }
 
-/// Every plan `--exhaustive` runs: a kill at every hit; a tear at every
-/// write hit; a power cut at every hit where the log has unsynced bytes;
-/// once per distinct log length at which a recovery has work, a double
-/// crash killing the recovery too; and one timer kill per eight hits, for
-/// realism (blackbox: wherever the agent happens to be).
+/// Every plan `--exhaustive` runs in the first life: a kill at every hit;
+/// a tear at every write hit; a power cut at every hit where the log has
+/// unsynced bytes; and one timer kill per eight hits, for realism
+/// (blackbox: wherever the agent happens to be). The restarted lives'
+/// plans come from their own traces ([`LaterTrace`]).
 pub fn exhaustive(trace: &Trace, rng: &mut Rng) -> Vec<Plan> {
     let mut plans: Vec<Plan> = (0..trace.len()).map(Plan::kill).collect();
     for (h, name) in trace.hits.iter().enumerate() {
         if name.ends_with(WRITE_SUFFIX) {
-            plans.push(Plan {
-                crash: Some(Crash::Tear {
-                    at: h as u64,
-                    bytes: tear_bytes(rng),
-                }),
-                then_kill_at: None,
-            });
+            plans.push(Plan::first(Crash::Tear {
+                at: h as u64,
+                bytes: tear_bytes(rng),
+            }));
         }
     }
     for (h, &u) in trace.unsynced.iter().enumerate() {
         if u {
-            plans.push(Plan {
-                crash: Some(Crash::PowerCut { at: h as u64 }),
-                then_kill_at: None,
-            });
+            plans.push(Plan::first(Crash::PowerCut { at: h as u64 }));
         }
-    }
-    // Last hit for each log length: the most progress with that log.
-    let mut last_at_len: BTreeMap<usize, usize> = BTreeMap::new();
-    for (h, &n) in trace.appends_before.iter().enumerate() {
-        if trace.recovery_work[h] > 0 {
-            last_at_len.insert(n, h);
-        }
-    }
-    for h in last_at_len.into_values() {
-        plans.push(Plan {
-            crash: Some(Crash::Kill { at: h as u64 }),
-            then_kill_at: Some(second_kill(rng, trace.recovery_work[h])),
-        });
     }
     for _ in 0..trace.len().div_ceil(8) {
-        plans.push(Plan {
-            crash: Some(timer(trace, rng)),
-            then_kill_at: None,
-        });
+        plans.push(Plan::first(timer(trace, rng)));
     }
     plans
 }
@@ -696,10 +902,13 @@ pub fn sample(trace: &Trace, n: usize, rng: &mut Rng) -> Vec<Plan> {
                 85..=99 => timer(trace, rng),
                 _ => Crash::Kill { at: any },
             };
-            let double = (65..=84).contains(&roll);
-            Plan {
-                crash: Some(crash),
-                then_kill_at: double.then(|| second_kill(rng, trace.recovery_work[any as usize])),
+            let plan = Plan::first(crash);
+            if (65..=84).contains(&roll) {
+                plan.then(Crash::Kill {
+                    at: second_kill(rng, trace.recovery_work[any as usize]),
+                })
+            } else {
+                plan
             }
         })
         .collect()
@@ -723,10 +932,22 @@ mod tests {
             "sys-tear@3:7",
             "sys-enospc@5",
             "sys-eio@6",
+            "kill@9+sys-eio@3",
+            "kill@9+kill@40+tear@5:12",
+            "sys-tear@3:7+sys-kill-after@2",
         ] {
             let p: Plan = s.parse().unwrap();
             assert_eq!(p.to_string(), s);
         }
+        let triple: Plan = "kill@9+kill@40+sys-eio@5".parse().unwrap();
+        assert_eq!(triple.crashed_lives(), 3);
+        assert_eq!(triple.prefix(2).to_string(), "kill@9+kill@40");
+        assert_eq!(
+            triple.syscall_fault(),
+            Some((2, 5, SysFault::Eio)),
+            "the fault lands in life 2"
+        );
+        assert_eq!(triple.kind(), "double");
         for bad in [
             "",
             "kill",
@@ -738,6 +959,10 @@ mod tests {
             "sys-tear@3",
             "sys-eio@x",
             "sys-zap@1",
+            "kill@1+powercut@3",
+            "kill@1+timer@5us",
+            "kill@1+kill@2+kill@3+kill@4",
+            "kill@1+",
         ] {
             assert!(bad.parse::<Plan>().is_err(), "{bad}");
         }
@@ -766,11 +991,69 @@ mod tests {
         }
         assert_eq!(plans.iter().filter(|p| p.kind() == "tear").count(), 2);
         assert_eq!(plans.iter().filter(|p| p.kind() == "powercut").count(), 2);
-        assert_eq!(plans.iter().filter(|p| p.kind() == "double").count(), 2);
+        assert_eq!(
+            plans.iter().filter(|p| p.kind() == "double").count(),
+            0,
+            "restarted lives are planned from their own traces"
+        );
         assert_eq!(plans.iter().filter(|p| p.kind() == "timer").count(), 1);
         let sampled = sample(&t, 50, &mut Rng::new(2));
         assert_eq!(sampled.len(), 50);
         assert!(sampled.iter().all(|p| p.crash.is_some()));
+    }
+
+    #[test]
+    fn restarted_lives_are_crashed_through_their_recovery_and_the_deepest_everywhere() {
+        // Two appends; recovery has work after each.
+        let log = "log.write\nlog.fdatasync\n10 /l\nagent.x\nlog.write\nlog.fdatasync\n20 /l\n";
+        let t = Trace::from_log(log, &[10, 20], &[0, 1, 2], 5);
+        let restarts = restarts(&t);
+        assert_eq!(
+            restarts.iter().map(|p| p.to_string()).collect::<Vec<_>>(),
+            ["kill@3", "kill@4"],
+            "the last hit at each log length with recovery work"
+        );
+        assert_eq!(deepest_restart(&t), Some(Plan::kill(4)));
+        let mut hits = vec!["recovery.begin".to_string(), "recovery.end".to_string()];
+        hits.extend((0..40).map(|i| {
+            if i % 2 == 0 {
+                "log.write"
+            } else {
+                "log.fdatasync"
+            }
+            .to_string()
+        }));
+        let mut later = LaterTrace {
+            before: Plan::kill(3),
+            hits,
+            syscalls: None,
+            every_point: false,
+        };
+        assert_eq!(later.span(), 2 + RESUMED_HITS);
+        let plans = later.point_plans(&mut Rng::new(1));
+        assert_eq!(plans.len(), 2 + RESUMED_HITS + RESUMED_HITS / 2);
+        assert!(plans
+            .iter()
+            .all(|p| p.crashed_lives() == 2 && p.crash == Some(Crash::Kill { at: 3 })));
+        later.every_point = true;
+        assert_eq!(later.span(), 42);
+        let third = later.next_restart().unwrap();
+        assert_eq!(
+            third.to_string(),
+            "kill@3+kill@22",
+            "halfway through its resumed work"
+        );
+        let life2 = LaterTrace {
+            before: third,
+            hits: later.hits.clone(),
+            syscalls: None,
+            every_point: true,
+        };
+        assert_eq!(life2.next_restart(), None, "lives 1 and 2 only");
+        assert!(life2
+            .point_plans(&mut Rng::new(1))
+            .iter()
+            .all(|p| p.crashed_lives() == 3));
     }
 
     #[test]

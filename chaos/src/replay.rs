@@ -12,7 +12,7 @@ use std::path::Path;
 
 use crate::checker::{self, Violation};
 use crate::model::describe_record;
-use crate::nemesis::Plan;
+use crate::nemesis::{Crash, Plan};
 use crate::report::explain;
 use crate::runner::{self, describe_crash, replay_command, Config, ScenarioSource};
 use crate::trial::{self, History, LifeEnd, RunKind};
@@ -142,7 +142,22 @@ fn replay_in(
     keep: Option<&Path>,
     dir: &Path,
 ) -> Result<Replayed, String> {
-    let prepared = runner::prepare(cfg, source, &dir.join("trace"))?;
+    let mut prepared = runner::prepare(cfg, source, &dir.join("trace"))?;
+    // The traces of the restarted lives the plan crashes, where the
+    // campaign's defaults did not trace them.
+    for life in 1..plan.crashed_lives() {
+        let before = plan.prefix(life);
+        let syscalls = matches!(plan.crash_of(life as u32), Some(Crash::Syscall { .. }));
+        let traced = prepared
+            .later_of(before)
+            .is_some_and(|t| !syscalls || t.syscalls.is_some());
+        if !traced && prepared.unusable.is_none() {
+            let dir = dir.join(format!("later{life}"));
+            let later = runner::trace_later(cfg, &prepared.source, before, syscalls, &dir)?;
+            prepared.later.retain(|t| t.before != before);
+            prepared.later.extend(later);
+        }
+    }
     let mut narrative = format!(
         "scenario {} ({}), plan {plan}\nthe crash-free run passed {} crash-point hits and wrote {} events\n",
         prepared.source.scenario.name,
@@ -182,18 +197,11 @@ fn replay_in(
     let trial_dir = dir.join("trial");
     let setup = runner::setup(cfg, &prepared.source);
     let history = trial::run(&setup, plan, &trial_dir, RunKind::Trial)?;
-    let syscalls = prepared.syscalls.as_ref();
-    let crash = describe_crash(
-        &plan,
-        &prepared.trace,
-        syscalls,
-        &prepared.reference.records,
-        Some(&history),
-    );
+    let crash = describe_crash(&plan, &prepared, Some(&history));
     let error = history
         .error
         .clone()
-        .or_else(|| runner::syscall_mismatch(&plan, syscalls, &history));
+        .or_else(|| runner::syscall_mismatch(&plan, &prepared, &history));
     let _ = writeln!(narrative, "crash: {crash}");
     narrative.push_str(&story(&history));
     let violations = checker::check(&history, Some(&prepared.reference));

@@ -234,6 +234,17 @@ pub fn table(result: &CampaignResult, ctx: &Context<'_>) -> String {
         result.elapsed.as_secs_f64()
     );
     for s in &result.scenarios {
+        if !s.prepared.later.is_empty() {
+            let (trials, distinct) = s.covered_later();
+            let _ = writeln!(
+                out,
+                "restarted lives: {}: {} traced (lives 1 and 2, after a kill), {trials} trials crashed them at {distinct} distinct points or syscalls",
+                s.name(),
+                s.prepared.later.len()
+            );
+        }
+    }
+    for s in &result.scenarios {
         if let Some(sys) = &s.prepared.syscalls {
             let _ = writeln!(
                 out,
@@ -336,6 +347,9 @@ pub fn json(result: &CampaignResult, ctx: &Context<'_>) -> Value {
                 "crash_points_covered": s.covered_hits(),
                 "syscalls_total": s.prepared.syscalls.as_ref().map(|t| t.len()),
                 "syscalls_covered": s.prepared.syscalls.as_ref().map(|_| s.covered_syscalls()),
+                "restarted_lives_traced": s.prepared.later.len(),
+                "restarted_lives_syscall_traced": s.prepared.later.iter().filter(|t| t.syscalls.is_some()).count(),
+                "restarted_life_trials": s.covered_later().0,
                 "trials": s.outcomes.len(),
                 "trials_per_second": if s.wall.is_zero() { Value::Null } else { json!(s.outcomes.len() as f64 / s.wall.as_secs_f64()) },
                 "violations_by_invariant": by,

@@ -3,9 +3,15 @@
 //! For each scenario the runner first makes a crash-free trace run (which
 //! counts every crash-point hit and becomes the [`Reference`]) and, for the
 //! syscall nemesis, a crash-free run under the tracer (which enumerates the
-//! first process's store syscalls), then plans trials
-//! ([`nemesis::exhaustive`] or [`nemesis::sample`], and
-//! [`SyscallTrace::exhaustive`] or [`SyscallTrace::sample`]), keeps this
+//! first process's store syscalls). Then it traces restarted lives
+//! ([`LaterTrace`]): after each first kill of [`nemesis::restarts`], what
+//! life 1 does, and after a kill in the middle of the deepest restart's
+//! life 1, what life 2 does (under the tracer too, for the syscall
+//! nemesis). Then it plans trials ([`nemesis::exhaustive`] or
+//! [`nemesis::sample`], [`SyscallTrace::exhaustive`] or
+//! [`SyscallTrace::sample`], and every point or syscall of each traced
+//! restarted life, [`LaterTrace::point_plans`] and
+//! [`LaterTrace::syscall_plans`]), keeps this
 //! shard's share, and runs them on `jobs` worker threads, each trial in its
 //! own directory under the campaign directory (on `/dev/shm` by default).
 //! A trial directory is deleted once checked, or moved to
@@ -18,14 +24,12 @@ use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::Mutex;
 use std::time::{Duration, Instant};
 
-use agentstore::event::Record;
-
 use crate::adapter::Capability;
 use crate::checker::{self, Invariant, Reference, Violation};
 use crate::model::{describe_record, Model};
 use crate::nemesis::{
-    self, Crash, Nemeses, Plan, SysFault, SyscallTrace, Trace, TracedCall, ADAPTER_APPEND,
-    ADAPTER_APPEND_REPLIED, LOG_WRITE,
+    self, Crash, LaterTrace, Nemeses, Plan, Restarts, SysFault, SyscallTrace, Trace, TracedCall,
+    ADAPTER_APPEND, ADAPTER_APPEND_REPLIED, LOG_WRITE,
 };
 use crate::probe::{self, ProbeOutcome, ProbeSetup};
 use crate::rng::Rng;
@@ -38,8 +42,8 @@ use crate::trial::{self, History, RunKind, TrialDir, TrialSetup};
 /// How many trials per scenario.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Mode {
-    /// Every hit killed, every write torn, every unsynced point power-cut,
-    /// a double crash per recovery state.
+    /// Every hit killed, every write torn, every unsynced point power-cut;
+    /// every hit of each traced restarted life killed and every write torn.
     Exhaustive,
     /// This many trials per scenario, sampled from the seed.
     Sampled(usize),
@@ -63,6 +67,8 @@ pub struct Config<'a> {
     pub mode: Mode,
     /// Which nemeses plan the trials.
     pub nemesis: Nemeses,
+    /// Which restarted lives are traced and crashed.
+    pub restarts: Restarts,
     pub seed: u64,
     pub jobs: usize,
     /// `(k, n)`: run only trials whose index is `k-1` modulo `n`.
@@ -119,6 +125,9 @@ pub struct Prepared {
     pub trace: Trace,
     /// The syscall nemesis's crash-free traced run (when it is on).
     pub syscalls: Option<SyscallTrace>,
+    /// The traced restarted lives. A restart whose trace run did not finish
+    /// is left out here: the trial of its first kill reports why.
+    pub later: Vec<LaterTrace>,
     /// Violations of the crash-free run itself.
     pub trace_violations: Vec<Violation>,
     /// Why crash trials cannot run (the crash-free run did not complete).
@@ -210,7 +219,12 @@ pub fn prepare_keeping(
         )),
         (None, true) => sys_unusable,
     };
+    let later = match unusable {
+        None => trace_restarts(cfg, &source, &trace, dir)?,
+        Some(_) => Vec::new(),
+    };
     Ok(Prepared {
+        later,
         reference: Reference {
             records: records.clone(),
             world: history.world.clone(),
@@ -223,6 +237,120 @@ pub fn prepare_keeping(
         unusable,
         probes: Vec::new(),
     })
+}
+
+impl Prepared {
+    /// The traced restarted life that comes after the crashes `before`.
+    pub fn later_of(&self, before: Plan) -> Option<&LaterTrace> {
+        self.later.iter().find(|t| t.before == before)
+    }
+
+    /// The syscall trace a syscall fault of `plan` was planned from.
+    pub fn syscalls_for(&self, plan: &Plan) -> Option<&SyscallTrace> {
+        match plan.syscall_fault()? {
+            (0, _, _) => self.syscalls.as_ref(),
+            (life, _, _) => self.later_of(plan.prefix(life as usize))?.syscalls.as_ref(),
+        }
+    }
+}
+
+/// Traces the restarted lives the nemeses crash: with the points nemesis,
+/// life 1 after every first kill of [`nemesis::restarts`] (crashed through
+/// its recovery and the [`nemesis::RESUMED_HITS`] after it; the deepest
+/// restart's at every point); with the syscall nemesis, the deepest
+/// restart's life 1 under the tracer too; and the life 2 after a kill in
+/// the middle of that life 1, at every point.
+fn trace_restarts(
+    cfg: &Config<'_>,
+    source: &ScenarioSource,
+    trace: &Trace,
+    dir: &Path,
+) -> Result<Vec<LaterTrace>, String> {
+    let deepest = nemesis::deepest_restart(trace);
+    let befores: Vec<Plan> = match cfg.restarts {
+        _ if !cfg.nemesis.points && !cfg.nemesis.syscall => Vec::new(),
+        Restarts::None => Vec::new(),
+        Restarts::All if cfg.nemesis.points => nemesis::restarts(trace),
+        Restarts::All | Restarts::Deepest => deepest.into_iter().collect(),
+    };
+    let mut out = Vec::new();
+    for (j, &before) in befores.iter().enumerate() {
+        let deepest = Some(before) == deepest;
+        let dir = dir.with_extension(format!("later{j}"));
+        let syscalls = cfg.nemesis.syscall && deepest;
+        out.extend(
+            trace_later(cfg, source, before, syscalls, &dir)?.map(|t| LaterTrace {
+                every_point: deepest,
+                ..t
+            }),
+        );
+    }
+    let third = deepest
+        .and_then(|d| out.iter().find(|t| t.before == d))
+        .and_then(LaterTrace::next_restart);
+    if let Some(before) = third {
+        let dir = dir.with_extension("later-third");
+        out.extend(trace_later(cfg, source, before, cfg.nemesis.syscall, &dir)?);
+    }
+    Ok(out)
+}
+
+/// Runs `before` and traces the life after its crashes (its crash points,
+/// and its syscalls if `syscalls`), to be crashed at every point. `None`
+/// when that life did not finish.
+pub fn trace_later(
+    cfg: &Config<'_>,
+    source: &ScenarioSource,
+    before: Plan,
+    syscalls: bool,
+    dir: &Path,
+) -> Result<Option<LaterTrace>, String> {
+    let life = before.crashed_lives();
+    let finished =
+        |h: &History| h.error.is_none() && h.lives.len() == life + 1 && h.lives[life].done;
+    let h = trial::run(&setup(cfg, source), before, dir, RunKind::TracePoints);
+    let _ = std::fs::remove_dir_all(dir);
+    let h = h?;
+    if !finished(&h) {
+        return Ok(None);
+    }
+    let hits = h.lives[life]
+        .trace
+        .as_deref()
+        .unwrap_or_default()
+        .lines()
+        .filter(|l| nemesis::parse_sync_line(l).is_none())
+        .map(str::to_string)
+        .collect();
+    let syscalls = if syscalls {
+        let sys_dir = dir.with_extension("sys");
+        let h = trial::run(
+            &setup(cfg, source),
+            before,
+            &sys_dir,
+            RunKind::TraceSyscalls,
+        );
+        let _ = std::fs::remove_dir_all(&sys_dir);
+        let h = h?;
+        if !finished(&h) {
+            return Ok(None);
+        }
+        h.lives[life].syscalls.as_ref().map(|s| SyscallTrace {
+            calls: s
+                .events
+                .iter()
+                .map(|e| TracedCall::new(e, &s.root))
+                .collect(),
+        })
+    } else {
+        None
+    };
+    Ok(Some(LaterTrace {
+        before,
+        hits,
+        syscalls,
+        every_point: true,
+    }))
 }
 
 /// How probes reach the crash-free run's store, left in `dir` by [`prepare_keeping`].
@@ -280,11 +408,16 @@ fn run_probes(
         .collect()
 }
 
-/// The syscall a plan targets, as the crash-free traced run saw it; for
-/// a trial, as the fault report says it really was.
-fn syscall_text(at: u64, syscalls: Option<&SyscallTrace>, history: Option<&History>) -> String {
+/// The syscall a fault in life `life` targets, as the crash-free traced
+/// run saw it; for a trial, as the fault report says it really was.
+fn syscall_text(
+    life: u32,
+    at: u64,
+    syscalls: Option<&SyscallTrace>,
+    history: Option<&History>,
+) -> String {
     let injected = history
-        .and_then(|h| h.lives.first())
+        .and_then(|h| h.lives.get(life as usize))
         .and_then(|l| l.syscalls.as_ref())
         .and_then(|s| match &s.fault {
             Some(FaultReport {
@@ -306,15 +439,9 @@ fn syscall_text(at: u64, syscalls: Option<&SyscallTrace>, history: Option<&Histo
 
 /// Did a syscall fault land on the call the traced run had at its index?
 /// `None` when it did (or the plan is not a syscall plan); else why not.
-pub fn syscall_mismatch(
-    plan: &Plan,
-    syscalls: Option<&SyscallTrace>,
-    h: &History,
-) -> Option<String> {
-    let Some(Crash::Syscall { at, .. }) = plan.crash else {
-        return None;
-    };
-    let sys = h.lives.first()?.syscalls.as_ref()?;
+pub fn syscall_mismatch(plan: &Plan, prepared: &Prepared, h: &History) -> Option<String> {
+    let (life, at, _) = plan.syscall_fault()?;
+    let sys = h.lives.get(life as usize)?.syscalls.as_ref()?;
     let Some(FaultReport {
         outcome: FaultOutcome::Injected { event },
         ..
@@ -323,28 +450,26 @@ pub fn syscall_mismatch(
         return None;
     };
     let hit = TracedCall::new(event, &sys.root);
-    let planned = syscalls.and_then(|t| t.calls.get(at as usize));
+    let planned = prepared
+        .syscalls_for(plan)
+        .and_then(|t| t.calls.get(at as usize));
     match planned {
         Some(p) if p.key == hit.key => None,
         Some(p) => Some(format!(
-            "the fault planned for syscall {at}, {}, landed on {} (the store's syscalls are not the same from run to run: several threads or processes racing?)",
+            "the fault planned for syscall {at} of life {life}, {}, landed on {} (the store's syscalls are not the same from run to run: several threads or processes racing?)",
             p.text, hit.text
         )),
         None => Some(format!(
-            "the fault planned for syscall {at} landed on {}, which the traced run never made",
+            "the fault planned for syscall {at} of life {life} landed on {}, which the traced run never made",
             hit.text
         )),
     }
 }
 
-/// Where, in words, a plan crashes the agent.
-pub fn describe_crash(
-    plan: &Plan,
-    trace: &Trace,
-    syscalls: Option<&SyscallTrace>,
-    reference: &[Record],
-    history: Option<&History>,
-) -> String {
+/// Where, in words, a plan crashes the agent, life by life.
+pub fn describe_crash(plan: &Plan, prepared: &Prepared, history: Option<&History>) -> String {
+    let trace = &prepared.trace;
+    let reference = &prepared.reference.records;
     let point = |h: u64| -> String {
         let Some(name) = trace.hits.get(h as usize) else {
             return format!("hit {h} (beyond the {} hits of the trace)", trace.len());
@@ -372,15 +497,9 @@ pub fn describe_crash(
     let mut s = match plan.crash {
         None => "none (the crash-free run)".to_string(),
         Some(Crash::Kill { at }) => format!("SIGKILL at {}", point(at)),
-        Some(Crash::Tear { at, bytes }) => format!(
-            "torn write ({}) at {}, then SIGKILL",
-            if bytes >= u64::from(u32::MAX) {
-                "all but the last byte".to_string()
-            } else {
-                format!("first {bytes} bytes")
-            },
-            point(at)
-        ),
+        Some(Crash::Tear { at, bytes }) => {
+            format!("{} at {}, then SIGKILL", torn(bytes), point(at))
+        }
         Some(Crash::PowerCut { at }) => format!(
             "SIGKILL at {}, then a power cut (the log's unsynced tail dropped)",
             point(at)
@@ -398,25 +517,78 @@ pub fn describe_crash(
                 .unwrap_or_default();
             format!("SIGKILL by timer after {micros} µs{last}")
         }
-        Some(Crash::Syscall { at, fault }) => {
-            let call = syscall_text(at, syscalls, history);
-            match fault {
-                SysFault::KillBefore => format!("SIGKILL before {call}"),
-                SysFault::KillAfter => format!("SIGKILL after {call}"),
-                SysFault::Tear { bytes } => {
-                    format!("torn write (first {bytes} bytes), then SIGKILL, at {call}")
-                }
-                SysFault::Enospc => format!("ENOSPC injected at {call}; the process went on"),
-                SysFault::Eio => format!("EIO injected at {call}; the process went on"),
-            }
-        }
+        Some(Crash::Syscall { at, fault }) => sys_fault_text(
+            fault,
+            &syscall_text(0, at, prepared.syscalls.as_ref(), history),
+        ),
     };
-    if let Some(m) = plan.then_kill_at {
-        s.push_str(&format!(
-            "; the restarted agent killed at its hit {m} (in recovery)"
-        ));
+    for life in 1..=plan.later.len() as u32 {
+        let Some(crash) = plan.crash_of(life) else {
+            break;
+        };
+        let later = prepared.later_of(plan.prefix(life as usize));
+        // In its recovery: before it reported its recovery (as the trial
+        // saw it), or at a hit before the traced life's last recovery hit.
+        let in_recovery = |at: u64| {
+            history
+                .and_then(|h| h.lives.get(life as usize))
+                .map(|l| l.recovered_again.is_none())
+                .or_else(|| {
+                    later.and_then(|t| {
+                        let last = t.hits.iter().rposition(|h| h.contains("recover"))?;
+                        Some(at as usize <= last)
+                    })
+                })
+        };
+        let point = |at: u64| {
+            let name = later
+                .and_then(|t| {
+                    t.hits
+                        .get(at as usize)
+                        .map(|n| format!(" of {}: {n}", t.hits.len()))
+                })
+                .unwrap_or_default();
+            let phase = match in_recovery(at) {
+                Some(true) => " (in its recovery)",
+                Some(false) => " (after its recovery)",
+                None => "",
+            };
+            format!("its hit {at}{name}{phase}")
+        };
+        let text = match crash {
+            Crash::Kill { at } => format!("killed at {}", point(at)),
+            Crash::Tear { at, bytes } => format!("{} at {}, then killed", torn(bytes), point(at)),
+            Crash::Syscall { at, fault } => sys_fault_text(
+                fault,
+                &syscall_text(life, at, later.and_then(|t| t.syscalls.as_ref()), history),
+            ),
+            Crash::PowerCut { .. } | Crash::Timer { .. } => {
+                unreachable!("the plan parser refuses {crash} in a restarted life")
+            }
+        };
+        s.push_str(&format!("; restarted life {life}: {text}"));
     }
     s
+}
+
+fn torn(bytes: u64) -> String {
+    if bytes >= u64::from(u32::MAX) {
+        "torn write (all but the last byte)".to_string()
+    } else {
+        format!("torn write (first {bytes} bytes)")
+    }
+}
+
+fn sys_fault_text(fault: SysFault, call: &str) -> String {
+    match fault {
+        SysFault::KillBefore => format!("SIGKILL before {call}"),
+        SysFault::KillAfter => format!("SIGKILL after {call}"),
+        SysFault::Tear { bytes } => {
+            format!("torn write (first {bytes} bytes), then SIGKILL, at {call}")
+        }
+        SysFault::Enospc => format!("ENOSPC injected at {call}; the process went on"),
+        SysFault::Eio => format!("EIO injected at {call}; the process went on"),
+    }
 }
 
 /// The one-line command that reruns a trial (or a probe: its `plan` is
@@ -479,6 +651,20 @@ pub struct TrialOutcome {
     pub finished: Instant,
 }
 
+/// `n` sampled plans: a fifth from the restarted lives' plans `later`
+/// (when there are any), the rest from `first(k, rng)`, the first life's.
+fn sample_with_later(
+    n: usize,
+    later: Vec<Plan>,
+    rng: &mut Rng,
+    first: impl FnOnce(usize, &mut Rng) -> Vec<Plan>,
+) -> Vec<Plan> {
+    let k = if later.is_empty() { 0 } else { n / 5 };
+    let mut plans = first(n - k, rng);
+    plans.extend((0..k).map(|_| *rng.pick(&later)));
+    plans
+}
+
 /// Runs one trial and checks it.
 pub fn run_trial(
     cfg: &Config<'_>,
@@ -493,7 +679,6 @@ pub fn run_trial(
         .as_ref()
         .map(|h| Evidence::of(h, &plan, &prepared.trace.hits))
         .unwrap_or_default();
-    let syscalls = prepared.syscalls.as_ref();
     let (violations, error, crash_point, covered_hit) = match &result {
         Ok(h) => {
             let covered = match plan.crash {
@@ -509,27 +694,15 @@ pub fn run_trial(
                 checker::check(h, Some(&prepared.reference)),
                 h.error
                     .clone()
-                    .or_else(|| syscall_mismatch(&plan, syscalls, h)),
-                describe_crash(
-                    &plan,
-                    &prepared.trace,
-                    syscalls,
-                    &prepared.reference.records,
-                    Some(h),
-                ),
+                    .or_else(|| syscall_mismatch(&plan, prepared, h)),
+                describe_crash(&plan, prepared, Some(h)),
                 covered,
             )
         }
         Err(e) => (
             Vec::new(),
             Some(e.clone()),
-            describe_crash(
-                &plan,
-                &prepared.trace,
-                syscalls,
-                &prepared.reference.records,
-                None,
-            ),
+            describe_crash(&plan, prepared, None),
             None,
         ),
     };
@@ -637,13 +810,35 @@ impl ScenarioResult {
             .len()
     }
 
+    /// Trials that crashed a restarted life as planned, and the distinct
+    /// (restart, point or syscall) they crashed it at.
+    pub fn covered_later(&self) -> (usize, usize) {
+        let later: Vec<Plan> = self
+            .outcomes
+            .iter()
+            .filter(|o| o.error.is_none() && o.plan.later[0].is_some())
+            .map(|o| o.plan)
+            .collect();
+        let distinct = later
+            .iter()
+            .map(|p| {
+                (
+                    p.prefix(p.crashed_lives() - 1),
+                    p.crash_of(p.crashed_lives() as u32 - 1),
+                )
+            })
+            .collect::<BTreeSet<_>>()
+            .len();
+        (later.len(), distinct)
+    }
+
     /// Syscalls of the traced run that a trial faulted as planned.
     pub fn covered_syscalls(&self) -> usize {
         self.outcomes
             .iter()
             .filter(|o| o.error.is_none())
-            .filter_map(|o| match o.plan.crash {
-                Some(Crash::Syscall { at, .. }) => Some(at),
+            .filter_map(|o| match o.plan.syscall_fault() {
+                Some((0, at, _)) => Some(at),
                 _ => None,
             })
             .collect::<BTreeSet<_>>()
@@ -881,16 +1076,33 @@ fn run_in(
         let mut rng = Rng::derive(cfg.seed, &p.source.scenario.name, 0);
         let mut plans = Vec::new();
         if cfg.nemesis.points {
+            let later: Vec<Plan> = p
+                .later
+                .iter()
+                .flat_map(|t| t.point_plans(&mut rng))
+                .collect();
             plans.extend(match cfg.mode {
-                Mode::Exhaustive => nemesis::exhaustive(&p.trace, &mut rng),
-                Mode::Sampled(n) => nemesis::sample(&p.trace, n, &mut rng),
+                Mode::Exhaustive => nemesis::exhaustive(&p.trace, &mut rng)
+                    .into_iter()
+                    .chain(later)
+                    .collect(),
+                Mode::Sampled(n) => sample_with_later(n, later, &mut rng, |k, rng| {
+                    nemesis::sample(&p.trace, k, rng)
+                }),
             });
         }
         if let (true, Some(sys)) = (cfg.nemesis.syscall, &p.syscalls) {
             let mut rng = Rng::derive(cfg.seed, &p.source.scenario.name, 2);
+            let later: Vec<Plan> = p
+                .later
+                .iter()
+                .flat_map(|t| t.syscall_plans(&mut rng))
+                .collect();
             plans.extend(match cfg.mode {
-                Mode::Exhaustive => sys.exhaustive(&mut rng),
-                Mode::Sampled(n) => sys.sample(n, &mut rng),
+                Mode::Exhaustive => sys.exhaustive(&mut rng).into_iter().chain(later).collect(),
+                Mode::Sampled(n) => {
+                    sample_with_later(n, later, &mut rng, |k, rng| sys.sample(k, rng))
+                }
             });
         }
         jobs.extend(plans.into_iter().map(|plan| (s, plan)));
@@ -921,13 +1133,7 @@ fn run_in(
                 TrialOutcome {
                     scenario: s,
                     plan,
-                    crash_point: describe_crash(
-                        &plan,
-                        &prepared[s].trace,
-                        prepared[s].syscalls.as_ref(),
-                        &prepared[s].reference.records,
-                        None,
-                    ),
+                    crash_point: describe_crash(&plan, &prepared[s], None),
                     violations: Vec::new(),
                     error: Some(e),
                     covered_hit: None,

@@ -789,18 +789,12 @@ mod tests {
         assert!(lands_in_store_io(&kill(1), &hits));
         assert!(lands_in_store_io(&kill(2), &hits));
         assert!(!lands_in_store_io(&kill(3), &hits), "in the agent");
-        let timer = Plan {
-            crash: Some(Crash::Timer { micros: 10 }),
-            then_kill_at: None,
-        };
+        let timer = Plan::first(Crash::Timer { micros: 10 });
         assert!(!lands_in_store_io(&timer, &hits));
-        let sys = Plan {
-            crash: Some(Crash::Syscall {
-                at: 4,
-                fault: crate::nemesis::SysFault::KillBefore,
-            }),
-            then_kill_at: None,
-        };
+        let sys = Plan::first(Crash::Syscall {
+            at: 4,
+            fault: crate::nemesis::SysFault::KillBefore,
+        });
         assert!(lands_in_store_io(&sys, &hits));
         assert!(!lands_in_store_io(&Plan::NONE, &hits));
     }

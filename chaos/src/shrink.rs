@@ -99,13 +99,15 @@ fn reproduce(
     if prepared.unusable.is_some() || original.crash.is_none() {
         return Ok(None);
     }
-    let sys_plans = prepared
-        .syscalls
-        .iter()
-        .flat_map(|t| t.exhaustive(&mut Rng::new(0)));
-    let plans: Vec<Plan> = nemesis::exhaustive(&prepared.trace, &mut Rng::new(0))
+    let rng = &mut Rng::new(0);
+    let mut plans: Vec<Plan> = nemesis::exhaustive(&prepared.trace, rng);
+    plans.extend(prepared.syscalls.iter().flat_map(|t| t.exhaustive(rng)));
+    for later in &prepared.later {
+        plans.extend(later.point_plans(rng));
+        plans.extend(later.syscall_plans(rng));
+    }
+    let plans: Vec<Plan> = plans
         .into_iter()
-        .chain(sys_plans)
         .filter(|p| same_kind(original, p))
         .collect();
     let batch = cfg.jobs.max(1) * 2;

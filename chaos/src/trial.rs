@@ -10,14 +10,15 @@
 //! an error of the trial. This module records facts; it must never judge
 //! them (that is [`crate::checker`]).
 //!
-//! Under a syscall plan (and in the syscall trace run) the first process
-//! runs under the ptrace tracer ([`crate::syscall`]) with the store root,
-//! created empty beforehand, as the trace root; its counted syscalls, the
-//! fault report and, for injected errors, the recorded operations with the
-//! agent's stdout writes between them go into [`Life::syscalls`]. A first
-//! process that goes on after an injected error and then gives up (exits
-//! non-zero) is restarted like a killed one; a fault that was not injected
-//! as planned is an error of the trial.
+//! The life a plan faults at a syscall (and in a syscall trace run, the
+//! first life the plan does not crash) runs under the ptrace tracer
+//! ([`crate::syscall`]) with the store root as the trace root; its counted
+//! syscalls, the fault report and, for injected errors, the recorded
+//! operations with the agent's stdout writes between them go into
+//! [`Life::syscalls`]. A crash-point trace run likewise traces the first
+//! life its plan does not crash. A process that goes on after an injected
+//! error and then gives up (exits non-zero) is restarted like a killed
+//! one; a fault that was not injected as planned is an error of the trial.
 
 use std::collections::BTreeMap;
 use std::io::{BufRead, BufReader, Write};
@@ -223,25 +224,27 @@ pub fn run(
             spec.workspace.display()
         )
     })?;
-    // The first process runs under the tracer, whose root must exist.
-    let sys_fault = match plan.crash {
-        Some(Crash::Syscall { at, fault }) => Some(FaultPlan {
-            at,
-            fault: fault.to_syscall(),
-        }),
-        _ => None,
-    };
-    let traced = kind == RunKind::TraceSyscalls || sys_fault.is_some();
-    let trace_config = if traced {
+    // The life a trace run traces: the first one the plan does not crash.
+    let traced_life = plan.crashed_lives() as u32;
+    let trace_config = |life: u32| -> Result<Option<TraceConfig>, String> {
+        let fault = match plan.crash_of(life) {
+            Some(Crash::Syscall { at, fault }) => Some((at, fault)),
+            _ => None,
+        };
+        if fault.is_none() && !(kind == RunKind::TraceSyscalls && life == traced_life) {
+            return Ok(None);
+        }
+        // The tracer's root must exist before the traced process starts.
         std::fs::create_dir_all(&spec.root)
             .map_err(|e| format!("cannot create {}: {e}", spec.root.display()))?;
-        Some(TraceConfig {
+        Ok(Some(TraceConfig {
             root: spec.root.clone(),
-            fault: sys_fault,
-            record: matches!(plan.crash, Some(Crash::Syscall { fault, .. }) if !fault.kills()),
-        })
-    } else {
-        None
+            fault: fault.map(|(at, f)| FaultPlan {
+                at,
+                fault: f.to_syscall(),
+            }),
+            record: fault.is_some_and(|(_, f)| !f.kills()),
+        }))
     };
     let world = World::start(&td.world()).map_err(|e| format!("cannot start the world: {e}"))?;
     let observe = |what: &str| {
@@ -257,9 +260,10 @@ pub fn run(
     let mut error = None;
     loop {
         let index = lives.len() as u32;
+        let crash = plan.crash_of(index);
         let mut env = plan.env(index, &td.sync_log(), &td.trace());
-        if trace_run && index == 0 {
-            // Hits and syncs interleaved in one file: the trace knows where the log was unsynced.
+        if trace_run && index == traced_life {
+            // Hits and syscalls interleaved in one file: the trace knows where the log was unsynced.
             env.push(("AGENTCHAOS_TRACE", td.trace().display().to_string()));
             env.push(("AGENTCHAOS_SYNC_LOG", td.trace().display().to_string()));
         }
@@ -267,8 +271,8 @@ pub fn run(
             .iter()
             .find(|(k, _)| *k == "AGENTCHAOS_KILL_AT")
             .and_then(|(_, v)| v.parse().ok());
-        let timer = match (index, plan.crash) {
-            (0, Some(Crash::Timer { micros })) => Some(Duration::from_micros(micros)),
+        let timer = match crash {
+            Some(Crash::Timer { micros }) => Some(Duration::from_micros(micros)),
             _ => None,
         };
         let life = run_life(
@@ -279,11 +283,7 @@ pub fn run(
                 kill_at,
                 env: &env,
                 timer,
-                syscall: if index == 0 {
-                    trace_config.clone()
-                } else {
-                    None
-                },
+                syscall: trace_config(index)?,
             },
             &observe,
         )?;
@@ -293,12 +293,17 @@ pub fn run(
         if traced {
             life.trace = Some(std::fs::read_to_string(td.trace()).unwrap_or_default());
         }
-        let sys_kill =
-            index == 0 && matches!(plan.crash, Some(Crash::Syscall { fault, .. }) if fault.kills());
+        let sys_fault = match crash {
+            Some(Crash::Syscall { fault, .. }) => Some(fault),
+            _ => None,
+        };
+        let sys_kill = sys_fault.is_some_and(|f| f.kills());
         let planned_kill = kill_at.is_some() || timer.is_some() || sys_kill;
-        // An injected error that the process went on from: did it land?
-        let sys_error = match (index, plan.crash, &life.syscalls) {
-            (0, Some(Crash::Syscall { .. }), Some(sys)) => match &sys.fault {
+        // A syscall fault: did it land?
+        let sys_error = match (sys_fault, &life.syscalls) {
+            (None, _) => None,
+            (Some(_), None) => Some("the process did not run under the tracer".to_string()),
+            (Some(_), Some(sys)) => match &sys.fault {
                 Some(FaultReport {
                     outcome: FaultOutcome::Injected { .. },
                     ..
@@ -306,12 +311,12 @@ pub fn run(
                 Some(r) => Some(format!("the planned fault was not injected: {r}")),
                 None => Some("the tracer made no fault report".to_string()),
             },
-            _ => None,
         };
-        let went_on = index == 0 && !sys_kill && sys_fault.is_some();
+        // An injected error that the process went on from.
+        let went_on = sys_fault.is_some() && !sys_kill;
         lives.push(life);
         if let Some(e) = sys_error {
-            error = Some(e);
+            error = Some(format!("life {index}: {e}"));
             if end == LifeEnd::Killed {
                 after_kill.push(observe("after the kill")?);
             }
@@ -319,7 +324,7 @@ pub fn run(
         }
         match end {
             LifeEnd::Killed if planned_kill => {
-                if index == 0 && matches!(plan.crash, Some(Crash::PowerCut { .. })) {
+                if matches!(crash, Some(Crash::PowerCut { .. })) {
                     power_cut = nemesis::power_cut(&td.sync_log())
                         .map_err(|e| format!("power cut failed: {e}"))?;
                 }
@@ -333,13 +338,12 @@ pub fn run(
             }
             // After an injected error the agent may give up: restart it.
             LifeEnd::Exited(c) if went_on && c != 0 => {
-                after_kill.push(observe("after the first process gave up")?);
+                after_kill.push(observe("after the process gave up")?);
             }
             LifeEnd::Exited(0) => {
-                if index == 0 && plan.crash.is_some_and(|c| c.hit().is_some()) {
+                if let Some(at) = crash.and_then(|c| c.hit()) {
                     error = Some(format!(
-                        "the agent finished without reaching hit {} (the scenario's crash points are not deterministic?)",
-                        kill_at.unwrap_or_default()
+                        "life {index} finished without reaching its hit {at} (the scenario's crash points are not deterministic?)"
                     ));
                 }
                 break;

@@ -32,15 +32,14 @@ fn sqlite_adapter(mutant: Option<&str>) -> String {
 /// An exhaustive campaign on the small fixture through `adapter`, kills and
 /// syscall faults (power loss through adapters is `powerloss_campaign.rs`'s):
 /// the exit code, the JSON report and stdout.
-fn campaign(adapter: &str) -> (i32, Value, String) {
-    campaign::run(
-        &fixture(),
-        &["--adapter", adapter, "--nemesis", "points,syscall"],
-    )
+fn campaign(adapter: &str, extra: &[&str]) -> (i32, Value, String) {
+    let mut args = vec!["--adapter", adapter, "--nemesis", "points,syscall"];
+    args.extend(extra);
+    campaign::run(&fixture(), &args)
 }
 
-fn assert_clean(adapter: &str) {
-    let (code, report, stdout) = campaign(adapter);
+fn assert_clean(adapter: &str, extra: &[&str]) -> Value {
+    let (code, report, stdout) = campaign(adapter, extra);
     assert_eq!(code, 0, "{adapter} must pass:\n{stdout}");
     assert_eq!(report["error_count"], 0);
     assert!(report["trials"].as_u64().unwrap() > 20, "{stdout}");
@@ -61,13 +60,14 @@ fn assert_clean(adapter: &str) {
         );
     }
     assert!(stdout.contains("not applicable to this store"), "{stdout}");
+    report
 }
 
 /// A mutant fails the campaign with violations of each of `invariants`;
 /// returns the first violation's replay command, which names the same adapter.
 fn assert_caught(mutant: &str, invariants: &[&str]) -> String {
     let adapter = sqlite_adapter(Some(mutant));
-    let (code, report, stdout) = campaign(&adapter);
+    let (code, report, stdout) = campaign(&adapter, &[]);
     assert_eq!(code, 1, "mutant {mutant} must fail the campaign:\n{stdout}");
     assert_eq!(report["error_count"], 0, "{stdout}");
     for invariant in invariants {
@@ -84,14 +84,21 @@ fn assert_caught(mutant: &str, invariants: &[&str]) -> String {
     replay.to_string()
 }
 
+/// With the deepest restart's life 1 and the life 2 after it crashed at
+/// every point and faulted at every syscall: the tracer follows a
+/// restarted agent's adapter child as it does the first one's.
 #[test]
 fn the_reference_store_passes_through_its_adapter() {
-    assert_clean(&agentstore_adapter());
+    let report = assert_clean(&agentstore_adapter(), &["--restarts", "deepest"]);
+    let s = &report["scenarios"][0];
+    assert_eq!(s["restarted_lives_traced"], 2, "{s}");
+    assert_eq!(s["restarted_lives_syscall_traced"], 2, "{s}");
+    assert!(s["restarted_life_trials"].as_u64().unwrap() > 40, "{s}");
 }
 
 #[test]
 fn the_sqlite_store_passes() {
-    assert_clean(&sqlite_adapter(None));
+    assert_clean(&sqlite_adapter(None), &[]);
 }
 
 #[test]

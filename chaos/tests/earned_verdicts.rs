@@ -92,9 +92,15 @@ fn a_store_that_rewrites_its_log_fails_durable_append_under_the_syscall_nemesis(
     assert_eq!(code, 1, "{stdout}");
     let durable = row(&report, "durable_append");
     assert_eq!(durable["verdict"], "fail", "{stdout}");
-    let first = &durable["first_violation"];
-    assert_eq!(first["invariant"], "acked-durable", "{durable}");
-    let replay = first["replay"].as_str().unwrap();
+    // Its first violation may be the agent's retry after an ENOSPC fusing
+    // onto the rewritten log (log-prefix); the loss itself is acked-durable.
+    let lost = report["violations"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|v| v["invariant"] == "acked-durable")
+        .unwrap_or_else(|| panic!("no acked-durable violation:\n{stdout}"));
+    let replay = lost["replay"].as_str().unwrap();
     assert!(replay.contains("--plan sys-"), "{replay}");
     let (replayed, out) = campaign::replay(replay);
     assert_eq!(replayed, 1, "the replay reproduces the loss:\n{out}");
@@ -110,8 +116,12 @@ fn a_store_that_rewrites_its_log_fails_durable_append_under_the_syscall_nemesis(
     );
 }
 
+/// A store that never fsyncs survives every kill (the page cache keeps its
+/// writes) but not the defaults: after an injected ENOSPC the agent retries,
+/// and the store acknowledges the retry without a sync (failed-sync-not-acked,
+/// `durable_append`); and power loss loses acknowledged events.
 #[test]
-fn a_store_without_fsync_survives_crashes_and_fails_the_power_loss_row_by_default() {
+fn a_store_without_fsync_fails_after_a_failed_write_and_under_power_loss_by_default() {
     let (code, report, stdout) = campaign::run(&fixture(), &["--store-fault", "no-fdatasync"]);
     assert_eq!(code, 1, "{stdout}");
     assert!(
@@ -122,10 +132,11 @@ fn a_store_without_fsync_survives_crashes_and_fails_the_power_loss_row_by_defaul
         "the default runs every nemesis: {}",
         report["mode"]
     );
+    let durable = row(&report, "durable_append");
+    assert_eq!(durable["verdict"], "fail", "{stdout}");
     assert_eq!(
-        row(&report, "durable_append")["verdict"],
-        "pass",
-        "{stdout}"
+        durable["first_violation"]["invariant"], "failed-sync-not-acked",
+        "{durable}"
     );
     let power = row(&report, "durable_append_power_loss");
     assert_eq!(power["verdict"], "fail", "{stdout}");

@@ -47,6 +47,7 @@ const EXPECTED: &[(&str, &[&str])] = &[
     ("ledger-per-call", &["ledger-refuses-double-commit"]),
     ("no-writer-lock", &["second-writer-refused"]),
     ("keep-refused-append", &["log-prefix"]),
+    ("rerun-keeps-old-mark", &["orphan-marked-uncertain"]),
 ];
 
 /// Faults that only a nemesis other than the crash points can show.
@@ -171,6 +172,30 @@ fn ledger_per_call_is_caught_by_ledger_refuses_double_commit() {
 #[test]
 fn no_writer_lock_is_caught_by_second_writer_refused() {
     assert_caught("no-writer-lock");
+}
+
+/// Only a crash of a restarted life during its re-run of a reconciled call
+/// shows it: the first life's crashes never reach a re-run.
+#[test]
+fn rerun_keeps_old_mark_is_caught_only_by_crashing_a_restarted_life() {
+    assert_caught("rerun-keeps-old-mark");
+    let (code, report, stdout) = campaign::run(
+        &fixture(),
+        &[
+            "--exhaustive",
+            "--nemesis",
+            "points",
+            "--restarts",
+            "none",
+            "--store-fault",
+            "rerun-keeps-old-mark",
+        ],
+    );
+    assert_eq!(
+        code, 0,
+        "without restarted-life crashes it hides:\n{stdout}"
+    );
+    assert_eq!(report["violation_count"], 0);
 }
 
 /// Only because the agent retries an append refused with an I/O error:

@@ -110,6 +110,7 @@ proptest! {
             store_fault: None,
             mode: Mode::Sampled(10),
             nemesis: agentchaos::nemesis::Nemeses::POINTS,
+            restarts: agentchaos::nemesis::Restarts::All,
             seed,
             jobs: 2,
             shard: None,

@@ -52,6 +52,8 @@ pub enum Fault {
     BlobNoFsync,
     /// A failed fdatasync refuses the append but keeps its bytes and goes on: no rollback, no poisoning; a retried append lands after the refused one.
     KeepRefusedAppend,
+    /// A call re-run after reconciliation keeps its old recovery mark, so a crash during the re-run is never marked again.
+    RerunKeepsOldMark,
 }
 
 impl Fault {
@@ -152,6 +154,11 @@ impl Fault {
             Fault::KeepRefusedAppend,
             "keep-refused-append",
             "a refused append leaves nothing behind: after a failed fdatasync the log is cut back and refuses appends until reopened",
+        ),
+        (
+            Fault::RerunKeepsOldMark,
+            "rerun-keeps-old-mark",
+            "a re-run after reconciliation is a new attempt: a crash during it is marked uncertain again",
         ),
     ];
 

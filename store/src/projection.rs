@@ -22,6 +22,7 @@ use crate::event::{
     event_id, seq_of_event_id, Body, Decision, Effect, Event, EventId, Phase, PlanStep,
     ReconcileOutcome, Record, Seq,
 };
+use crate::fault::{self, Fault};
 
 /// What a [`NodeSource`] knows of one message-like entry of the tree.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -521,8 +522,10 @@ impl Projection {
                 if let Some(c) = self.calls.get_mut(call_id) {
                     c.started = true;
                     // A new attempt after a crash: its outcome is a new question.
-                    c.recovery = None;
-                    c.reconciled = None;
+                    if !fault::active(Fault::RerunKeepsOldMark) {
+                        c.recovery = None;
+                        c.reconciled = None;
+                    }
                 }
             }
             Event::EffectCommitted {

@@ -11,13 +11,25 @@ use serde_json::Value;
 /// `agentchaos run --quiet --scenario SCENARIO ARGS… --json FILE`: the exit
 /// code, the JSON report and stdout. No report is a test failure that shows
 /// what the harness printed.
+///
+/// A campaign through an adapter runs `--restarts none` unless ARGS say
+/// otherwise: crashing the restarted lives multiplies the trials about
+/// sevenfold, and each adapter trial starts about eight processes. The
+/// tests of the restarted lives say `--restarts` themselves.
 pub fn run(scenario: &Path, args: &[impl AsRef<OsStr>]) -> (i32, Value, String) {
     let dir = tempfile::tempdir().unwrap();
     let json = dir.path().join("report.json");
+    let has = |flag: &str| args.iter().any(|a| a.as_ref() == OsStr::new(flag));
+    let restarts: &[&str] = if has("--adapter") && !has("--restarts") {
+        &["--restarts", "none"]
+    } else {
+        &[]
+    };
     let out = Command::new(env!("CARGO_BIN_EXE_agentchaos"))
         .args(["run", "--quiet", "--scenario"])
         .arg(scenario)
         .args(args)
+        .args(restarts)
         .arg("--json")
         .arg(&json)
         .output()
