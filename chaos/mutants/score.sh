@@ -1,0 +1,33 @@
+#!/bin/sh
+# The mutation score of agentstore against the harness alone
+# (chaos/mutants/README.md, "cargo-mutants: mutants nobody hand-picked").
+#
+# cargo-mutants mutates agentstore's recovery, projection, scan/repair,
+# framing, log, durability, checkpoint and blob code, rebuilds, and runs
+# chaos/tests/harness_alone.rs and no other test: a mutant is caught only
+# if `agentchaos run` (every nemesis) fails the campaign.
+#
+# Usage: chaos/mutants/score.sh [--shard K/N] [more cargo-mutants flags]
+# Output: target/mutants-score/mutants.out/{caught,missed,timeout,unviable}.txt
+# The whole set takes hours on a 2-core machine; shard it (--shard 1/12 ≈ 36 mutants).
+set -eu
+cd "$(dirname "$0")/../.."
+if ! command -v cargo-mutants >/dev/null 2>&1; then
+    cargo install --locked cargo-mutants@27.1.0
+fi
+exec cargo mutants \
+    --package agentstore \
+    --file store/src/recovery.rs \
+    --file store/src/projection.rs \
+    --file store/src/scan.rs \
+    --file store/src/repair.rs \
+    --file store/src/framing.rs \
+    --file store/src/log.rs \
+    --file store/src/durability.rs \
+    --file store/src/checkpoint.rs \
+    --file store/src/blob.rs \
+    --test-package agentchaos \
+    --profile mutants \
+    --output target/mutants-score \
+    "$@" \
+    -- --test harness_alone

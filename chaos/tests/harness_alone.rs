@@ -1,0 +1,32 @@
+//! The harness alone, as a test of agentstore: `agentchaos run` with every
+//! nemesis this platform runs, on the shipped scenarios, sampled, must pass.
+//!
+//! It is the test command of the mutation score (`chaos/mutants/score.sh`,
+//! chaos/mutants/README.md): cargo-mutants mutates agentstore and runs this
+//! file and nothing else, so a mutant is caught only when the harness
+//! itself fails the campaign, never because a store unit test did. In the
+//! ordinary suite it is a sampled main job.
+
+use std::path::Path;
+use std::process::Command;
+
+#[test]
+fn the_harness_passes_the_reference_store_on_the_shipped_scenarios() {
+    let scenarios = Path::new(env!("CARGO_MANIFEST_DIR")).join("../scenarios");
+    let out = Command::new(env!("CARGO_BIN_EXE_agentchaos"))
+        .args(["run", "--quiet", "--scenario"])
+        .arg(&scenarios)
+        // Every nemesis; 12 plans per scenario and nemesis, 12 power-loss
+        // crash points; the deepest restart's lives crashed too.
+        .args(["--trials", "12", "--restarts", "deepest"])
+        .output()
+        .unwrap();
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    assert_eq!(
+        out.status.code(),
+        Some(0),
+        "the harness fails the store:\n{stdout}\n{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    assert!(stdout.contains("0 violation(s), 0 error(s)"), "{stdout}");
+}
