@@ -17,6 +17,7 @@ use agentchaos::scenario::{self, InputError};
 use agentchaos::shrink;
 use agentchaos::store::{ReferenceBackend, SessionSpec, StoreBackend};
 use agentstore::fault::Fault;
+use agentstore::Durability;
 use clap::{Args, Parser, Subcommand};
 
 #[derive(Parser, Debug)]
@@ -51,7 +52,13 @@ enum Command {
     /// agentstore behind the adapter protocol on stdin/stdout (`agentstore adapter`, built
     /// in), so the power-loss nemesis recovers the reference store without a second binary.
     #[command(hide = true)]
-    ReferenceAdapter,
+    ReferenceAdapter(ReferenceAdapterCli),
+}
+
+#[derive(Args, Debug)]
+struct ReferenceAdapterCli {
+    #[arg(long, default_value = "sync")]
+    durability: Durability,
 }
 
 #[derive(Args, Debug, Clone)]
@@ -62,6 +69,15 @@ struct Common {
     /// Test the store behind this adapter program (chaos/PROTOCOL.md) instead of agentstore in-process.
     #[arg(long, value_name = "'CMD ARGS…'")]
     adapter: Option<String>,
+    /// The reference store's durability: `sync` (one fdatasync per append) or `batch`
+    /// (group commit; every nemesis, power loss included, runs against it).
+    #[arg(
+        long,
+        value_name = "sync|batch",
+        default_value = "sync",
+        conflicts_with = "adapter"
+    )]
+    durability: Durability,
     /// Where trial directories go (default: /dev/shm when present, else the temp dir).
     #[arg(long, value_name = "DIR")]
     dir: Option<PathBuf>,
@@ -158,6 +174,14 @@ struct PowerlossArgs {
     /// Recover the reference store with this fault profile (see `agentchaos faults`).
     #[arg(long, value_name = "NAME", conflicts_with = "adapter")]
     store_fault: Option<String>,
+    /// The reference store's durability: `sync` or `batch` (group commit).
+    #[arg(
+        long,
+        value_name = "sync|batch",
+        default_value = "sync",
+        conflicts_with = "adapter"
+    )]
+    durability: Durability,
     /// Persistence model: strict, ext4-ordered, weak, or all.
     #[arg(long, value_name = "MODEL", default_value = "all")]
     model: String,
@@ -205,6 +229,8 @@ struct AgentCli {
     life: u32,
     #[arg(long)]
     adapter: Option<String>,
+    #[arg(long, default_value = "sync")]
+    durability: Durability,
 }
 
 #[derive(Args, Debug)]
@@ -221,6 +247,8 @@ struct ProbeCli {
     events: Option<PathBuf>,
     #[arg(long)]
     adapter: Option<String>,
+    #[arg(long, default_value = "sync")]
+    durability: Durability,
 }
 
 fn parse_shard(s: &str) -> Result<(usize, usize), String> {
@@ -300,13 +328,22 @@ fn main() -> ExitCode {
             workspace: p.workspace,
             events: p.events,
             adapter: p.adapter,
+            durability: p.durability,
         })
         .map(|()| ExitCode::SUCCESS)
         .map_err(|e| failed(format!("probe: {e}"))),
-        Command::ReferenceAdapter => {
-            agentstore::adapter::serve(std::io::stdin().lock(), std::io::stdout().lock())
-                .map(|()| ExitCode::SUCCESS)
-                .map_err(|e| failed(format!("reference-adapter: {e}")))
+        Command::ReferenceAdapter(a) => {
+            let options = agentstore::adapter::ServeOptions {
+                durability: a.durability,
+                ..Default::default()
+            };
+            agentstore::adapter::serve_with(
+                std::io::stdin().lock(),
+                std::io::stdout().lock(),
+                &options,
+            )
+            .map(|()| ExitCode::SUCCESS)
+            .map_err(|e| failed(format!("reference-adapter: {e}")))
         }
     };
     match result {
@@ -329,15 +366,19 @@ fn run_agent(a: AgentCli) -> Result<ExitCode, Failure> {
         world: a.world,
         life: a.life,
     };
-    let backend = backend(&a.adapter).map_err(|e| failed(format!("agent: {}", e.message)))?;
+    let backend =
+        backend(&a.adapter, a.durability).map_err(|e| failed(format!("agent: {}", e.message)))?;
     agent::run(&args, backend.as_ref()).map_err(|e| failed(format!("agent: {e}")))?;
     Ok(ExitCode::SUCCESS)
 }
 
 /// The store under test: agentstore in-process, or the one behind `--adapter`.
-fn backend(adapter: &Option<String>) -> Result<Box<dyn StoreBackend>, Failure> {
+fn backend(
+    adapter: &Option<String>,
+    durability: Durability,
+) -> Result<Box<dyn StoreBackend>, Failure> {
     match adapter {
-        None => Ok(Box::new(ReferenceBackend)),
+        None => Ok(Box::new(ReferenceBackend { durability })),
         Some(line) => Ok(Box::new(
             AdapterBackend::new(line).map_err(|e| bad_input(format!("--adapter: {e}")))?,
         )),
@@ -437,7 +478,7 @@ fn writable_output(flag: &str, path: &Option<PathBuf>) -> Result<(), Failure> {
 fn run(args: RunArgs) -> Result<ExitCode, Failure> {
     writable_output("--json", &args.json)?;
     writable_output("--junit", &args.junit)?;
-    let backend = backend(&args.common.adapter)?;
+    let backend = backend(&args.common.adapter, args.common.durability)?;
     let mode = match args.trials {
         Some(0) => return Err(bad_input("--trials must be at least 1")),
         Some(n) => Mode::Sampled(n),
@@ -591,7 +632,7 @@ fn syscall_supported() -> Result<(), Failure> {
 }
 
 fn replay(args: ReplayArgs) -> Result<ExitCode, Failure> {
-    let backend = backend(&args.common.adapter)?;
+    let backend = backend(&args.common.adapter, args.common.durability)?;
     let mut cfg = config(&args.common, backend.as_ref(), Mode::Exhaustive, 0)?;
     // A trial's plan, or a probe's (`probe:…`).
     enum What {
@@ -680,12 +721,13 @@ fn powerloss(args: PowerlossArgs) -> Result<ExitCode, Failure> {
         (Some(a), _) => (a.clone(), vec!["--adapter".to_string(), a.clone()]),
         (None, fault) => {
             check_fault(fault)?;
+            let store_args = ReferenceBackend {
+                durability: args.durability,
+            }
+            .agent_args();
             (
-                powercampaign::reference_adapter(&agent_exe, fault.as_deref()),
-                fault
-                    .iter()
-                    .flat_map(|f| ["--store-fault".to_string(), f.clone()])
-                    .collect(),
+                powercampaign::reference_adapter(&agent_exe, fault.as_deref(), &store_args),
+                runner::store_flags(fault.as_deref(), &store_args),
             )
         }
     };

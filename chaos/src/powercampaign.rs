@@ -301,7 +301,9 @@ impl<'a> Judge<'a> {
         if !self.agentstore_files {
             return self.backend.observe(spec).map_err(|e| e.message);
         }
-        let mut obs = ReferenceBackend.observe(spec).map_err(|e| e.message)?;
+        let mut obs = ReferenceBackend::default()
+            .observe(spec)
+            .map_err(|e| e.message)?;
         // Compared with what the adapter serves: its view of a projection.
         obs.fold = match (self.serves_projection, &obs.fold) {
             (false, _) => None,
@@ -941,10 +943,15 @@ pub fn replay_command(path: &Path, store_flags: &[String], id: &StateId) -> Stri
 
 /// The adapter command line of the reference store, served by the
 /// `agentchaos` binary `exe` (its hidden `reference-adapter` command),
-/// with a fault profile if any.
-pub fn reference_adapter(exe: &Path, fault: Option<&str>) -> String {
+/// with a fault profile if any, and `store_args` (the in-process backend's
+/// [`StoreBackend::agent_args`]: `--durability batch`).
+pub fn reference_adapter(exe: &Path, fault: Option<&str>, store_args: &[String]) -> String {
     let word = |s: &str| shlex::try_quote(s).map_or_else(|_| s.to_string(), |q| q.into_owned());
-    let serve = format!("{} reference-adapter", word(&exe.display().to_string()));
+    let mut serve = format!("{} reference-adapter", word(&exe.display().to_string()));
+    for a in store_args {
+        serve.push(' ');
+        serve.push_str(&word(a));
+    }
     match fault {
         Some(f) => format!("env {}={} {serve}", agentstore::fault::FAULT_ENV, word(f)),
         None => serve,

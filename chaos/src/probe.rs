@@ -955,20 +955,18 @@ enum Target {
 }
 
 impl Target {
-    fn open(
-        adapter: Option<&str>,
-        root: &Path,
-        session: &str,
-        workspace: Option<&Path>,
-    ) -> Result<Target, ChildError> {
-        match adapter {
+    fn open(args: &ChildArgs, workspace: Option<&Path>) -> Result<Target, ChildError> {
+        let (root, session) = (args.root.as_path(), args.session.as_str());
+        match args.adapter.as_deref() {
             None => {
                 let id = SessionId::new(session)?;
+                let options = || SessionOptions {
+                    durability: args.durability,
+                    ..SessionOptions::default()
+                };
                 let session = match workspace {
-                    Some(ws) => {
-                        Session::open_or_create(root, &id, ws, SessionOptions::default())?.0
-                    }
-                    None => Session::open(root, &id, SessionOptions::default())?.0,
+                    Some(ws) => Session::open_or_create(root, &id, ws, options())?.0,
+                    None => Session::open(root, &id, options())?.0,
                 };
                 Ok(Target::Reference {
                     paths: SessionPaths::new(root, &id),
@@ -1037,6 +1035,8 @@ pub struct ChildArgs {
     /// Ledger: the events to replay, a JSON array; the last is the commit to repeat.
     pub events: Option<PathBuf>,
     pub adapter: Option<String>,
+    /// The reference store's durability (no adapter).
+    pub durability: agentstore::Durability,
 }
 
 /// The child (`agentchaos probe`): drives the store, prints one [`ProbeReply`] line.
@@ -1083,11 +1083,10 @@ fn child_damage(args: &ChildArgs) -> Result<ProbeReply, String> {
         e => refused(at, e, None),
     };
     let caught = std::panic::catch_unwind(|| {
-        let mut target =
-            match Target::open(args.adapter.as_deref(), &args.root, &args.session, None) {
-                Ok(t) => t,
-                Err(e) => return died("open", e),
-            };
+        let mut target = match Target::open(args, None) {
+            Ok(t) => t,
+            Err(e) => return died("open", e),
+        };
         match target.events() {
             Ok(records) => Ok(ProbeReply::Served {
                 records: records.iter().map(record_key).collect(),
@@ -1109,7 +1108,7 @@ fn child_damage(args: &ChildArgs) -> Result<ProbeReply, String> {
 }
 
 fn child_lock(args: &ChildArgs) -> Result<ProbeReply, String> {
-    let open = || Target::open(args.adapter.as_deref(), &args.root, &args.session, None);
+    let open = || Target::open(args, None);
     let _first = open().map_err(|e| format!("first open: {e:?}"))?;
     match open() {
         Ok(_second) => Ok(ProbeReply::SecondOpened),
@@ -1124,8 +1123,7 @@ fn child_ledger(args: &ChildArgs) -> Result<ProbeReply, String> {
         serde_json::from_slice(&text).map_err(|e| format!("{}: {e}", file.display()))?;
     let ws = args.workspace.as_deref().ok_or("--workspace is required")?;
     let fail = |what: String| move |e: ChildError| format!("{what}: {e:?}");
-    let mut target = Target::open(args.adapter.as_deref(), &args.root, &args.session, Some(ws))
-        .map_err(fail("open".into()))?;
+    let mut target = Target::open(args, Some(ws)).map_err(fail("open".into()))?;
     for e in &events.replay {
         let e = match e {
             // The blob's bytes are not in the log: any stored blob will do.

@@ -1026,7 +1026,11 @@ pub const RUN_POWER_LOSS_POINTS: usize = 48;
 fn power_loss_config(cfg: &Config<'_>) -> crate::powercampaign::Config {
     let adapter = match cfg.backend.adapter_line() {
         Some(line) => line.to_string(),
-        None => crate::powercampaign::reference_adapter(&cfg.agent_exe, cfg.store_fault.as_deref()),
+        None => crate::powercampaign::reference_adapter(
+            &cfg.agent_exe,
+            cfg.store_fault.as_deref(),
+            &cfg.backend.agent_args(),
+        ),
     };
     crate::powercampaign::Config {
         adapter,

@@ -14,7 +14,9 @@ use std::path::PathBuf;
 
 use agentstore::event::{BlobRef, Event, Phase, Record, Seq};
 use agentstore::projection::{Projection, SeenNodes};
-use agentstore::{LogPosition, Scanner, Session, SessionId, SessionOptions, SessionPaths};
+use agentstore::{
+    Durability, LogPosition, Scanner, Session, SessionId, SessionOptions, SessionPaths,
+};
 use serde_json::Value;
 
 use crate::adapter::Capability;
@@ -266,7 +268,10 @@ pub trait StoreBackend: Send + Sync + std::fmt::Debug {
 
 /// agentstore, in the agent's process.
 #[derive(Debug, Clone, Copy, Default)]
-pub struct ReferenceBackend;
+pub struct ReferenceBackend {
+    /// What every session is opened with: `Sync`, or `Batch` (group commit).
+    pub durability: Durability,
+}
 
 /// An open agentstore session.
 #[derive(Debug)]
@@ -280,11 +285,19 @@ fn session_id(spec: &SessionSpec) -> StoreResult<SessionId> {
 
 impl StoreBackend for ReferenceBackend {
     fn describe(&self) -> String {
-        "agentstore (in-process)".to_string()
+        match self.durability {
+            Durability::Sync => "agentstore (in-process)".to_string(),
+            d => format!("agentstore (in-process, {d})"),
+        }
     }
 
+    /// `--durability batch` for a batch store: the agent's, the reference
+    /// adapter's and a replay's flag alike.
     fn agent_args(&self) -> Vec<String> {
-        Vec::new()
+        match self.durability {
+            Durability::Sync => Vec::new(),
+            _ => vec!["--durability".to_string(), "batch".to_string()],
+        }
     }
 
     fn not_applicable(&self) -> &'static [NotApplicable] {
@@ -298,8 +311,11 @@ impl StoreBackend for ReferenceBackend {
     fn open(&self, spec: &SessionSpec) -> StoreResult<Box<dyn SessionStore>> {
         let id = session_id(spec)?;
         // open_or_create also finishes a creation a crash interrupted.
-        let (session, _) =
-            Session::open_or_create(&spec.root, &id, &spec.workspace, SessionOptions::default())?;
+        let options = SessionOptions {
+            durability: self.durability,
+            ..SessionOptions::default()
+        };
+        let (session, _) = Session::open_or_create(&spec.root, &id, &spec.workspace, options)?;
         Ok(Box::new(ReferenceStore { session }))
     }
 
@@ -490,7 +506,7 @@ mod tests {
             session: "s".into(),
             workspace: ws,
         };
-        let backend = ReferenceBackend;
+        let backend = ReferenceBackend::default();
         let mut store = backend.open(&spec).unwrap();
         store
             .append(&Event::RunStarted {

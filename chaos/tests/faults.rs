@@ -23,9 +23,15 @@ fn campaign(fault: Option<&str>) -> (i32, Value, String) {
     let mut args = vec!["--exhaustive", "--nemesis", nemesis];
     if let Some(f) = fault {
         args.extend(["--store-fault", f]);
+        if BATCH.contains(&f) {
+            args.extend(["--durability", "batch"]);
+        }
     }
     campaign::run(&fixture(), &args)
 }
+
+/// Faults of Batch mode's group commit, run with `--durability batch`.
+const BATCH: &[&str] = &["batch-ack-when-written"];
 
 /// Each fault and the invariants that must catch it (the first is the one
 /// its promise names; the others are the consequences the checker must see).
@@ -48,6 +54,7 @@ const EXPECTED: &[(&str, &[&str])] = &[
     ("no-writer-lock", &["second-writer-refused"]),
     ("keep-refused-append", &["log-prefix"]),
     ("rerun-keeps-old-mark", &["orphan-marked-uncertain"]),
+    ("batch-ack-when-written", &["acked-durable"]),
 ];
 
 /// Faults that only a nemesis other than the crash points can show.
@@ -83,7 +90,8 @@ fn assert_caught(fault: &str) {
     let replay = v["replay"].as_str().unwrap();
     assert!(
         replay.starts_with("agentchaos replay --scenario ")
-            && replay.ends_with(&format!("--store-fault {fault}")),
+            && replay.contains(&format!("--store-fault {fault}"))
+            && replay.contains("--durability batch") == BATCH.contains(&fault),
         "{replay}"
     );
     for field in ["expected", "found", "crash_point", "when"] {
@@ -196,6 +204,45 @@ fn rerun_keeps_old_mark_is_caught_only_by_crashing_a_restarted_life() {
         "without restarted-life crashes it hides:\n{stdout}"
     );
     assert_eq!(report["violation_count"], 0);
+}
+
+/// A group commit that acknowledges what is only written: the power cut
+/// (SIGKILL, then the log cut back to its last synced length) loses the
+/// acknowledged event. Inert in Sync mode: only a Batch campaign sees it.
+#[test]
+fn batch_ack_when_written_is_caught_only_by_a_batch_campaign() {
+    assert_caught("batch-ack-when-written");
+    let (code, report, stdout) = campaign::run(
+        &fixture(),
+        &[
+            "--exhaustive",
+            "--nemesis",
+            "points",
+            "--restarts",
+            "none",
+            "--store-fault",
+            "batch-ack-when-written",
+        ],
+    );
+    assert_eq!(code, 0, "in Sync mode the fault never runs:\n{stdout}");
+    assert_eq!(report["violation_count"], 0);
+}
+
+#[test]
+fn the_unmodified_store_passes_every_nemesis_in_batch_mode() {
+    let (code, report, stdout) = campaign::run(&fixture(), &["--durability", "batch"]);
+    assert_eq!(code, 0, "{stdout}");
+    assert_eq!(report["error_count"], 0, "{stdout}");
+    assert!(
+        report["store"].as_str().unwrap().contains("batch"),
+        "{}",
+        report["store"]
+    );
+    assert_eq!(
+        campaign::row(&report, "durable_append_power_loss")["verdict"],
+        "pass",
+        "the power-loss nemesis recovered the batch store: {stdout}"
+    );
 }
 
 /// Only because the agent retries an append refused with an I/O error:

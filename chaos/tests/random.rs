@@ -105,7 +105,7 @@ proptest! {
         let path = dir.path().join("proptest.json");
         std::fs::write(&path, s.to_json()).unwrap();
         let cfg = Config {
-            backend: &ReferenceBackend,
+            backend: &ReferenceBackend::default(),
             agent_exe: PathBuf::from(env!("CARGO_BIN_EXE_agentchaos")),
             store_fault: None,
             mode: Mode::Sampled(10),

@@ -14,6 +14,7 @@ use std::path::{Path, PathBuf};
 use serde::Deserialize;
 use serde_json::{json, Map, Value};
 
+use crate::durability::Durability;
 use crate::error::{one_line, quote, Error, Result};
 use crate::event::{event_id, BlobRef, Body, Event, Record, Seq};
 use crate::fault::{self, Fault};
@@ -132,51 +133,61 @@ struct Reply {
     error: Option<Value>,
 }
 
-/// The adapter's state: at most one open session, and what `hello` claims.
+/// The adapter's state: at most one open session, and how it serves.
 #[derive(Debug)]
 struct Server {
     session: Option<Session>,
     claims: Vec<&'static str>,
+    durability: Durability,
 }
 
 /// The longest request line the adapter reads, newline included: the same
 /// as the longest reply line `chaos/PROTOCOL.md` allows.
 pub const MAX_REQUEST_LINE: usize = 64 << 20;
 
+/// How the adapter serves.
+#[derive(Debug, Clone)]
+pub struct ServeOptions {
+    /// What `hello` claims: a subset of [`CAPABILITIES`]; the store behaves
+    /// the same. For seeing how the harness scores a store that claims
+    /// less: claims decide how a capability is scored, never which faults
+    /// the store gets.
+    pub claims: Vec<&'static str>,
+    /// Request lines are capped at this many bytes, newline included. A
+    /// longer line is read to its newline without being kept, and answered
+    /// with one `bad_request` reply (its id is unknown: null).
+    pub request_cap: usize,
+    /// The durability every session is opened with (`Batch`: group commit).
+    pub durability: Durability,
+}
+
+impl Default for ServeOptions {
+    fn default() -> Self {
+        ServeOptions {
+            claims: CAPABILITIES.to_vec(),
+            request_cap: MAX_REQUEST_LINE,
+            durability: Durability::Sync,
+        }
+    }
+}
+
 /// Serves requests from `input` until it ends, writing one flushed reply
 /// line per request to `output`. Only I/O on the two streams fails it.
 pub fn serve(input: impl BufRead, output: impl Write) -> Result<()> {
-    serve_capped(input, output, MAX_REQUEST_LINE)
+    serve_with(input, output, &ServeOptions::default())
 }
 
-/// [`serve`], with `hello` claiming only `claims` (a subset of
-/// [`CAPABILITIES`]; the store behaves the same). For seeing how the
-/// harness scores a store that claims less: claims decide how a
-/// capability is scored, never which faults the store gets.
-pub fn serve_claiming(
-    input: impl BufRead,
-    output: impl Write,
-    claims: Vec<&'static str>,
-) -> Result<()> {
-    serve_with(input, output, MAX_REQUEST_LINE, claims)
-}
-
-/// [`serve`] with request lines capped at `cap` bytes, newline included. A
-/// longer line is read to its newline without being kept, and answered
-/// with one `bad_request` reply (its id is unknown: null).
-pub fn serve_capped(input: impl BufRead, output: impl Write, cap: usize) -> Result<()> {
-    serve_with(input, output, cap, CAPABILITIES.to_vec())
-}
-
-fn serve_with(
+/// [`serve`], as `options` say.
+pub fn serve_with(
     mut input: impl BufRead,
     mut output: impl Write,
-    cap: usize,
-    claims: Vec<&'static str>,
+    options: &ServeOptions,
 ) -> Result<()> {
+    let cap = options.request_cap;
     let mut server = Server {
         session: None,
-        claims,
+        claims: options.claims.clone(),
+        durability: options.durability,
     };
     let mut line = Vec::new();
     loop {
@@ -337,11 +348,11 @@ impl Server {
                     let workspace = workspace.ok_or_else(|| {
                         Refusal::bad_request("open with create needs a workspace")
                     })?;
-                    create_or_finish(&root, &id, &workspace)?
+                    create_or_finish(&root, &id, &workspace, self.durability)?
                 } else {
                     let options = SessionOptions {
                         workspace,
-                        ..SessionOptions::default()
+                        durability: self.durability,
                     };
                     let (s, report) = Session::open(&root, &id, options)?;
                     (s, report.repaired)
@@ -435,16 +446,20 @@ fn create_or_finish(
     root: &Path,
     id: &SessionId,
     workspace: &Path,
+    durability: Durability,
 ) -> Result<(Session, Option<TornTail>)> {
-    match Session::create(root, id, workspace, SessionOptions::default()) {
+    let options = || SessionOptions {
+        durability,
+        ..SessionOptions::default()
+    };
+    match Session::create(root, id, workspace, options()) {
         Ok(s) => Ok((s, None)),
         Err(exists @ Error::SessionExists { .. })
             if !fault::active(Fault::RefuseIncompleteSession) =>
         {
-            match Session::open(root, id, SessionOptions::default()) {
+            match Session::open(root, id, options()) {
                 Err(Error::IncompleteSession { .. }) => {
-                    let (s, report) =
-                        Session::open_or_create(root, id, workspace, SessionOptions::default())?;
+                    let (s, report) = Session::open_or_create(root, id, workspace, options())?;
                     Ok((s, report.and_then(|r| r.repaired)))
                 }
                 Ok(_) => Err(exists),
@@ -628,7 +643,11 @@ mod tests {
     fn serve_lines(input: &[u8], cap: usize) -> Vec<Value> {
         let mut out = Vec::new();
         // A small reader buffer, so that a long line arrives in many chunks.
-        serve_capped(io::BufReader::with_capacity(16, input), &mut out, cap).unwrap();
+        let options = ServeOptions {
+            request_cap: cap,
+            ..ServeOptions::default()
+        };
+        serve_with(io::BufReader::with_capacity(16, input), &mut out, &options).unwrap();
         String::from_utf8(out)
             .unwrap()
             .lines()

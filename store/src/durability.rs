@@ -32,6 +32,40 @@ pub enum Durability {
     None,
 }
 
+impl std::str::FromStr for Durability {
+    type Err = String;
+
+    /// `sync` or `batch` (group commit with [`Durability::batch`]'s limits),
+    /// as the command lines take it.
+    fn from_str(s: &str) -> Result<Durability, String> {
+        match s {
+            "sync" => Ok(Durability::Sync),
+            "batch" => Ok(Durability::batch()),
+            other => Err(format!(
+                "durability {} is not sync or batch",
+                crate::error::quote(other)
+            )),
+        }
+    }
+}
+
+impl std::fmt::Display for Durability {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            Durability::Sync => f.write_str("sync"),
+            Durability::Batch {
+                max_delay,
+                max_events,
+            } => write!(
+                f,
+                "batch (max delay {} µs, max {max_events} events)",
+                max_delay.as_micros()
+            ),
+            Durability::None => f.write_str("none"),
+        }
+    }
+}
+
 impl Durability {
     /// A batch mode with defaults fit for interactive agents (1 ms, 64 events).
     pub fn batch() -> Durability {

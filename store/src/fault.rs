@@ -54,6 +54,8 @@ pub enum Fault {
     KeepRefusedAppend,
     /// A call re-run after reconciliation keeps its old recovery mark, so a crash during the re-run is never marked again.
     RerunKeepsOldMark,
+    /// Batch mode acknowledges an append once it is written, comparing the wrong position (the end, not the durable length): no group sync covers it yet.
+    BatchAckWhenWritten,
 }
 
 impl Fault {
@@ -159,6 +161,11 @@ impl Fault {
             Fault::RerunKeepsOldMark,
             "rerun-keeps-old-mark",
             "a re-run after reconciliation is a new attempt: a crash during it is marked uncertain again",
+        ),
+        (
+            Fault::BatchAckWhenWritten,
+            "batch-ack-when-written",
+            "in Batch mode an append returns only once a group sync covers it (run with --durability batch)",
         ),
     ];
 

@@ -47,7 +47,7 @@ pub fn run(scenario: &Path, args: &[impl AsRef<OsStr>]) -> (i32, Value, String) 
 
 /// The scorecard row whose JSON key is `key` (a capability,
 /// `durable_append_power_loss`, or `outcome`).
-#[allow(dead_code)] // included by faults.rs too, which reads no rows
+#[allow(dead_code)] // included by tests that read no rows
 pub fn row<'a>(report: &'a Value, key: &str) -> &'a Value {
     report["scorecard"]
         .as_array()

@@ -13,16 +13,24 @@ pub struct Args {
     /// a store that claims less.
     #[arg(long, value_name = "CAP,CAP…")]
     claims: Option<String>,
+    /// Open every session with this durability: `sync` (one fdatasync per
+    /// append) or `batch` (group commit: concurrent appends share one).
+    #[arg(long, value_name = "sync|batch", default_value = "sync")]
+    durability: agentstore::Durability,
 }
 
 pub fn run(args: Args) -> Outcome {
-    use agentstore::adapter::CAPABILITIES;
+    use agentstore::adapter::{ServeOptions, CAPABILITIES};
     let stdin = std::io::stdin().lock();
     let stdout = std::io::stdout().lock();
-    let Some(list) = args.claims else {
-        return agentstore::adapter::serve(stdin, stdout).map_err(Failure::Store);
+    let mut options = ServeOptions {
+        durability: args.durability,
+        ..ServeOptions::default()
     };
-    let claims = list
+    let Some(list) = args.claims else {
+        return agentstore::adapter::serve_with(stdin, stdout, &options).map_err(Failure::Store);
+    };
+    options.claims = list
         .split(',')
         .filter(|c| !c.is_empty())
         .map(|c| {
@@ -39,5 +47,5 @@ pub fn run(args: Args) -> Outcome {
                 })
         })
         .collect::<Result<Vec<_>, _>>()?;
-    agentstore::adapter::serve_claiming(stdin, stdout, claims).map_err(Failure::Store)
+    agentstore::adapter::serve_with(stdin, stdout, &options).map_err(Failure::Store)
 }
