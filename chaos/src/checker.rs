@@ -18,6 +18,7 @@ use agentstore::event::{Decision, Event, Record, Seq};
 use serde_json::Value;
 
 use crate::model::{describe_record, phase_name, store_authored, Model, RunClose};
+use crate::oracle::{self, Shown};
 use crate::powerloss::{LoggedOp, Op};
 use crate::store::{CheckpointView, Observation};
 use crate::syscall::{Call, FaultOutcome, SyscallFault};
@@ -44,10 +45,11 @@ pub enum Invariant {
     /// A probe, not a trial check (`crate::probe`).
     SecondWriterRefused,
     BlobReadable,
+    ContextWindow,
 }
 
 impl Invariant {
-    pub const ALL: [Invariant; 13] = [
+    pub const ALL: [Invariant; 14] = [
         Invariant::OrphanMarkedUncertain,
         Invariant::EffectAtMostOnce,
         Invariant::AckedDurable,
@@ -61,6 +63,7 @@ impl Invariant {
         Invariant::FailedSyncNotAcked,
         Invariant::SecondWriterRefused,
         Invariant::BlobReadable,
+        Invariant::ContextWindow,
     ];
 
     pub fn name(self) -> &'static str {
@@ -78,6 +81,7 @@ impl Invariant {
             Invariant::FailedSyncNotAcked => "failed-sync-not-acked",
             Invariant::SecondWriterRefused => "second-writer-refused",
             Invariant::BlobReadable => "blob-readable",
+            Invariant::ContextWindow => "context-window",
         }
     }
 
@@ -96,6 +100,7 @@ impl Invariant {
             Invariant::LedgerRefusesDoubleCommit => "a second effect_committed for an operation id already committed is refused as a rule violation, and leaves nothing behind",
             Invariant::SecondWriterRefused => "while one process holds a session open, a second open of it is refused with `locked`: two writers would hand out the same seqs and one's acknowledged events would be lost",
             Invariant::BlobReadable => "every blob a durable event references reads back with its size and digest, after every crash and power loss",
+            Invariant::ContextWindow => "the context after a recovery shows the active compaction's summary, then the messages of the active branch inside the compaction window in order, and nothing from before the window or from another branch; a budget drops the oldest messages first, never the summary or the recovery lines",
             Invariant::FailedSyncNotAcked => "after a write fails (ENOSPC) or an fsync fails (EIO), nothing is acknowledged until the file is written again and synced: a retried fsync proves nothing, the kernel may have dropped the unsynced pages",
         }
     }
@@ -694,25 +699,18 @@ fn recovery(h: &History, i: usize, life: &Life, out: &mut Vec<Violation>) {
                 vec![],
             ));
         }
-        let shown = report.block.as_deref().is_some_and(|b| {
-            b.lines()
-                .any(|l| names_call(l, &call.call_id) && l.contains(phase_name(phase)))
-        });
-        if !shown {
-            out.push(v(
-                Invariant::OrphanMarkedUncertain,
-                &when,
-                format!(
-                    "the rendered context's <recovery> block to name call {} and its phase {}",
-                    call.call_id,
-                    phase_name(phase)
-                ),
-                match &report.block {
-                    None => "the context has no <recovery> block".to_string(),
-                    Some(b) => format!("the block says: {}", b.replace('\n', " ")),
-                },
-                vec![],
-            ));
+    }
+    // What the contexts served after the recovery show (the recovery lines,
+    // the summary, the window), against the oracle's reading of the log
+    // they were rendered from.
+    let expected = oracle::context(&after.records);
+    for served in &report.contexts {
+        for p in expected.problems(&served.text, served.budget) {
+            let invariant = match p.shown {
+                Shown::Recovery => Invariant::OrphanMarkedUncertain,
+                Shown::Window => Invariant::ContextWindow,
+            };
+            out.push(v(invariant, &when, p.expected, p.found, p.events));
         }
     }
     // runs-closed: the open run gets exactly one run_interrupted.
@@ -743,14 +741,15 @@ fn recovery(h: &History, i: usize, life: &Life, out: &mut Vec<Violation>) {
         }
     }
     // checkpoint-projection through the store's own resume path: what it
-    // rebuilt (from its snapshot, if it trusted one) is the fold of its log.
+    // rebuilt (from its snapshot, if it trusted one) is the oracle's
+    // projection of its log.
     if let Some(full) = &after.fold {
         if let Some(d) = first_diff(&report.projection, full, "projection") {
             out.push(v(
                 Invariant::CheckpointProjection,
                 &when,
-                "the store's projection after resuming to equal the fold of its whole log".into(),
-                format!("they differ at {d}"),
+                "the store's projection after resuming to equal the harness's projection of its whole log (chaos/PROTOCOL.md `projection`)".into(),
+                format!("they differ at {d} (the store's vs the harness's)"),
                 tail(&after.records, 2),
             ));
         }
@@ -786,15 +785,6 @@ fn recovery(h: &History, i: usize, life: &Life, out: &mut Vec<Violation>) {
             ));
         }
     }
-}
-
-/// Does `line` name call `id` (`call <id>`, the id not a prefix of a longer one)?
-fn names_call(line: &str, id: &str) -> bool {
-    let needle = format!("call {id}");
-    line.match_indices(&needle).any(|(i, _)| {
-        !line[i + needle.len()..]
-            .starts_with(|c: char| c.is_alphanumeric() || c == '-' || c == '_' || c == '.')
-    })
 }
 
 /// The first path at which two JSON values differ, with both sides (shortened).
@@ -1359,6 +1349,7 @@ mod tests {
             },
             uncertain: vec![],
             block: None,
+            contexts: vec![],
             projection: Value::Null,
         });
         second.after_recovery = Some(after.clone());
@@ -1589,7 +1580,8 @@ mod tests {
                 "ledger-refuses-double-commit",
                 "failed-sync-not-acked",
                 "second-writer-refused",
-                "blob-readable"
+                "blob-readable",
+                "context-window"
             ]
         );
         for i in Invariant::ALL {

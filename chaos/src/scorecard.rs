@@ -91,7 +91,8 @@ impl Row {
 /// `torn_tail_repair`; `checkpoint-projection` in a trial whose resumed
 /// projection has another leaf than the fold is `branches`, the same leaf
 /// but another branch window `compaction` when the log holds a compaction
-/// (else `branches`).
+/// (else `branches`); `context-window` is `compaction`, or `branches` in a
+/// trial whose log holds no compaction.
 pub fn row_of(invariant: Invariant) -> Row {
     use Capability as C;
     match invariant {
@@ -106,6 +107,7 @@ pub fn row_of(invariant: Invariant) -> Row {
         Invariant::LedgerRefusesDoubleCommit => Row::Capability(C::EffectLedger),
         Invariant::SecondWriterRefused => Row::Capability(C::WriterLock),
         Invariant::BlobReadable => Row::Capability(C::Blobs),
+        Invariant::ContextWindow => Row::Capability(C::Compaction),
         Invariant::EffectAtMostOnce | Invariant::ExactlyOnceOutcome => Row::Outcome,
     }
 }
@@ -124,6 +126,8 @@ pub fn attribute(v: &Violation, e: &Evidence, claimed: &[Capability]) -> Row {
             Some(Capability::TornTailRepair)
         }
         Invariant::CheckpointProjection if e.leaf_differs => Some(Capability::Branches),
+        // A context showing another branch, in a trial without a compaction.
+        Invariant::ContextWindow if !e.compaction => Some(Capability::Branches),
         Invariant::CheckpointProjection if e.window_differs => Some(if e.compaction {
             Capability::Compaction
         } else {
@@ -135,16 +139,6 @@ pub fn attribute(v: &Violation, e: &Evidence, claimed: &[Capability]) -> Row {
         Some(c) if claimed.contains(&c) => Row::Capability(c),
         _ => row_of(v.invariant),
     }
-}
-
-/// The active leaf of a projection as JSON: `leaf` in the adapter view,
-/// the last of `branch` in agentstore's own.
-fn leaf(p: &Value) -> Option<&Value> {
-    p.get("leaf").or_else(|| {
-        p.get("branch")
-            .and_then(Value::as_array)
-            .and_then(|b| b.last())
-    })
 }
 
 /// What one trial exercised.
@@ -232,7 +226,7 @@ impl Evidence {
                 &l.recovered,
                 l.after_recovery.as_ref().map(|o| o.fold.as_ref()),
             ) {
-                if leaf(&r.projection) != leaf(fold) {
+                if r.projection.get("leaf") != fold.get("leaf") {
                     leaf_differs = true;
                 } else if r.projection.get("branch") != fold.get("branch") {
                     window_differs = true;
@@ -695,12 +689,6 @@ mod tests {
             attribute(&cp, &Evidence::default(), &Capability::ALL),
             Row::Capability(Capability::CheckpointProjection)
         );
-        // Both projection shapes name their leaf.
-        assert_eq!(
-            leaf(&json!({"leaf": "e3", "branch": ["e2", "e3"]})),
-            Some(&json!("e3"))
-        );
-        assert_eq!(leaf(&json!({"branch": [2, 3]})), Some(&json!(3)));
     }
 
     #[test]
