@@ -9,8 +9,15 @@ use serde_json::Value;
 #[path = "support/campaign.rs"]
 mod campaign;
 
-fn fixture() -> PathBuf {
-    Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/fixtures/small.json")
+/// The fixture a fault runs on: `small.json` unless [`FIXTURES`] names another.
+fn fixture(fault: Option<&str>) -> PathBuf {
+    let name = FIXTURES
+        .iter()
+        .find(|(f, _)| Some(*f) == fault)
+        .map_or("small.json", |(_, n)| *n);
+    Path::new(env!("CARGO_MANIFEST_DIR"))
+        .join("tests/fixtures")
+        .join(name)
 }
 
 /// Runs an exhaustive campaign on the small fixture; returns the exit code
@@ -24,7 +31,7 @@ fn campaign(fault: Option<&str>) -> (i32, Value, String) {
     if let Some(f) = fault {
         args.extend(["--store-fault", f]);
     }
-    campaign::run(&fixture(), &args)
+    campaign::run(&fixture(fault), &args)
 }
 
 /// Each fault and the invariants that must catch it (the first is the one
@@ -46,12 +53,37 @@ const EXPECTED: &[(&str, &[&str])] = &[
     ("rewrite-whole-log", &["acked-durable"]),
     ("ledger-per-call", &["ledger-refuses-double-commit"]),
     ("no-writer-lock", &["second-writer-refused"]),
+    (
+        "fold-branch-ignores-compaction",
+        &["checkpoint-projection", "context-window"],
+    ),
+    (
+        "fold-wrong-leaf",
+        &["checkpoint-projection", "context-window"],
+    ),
+    ("context-drops-summary", &["context-window"]),
+    (
+        "context-budget-drops-recovery",
+        &["orphan-marked-uncertain"],
+    ),
+];
+
+/// Faults the small fixture cannot show: it has no compaction, no branch
+/// switch. The unmodified store passes these fixtures too
+/// (`the_unmodified_store_passes_every_fixture`).
+const FIXTURES: &[(&str, &str)] = &[
+    ("fold-branch-ignores-compaction", "compaction.json"),
+    ("fold-wrong-leaf", "branch.json"),
+    ("context-drops-summary", "compaction.json"),
+    ("context-budget-drops-recovery", "compaction.json"),
 ];
 
 /// Faults that only a nemesis other than the crash points can show.
 const NEMESIS: &[(&str, &str)] = &[("fsync-retry", "syscall")];
 
-fn assert_caught(fault: &str) {
+/// Runs the fault's campaign, asserts it is caught as [`EXPECTED`] says,
+/// and returns the JSON report.
+fn assert_caught(fault: &str) -> Value {
     let &(_, invariants) = EXPECTED.iter().find(|(f, _)| *f == fault).unwrap();
     let (code, report, stdout) = campaign(Some(fault));
     assert_eq!(code, 1, "{fault} must fail the campaign:\n{stdout}");
@@ -86,6 +118,19 @@ fn assert_caught(fault: &str) {
             !v[field].as_str().unwrap().is_empty(),
             "{field} explains the violation"
         );
+    }
+    report
+}
+
+#[test]
+fn the_unmodified_store_passes_every_fixture() {
+    for fixture in ["compaction.json", "branch.json"] {
+        let path = Path::new(env!("CARGO_MANIFEST_DIR"))
+            .join("tests/fixtures")
+            .join(fixture);
+        let (code, report, stdout) = campaign::run(&path, &["--exhaustive", "--nemesis", "points"]);
+        assert_eq!(code, 0, "{fixture}:\n{stdout}");
+        assert_eq!(report["violation_count"], 0, "{fixture}");
     }
 }
 
@@ -167,6 +212,50 @@ fn ledger_per_call_is_caught_by_ledger_refuses_double_commit() {
 #[test]
 fn no_writer_lock_is_caught_by_second_writer_refused() {
     assert_caught("no-writer-lock");
+}
+
+// The next four break agentstore's own fold or context. The old oracle
+// compared the store with `agentstore::projection::fold` and checked only
+// the recovery block of an unbudgeted context: it saw these four only
+// because the fault switch is off in the harness's process. The same bug
+// in the fold's code would have been in the oracle too and compared equal
+// (and the summary, the window and budgets were never looked at); the
+// harness's own model (`agentchaos::oracle`) sees each.
+
+/// The projection's branch starts at the root after a compaction: the
+/// served projection and the context show entries before the window.
+#[test]
+fn fold_branch_ignores_compaction_is_caught_by_checkpoint_projection_and_context_window() {
+    assert_caught("fold-branch-ignores-compaction");
+}
+
+/// A crash right after a `leaf_moved` resumes on the last branch written.
+#[test]
+fn fold_wrong_leaf_is_caught_by_checkpoint_projection_and_context_window() {
+    assert_caught("fold-wrong-leaf");
+}
+
+#[test]
+fn context_drops_summary_is_caught_by_context_window() {
+    assert_caught("context-drops-summary");
+}
+
+/// Only a budgeted context shows it: the unbudgeted one keeps the block.
+#[test]
+fn context_budget_drops_recovery_is_caught_by_orphan_marked_uncertain_under_a_budget() {
+    let report = assert_caught("context-budget-drops-recovery");
+    let expected: Vec<&str> = report["violations"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|v| v["expected"].as_str().unwrap())
+        .collect();
+    assert!(
+        expected
+            .iter()
+            .all(|e| e.contains("rendered with a budget of")),
+        "only budgeted contexts lose the block: {expected:?}"
+    );
 }
 
 #[test]

@@ -50,6 +50,14 @@ pub enum Fault {
     NoWriterLock,
     /// A blob's temp file is renamed into place without being fsynced first: an event may reference a blob a power loss emptied.
     BlobNoFsync,
+    /// The projection ignores a compaction's window: its branch still starts at the root.
+    FoldBranchIgnoresCompaction,
+    /// The projection ignores `leaf_moved`: the active leaf stays the last entry written.
+    FoldWrongLeaf,
+    /// The rendered context leaves out the compaction summary.
+    ContextDropsSummary,
+    /// A context over its token budget drops the `<recovery>` block along with the oldest entries.
+    ContextBudgetDropsRecovery,
 }
 
 impl Fault {
@@ -145,6 +153,26 @@ impl Fault {
             Fault::BlobNoFsync,
             "blob-no-fsync",
             "a blob an event references is durable before the event (power loss)",
+        ),
+        (
+            Fault::FoldBranchIgnoresCompaction,
+            "fold-branch-ignores-compaction",
+            "the active branch starts at the latest compaction's first kept entry",
+        ),
+        (
+            Fault::FoldWrongLeaf,
+            "fold-wrong-leaf",
+            "a leaf_moved moves the active leaf",
+        ),
+        (
+            Fault::ContextDropsSummary,
+            "context-drops-summary",
+            "the context shows the compaction's summary",
+        ),
+        (
+            Fault::ContextBudgetDropsRecovery,
+            "context-budget-drops-recovery",
+            "a token budget never trims the recovery block",
         ),
     ];
 
