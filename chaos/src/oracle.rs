@@ -78,13 +78,15 @@ pub fn tokens(text: &str) -> u64 {
 
 /// The budgets the harness renders a recovered context with, besides none:
 /// one just large enough for the recovery block (every message must go,
-/// the block and the summary stay) and half of the unbudgeted context.
+/// the block and the summary stay), half of the unbudgeted context, and
+/// one token less than it (the oldest entry must go first).
 pub fn budgets(full: &str, block: Option<&str>) -> Vec<u64> {
-    let small = block.map_or(1, tokens).max(1);
-    let mid = tokens(full) / 2;
-    let mut b = vec![small];
-    if mid > small {
-        b.push(mid);
+    let whole = tokens(full);
+    let mut b = vec![block.map_or(1, tokens).max(1)];
+    for more in [whole / 2, whole.saturating_sub(1)] {
+        if more > *b.last().expect("one budget at least") {
+            b.push(more);
+        }
     }
     b
 }
@@ -555,8 +557,11 @@ mod tests {
     }
 
     #[test]
-    fn budgets_leave_room_for_the_recovery_block_and_half_the_context() {
-        assert_eq!(budgets(&"x".repeat(400), Some(&"y".repeat(41))), [11, 50]);
+    fn budgets_leave_room_for_the_recovery_block_half_the_context_and_all_but_a_token() {
+        assert_eq!(
+            budgets(&"x".repeat(400), Some(&"y".repeat(41))),
+            [11, 50, 99]
+        );
         assert_eq!(budgets("short", None), [1]);
     }
 }

@@ -66,6 +66,7 @@ const EXPECTED: &[(&str, &[&str])] = &[
         "context-budget-drops-recovery",
         &["orphan-marked-uncertain"],
     ),
+    ("context-budget-drops-newest", &["context-window"]),
 ];
 
 /// Faults the small fixture cannot show: it has no compaction, no branch
@@ -76,6 +77,7 @@ const FIXTURES: &[(&str, &str)] = &[
     ("fold-wrong-leaf", "branch.json"),
     ("context-drops-summary", "compaction.json"),
     ("context-budget-drops-recovery", "compaction.json"),
+    ("context-budget-drops-newest", "compaction.json"),
 ];
 
 /// Faults that only a nemesis other than the crash points can show.
@@ -214,13 +216,14 @@ fn no_writer_lock_is_caught_by_second_writer_refused() {
     assert_caught("no-writer-lock");
 }
 
-// The next four break agentstore's own fold or context. The old oracle
+// The next five break agentstore's own fold or context. The old oracle
 // compared the store with `agentstore::projection::fold` and checked only
-// the recovery block of an unbudgeted context: it saw these four only
-// because the fault switch is off in the harness's process. The same bug
-// in the fold's code would have been in the oracle too and compared equal
-// (and the summary, the window and budgets were never looked at); the
-// harness's own model (`agentchaos::oracle`) sees each.
+// the recovery block of an unbudgeted context. It saw the two fold faults
+// only because the fault switch is off in the harness's process: the same
+// bug in the fold's code would have been in the oracle too and compared
+// equal. It never saw the three context faults: the summary, the window
+// and budgeted contexts were not looked at. The harness's own model
+// (`agentchaos::oracle`) sees each.
 
 /// The projection's branch starts at the root after a compaction: the
 /// served projection and the context show entries before the window.
@@ -256,6 +259,19 @@ fn context_budget_drops_recovery_is_caught_by_orphan_marked_uncertain_under_a_bu
             .all(|e| e.contains("rendered with a budget of")),
         "only budgeted contexts lose the block: {expected:?}"
     );
+}
+
+#[test]
+fn context_budget_drops_newest_is_caught_by_context_window() {
+    let report = assert_caught("context-budget-drops-newest");
+    assert!(report["violations"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .any(|v| v["expected"]
+            .as_str()
+            .unwrap()
+            .contains("to drop the oldest messages first")));
 }
 
 #[test]

@@ -78,6 +78,12 @@ pub fn render(
             keep_from += 1;
         }
     }
+    let mut entries = &entries[..];
+    if fault::active(Fault::ContextBudgetDropsNewest) {
+        // Broken on purpose: the newest entries go, the oldest stay.
+        entries = &entries[..entries.len() - keep_from];
+        keep_from = 0;
+    }
     let mut out = head;
     if keep_from > 0 {
         let _ = writeln!(

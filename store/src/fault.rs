@@ -58,6 +58,8 @@ pub enum Fault {
     ContextDropsSummary,
     /// A context over its token budget drops the `<recovery>` block along with the oldest entries.
     ContextBudgetDropsRecovery,
+    /// A context over its token budget drops its newest entries instead of its oldest.
+    ContextBudgetDropsNewest,
 }
 
 impl Fault {
@@ -173,6 +175,11 @@ impl Fault {
             Fault::ContextBudgetDropsRecovery,
             "context-budget-drops-recovery",
             "a token budget never trims the recovery block",
+        ),
+        (
+            Fault::ContextBudgetDropsNewest,
+            "context-budget-drops-newest",
+            "a token budget drops the oldest entries first",
         ),
     ];
 
