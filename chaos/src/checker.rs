@@ -6,8 +6,9 @@
 //! workspace hold at the end) and the [`Reference`] (the crash-free trace
 //! run of the same scenario). The truth never comes from the store: acks
 //! come from the child's pipe, phases are computed by [`Model`] from the
-//! log as it was before recovery, and the expected outcome is the
-//! crash-free run's. Each [`Violation`] says what was expected, what was
+//! log as it was before recovery, the projection and the context a store
+//! must serve by [`crate::oracle`] from the model (never by agentstore's
+//! fold), and the expected outcome is the crash-free run's. Each [`Violation`] says what was expected, what was
 //! found, and which events; the runner adds the crash point and the replay
 //! command. This module must never perform I/O.
 
@@ -843,25 +844,25 @@ fn checkpoint(moments: &[Moment<'_>], out: &mut Vec<Violation>) {
                     ))
                 } else if f.fold_at.as_ref() != Some(&f.snapshot) {
                     Some((
-                        format!("the snapshot's projection to equal the fold of events 0..{k}"),
+                        format!("the snapshot's projection to equal the harness's projection of events 0..{k}"),
                         match &f.fold_at {
                             Some(fold) => format!(
-                                "they differ at {}",
+                                "they differ at {} (the snapshot's vs the harness's)",
                                 first_diff(&f.snapshot, fold, "projection").unwrap_or_default()
                             ),
-                            None => "the log's prefix cannot be folded".to_string(),
+                            None => format!("the log has only {}", events(m.obs.records.len())),
                         },
                     ))
                 } else if f.resumed.is_none() || f.resumed != m.obs.fold {
                     Some((
-                        "snapshot + the log's tail to equal the fold of the whole log".to_string(),
+                        "snapshot + the log's tail to equal the harness's projection of the whole log".to_string(),
                         match (&f.resumed, &m.obs.fold) {
                             (Some(r), Some(full)) => format!(
-                                "they differ at {}",
+                                "they differ at {} (the resumed snapshot's vs the harness's)",
                                 first_diff(r, full, "projection").unwrap_or_default()
                             ),
                             (None, _) => "the tail cannot be folded onto the snapshot".to_string(),
-                            (Some(_), None) => "the whole log cannot be folded".to_string(),
+                            (Some(_), None) => "the store serves no projection to compare it with".to_string(),
                         },
                     ))
                 } else {

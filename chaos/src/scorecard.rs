@@ -91,8 +91,8 @@ impl Row {
 /// `torn_tail_repair`; `checkpoint-projection` in a trial whose resumed
 /// projection has another leaf than the fold is `branches`, the same leaf
 /// but another branch window `compaction` when the log holds a compaction
-/// (else `branches`); `context-window` is `compaction`, or `branches` in a
-/// trial whose log holds no compaction.
+/// (else `branches`). `context-window` is `compaction`'s: the capability
+/// that promises what the context shows of the history.
 pub fn row_of(invariant: Invariant) -> Row {
     use Capability as C;
     match invariant {
@@ -126,8 +126,6 @@ pub fn attribute(v: &Violation, e: &Evidence, claimed: &[Capability]) -> Row {
             Some(Capability::TornTailRepair)
         }
         Invariant::CheckpointProjection if e.leaf_differs => Some(Capability::Branches),
-        // A context showing another branch, in a trial without a compaction.
-        Invariant::ContextWindow if !e.compaction => Some(Capability::Branches),
         Invariant::CheckpointProjection if e.window_differs => Some(if e.compaction {
             Capability::Compaction
         } else {
