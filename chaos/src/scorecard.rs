@@ -91,8 +91,9 @@ impl Row {
 /// `torn_tail_repair`; `checkpoint-projection` in a trial whose resumed
 /// projection has another leaf than the fold is `branches`, the same leaf
 /// but another branch window `compaction` when the log holds a compaction
-/// (else `branches`). `context-window` is `compaction`'s: the capability
-/// that promises what the context shows of the history.
+/// (else `branches`). `context-window` is `compaction`'s (the capability
+/// that promises what the context shows of the history), `branches`' in a
+/// trial whose resumed projection has another leaf than the fold.
 pub fn row_of(invariant: Invariant) -> Row {
     use Capability as C;
     match invariant {
@@ -126,6 +127,8 @@ pub fn attribute(v: &Violation, e: &Evidence, claimed: &[Capability]) -> Row {
             Some(Capability::TornTailRepair)
         }
         Invariant::CheckpointProjection if e.leaf_differs => Some(Capability::Branches),
+        // Resumed on another leaf, the context shows another branch too.
+        Invariant::ContextWindow if e.leaf_differs => Some(Capability::Branches),
         Invariant::CheckpointProjection if e.window_differs => Some(if e.compaction {
             Capability::Compaction
         } else {
@@ -681,6 +684,16 @@ mod tests {
         };
         assert_eq!(
             attribute(&cp, &windowed, &Capability::ALL),
+            Row::Capability(Capability::Compaction)
+        );
+        // The context: another branch when the leaf moved, else the window.
+        let ctx = violation(Invariant::ContextWindow, "it shows it");
+        assert_eq!(
+            attribute(&ctx, &moved, &Capability::ALL),
+            Row::Capability(Capability::Branches)
+        );
+        assert_eq!(
+            attribute(&ctx, &windowed, &Capability::ALL),
             Row::Capability(Capability::Compaction)
         );
         assert_eq!(
