@@ -169,11 +169,11 @@ fn material(records: &[Record]) -> Vec<String> {
                 out.push(args.to_string());
                 out.extend(target.clone());
             }
-            Event::ToolResult { output, .. } => {
-                if let Some(o) = output {
-                    out.push(o.to_string());
-                    out.extend(o.as_str().map(str::to_string));
-                }
+            Event::ToolResult {
+                output: Some(o), ..
+            } => {
+                out.push(o.to_string());
+                out.extend(o.as_str().map(str::to_string));
             }
             Event::PlanUpdated { goal, steps } => {
                 out.push(goal.clone());

@@ -14,9 +14,7 @@ use std::sync::OnceLock;
 use std::time::Duration;
 
 use agentchaos::adapter::protocol::Ack;
-use agentchaos::adapter::{
-    Capability, Client, ClientError, ClientOptions, ErrorKind, OpenArgs, ProjectionView,
-};
+use agentchaos::adapter::{Capability, Client, ClientError, ClientOptions, ErrorKind, OpenArgs};
 use agentstore::event::{
     Effect, Event, Phase, PlanStep, ReconcileOutcome, ResultStatus, StepStatus,
 };
