@@ -9,14 +9,18 @@
 #
 # Usage: chaos/mutants/score.sh [--shard K/N] [more cargo-mutants flags]
 # Output: target/mutants-score/mutants.out/{caught,missed,timeout,unviable}.txt
+# (--file selects the mutated files, all in agentstore; --test-package the
+# tests: the workspace's, filtered to the harness test by --test.)
 # The whole set takes hours on a 2-core machine; shard it (--shard 1/12 ≈ 36 mutants).
 set -eu
 cd "$(dirname "$0")/../.."
 if ! command -v cargo-mutants >/dev/null 2>&1; then
     cargo install --locked cargo-mutants@27.1.0
 fi
+# One build directory for every mutant and every run: the dependencies
+# are compiled once (cargo-mutants builds in a copy of the tree).
+export CARGO_TARGET_DIR="$PWD/target/mutants-build"
 exec cargo mutants \
-    --package agentstore \
     --file store/src/recovery.rs \
     --file store/src/projection.rs \
     --file store/src/scan.rs \
@@ -26,7 +30,7 @@ exec cargo mutants \
     --file store/src/durability.rs \
     --file store/src/checkpoint.rs \
     --file store/src/blob.rs \
-    --test-package agentchaos \
+    --test-workspace=true \
     --profile mutants \
     --output target/mutants-score \
     "$@" \

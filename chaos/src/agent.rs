@@ -99,8 +99,7 @@ pub fn run(args: &AgentArgs, backend: &dyn StoreBackend) -> Result<(), String> {
         let first = store
             .recover()
             .map_err(|e| format!("recovery failed: {e}"))?;
-        let context = store
-            .context(None)
+        let contexts = crate::store::served_contexts(store.as_mut())
             .map_err(|e| format!("cannot render the context: {e}"))?;
         let projection = store
             .projection()
@@ -116,7 +115,8 @@ pub fn run(args: &AgentArgs, backend: &dyn StoreBackend) -> Result<(), String> {
                     phase: u.phase,
                 })
                 .collect(),
-            block: recovery_block(&context),
+            block: recovery_block(&contexts[0].text),
+            contexts,
             projection,
         })?;
         // The session is released while the harness looks: a store seen

@@ -6,8 +6,9 @@
 //! workspace hold at the end) and the [`Reference`] (the crash-free trace
 //! run of the same scenario). The truth never comes from the store: acks
 //! come from the child's pipe, phases are computed by [`Model`] from the
-//! log as it was before recovery, and the expected outcome is the
-//! crash-free run's. Each [`Violation`] says what was expected, what was
+//! log as it was before recovery, the projection and the context a store
+//! must serve by [`crate::oracle`] from the model (never by agentstore's
+//! fold), and the expected outcome is the crash-free run's. Each [`Violation`] says what was expected, what was
 //! found, and which events; the runner adds the crash point and the replay
 //! command. This module must never perform I/O.
 
@@ -18,6 +19,7 @@ use agentstore::event::{Decision, Event, Record, Seq};
 use serde_json::Value;
 
 use crate::model::{describe_record, phase_name, store_authored, Model, RunClose};
+use crate::oracle::{self, Shown};
 use crate::powerloss::{LoggedOp, Op};
 use crate::store::{CheckpointView, Observation};
 use crate::syscall::{Call, FaultOutcome, SyscallFault};
@@ -44,10 +46,11 @@ pub enum Invariant {
     /// A probe, not a trial check (`crate::probe`).
     SecondWriterRefused,
     BlobReadable,
+    ContextWindow,
 }
 
 impl Invariant {
-    pub const ALL: [Invariant; 13] = [
+    pub const ALL: [Invariant; 14] = [
         Invariant::OrphanMarkedUncertain,
         Invariant::EffectAtMostOnce,
         Invariant::AckedDurable,
@@ -61,6 +64,7 @@ impl Invariant {
         Invariant::FailedSyncNotAcked,
         Invariant::SecondWriterRefused,
         Invariant::BlobReadable,
+        Invariant::ContextWindow,
     ];
 
     pub fn name(self) -> &'static str {
@@ -78,6 +82,7 @@ impl Invariant {
             Invariant::FailedSyncNotAcked => "failed-sync-not-acked",
             Invariant::SecondWriterRefused => "second-writer-refused",
             Invariant::BlobReadable => "blob-readable",
+            Invariant::ContextWindow => "context-window",
         }
     }
 
@@ -96,6 +101,7 @@ impl Invariant {
             Invariant::LedgerRefusesDoubleCommit => "a second effect_committed for an operation id already committed is refused as a rule violation, and leaves nothing behind",
             Invariant::SecondWriterRefused => "while one process holds a session open, a second open of it is refused with `locked`: two writers would hand out the same seqs and one's acknowledged events would be lost",
             Invariant::BlobReadable => "every blob a durable event references reads back with its size and digest, after every crash and power loss",
+            Invariant::ContextWindow => "the context after a recovery shows the active compaction's summary, then the messages of the active branch inside the compaction window in order, and nothing from before the window or from another branch; a budget drops the oldest messages first, never the summary or the recovery lines",
             Invariant::FailedSyncNotAcked => "after a write fails (ENOSPC) or an fsync fails (EIO), nothing is acknowledged until the file is written again and synced: a retried fsync proves nothing, the kernel may have dropped the unsynced pages",
         }
     }
@@ -759,25 +765,18 @@ fn recovery(h: &History, i: usize, life: &Life, out: &mut Vec<Violation>) {
                 vec![],
             ));
         }
-        let shown = report.block.as_deref().is_some_and(|b| {
-            b.lines()
-                .any(|l| names_call(l, &call.call_id) && l.contains(phase_name(phase)))
-        });
-        if !shown {
-            out.push(v(
-                Invariant::OrphanMarkedUncertain,
-                &when,
-                format!(
-                    "the rendered context's <recovery> block to name call {} and its phase {}",
-                    call.call_id,
-                    phase_name(phase)
-                ),
-                match &report.block {
-                    None => "the context has no <recovery> block".to_string(),
-                    Some(b) => format!("the block says: {}", b.replace('\n', " ")),
-                },
-                vec![],
-            ));
+    }
+    // What the contexts served after the recovery show (the recovery lines,
+    // the summary, the window), against the oracle's reading of the log
+    // they were rendered from.
+    let expected = oracle::context(&after.records);
+    for served in &report.contexts {
+        for p in expected.problems(&served.text, served.budget) {
+            let invariant = match p.shown {
+                Shown::Recovery => Invariant::OrphanMarkedUncertain,
+                Shown::Window => Invariant::ContextWindow,
+            };
+            out.push(v(invariant, &when, p.expected, p.found, p.events));
         }
     }
     // runs-closed: the open run gets exactly one run_interrupted.
@@ -808,14 +807,15 @@ fn recovery(h: &History, i: usize, life: &Life, out: &mut Vec<Violation>) {
         }
     }
     // checkpoint-projection through the store's own resume path: what it
-    // rebuilt (from its snapshot, if it trusted one) is the fold of its log.
+    // rebuilt (from its snapshot, if it trusted one) is the oracle's
+    // projection of its log.
     if let Some(full) = &after.fold {
         if let Some(d) = first_diff(&report.projection, full, "projection") {
             out.push(v(
                 Invariant::CheckpointProjection,
                 &when,
-                "the store's projection after resuming to equal the fold of its whole log".into(),
-                format!("they differ at {d}"),
+                "the store's projection after resuming to equal the harness's projection of its whole log (chaos/PROTOCOL.md `projection`)".into(),
+                format!("they differ at {d} (the store's vs the harness's)"),
                 tail(&after.records, 2),
             ));
         }
@@ -851,15 +851,6 @@ fn recovery(h: &History, i: usize, life: &Life, out: &mut Vec<Violation>) {
             ));
         }
     }
-}
-
-/// Does `line` name call `id` (`call <id>`, the id not a prefix of a longer one)?
-fn names_call(line: &str, id: &str) -> bool {
-    let needle = format!("call {id}");
-    line.match_indices(&needle).any(|(i, _)| {
-        !line[i + needle.len()..]
-            .starts_with(|c: char| c.is_alphanumeric() || c == '-' || c == '_' || c == '.')
-    })
 }
 
 /// The first path at which two JSON values differ, with both sides (shortened).
@@ -918,25 +909,25 @@ fn checkpoint(moments: &[Moment<'_>], out: &mut Vec<Violation>) {
                     ))
                 } else if f.fold_at.as_ref() != Some(&f.snapshot) {
                     Some((
-                        format!("the snapshot's projection to equal the fold of events 0..{k}"),
+                        format!("the snapshot's projection to equal the harness's projection of events 0..{k}"),
                         match &f.fold_at {
                             Some(fold) => format!(
-                                "they differ at {}",
+                                "they differ at {} (the snapshot's vs the harness's)",
                                 first_diff(&f.snapshot, fold, "projection").unwrap_or_default()
                             ),
-                            None => "the log's prefix cannot be folded".to_string(),
+                            None => format!("the log has only {}", events(m.obs.records.len())),
                         },
                     ))
                 } else if f.resumed.is_none() || f.resumed != m.obs.fold {
                     Some((
-                        "snapshot + the log's tail to equal the fold of the whole log".to_string(),
+                        "snapshot + the log's tail to equal the harness's projection of the whole log".to_string(),
                         match (&f.resumed, &m.obs.fold) {
                             (Some(r), Some(full)) => format!(
-                                "they differ at {}",
+                                "they differ at {} (the resumed snapshot's vs the harness's)",
                                 first_diff(r, full, "projection").unwrap_or_default()
                             ),
                             (None, _) => "the tail cannot be folded onto the snapshot".to_string(),
-                            (Some(_), None) => "the whole log cannot be folded".to_string(),
+                            (Some(_), None) => "the store serves no projection to compare it with".to_string(),
                         },
                     ))
                 } else {
@@ -1430,6 +1421,7 @@ mod tests {
             },
             uncertain: vec![],
             block: None,
+            contexts: vec![],
             projection: Value::Null,
         });
         second.after_recovery = Some(after.clone());
@@ -1716,7 +1708,8 @@ mod tests {
                 "ledger-refuses-double-commit",
                 "failed-sync-not-acked",
                 "second-writer-refused",
-                "blob-readable"
+                "blob-readable",
+                "context-window"
             ]
         );
         for i in Invariant::ALL {

@@ -14,7 +14,7 @@
 //! - history: [`trial`] (one trial's processes and observations) and [`wire`]
 //!   (what the child reports as it happens);
 //! - checker: [`checker`] (the invariants) over [`model`] (the harness's own
-//!   reading of a log);
+//!   reading of a log) and [`oracle`] (what a store must serve, from the model);
 //! - [`probe`] (damage and double-commit probes on a finished store);
 //! - [`runner`] (campaigns), [`replay`], [`shrink`], [`report`] with its
 //!   [`scorecard`] (a verdict per capability), [`rng`].
@@ -25,6 +25,7 @@ pub mod checker;
 pub mod generate;
 pub mod model;
 pub mod nemesis;
+pub mod oracle;
 pub mod powercampaign;
 pub mod powerloss;
 pub mod probe;

@@ -7,15 +7,19 @@
 //! protocol's definition, not from the store's code, so that the checker
 //! does not have to trust the store's own fold. It must never read files.
 //!
+//! [`crate::oracle`] turns it into what a store must serve (its projection
+//! and its context).
+//!
 //! Mark semantics (the protocol of agentstore part 2): a call without a
 //! result needs exactly one `tool_recovery` mark after a crash; a
 //! `tool_reconciled` resolves the mark; a new `tool_started` (a re-run after
 //! `not_applied`) begins a new attempt, which a later crash must mark again.
 
-use std::collections::{BTreeMap, HashMap};
+use std::collections::{BTreeMap, BTreeSet, HashMap};
 
 use agentstore::event::{
-    event_id, seq_of_event_id, Decision, Effect, Event, Phase, ReconcileOutcome, Record, Seq,
+    event_id, seq_of_event_id, Decision, Effect, Event, Phase, PlanStep, ReconcileOutcome, Record,
+    Seq,
 };
 use serde_json::Value;
 
@@ -29,6 +33,7 @@ pub struct CallState {
     pub args: Value,
     pub effect: Effect,
     pub operation_id: Option<String>,
+    pub target: Option<String>,
     pub needs_approval: bool,
     /// Every `approval` (seq, decision); more than one is a violation.
     pub approvals: Vec<(Seq, Decision)>,
@@ -107,10 +112,22 @@ struct TreeNode {
     weight: u64,
 }
 
+/// The last `plan_updated`.
+#[derive(Debug, Clone, PartialEq)]
+pub struct PlanState {
+    pub goal: String,
+    pub steps: Vec<PlanStep>,
+}
+
 /// The fold.
 #[derive(Debug, Clone, Default, PartialEq)]
 pub struct Model {
     pub next_seq: Seq,
+    /// Operation ids of every `effect_committed`.
+    pub committed_ops: BTreeSet<String>,
+    /// Runs interrupted since the last `run_started`, in order.
+    pub interrupted: Vec<String>,
+    pub plan: Option<PlanState>,
     pub calls: BTreeMap<String, CallState>,
     /// Call ids in call order.
     pub call_order: Vec<String>,
@@ -176,6 +193,7 @@ impl Model {
                     closes: Vec::new(),
                 });
                 self.open_run = Some(self.runs.len() - 1);
+                self.interrupted.clear();
             }
             Event::RequestHeader { run_id, .. } => {
                 if let Some(r) = self.runs.iter_mut().rev().find(|r| &r.run_id == run_id) {
@@ -194,14 +212,27 @@ impl Model {
                         self.open_run = None;
                     }
                 }
+                if how == RunClose::Interrupted {
+                    self.interrupted.push(run_id.clone());
+                }
             }
             Event::LeafMoved { leaf } => self.leaf = seq_of_event_id(leaf),
+            Event::PlanUpdated { goal, steps } => {
+                self.plan = Some(PlanState {
+                    goal: goal.clone(),
+                    steps: steps.clone(),
+                })
+            }
+            Event::EffectCommitted { operation_id, .. } => {
+                self.committed_ops.insert(operation_id.clone());
+            }
             Event::ToolCall {
                 call_id,
                 tool,
                 args,
                 effect,
                 operation_id,
+                target,
                 needs_approval,
                 ..
             } => {
@@ -217,6 +248,7 @@ impl Model {
                         args: args.clone(),
                         effect: *effect,
                         operation_id: operation_id.clone(),
+                        target: target.clone(),
                         needs_approval: *needs_approval,
                         approvals: Vec::new(),
                         starts: Vec::new(),
@@ -292,6 +324,12 @@ impl Model {
         }
         path.reverse();
         path
+    }
+
+    /// The leaf's seq (the last message-like event, or the target of the
+    /// last `leaf_moved` after it).
+    pub fn leaf_seq(&self) -> Option<Seq> {
+        self.leaf
     }
 
     /// Bytes of text on the active branch, a stand-in for tokens.

@@ -28,16 +28,14 @@ use std::time::{Duration, Instant};
 use agentstore::event::Seq;
 use serde_json::{json, Value};
 
-use crate::adapter::{
-    AdapterBackend, AdapterCommand, Capability, Client, ClientOptions, ProjectionView,
-};
+use crate::adapter::{AdapterBackend, AdapterCommand, Capability, Client, ClientOptions};
 use crate::checker::{self, Invariant, Reference};
 use crate::powerloss::{CrashState, Limits, Loss, Model, OpLog, Simulator, Tree};
 use crate::runner::{self, ScenarioSource};
-use crate::store::{CheckpointView, Observation, ReferenceBackend, SessionSpec, StoreBackend};
+use crate::store::{Observation, ReferenceBackend, SessionSpec, StoreBackend};
 use crate::syscall::{Exit, TraceConfig, Traced};
 use crate::trial::{Append, History, Life, LifeEnd, RecoveryReport};
-use crate::wire::{parse_line, ChildLine, ReportedCall};
+use crate::wire::{parse_line, ChildLine, ReportedCall, ServedContext};
 use crate::world::World;
 
 /// The session every recording writes.
@@ -304,16 +302,9 @@ impl<'a> Judge<'a> {
         let mut obs = ReferenceBackend::default()
             .observe(spec)
             .map_err(|e| e.message)?;
-        // Compared with what the adapter serves: its view of a projection.
-        obs.fold = match (self.serves_projection, &obs.fold) {
-            (false, _) => None,
-            (true, Some(full)) => Some(view(full)),
-            (true, None) => Some(Value::String("cannot fold the events".into())),
-        };
-        if let CheckpointView::Present(f) = &mut obs.checkpoint {
-            f.snapshot = view(&f.snapshot);
-            f.fold_at = f.fold_at.as_ref().map(view);
-            f.resumed = f.resumed.as_ref().map(view);
+        // A store that serves no projection has nothing to compare the oracle's with.
+        if !self.serves_projection {
+            obs.fold = None;
         }
         Ok(obs)
     }
@@ -413,7 +404,7 @@ impl<'a> Judge<'a> {
             Ok(o) => o,
             Err(e) => return opens_failure("reading the state after the second recovery", e),
         };
-        let (report, context, projection) = first;
+        let (report, contexts, projection) = first;
         let life1 = Life {
             index: 1,
             kill_at: None,
@@ -429,7 +420,8 @@ impl<'a> Judge<'a> {
                         phase: u.phase,
                     })
                     .collect(),
-                block: crate::agent::recovery_block(&context),
+                block: crate::agent::recovery_block(&contexts[0].text),
+                contexts,
                 projection,
             }),
             after_recovery: Some(after1),
@@ -464,23 +456,14 @@ impl<'a> Judge<'a> {
     fn recover(
         &self,
         spec: &SessionSpec,
-    ) -> Result<(crate::store::Recovered, String, Value), String> {
+    ) -> Result<(crate::store::Recovered, Vec<ServedContext>, Value), String> {
         let mut store = self.backend.open(spec).map_err(|e| format!("open: {e}"))?;
         let rec = store.recover().map_err(|e| format!("recover: {e}"))?;
-        let context = store.context(None).map_err(|e| format!("context: {e}"))?;
+        let contexts =
+            crate::store::served_contexts(store.as_mut()).map_err(|e| format!("context: {e}"))?;
         let projection = store.projection().map_err(|e| format!("projection: {e}"))?;
         store.close().map_err(|e| format!("close: {e}"))?;
-        Ok((rec, context, projection))
-    }
-}
-
-/// A full agentstore projection (as JSON) as the adapter protocol's view.
-fn view(full: &Value) -> Value {
-    match serde_json::from_value::<agentstore::projection::Projection>(full.clone()) {
-        Ok(p) => {
-            serde_json::to_value(ProjectionView::of(&p)).expect("a projection view serializes")
-        }
-        Err(e) => Value::String(format!("not a projection: {e}")),
+        Ok((rec, contexts, projection))
     }
 }
 

@@ -91,7 +91,9 @@ impl Row {
 /// `torn_tail_repair`; `checkpoint-projection` in a trial whose resumed
 /// projection has another leaf than the fold is `branches`, the same leaf
 /// but another branch window `compaction` when the log holds a compaction
-/// (else `branches`).
+/// (else `branches`). `context-window` is `compaction`'s (the capability
+/// that promises what the context shows of the history), `branches`' in a
+/// trial whose resumed projection has another leaf than the fold.
 pub fn row_of(invariant: Invariant) -> Row {
     use Capability as C;
     match invariant {
@@ -106,6 +108,7 @@ pub fn row_of(invariant: Invariant) -> Row {
         Invariant::LedgerRefusesDoubleCommit => Row::Capability(C::EffectLedger),
         Invariant::SecondWriterRefused => Row::Capability(C::WriterLock),
         Invariant::BlobReadable => Row::Capability(C::Blobs),
+        Invariant::ContextWindow => Row::Capability(C::Compaction),
         Invariant::EffectAtMostOnce | Invariant::ExactlyOnceOutcome => Row::Outcome,
     }
 }
@@ -124,6 +127,8 @@ pub fn attribute(v: &Violation, e: &Evidence, claimed: &[Capability]) -> Row {
             Some(Capability::TornTailRepair)
         }
         Invariant::CheckpointProjection if e.leaf_differs => Some(Capability::Branches),
+        // Resumed on another leaf, the context shows another branch too.
+        Invariant::ContextWindow if e.leaf_differs => Some(Capability::Branches),
         Invariant::CheckpointProjection if e.window_differs => Some(if e.compaction {
             Capability::Compaction
         } else {
@@ -135,16 +140,6 @@ pub fn attribute(v: &Violation, e: &Evidence, claimed: &[Capability]) -> Row {
         Some(c) if claimed.contains(&c) => Row::Capability(c),
         _ => row_of(v.invariant),
     }
-}
-
-/// The active leaf of a projection as JSON: `leaf` in the adapter view,
-/// the last of `branch` in agentstore's own.
-fn leaf(p: &Value) -> Option<&Value> {
-    p.get("leaf").or_else(|| {
-        p.get("branch")
-            .and_then(Value::as_array)
-            .and_then(|b| b.last())
-    })
 }
 
 /// What one trial exercised.
@@ -232,7 +227,7 @@ impl Evidence {
                 &l.recovered,
                 l.after_recovery.as_ref().map(|o| o.fold.as_ref()),
             ) {
-                if leaf(&r.projection) != leaf(fold) {
+                if r.projection.get("leaf") != fold.get("leaf") {
                     leaf_differs = true;
                 } else if r.projection.get("branch") != fold.get("branch") {
                     window_differs = true;
@@ -691,16 +686,20 @@ mod tests {
             attribute(&cp, &windowed, &Capability::ALL),
             Row::Capability(Capability::Compaction)
         );
+        // The context: another branch when the leaf moved, else the window.
+        let ctx = violation(Invariant::ContextWindow, "it shows it");
+        assert_eq!(
+            attribute(&ctx, &moved, &Capability::ALL),
+            Row::Capability(Capability::Branches)
+        );
+        assert_eq!(
+            attribute(&ctx, &windowed, &Capability::ALL),
+            Row::Capability(Capability::Compaction)
+        );
         assert_eq!(
             attribute(&cp, &Evidence::default(), &Capability::ALL),
             Row::Capability(Capability::CheckpointProjection)
         );
-        // Both projection shapes name their leaf.
-        assert_eq!(
-            leaf(&json!({"leaf": "e3", "branch": ["e2", "e3"]})),
-            Some(&json!("e3"))
-        );
-        assert_eq!(leaf(&json!({"branch": [2, 3]})), Some(&json!(3)));
     }
 
     #[test]

@@ -19,7 +19,8 @@ use agentstore::{
 };
 use serde_json::Value;
 
-use crate::adapter::Capability;
+use crate::adapter::{Capability, ProjectionView};
+use crate::oracle;
 
 /// A store failure, as one line.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -128,6 +129,26 @@ pub trait SessionStore {
     fn close(self: Box<Self>) -> StoreResult<()>;
 }
 
+/// The contexts the harness judges after a recovery: unbudgeted, then
+/// with each of [`crate::oracle::budgets`].
+pub fn served_contexts(
+    store: &mut dyn SessionStore,
+) -> StoreResult<Vec<crate::wire::ServedContext>> {
+    let full = store.context(None)?;
+    let block = crate::agent::recovery_block(&full);
+    let mut out = vec![crate::wire::ServedContext {
+        budget: None,
+        text: full.clone(),
+    }];
+    for b in crate::oracle::budgets(&full, block.as_deref()) {
+        out.push(crate::wire::ServedContext {
+            budget: Some(b),
+            text: store.context(Some(b))?,
+        });
+    }
+    Ok(out)
+}
+
 /// What a snapshot on disk says, next to what the log says it should say.
 #[derive(Debug, Clone, PartialEq)]
 pub enum CheckpointView {
@@ -148,11 +169,13 @@ pub struct SnapshotFacts {
     /// Byte offset where the log's line `next_seq` starts (or the log's end
     /// when it has exactly `next_seq` lines); `None` when the log has fewer lines.
     pub log_offset_of_next: Option<u64>,
-    /// The snapshot's projection.
+    /// The snapshot's projection, as a protocol view.
     pub snapshot: Value,
-    /// The fold of the log's events `0..next_seq` (None when the log is shorter).
+    /// The oracle's projection of the log's events `0..next_seq` (None when
+    /// the log is shorter).
     pub fold_at: Option<Value>,
-    /// The snapshot's projection with the log's tail after it folded in.
+    /// The snapshot's projection with the log's tail folded in by the
+    /// store's own resume path, as a protocol view.
     pub resumed: Option<Value>,
 }
 
@@ -167,8 +190,9 @@ pub struct Observation {
     pub torn: Option<String>,
     /// Damage before the tail (the log refuses to load), described.
     pub damage: Option<String>,
-    /// The store's fold of the whole log (None when it cannot be folded, or
-    /// when the store serves no projection to compare it with).
+    /// The projection the store must serve after `records`, as the
+    /// oracle computes it ([`crate::oracle::projection`]; None when the
+    /// store serves no projection to compare it with).
     pub fold: Option<Value>,
     /// The log file's bytes, when the store is a byte log the harness can read.
     pub bytes: Option<LogBytes>,
@@ -325,8 +349,10 @@ impl StoreBackend for ReferenceBackend {
     }
 }
 
+/// agentstore's projection as the protocol's view: what the reference
+/// store serves, never what it must serve (that is [`crate::oracle`]'s).
 fn to_value(p: &Projection) -> Value {
-    serde_json::to_value(p).expect("a projection serializes")
+    serde_json::to_value(ProjectionView::of(p)).expect("a projection view serializes")
 }
 
 fn observe_reference(paths: &SessionPaths) -> StoreResult<Observation> {
@@ -370,17 +396,12 @@ fn observe_reference(paths: &SessionPaths) -> StoreResult<Observation> {
         Err(e) => CheckpointView::Unreadable(e.to_string()),
         Ok(Some(snap)) => {
             let k = snap.next_seq as usize;
-            let fold = |recs: &[Record]| -> Option<Value> {
-                agentstore::projection::fold(recs)
-                    .ok()
-                    .map(|p| to_value(&p))
-            };
             let log_offset_of_next = match k.cmp(&records.len()) {
                 std::cmp::Ordering::Less => Some(offsets[k]),
                 std::cmp::Ordering::Equal => Some(end),
                 std::cmp::Ordering::Greater => None,
             };
-            let fold_at = (k <= records.len()).then(|| fold(&records[..k])).flatten();
+            let fold_at = (k <= records.len()).then(|| oracle::projection_value(&records[..k]));
             // The tail folds onto the snapshot only where its projection ends;
             // a snapshot whose claim and projection disagree cannot resume.
             let resumed = (k <= records.len() && snap.projection.next_seq() == snap.next_seq)
@@ -407,9 +428,7 @@ fn observe_reference(paths: &SessionPaths) -> StoreResult<Observation> {
             })
         }
     };
-    let fold = agentstore::projection::fold(&records)
-        .ok()
-        .map(|p| to_value(&p));
+    let fold = Some(oracle::projection_value(&records));
     let blobs = referenced_blobs(&records)
         .map(|(seq, reference)| BlobRead {
             seq,

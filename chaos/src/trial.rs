@@ -37,7 +37,7 @@ use crate::syscall::{
     self, FaultOutcome, FaultPlan, FaultReport, Monitor, SyscallEvent, TraceConfig, Traced,
 };
 use crate::tools;
-use crate::wire::{parse_line, ChildLine, ReportedCall};
+use crate::wire::{parse_line, ChildLine, ReportedCall, ServedContext};
 use crate::world::{Application, World};
 
 /// A restarted agent that has neither finished nor died in this long is hung.
@@ -85,6 +85,8 @@ pub struct RecoveryReport {
     pub interrupted: Vec<String>,
     pub uncertain: Vec<ReportedCall>,
     pub block: Option<String>,
+    /// The contexts it served after the recovery (unbudgeted first).
+    pub contexts: Vec<ServedContext>,
     /// The store's projection as it resumed (from its snapshot, if it used one).
     pub projection: serde_json::Value,
 }
@@ -609,6 +611,7 @@ fn run_life(
                 interrupted,
                 uncertain,
                 block,
+                contexts,
                 projection,
             } => {
                 life.recovered = Some(RecoveryReport {
@@ -616,6 +619,7 @@ fn run_life(
                     interrupted,
                     uncertain,
                     block,
+                    contexts,
                     projection,
                 });
                 match observe("after the first recovery") {

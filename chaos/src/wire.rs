@@ -31,14 +31,16 @@ pub enum ChildLine {
     /// agent announces it again if it retries.
     Refused { t: String, h: String },
     /// First recovery done: what the store reported, the `<recovery>`
-    /// block of the rendered context (None when the context has none) and
-    /// the store's projection.
+    /// block of the rendered context (None when the context has none), the
+    /// contexts it served (unbudgeted first, then with the budgets of
+    /// [`crate::oracle::budgets`]) and the store's projection.
     /// The child then waits for the harness to look at the disk.
     Recovered {
         appended: u64,
         interrupted: Vec<String>,
         uncertain: Vec<ReportedCall>,
         block: Option<String>,
+        contexts: Vec<ServedContext>,
         /// The store's own projection after resuming and recovering.
         projection: serde_json::Value,
     },
@@ -46,6 +48,13 @@ pub enum ChildLine {
     RecoveredAgain { appended: u64 },
     /// The scenario is complete.
     Done,
+}
+
+/// A context as the store rendered it, with the budget it was asked for.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct ServedContext {
+    pub budget: Option<u64>,
+    pub text: String,
 }
 
 /// A fingerprint of an event: CRC32C of its JSON. The agent reports it

@@ -1,7 +1,7 @@
 //! Conformance through the adapter protocol: the same session, SIGKILL,
 //! reopen and recovery against the reference store (`agentstore adapter`)
-//! and the SQLite store. Each must agree with the harness's own fold of its
-//! events, keep every acknowledged event, and the two must agree with each
+//! and the SQLite store. Each must serve the projection the harness's oracle
+//! (`agentchaos::oracle`) reads from its events, keep every acknowledged event, and the two must agree with each
 //! other on events, recovery, refusals and projection.
 
 mod support;
@@ -16,7 +16,6 @@ use agentchaos::adapter::{
 use agentstore::event::{
     Body, Effect, Event, Phase, PlanStep, ReconcileOutcome, ResultStatus, RunStatus, StepStatus,
 };
-use agentstore::projection::fold;
 use agentstore::recovery::RecoveryState;
 use serde_json::json;
 
@@ -180,8 +179,9 @@ struct Outcome {
     end: ProjectionView,
 }
 
+/// The projection the harness's oracle reads from `records` (never agentstore's fold).
 fn projection_of(records: &[agentstore::Record]) -> ProjectionView {
-    ProjectionView::of(&fold(records).expect("the events fold"))
+    agentchaos::oracle::projection(records)
 }
 
 /// A line of the context naming `a` and `b` together (the protocol's rule

@@ -231,14 +231,14 @@ fn outcome<T>(r: Result<T, ClientError>, seq: impl Fn(&T) -> u64) -> Result<u64,
 /// A record as compared across stores (timestamps differ).
 type Entry = (u64, String, agentstore::event::Body);
 
-/// Both stores' projections are the fold of their events, and agree.
+/// Both stores' projections are the oracle's reading of their events, and agree.
 fn compare_state(stores: &mut [Store], context: &str) {
     let mut seen: Vec<(Vec<Entry>, ProjectionView)> = Vec::new();
     for s in stores.iter_mut() {
         let name = s.name;
         let records = s.client().events(None).unwrap();
         let projection = s.client().projection().unwrap();
-        let folded = ProjectionView::of(&agentstore::projection::fold(&records).unwrap());
+        let folded = agentchaos::oracle::projection(&records);
         let diff = folded.differences(&projection);
         assert!(
             diff.is_empty(),

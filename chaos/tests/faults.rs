@@ -9,8 +9,15 @@ use serde_json::Value;
 #[path = "support/campaign.rs"]
 mod campaign;
 
-fn fixture() -> PathBuf {
-    Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/fixtures/small.json")
+/// The fixture a fault runs on: `small.json` unless [`FIXTURES`] names another.
+fn fixture(fault: Option<&str>) -> PathBuf {
+    let name = FIXTURES
+        .iter()
+        .find(|(f, _)| Some(*f) == fault)
+        .map_or("small.json", |(_, n)| *n);
+    Path::new(env!("CARGO_MANIFEST_DIR"))
+        .join("tests/fixtures")
+        .join(name)
 }
 
 /// Runs an exhaustive campaign on the small fixture; returns the exit code
@@ -27,7 +34,7 @@ fn campaign(fault: Option<&str>) -> (i32, Value, String) {
             args.extend(["--durability", "batch"]);
         }
     }
-    campaign::run(&fixture(), &args)
+    campaign::run(&fixture(fault), &args)
 }
 
 /// Faults of Batch mode's group commit, run with `--durability batch`.
@@ -55,6 +62,31 @@ const EXPECTED: &[(&str, &[&str])] = &[
     ("keep-refused-append", &["log-prefix"]),
     ("rerun-keeps-old-mark", &["orphan-marked-uncertain"]),
     ("batch-ack-when-written", &["acked-durable"]),
+    (
+        "fold-branch-ignores-compaction",
+        &["checkpoint-projection", "context-window"],
+    ),
+    (
+        "fold-wrong-leaf",
+        &["checkpoint-projection", "context-window"],
+    ),
+    ("context-drops-summary", &["context-window"]),
+    (
+        "context-budget-drops-recovery",
+        &["orphan-marked-uncertain"],
+    ),
+    ("context-budget-drops-newest", &["context-window"]),
+];
+
+/// Faults the small fixture cannot show: it has no compaction, no branch
+/// switch. The unmodified store passes these fixtures too
+/// (`the_unmodified_store_passes_every_fixture`).
+const FIXTURES: &[(&str, &str)] = &[
+    ("fold-branch-ignores-compaction", "compaction.json"),
+    ("fold-wrong-leaf", "branch.json"),
+    ("context-drops-summary", "compaction.json"),
+    ("context-budget-drops-recovery", "compaction.json"),
+    ("context-budget-drops-newest", "compaction.json"),
 ];
 
 /// Faults that only a nemesis other than the crash points can show.
@@ -63,7 +95,9 @@ const NEMESIS: &[(&str, &str)] = &[
     ("keep-refused-append", "syscall"),
 ];
 
-fn assert_caught(fault: &str) {
+/// Runs the fault's campaign, asserts it is caught as [`EXPECTED`] says,
+/// and returns the JSON report.
+fn assert_caught(fault: &str) -> Value {
     let &(_, invariants) = EXPECTED.iter().find(|(f, _)| *f == fault).unwrap();
     let (code, report, stdout) = campaign(Some(fault));
     assert_eq!(code, 1, "{fault} must fail the campaign:\n{stdout}");
@@ -99,6 +133,19 @@ fn assert_caught(fault: &str) {
             !v[field].as_str().unwrap().is_empty(),
             "{field} explains the violation"
         );
+    }
+    report
+}
+
+#[test]
+fn the_unmodified_store_passes_every_fixture() {
+    for fixture in ["compaction.json", "branch.json"] {
+        let path = Path::new(env!("CARGO_MANIFEST_DIR"))
+            .join("tests/fixtures")
+            .join(fixture);
+        let (code, report, stdout) = campaign::run(&path, &["--exhaustive", "--nemesis", "points"]);
+        assert_eq!(code, 0, "{fixture}:\n{stdout}");
+        assert_eq!(report["violation_count"], 0, "{fixture}");
     }
 }
 
@@ -188,7 +235,7 @@ fn no_writer_lock_is_caught_by_second_writer_refused() {
 fn rerun_keeps_old_mark_is_caught_only_by_crashing_a_restarted_life() {
     assert_caught("rerun-keeps-old-mark");
     let (code, report, stdout) = campaign::run(
-        &fixture(),
+        &fixture(None),
         &[
             "--exhaustive",
             "--nemesis",
@@ -213,7 +260,7 @@ fn rerun_keeps_old_mark_is_caught_only_by_crashing_a_restarted_life() {
 fn batch_ack_when_written_is_caught_only_by_a_batch_campaign() {
     assert_caught("batch-ack-when-written");
     let (code, report, stdout) = campaign::run(
-        &fixture(),
+        &fixture(None),
         &[
             "--exhaustive",
             "--nemesis",
@@ -230,7 +277,7 @@ fn batch_ack_when_written_is_caught_only_by_a_batch_campaign() {
 
 #[test]
 fn the_unmodified_store_passes_every_nemesis_in_batch_mode() {
-    let (code, report, stdout) = campaign::run(&fixture(), &["--durability", "batch"]);
+    let (code, report, stdout) = campaign::run(&fixture(None), &["--durability", "batch"]);
     assert_eq!(code, 0, "{stdout}");
     assert_eq!(report["error_count"], 0, "{stdout}");
     assert!(
@@ -250,6 +297,64 @@ fn the_unmodified_store_passes_every_nemesis_in_batch_mode() {
 #[test]
 fn keep_refused_append_is_caught_by_log_prefix_when_the_agent_retries() {
     assert_caught("keep-refused-append");
+}
+
+// The next five break agentstore's own fold or context. The old oracle
+// compared the store with `agentstore::projection::fold` and checked only
+// the recovery block of an unbudgeted context. It saw the two fold faults
+// only because the fault switch is off in the harness's process: the same
+// bug in the fold's code would have been in the oracle too and compared
+// equal. It never saw the three context faults: the summary, the window
+// and budgeted contexts were not looked at. The harness's own model
+// (`agentchaos::oracle`) sees each.
+
+/// The projection's branch starts at the root after a compaction: the
+/// served projection and the context show entries before the window.
+#[test]
+fn fold_branch_ignores_compaction_is_caught_by_checkpoint_projection_and_context_window() {
+    assert_caught("fold-branch-ignores-compaction");
+}
+
+/// A crash right after a `leaf_moved` resumes on the last branch written.
+#[test]
+fn fold_wrong_leaf_is_caught_by_checkpoint_projection_and_context_window() {
+    assert_caught("fold-wrong-leaf");
+}
+
+#[test]
+fn context_drops_summary_is_caught_by_context_window() {
+    assert_caught("context-drops-summary");
+}
+
+/// Only a budgeted context shows it: the unbudgeted one keeps the block.
+#[test]
+fn context_budget_drops_recovery_is_caught_by_orphan_marked_uncertain_under_a_budget() {
+    let report = assert_caught("context-budget-drops-recovery");
+    let expected: Vec<&str> = report["violations"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|v| v["expected"].as_str().unwrap())
+        .collect();
+    assert!(
+        expected
+            .iter()
+            .all(|e| e.contains("rendered with a budget of")),
+        "only budgeted contexts lose the block: {expected:?}"
+    );
+}
+
+#[test]
+fn context_budget_drops_newest_is_caught_by_context_window() {
+    let report = assert_caught("context-budget-drops-newest");
+    assert!(report["violations"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .any(|v| v["expected"]
+            .as_str()
+            .unwrap()
+            .contains("to drop the oldest messages first")));
 }
 
 #[test]

@@ -14,13 +14,10 @@ use std::sync::OnceLock;
 use std::time::Duration;
 
 use agentchaos::adapter::protocol::Ack;
-use agentchaos::adapter::{
-    Capability, Client, ClientError, ClientOptions, ErrorKind, OpenArgs, ProjectionView,
-};
+use agentchaos::adapter::{Capability, Client, ClientError, ClientOptions, ErrorKind, OpenArgs};
 use agentstore::event::{
     Effect, Event, Phase, PlanStep, ReconcileOutcome, ResultStatus, StepStatus,
 };
-use agentstore::projection::fold;
 use agentstore::Record;
 use serde_json::json;
 
@@ -252,11 +249,11 @@ fn sigkill_keeps_acked_events_and_recovery_reads_phases_from_pending_writes() {
     );
 
     let events = client.events(None).unwrap();
-    let expected = ProjectionView::of(&fold(&events).unwrap());
+    let expected = agentchaos::oracle::projection(&events);
     let found = client.projection().unwrap();
     assert!(
         expected.differences(&found).is_empty(),
-        "projection is not the fold of the events: {:?}",
+        "projection is not the oracle's reading of the events: {:?}",
         expected.differences(&found)
     );
     let context = client.context(None).unwrap();
@@ -317,7 +314,7 @@ fn sigkill_keeps_acked_events_and_recovery_reads_phases_from_pending_writes() {
     client.open(&open(&root, None, false)).unwrap();
     let events = client.events(None).unwrap();
     check_acked_survived(&acked, &events);
-    let expected = ProjectionView::of(&fold(&events).unwrap());
+    let expected = agentchaos::oracle::projection(&events);
     let found = client.projection().unwrap();
     assert!(
         expected.differences(&found).is_empty(),
@@ -440,7 +437,7 @@ fn sigkill_in_flight_loses_nothing_acknowledged() {
         next == acked + 1 || next == acked + 2,
         "{acked} acked, next seq {next}: only the request in flight may have landed"
     );
-    let expected = ProjectionView::of(&fold(&events).unwrap());
+    let expected = agentchaos::oracle::projection(&events);
     assert!(expected
         .differences(&client.projection().unwrap())
         .is_empty());

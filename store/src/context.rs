@@ -31,7 +31,11 @@ pub fn render(
     budget_tokens: Option<u64>,
 ) -> Result<String> {
     let mut head = String::new();
-    if let Some(c) = projection.compaction() {
+    // Broken on purpose: the model never sees what the compaction summarized.
+    let summary = projection
+        .compaction()
+        .filter(|_| !fault::active(Fault::ContextDropsSummary));
+    if let Some(c) = summary {
         let _ = writeln!(
             head,
             "<summary tokens_before=\"{}\">\n{}\n</summary>",
@@ -52,20 +56,33 @@ pub fn render(
         let _ = writeln!(head, "</plan>");
     }
     let entries = branch_entries(paths, projection, index)?;
-    let recovery = if fault::active(Fault::DropRecoveryBlock) {
+    let mut recovery = if fault::active(Fault::DropRecoveryBlock) {
         String::new() // Broken on purpose: the model never hears of the crash.
     } else {
         recovery_block(projection)
     };
 
+    let entry_tokens = entries.iter().map(|e| estimate_tokens(e)).sum::<u64>();
+    if budget_tokens
+        .is_some_and(|b| estimate_tokens(&head) + estimate_tokens(&recovery) + entry_tokens > b)
+        && fault::active(Fault::ContextBudgetDropsRecovery)
+    {
+        recovery.clear(); // Broken on purpose: the block is trimmed first.
+    }
     let fixed = estimate_tokens(&head) + estimate_tokens(&recovery);
     let mut keep_from = 0;
     if let Some(budget) = budget_tokens {
-        let mut total = fixed + entries.iter().map(|e| estimate_tokens(e)).sum::<u64>();
+        let mut total = fixed + entry_tokens;
         while total > budget && keep_from < entries.len() {
             total -= estimate_tokens(&entries[keep_from]);
             keep_from += 1;
         }
+    }
+    let mut entries = &entries[..];
+    if fault::active(Fault::ContextBudgetDropsNewest) {
+        // Broken on purpose: the newest entries go, the oldest stay.
+        entries = &entries[..entries.len() - keep_from];
+        keep_from = 0;
     }
     let mut out = head;
     if keep_from > 0 {

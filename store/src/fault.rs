@@ -56,6 +56,16 @@ pub enum Fault {
     RerunKeepsOldMark,
     /// Batch mode acknowledges an append once it is written, comparing the wrong position (the end, not the durable length): no group sync covers it yet.
     BatchAckWhenWritten,
+    /// The projection ignores a compaction's window: its branch still starts at the root.
+    FoldBranchIgnoresCompaction,
+    /// The projection ignores `leaf_moved`: the active leaf stays the last entry written.
+    FoldWrongLeaf,
+    /// The rendered context leaves out the compaction summary.
+    ContextDropsSummary,
+    /// A context over its token budget drops the `<recovery>` block along with the oldest entries.
+    ContextBudgetDropsRecovery,
+    /// A context over its token budget drops its newest entries instead of its oldest.
+    ContextBudgetDropsNewest,
 }
 
 impl Fault {
@@ -166,6 +176,31 @@ impl Fault {
             Fault::BatchAckWhenWritten,
             "batch-ack-when-written",
             "in Batch mode an append returns only once a group sync covers it (run with --durability batch)",
+        ),
+        (
+            Fault::FoldBranchIgnoresCompaction,
+            "fold-branch-ignores-compaction",
+            "the active branch starts at the latest compaction's first kept entry",
+        ),
+        (
+            Fault::FoldWrongLeaf,
+            "fold-wrong-leaf",
+            "a leaf_moved moves the active leaf",
+        ),
+        (
+            Fault::ContextDropsSummary,
+            "context-drops-summary",
+            "the context shows the compaction's summary",
+        ),
+        (
+            Fault::ContextBudgetDropsRecovery,
+            "context-budget-drops-recovery",
+            "a token budget never trims the recovery block",
+        ),
+        (
+            Fault::ContextBudgetDropsNewest,
+            "context-budget-drops-newest",
+            "a token budget drops the oldest entries first",
         ),
     ];
 

@@ -561,7 +561,9 @@ impl Projection {
                 })
             }
             Event::LeafMoved { leaf } => {
-                if let Some(seq) = seq_of_event_id(leaf) {
+                // Broken on purpose: the leaf stays the last entry written.
+                let ignored = crate::fault::active(crate::fault::Fault::FoldWrongLeaf);
+                if let (Some(seq), false) = (seq_of_event_id(leaf), ignored) {
                     self.switch_to(seq, nodes)?;
                 }
             }
@@ -583,8 +585,11 @@ impl Projection {
                 first_kept,
                 tokens_before: *tokens_before,
             });
-            let cut = self.branch.partition_point(|&s| s < first_kept);
-            self.branch.drain(..cut);
+            // Broken on purpose: the window is never applied to the branch.
+            if !crate::fault::active(crate::fault::Fault::FoldBranchIgnoresCompaction) {
+                let cut = self.branch.partition_point(|&s| s < first_kept);
+                self.branch.drain(..cut);
+            }
         }
         Ok(())
     }

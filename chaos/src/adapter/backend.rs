@@ -224,7 +224,7 @@ impl StoreBackend for AdapterBackend {
                 Err(e) if e.refusal_kind() == Some(ErrorKind::NotFound) => {
                     let fold = client
                         .claims(Capability::CheckpointProjection)
-                        .then(|| fold_view(&[]));
+                        .then(|| crate::oracle::projection_value(&[]));
                     let _ = client.shutdown();
                     return Ok(Observation::opaque(Vec::new(), None, None, fold));
                 }
@@ -260,10 +260,10 @@ impl StoreBackend for AdapterBackend {
                 }
                 Err(e) => return Err(err(e)),
             };
-            // A store that serves no projection has nothing to compare the fold with.
+            // A store that serves no projection has nothing to compare the oracle's with.
             let fold = client
                 .claims(Capability::CheckpointProjection)
-                .then(|| fold_view(&records));
+                .then(|| crate::oracle::projection_value(&records));
             let mut blobs = Vec::new();
             for (seq, reference) in crate::store::referenced_blobs(&records) {
                 let problem = match client.get_blob(reference) {
@@ -283,14 +283,6 @@ impl StoreBackend for AdapterBackend {
             obs.blobs = blobs;
             return Ok(obs);
         }
-    }
-}
-
-/// The harness's fold of `records`, as the view adapters serve.
-fn fold_view(records: &[Record]) -> Value {
-    match agentstore::projection::fold(records) {
-        Ok(p) => view_value(&ProjectionView::of(&p)),
-        Err(e) => Value::String(format!("cannot fold the events: {e}")),
     }
 }
 

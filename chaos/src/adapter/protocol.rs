@@ -3,9 +3,10 @@
 //! Requests are serialized from [`Request`]; every reply body is parsed into
 //! the `*Reply` type of its operation, so a reply that does not fit is caught
 //! by serde and reported as a protocol error. [`ProjectionView`] is the
-//! comparable projection: adapters send it, and [`ProjectionView::of`]
-//! computes it from the harness's own fold of the events. This module holds
-//! shapes and conversions only; it never does I/O.
+//! comparable projection: adapters send it, the oracle computes it from the
+//! events (`crate::oracle`), and [`ProjectionView::of`] converts the
+//! reference store's own projection to it. This module holds shapes and
+//! conversions only; it never does I/O.
 
 use std::fmt;
 use std::path::PathBuf;
@@ -447,7 +448,9 @@ impl CallView {
 }
 
 impl ProjectionView {
-    /// The view of a projection folded by agentstore (the harness's own fold).
+    /// The view of agentstore's own projection: how the reference store's
+    /// output (served or snapshotted) is compared. Never an expected value:
+    /// that is `crate::oracle::projection`.
     pub fn of(p: &Projection) -> ProjectionView {
         let mut calls: Vec<&OpenCall> = p.open_calls().values().collect();
         calls.sort_by_key(|c| c.seq);
