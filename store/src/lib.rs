@@ -8,7 +8,7 @@
 //! - [`create`], [`fsck`], [`repair`]: making, checking and fixing sessions;
 //! - [`layout`], [`lock`], [`meta`], [`fsutil`]: where files live and how
 //!   they are created and replaced durably;
-//! - [`projection`], [`session`], [`recovery`], [`checkpoint`], [`context`],
+//! - [`projection`], [`nodes`], [`session`], [`recovery`], [`checkpoint`], [`context`],
 //!   [`blob`]: what makes the log an agent session (part 2);
 //! - [`adapter`]: the agentchaos adapter protocol served over a session;
 //! - [`crashpoint`] and [`fault`]: hooks for the agentchaos harness, inert
@@ -35,6 +35,7 @@ pub mod layout;
 pub mod lock;
 pub mod log;
 pub mod meta;
+pub mod nodes;
 pub mod projection;
 pub mod query;
 pub mod recovery;

@@ -23,7 +23,8 @@ use crate::index::SparseIndex;
 use crate::layout::{SessionId, SessionPaths};
 use crate::log::{EventLog, LogOptions};
 use crate::meta::SessionMeta;
-use crate::projection::{node_of, Node, NodeSource, Projection, SeenNodes};
+use crate::nodes::{LogNodes, RecentNodes};
+use crate::projection::Projection;
 use crate::scan::{self, LogPosition, Scanner, TornTail};
 
 /// How to create or open a session.
@@ -77,25 +78,6 @@ impl Intent {
     /// `skip-intent` fault, which never writes it.
     pub fn ack(&self) -> Option<&Acked> {
         self.ack.as_ref()
-    }
-}
-
-/// Reads tree nodes from the log by seq, starting near it via the sparse index.
-#[derive(Debug)]
-struct LogNodes<'a> {
-    path: &'a Path,
-    index: &'a SparseIndex,
-}
-
-impl NodeSource for LogNodes<'_> {
-    fn node(&mut self, seq: Seq) -> Result<Option<Node>> {
-        let mut scanner = Scanner::open(self.path, self.index.seek(seq))?;
-        while let Some((_, rec)) = scanner.next_record()? {
-            if rec.seq == seq {
-                return Ok(node_of(&rec));
-            }
-        }
-        Ok(None)
     }
 }
 
@@ -219,7 +201,7 @@ impl Session {
             None => (Projection::default(), SparseIndex::default(), None),
         };
         let mut replayed = 0u64;
-        let mut seen = SeenNodes::default();
+        let mut seen = RecentNodes::default();
         let opened = {
             let tail_index = index.clone();
             EventLog::open(
@@ -244,7 +226,7 @@ impl Session {
                         )
                     } else {
                         seen.observe(rec);
-                        projection.apply(rec, &mut seen)
+                        projection.apply(rec, &mut seen.with_log(&events, &index))
                     }
                 },
             )
@@ -260,7 +242,7 @@ impl Session {
                 projection = Projection::default();
                 index = SparseIndex::default();
                 replayed = 0;
-                let mut seen = SeenNodes::default();
+                let mut seen = RecentNodes::default();
                 EventLog::open(
                     &paths,
                     LogOptions {
@@ -274,7 +256,7 @@ impl Session {
                             seq: rec.seq,
                         });
                         seen.observe(rec);
-                        projection.apply(rec, &mut seen)
+                        projection.apply(rec, &mut seen.with_log(&events, &index))
                     },
                 )?
             }
@@ -594,14 +576,14 @@ fn fold_read_only(paths: &SessionPaths) -> Result<(Projection, SparseIndex)> {
     }
     let mut projection = Projection::default();
     let mut index = SparseIndex::default();
-    let mut seen = SeenNodes::default();
+    let mut seen = RecentNodes::default();
     scan::verify(&events, LogPosition::START, |offset, rec| {
         index.note(LogPosition {
             offset,
             seq: rec.seq,
         });
         seen.observe(rec);
-        projection.apply(rec, &mut seen)
+        projection.apply(rec, &mut seen.with_log(&events, &index))
     })?;
     Ok((projection, index))
 }
