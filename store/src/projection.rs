@@ -179,6 +179,10 @@ pub struct Projection {
     compaction: Option<CompactionView>,
     plan: Option<Plan>,
     header: Option<RequestHeader>,
+    /// Quarantine files a `tail_quarantined` names (one per torn tail ever
+    /// cut: a handful).
+    #[serde(default)]
+    quarantined: BTreeSet<String>,
 }
 
 fn rule(msg: String) -> Result<()> {
@@ -195,6 +199,10 @@ impl Projection {
     }
     pub fn workspace(&self) -> Option<&str> {
         self.workspace.as_deref()
+    }
+    /// Whether a `tail_quarantined` names the quarantine file `name`.
+    pub fn is_quarantine_recorded(&self, name: &str) -> bool {
+        self.quarantined.contains(name)
     }
     /// The run that has started and not finished.
     pub fn open_run(&self) -> Option<&str> {
@@ -424,7 +432,9 @@ impl Projection {
                 }
             }
             Event::LeafMoved { leaf } => self.check_parent(Some(leaf), nodes)?,
-            Event::PlanUpdated { .. } | Event::WorkspaceRebound { .. } => {}
+            Event::PlanUpdated { .. }
+            | Event::WorkspaceRebound { .. }
+            | Event::TailQuarantined { .. } => {}
         }
         Ok(())
     }
@@ -465,6 +475,9 @@ impl Projection {
                 self.workspace = Some(workspace.clone());
             }
             Event::WorkspaceRebound { to, .. } => self.workspace = Some(to.clone()),
+            Event::TailQuarantined { file, .. } => {
+                self.quarantined.insert(file.clone());
+            }
             Event::RunStarted { run_id } => {
                 self.open_run = Some(run_id.clone());
                 self.last_run = Some(run_id.clone());

@@ -276,7 +276,8 @@ impl Session {
                 rebound_from: None,
             };
             let init = create::initialize(&paths, &log, &workspace_string(workspace)?)?;
-            let session = Session::from_initialized(paths, log, init, report.repaired.clone())?;
+            let mut session = Session::from_initialized(paths, log, init, report.repaired.clone())?;
+            session.record_quarantines()?;
             return Ok((session, report));
         }
         let meta = match SessionMeta::read(&paths) {
@@ -298,6 +299,7 @@ impl Session {
             meta,
             repaired: report.repaired.clone(),
         };
+        session.record_quarantines()?;
         let rebound_from = session.bind_workspace(options.workspace.as_deref())?;
         Ok((
             session,
@@ -308,6 +310,34 @@ impl Session {
                 rebound_from,
             },
         ))
+    }
+
+    /// Appends a `tail_quarantined` for every quarantine file in the session
+    /// directory that no event names yet: the cut this open made (with its
+    /// reason), and any cut whose record a crash prevented (between the cut
+    /// and this append). So no cut stays silent.
+    fn record_quarantines(&mut self) -> Result<()> {
+        for (file, offset) in self.paths.quarantine_files()? {
+            if self.projection.is_quarantine_recorded(&file) {
+                continue;
+            }
+            let path = self.paths.dir().join(&file);
+            let len = std::fs::symlink_metadata(&path)
+                .map_err(Error::io("stat", &path))?
+                .len();
+            let reason = match &self.repaired {
+                Some(t) if t.quarantine.as_deref() == Some(path.as_path()) => t.reason.clone(),
+                _ => "a torn tail cut by an earlier open that a crash stopped before it recorded the cut".to_string(),
+            };
+            crashpoint::hit("repair.record");
+            self.append(Event::TailQuarantined {
+                file,
+                offset,
+                len,
+                reason,
+            })?;
+        }
+        Ok(())
     }
 
     /// Checks the workspace still exists, or rebinds it to `new`.
