@@ -13,7 +13,8 @@
 //! - [`adapter`]: the agentchaos adapter protocol served over a session;
 //! - [`crashpoint`] and [`fault`]: hooks for the agentchaos harness, inert
 //!   unless their environment variables are set;
-//! - [`bench`]: `agentstore bench`, the disk and store latency report.
+//! - [`bench`]: `agentstore bench`, the disk and store latency report;
+//! - [`interrupt`]: clean exits on Ctrl-C and SIGTERM for long commands.
 
 pub mod adapter;
 pub mod bench;
@@ -31,6 +32,7 @@ pub mod framing;
 pub mod fsck;
 pub mod fsutil;
 pub mod index;
+pub mod interrupt;
 pub mod layout;
 pub mod lock;
 pub mod log;
