@@ -327,7 +327,7 @@ impl Session {
                 .len();
             let reason = match &self.repaired {
                 Some(t) if t.quarantine.as_deref() == Some(path.as_path()) => t.reason.clone(),
-                _ => "a torn tail cut by an earlier open that a crash stopped before it recorded the cut".to_string(),
+                _ => "a torn tail cut earlier that no event recorded (a crash between the cut and its record, or a cut before session_created)".to_string(),
             };
             crashpoint::hit("repair.record");
             self.append(Event::TailQuarantined {
@@ -507,6 +507,21 @@ impl Session {
     pub fn context(&self, budget_tokens: Option<u64>) -> Result<String> {
         crate::context::render(&self.paths, &self.projection, &self.index, budget_tokens)
     }
+
+    /// Writes the model's view to `out` as it is read, in bounded memory.
+    pub fn write_context(
+        &self,
+        out: &mut dyn std::io::Write,
+        budget_tokens: Option<u64>,
+    ) -> Result<()> {
+        crate::context::write(
+            out,
+            &self.paths,
+            &self.projection,
+            &self.index,
+            budget_tokens,
+        )
+    }
 }
 
 /// Refuses a session whose workspace no longer exists.
@@ -571,6 +586,21 @@ impl SessionView {
     /// Renders the model's view of the active branch (see `context`).
     pub fn context(&self, budget_tokens: Option<u64>) -> Result<String> {
         crate::context::render(&self.paths, &self.projection, &self.index, budget_tokens)
+    }
+
+    /// Writes the model's view to `out` as it is read, in bounded memory.
+    pub fn write_context(
+        &self,
+        out: &mut dyn std::io::Write,
+        budget_tokens: Option<u64>,
+    ) -> Result<()> {
+        crate::context::write(
+            out,
+            &self.paths,
+            &self.projection,
+            &self.index,
+            budget_tokens,
+        )
     }
 }
 
