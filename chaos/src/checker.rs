@@ -429,7 +429,13 @@ fn prefix_of_reference(
     out: &mut Vec<Violation>,
 ) {
     let when = &format!("after life 0 {}, before recovery", ended(h.lives[0].end));
-    for (i, rec) in first.records.iter().enumerate() {
+    // Opening the log to observe it may cut a torn tail and record the cut
+    // (`tail_quarantined`, store-authored): not part of what the agent wrote.
+    let written = first
+        .records
+        .iter()
+        .filter(|r| !matches!(r.event(), Some(Event::TailQuarantined { .. })));
+    for (i, rec) in written.enumerate() {
         let Some(want) = reference.records.get(i) else {
             out.push(v(
                 Invariant::LogPrefix,
@@ -596,7 +602,8 @@ fn suffix_problem(suffix: &[Record], life: &Life) -> Option<String> {
     // The last refused attempt skipped because its retry followed.
     let mut refused_and_retried: Option<&Append> = None;
     let mut agent_started = false;
-    for rec in suffix {
+    let cut_record = |r: &Record| matches!(r.event(), Some(Event::TailQuarantined { .. }));
+    for (k, rec) in suffix.iter().enumerate() {
         let Some(e) = rec.event() else {
             return Some(format!(
                 "{} is not an event the agent or recovery writes",
@@ -604,7 +611,10 @@ fn suffix_problem(suffix: &[Record], life: &Life) -> Option<String> {
             ));
         };
         if store_authored(e) {
-            if agent_started {
+            // The open after this life's crash may cut its torn last write
+            // and record the cut: after the life's appends, at the end.
+            let records_the_last_cut = suffix[k..].iter().all(cut_record);
+            if agent_started && !records_the_last_cut {
                 return Some(format!(
                     "{} appears after life {}'s own appends had begun",
                     describe_record(rec),

@@ -304,6 +304,16 @@ fn main() -> ExitCode {
     if !matches!(cli.command, Command::Agent(_)) {
         std::panic::set_hook(Box::new(|_| {}));
     }
+    // Ctrl-C and SIGTERM stop the long commands cleanly: no new trials, the
+    // running ones finish, every scratch directory is removed, exit 128 +
+    // the signal. The agents and probes they start keep the default
+    // handlers (a terminal's Ctrl-C reaches them too and ends them).
+    if matches!(cli.command, Command::Run(_) | Command::Powerloss(_)) {
+        if let Err(e) = agentstore::interrupt::install() {
+            eprintln!("agentchaos: cannot install the signal handlers: {e}");
+            return ExitCode::from(1);
+        }
+    }
     let result = match cli.command {
         Command::Run(args) => run(args),
         Command::Replay(args) => replay(args),
@@ -346,6 +356,13 @@ fn main() -> ExitCode {
             .map_err(|e| failed(format!("reference-adapter: {e}")))
         }
     };
+    if let Some(code) = agentstore::interrupt::exit_code() {
+        eprintln!(
+            "agentchaos: interrupted by {}; scratch directories removed",
+            agentstore::interrupt::signal_name().unwrap_or("a signal")
+        );
+        return ExitCode::from(code);
+    }
     match result {
         Ok(code) => code,
         Err(f) => {
@@ -546,7 +563,15 @@ fn run(args: RunArgs) -> Result<ExitCode, Failure> {
         jobs: cfg.jobs,
         shard: cfg.shard,
     };
-    let result = runner::run(&cfg, sources).map_err(failed)?;
+    let result = runner::run(&cfg, sources);
+    if let (Some(rd), None, true) = (
+        &random_dir,
+        &cfg.keep_failures,
+        agentstore::interrupt::requested(),
+    ) {
+        let _ = std::fs::remove_dir_all(rd);
+    }
+    let result = result.map_err(failed)?;
     if let Some(line) = &not_run {
         println!("{line}");
     }

@@ -364,7 +364,8 @@ pub fn call_of(event: &Event) -> Option<&str> {
     }
 }
 
-/// Is this an event only the store writes (creation and recovery), never the agent?
+/// Is this an event only the store writes (creation, recovery, the record
+/// of a torn tail it cut), never the agent?
 pub fn store_authored(event: &Event) -> bool {
     matches!(
         event,
@@ -372,6 +373,7 @@ pub fn store_authored(event: &Event) -> bool {
             | Event::RunInterrupted { .. }
             | Event::ToolRecovery { .. }
             | Event::WorkspaceRebound { .. }
+            | Event::TailQuarantined { .. }
     )
 }
 

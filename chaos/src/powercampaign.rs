@@ -608,9 +608,15 @@ pub fn run(cfg: &Config, sources: Vec<ScenarioSource>) -> Result<CampaignReport,
     let dir = runner::campaign_dir(&cfg.dir)?;
     let mut scenarios = Vec::new();
     for (i, source) in sources.into_iter().enumerate() {
+        if agentstore::interrupt::requested() {
+            break;
+        }
         scenarios.push(run_scenario(cfg, source, &dir.join(format!("s{i}"))));
     }
     let _ = std::fs::remove_dir_all(&dir);
+    if agentstore::interrupt::requested() {
+        return Err(runner::NOT_RUN.to_string());
+    }
     Ok(CampaignReport {
         scenarios,
         elapsed: started.elapsed(),

@@ -396,9 +396,11 @@ fn run_probes(
         }
     };
     let setup = probe_setup(cfg, prepared, &spec);
+    // After SIGINT or SIGTERM no new probe starts (the campaign is over).
     probes
         .iter()
         .enumerate()
+        .take_while(|_| !agentstore::interrupt::requested())
         .map(|(i, p)| {
             let scratch = dir.join(format!("probe{i}"));
             let outcome = probe::run(&setup, p, &scratch);
@@ -992,7 +994,12 @@ pub fn run(cfg: &Config<'_>, sources: Vec<ScenarioSource>) -> Result<CampaignRes
     let power_sources =
         (cfg.nemesis.powerloss && cfg.shard.is_none_or(|(k, _)| k == 1)).then(|| sources.clone());
     let result = run_in(cfg, sources, &capabilities, &dir);
+    // Every worker has stopped and waited for its children: nothing
+    // recreates the directory after this.
     let _ = std::fs::remove_dir_all(&dir);
+    if agentstore::interrupt::requested() {
+        return Err(NOT_RUN.to_string());
+    }
     let (scenarios, trials) = result?;
     let elapsed = started.elapsed();
     let power_loss = match power_sources {
@@ -1191,8 +1198,15 @@ fn progress_bar(enabled: bool, total: usize) -> Option<indicatif::ProgressBar> {
     Some(bar)
 }
 
+/// Why an index of [`parallel`] has no result: SIGINT or SIGTERM arrived
+/// before it started.
+pub const NOT_RUN: &str = "not run: interrupted by a signal";
+
 /// Runs `f(0..n)` on `jobs` threads; results in index order. A panic in
-/// `f` (a harness bug) becomes that index's `Err`, never a crash of the campaign.
+/// `f` (a harness bug) becomes that index's `Err`, never a crash of the
+/// campaign. Once SIGINT or SIGTERM arrived ([`agentstore::interrupt`]), no
+/// thread starts another index (those that run finish, their children
+/// waited for) and each index not started is `Err(NOT_RUN)`.
 pub fn parallel<T: Send>(
     jobs: usize,
     n: usize,
@@ -1204,7 +1218,7 @@ pub fn parallel<T: Send>(
         for _ in 0..jobs.clamp(1, n.max(1)) {
             scope.spawn(|| loop {
                 let i = next.fetch_add(1, Ordering::SeqCst);
-                if i >= n {
+                if i >= n || agentstore::interrupt::requested() {
                     break;
                 }
                 let r =
@@ -1224,7 +1238,7 @@ pub fn parallel<T: Send>(
         .into_inner()
         .unwrap_or_else(|p| p.into_inner())
         .into_iter()
-        .map(|r| r.expect("every index ran"))
+        .map(|r| r.unwrap_or_else(|| Err(NOT_RUN.to_string())))
         .collect()
 }
 

@@ -145,6 +145,46 @@ fn silence_is_a_timeout_not_a_hang() {
     );
 }
 
+/// Whether process `pid` is gone (or a zombie, dead but not yet reaped by
+/// whoever adopted it).
+fn dead(pid: &str) -> bool {
+    match std::fs::read_to_string(format!("/proc/{pid}/stat")) {
+        Err(_) => true,
+        // "PID (COMM) STATE ...": the state follows the last ')'.
+        Ok(stat) => stat
+            .rsplit_once(") ")
+            .is_some_and(|(_, rest)| rest.starts_with('Z')),
+    }
+}
+
+#[test]
+fn a_hung_adapter_is_killed_with_its_children() {
+    let dir = tempfile::tempdir().unwrap();
+    let pidfile = dir.path().join("child.pid");
+    // Starts a child, answers hello, then hangs on the next request.
+    let fake = Fake::new(&format!(
+        "read l; sleep 300 & echo $! > {}; echo '{HELLO}'; read l; sleep 300",
+        pidfile.display()
+    ));
+    let mut client = fake.spawn_with(Duration::from_millis(300)).unwrap();
+    let pid = std::fs::read_to_string(&pidfile)
+        .unwrap()
+        .trim()
+        .to_string();
+    assert!(!dead(&pid), "the adapter's child {pid} runs");
+    let err = client.open(&open_args()).unwrap_err();
+    assert!(fake.strip(&err).contains("the adapter was killed"), "{err}");
+    // SIGKILL is delivered at once; the adopted child is reaped soon after.
+    let deadline = Instant::now() + Duration::from_secs(30);
+    while !dead(&pid) {
+        assert!(
+            Instant::now() < deadline,
+            "the adapter's child {pid} outlived it"
+        );
+        std::thread::sleep(Duration::from_millis(5));
+    }
+}
+
 #[test]
 fn eof_says_how_the_adapter_ended_and_what_it_said() {
     let fake = Fake::new("read l; echo 'cannot open db: disk on fire' >&2; exit 3");

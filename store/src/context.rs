@@ -23,13 +23,32 @@ pub fn estimate_tokens(text: &str) -> u64 {
     (text.len() as u64).div_ceil(4)
 }
 
-/// Renders the context of the active branch.
+/// Renders the context of the active branch (see [`write`]).
 pub fn render(
     paths: &SessionPaths,
     projection: &Projection,
     index: &SparseIndex,
     budget_tokens: Option<u64>,
 ) -> Result<String> {
+    let mut out = Vec::new();
+    write(&mut out, paths, projection, index, budget_tokens)?;
+    String::from_utf8(out)
+        .map_err(|e| crate::Error::Invalid(format!("the rendered context is not UTF-8: {e}")))
+}
+
+/// Writes the context of the active branch to `out` while it reads the
+/// branch from the log, holding one entry at a time: memory does not grow
+/// with the branch (an uncompacted session's is every message). With a
+/// budget the branch is read twice: once to size the entries, once to
+/// write those kept. A failed write is an [`crate::Error::Io`] on
+/// `<context output>`.
+pub fn write(
+    out: &mut dyn std::io::Write,
+    paths: &SessionPaths,
+    projection: &Projection,
+    index: &SparseIndex,
+    budget_tokens: Option<u64>,
+) -> Result<()> {
     let mut head = String::new();
     // Broken on purpose: the model never sees what the compaction summarized.
     let summary = projection
@@ -55,61 +74,75 @@ pub fn render(
         }
         let _ = writeln!(head, "</plan>");
     }
-    let entries = branch_entries(paths, projection, index)?;
     let mut recovery = if fault::active(Fault::DropRecoveryBlock) {
         String::new() // Broken on purpose: the model never hears of the crash.
     } else {
         recovery_block(projection)
     };
 
-    let entry_tokens = entries.iter().map(|e| estimate_tokens(e)).sum::<u64>();
-    if budget_tokens
-        .is_some_and(|b| estimate_tokens(&head) + estimate_tokens(&recovery) + entry_tokens > b)
-        && fault::active(Fault::ContextBudgetDropsRecovery)
-    {
-        recovery.clear(); // Broken on purpose: the block is trimmed first.
-    }
-    let fixed = estimate_tokens(&head) + estimate_tokens(&recovery);
     let mut keep_from = 0;
+    let mut entry_count = 0;
     if let Some(budget) = budget_tokens {
+        let mut sizes = Vec::new();
+        for_each_entry(paths, projection, index, |e| {
+            sizes.push(estimate_tokens(e));
+            Ok(())
+        })?;
+        entry_count = sizes.len();
+        let entry_tokens = sizes.iter().sum::<u64>();
+        if estimate_tokens(&head) + estimate_tokens(&recovery) + entry_tokens > budget
+            && fault::active(Fault::ContextBudgetDropsRecovery)
+        {
+            recovery.clear(); // Broken on purpose: the block is trimmed first.
+        }
+        let fixed = estimate_tokens(&head) + estimate_tokens(&recovery);
         let mut total = fixed + entry_tokens;
-        while total > budget && keep_from < entries.len() {
-            total -= estimate_tokens(&entries[keep_from]);
+        while total > budget && keep_from < sizes.len() {
+            total -= sizes[keep_from];
             keep_from += 1;
         }
     }
-    let mut entries = &entries[..];
-    if fault::active(Fault::ContextBudgetDropsNewest) {
+    // Entries [keep_from, keep_until) are written.
+    let mut keep_until = usize::MAX;
+    if fault::active(Fault::ContextBudgetDropsNewest) && keep_from > 0 {
         // Broken on purpose: the newest entries go, the oldest stay.
-        entries = &entries[..entries.len() - keep_from];
+        keep_until = entry_count - keep_from;
         keep_from = 0;
     }
-    let mut out = head;
+    let failed = crate::Error::io("write", std::path::Path::new("<context output>"));
     if keep_from > 0 {
         let _ = writeln!(
-            out,
+            head,
             "[{keep_from} earlier entries omitted to fit the token budget]"
         );
     }
-    for e in &entries[keep_from..] {
-        out.push_str(e);
-    }
-    out.push_str(&recovery);
-    Ok(out)
+    let mut written = out.write_all(head.as_bytes());
+    let mut n = 0;
+    for_each_entry(paths, projection, index, |e| {
+        if n >= keep_from && n < keep_until && written.is_ok() {
+            written = out.write_all(e.as_bytes());
+        }
+        n += 1;
+        Ok(())
+    })?;
+    written
+        .and_then(|()| out.write_all(recovery.as_bytes()))
+        .map_err(failed)
 }
 
-/// One rendered line (or block) per entry of the active branch window.
-fn branch_entries(
+/// Calls `f` with the rendered line (or block) of each entry of the active
+/// branch window, in order.
+fn for_each_entry(
     paths: &SessionPaths,
     projection: &Projection,
     index: &SparseIndex,
-) -> Result<Vec<String>> {
+    mut f: impl FnMut(&str) -> Result<()>,
+) -> Result<()> {
     let branch = projection.branch();
     let Some(&first) = branch.first() else {
-        return Ok(Vec::new());
+        return Ok(());
     };
     let compaction_seq = projection.compaction().map(|c| c.seq);
-    let mut out = Vec::with_capacity(branch.len());
     let mut wanted = branch.iter().copied().peekable();
     let mut scanner = Scanner::open(&paths.events(), index.seek(first))?;
     while let Some(&next) = wanted.peek() {
@@ -123,13 +156,11 @@ fn branch_entries(
         if Some(rec.seq) == compaction_seq {
             continue; // shown as the summary at the top
         }
-        if let Some(event) = rec.event() {
-            if let Some(line) = render_entry(event) {
-                out.push(line);
-            }
+        if let Some(line) = rec.event().and_then(render_entry) {
+            f(&line)?;
         }
     }
-    Ok(out)
+    Ok(())
 }
 
 fn render_entry(event: &Event) -> Option<String> {

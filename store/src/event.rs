@@ -232,6 +232,18 @@ pub enum Event {
         from: String,
         to: String,
     },
+    /// Written by the store after it cut a torn tail: the bytes it cut were
+    /// first saved to `file` (a name in the session directory,
+    /// `events.jsonl.torn-<offset>`), so the cut is never silent.
+    TailQuarantined {
+        file: String,
+        /// Byte offset in `events.jsonl` the cut bytes started at.
+        offset: u64,
+        /// How many bytes were cut (the quarantine file's length).
+        len: u64,
+        /// Why those bytes were a torn tail.
+        reason: String,
+    },
 }
 
 impl Event {
@@ -256,6 +268,7 @@ impl Event {
             Event::RunFinished { .. } => "run_finished",
             Event::RunInterrupted { .. } => "run_interrupted",
             Event::WorkspaceRebound { .. } => "workspace_rebound",
+            Event::TailQuarantined { .. } => "tail_quarantined",
         }
     }
 
@@ -279,6 +292,7 @@ impl Event {
         "run_finished",
         "run_interrupted",
         "workspace_rebound",
+        "tail_quarantined",
     ];
 
     /// The parent of a message-like event (a node of the history tree).
@@ -357,6 +371,12 @@ mod tests {
             Event::WorkspaceRebound {
                 from: "a".into(),
                 to: "b".into(),
+            },
+            Event::TailQuarantined {
+                file: "events.jsonl.torn-10".into(),
+                offset: 10,
+                len: 3,
+                reason: "r".into(),
             },
         ];
         for e in samples {

@@ -375,6 +375,12 @@ mod tests {
                 from: "/a".into(),
                 to: "/b".into(),
             },
+            Event::TailQuarantined {
+                file: "events.jsonl.torn-812".into(),
+                offset: 812,
+                len: 40,
+                reason: "the last line has no newline".into(),
+            },
         ];
         let mut covered: Vec<&str> = events.iter().map(Event::type_name).collect();
         covered.sort_unstable();

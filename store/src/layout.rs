@@ -75,6 +75,26 @@ pub const SNAPSHOT_FILE: &str = "snapshot.json";
 /// Content-addressed blobs (part 2).
 pub const BLOBS_DIR: &str = "blobs";
 
+/// What the name of a quarantine file starts with: the torn bytes a writer
+/// cut at byte offset N are saved to `events.jsonl.torn-N` (or
+/// `events.jsonl.torn-N.K`, K = 1, 2, …, when an earlier cut at N left one).
+pub const QUARANTINE_PREFIX: &str = "events.jsonl.torn-";
+
+/// The byte offset a quarantine file's name says its bytes were cut at, or
+/// `None` if `name` is not a quarantine file's name.
+pub fn quarantine_offset(name: &str) -> Option<u64> {
+    let rest = name.strip_prefix(QUARANTINE_PREFIX)?;
+    let (offset, copy) = match rest.split_once('.') {
+        Some((offset, copy)) => (offset, Some(copy)),
+        None => (rest, None),
+    };
+    let digits = |s: &str| !s.is_empty() && s.bytes().all(|b| b.is_ascii_digit());
+    if !digits(offset) || copy.is_some_and(|c| !digits(c)) {
+        return None;
+    }
+    offset.parse().ok()
+}
+
 /// Paths of one session under ROOT.
 #[derive(Debug, Clone)]
 pub struct SessionPaths {
@@ -115,6 +135,22 @@ impl SessionPaths {
     }
     pub fn blobs(&self) -> PathBuf {
         self.dir.join(BLOBS_DIR)
+    }
+    /// The quarantine files in the session directory, `(name, offset)`,
+    /// sorted by name.
+    pub fn quarantine_files(&self) -> Result<Vec<(String, u64)>> {
+        let entries = std::fs::read_dir(&self.dir).map_err(Error::io("read_dir", &self.dir))?;
+        let mut found = Vec::new();
+        for entry in entries {
+            let entry = entry.map_err(Error::io("read_dir", &self.dir))?;
+            if let Some(name) = entry.file_name().to_str() {
+                if let Some(offset) = quarantine_offset(name) {
+                    found.push((name.to_string(), offset));
+                }
+            }
+        }
+        found.sort();
+        Ok(found)
     }
 }
 
@@ -162,5 +198,21 @@ mod tests {
         assert!(SessionId::new(&long).is_err());
         assert!(SessionId::new(&"x".repeat(MAX_SESSION_ID_LEN)).is_ok());
         assert!(SessionId::new("fix-tests_01.v2").is_ok());
+    }
+
+    #[test]
+    fn quarantine_names_carry_their_offset() {
+        assert_eq!(quarantine_offset("events.jsonl.torn-812"), Some(812));
+        assert_eq!(quarantine_offset("events.jsonl.torn-812.2"), Some(812));
+        for other in [
+            "events.jsonl",
+            "events.jsonl.torn-",
+            "events.jsonl.torn-x",
+            "events.jsonl.torn-8.",
+            "events.jsonl.torn-8.tmp",
+            "events.jsonl.torn-8.1.1",
+        ] {
+            assert_eq!(quarantine_offset(other), None, "{other}");
+        }
     }
 }

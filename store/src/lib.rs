@@ -8,12 +8,13 @@
 //! - [`create`], [`fsck`], [`repair`]: making, checking and fixing sessions;
 //! - [`layout`], [`lock`], [`meta`], [`fsutil`]: where files live and how
 //!   they are created and replaced durably;
-//! - [`projection`], [`session`], [`recovery`], [`checkpoint`], [`context`],
+//! - [`projection`], [`nodes`], [`session`], [`recovery`], [`checkpoint`], [`context`],
 //!   [`blob`]: what makes the log an agent session (part 2);
 //! - [`adapter`]: the agentchaos adapter protocol served over a session;
 //! - [`crashpoint`] and [`fault`]: hooks for the agentchaos harness, inert
 //!   unless their environment variables are set;
-//! - [`bench`]: `agentstore bench`, the disk and store latency report.
+//! - [`bench`]: `agentstore bench`, the disk and store latency report;
+//! - [`interrupt`]: clean exits on Ctrl-C and SIGTERM for long commands.
 
 pub mod adapter;
 pub mod bench;
@@ -31,10 +32,12 @@ pub mod framing;
 pub mod fsck;
 pub mod fsutil;
 pub mod index;
+pub mod interrupt;
 pub mod layout;
 pub mod lock;
 pub mod log;
 pub mod meta;
+pub mod nodes;
 pub mod projection;
 pub mod query;
 pub mod recovery;

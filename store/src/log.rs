@@ -87,12 +87,13 @@ pub struct EventLog {
 /// before anything is cut. Returns its path.
 fn quarantine(file: &File, path: &Path, t: &TornTail) -> Result<PathBuf> {
     use std::io::{Read, Seek, SeekFrom};
-    let base = format!("{}.torn-{}", path.display(), t.offset);
+    let dir = path.parent().unwrap_or(Path::new("."));
+    let base = dir.join(format!("{}{}", crate::layout::QUARANTINE_PREFIX, t.offset));
     let mut n = 0u32;
     let (target, mut out) = loop {
         let target = match n {
-            0 => PathBuf::from(&base),
-            n => PathBuf::from(format!("{base}.{n}")),
+            0 => base.clone(),
+            n => PathBuf::from(format!("{}.{n}", base.display())),
         };
         match fsutil::create_exclusive(&target) {
             Ok(out) => break (target, out),

@@ -9,8 +9,10 @@
 //!
 //! This module owns the session rules ([`Projection::check`]) and how each
 //! event changes the state ([`Projection::apply`]). It never reads files
-//! itself (but for [`replay`], which folds a log from disk): when an event refers to a node outside the active window (a
-//! branch switch to an old entry), it asks a [`NodeSource`].
+//! itself (but for [`replay`] and [`first_rule_violation`], which fold a log
+//! from disk with bounded memory): when an event refers to a node outside
+//! the active window (a branch switch to an old entry), it asks a
+//! [`NodeSource`].
 
 use std::collections::{BTreeMap, BTreeSet};
 
@@ -23,6 +25,9 @@ use crate::event::{
     ReconcileOutcome, Record, Seq,
 };
 use crate::fault::{self, Fault};
+use crate::index::SparseIndex;
+use crate::nodes::RecentNodes;
+use crate::scan::LogPosition;
 
 /// What a [`NodeSource`] knows of one message-like entry of the tree.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -175,6 +180,10 @@ pub struct Projection {
     compaction: Option<CompactionView>,
     plan: Option<Plan>,
     header: Option<RequestHeader>,
+    /// Quarantine files a `tail_quarantined` names (one per torn tail ever
+    /// cut: a handful).
+    #[serde(default)]
+    quarantined: BTreeSet<String>,
 }
 
 fn rule(msg: String) -> Result<()> {
@@ -191,6 +200,10 @@ impl Projection {
     }
     pub fn workspace(&self) -> Option<&str> {
         self.workspace.as_deref()
+    }
+    /// Whether a `tail_quarantined` names the quarantine file `name`.
+    pub fn is_quarantine_recorded(&self, name: &str) -> bool {
+        self.quarantined.contains(name)
     }
     /// The run that has started and not finished.
     pub fn open_run(&self) -> Option<&str> {
@@ -420,7 +433,9 @@ impl Projection {
                 }
             }
             Event::LeafMoved { leaf } => self.check_parent(Some(leaf), nodes)?,
-            Event::PlanUpdated { .. } | Event::WorkspaceRebound { .. } => {}
+            Event::PlanUpdated { .. }
+            | Event::WorkspaceRebound { .. }
+            | Event::TailQuarantined { .. } => {}
         }
         Ok(())
     }
@@ -461,6 +476,9 @@ impl Projection {
                 self.workspace = Some(workspace.clone());
             }
             Event::WorkspaceRebound { to, .. } => self.workspace = Some(to.clone()),
+            Event::TailQuarantined { file, .. } => {
+                self.quarantined.insert(file.clone());
+            }
             Event::RunStarted { run_id } => {
                 self.open_run = Some(run_id.clone());
                 self.last_run = Some(run_id.clone());
@@ -645,8 +663,9 @@ impl Projection {
     }
 }
 
-/// A [`NodeSource`] that remembers every node it is shown (used while
-/// folding a log from the start, where every node passes by in order).
+/// A [`NodeSource`] that remembers every node it is shown, for folding
+/// records held in memory ([`fold`]); a fold from disk uses the bounded
+/// [`crate::nodes::RecentNodes`] instead.
 #[derive(Debug, Default)]
 pub struct SeenNodes {
     nodes: std::collections::HashMap<Seq, Node>,
@@ -683,15 +702,17 @@ pub fn replay(
     paths: &crate::layout::SessionPaths,
 ) -> Result<(Projection, Option<crate::scan::TornTail>)> {
     let mut p = Projection::default();
-    let mut seen = SeenNodes::default();
-    let verified = crate::scan::verify(
-        &paths.events(),
-        crate::scan::LogPosition::START,
-        |_, rec| {
-            seen.observe(rec);
-            p.apply(rec, &mut seen)
-        },
-    )?;
+    let events = paths.events();
+    let mut index = SparseIndex::default();
+    let mut seen = RecentNodes::default();
+    let verified = crate::scan::verify(&events, LogPosition::START, |offset, rec| {
+        index.note(LogPosition {
+            offset,
+            seq: rec.seq,
+        });
+        seen.observe(rec);
+        p.apply(rec, &mut seen.with_log(&events, &index))
+    })?;
     Ok((p, verified.torn))
 }
 
@@ -701,24 +722,27 @@ pub fn replay(
 /// ends the fold.
 pub fn first_rule_violation(paths: &crate::layout::SessionPaths) -> Result<Option<(Seq, String)>> {
     let mut p = Projection::default();
-    let mut seen = SeenNodes::default();
+    let events = paths.events();
+    let mut index = SparseIndex::default();
+    let mut seen = RecentNodes::default();
     let mut found = None;
-    let verified = crate::scan::verify(
-        &paths.events(),
-        crate::scan::LogPosition::START,
-        |_, rec| {
-            seen.observe(rec);
-            let checked = match rec.event() {
-                Some(event) => p.check(event, &mut seen),
-                None => Ok(()),
-            };
-            checked
-                .and_then(|()| p.apply(rec, &mut seen))
-                .inspect_err(|e| {
-                    found = Some((rec.seq, e.to_string()));
-                })
-        },
-    );
+    let verified = crate::scan::verify(&events, LogPosition::START, |offset, rec| {
+        index.note(LogPosition {
+            offset,
+            seq: rec.seq,
+        });
+        seen.observe(rec);
+        let mut nodes = seen.with_log(&events, &index);
+        let checked = match rec.event() {
+            Some(event) => p.check(event, &mut nodes),
+            None => Ok(()),
+        };
+        checked
+            .and_then(|()| p.apply(rec, &mut nodes))
+            .inspect_err(|e| {
+                found = Some((rec.seq, e.to_string()));
+            })
+    });
     match (found, verified) {
         (Some(f), _) => Ok(Some(f)),
         (None, Err(e)) => Err(e),

@@ -1,7 +1,8 @@
 //! Fixing a session that does not verify: cut a torn tail, or salvage.
 //!
 //! [`repair`] only ever removes a torn tail (it is what opening for writing
-//! does) and refuses damage with its line and offset. [`salvage`] copies the
+//! does, the cut bytes saved first and the cut recorded as a
+//! `tail_quarantined` event) and refuses damage with its line and offset. [`salvage`] copies the
 //! valid prefix of a damaged log, verbatim, into a new session and leaves
 //! the original untouched. Nothing here rewrites or deletes a complete line.
 
@@ -32,10 +33,24 @@ pub struct RepairReport {
 /// [`Error::Damage`]: repair never deletes a complete line.
 pub fn repair(root: &Path, id: &SessionId) -> Result<RepairReport> {
     let paths = SessionPaths::new(root, id);
-    let (_log, report) = EventLog::open(&paths, LogOptions::default(), |_, _| Ok(()))?;
+    let (log, report) = EventLog::open(&paths, LogOptions::default(), |_, _| Ok(()))?;
+    // The durable record of the cut. A log without its session_created gets
+    // it from the open that finishes the creation, which appends one for
+    // every quarantine file no event names.
+    if let (Some(cut), true) = (&report.repaired, report.end.seq > 0) {
+        if let Some(file) = cut.quarantine.as_deref().and_then(Path::file_name) {
+            crate::crashpoint::hit("repair.record");
+            log.append(&Event::TailQuarantined {
+                file: file.to_string_lossy().into_owned(),
+                offset: cut.offset,
+                len: cut.len,
+                reason: cut.reason.clone(),
+            })?;
+        }
+    }
     Ok(RepairReport {
         cut: report.repaired,
-        end: report.end,
+        end: log.end(),
     })
 }
 

@@ -23,7 +23,8 @@ use crate::index::SparseIndex;
 use crate::layout::{SessionId, SessionPaths};
 use crate::log::{EventLog, LogOptions};
 use crate::meta::SessionMeta;
-use crate::projection::{node_of, Node, NodeSource, Projection, SeenNodes};
+use crate::nodes::{LogNodes, RecentNodes};
+use crate::projection::Projection;
 use crate::scan::{self, LogPosition, Scanner, TornTail};
 
 /// How to create or open a session.
@@ -77,25 +78,6 @@ impl Intent {
     /// `skip-intent` fault, which never writes it.
     pub fn ack(&self) -> Option<&Acked> {
         self.ack.as_ref()
-    }
-}
-
-/// Reads tree nodes from the log by seq, starting near it via the sparse index.
-#[derive(Debug)]
-struct LogNodes<'a> {
-    path: &'a Path,
-    index: &'a SparseIndex,
-}
-
-impl NodeSource for LogNodes<'_> {
-    fn node(&mut self, seq: Seq) -> Result<Option<Node>> {
-        let mut scanner = Scanner::open(self.path, self.index.seek(seq))?;
-        while let Some((_, rec)) = scanner.next_record()? {
-            if rec.seq == seq {
-                return Ok(node_of(&rec));
-            }
-        }
-        Ok(None)
     }
 }
 
@@ -219,7 +201,7 @@ impl Session {
             None => (Projection::default(), SparseIndex::default(), None),
         };
         let mut replayed = 0u64;
-        let mut seen = SeenNodes::default();
+        let mut seen = RecentNodes::default();
         let opened = {
             let tail_index = index.clone();
             EventLog::open(
@@ -244,7 +226,7 @@ impl Session {
                         )
                     } else {
                         seen.observe(rec);
-                        projection.apply(rec, &mut seen)
+                        projection.apply(rec, &mut seen.with_log(&events, &index))
                     }
                 },
             )
@@ -260,7 +242,7 @@ impl Session {
                 projection = Projection::default();
                 index = SparseIndex::default();
                 replayed = 0;
-                let mut seen = SeenNodes::default();
+                let mut seen = RecentNodes::default();
                 EventLog::open(
                     &paths,
                     LogOptions {
@@ -274,7 +256,7 @@ impl Session {
                             seq: rec.seq,
                         });
                         seen.observe(rec);
-                        projection.apply(rec, &mut seen)
+                        projection.apply(rec, &mut seen.with_log(&events, &index))
                     },
                 )?
             }
@@ -294,7 +276,8 @@ impl Session {
                 rebound_from: None,
             };
             let init = create::initialize(&paths, &log, &workspace_string(workspace)?)?;
-            let session = Session::from_initialized(paths, log, init, report.repaired.clone())?;
+            let mut session = Session::from_initialized(paths, log, init, report.repaired.clone())?;
+            session.record_quarantines()?;
             return Ok((session, report));
         }
         let meta = match SessionMeta::read(&paths) {
@@ -316,6 +299,7 @@ impl Session {
             meta,
             repaired: report.repaired.clone(),
         };
+        session.record_quarantines()?;
         let rebound_from = session.bind_workspace(options.workspace.as_deref())?;
         Ok((
             session,
@@ -326,6 +310,34 @@ impl Session {
                 rebound_from,
             },
         ))
+    }
+
+    /// Appends a `tail_quarantined` for every quarantine file in the session
+    /// directory that no event names yet: the cut this open made (with its
+    /// reason), and any cut whose record a crash prevented (between the cut
+    /// and this append). So no cut stays silent.
+    fn record_quarantines(&mut self) -> Result<()> {
+        for (file, offset) in self.paths.quarantine_files()? {
+            if self.projection.is_quarantine_recorded(&file) {
+                continue;
+            }
+            let path = self.paths.dir().join(&file);
+            let len = std::fs::symlink_metadata(&path)
+                .map_err(Error::io("stat", &path))?
+                .len();
+            let reason = match &self.repaired {
+                Some(t) if t.quarantine.as_deref() == Some(path.as_path()) => t.reason.clone(),
+                _ => "a torn tail cut earlier that no event recorded (a crash between the cut and its record, or a cut before session_created)".to_string(),
+            };
+            crashpoint::hit("repair.record");
+            self.append(Event::TailQuarantined {
+                file,
+                offset,
+                len,
+                reason,
+            })?;
+        }
+        Ok(())
     }
 
     /// Checks the workspace still exists, or rebinds it to `new`.
@@ -495,6 +507,21 @@ impl Session {
     pub fn context(&self, budget_tokens: Option<u64>) -> Result<String> {
         crate::context::render(&self.paths, &self.projection, &self.index, budget_tokens)
     }
+
+    /// Writes the model's view to `out` as it is read, in bounded memory.
+    pub fn write_context(
+        &self,
+        out: &mut dyn std::io::Write,
+        budget_tokens: Option<u64>,
+    ) -> Result<()> {
+        crate::context::write(
+            out,
+            &self.paths,
+            &self.projection,
+            &self.index,
+            budget_tokens,
+        )
+    }
 }
 
 /// Refuses a session whose workspace no longer exists.
@@ -560,6 +587,21 @@ impl SessionView {
     pub fn context(&self, budget_tokens: Option<u64>) -> Result<String> {
         crate::context::render(&self.paths, &self.projection, &self.index, budget_tokens)
     }
+
+    /// Writes the model's view to `out` as it is read, in bounded memory.
+    pub fn write_context(
+        &self,
+        out: &mut dyn std::io::Write,
+        budget_tokens: Option<u64>,
+    ) -> Result<()> {
+        crate::context::write(
+            out,
+            &self.paths,
+            &self.projection,
+            &self.index,
+            budget_tokens,
+        )
+    }
 }
 
 /// The projection and index of the log, read only: from a confirmed
@@ -594,14 +636,14 @@ fn fold_read_only(paths: &SessionPaths) -> Result<(Projection, SparseIndex)> {
     }
     let mut projection = Projection::default();
     let mut index = SparseIndex::default();
-    let mut seen = SeenNodes::default();
+    let mut seen = RecentNodes::default();
     scan::verify(&events, LogPosition::START, |offset, rec| {
         index.note(LogPosition {
             offset,
             seq: rec.seq,
         });
         seen.observe(rec);
-        projection.apply(rec, &mut seen)
+        projection.apply(rec, &mut seen.with_log(&events, &index))
     })?;
     Ok((projection, index))
 }

@@ -131,3 +131,62 @@ fn leftovers(dir: &Path) -> Vec<String> {
         .map(|e| e.unwrap().file_name().to_string_lossy().into_owned())
         .collect()
 }
+
+/// Waits (polling, bounded) until `dir` holds an entry whose name starts
+/// with `prefix`, while `child` runs; panics if it exits first.
+fn wait_for_entry(child: &mut std::process::Child, dir: &Path, prefix: &str) {
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(120);
+    loop {
+        let found = std::fs::read_dir(dir)
+            .unwrap()
+            .flatten()
+            .any(|e| e.file_name().to_string_lossy().starts_with(prefix));
+        if found {
+            return;
+        }
+        if let Some(status) = child.try_wait().unwrap() {
+            panic!(
+                "exited ({status}) before creating {prefix}* in {}",
+                dir.display()
+            );
+        }
+        assert!(
+            std::time::Instant::now() < deadline,
+            "no {prefix}* in {} after 120 s",
+            dir.display()
+        );
+        std::thread::sleep(std::time::Duration::from_millis(5));
+    }
+}
+
+#[test]
+fn a_signal_removes_the_scratch_directory_and_exits_128_plus_its_number() {
+    use nix::sys::signal::{kill, Signal};
+    use nix::unistd::Pid;
+    for (signal, code) in [(Signal::SIGINT, 130), (Signal::SIGTERM, 143)] {
+        let d = scratch();
+        let mut child = Command::new(env!("CARGO_BIN_EXE_agentstore"))
+            .args([
+                "bench",
+                "--dir",
+                d.path().to_str().unwrap(),
+                "--seconds",
+                "60",
+            ])
+            .stdout(std::process::Stdio::null())
+            .stderr(std::process::Stdio::piped())
+            .spawn()
+            .unwrap();
+        wait_for_entry(&mut child, d.path(), ".agentstore-bench-");
+        kill(Pid::from_raw(child.id() as i32), signal).unwrap();
+        let out = child.wait_with_output().unwrap();
+        let stderr = String::from_utf8_lossy(&out.stderr);
+        assert_eq!(out.status.code(), Some(code), "{signal}: {stderr}");
+        assert!(
+            stderr.contains(&format!("agentstore: interrupted by {signal}")),
+            "{stderr}"
+        );
+        let left: Vec<_> = std::fs::read_dir(d.path()).unwrap().flatten().collect();
+        assert!(left.is_empty(), "{signal} left {left:?}");
+    }
+}

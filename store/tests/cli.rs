@@ -433,16 +433,31 @@ fn a_torn_tail_is_repairable_and_repaired() {
     assert!(run.stdout.starts_with(&format!(
         "s1: cut torn tail: 12 byte(s) at byte offset {len}"
     )));
-    assert_eq!(std::fs::metadata(&path).unwrap().len(), len);
+    assert!(
+        run.stdout.contains("recorded as event 9, tail_quarantined"),
+        "{}",
+        run.stdout
+    );
+    // The cut went to where the torn line began; the record of it follows.
+    let show = agentstore(
+        &["show", &root, "s1", "--type", "tail_quarantined", "--json"],
+        "",
+    );
+    assert!(
+        show.stdout
+            .contains(&format!("\"file\":\"events.jsonl.torn-{len}\"")),
+        "{}",
+        show.stdout
+    );
     let run = agentstore(&["fsck", &root], "");
     assert_eq!(
         (run.code, run.stdout.as_str()),
-        (0, "ok: 1 session(s), 9 event(s) verified\n")
+        (0, "ok: 1 session(s), 10 event(s) verified\n")
     );
     let run = agentstore(&["repair", &root, "s1"], "");
     assert_eq!(
         run.stdout,
-        "s1: nothing to repair (9 event(s), no torn tail)\n"
+        "s1: nothing to repair (10 event(s), no torn tail)\n"
     );
 }
 

@@ -581,10 +581,12 @@ fn a_creation_interrupted_before_session_created_is_finished_by_open_or_create()
         Session::open_or_create(&f.root, &f.id, &f.workspace, SessionOptions::default()).unwrap();
     assert!(report.is_some());
     assert_eq!(s.projection().session_id(), Some("s1"));
-    assert_eq!(s.projection().next_seq(), 1);
+    // session_created, then the record of the cut the refused open made.
+    assert_eq!(s.projection().next_seq(), 2);
+    assert!(s.projection().is_quarantine_recorded("events.jsonl.torn-0"));
     drop(s);
     let (s, report) =
         Session::open_or_create(&f.root, &f.id, &f.workspace, SessionOptions::default()).unwrap();
     assert!(report.is_some());
-    assert_eq!(s.projection().next_seq(), 1);
+    assert_eq!(s.projection().next_seq(), 2);
 }

@@ -112,7 +112,14 @@ fn a_torn_line_after_the_snapshot_is_still_cut() {
     let (s, report) = Session::open(dir.path(), paths.id(), SessionOptions::default()).unwrap();
     let torn = report.repaired.expect("a torn tail");
     assert_eq!((torn.offset, torn.len), (full.len() as u64, 12));
-    assert_eq!(s.log().end().offset, full.len() as u64);
+    // Cut to where the torn line began; the record of the cut follows.
+    drop(s);
+    let after = std::fs::read(paths.events()).unwrap();
+    assert_eq!(&after[..full.len()], &full[..]);
+    assert_eq!(
+        last_record(&paths).event().map(|e| e.type_name()),
+        Some("tail_quarantined")
+    );
 }
 
 #[test]
@@ -169,7 +176,21 @@ fn the_cli_names_the_quarantine_file() {
     let stdout = String::from_utf8(out.stdout).unwrap();
     let q = format!("{}.torn-{len}", paths.events().display());
     assert!(stdout.contains(&q), "{stdout}");
+    match last_record(&paths).event() {
+        Some(agentstore::Event::TailQuarantined {
+            file,
+            offset,
+            len: cut,
+            ..
+        }) => assert_eq!(
+            (file.as_str(), *offset, *cut),
+            (format!("events.jsonl.torn-{len}").as_str(), len, 10)
+        ),
+        other => panic!("no tail_quarantined after repair: {other:?}"),
+    }
 
+    // repair appended that record: the next tear starts after it.
+    let len = std::fs::metadata(paths.events()).unwrap().len();
     torn();
     let out = Command::new(binary())
         .args(["recover", root, "s", "--json"])
@@ -179,8 +200,91 @@ fn the_cli_names_the_quarantine_file() {
     let state: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
     assert_eq!(
         state["repaired"]["quarantine"],
-        serde_json::json!(format!("{q}.1"))
+        serde_json::json!(format!("{}.torn-{len}", paths.events().display()))
     );
+}
+
+fn records(paths: &SessionPaths) -> Vec<agentstore::Record> {
+    let mut recs = Vec::new();
+    agentstore::scan::verify(&paths.events(), agentstore::LogPosition::START, |_, rec| {
+        recs.push(rec.clone());
+        Ok(())
+    })
+    .unwrap();
+    recs
+}
+
+fn last_record(paths: &SessionPaths) -> agentstore::Record {
+    records(paths).pop().unwrap()
+}
+
+#[test]
+fn a_cut_is_named_in_a_durable_event_once() {
+    let _serial = common::serial();
+    let dir = scratch();
+    let (paths, mut s) = session(dir.path(), 2);
+    s.checkpoint().unwrap();
+    drop(s);
+    let len = std::fs::metadata(paths.events()).unwrap().len();
+    let mut bytes = std::fs::read(paths.events()).unwrap();
+    bytes.extend_from_slice(b"{\"crc\":\"0000");
+    std::fs::write(paths.events(), &bytes).unwrap();
+
+    let (s, report) = Session::open(dir.path(), paths.id(), SessionOptions::default()).unwrap();
+    let torn = report.repaired.expect("a torn tail");
+    let next = s.projection().next_seq();
+    drop(s);
+    let file = format!("events.jsonl.torn-{len}");
+    let rec = last_record(&paths);
+    assert_eq!(rec.seq, next - 1);
+    assert_eq!(
+        rec.event(),
+        Some(&agentstore::Event::TailQuarantined {
+            file: file.clone(),
+            offset: len,
+            len: 12,
+            reason: torn.reason,
+        })
+    );
+    assert_eq!(
+        std::fs::read(paths.dir().join(&file)).unwrap(),
+        b"{\"crc\":\"0000"
+    );
+
+    // Reopening (from the snapshot, or replaying all) records it no second time.
+    for snapshot in [true, false] {
+        if !snapshot {
+            std::fs::remove_file(paths.snapshot()).unwrap();
+        }
+        let (s, _) = Session::open(dir.path(), paths.id(), SessionOptions::default()).unwrap();
+        assert_eq!(s.projection().next_seq(), next);
+    }
+}
+
+#[test]
+fn a_quarantine_file_whose_record_a_crash_prevented_is_recorded_on_the_next_open() {
+    let _serial = common::serial();
+    let dir = scratch();
+    let (paths, s) = session(dir.path(), 1);
+    drop(s);
+    // As a crash between the cut and its record leaves it.
+    std::fs::write(paths.dir().join("events.jsonl.torn-77"), b"torn").unwrap();
+    // Not a quarantine file's name: left alone.
+    std::fs::write(paths.dir().join("events.jsonl.torn-77.tmp"), b"x").unwrap();
+    let (s, report) = Session::open(dir.path(), paths.id(), SessionOptions::default()).unwrap();
+    assert_eq!(report.repaired, None);
+    drop(s);
+    let recs = records(&paths);
+    let marks: Vec<_> = recs
+        .iter()
+        .filter_map(|r| match r.event() {
+            Some(agentstore::Event::TailQuarantined {
+                file, offset, len, ..
+            }) => Some((file.clone(), *offset, *len)),
+            _ => None,
+        })
+        .collect();
+    assert_eq!(marks, [("events.jsonl.torn-77".to_string(), 77, 4)]);
 }
 
 #[test]

@@ -9,9 +9,14 @@
 //! longer than the timeout is a [`ProtocolError`] naming the offending line
 //! and its number on the adapter's stdout. After a protocol error the client
 //! is spent: the adapter is killed and every later call returns that error.
+//!
+//! The adapter leads its own process group, and every kill is a SIGKILL of
+//! that whole group: a hung adapter's children (a shell script's `sleep`,
+//! a store's helper processes) die with it instead of being orphaned.
 
 use std::fmt;
 use std::io::{BufRead, BufReader, Read, Write};
+use std::os::unix::process::CommandExt;
 use std::process::{Child, ChildStdin, Command, ExitStatus, Stdio};
 use std::sync::mpsc::{self, Receiver, RecvTimeoutError};
 use std::sync::{Arc, Mutex};
@@ -393,6 +398,7 @@ impl Client {
     pub fn spawn(mut cmd: Command, options: ClientOptions) -> Result<Client, ClientError> {
         let label = label_of(&cmd);
         let mut child = cmd
+            .process_group(0)
             .stdin(Stdio::piped())
             .stdout(Stdio::piped())
             .stderr(Stdio::piped())
@@ -560,9 +566,9 @@ impl Client {
         Ok(())
     }
 
-    /// Crashes the adapter: SIGKILL, then reaps it.
+    /// Crashes the adapter: SIGKILL to its process group, then reaps it.
     pub fn kill(mut self) -> std::io::Result<ExitStatus> {
-        self.child.kill()?;
+        kill_group(&mut self.child)?;
         self.child.wait()
     }
 
@@ -579,7 +585,7 @@ impl Client {
                 return Ok(status);
             }
             if Instant::now() >= deadline {
-                let _ = self.child.kill();
+                let _ = kill_group(&mut self.child);
                 let _ = self.child.wait();
                 let request = RequestRef {
                     id: self.next_id,
@@ -608,7 +614,7 @@ impl Client {
     /// Records a protocol error, kills the adapter and returns the error.
     fn fail(&mut self, request: RequestRef, problem: Problem) -> ProtocolError {
         if !matches!(problem, Problem::Eof { .. }) {
-            let _ = self.child.kill();
+            let _ = kill_group(&mut self.child);
             let _ = self.child.wait();
         }
         let err = ProtocolError {
@@ -642,7 +648,7 @@ impl Client {
         match status {
             Some(s) => format!("the adapter exited ({s})"),
             None => {
-                let _ = self.child.kill();
+                let _ = kill_group(&mut self.child);
                 let _ = self.child.wait();
                 "the adapter was still running and was killed".to_string()
             }
@@ -836,8 +842,25 @@ fn to_record(w: WireRecord) -> Result<Record, String> {
 impl Drop for Client {
     fn drop(&mut self) {
         if let Ok(None) = self.child.try_wait() {
-            let _ = self.child.kill();
+            let _ = kill_group(&mut self.child);
             let _ = self.child.wait();
         }
+    }
+}
+
+/// SIGKILL to the process group `child` leads (see [`Client::spawn`]): the
+/// adapter and every process it started that did not leave the group.
+/// Only while the adapter is not reaped (a zombie still holds its group's
+/// id; once reaped, the id may name someone else's group).
+fn kill_group(child: &mut Child) -> std::io::Result<()> {
+    use nix::sys::signal::{killpg, Signal};
+    use nix::unistd::Pid;
+    if child.try_wait()?.is_some() {
+        return Ok(());
+    }
+    let group = i32::try_from(child.id()).map_err(std::io::Error::other)?;
+    match killpg(Pid::from_raw(group), Signal::SIGKILL) {
+        Ok(()) => Ok(()),
+        Err(_) => child.kill(),
     }
 }

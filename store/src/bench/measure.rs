@@ -228,7 +228,9 @@ pub fn measure_interleaved<E>(
     Ok(out)
 }
 
-/// Times calls of `op` until `time` has passed or `max_ops` were made.
+/// Times calls of `op` until `time` has passed or `max_ops` were made, or
+/// until SIGINT or SIGTERM arrived (the suite then stops, see
+/// [`crate::interrupt`]).
 fn run_for<E>(
     lat: &mut Latencies,
     time: Duration,
@@ -238,7 +240,7 @@ fn run_for<E>(
     let start = Instant::now();
     let mut done = 0u64;
     let mut now = start;
-    while now.duration_since(start) < time && done < max_ops {
+    while now.duration_since(start) < time && done < max_ops && !crate::interrupt::requested() {
         let t0 = now;
         op()?;
         now = Instant::now();

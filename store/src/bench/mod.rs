@@ -89,6 +89,10 @@ pub enum BenchError {
     /// The store failed.
     #[error(transparent)]
     Store(#[from] crate::Error),
+    /// SIGINT or SIGTERM arrived ([`crate::interrupt`]): stopped between
+    /// measurements, the scratch directory removed on the way out.
+    #[error("interrupted")]
+    Interrupted,
 }
 
 impl BenchError {

@@ -86,6 +86,10 @@ impl<'a> Suite<'a> {
         let (store, store_panel) = self.store()?;
         panels.push(store_panel);
         let group = self.group()?;
+        // A signal during the last measurement cut it short.
+        if crate::interrupt::requested() {
+            return Err(BenchError::Interrupted);
+        }
         self.progress.finish();
         Ok(Measured {
             methods,
@@ -93,6 +97,15 @@ impl<'a> Suite<'a> {
             group,
             panels,
         })
+    }
+
+    /// Measurement `what` starts, unless SIGINT or SIGTERM arrived.
+    fn step(&mut self, what: &str, units: u64) -> Result<(), BenchError> {
+        if crate::interrupt::requested() {
+            return Err(BenchError::Interrupted);
+        }
+        self.progress.step(what, units);
+        Ok(())
     }
 
     /// A fresh, empty measurement directory.
@@ -114,8 +127,7 @@ impl<'a> Suite<'a> {
         let mut rows = Vec::new();
         let mut series = Vec::new();
         for (i, method) in SyncMethod::ALL.into_iter().enumerate() {
-            self.progress
-                .step(&format!("{}, {}", method.label(), short_label(workload)), 1);
+            self.step(&format!("{}, {}", method.label(), short_label(workload)), 1)?;
             let path = match workload {
                 Workload::Append { .. } => dir.join(format!("append{i}")),
                 Workload::Overwrite { .. } => shared.clone(),
@@ -164,10 +176,10 @@ impl<'a> Suite<'a> {
     fn store(&mut self) -> Result<(StoreSection, Panel), BenchError> {
         let event = event_of_line_size(APPEND_BYTES, 0);
         let line = line_for(&event, 0);
-        self.progress.step(
+        self.step(
             "the store: raw floor, Sync, Batch and SQLite (interleaved)",
             STORE_INTERLEAVED.len() as u64,
-        );
+        )?;
         let floor_dir = self.fresh_dir()?;
         let floor_path = floor_dir.join("floor");
         let mut floor = RawWriter::create(
@@ -208,7 +220,7 @@ impl<'a> Suite<'a> {
             remove(d)?;
         }
 
-        self.progress.step("the store: None (not durable)", 1);
+        self.step("the store: None (not durable)", 1)?;
         let (none_dir, none_log) = self.new_log(Durability::None)?;
         let none_lat = measure::measure(
             self.budget,
@@ -241,10 +253,10 @@ impl<'a> Suite<'a> {
     /// mode and one appender (the reference).
     fn group(&mut self) -> Result<GroupSection, BenchError> {
         let event = event_of_line_size(APPEND_BYTES, 0);
-        self.progress.step(
+        self.step(
             "group commit: Sync, and Batch with 1-16 appenders (interleaved)",
             1 + APPENDERS.len() as u64,
-        );
+        )?;
         let batch = Durability::batch();
         let Durability::Batch {
             max_delay,

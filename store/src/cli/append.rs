@@ -195,6 +195,9 @@ fn parse_event(text: &str) -> Result<(Event, Redaction), String> {
     if type_name == "session_created" {
         return Err("session_created is written by the store when it creates the session".into());
     }
+    if type_name == "tail_quarantined" {
+        return Err("tail_quarantined is written by the store when it cuts a torn tail".into());
+    }
     if !Event::TYPE_NAMES.contains(&type_name.as_str()) {
         return Err(format!(
             "unknown event type {type_name:?} (known: {})",
@@ -235,6 +238,7 @@ mod tests {
             ),
             (r#"[1]"#, "not a JSON object"),
             (r#"{"type":"session_created"}"#, "written by the store"),
+            (r#"{"type":"tail_quarantined"}"#, "when it cuts a torn tail"),
             ("{", "not JSON"),
         ] {
             let err = parse_event(input).unwrap_err();

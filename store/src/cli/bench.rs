@@ -66,6 +66,10 @@ pub fn run(args: Args) -> Outcome {
         check_output(out)?;
     }
     let config = Config::new(&args.dir, Duration::from_secs_f64(args.seconds));
+    // Ctrl-C and SIGTERM stop the run between ops; the scratch directory's
+    // Drop removes it on the way out (exit 130 or 143).
+    agentstore::interrupt::install()
+        .map_err(|e| Failure::Problem(format!("cannot install the signal handlers: {e}")))?;
     let bar = ProgressBar::new(0).with_style(
         ProgressStyle::with_template("{bar:30} {pos}/{len} {wide_msg}")
             .expect("the template is valid"),
@@ -78,6 +82,7 @@ pub fn run(args: Args) -> Outcome {
     bar.finish_and_clear();
     let run = result.map_err(|e| match e {
         BenchError::Dir { .. } => Failure::Usage(e.to_string()),
+        BenchError::Interrupted => Failure::Interrupted,
         _ => Failure::Problem(format!("bench: {e}")),
     })?;
     std::io::stdout()

@@ -3,9 +3,9 @@
 use std::io::Write;
 use std::path::PathBuf;
 
-use agentstore::{Session, SessionOptions, SessionView};
+use agentstore::{Error, Session, SessionOptions, SessionView};
 
-use super::{existing_root, session_id, stdout_error, Outcome};
+use super::{existing_root, session_id, stdout_error, Failure, Outcome};
 
 /// Print the model's view of the active branch: the latest compaction
 /// summary, the plan, the kept entries and the recovery block (never
@@ -29,7 +29,9 @@ pub struct Args {
 pub fn run(args: Args) -> Outcome {
     existing_root(&args.root)?;
     let id = session_id(&args.session)?;
-    let text = match args.workspace {
+    // Streamed: an uncompacted branch is never held whole in memory.
+    let mut out = std::io::BufWriter::new(std::io::stdout().lock());
+    let written = match args.workspace {
         Some(workspace) => {
             let options = SessionOptions {
                 workspace: Some(workspace),
@@ -37,12 +39,15 @@ pub fn run(args: Args) -> Outcome {
             };
             Session::open(&args.root, &id, options)?
                 .0
-                .context(args.budget)?
+                .write_context(&mut out, args.budget)
         }
-        None => SessionView::open(&args.root, &id)?.context(args.budget)?,
+        None => SessionView::open(&args.root, &id)?.write_context(&mut out, args.budget),
     };
-    std::io::stdout()
-        .lock()
-        .write_all(text.as_bytes())
-        .map_err(stdout_error)
+    match written {
+        Err(Error::Io { path, source, .. }) if path.as_os_str() == "<context output>" => {
+            Err(stdout_error(source))
+        }
+        other => other.map_err(Failure::Store),
+    }?;
+    out.flush().map_err(stdout_error)
 }

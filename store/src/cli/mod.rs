@@ -41,6 +41,9 @@ pub enum Failure {
     Reported,
     /// Whoever read stdout went away (`show | head`): stop quietly.
     StdoutClosed,
+    /// SIGINT or SIGTERM stopped the command after it cleaned up: exit
+    /// 128 + the signal.
+    Interrupted,
 }
 
 impl From<Error> for Failure {
@@ -60,6 +63,13 @@ pub fn finish(outcome: Outcome) -> ExitCode {
         Err(Failure::Usage(line)) => (EXIT_USAGE, line),
         Err(Failure::Problem(line)) => (EXIT_PROBLEMS, line),
         Err(Failure::Store(e)) => (store_exit_code(&e), e.to_string()),
+        Err(Failure::Interrupted) => (
+            agentstore::interrupt::exit_code().unwrap_or(EXIT_PROBLEMS),
+            format!(
+                "interrupted by {}; scratch files removed",
+                agentstore::interrupt::signal_name().unwrap_or("a signal")
+            ),
+        ),
     };
     let _ = writeln!(
         std::io::stderr(),

@@ -30,8 +30,8 @@ pub fn run(args: Args) -> Outcome {
     })?;
     let line = match report.cut {
         Some(torn) => format!(
-            "{id}: cut {torn}; the log now ends after {} event(s) at byte offset {}",
-            report.end.seq, report.end.offset
+            "{id}: cut {torn}; recorded as event {}, tail_quarantined; the log now ends after {} event(s) at byte offset {}",
+            report.end.seq.saturating_sub(1), report.end.seq, report.end.offset
         ),
         None => format!(
             "{id}: nothing to repair ({} event(s), no torn tail)",

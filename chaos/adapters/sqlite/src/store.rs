@@ -654,6 +654,12 @@ fn check(conn: &Connection, seq: u64, event: &Event) -> Result<()> {
         }
         Event::LeafMoved { leaf } => check_parent(conn, Some(leaf))?,
         Event::PlanUpdated { .. } | Event::WorkspaceRebound { .. } => {}
+        Event::TailQuarantined { .. } => {
+            return rule(
+                "tail_quarantined records a torn tail a store cut; this store never cuts one"
+                    .into(),
+            )
+        }
     }
     Ok(())
 }
@@ -766,7 +772,8 @@ fn apply(conn: &Connection, seq: i64, event: &Event) -> Result<()> {
         Event::RequestHeader { .. }
         | Event::UserMessage { .. }
         | Event::AssistantMessage { .. }
-        | Event::Compaction { .. } => Ok(()),
+        | Event::Compaction { .. }
+        | Event::TailQuarantined { .. } => Ok(()),
     }
 }
 
