@@ -10,7 +10,9 @@
 # Usage: chaos/mutants/score.sh [--shard K/N] [more cargo-mutants flags]
 # Output: target/mutants-score/mutants.out/{caught,missed,timeout,unviable}.txt
 # (--file selects the mutated files, all in agentstore; --test-package the
-# tests: the workspace's, filtered to the harness test by --test.)
+# tests, filtered to the harness test by --test. The baseline is skipped:
+# cargo-mutants 27 runs it on the mutated package's own tests, which have no
+# harness_alone; CI runs harness_alone unmutated on every commit.)
 # The whole set takes hours on a 2-core machine; shard it (--shard 1/12 ≈ 36 mutants).
 set -eu
 cd "$(dirname "$0")/../.."
@@ -30,7 +32,8 @@ exec cargo mutants \
     --file store/src/durability.rs \
     --file store/src/checkpoint.rs \
     --file store/src/blob.rs \
-    --test-workspace=true \
+    --test-package agentchaos \
+    --baseline=skip --timeout 300 --build-timeout 1200 \
     --profile mutants \
     --output target/mutants-score \
     "$@" \
