@@ -10,23 +10,35 @@
 use std::path::Path;
 use std::process::Command;
 
-#[test]
-fn the_harness_passes_the_reference_store_on_the_shipped_scenarios() {
+/// `agentchaos run` on the shipped scenarios with every nemesis, 12 plans
+/// per scenario and nemesis, 12 power-loss crash points, the deepest
+/// restart's lives crashed too, and `extra`; asserts a clean pass.
+fn assert_passes(extra: &[&str]) {
     let scenarios = Path::new(env!("CARGO_MANIFEST_DIR")).join("../scenarios");
     let out = Command::new(env!("CARGO_BIN_EXE_agentchaos"))
         .args(["run", "--quiet", "--scenario"])
         .arg(&scenarios)
-        // Every nemesis; 12 plans per scenario and nemesis, 12 power-loss
-        // crash points; the deepest restart's lives crashed too.
         .args(["--trials", "12", "--restarts", "deepest"])
+        .args(extra)
         .output()
         .unwrap();
     let stdout = String::from_utf8_lossy(&out.stdout);
     assert_eq!(
         out.status.code(),
         Some(0),
-        "the harness fails the store:\n{stdout}\n{}",
+        "the harness fails the store ({extra:?}):\n{stdout}\n{}",
         String::from_utf8_lossy(&out.stderr)
     );
     assert!(stdout.contains("0 violation(s), 0 error(s)"), "{stdout}");
+}
+
+#[test]
+fn the_harness_passes_the_reference_store_on_the_shipped_scenarios() {
+    assert_passes(&[]);
+}
+
+/// The same against the store's group commit, which Sync never runs.
+#[test]
+fn the_harness_passes_the_reference_store_in_batch_mode() {
+    assert_passes(&["--durability", "batch"]);
 }
