@@ -8,7 +8,7 @@
 # if `agentchaos run` (every nemesis) fails the campaign.
 #
 # Usage: chaos/mutants/score.sh [--shard K/N] [more cargo-mutants flags]
-# Output: target/mutants-score/mutants.out/{caught,missed,timeout,unviable}.txt
+# Output ($MUTANTS_OUT, default target/mutants-score): mutants.out/{caught,missed,timeout,unviable}.txt
 # (--file selects the mutated files, all in agentstore; --test-package the
 # tests, filtered to the harness test by --test. The baseline is skipped:
 # cargo-mutants 27 runs it on the mutated package's own tests, which have no
@@ -35,6 +35,6 @@ exec cargo mutants \
     --test-package agentchaos \
     --baseline=skip --timeout 300 --build-timeout 1200 \
     --profile mutants \
-    --output target/mutants-score \
+    --output "${MUTANTS_OUT:-target/mutants-score}" \
     "$@" \
     -- --test harness_alone
