@@ -209,6 +209,14 @@ pub struct SyscallTrace {
 }
 
 impl SyscallTrace {
+    /// The counted syscalls of a traced run, `root` (its canonical store
+    /// root) written as `ROOT`.
+    pub fn of(events: &[SyscallEvent], root: &Path) -> SyscallTrace {
+        SyscallTrace {
+            calls: events.iter().map(|e| TracedCall::new(e, root)).collect(),
+        }
+    }
+
     pub fn len(&self) -> u64 {
         self.calls.len() as u64
     }
@@ -1096,9 +1104,7 @@ mod tests {
                 },
             ),
         ];
-        let trace = SyscallTrace {
-            calls: calls.iter().map(|e| TracedCall::new(e, root)).collect(),
-        };
+        let trace = SyscallTrace::of(&calls, root);
         assert_eq!(trace.calls[2].text, "fdatasync(fd 4 = ROOT/s/events.jsonl)");
         assert_eq!(trace.calls[1].key, "pwrite64(fd 4 ROOT/s/events.jsonl)");
         let plans = trace.exhaustive(&mut Rng::new(1));

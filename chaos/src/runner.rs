@@ -182,13 +182,10 @@ pub fn prepare_keeping(
                 first.stderr
             ));
         }
-        first.syscalls.as_ref().map(|s| SyscallTrace {
-            calls: s
-                .events
-                .iter()
-                .map(|e| TracedCall::new(e, &s.root))
-                .collect(),
-        })
+        first
+            .syscalls
+            .as_ref()
+            .map(|s| SyscallTrace::of(&s.events, &s.root))
     } else {
         None
     };
@@ -335,13 +332,10 @@ pub fn trace_later(
         if !finished(&h) {
             return Ok(None);
         }
-        h.lives[life].syscalls.as_ref().map(|s| SyscallTrace {
-            calls: s
-                .events
-                .iter()
-                .map(|e| TracedCall::new(e, &s.root))
-                .collect(),
-        })
+        h.lives[life]
+            .syscalls
+            .as_ref()
+            .map(|s| SyscallTrace::of(&s.events, &s.root))
     } else {
         None
     };
