@@ -7,7 +7,7 @@ use std::path::Path;
 use std::process::{Command, Stdio};
 use std::time::Duration;
 
-use agentchaos::syscall::{trace, Exit, TraceConfig};
+use agentchaos::nemesis::syscall::{trace, Exit, TraceConfig};
 use criterion::{criterion_group, criterion_main, BenchmarkId, Criterion};
 
 const PROBE: &str = env!("CARGO_BIN_EXE_agentchaos-fsprobe");

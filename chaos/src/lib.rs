@@ -2,43 +2,25 @@
 //! store and checks the recovery invariants. Linux only (Unix sockets,
 //! SIGKILL, /dev/shm; the syscall tracer also needs x86_64).
 //!
-//! Jepsen's split, one module per concept:
-//! - generator: [`scenario`] (the declarative script) and [`generate`] (random scenarios);
-//! - client: [`agent`] (the child process) with its [`tools`], the [`world`]
-//!   its remote effects land in, and the [`store`] under test ([`adapter`]:
-//!   stores in any language, over the adapter protocol);
-//! - nemesis: [`nemesis`] (kill, tear, power cut, timer, double crash),
-//!   [`syscall`] (ptrace: kills, tears and errors at file-mutating syscalls),
-//!   [`powerloss`] (crash states a power loss allows), [`powercampaign`]
-//!   (recovering every such state through the store's adapter);
-//! - history: [`trial`] (one trial's processes and observations) and [`wire`]
-//!   (what the child reports as it happens);
-//! - checker: [`checker`] (the invariants) over [`model`] (the harness's own
-//!   reading of a log) and [`oracle`] (what a store must serve, from the model);
-//! - [`probe`] (damage and double-commit probes on a finished store);
-//! - [`runner`] (campaigns), [`replay`], [`shrink`], [`report`] with its
-//!   [`scorecard`] (a verdict per capability), [`rng`].
+//! The folders follow Jepsen's split of roles:
+//! - [`scenario`]: the generator (the declarative script, random scenarios,
+//!   the deterministic RNG);
+//! - [`agent`]: the client process the nemesis kills, with its tools, the
+//!   world its remote effects land in, and the wire it reports on;
+//! - [`store`]: the store under test behind one seam, in-process or over
+//!   the adapter protocol (stores in any language);
+//! - [`nemesis`]: what kills or breaks (crash points, the syscall nemesis,
+//!   power loss);
+//! - [`check`]: the invariants, over the harness's own model of a log and
+//!   the oracle of what a store must serve;
+//! - [`campaign`]: trials and their history, the runner, probes, shrinking,
+//!   replay;
+//! - [`report`]: text, JSON, JUnit and the scorecard.
 
-pub mod adapter;
 pub mod agent;
-pub mod checker;
-pub mod generate;
-pub mod model;
+pub mod campaign;
+pub mod check;
 pub mod nemesis;
-pub mod oracle;
-pub mod powercampaign;
-pub mod powerloss;
-pub mod probe;
-pub mod replay;
 pub mod report;
-pub mod rng;
-pub mod runner;
 pub mod scenario;
-pub mod scorecard;
-pub mod shrink;
 pub mod store;
-pub mod syscall;
-pub mod tools;
-pub mod trial;
-pub mod wire;
-pub mod world;

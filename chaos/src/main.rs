@@ -7,14 +7,14 @@ use std::path::{Path, PathBuf};
 use std::process::ExitCode;
 use std::time::Duration;
 
-use agentchaos::adapter::AdapterBackend;
 use agentchaos::agent::{self, AgentArgs};
-use agentchaos::checker::Invariant;
+use agentchaos::campaign::runner::{self, Config, Mode, ScenarioSource};
+use agentchaos::campaign::shrink;
+use agentchaos::check::Invariant;
 use agentchaos::nemesis::{Nemeses, Plan, Restarts};
 use agentchaos::report::{self, Context};
-use agentchaos::runner::{self, Config, Mode, ScenarioSource};
 use agentchaos::scenario::{self, InputError};
-use agentchaos::shrink;
+use agentchaos::store::adapter::AdapterBackend;
 use agentchaos::store::{ReferenceBackend, SessionSpec, StoreBackend};
 use agentstore::fault::Fault;
 use agentstore::Durability;
@@ -331,17 +331,19 @@ fn main() -> ExitCode {
             Ok(ExitCode::SUCCESS)
         }
         Command::Agent(a) => run_agent(a),
-        Command::Probe(p) => agentchaos::probe::run_child(&agentchaos::probe::ChildArgs {
-            what: p.what,
-            root: p.root,
-            session: p.session,
-            workspace: p.workspace,
-            events: p.events,
-            adapter: p.adapter,
-            durability: p.durability,
-        })
-        .map(|()| ExitCode::SUCCESS)
-        .map_err(|e| failed(format!("probe: {e}"))),
+        Command::Probe(p) => {
+            agentchaos::campaign::probe::run_child(&agentchaos::campaign::probe::ChildArgs {
+                what: p.what,
+                root: p.root,
+                session: p.session,
+                workspace: p.workspace,
+                events: p.events,
+                adapter: p.adapter,
+                durability: p.durability,
+            })
+            .map(|()| ExitCode::SUCCESS)
+            .map_err(|e| failed(format!("probe: {e}")))
+        }
         Command::ReferenceAdapter(a) => {
             let options = agentstore::adapter::ServeOptions {
                 durability: a.durability,
@@ -428,11 +430,11 @@ fn config<'a>(
     // agentchaos-<pid>-<hex>/<s>-<i>/w.sock must fit a Unix socket path.
     let longest =
         dir.as_os_str().len() + "/agentchaos-4294967295-ffffffff/9999-999999/w.sock".len();
-    if longest > agentchaos::world::MAX_SOCKET_PATH {
+    if longest > agentchaos::agent::world::MAX_SOCKET_PATH {
         return Err(bad_input(format!(
             "--dir {} is too long: trial sockets need paths of at most {} bytes",
             dir.display(),
-            agentchaos::world::MAX_SOCKET_PATH
+            agentchaos::agent::world::MAX_SOCKET_PATH
         )));
     }
     std::fs::create_dir_all(&dir)
@@ -511,7 +513,7 @@ fn run(args: RunArgs) -> Result<ExitCode, Failure> {
             n
         }
         None => {
-            if !agentchaos::syscall::SUPPORTED {
+            if !agentchaos::nemesis::syscall::SUPPORTED {
                 not_run = Some(format!(
                     "syscall and power-loss nemeses not run: they need Linux on x86_64 (ptrace), this build targets {}/{}; durable_append is earned only by kills inside the store's writes, and its power-loss row is not exercised",
                     std::env::consts::OS,
@@ -645,7 +647,7 @@ fn shrink_random(
 
 /// The syscall nemesis needs ptrace on Linux x86_64: elsewhere, bad input.
 fn syscall_supported() -> Result<(), Failure> {
-    if agentchaos::syscall::SUPPORTED {
+    if agentchaos::nemesis::syscall::SUPPORTED {
         Ok(())
     } else {
         Err(bad_input(format!(
@@ -662,9 +664,12 @@ fn replay(args: ReplayArgs) -> Result<ExitCode, Failure> {
     // A trial's plan, or a probe's (`probe:…`).
     enum What {
         Trial(Plan),
-        Probe(agentchaos::probe::Probe),
+        Probe(agentchaos::campaign::probe::Probe),
     }
-    let what = match args.plan.strip_prefix(agentchaos::probe::PLAN_PREFIX) {
+    let what = match args
+        .plan
+        .strip_prefix(agentchaos::campaign::probe::PLAN_PREFIX)
+    {
         Some(p) => What::Probe(p.parse().map_err(bad_input)?),
         None => What::Trial(args.plan.parse().map_err(bad_input)?),
     };
@@ -679,8 +684,12 @@ fn replay(args: ReplayArgs) -> Result<ExitCode, Failure> {
         random_seed: None,
     };
     let r = match what {
-        What::Trial(plan) => agentchaos::replay::replay(&cfg, source, plan, args.keep.as_deref()),
-        What::Probe(probe) => agentchaos::probe::replay(&cfg, source, &probe, args.keep.as_deref()),
+        What::Trial(plan) => {
+            agentchaos::campaign::replay::replay(&cfg, source, plan, args.keep.as_deref())
+        }
+        What::Probe(probe) => {
+            agentchaos::campaign::probe::replay(&cfg, source, &probe, args.keep.as_deref())
+        }
     }
     .map_err(failed)?;
     print!("{}", r.narrative);
@@ -727,8 +736,8 @@ fn load_sources(paths: &[PathBuf]) -> Result<Vec<ScenarioSource>, Failure> {
 
 /// `agentstore adapter`, with the agentstore binary next to this one.
 fn powerloss(args: PowerlossArgs) -> Result<ExitCode, Failure> {
-    use agentchaos::powercampaign::{self, StateId, Verdict};
-    use agentchaos::powerloss::Model;
+    use agentchaos::campaign::powercampaign::{self, StateId, Verdict};
+    use agentchaos::nemesis::powerloss::Model;
     let models = match args.model.as_str() {
         "all" => Model::ALL.to_vec(),
         m => vec![m

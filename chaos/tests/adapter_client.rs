@@ -5,8 +5,8 @@ use std::path::PathBuf;
 use std::process::Command;
 use std::time::{Duration, Instant};
 
-use agentchaos::adapter::client::MAX_REPLY_BYTES;
-use agentchaos::adapter::{
+use agentchaos::store::adapter::client::MAX_REPLY_BYTES;
+use agentchaos::store::adapter::{
     AdapterCommand, Capability, Client, ClientError, ClientOptions, ErrorKind, OpenArgs,
 };
 use agentstore::event::Event;

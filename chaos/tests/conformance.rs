@@ -1,7 +1,7 @@
 //! Conformance through the adapter protocol: the same session, SIGKILL,
 //! reopen and recovery against the reference store (`agentstore adapter`)
 //! and the SQLite store. Each must serve the projection the harness's oracle
-//! (`agentchaos::oracle`) reads from its events, keep every acknowledged event, and the two must agree with each
+//! (`agentchaos::check::oracle`) reads from its events, keep every acknowledged event, and the two must agree with each
 //! other on events, recovery, refusals and projection.
 
 mod support;
@@ -9,8 +9,8 @@ mod support;
 use std::path::Path;
 use std::time::Duration;
 
-use agentchaos::adapter::protocol::Ack;
-use agentchaos::adapter::{
+use agentchaos::store::adapter::protocol::Ack;
+use agentchaos::store::adapter::{
     AdapterCommand, Capability, Client, ClientOptions, ErrorKind, OpenArgs, ProjectionView,
 };
 use agentstore::event::{
@@ -181,7 +181,7 @@ struct Outcome {
 
 /// The projection the harness's oracle reads from `records` (never agentstore's fold).
 fn projection_of(records: &[agentstore::Record]) -> ProjectionView {
-    agentchaos::oracle::projection(records)
+    agentchaos::check::oracle::projection(records)
 }
 
 /// A line of the context naming `a` and `b` together (the protocol's rule

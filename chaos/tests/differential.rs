@@ -11,7 +11,7 @@ use std::collections::HashMap;
 use std::path::{Path, PathBuf};
 use std::time::Duration;
 
-use agentchaos::adapter::{
+use agentchaos::store::adapter::{
     AdapterCommand, Client, ClientError, ClientOptions, ErrorKind, OpenArgs, ProjectionView,
 };
 use agentstore::event::{
@@ -238,7 +238,7 @@ fn compare_state(stores: &mut [Store], context: &str) {
         let name = s.name;
         let records = s.client().events(None).unwrap();
         let projection = s.client().projection().unwrap();
-        let folded = agentchaos::oracle::projection(&records);
+        let folded = agentchaos::check::oracle::projection(&records);
         let diff = folded.differences(&projection);
         assert!(
             diff.is_empty(),

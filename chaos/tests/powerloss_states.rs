@@ -3,7 +3,9 @@
 use std::fmt::Write as _;
 use std::path::PathBuf;
 
-use agentchaos::powerloss::{Bytes, CrashStates, Limits, Model, Node, Op, OpLog, Simulator, Tree};
+use agentchaos::nemesis::powerloss::{
+    Bytes, CrashStates, Limits, Model, Node, Op, OpLog, Simulator, Tree,
+};
 
 fn write(path: &str, offset: u64, data: &[u8]) -> Op {
     Op::Write {

@@ -5,7 +5,7 @@
 use std::collections::BTreeMap;
 use std::path::PathBuf;
 
-use agentchaos::runner::{self, Config, Mode, ScenarioSource};
+use agentchaos::campaign::runner::{self, Config, Mode, ScenarioSource};
 use agentchaos::scenario::{Run, Scenario, Step, TestSpec};
 use agentchaos::store::ReferenceBackend;
 use agentstore::event::Decision;

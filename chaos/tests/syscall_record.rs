@@ -8,8 +8,8 @@ use std::io::{BufRead, BufReader, Read, Write};
 use std::path::Path;
 use std::process::{Command, Stdio};
 
-use agentchaos::powerloss::{Op, OpLog, Simulator, Tree};
-use agentchaos::syscall::{Exit, TraceConfig, Traced};
+use agentchaos::nemesis::powerloss::{Op, OpLog, Simulator, Tree};
+use agentchaos::nemesis::syscall::{Exit, TraceConfig, Traced};
 
 const PROBE: &str = env!("CARGO_BIN_EXE_agentchaos-fsprobe");
 
@@ -174,7 +174,7 @@ fn stdout_writes_are_placed_exactly_between_ops() {
 
 #[test]
 fn a_recorded_run_without_a_directory_fsync_loses_its_file_on_power_loss() {
-    use agentchaos::powerloss::{Limits, Model};
+    use agentchaos::nemesis::powerloss::{Limits, Model};
     let root = tempfile::tempdir().unwrap();
     fs::create_dir(root.path().join("s")).unwrap();
     let before = Tree::capture(root.path()).unwrap();

@@ -14,7 +14,7 @@ use std::io::{Read, Write};
 use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
 
-use agentchaos::syscall::{
+use agentchaos::nemesis::syscall::{
     Call, Errno, FaultOutcome, FaultPlan, Outcome, SyscallFault, TraceConfig, Traced,
 };
 use serde_json::{json, Value};

@@ -8,7 +8,7 @@ use std::io::Read;
 use std::path::Path;
 use std::process::{Command, Stdio};
 
-use agentchaos::syscall::{
+use agentchaos::nemesis::syscall::{
     trace, Errno, Exit, FaultOutcome, FaultPlan, Outcome, SyscallFault, TraceConfig, Traced,
 };
 

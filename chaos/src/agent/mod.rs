@@ -1,0 +1,586 @@
+//! The child agent: `agentchaos agent …`, the process the nemesis kills.
+//!
+//! It runs a scenario against a store with real side effects, following
+//! the intent/commit protocol: `tool_call`, [`approval`], `tool_started`
+//! (durable before the tool runs), the effect, `effect_committed` (side
+//! effects), `tool_result`. Every append is reported to the harness before
+//! it is attempted and again when acknowledged (see [`crate::agent::wire`]).
+//!
+//! After a restart (life > 0) it recovers the store, reports what recovery
+//! said, and pauses twice so the harness can look at the store (after the
+//! first recovery, and after reopening and recovering again), each time
+//! with the session closed, so that a fresh adapter can open it.
+//! Then it derives its position in the scenario from the store's durable
+//! events alone, never from memory, and resumes: an uncertain call is
+//! handled by the phase the store reported. `requested` runs; `started` is
+//! reconciled with its tool first (`tool_reconciled`), then finished
+//! without running (`applied`) or run again with the same operation id
+//! (`not_applied`); `committed` is never run again. An interrupted run is
+//! continued in a new run attempt `<run>~<n>`.
+//!
+//! The agent trusts the store's recovery report, as a real agent would: a
+//! store that reports the wrong phase leads it astray, and the checker, not
+//! the agent, catches the consequence. The agent must never write to stdout
+//! anything but [`ChildLine`]s.
+
+pub mod tools;
+pub mod wire;
+pub mod world;
+
+use std::collections::{BTreeMap, HashMap};
+use std::io::StdoutLock;
+use std::path::PathBuf;
+
+use agentstore::crashpoint;
+use agentstore::event::{
+    event_id, Decision, Effect, Event, Phase, ReconcileOutcome, Record, ResultStatus, RunStatus,
+    Seq,
+};
+use serde_json::Value;
+
+use crate::agent::tools::{Output, ToolContext};
+use crate::agent::wire::{fingerprint, wait_for_harness, ChildLine, ReportedCall, Reporter};
+use crate::agent::world::WorldClient;
+use crate::check::model::{call_of, describe_event, store_authored, Model};
+use crate::scenario::{self, Op, PlacedOp, Run, Scenario, ToolInvocation};
+use crate::store::{SessionSpec, SessionStore, StoreBackend};
+
+/// The crash point between a durable intent and the effect.
+pub const BEFORE_EFFECT: &str = "agent.before_effect";
+
+/// What the agent process is told on its command line.
+#[derive(Debug, Clone)]
+pub struct AgentArgs {
+    pub scenario: PathBuf,
+    pub spec: SessionSpec,
+    pub world: PathBuf,
+    /// 0 for the first process of a trial; each restart adds one.
+    pub life: u32,
+}
+
+/// How a rendered context shows the crash: agentstore's
+/// `<recovery>…</recovery>` block if it has one, else (an adapter's own
+/// layout, `chaos/PROTOCOL.md`) the lines naming a `call` with its `phase`
+/// or a `run` as `interrupted`. None when it shows nothing.
+pub fn recovery_block(context: &str) -> Option<String> {
+    if let Some(start) = context.find("<recovery>") {
+        let end = context[start..].find("</recovery>")? + start + "</recovery>".len();
+        return Some(context[start..end].to_string());
+    }
+    let lines: Vec<&str> = context
+        .lines()
+        .filter(|l| {
+            (l.contains("call ") && l.contains("phase "))
+                || (l.contains("run ") && l.contains("interrupted"))
+        })
+        .collect();
+    (!lines.is_empty()).then(|| lines.join("\n"))
+}
+
+fn hash_hex(s: &str) -> String {
+    format!("{:08x}", crc32c::crc32c(s.as_bytes()))
+}
+
+fn close(store: Box<dyn SessionStore>) -> Result<(), String> {
+    store
+        .close()
+        .map_err(|e| format!("cannot close the session: {e}"))
+}
+
+/// Runs the agent to completion (or until the nemesis kills it).
+pub fn run(args: &AgentArgs, backend: &dyn StoreBackend) -> Result<(), String> {
+    let scenario = scenario::load(&args.scenario).map_err(|e| e.to_string())?;
+    let stdout = std::io::stdout();
+    let mut reporter = Reporter::new(stdout.lock());
+    let open = || {
+        backend
+            .open(&args.spec)
+            .map_err(|e| format!("cannot open the session: {e}"))
+    };
+    let mut store = open()?;
+    let mut uncertain = BTreeMap::new();
+    if args.life > 0 {
+        let first = store
+            .recover()
+            .map_err(|e| format!("recovery failed: {e}"))?;
+        let contexts = crate::store::served_contexts(store.as_mut())
+            .map_err(|e| format!("cannot render the context: {e}"))?;
+        let projection = store
+            .projection()
+            .map_err(|e| format!("cannot read the projection: {e}"))?;
+        reporter.send(&ChildLine::Recovered {
+            appended: first.appended,
+            interrupted: first.interrupted_runs.clone(),
+            uncertain: first
+                .uncertain
+                .iter()
+                .map(|u| ReportedCall {
+                    call_id: u.call_id.clone(),
+                    phase: u.phase,
+                })
+                .collect(),
+            block: recovery_block(&contexts[0].text),
+            contexts,
+            projection,
+        })?;
+        // The session is released while the harness looks: a store seen
+        // only through a fresh adapter of its own must be able to open it.
+        close(store)?;
+        let stdin = std::io::stdin();
+        wait_for_harness(&mut stdin.lock())?;
+        store = open()?;
+        let again = store
+            .recover()
+            .map_err(|e| format!("second recovery failed: {e}"))?;
+        reporter.send(&ChildLine::RecoveredAgain {
+            appended: again.appended,
+        })?;
+        close(store)?;
+        wait_for_harness(&mut stdin.lock())?;
+        store = open()?;
+        uncertain = again
+            .uncertain
+            .into_iter()
+            .map(|u| (u.call_id, u.phase))
+            .collect();
+    }
+    let records = store
+        .events(None)
+        .map_err(|e| format!("cannot read the session's events: {e}"))?;
+    let ops = scenario.ops();
+    let mut agent = Agent {
+        scenario: &scenario,
+        ops: &ops,
+        store,
+        reporter,
+        model: Model::default(),
+        labels: HashMap::new(),
+        uncertain,
+        world: WorldClient::new(&args.world),
+        workspace: args.spec.workspace.clone(),
+        life: args.life,
+    };
+    let start = agent.position(&records)?;
+    for i in start..ops.len() {
+        agent.execute(i)?;
+    }
+    agent.reporter.send(&ChildLine::Done)?;
+    close(agent.store)
+}
+
+/// How often the agent tries an append the store refuses with an I/O error.
+pub const APPEND_ATTEMPTS: u32 = 3;
+
+struct Agent<'a> {
+    scenario: &'a Scenario,
+    ops: &'a [PlacedOp],
+    store: Box<dyn SessionStore>,
+    reporter: Reporter<StdoutLock<'static>>,
+    /// The agent's own fold of the session, kept current with every ack.
+    model: Model,
+    /// Message labels of the scenario -> seq of the message.
+    labels: HashMap<String, Seq>,
+    /// The store's report: uncertain calls and their phases.
+    uncertain: BTreeMap<String, Phase>,
+    world: WorldClient,
+    workspace: PathBuf,
+    life: u32,
+}
+
+impl Agent<'_> {
+    /// Folds the durable events and returns the index of the first op
+    /// they do not complete. The events must follow the scenario.
+    fn position(&mut self, records: &[Record]) -> Result<usize, String> {
+        let mut next = 0;
+        for rec in records {
+            let Some(event) = rec.event() else {
+                continue;
+            };
+            self.model.apply(rec.seq, event);
+            let plumbing = store_authored(event)
+                || matches!(event, Event::RequestHeader { .. })
+                || matches!(event, Event::RunStarted { run_id } if run_id.contains('~'));
+            if plumbing {
+                continue;
+            }
+            while matches!(
+                self.ops.get(next),
+                Some(PlacedOp {
+                    op: Op::Checkpoint,
+                    ..
+                })
+            ) {
+                next += 1;
+            }
+            let diverge = |expected: String| {
+                format!(
+                    "the log does not follow the scenario: seq {} is {}, the scenario expects {expected}",
+                    rec.seq,
+                    describe_event(event)
+                )
+            };
+            let Some(placed) = self.ops.get(next) else {
+                return Err(diverge("nothing more".into()));
+            };
+            let complete = match (&placed.op, event) {
+                (Op::RunStart { run }, Event::RunStarted { run_id }) => {
+                    if *run_id != self.scenario.runs[*run].id {
+                        return Err(diverge(placed.op.to_string()));
+                    }
+                    true
+                }
+                (Op::User { .. }, Event::UserMessage { .. })
+                | (Op::Assistant { .. }, Event::AssistantMessage { .. }) => {
+                    if let Some(label) = &placed.label {
+                        self.labels.insert(label.clone(), rec.seq);
+                    }
+                    true
+                }
+                (Op::Plan { .. }, Event::PlanUpdated { .. })
+                | (Op::Compact { .. }, Event::Compaction { .. })
+                | (Op::SwitchTo { .. }, Event::LeafMoved { .. })
+                | (Op::RunEnd { .. }, Event::RunFinished { .. }) => true,
+                (Op::Tool(t), e) if call_of(e) == Some(t.call_id.as_str()) => {
+                    matches!(e, Event::ToolResult { .. })
+                }
+                _ => return Err(diverge(placed.op.to_string())),
+            };
+            if complete {
+                next += 1;
+            }
+        }
+        Ok(next)
+    }
+
+    /// Appends one event, reporting it before and after. An I/O refusal is
+    /// retried (each attempt announced anew), as real agents do, up to
+    /// [`APPEND_ATTEMPTS`] attempts: a store must not let a retry duplicate
+    /// the refused event, nor acknowledge what a failed sync may have lost.
+    fn append(&mut self, event: Event) -> Result<Seq, String> {
+        let t = event.type_name().to_string();
+        let h = fingerprint(&event);
+        let mut attempt = 1;
+        let ack = loop {
+            self.reporter.send(&ChildLine::Append {
+                t: t.clone(),
+                h: h.clone(),
+            })?;
+            match self.store.append(&event) {
+                Ok(ack) => break ack,
+                Err(e) => {
+                    let refused = format!("the store refused {}: {e}", describe_event(&event));
+                    if !e.io {
+                        return Err(refused);
+                    }
+                    self.reporter.send(&ChildLine::Refused {
+                        t: t.clone(),
+                        h: h.clone(),
+                    })?;
+                    if attempt == APPEND_ATTEMPTS {
+                        return Err(format!("{refused} ({attempt} attempts)"));
+                    }
+                    attempt += 1;
+                }
+            }
+        };
+        self.reporter.send(&ChildLine::Ack { seq: ack.seq, t, h })?;
+        self.model.apply(ack.seq, &event);
+        Ok(ack.seq)
+    }
+
+    fn execute(&mut self, i: usize) -> Result<(), String> {
+        let placed = &self.ops[i];
+        let run = &self.scenario.runs[placed.run];
+        match &placed.op {
+            Op::RunStart { .. } => {
+                self.append(Event::RunStarted {
+                    run_id: run.id.clone(),
+                })?;
+                self.header(run)
+            }
+            Op::Checkpoint => self
+                .store
+                .checkpoint()
+                .map_err(|e| format!("checkpoint failed: {e}")),
+            op => {
+                self.ensure_run(run)?;
+                match op {
+                    Op::User { text } | Op::Assistant { text } => {
+                        let parent = self.model.leaf();
+                        let text = text.clone();
+                        let event = if matches!(op, Op::User { .. }) {
+                            Event::UserMessage { parent, text }
+                        } else {
+                            Event::AssistantMessage { parent, text }
+                        };
+                        let seq = self.append(event)?;
+                        if let Some(label) = &placed.label {
+                            self.labels.insert(label.clone(), seq);
+                        }
+                        Ok(())
+                    }
+                    Op::Plan { goal, steps } => self
+                        .append(Event::PlanUpdated {
+                            goal: goal.clone(),
+                            steps: steps.clone(),
+                        })
+                        .map(drop),
+                    Op::Tool(inv) => self.tool(inv),
+                    Op::Compact { summary, keep } => self.compact(summary, *keep),
+                    Op::SwitchTo { label } => {
+                        let seq = *self.labels.get(label).ok_or_else(|| {
+                            format!("label {label:?} names no message in the log")
+                        })?;
+                        self.append(Event::LeafMoved {
+                            leaf: event_id(seq),
+                        })
+                        .map(drop)
+                    }
+                    Op::RunEnd { .. } => {
+                        let run_id = self
+                            .model
+                            .open_run_id()
+                            .ok_or("no open run to finish")?
+                            .to_string();
+                        self.append(Event::RunFinished {
+                            run_id,
+                            status: RunStatus::Completed,
+                        })
+                        .map(drop)
+                    }
+                    Op::RunStart { .. } | Op::Checkpoint => unreachable!("handled above"),
+                }
+            }
+        }
+    }
+
+    fn header(&mut self, run: &Run) -> Result<(), String> {
+        let run_id = self.model.open_run_id().ok_or("no open run")?.to_string();
+        let tools = [
+            "read_file",
+            "run_tests",
+            "write_file",
+            "append_line",
+            "remote",
+            "large_output",
+        ]
+        .join(",");
+        self.append(Event::RequestHeader {
+            run_id,
+            model: run.model.clone(),
+            system_prompt_hash: hash_hex(&run.system_prompt),
+            tools_hash: hash_hex(&tools),
+        })
+        .map(drop)
+    }
+
+    /// Makes sure a run is open with its header: after a crash the
+    /// interrupted run continues as a new attempt `<run>~<n>`.
+    fn ensure_run(&mut self, run: &Run) -> Result<(), String> {
+        if self.model.open_run_ready() {
+            return Ok(());
+        }
+        if self.model.open_run.is_none() {
+            let prefix = format!("{}~", run.id);
+            let attempts = self
+                .model
+                .runs
+                .iter()
+                .filter(|r| r.run_id == run.id || r.run_id.starts_with(&prefix))
+                .count();
+            self.append(Event::RunStarted {
+                run_id: format!("{}{attempts}", prefix),
+            })?;
+        }
+        self.header(run)
+    }
+
+    fn compact(&mut self, summary: &str, keep: usize) -> Result<(), String> {
+        let branch = self.model.active_branch();
+        if branch.is_empty() {
+            return Err("compaction with an empty active branch".into());
+        }
+        let first_kept = branch[branch.len() - keep.min(branch.len())];
+        let tokens_before = self.model.branch_weight().div_ceil(4);
+        self.append(Event::Compaction {
+            parent: self.model.leaf(),
+            summary: summary.to_string(),
+            first_kept_id: event_id(first_kept),
+            tokens_before,
+        })
+        .map(drop)
+    }
+
+    fn ctx(&mut self) -> ToolContext<'_> {
+        ToolContext {
+            workspace: &self.workspace,
+            world: &mut self.world,
+            tests: &self.scenario.tests,
+            life: self.life,
+        }
+    }
+
+    fn tool(&mut self, inv: &ToolInvocation) -> Result<(), String> {
+        if !self.model.calls.contains_key(&inv.call_id) {
+            self.append(Event::ToolCall {
+                parent: self.model.leaf(),
+                call_id: inv.call_id.clone(),
+                tool: inv.kind.name().to_string(),
+                args: inv.args.clone(),
+                effect: inv.kind.effect(),
+                operation_id: inv.operation_id.clone(),
+                target: Some(inv.target.clone()),
+                needs_approval: inv.approval.is_some(),
+            })?;
+        }
+        match self.uncertain.remove(&inv.call_id) {
+            Some(Phase::Requested) => self.attempt(inv),
+            Some(Phase::Started) => self.reconcile(inv),
+            Some(Phase::Committed) => {
+                let call = &self.model.calls[&inv.call_id];
+                let reference = call.commits.last().map_or("unknown", |(_, r)| r.as_str());
+                let msg =
+                    format!("effect committed before the crash as {reference}; not run again");
+                self.result(inv, ResultStatus::Ok, Output::Inline(Value::String(msg)))
+            }
+            None => match self.model.calls[&inv.call_id].reconciled {
+                Some(ReconcileOutcome::Applied) => self.finish_applied(inv, None),
+                Some(ReconcileOutcome::NotApplied) | None => self.attempt(inv),
+            },
+        }
+    }
+
+    /// Runs the call: approval (asked at most once), intent, effect, commit, result.
+    fn attempt(&mut self, inv: &ToolInvocation) -> Result<(), String> {
+        if let Some(scripted) = inv.approval {
+            let decision = match self.model.calls[&inv.call_id].approval() {
+                Some(durable) => durable,
+                None => {
+                    self.append(Event::Approval {
+                        call_id: inv.call_id.clone(),
+                        decision: scripted,
+                    })?;
+                    scripted
+                }
+            };
+            if decision == Decision::Denied {
+                let msg = Value::String("denied by the user; not run".into());
+                return self.result(inv, ResultStatus::Error, Output::Inline(msg));
+            }
+        }
+        self.append(Event::ToolStarted {
+            call_id: inv.call_id.clone(),
+        })?;
+        crashpoint::hit(BEFORE_EFFECT);
+        let op = inv.operation_id.as_deref();
+        let ran = tools::run(&mut self.ctx(), inv.kind, &inv.args, op)?;
+        if let (Some(op), Effect::SideEffect) = (op, inv.kind.effect()) {
+            let external_ref = ran
+                .external_ref
+                .clone()
+                .ok_or_else(|| format!("{} left no external reference", inv.call_id))?;
+            self.append(Event::EffectCommitted {
+                call_id: inv.call_id.clone(),
+                operation_id: op.to_string(),
+                external_ref,
+            })?;
+        }
+        self.result(inv, ran.status, ran.output)
+    }
+
+    /// Asks the tool whether the uncertain call happened, records the answer, acts on it.
+    fn reconcile(&mut self, inv: &ToolInvocation) -> Result<(), String> {
+        let op = inv.operation_id.as_deref();
+        let found = tools::reconcile(&mut self.ctx(), inv.kind, &inv.args, op)?;
+        self.append(Event::ToolReconciled {
+            call_id: inv.call_id.clone(),
+            outcome: found.outcome,
+            evidence: found.evidence,
+        })?;
+        match found.outcome {
+            ReconcileOutcome::Applied => self.finish_applied(inv, found.external_ref),
+            ReconcileOutcome::NotApplied => self.attempt(inv),
+        }
+    }
+
+    /// The effect happened before the crash: commit it (once) and give the result.
+    fn finish_applied(
+        &mut self,
+        inv: &ToolInvocation,
+        external_ref: Option<String>,
+    ) -> Result<(), String> {
+        let committed = !self.model.calls[&inv.call_id].commits.is_empty();
+        if let (Some(op), Effect::SideEffect, false) =
+            (&inv.operation_id, inv.kind.effect(), committed)
+        {
+            let external_ref = match external_ref {
+                Some(r) => r,
+                None => tools::reconcile(&mut self.ctx(), inv.kind, &inv.args, Some(op))?
+                    .external_ref
+                    .ok_or_else(|| format!("the tool no longer reports {op} as applied"))?,
+            };
+            self.append(Event::EffectCommitted {
+                call_id: inv.call_id.clone(),
+                operation_id: op.clone(),
+                external_ref,
+            })?;
+        }
+        let msg = Value::String(
+            "applied before the crash (verified with the tool); not run again".into(),
+        );
+        self.result(inv, ResultStatus::Ok, Output::Inline(msg))
+    }
+
+    fn result(
+        &mut self,
+        inv: &ToolInvocation,
+        status: ResultStatus,
+        output: Output,
+    ) -> Result<(), String> {
+        let (output, blob) = match output {
+            Output::Inline(v) => (Some(v), None),
+            Output::Blob(bytes) => {
+                let blob = self
+                    .store
+                    .put_blob(&bytes)
+                    .map_err(|e| format!("cannot store a blob: {e}"))?;
+                (
+                    Some(Value::String(format!(
+                        "{} bytes, stored as a blob",
+                        bytes.len()
+                    ))),
+                    Some(blob),
+                )
+            }
+        };
+        self.append(Event::ToolResult {
+            parent: self.model.leaf(),
+            call_id: inv.call_id.clone(),
+            status,
+            output,
+            blob,
+        })
+        .map(drop)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn finds_the_recovery_block() {
+        let ctx = "[user] hi\n<recovery>\n- call c1 ...\n</recovery>\n";
+        assert_eq!(
+            recovery_block(ctx).as_deref(),
+            Some("<recovery>\n- call c1 ...\n</recovery>")
+        );
+        assert_eq!(recovery_block("[user] hi\n"), None);
+        let own =
+            "[user] hi\nRECOVERY:\n  call c2 (deploy): phase started\n  run r1 was interrupted\n";
+        assert_eq!(
+            recovery_block(own).as_deref(),
+            Some("  call c2 (deploy): phase started\n  run r1 was interrupted")
+        );
+    }
+}

@@ -1,0 +1,15 @@
+//! Campaigns: running trials and judging them (Jepsen's test runner).
+//!
+//! [`trial`] runs one scenario under one nemesis plan and records its
+//! history; [`runner`] schedules every trial of a campaign over a worker
+//! pool; [`powercampaign`] recovers every crash state a power loss allows;
+//! [`probe`] probes a finished store (damage, double commits, the writer
+//! lock); [`shrink`] minimizes a failing random scenario; [`replay`] re-runs
+//! one trial from its replay command. Nothing here formats a report.
+
+pub mod powercampaign;
+pub mod probe;
+pub mod replay;
+pub mod runner;
+pub mod shrink;
+pub mod trial;

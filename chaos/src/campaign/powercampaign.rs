@@ -1,0 +1,1222 @@
+//! The power-loss campaign: record one crash-free run of each scenario with
+//! every file operation of the agent and its store, then, for each crash
+//! point and persistence model, build every on-disk state the model allows
+//! ([`crate::nemesis::powerloss`]), run the store's own recovery on it through its
+//! adapter, and judge it with the checker's invariants
+//! ([`check::check_recovery`]).
+//!
+//! Owns: the recording run (the agent and its adapter traced by
+//! [`crate::nemesis::syscall`], acks placed between ops by their stdout offsets),
+//! crash-point selection, the per-state recovery and observation, naming
+//! the persistence assumption of a failing state, and replay. Never: judges
+//! a state itself (the checker does), or writes outside its directories.
+//!
+//! Linux x86_64 only (the recorder). Recovery only: no agent resumes the
+//! scenario on a crash state, because the world's and the workspace's state
+//! at an arbitrary op is not part of the recording; the kill campaign
+//! (`agentchaos run`) covers resumed outcomes.
+
+use std::collections::{BTreeMap, HashMap};
+use std::fmt::Write as _;
+use std::hash::{Hash, Hasher};
+use std::io::Read;
+use std::path::{Path, PathBuf};
+use std::process::{Command, Stdio};
+use std::sync::mpsc;
+use std::time::{Duration, Instant};
+
+use agentstore::event::Seq;
+use serde_json::{json, Value};
+
+use crate::agent::wire::{parse_line, ChildLine, ReportedCall, ServedContext};
+use crate::agent::world::World;
+use crate::campaign::runner::{self, ScenarioSource};
+use crate::campaign::trial::{Append, History, Life, LifeEnd, RecoveryReport};
+use crate::check::{self, Invariant, Reference};
+use crate::nemesis::powerloss::{CrashState, Limits, Loss, Model, OpLog, Simulator, Tree};
+use crate::nemesis::syscall::{Exit, TraceConfig, Traced};
+use crate::store::adapter::{AdapterBackend, AdapterCommand, Capability, Client, ClientOptions};
+use crate::store::{Observation, ReferenceBackend, SessionSpec, StoreBackend};
+
+/// The session every recording writes.
+const SESSION: &str = "session";
+/// A recording run that has not finished in this long is killed.
+const RECORD_WATCHDOG: Duration = Duration::from_secs(120);
+/// Variables of the other nemeses: never inherited by the recorded agent.
+const CONTROLLED_ENV: &[&str] = &[
+    "AGENTCHAOS_TRACE",
+    "AGENTCHAOS_KILL_AT",
+    "AGENTCHAOS_TEAR",
+    "AGENTCHAOS_SYNC_LOG",
+    agentstore::fault::FAULT_ENV,
+];
+/// The check a state fails when the store cannot open or recover it.
+pub const OPENS: &str = "opens-and-recovers";
+
+/// Everything a power-loss campaign needs.
+#[derive(Debug, Clone)]
+pub struct Config {
+    /// The adapter command line (`--adapter`).
+    pub adapter: String,
+    /// The `agentchaos` binary (its hidden `agent` subcommand is recorded).
+    pub agent_exe: PathBuf,
+    pub models: Vec<Model>,
+    /// States per crash point and model (enumerated up to it, sampled beyond).
+    pub max_states: usize,
+    /// Crash points per scenario: all when `None` or when there are fewer.
+    pub max_points: Option<usize>,
+    pub seed: u64,
+    pub jobs: usize,
+    /// Parent of the campaign directory.
+    pub dir: PathBuf,
+    pub progress: bool,
+}
+
+/// One append of the recorded agent, placed among the ops.
+#[derive(Debug, Clone)]
+pub struct RecordedAppend {
+    pub type_name: String,
+    pub fingerprint: String,
+    /// Ops completed when the agent announced it (before the store saw it).
+    pub announced_after: usize,
+    /// Its seq and the ops completed when the agent wrote the ack line.
+    pub ack: Option<(Seq, usize)>,
+}
+
+/// A scenario's recorded crash-free run.
+#[derive(Debug)]
+pub struct Recording {
+    pub snapshot: Tree,
+    pub log: OpLog,
+    pub appends: Vec<RecordedAppend>,
+    /// The crash-free log, for log-prefix.
+    pub reference: Reference,
+    /// The workspace the session is bound to (kept for the recoveries).
+    pub workspace: PathBuf,
+}
+
+/// Runs the agent once, crash-free, under the recorder.
+pub fn record(cfg: &Config, source: &ScenarioSource, dir: &Path) -> Result<Recording, String> {
+    let root = dir.join("root");
+    let ws = dir.join("ws");
+    std::fs::create_dir_all(&root).map_err(|e| format!("cannot create {}: {e}", root.display()))?;
+    crate::agent::tools::populate(&ws, &source.scenario.files)
+        .map_err(|e| format!("cannot populate the workspace {}: {e}", ws.display()))?;
+    let world =
+        World::start(&dir.join("w.sock")).map_err(|e| format!("cannot start the world: {e}"))?;
+    let snapshot = Tree::capture(&root).map_err(|e| e.to_string())?;
+    let stderr_path = dir.join("agent.stderr");
+    let stderr = std::fs::File::create(&stderr_path)
+        .map_err(|e| format!("cannot create {}: {e}", stderr_path.display()))?;
+    let mut cmd = Command::new(&cfg.agent_exe);
+    cmd.arg("agent")
+        .arg("--scenario")
+        .arg(&source.path)
+        .arg("--root")
+        .arg(&root)
+        .arg("--session")
+        .arg(SESSION)
+        .arg("--workspace")
+        .arg(&ws)
+        .arg("--world")
+        .arg(world.path())
+        .arg("--life")
+        .arg("0")
+        .arg("--adapter")
+        .arg(&cfg.adapter)
+        .stdin(Stdio::null())
+        .stdout(Stdio::piped())
+        .stderr(stderr);
+    for var in CONTROLLED_ENV {
+        cmd.env_remove(var);
+    }
+    let config = TraceConfig {
+        root: root.clone(),
+        fault: None,
+        record: true,
+    };
+    // The tracer must stay on the thread that spawned the agent.
+    let (tx, rx) = mpsc::channel();
+    let tracer = std::thread::spawn(move || {
+        let mut traced = Traced::spawn(cmd, config).map_err(|e| e.to_string())?;
+        let _ = tx.send((traced.stdout.take(), traced.monitor()));
+        traced.run().map_err(|e| e.to_string())
+    });
+    let mut stdout = Vec::new();
+    if let Ok((out, monitor)) = rx.recv() {
+        let (done_tx, done_rx) = mpsc::channel::<()>();
+        let watchdog = std::thread::spawn(move || {
+            if done_rx.recv_timeout(RECORD_WATCHDOG).is_err() {
+                monitor.kill();
+            }
+        });
+        if let Some(mut out) = out {
+            let _ = out.read_to_end(&mut stdout);
+        }
+        drop(done_tx);
+        let _ = watchdog.join();
+    }
+    let outcome = tracer
+        .join()
+        .map_err(|_| "the tracer thread panicked".to_string())??;
+    let last_stderr = std::fs::read_to_string(&stderr_path)
+        .unwrap_or_default()
+        .lines()
+        .last()
+        .unwrap_or_default()
+        .to_string();
+    if outcome.exit != (Exit::Code { code: 0 }) {
+        return Err(format!(
+            "the recorded crash-free run failed ({:?}): {last_stderr}",
+            outcome.exit
+        ));
+    }
+    let log = outcome.oplog.ok_or("the tracer returned no op log")?;
+    if let Some(g) = log.gaps.first() {
+        return Err(format!(
+            "the recording has {} gap(s) the model cannot express; first: pid {} syscall #{}: {}",
+            log.gaps.len(),
+            g.pid,
+            g.syscall,
+            g.what
+        ));
+    }
+    let appends = placed_appends(&stdout, &log)?;
+    let spec = SessionSpec {
+        root,
+        session: SESSION.to_string(),
+        workspace: ws.clone(),
+    };
+    let records = AdapterBackend::new(&cfg.adapter)?
+        .observe(&spec)
+        .map_err(|e| format!("cannot read the recorded session: {e}"))?
+        .records;
+    drop(world);
+    Ok(Recording {
+        snapshot,
+        log,
+        appends,
+        reference: Reference {
+            records,
+            world: Vec::new(),
+            workspace: BTreeMap::new(),
+        },
+        workspace: ws,
+    })
+}
+
+/// The agent's append and ack lines, each placed by the stdout offset of
+/// its last byte.
+fn placed_appends(stdout: &[u8], log: &OpLog) -> Result<Vec<RecordedAppend>, String> {
+    let mut out: Vec<RecordedAppend> = Vec::new();
+    let mut end = 0u64;
+    for line in stdout.split_inclusive(|&b| b == b'\n') {
+        end += line.len() as u64;
+        let Some(text) = line.strip_suffix(b"\n") else {
+            return Err("the recorded agent's last stdout line has no newline".into());
+        };
+        let text = std::str::from_utf8(text)
+            .map_err(|_| "the recorded agent wrote a line that is not UTF-8".to_string())?;
+        let after = log
+            .ops_before_output(end - 1)
+            .ok_or_else(|| format!("stdout byte {} was not seen by the recorder", end - 1))?;
+        match parse_line(text)? {
+            ChildLine::Append { t, h } => out.push(RecordedAppend {
+                type_name: t,
+                fingerprint: h,
+                announced_after: after,
+                ack: None,
+            }),
+            ChildLine::Ack { seq, t, h } => match out.last_mut() {
+                Some(a) if a.fingerprint == h && a.type_name == t && a.ack.is_none() => {
+                    a.ack = Some((seq, after))
+                }
+                _ => {
+                    return Err(format!(
+                        "the recorded agent acked {t} without announcing it"
+                    ))
+                }
+            },
+            ChildLine::Done => {}
+            other => return Err(format!("unexpected line from a first life: {other:?}")),
+        }
+    }
+    Ok(out)
+}
+
+/// One broken promise in one state, as reported.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Finding {
+    /// The invariant's name, or [`OPENS`].
+    pub check: String,
+    pub when: String,
+    pub expected: String,
+    pub found: String,
+    pub events: Vec<String>,
+}
+
+/// What the store did with one crash state.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Verdict {
+    Pass,
+    /// It refused to open with `damage`, and every acknowledged event is in
+    /// the verified part before the damage: only un-acknowledged bytes were
+    /// garbled. Not a violation; counted and reported.
+    Refused(String),
+    Fail(Vec<Finding>),
+}
+
+/// How states are read and recovered.
+#[derive(Debug)]
+pub struct Judge<'a> {
+    pub backend: AdapterBackend,
+    /// The adapter says it is agentstore: its files are also read directly
+    /// (log bytes, torn tail, snapshot), so a snapshot left unreadable is
+    /// seen even though recovery ignores it.
+    pub agentstore_files: bool,
+    /// The adapter serves a projection (the fold is compared with it).
+    pub serves_projection: bool,
+    pub recording: &'a Recording,
+}
+
+impl<'a> Judge<'a> {
+    pub fn new(adapter: &str, recording: &'a Recording) -> Result<Judge<'a>, String> {
+        let command = AdapterCommand::parse(adapter)?;
+        let client = Client::spawn(command.to_command(), ClientOptions::default())
+            .map_err(|e| format!("--adapter: {e}"))?;
+        let agentstore_files = client.hello().name == "agentstore";
+        let serves_projection = client.claims(Capability::CheckpointProjection);
+        let _ = client.shutdown();
+        Ok(Judge {
+            backend: AdapterBackend::new(adapter)?,
+            agentstore_files,
+            serves_projection,
+            recording,
+        })
+    }
+
+    fn observe(&self, spec: &SessionSpec) -> Result<Observation, String> {
+        if !self.agentstore_files {
+            return self.backend.observe(spec).map_err(|e| e.message);
+        }
+        let mut obs = ReferenceBackend::default()
+            .observe(spec)
+            .map_err(|e| e.message)?;
+        // A store that serves no projection has nothing to compare the oracle's with.
+        if !self.serves_projection {
+            obs.fold = None;
+        }
+        Ok(obs)
+    }
+
+    /// Materializes `state` into `dir` (which must not exist), recovers it
+    /// twice through the adapter, observes it before and after, and checks.
+    pub fn judge(&self, state: &CrashState, dir: &Path) -> Verdict {
+        let mut verdict = self.judge_in(state, dir);
+        let _ = std::fs::remove_dir_all(dir);
+        // Paths inside the (deleted) state directory, as the store named
+        // them, read the same in every run: STATE/sessions/….
+        let root = dir.join("root").display().to_string();
+        match &mut verdict {
+            Verdict::Fail(findings) => {
+                for f in findings {
+                    f.found = f.found.replace(&root, "STATE");
+                }
+            }
+            Verdict::Refused(why) => *why = why.replace(&root, "STATE"),
+            Verdict::Pass => {}
+        }
+        verdict
+    }
+
+    fn judge_in(&self, state: &CrashState, dir: &Path) -> Verdict {
+        let root = dir.join("root");
+        if let Err(e) = state.materialize(&root) {
+            return opens_failure("materializing the state", format!("{e}"));
+        }
+        let spec = SessionSpec {
+            root,
+            session: SESSION.to_string(),
+            workspace: self.recording.workspace.clone(),
+        };
+        let k = state.crash_after;
+        let life0 = Life {
+            index: 0,
+            kill_at: None,
+            writes: self
+                .recording
+                .appends
+                .iter()
+                .filter(|a| a.announced_after <= k)
+                .map(|a| Append {
+                    type_name: a.type_name.clone(),
+                    fingerprint: a.fingerprint.clone(),
+                    acked: a.ack.filter(|&(_, at)| at <= k).map(|(seq, _)| seq),
+                    refused: false,
+                })
+                .collect(),
+            recovered: None,
+            after_recovery: None,
+            recovered_again: None,
+            after_second_recovery: None,
+            done: false,
+            end: LifeEnd::Killed,
+            stderr: String::new(),
+            trace: None,
+            syscalls: None,
+            micros: 0,
+        };
+        let before = match self.observe(&spec) {
+            Ok(o) => o,
+            Err(e) => return opens_failure("reading the state before recovery", e),
+        };
+        if let Some(damage) = before.damage.clone() {
+            let h = History {
+                lives: vec![life0],
+                after_kill: vec![before.clone()],
+                power_cut: Vec::new(),
+                final_obs: before,
+                world: Vec::new(),
+                workspace: BTreeMap::new(),
+                error: None,
+            };
+            let found = check::check_recovery(&h, &self.recording.reference);
+            let lost_acked = found.iter().any(|v| v.invariant == Invariant::AckedDurable);
+            return if lost_acked {
+                Verdict::Fail(findings(found))
+            } else {
+                Verdict::Refused(damage)
+            };
+        }
+        let first = match self.recover(&spec) {
+            Ok(r) => r,
+            Err(e) => return opens_failure("the first recovery", e),
+        };
+        let after1 = match self.observe(&spec) {
+            Ok(o) => o,
+            Err(e) => return opens_failure("reading the state after the first recovery", e),
+        };
+        let again = match self.recover(&spec) {
+            Ok((r, _, _)) => r.appended,
+            Err(e) => return opens_failure("the second recovery", e),
+        };
+        let after2 = match self.observe(&spec) {
+            Ok(o) => o,
+            Err(e) => return opens_failure("reading the state after the second recovery", e),
+        };
+        let (report, contexts, projection) = first;
+        let life1 = Life {
+            index: 1,
+            kill_at: None,
+            writes: Vec::new(),
+            recovered: Some(RecoveryReport {
+                appended: report.appended,
+                interrupted: report.interrupted_runs,
+                uncertain: report
+                    .uncertain
+                    .into_iter()
+                    .map(|u| ReportedCall {
+                        call_id: u.call_id,
+                        phase: u.phase,
+                    })
+                    .collect(),
+                block: crate::agent::recovery_block(&contexts[0].text),
+                contexts,
+                projection,
+            }),
+            after_recovery: Some(after1),
+            recovered_again: Some(again),
+            after_second_recovery: Some(after2.clone()),
+            done: false,
+            end: LifeEnd::Exited(0),
+            stderr: String::new(),
+            trace: None,
+            syscalls: None,
+            micros: 0,
+        };
+        let h = History {
+            lives: vec![life0, life1],
+            after_kill: vec![before],
+            power_cut: Vec::new(),
+            final_obs: after2,
+            world: Vec::new(),
+            workspace: BTreeMap::new(),
+            error: None,
+        };
+        let found = check::check_recovery(&h, &self.recording.reference);
+        if found.is_empty() {
+            Verdict::Pass
+        } else {
+            Verdict::Fail(findings(found))
+        }
+    }
+
+    /// What a restarted agent does first: open (creating the session if
+    /// it is gone), recover, render the context, read the projection, close.
+    fn recover(
+        &self,
+        spec: &SessionSpec,
+    ) -> Result<(crate::store::Recovered, Vec<ServedContext>, Value), String> {
+        let mut store = self.backend.open(spec).map_err(|e| format!("open: {e}"))?;
+        let rec = store.recover().map_err(|e| format!("recover: {e}"))?;
+        let contexts =
+            crate::store::served_contexts(store.as_mut()).map_err(|e| format!("context: {e}"))?;
+        let projection = store.projection().map_err(|e| format!("projection: {e}"))?;
+        store.close().map_err(|e| format!("close: {e}"))?;
+        Ok((rec, contexts, projection))
+    }
+}
+
+fn opens_failure(during: &str, error: String) -> Verdict {
+    Verdict::Fail(vec![Finding {
+        check: OPENS.to_string(),
+        when: during.to_string(),
+        expected: "the store opens and recovers every state the model allows (refusing with damage only where no acknowledged event is lost)".into(),
+        found: error,
+        events: Vec::new(),
+    }])
+}
+
+fn findings(violations: Vec<check::Violation>) -> Vec<Finding> {
+    violations
+        .into_iter()
+        .map(|v| Finding {
+            check: v.invariant.name().to_string(),
+            when: v
+                .when
+                .replace("after life 0 was killed", "after the power loss")
+                .replace("in life 1", "")
+                .replace("  ", " ")
+                .trim()
+                .to_string(),
+            expected: v.expected.replace(
+                "acknowledged to life 0",
+                "acknowledged before the power loss",
+            ),
+            found: v.found.replace(
+                "acknowledged to life 0",
+                "acknowledged before the power loss",
+            ),
+            events: v.events,
+        })
+        .collect()
+}
+
+/// A state that failed, with everything needed to explain and replay it.
+#[derive(Debug, Clone)]
+pub struct Failure {
+    pub model: Model,
+    pub crash_after: usize,
+    pub choice: Vec<u32>,
+    /// The last op applied before the power loss, in words.
+    pub after_op: Option<String>,
+    pub losses: Vec<Loss>,
+    pub findings: Vec<Finding>,
+}
+
+/// The states of one model at one crash point.
+#[derive(Debug, Clone, Default)]
+pub struct PointStats {
+    pub states: usize,
+    pub exhaustive: bool,
+    pub passed: usize,
+    pub refused: usize,
+    pub failed: usize,
+}
+
+/// Per scenario and model.
+#[derive(Debug, Clone, Default)]
+pub struct ModelStats {
+    pub points: usize,
+    pub states: usize,
+    pub sampled_points: usize,
+    pub passed: usize,
+    pub refused: usize,
+    pub failed: usize,
+}
+
+/// One scenario's campaign.
+#[derive(Debug)]
+pub struct ScenarioReport {
+    pub source: ScenarioSource,
+    pub ops: usize,
+    pub acked: usize,
+    pub crash_points: usize,
+    pub models: Vec<(Model, ModelStats)>,
+    /// The first failing state (lowest crash point) of each broken
+    /// invariant, minimized.
+    pub failures: Vec<Failure>,
+    /// States judged (distinct trees per crash point; shared across models).
+    pub judged: usize,
+    pub refusals: Vec<String>,
+    pub error: Option<String>,
+    pub record_time: Duration,
+    pub check_time: Duration,
+}
+
+/// The whole campaign.
+#[derive(Debug)]
+pub struct CampaignReport {
+    pub scenarios: Vec<ScenarioReport>,
+    pub elapsed: Duration,
+}
+
+impl CampaignReport {
+    pub fn failures(&self) -> usize {
+        self.scenarios.iter().map(|s| s.failures.len()).sum()
+    }
+    pub fn errors(&self) -> usize {
+        self.scenarios.iter().filter(|s| s.error.is_some()).count()
+    }
+    pub fn states(&self) -> usize {
+        self.scenarios
+            .iter()
+            .flat_map(|s| &s.models)
+            .map(|(_, m)| m.states)
+            .sum()
+    }
+    pub fn judged(&self) -> usize {
+        self.scenarios.iter().map(|s| s.judged).sum()
+    }
+}
+
+/// The crash points to test: all of `0..=ops`, or `max` sampled from the
+/// seed (always with 0 and `ops`), in order.
+pub fn crash_points(ops: usize, max: Option<usize>, seed: u64, name: &str) -> Vec<usize> {
+    let all: Vec<usize> = (0..=ops).collect();
+    let Some(max) = max.filter(|&m| m < all.len()) else {
+        return all;
+    };
+    let mut rng = crate::scenario::rng::Rng::derive(seed, name, 0x504f_5745);
+    let mut rest: Vec<usize> = (1..ops).collect();
+    // Fisher-Yates, then keep the first max-2.
+    for i in (1..rest.len()).rev() {
+        let j = rng.below(i as u64 + 1) as usize;
+        rest.swap(i, j);
+    }
+    let mut chosen: Vec<usize> = rest.into_iter().take(max.saturating_sub(2)).collect();
+    chosen.push(0);
+    chosen.push(ops);
+    chosen.sort_unstable();
+    chosen.dedup();
+    chosen
+}
+
+/// Runs the campaign over `sources`.
+pub fn run(cfg: &Config, sources: Vec<ScenarioSource>) -> Result<CampaignReport, String> {
+    let started = Instant::now();
+    let dir = runner::campaign_dir(&cfg.dir)?;
+    let mut scenarios = Vec::new();
+    for (i, source) in sources.into_iter().enumerate() {
+        if agentstore::interrupt::requested() {
+            break;
+        }
+        scenarios.push(run_scenario(cfg, source, &dir.join(format!("s{i}"))));
+    }
+    let _ = std::fs::remove_dir_all(&dir);
+    if agentstore::interrupt::requested() {
+        return Err(runner::NOT_RUN.to_string());
+    }
+    Ok(CampaignReport {
+        scenarios,
+        elapsed: started.elapsed(),
+    })
+}
+
+fn empty_report(source: ScenarioSource, error: String, record_time: Duration) -> ScenarioReport {
+    ScenarioReport {
+        source,
+        ops: 0,
+        acked: 0,
+        crash_points: 0,
+        models: Vec::new(),
+        failures: Vec::new(),
+        judged: 0,
+        refusals: Vec::new(),
+        error: Some(error),
+        record_time,
+        check_time: Duration::ZERO,
+    }
+}
+
+/// The outcome of one crash point, all models.
+struct PointOutcome {
+    stats: Vec<(Model, PointStats)>,
+    failures: Vec<Failure>,
+    refusals: Vec<String>,
+    judged: usize,
+}
+
+fn run_scenario(cfg: &Config, source: ScenarioSource, dir: &Path) -> ScenarioReport {
+    let t0 = Instant::now();
+    let recording = match record(cfg, &source, &dir.join("rec")) {
+        Ok(r) => r,
+        Err(e) => return empty_report(source, e, t0.elapsed()),
+    };
+    let record_time = t0.elapsed();
+    let judge = match Judge::new(&cfg.adapter, &recording) {
+        Ok(j) => j,
+        Err(e) => return empty_report(source, e, record_time),
+    };
+    let t1 = Instant::now();
+    let ops = recording.log.ops.len();
+    let points = crash_points(ops, cfg.max_points, cfg.seed, &source.scenario.name);
+    let limits = Limits {
+        max_states: cfg.max_states,
+        seed: cfg.seed,
+    };
+    let bar = progress_bar(cfg.progress, points.len(), &source.scenario.name);
+    let results = runner::parallel(cfg.jobs, points.len(), |i| {
+        let r = check_point(
+            &judge,
+            &cfg.models,
+            &limits,
+            points[i],
+            &dir.join(format!("p{i}")),
+        );
+        if let Some(b) = &bar {
+            b.inc(1);
+        }
+        r
+    });
+    if let Some(b) = bar {
+        b.finish_and_clear();
+    }
+    let mut report = ScenarioReport {
+        ops,
+        acked: recording.appends.iter().filter(|a| a.ack.is_some()).count(),
+        crash_points: points.len(),
+        models: cfg
+            .models
+            .iter()
+            .map(|&m| (m, ModelStats::default()))
+            .collect(),
+        failures: Vec::new(),
+        judged: 0,
+        refusals: Vec::new(),
+        error: None,
+        record_time,
+        check_time: Duration::ZERO,
+        source,
+    };
+    let mut seen: Vec<String> = Vec::new();
+    for r in results {
+        let outcome = match r.and_then(|x| x) {
+            Ok(o) => o,
+            Err(e) => {
+                report.error.get_or_insert(e);
+                continue;
+            }
+        };
+        report.judged += outcome.judged;
+        for (model, s) in outcome.stats {
+            let Some((_, m)) = report.models.iter_mut().find(|(x, _)| *x == model) else {
+                continue;
+            };
+            m.points += 1;
+            m.states += s.states;
+            m.sampled_points += usize::from(!s.exhaustive);
+            m.passed += s.passed;
+            m.refused += s.refused;
+            m.failed += s.failed;
+        }
+        report.refusals.extend(outcome.refusals);
+        for f in outcome.failures {
+            // One failing state per broken invariant: the first crash point.
+            if !seen.contains(&f.findings[0].check) {
+                seen.push(f.findings[0].check.clone());
+                report.failures.push(f);
+            }
+        }
+    }
+    report.refusals.sort();
+    report.refusals.dedup();
+    // Name the assumption precisely: keep only the losses the failure needs.
+    let minimized: Vec<Failure> = report
+        .failures
+        .iter()
+        .enumerate()
+        .map(|(i, f)| minimize(&judge, f, &dir.join(format!("min{i}"))))
+        .collect();
+    report.failures = minimized;
+    report.check_time = t1.elapsed();
+    report
+}
+
+fn progress_bar(enabled: bool, total: usize, name: &str) -> Option<indicatif::ProgressBar> {
+    if !enabled {
+        return None;
+    }
+    let bar = indicatif::ProgressBar::new(total as u64);
+    bar.set_style(
+        indicatif::ProgressStyle::with_template(&format!(
+            "{{bar:40}} {{pos}}/{{len}} crash points of {name}  eta {{eta}}"
+        ))
+        .unwrap_or_else(|_| indicatif::ProgressStyle::default_bar()),
+    );
+    Some(bar)
+}
+
+/// Every model's states at crash point `k`; a tree judged once per point
+/// is not judged again for another model (each model contains the one
+/// before it, so most trees repeat).
+fn check_point(
+    judge: &Judge<'_>,
+    models: &[Model],
+    limits: &Limits,
+    k: usize,
+    dir: &Path,
+) -> Result<PointOutcome, String> {
+    let mut sim = Simulator::new(&judge.recording.snapshot, &judge.recording.log);
+    sim.advance_to(k).map_err(|e| e.to_string())?;
+    let mut cache: HashMap<u64, Vec<(Tree, Verdict)>> = HashMap::new();
+    let mut out = PointOutcome {
+        stats: Vec::new(),
+        failures: Vec::new(),
+        refusals: Vec::new(),
+        judged: 0,
+    };
+    for &model in models {
+        let states = sim.crash_states(model, limits);
+        let mut stats = PointStats {
+            states: states.states.len(),
+            exhaustive: states.exhaustive,
+            ..PointStats::default()
+        };
+        // The checks already reported at this point for this model.
+        let mut reported: Vec<String> = Vec::new();
+        for (i, state) in states.states.iter().enumerate() {
+            let mut h = std::collections::hash_map::DefaultHasher::new();
+            state.tree.hash(&mut h);
+            let bucket = cache.entry(h.finish()).or_default();
+            let verdict = match bucket.iter().find(|(t, _)| *t == state.tree) {
+                Some((_, v)) => v.clone(),
+                None => {
+                    out.judged += 1;
+                    let v = judge.judge(state, &dir.join(format!("{}-{i}", model.name())));
+                    bucket.push((state.tree.clone(), v.clone()));
+                    v
+                }
+            };
+            match verdict {
+                Verdict::Pass => stats.passed += 1,
+                Verdict::Refused(why) => {
+                    stats.refused += 1;
+                    out.refusals.push(why);
+                }
+                Verdict::Fail(mut findings) => {
+                    stats.failed += 1;
+                    // The first state to break each check, with that check
+                    // first (it is what the failure is reported and
+                    // minimized for).
+                    if let Some(n) = findings.iter().position(|f| !reported.contains(&f.check)) {
+                        reported.push(findings[n].check.clone());
+                        findings.swap(0, n);
+                        out.failures.push(Failure {
+                            model,
+                            crash_after: k,
+                            choice: state.choice.clone(),
+                            after_op: last_op(&judge.recording.log, k),
+                            losses: state.losses.clone(),
+                            findings,
+                        });
+                    }
+                }
+            }
+        }
+        out.stats.push((model, stats));
+    }
+    Ok(out)
+}
+
+/// Turns back to "kept" every choice the failure does not need (one pass):
+/// what remains are the losses the store relied on not happening.
+fn minimize(judge: &Judge<'_>, f: &Failure, dir: &Path) -> Failure {
+    let mut sim = Simulator::new(&judge.recording.snapshot, &judge.recording.log);
+    if sim.advance_to(f.crash_after).is_err() || f.model == Model::Strict {
+        return f.clone();
+    }
+    let key = (&f.findings[0].check, &f.findings[0].expected);
+    let mut best = f.clone();
+    for i in 0..best.choice.len() {
+        if best.choice[i] == 0 {
+            continue;
+        }
+        let mut c = best.choice.clone();
+        c[i] = 0;
+        let Ok(state) = sim.state(f.model, &c) else {
+            continue;
+        };
+        if let Verdict::Fail(mut findings) = judge.judge(&state, &dir.join(i.to_string())) {
+            if let Some(n) = findings.iter().position(|x| (&x.check, &x.expected) == key) {
+                findings.swap(0, n);
+                best = Failure {
+                    model: f.model,
+                    crash_after: f.crash_after,
+                    choice: c,
+                    after_op: f.after_op.clone(),
+                    losses: state.losses,
+                    findings,
+                };
+            }
+        }
+    }
+    best
+}
+
+/// `MODEL:K:CHOICE`, the state a replay rebuilds (CHOICE: the alternative
+/// at each choice point, dot-separated; `-` for none).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct StateId {
+    pub model: Model,
+    pub crash_after: usize,
+    pub choice: Vec<u32>,
+}
+
+impl std::fmt::Display for StateId {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        let choice: Vec<String> = self.choice.iter().map(u32::to_string).collect();
+        let choice = if choice.is_empty() {
+            "-".to_string()
+        } else {
+            choice.join(".")
+        };
+        write!(f, "{}:{}:{choice}", self.model, self.crash_after)
+    }
+}
+
+impl std::str::FromStr for StateId {
+    type Err = String;
+    fn from_str(s: &str) -> Result<StateId, String> {
+        let bad = || format!("{s:?} is not MODEL:K:CHOICE (e.g. weak:12:0.1.0)");
+        let mut parts = s.splitn(3, ':');
+        let (Some(m), Some(k), Some(c)) = (parts.next(), parts.next(), parts.next()) else {
+            return Err(bad());
+        };
+        let model: Model = m.parse()?;
+        let crash_after = k.parse().map_err(|_| bad())?;
+        let choice = if c == "-" {
+            Vec::new()
+        } else {
+            c.split('.')
+                .map(|x| x.parse().map_err(|_| bad()))
+                .collect::<Result<_, _>>()?
+        };
+        Ok(StateId {
+            model,
+            crash_after,
+            choice,
+        })
+    }
+}
+
+/// The one-line command that rebuilds a failing state and recovers it;
+/// `store_flags` choose the store as the campaign's command line did
+/// (`--adapter 'LINE'`, `--store-fault NAME`, or nothing for agentstore).
+pub fn replay_command(path: &Path, store_flags: &[String], id: &StateId) -> String {
+    let word = |s: &str| match shlex::try_quote(s) {
+        Ok(q) => q.into_owned(),
+        Err(_) => format!("{s:?}"),
+    };
+    let mut cmd = format!(
+        "agentchaos powerloss --scenario {}",
+        word(&path.display().to_string())
+    );
+    for flag in store_flags {
+        cmd.push(' ');
+        cmd.push_str(&word(flag));
+    }
+    let _ = write!(cmd, " --replay {id}");
+    cmd
+}
+
+/// The adapter command line of the reference store, served by the
+/// `agentchaos` binary `exe` (its hidden `reference-adapter` command),
+/// with a fault profile if any, and `store_args` (the in-process backend's
+/// [`StoreBackend::agent_args`]: `--durability batch`).
+pub fn reference_adapter(exe: &Path, fault: Option<&str>, store_args: &[String]) -> String {
+    let word = |s: &str| shlex::try_quote(s).map_or_else(|_| s.to_string(), |q| q.into_owned());
+    let mut serve = format!("{} reference-adapter", word(&exe.display().to_string()));
+    for a in store_args {
+        serve.push(' ');
+        serve.push_str(&word(a));
+    }
+    match fault {
+        Some(f) => format!("env {}={} {serve}", agentstore::fault::FAULT_ENV, word(f)),
+        None => serve,
+    }
+}
+
+/// The result of a replay.
+#[derive(Debug)]
+pub struct Replayed {
+    pub state: CrashState,
+    pub op: Option<String>,
+    pub verdict: Verdict,
+}
+
+/// Records the scenario again, rebuilds state `id` and judges it. With
+/// `keep`, the state (before recovery) is also written there.
+pub fn replay(
+    cfg: &Config,
+    source: &ScenarioSource,
+    id: &StateId,
+    keep: Option<&Path>,
+) -> Result<Replayed, String> {
+    let dir = runner::campaign_dir(&cfg.dir)?;
+    let result = (|| {
+        let recording = record(cfg, source, &dir.join("rec"))?;
+        let judge = Judge::new(&cfg.adapter, &recording)?;
+        let mut sim = Simulator::new(&recording.snapshot, &recording.log);
+        sim.advance_to(id.crash_after).map_err(|e| e.to_string())?;
+        let state = sim.state(id.model, &id.choice).map_err(|e| {
+            format!(
+                "{e} (the recorded run made {} ops; a replay needs the same run)",
+                recording.log.ops.len()
+            )
+        })?;
+        if let Some(k) = keep {
+            state.materialize(k).map_err(|e| e.to_string())?;
+        }
+        let verdict = judge.judge(&state, &dir.join("state"));
+        let op = last_op(&recording.log, id.crash_after);
+        Ok(Replayed { state, op, verdict })
+    })();
+    let _ = std::fs::remove_dir_all(&dir);
+    result
+}
+
+/// `op #K-1 (write …)`: the last op applied at crash point `k`.
+fn last_op(log: &OpLog, k: usize) -> Option<String> {
+    let i = k.checked_sub(1)?;
+    log.ops.get(i).map(|o| format!("op #{i} ({})", o.op))
+}
+
+/// A failure in words: the findings, the assumption, the ops, the replay.
+pub fn describe_failure(f: &Failure, source: &ScenarioSource, store_flags: &[String]) -> String {
+    let mut s = String::new();
+    let id = StateId {
+        model: f.model,
+        crash_after: f.crash_after,
+        choice: f.choice.clone(),
+    };
+    let at = match &f.after_op {
+        Some(op) => format!("after {op}"),
+        None => "before the first op".to_string(),
+    };
+    for x in &f.findings {
+        let _ = writeln!(
+            s,
+            "VIOLATION {} in {} (model {}, power lost {at})",
+            x.check, source.scenario.name, f.model
+        );
+        let _ = writeln!(s, "  when: {}", x.when);
+        let _ = writeln!(s, "  expected: {}", x.expected);
+        let _ = writeln!(s, "  found: {}", x.found);
+        if !x.events.is_empty() {
+            let _ = writeln!(s, "  events: {}", x.events.join(", "));
+        }
+    }
+    s.push_str(&assumptions(&f.losses));
+    let _ = writeln!(
+        s,
+        "  replay: {}",
+        replay_command(&source.path, store_flags, &id)
+    );
+    s
+}
+
+/// "relies on …" lines, one per loss of the state.
+pub fn assumptions(losses: &[Loss]) -> String {
+    let mut s = String::new();
+    if losses.is_empty() {
+        s.push_str("  relies on: nothing lost (the state keeps everything the process wrote)\n");
+    }
+    for l in losses {
+        let ops: Vec<String> = l.ops.iter().map(|o| format!("#{o}")).collect();
+        let subject = if l.how.starts_with("are ") {
+            "they"
+        } else {
+            "it"
+        };
+        let _ = writeln!(
+            s,
+            "  relies on {} surviving: {} (in this state {subject} {}; ops {})",
+            l.what,
+            l.why,
+            l.how,
+            ops.join(", ")
+        );
+    }
+    s
+}
+
+/// The summary table and every failure.
+pub fn text(report: &CampaignReport, store_flags: &[String]) -> String {
+    let mut s = String::new();
+    for sc in &report.scenarios {
+        if let Some(e) = &sc.error {
+            let _ = writeln!(s, "ERROR {}: {e}", sc.source.scenario.name);
+        }
+        for f in &sc.failures {
+            s.push_str(&describe_failure(f, &sc.source, store_flags));
+        }
+        for r in &sc.refusals {
+            let _ = writeln!(
+                s,
+                "refused (justified: no acknowledged event lost) in {}: {r}",
+                sc.source.scenario.name
+            );
+        }
+    }
+    let _ = writeln!(
+        s,
+        "{:<30} {:<13} {:>6} {:>7} {:>8} {:>7} {:>7} {:>6}",
+        "scenario", "model", "ops", "points", "states", "passed", "refused", "failed"
+    );
+    for sc in &report.scenarios {
+        for (m, st) in &sc.models {
+            let m = m.name();
+            let _ = writeln!(
+                s,
+                "{:<30} {:<13} {:>6} {:>7} {:>8} {:>7} {:>7} {:>6}",
+                sc.source.scenario.name,
+                m,
+                sc.ops,
+                format!(
+                    "{}{}",
+                    st.points,
+                    if st.sampled_points > 0 { "*" } else { "" }
+                ),
+                st.states,
+                st.passed,
+                st.refused,
+                st.failed
+            );
+        }
+    }
+    let secs = report.elapsed.as_secs_f64().max(1e-9);
+    let _ = writeln!(
+        s,
+        "{} states ({} distinct, recovered through the adapter) in {:.1} s: {:.0} states/s; {} violation(s), {} error(s){}",
+        report.states(),
+        report.judged(),
+        secs,
+        report.states() as f64 / secs,
+        report.failures(),
+        report.errors(),
+        if report
+            .scenarios
+            .iter()
+            .flat_map(|s| &s.models)
+            .any(|(_, m)| m.sampled_points > 0)
+        {
+            " (* some crash points sampled their states)"
+        } else {
+            ""
+        }
+    );
+    s
+}
+
+/// The report as JSON; `adapter` is the command line the states were recovered through.
+pub fn json(report: &CampaignReport, adapter: &str, store_flags: &[String]) -> Value {
+    let secs = report.elapsed.as_secs_f64().max(1e-9);
+    json!({
+        "adapter": adapter,
+        "elapsed_s": secs,
+        "states": report.states(),
+        "distinct_states": report.judged(),
+        "states_per_s": report.states() as f64 / secs,
+        "scenarios": report.scenarios.iter().map(|sc| json!({
+            "name": sc.source.scenario.name,
+            "path": sc.source.path,
+            "ops": sc.ops,
+            "acked": sc.acked,
+            "crash_points": sc.crash_points,
+            "record_s": sc.record_time.as_secs_f64(),
+            "check_s": sc.check_time.as_secs_f64(),
+            "error": sc.error,
+            "models": sc.models.iter().map(|(m, st)| (m.to_string(), json!({
+                "points": st.points,
+                "states": st.states,
+                "sampled_points": st.sampled_points,
+                "passed": st.passed,
+                "refused": st.refused,
+                "failed": st.failed,
+            }))).collect::<serde_json::Map<String, Value>>(),
+            "refusals": sc.refusals,
+            "violations": sc.failures.iter().map(|f| {
+                let id = StateId { model: f.model, crash_after: f.crash_after, choice: f.choice.clone() };
+                json!({
+                    "model": f.model,
+                    "crash_after": f.crash_after,
+                    "state": id.to_string(),
+                    "findings": f.findings.iter().map(|x| json!({
+                        "invariant": x.check,
+                        "when": x.when,
+                        "expected": x.expected,
+                        "found": x.found,
+                        "events": x.events,
+                    })).collect::<Vec<_>>(),
+                    "relies_on": f.losses.iter().map(|l| json!({
+                        "what": l.what, "how": l.how, "why": l.why, "ops": l.ops,
+                    })).collect::<Vec<_>>(),
+                    "replay": replay_command(&sc.source.path, store_flags, &id),
+                })
+            }).collect::<Vec<_>>(),
+        })).collect::<Vec<_>>(),
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn state_ids_round_trip_and_bad_ones_say_why() {
+        for s in ["weak:12:0.1.0.7", "strict:0:-", "ext4-ordered:3:1"] {
+            let id: StateId = s.parse().unwrap();
+            assert_eq!(id.to_string(), s);
+        }
+        let id: StateId = "weak:12:0.1".parse().unwrap();
+        assert_eq!(
+            (id.model, id.crash_after, id.choice),
+            (Model::Weak, 12, vec![0, 1])
+        );
+        for bad in ["weak", "weak:x:0", "weak:1:0.a", "fast:1:0"] {
+            assert!(bad.parse::<StateId>().is_err(), "{bad}");
+        }
+    }
+
+    #[test]
+    fn findings_speak_of_the_power_loss_not_of_lives() {
+        let v = check::Violation {
+            invariant: Invariant::AckedDurable,
+            when: "after life 0 was killed, before recovery".into(),
+            expected: "all 3 acknowledged events in the log at their seqs".into(),
+            found: "2 of them missing or changed: from run_started at seq 1 (acknowledged to life 0) to user_message at seq 2 (acknowledged to life 0); at the first, the log ends before seq 1 (1 event)".into(),
+            events: vec![],
+        };
+        let f = &findings(vec![v])[0];
+        assert_eq!(f.when, "after the power loss, before recovery");
+        assert!(!f.found.contains("life 0"), "{}", f.found);
+        assert!(f.found.contains("(acknowledged before the power loss)"));
+    }
+
+    #[test]
+    fn crash_points_are_all_or_a_seeded_sample_with_both_ends() {
+        assert_eq!(crash_points(3, None, 1, "s"), [0, 1, 2, 3]);
+        assert_eq!(crash_points(3, Some(10), 1, "s"), [0, 1, 2, 3]);
+        let a = crash_points(100, Some(10), 1, "s");
+        assert_eq!(a.len(), 10);
+        assert_eq!((a[0], a[9]), (0, 100));
+        assert!(a.windows(2).all(|w| w[0] < w[1]));
+        assert_eq!(
+            a,
+            crash_points(100, Some(10), 1, "s"),
+            "same seed, same points"
+        );
+        assert_ne!(a, crash_points(100, Some(10), 2, "s"));
+    }
+}

@@ -1,0 +1,1423 @@
+//! Probes: checks of a capability that no crash trial can exercise, run on
+//! the crash-free run's store once it is done.
+//!
+//! - `damage@FILE:OFFSET` (`damage_refusal`): a copy of the store's root
+//!   with the low bit of one byte flipped, at seeded offsets in the middle
+//!   half of each of its files, and, in a line-based file (one that ends
+//!   with a newline), in the middle of its last complete line.
+//! - `zeros@FILE:OFFSET+LEN` (`damage_refusal`): the same, with LEN bytes
+//!   from OFFSET overwritten with zeros; in a line-based file of at least
+//!   four lines, over the last three complete lines, newlines kept. Neither
+//!   is what a torn write leaves (a torn write loses the end of one write;
+//!   it does not flip a bit inside a whole line, nor zero whole lines and
+//!   keep their newlines), and every event was acknowledged before the
+//!   store closed, so a store that cuts them as a "torn tail" loses
+//!   acknowledged events.
+//!
+//!   Both pass when a fresh store opening the copy refuses with `damage` (at
+//!   open or while reading) or serves exactly the undamaged events
+//!   (redundancy is fine); anything else is a violation of
+//!   `damage-refused`: a silent skip or cut, a changed event, or a refusal
+//!   of another kind. Events are compared by content (type and fields,
+//!   [`record_key`]), not by timestamps a store may regenerate.
+//! - `ledger@OP` (`effect_ledger`): the crash-free run's events up to the
+//!   first `effect_committed` of operation OP are replayed into a fresh
+//!   session (the call is open, started and committed), then the same
+//!   commit is appended again. It passes when that is refused with `rule`
+//!   and nothing was written; otherwise `ledger-refuses-double-commit`.
+//! - `ledger-retry@OP` (`effect_ledger`): the operation retried under a
+//!   new call id, as agents do: the events up to just before the first
+//!   commit, then a second call with the same operation id (approved when
+//!   the first needed it) and its intent, then the first call's commit,
+//!   then the second call's. A `rule` refusal anywhere in those four, with
+//!   nothing written by it, passes; the second commit acknowledged is
+//!   `ledger-refuses-double-commit` (a ledger keyed by call, not by
+//!   operation, lets it through).
+//! - `lock` (`writer_lock`): a copy of the crash-free run's store is opened
+//!   for writing, and, while that first open holds it, opened again (a
+//!   second `Session::open` in-process, a second adapter process). It
+//!   passes when the second open is refused with `locked`; a second writer
+//!   let in, or another refusal, is `second-writer-refused`.
+//!
+//! Each probe runs in a child process (`agentchaos probe`, hidden) that
+//! opens the store exactly as the agent does, so `--store-fault` and
+//! `--adapter` apply; the child reports what the store did as one JSON
+//! line ([`ProbeReply`]) and the harness judges it here. A probe runs only
+//! when the store claims its capability. This module must never touch the
+//! crash-free run's own files: probes work on copies and fresh sessions.
+
+use std::fmt;
+use std::io::Write as _;
+use std::path::{Path, PathBuf};
+use std::process::Command;
+use std::str::FromStr;
+
+use agentstore::event::{BlobRef, Event, Record, Seq};
+use agentstore::{LogPosition, Scanner, Session, SessionId, SessionOptions, SessionPaths};
+use serde::{Deserialize, Serialize};
+
+use crate::check::model::describe_record;
+use crate::check::{Invariant, Violation};
+use crate::scenario::rng::Rng;
+use crate::store::adapter::{AdapterBackend, Capability, Client, ErrorKind, OpenArgs};
+use crate::store::{SessionSpec, StoreBackend};
+
+/// Bytes damaged per file, one probe each.
+pub const DAMAGE_POSITIONS: usize = 3;
+
+/// One probe, as `agentchaos replay --plan probe:<this>` names it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Probe {
+    /// Flip the low bit of the byte at `offset` of `file` (relative to the store's root).
+    Damage { file: PathBuf, offset: u64 },
+    /// Overwrite `len` bytes of `file` from `offset` with zeros, keeping newlines.
+    Zeros {
+        file: PathBuf,
+        offset: u64,
+        len: u64,
+    },
+    /// Commit operation `operation` a second time: from the same call, or
+    /// from `another_call` opened with the same operation id.
+    Ledger {
+        operation: String,
+        another_call: bool,
+    },
+    /// Open the session a second time while a first open holds it.
+    Lock,
+}
+
+impl Probe {
+    /// The capability the probe is evidence for.
+    pub fn capability(&self) -> Capability {
+        match self {
+            Probe::Damage { .. } | Probe::Zeros { .. } => Capability::DamageRefusal,
+            Probe::Ledger { .. } => Capability::EffectLedger,
+            Probe::Lock => Capability::WriterLock,
+        }
+    }
+
+    /// The `--plan` value that replays it.
+    pub fn plan(&self) -> String {
+        format!("{PLAN_PREFIX}{self}")
+    }
+}
+
+/// How a replay's `--plan` names a probe.
+pub const PLAN_PREFIX: &str = "probe:";
+
+impl fmt::Display for Probe {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            Probe::Damage { file, offset } => write!(f, "damage@{}:{offset}", file.display()),
+            Probe::Zeros { file, offset, len } => {
+                write!(f, "zeros@{}:{offset}+{len}", file.display())
+            }
+            Probe::Ledger {
+                operation,
+                another_call: false,
+            } => write!(f, "ledger@{operation}"),
+            Probe::Ledger {
+                operation,
+                another_call: true,
+            } => write!(f, "ledger-retry@{operation}"),
+            Probe::Lock => f.write_str("lock"),
+        }
+    }
+}
+
+impl FromStr for Probe {
+    type Err = String;
+
+    fn from_str(s: &str) -> Result<Probe, String> {
+        let bad = || {
+            format!(
+                "probe {s:?} is not damage@FILE:OFFSET, zeros@FILE:OFFSET+LEN, ledger@OPERATION, ledger-retry@OPERATION or lock"
+            )
+        };
+        // FILE:REST, FILE relative to the store's root and never out of it.
+        let file_and = |arg: &str| -> Result<(PathBuf, String), String> {
+            let (file, rest) = arg.rsplit_once(':').ok_or_else(bad)?;
+            let file = PathBuf::from(file);
+            if file.as_os_str().is_empty()
+                || !file
+                    .components()
+                    .all(|c| matches!(c, std::path::Component::Normal(_)))
+            {
+                return Err(bad());
+            }
+            Ok((file, rest.to_string()))
+        };
+        if s == "lock" {
+            return Ok(Probe::Lock);
+        }
+        match s.split_once('@') {
+            Some(("damage", arg)) => {
+                let (file, offset) = file_and(arg)?;
+                Ok(Probe::Damage {
+                    file,
+                    offset: offset.parse().map_err(|_| bad())?,
+                })
+            }
+            Some(("zeros", arg)) => {
+                let (file, range) = file_and(arg)?;
+                let (offset, len) = range.split_once('+').ok_or_else(bad)?;
+                match (offset.parse(), len.parse()) {
+                    (Ok(offset), Ok(len)) if len > 0 => Ok(Probe::Zeros { file, offset, len }),
+                    _ => Err(bad()),
+                }
+            }
+            Some((kind @ ("ledger" | "ledger-retry"), op)) if !op.is_empty() => Ok(Probe::Ledger {
+                operation: op.to_string(),
+                another_call: kind == "ledger-retry",
+            }),
+            _ => Err(bad()),
+        }
+    }
+}
+
+/// The probes for a store claiming `claimed`, on the crash-free run's
+/// store at `root` whose events are `reference`: [`DAMAGE_POSITIONS`] per
+/// non-empty file, one per committed operation.
+pub fn plan(
+    claimed: &[Capability],
+    root: &Path,
+    reference: &[Record],
+    rng: &mut Rng,
+) -> Result<Vec<Probe>, String> {
+    let mut probes = Vec::new();
+    if claimed.contains(&Capability::DamageRefusal) {
+        for (file, len) in files(root)? {
+            // The middle half; a file of fewer than 4 bytes has no halves.
+            let (lo, hi) = if len >= 4 {
+                (len / 4, 3 * len / 4 - 1)
+            } else {
+                (0, len - 1)
+            };
+            let mut offsets: Vec<u64> = (0..DAMAGE_POSITIONS).map(|_| rng.range(lo, hi)).collect();
+            let bytes = std::fs::read(root.join(&file))
+                .map_err(|e| format!("cannot read {}: {e}", file.display()))?;
+            let lines = complete_lines(&bytes);
+            if let Some(last) = lines.last().filter(|l| l.end - l.start > 1) {
+                offsets.push((last.start + last.end - 1) / 2);
+            }
+            offsets.sort_unstable();
+            offsets.dedup();
+            probes.extend(offsets.into_iter().map(|offset| Probe::Damage {
+                file: file.clone(),
+                offset,
+            }));
+            if lines.len() >= 4 {
+                let from = lines[lines.len() - 3].start;
+                probes.push(Probe::Zeros {
+                    file: file.clone(),
+                    offset: from,
+                    len: len - from,
+                });
+            }
+        }
+    }
+    if claimed.contains(&Capability::WriterLock) {
+        probes.push(Probe::Lock);
+    }
+    if claimed.contains(&Capability::EffectLedger) {
+        for r in reference {
+            if let Some(Event::EffectCommitted { operation_id, .. }) = r.event() {
+                for another_call in [false, true] {
+                    let p = Probe::Ledger {
+                        operation: operation_id.clone(),
+                        another_call,
+                    };
+                    if !probes.contains(&p) {
+                        probes.push(p);
+                    }
+                }
+            }
+        }
+    }
+    Ok(probes)
+}
+
+/// The byte ranges of the newline-terminated lines of `bytes`, newline
+/// included; none unless the whole file is lines (it ends with a newline).
+fn complete_lines(bytes: &[u8]) -> Vec<std::ops::Range<u64>> {
+    if bytes.last() != Some(&b'\n') {
+        return Vec::new();
+    }
+    let mut start = 0u64;
+    let mut out = Vec::new();
+    for (i, _) in bytes.iter().enumerate().filter(|(_, b)| **b == b'\n') {
+        let end = i as u64 + 1;
+        out.push(start..end);
+        start = end;
+    }
+    out
+}
+
+/// Every non-empty regular file under `root`, relative to it, sorted, with its length.
+fn files(root: &Path) -> Result<Vec<(PathBuf, u64)>, String> {
+    fn walk(root: &Path, dir: &Path, out: &mut Vec<(PathBuf, u64)>) -> std::io::Result<()> {
+        for entry in std::fs::read_dir(dir)? {
+            let entry = entry?;
+            let ty = entry.file_type()?;
+            if ty.is_dir() {
+                walk(root, &entry.path(), out)?;
+            } else if ty.is_file() {
+                let len = entry.metadata()?.len();
+                if len > 0 {
+                    let rel = entry
+                        .path()
+                        .strip_prefix(root)
+                        .map(Path::to_path_buf)
+                        .unwrap_or_else(|_| entry.path());
+                    out.push((rel, len));
+                }
+            }
+        }
+        Ok(())
+    }
+    let mut out = Vec::new();
+    match walk(root, root, &mut out) {
+        Ok(()) => {}
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => {}
+        Err(e) => return Err(format!("cannot list {}: {e}", root.display())),
+    }
+    out.sort();
+    Ok(out)
+}
+
+/// What the store did, as the child reports it.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(tag = "k", rename_all = "snake_case")]
+pub enum ProbeReply {
+    /// The store refused: `at` names the operation (open, events, append),
+    /// `kind` the refusal kind (a protocol `ErrorKind` name).
+    Refused {
+        at: String,
+        kind: String,
+        message: String,
+        /// Ledger: how many events the session held before the refused
+        /// append, and after it.
+        #[serde(default)]
+        events_before: Option<u64>,
+        #[serde(default)]
+        events_after: Option<u64>,
+    },
+    /// Damage: the store opened and served these records ([`record_key`]).
+    Served { records: Vec<String> },
+    /// Damage: the store died on the damaged copy (a panic in-process, an
+    /// adapter that broke the protocol or exited) instead of refusing it.
+    Crashed { at: String, message: String },
+    /// Ledger: the second commit was acknowledged at this seq.
+    Accepted { seq: Seq },
+    /// Ledger: the store refused the crash-free run's own events before
+    /// the second commit, so the probe could not set up its situation.
+    NotReplayed { message: String },
+    /// Lock: the second open succeeded while the first held the session.
+    SecondOpened,
+}
+
+/// A record as the damage probe compares it: seq, id and the event's
+/// content (its fingerprint), not the timestamp, which a store may
+/// regenerate when it serves an event.
+pub fn record_key(r: &Record) -> String {
+    let body = match r.event() {
+        Some(e) => crate::agent::wire::fingerprint(e),
+        None => format!("ignorable {}", r.body.type_name()),
+    };
+    format!("{} {} {body}", r.seq, r.id)
+}
+
+/// What a probe found.
+#[derive(Debug, Clone)]
+pub struct ProbeOutcome {
+    pub probe: Probe,
+    /// What the store did, in words.
+    pub told: String,
+    pub violations: Vec<Violation>,
+    /// The probe could not be carried out (not a verdict on the store).
+    pub error: Option<String>,
+    /// The store refused to replay its own crash-free events, so the
+    /// probe had nothing to test (not evidence, not an error: the trials
+    /// judge that log).
+    pub skipped: bool,
+}
+
+/// What running probes needs from the campaign.
+#[derive(Debug, Clone, Copy)]
+pub struct ProbeSetup<'a> {
+    pub backend: &'a dyn StoreBackend,
+    /// The `agentchaos` binary (its hidden `probe` subcommand is the child).
+    pub agent_exe: &'a Path,
+    pub store_fault: Option<&'a str>,
+    /// The crash-free run's session, finished and closed.
+    pub spec: &'a SessionSpec,
+    /// The crash-free run's events.
+    pub reference: &'a [Record],
+}
+
+/// Runs one probe in `dir` (a scratch directory it creates; the caller removes it).
+pub fn run(setup: &ProbeSetup<'_>, probe: &Probe, dir: &Path) -> ProbeOutcome {
+    let result = std::fs::create_dir_all(dir)
+        .map_err(|e| format!("cannot create {}: {e}", dir.display()))
+        .and_then(|()| match probe {
+            Probe::Damage { file, offset } => damage(setup, file, &Change::Flip(*offset), dir),
+            Probe::Zeros { file, offset, len } => {
+                damage(setup, file, &Change::Zeros(*offset, *len), dir)
+            }
+            Probe::Ledger {
+                operation,
+                another_call,
+            } => ledger(setup, operation, *another_call, dir),
+            Probe::Lock => lock(setup, dir),
+        });
+    match result {
+        Ok((told, violations, skipped)) => ProbeOutcome {
+            probe: probe.clone(),
+            skipped,
+            told,
+            violations,
+            error: None,
+        },
+        Err(e) => ProbeOutcome {
+            probe: probe.clone(),
+            told: String::new(),
+            violations: Vec::new(),
+            error: Some(e),
+            skipped: false,
+        },
+    }
+}
+
+/// What the store did, in words.
+fn tell(reply: &ProbeReply) -> String {
+    match reply {
+        ProbeReply::NotReplayed { message } => format!(
+            "not carried out: the store refused the crash-free run's own events before the second commit: {message}"
+        ),
+        ProbeReply::Refused {
+            at, kind, message, ..
+        } => format!("{at} refused with `{kind}`: {message}"),
+        ProbeReply::Served { records } => {
+            format!("it opened and served {} event(s)", records.len())
+        }
+        ProbeReply::Accepted { seq } => format!("it acknowledged the second commit at seq {seq}"),
+        ProbeReply::Crashed { at, message } => format!("the store died at {at}: {message}"),
+        ProbeReply::SecondOpened => {
+            "a second open succeeded while the first held the session".to_string()
+        }
+    }
+}
+
+/// How a damage probe changes its file.
+enum Change {
+    /// Flip the low bit of the byte at this offset.
+    Flip(u64),
+    /// Zero LEN bytes from OFFSET, keeping newlines.
+    Zeros(u64, u64),
+}
+
+impl Change {
+    /// Applies the change to `bytes` of `file`; says what it did.
+    fn apply(&self, file: &Path, bytes: &mut [u8]) -> Result<String, String> {
+        let short = |end: u64| {
+            format!(
+                "{} has {} bytes: no byte offset {}",
+                file.display(),
+                bytes.len(),
+                end
+            )
+        };
+        match *self {
+            Change::Flip(offset) => {
+                let missing = short(offset);
+                let byte = bytes.get_mut(offset as usize).ok_or(missing)?;
+                let was = *byte;
+                *byte ^= 1;
+                Ok(format!(
+                    "{}, byte offset {offset}: {was:#04x} flipped to {:#04x}",
+                    file.display(),
+                    *byte
+                ))
+            }
+            Change::Zeros(offset, len) => {
+                let end = offset.checked_add(len).filter(|e| *e <= bytes.len() as u64);
+                let end = end.ok_or_else(|| short(offset.saturating_add(len)))?;
+                let range = &mut bytes[offset as usize..end as usize];
+                let lines = range.iter().filter(|b| **b == b'\n').count();
+                range
+                    .iter_mut()
+                    .filter(|b| **b != b'\n')
+                    .for_each(|b| *b = 0);
+                Ok(format!(
+                    "{}, byte offsets {offset}..{end}: {len} bytes over {lines} complete line(s) zeroed, newlines kept",
+                    file.display()
+                ))
+            }
+        }
+    }
+}
+
+fn damage(
+    setup: &ProbeSetup<'_>,
+    file: &Path,
+    change: &Change,
+    dir: &Path,
+) -> Result<(String, Vec<Violation>, bool), String> {
+    let root = dir.join("root");
+    crate::campaign::runner::copy_dir(&setup.spec.root, &root)
+        .map_err(|e| format!("cannot copy the store's root: {e}"))?;
+    let path = root.join(file);
+    let mut bytes = std::fs::read(&path).map_err(|e| format!("{}: {e}", path.display()))?;
+    let what = change.apply(file, &mut bytes)?;
+    std::fs::write(&path, &bytes).map_err(|e| format!("{}: {e}", path.display()))?;
+    let reply = child(setup, "damage", &root, &setup.spec.session, None, &[])?;
+    let told = format!("{what}; {}", tell(&reply));
+    Ok((
+        told,
+        judge_damage(&what, setup.reference, &reply)?
+            .into_iter()
+            .collect(),
+        false,
+    ))
+}
+
+/// The damage verdict: `what` says which byte was flipped.
+pub fn judge_damage(
+    what: &str,
+    reference: &[Record],
+    reply: &ProbeReply,
+) -> Result<Option<Violation>, String> {
+    let violation = |found: String, events: Vec<String>| {
+        Violation {
+        invariant: Invariant::DamageRefused,
+        when: "after the crash-free run, on a damaged copy of its store".into(),
+        expected: format!(
+            "{what}: opening or reading refuses with `damage`, or the store serves the {} undamaged events unchanged",
+            reference.len()
+        ),
+        found,
+        events,
+    }
+    };
+    match reply {
+        ProbeReply::Refused { kind, .. } if kind == ErrorKind::Damage.name() => Ok(None),
+        ProbeReply::Refused {
+            at, kind, message, ..
+        } => Ok(Some(violation(
+            format!("a `{kind}` refusal at {at}, not `damage`: {message}"),
+            vec![],
+        ))),
+        ProbeReply::Crashed { at, message } => Ok(Some(violation(
+            format!("the store died at {at} instead of refusing: {message}"),
+            vec![],
+        ))),
+        ProbeReply::Served { records } => {
+            let want: Vec<String> = reference.iter().map(record_key).collect();
+            if &want == records {
+                return Ok(None);
+            }
+            let served: std::collections::BTreeSet<&String> = records.iter().collect();
+            let near = |i: usize| -> Vec<String> {
+                reference[i.saturating_sub(1)..(i + 2).min(reference.len())]
+                    .iter()
+                    .map(describe_record)
+                    .collect()
+            };
+            let found = match want.iter().position(|k| !served.contains(k)) {
+                Some(i) => (
+                    format!(
+                        "it served {} of {} events without refusing: {} is gone (a silent skip)",
+                        records.len(),
+                        want.len(),
+                        describe_record(&reference[i])
+                    ),
+                    near(i),
+                ),
+                None => match records.iter().find(|k| !want.contains(k)) {
+                    Some(extra) => (
+                        format!("it served a record the undamaged store does not have: {extra:?}"),
+                        vec![],
+                    ),
+                    None => (
+                        "it served the same records in another order".to_string(),
+                        vec![],
+                    ),
+                },
+            };
+            Ok(Some(violation(found.0, found.1)))
+        }
+        ProbeReply::Accepted { .. } | ProbeReply::NotReplayed { .. } | ProbeReply::SecondOpened => {
+            Err("the damage probe got another probe's reply".into())
+        }
+    }
+}
+
+/// The events a ledger probe's child replays, then those it appends as the
+/// probe (the last is the second commit).
+#[derive(Debug, Serialize, Deserialize)]
+struct LedgerEvents {
+    replay: Vec<Event>,
+    then: Vec<Event>,
+}
+
+fn ledger(
+    setup: &ProbeSetup<'_>,
+    operation: &str,
+    another_call: bool,
+    dir: &Path,
+) -> Result<(String, Vec<Violation>, bool), String> {
+    let reference = setup.reference;
+    let commit = reference
+        .iter()
+        .position(|r| matches!(r.event(), Some(Event::EffectCommitted { operation_id, .. }) if operation_id == operation))
+        .ok_or_else(|| format!("the crash-free run never commits operation {operation:?}"))?;
+    let event = |r: &Record| {
+        r.event()
+            .cloned()
+            .ok_or_else(|| format!("{} is not an event the agent writes", describe_record(r)))
+    };
+    let first = &reference[commit];
+    let commit_event = event(first)?;
+    // Event 0 (session_created) is the store's own, written by open.
+    let (events, how) = if another_call {
+        let Event::EffectCommitted {
+            call_id,
+            operation_id,
+            external_ref,
+        } = &commit_event
+        else {
+            unreachable!("found as an effect_committed")
+        };
+        let call = reference[..commit]
+            .iter()
+            .find_map(|r| match r.event() {
+                Some(Event::ToolCall {
+                    call_id: c,
+                    parent,
+                    tool,
+                    args,
+                    effect,
+                    target,
+                    needs_approval,
+                    ..
+                }) if c == call_id => Some((parent, tool, args, effect, target, *needs_approval)),
+                _ => None,
+            })
+            .ok_or_else(|| format!("no tool_call for call {call_id:?} before its commit"))?;
+        let (parent, tool, args, effect, target, needs_approval) = call;
+        let retry = format!("{call_id}-retry");
+        let mut then = vec![Event::ToolCall {
+            parent: parent.clone(),
+            call_id: retry.clone(),
+            tool: tool.clone(),
+            args: args.clone(),
+            effect: *effect,
+            operation_id: Some(operation_id.clone()),
+            target: target.clone(),
+            needs_approval,
+        }];
+        if needs_approval {
+            then.push(Event::Approval {
+                call_id: retry.clone(),
+                decision: agentstore::event::Decision::Approved,
+            });
+        }
+        then.extend([
+            Event::ToolStarted {
+                call_id: retry.clone(),
+            },
+            commit_event.clone(),
+            Event::EffectCommitted {
+                call_id: retry.clone(),
+                operation_id: operation_id.clone(),
+                external_ref: format!("{external_ref}-again"),
+            },
+        ]);
+        let replay = reference[1..commit]
+            .iter()
+            .map(event)
+            .collect::<Result<_, _>>()?;
+        (
+            LedgerEvents { replay, then },
+            format!(
+                "replaying {} event(s) up to before {}, then call {retry} with the same operation id, its intent, both commits",
+                commit - 1,
+                describe_record(first)
+            ),
+        )
+    } else {
+        let replay = reference[1..=commit]
+            .iter()
+            .map(event)
+            .collect::<Result<_, _>>()?;
+        (
+            LedgerEvents {
+                replay,
+                then: vec![commit_event.clone()],
+            },
+            format!(
+                "replaying {commit} event(s) up to {}, then the same commit again",
+                describe_record(first)
+            ),
+        )
+    };
+    let file = dir.join("events.json");
+    std::fs::write(
+        &file,
+        serde_json::to_vec(&events).expect("events serialize"),
+    )
+    .map_err(|e| format!("{}: {e}", file.display()))?;
+    let ws = dir.join("ws");
+    std::fs::create_dir_all(&ws).map_err(|e| format!("{}: {e}", ws.display()))?;
+    let reply = child(
+        setup,
+        "ledger",
+        &dir.join("root"),
+        "ledger-probe",
+        Some(&ws),
+        &[std::ffi::OsStr::new("--events"), file.as_os_str()],
+    )?;
+    let told = format!("{how}: {}", tell(&reply));
+    Ok((
+        told,
+        judge_ledger(operation, first, another_call, &reply)?
+            .into_iter()
+            .collect(),
+        matches!(reply, ProbeReply::NotReplayed { .. }),
+    ))
+}
+
+/// The ledger verdict: `first` is the first commit; `another_call`: the
+/// second comes from another call with the same operation id.
+pub fn judge_ledger(
+    operation: &str,
+    first: &Record,
+    another_call: bool,
+    reply: &ProbeReply,
+) -> Result<Option<Violation>, String> {
+    let violation = |found: String| {
+        Violation {
+        invariant: Invariant::LedgerRefusesDoubleCommit,
+        when: if another_call {
+            "after the crash-free run, in a fresh session replaying its events, with the operation retried under a new call id"
+        } else {
+            "after the crash-free run, in a fresh session replaying its events up to the first commit"
+        }.into(),
+        expected: format!(
+            "a second effect_committed for operation {operation} ({}) refused with `rule`, nothing written",
+            if another_call {
+                "from another call, after the first call's commit"
+            } else {
+                "from the same call"
+            }
+        ),
+        found,
+        events: vec![describe_record(first)],
+    }
+    };
+    Ok(match reply {
+        ProbeReply::Refused {
+            kind,
+            events_before,
+            events_after,
+            ..
+        } if kind == ErrorKind::Rule.name() => match (events_before, events_after) {
+            (Some(b), Some(a)) if a > b => Some(violation(format!(
+                "refused, but the session grew from {b} to {a} events"
+            ))),
+            _ => None,
+        },
+        ProbeReply::Refused {
+            at, kind, message, ..
+        } => Some(violation(format!(
+            "a `{kind}` refusal at {at}, not `rule`: {message}"
+        ))),
+        ProbeReply::Accepted { seq } => Some(violation(format!(
+            "accepted and acknowledged at seq {seq}: operation {operation} is committed twice"
+        ))),
+        ProbeReply::NotReplayed { .. } => None,
+        ProbeReply::Served { .. } | ProbeReply::Crashed { .. } | ProbeReply::SecondOpened => {
+            return Err("the ledger probe got another probe's reply".into())
+        }
+    })
+}
+
+fn lock(setup: &ProbeSetup<'_>, dir: &Path) -> Result<(String, Vec<Violation>, bool), String> {
+    let root = dir.join("root");
+    crate::campaign::runner::copy_dir(&setup.spec.root, &root)
+        .map_err(|e| format!("cannot copy the store's root: {e}"))?;
+    let reply = child(setup, "lock", &root, &setup.spec.session, None, &[])?;
+    let told = format!(
+        "the session opened, then opened again while the first held it: {}",
+        tell(&reply)
+    );
+    Ok((told, judge_lock(&reply)?.into_iter().collect(), false))
+}
+
+/// The lock verdict.
+pub fn judge_lock(reply: &ProbeReply) -> Result<Option<Violation>, String> {
+    let violation = |found: String| Violation {
+        invariant: Invariant::SecondWriterRefused,
+        when: "after the crash-free run, on a copy of its store opened for writing".into(),
+        expected: "a second open while the first holds the session refused with `locked`".into(),
+        found,
+        events: vec![],
+    };
+    Ok(match reply {
+        ProbeReply::Refused { kind, .. } if kind == ErrorKind::Locked.name() => None,
+        ProbeReply::Refused {
+            at, kind, message, ..
+        } => Some(violation(format!(
+            "a `{kind}` refusal at {at}, not `locked`: {message}"
+        ))),
+        ProbeReply::SecondOpened => Some(violation(
+            "the second open succeeded: two writers hold the session, and would append at the same seqs".into(),
+        )),
+        _ => return Err("the lock probe got another probe's reply".into()),
+    })
+}
+
+/// Runs `agentchaos probe` with the store's flags and parses its reply.
+fn child(
+    setup: &ProbeSetup<'_>,
+    what: &str,
+    root: &Path,
+    session: &str,
+    workspace: Option<&Path>,
+    extra: &[&std::ffi::OsStr],
+) -> Result<ProbeReply, String> {
+    let mut cmd = Command::new(setup.agent_exe);
+    cmd.args(["probe", "--what", what, "--session", session, "--root"])
+        .arg(root)
+        .args(extra)
+        .args(setup.backend.agent_args());
+    if let Some(ws) = workspace {
+        cmd.arg("--workspace").arg(ws);
+    }
+    cmd.env_remove(agentstore::fault::FAULT_ENV);
+    for var in [
+        "AGENTCHAOS_TRACE",
+        "AGENTCHAOS_KILL_AT",
+        "AGENTCHAOS_TEAR",
+        "AGENTCHAOS_SYNC_LOG",
+    ] {
+        cmd.env_remove(var);
+    }
+    if let Some(f) = setup.store_fault {
+        cmd.env(agentstore::fault::FAULT_ENV, f);
+    }
+    let out = cmd
+        .output()
+        .map_err(|e| format!("cannot start the probe {}: {e}", setup.agent_exe.display()))?;
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    if !out.status.success() {
+        let stderr = String::from_utf8_lossy(&out.stderr);
+        return Err(format!(
+            "the {what} probe failed ({}): {}",
+            out.status,
+            stderr.lines().last().unwrap_or("(no message)")
+        ));
+    }
+    serde_json::from_str(stdout.trim())
+        .map_err(|e| format!("the {what} probe replied {:?}: {e}", stdout.trim()))
+}
+
+/// `agentchaos replay --plan probe:…`: the crash-free run again, then the
+/// one probe on its store, told in words. `keep` keeps the probe's scratch
+/// directory (the damaged copy, or the fresh session) there.
+pub fn replay(
+    cfg: &crate::campaign::runner::Config<'_>,
+    source: crate::campaign::runner::ScenarioSource,
+    probe: &Probe,
+    keep: Option<&Path>,
+) -> Result<crate::campaign::replay::Replayed, String> {
+    let dir = crate::campaign::runner::campaign_dir(&cfg.dir)?;
+    let result = replay_in(cfg, source, probe, keep, &dir);
+    let _ = std::fs::remove_dir_all(&dir);
+    result
+}
+
+fn replay_in(
+    cfg: &crate::campaign::runner::Config<'_>,
+    source: crate::campaign::runner::ScenarioSource,
+    probe: &Probe,
+    keep: Option<&Path>,
+    dir: &Path,
+) -> Result<crate::campaign::replay::Replayed, String> {
+    use std::fmt::Write as _;
+    let trace = dir.join("trace");
+    let prepared = crate::campaign::runner::prepare_keeping(cfg, source, &trace)?;
+    let name = prepared.source.scenario.name.clone();
+    let mut narrative = format!(
+        "scenario {name} ({}), probe {probe}\nthe crash-free run wrote {} events\n",
+        prepared.source.path.display(),
+        prepared.reference.records.len()
+    );
+    if let Some(u) = &prepared.unusable {
+        return Ok(crate::campaign::replay::Replayed {
+            narrative,
+            violations: Vec::new(),
+            error: Some(u.clone()),
+        });
+    }
+    let spec = crate::campaign::trial::TrialDir { dir: trace.clone() }.spec();
+    let setup = crate::campaign::runner::probe_setup(cfg, &prepared, &spec);
+    let scratch = dir.join("probe");
+    let outcome = run(&setup, probe, &scratch);
+    let replay = crate::campaign::runner::replay_command(
+        &prepared.source.path,
+        &probe.plan(),
+        cfg.store_fault.as_deref(),
+        &cfg.backend.agent_args(),
+    );
+    if !outcome.told.is_empty() {
+        let _ = writeln!(narrative, "{}", outcome.told);
+    }
+    let _ = writeln!(
+        narrative,
+        "{}",
+        match (&outcome.error, outcome.violations.is_empty()) {
+            (Some(_), _) => "the probe could not be carried out".to_string(),
+            (None, true) => format!("the store kept its promise ({})", probe.capability()),
+            (None, false) => format!("the store broke its promise ({})", probe.capability()),
+        }
+    );
+    for v in &outcome.violations {
+        narrative.push('\n');
+        narrative.push_str(&crate::report::explain(
+            v,
+            &name,
+            &format!("none (probe {probe}, after the crash-free run)"),
+            &replay,
+        ));
+    }
+    if let Some(keep) = keep {
+        let dest = keep.join(&name).join(probe.to_string().replace('/', "_"));
+        let _ = std::fs::remove_dir_all(&dest);
+        crate::campaign::runner::copy_dir(&scratch, &dest)
+            .map_err(|e| format!("cannot keep the probe in {}: {e}", dest.display()))?;
+        let _ = writeln!(narrative, "probe directory kept in {}", dest.display());
+    }
+    Ok(crate::campaign::replay::Replayed {
+        narrative,
+        violations: outcome.violations,
+        error: outcome.error,
+    })
+}
+
+/// A store refusal (with its kind) or a failure to talk to the store.
+#[derive(Debug)]
+pub enum ChildError {
+    Refused { kind: ErrorKind, message: String },
+    Failed(String),
+}
+
+impl From<agentstore::Error> for ChildError {
+    fn from(e: agentstore::Error) -> ChildError {
+        use agentstore::Error as E;
+        let kind = match &e {
+            E::Io { .. } | E::Poisoned { .. } => ErrorKind::Io,
+            E::Damage { .. } | E::UnknownEventType { .. } => ErrorKind::Damage,
+            E::SessionLocked { .. } => ErrorKind::Locked,
+            E::NoSuchSession { .. } | E::IncompleteSession { .. } => ErrorKind::NotFound,
+            E::SessionExists { .. } => ErrorKind::Exists,
+            E::Rule(_) => ErrorKind::Rule,
+            E::InvalidSessionId { .. } | E::EventTooLarge { .. } | E::Invalid(_) => {
+                ErrorKind::Invalid
+            }
+        };
+        ChildError::Refused {
+            kind,
+            message: e.to_string(),
+        }
+    }
+}
+
+impl From<crate::store::adapter::ClientError> for ChildError {
+    fn from(e: crate::store::adapter::ClientError) -> ChildError {
+        match e.refusal_kind() {
+            Some(kind) => ChildError::Refused {
+                kind,
+                message: e.to_string(),
+            },
+            None => ChildError::Failed(e.to_string()),
+        }
+    }
+}
+
+/// The store as the probe child drives it: agentstore in this process, or an adapter.
+enum Target {
+    Reference {
+        paths: SessionPaths,
+        session: Box<Session>,
+    },
+    Adapter(Box<Client>),
+}
+
+impl Target {
+    fn open(args: &ChildArgs, workspace: Option<&Path>) -> Result<Target, ChildError> {
+        let (root, session) = (args.root.as_path(), args.session.as_str());
+        match args.adapter.as_deref() {
+            None => {
+                let id = SessionId::new(session)?;
+                let options = || SessionOptions {
+                    durability: args.durability,
+                    ..SessionOptions::default()
+                };
+                let session = match workspace {
+                    Some(ws) => Session::open_or_create(root, &id, ws, options())?.0,
+                    None => Session::open(root, &id, options())?.0,
+                };
+                Ok(Target::Reference {
+                    paths: SessionPaths::new(root, &id),
+                    session: Box::new(session),
+                })
+            }
+            Some(line) => {
+                let backend = AdapterBackend::new(line).map_err(ChildError::Failed)?;
+                let mut client = backend
+                    .client()
+                    .map_err(|e| ChildError::Failed(e.message))?;
+                client.open(&OpenArgs {
+                    root: root.to_path_buf(),
+                    session: session.to_string(),
+                    workspace: workspace.map(Path::to_path_buf),
+                    create: workspace.is_some(),
+                })?;
+                Ok(Target::Adapter(Box::new(client)))
+            }
+        }
+    }
+
+    fn append(&mut self, event: &Event) -> Result<Seq, ChildError> {
+        match (self, event) {
+            (Target::Reference { session, .. }, Event::ToolStarted { call_id }) => {
+                let due = session.log().next_seq();
+                let intent = session.start_tool(call_id)?;
+                Ok(intent.ack().map_or(due, |a| a.seq()))
+            }
+            (Target::Reference { session, .. }, e) => Ok(session.append(e.clone())?.seq()),
+            (Target::Adapter(c), Event::ToolStarted { call_id }) => Ok(c.start_tool(call_id)?.seq),
+            (Target::Adapter(c), e) => Ok(c.append(e)?.seq),
+        }
+    }
+
+    fn put_blob(&mut self, bytes: &[u8]) -> Result<BlobRef, ChildError> {
+        match self {
+            Target::Reference { session, .. } => Ok(session.put_blob(bytes)?),
+            Target::Adapter(c) => Ok(c.put_blob(bytes)?),
+        }
+    }
+
+    fn events(&mut self) -> Result<Vec<Record>, ChildError> {
+        match self {
+            Target::Reference { paths, .. } => {
+                let mut out = Vec::new();
+                for item in Scanner::open(&paths.events(), LogPosition::START)? {
+                    out.push(item?.1);
+                }
+                Ok(out)
+            }
+            Target::Adapter(c) => Ok(c.events(None)?),
+        }
+    }
+}
+
+/// The child's arguments.
+#[derive(Debug, Clone)]
+pub struct ChildArgs {
+    /// `damage`, `ledger` or `lock`.
+    pub what: String,
+    pub root: PathBuf,
+    pub session: String,
+    /// Ledger: the workspace of the fresh session.
+    pub workspace: Option<PathBuf>,
+    /// Ledger: the events to replay, a JSON array; the last is the commit to repeat.
+    pub events: Option<PathBuf>,
+    pub adapter: Option<String>,
+    /// The reference store's durability (no adapter).
+    pub durability: agentstore::Durability,
+}
+
+/// The child (`agentchaos probe`): drives the store, prints one [`ProbeReply`] line.
+pub fn run_child(args: &ChildArgs) -> Result<(), String> {
+    let reply = match args.what.as_str() {
+        "damage" => child_damage(args),
+        "ledger" => child_ledger(args),
+        "lock" => child_lock(args),
+        other => return Err(format!("--what {other:?} is not damage, ledger or lock")),
+    }?;
+    let mut out = std::io::stdout().lock();
+    writeln!(
+        out,
+        "{}",
+        serde_json::to_string(&reply).expect("a reply serializes")
+    )
+    .and_then(|()| out.flush())
+    .map_err(|e| format!("cannot write the reply: {e}"))
+}
+
+/// A refusal as the child reports it; `events`: the session's event count
+/// before and after it (ledger).
+fn refused(at: &str, e: ChildError, events: Option<(u64, u64)>) -> Result<ProbeReply, String> {
+    match e {
+        ChildError::Refused { kind, message } => Ok(ProbeReply::Refused {
+            at: at.to_string(),
+            kind: kind.name().to_string(),
+            message,
+            events_before: events.map(|e| e.0),
+            events_after: events.map(|e| e.1),
+        }),
+        ChildError::Failed(m) => Err(format!("{at}: {m}")),
+    }
+}
+
+fn child_damage(args: &ChildArgs) -> Result<ProbeReply, String> {
+    // Damaged data must be refused, not crash the store: a panic of the
+    // in-process store or an adapter that fails the protocol is a finding.
+    let died = |at: &str, e: ChildError| match e {
+        ChildError::Failed(message) => Ok(ProbeReply::Crashed {
+            at: at.to_string(),
+            message,
+        }),
+        e => refused(at, e, None),
+    };
+    let caught = std::panic::catch_unwind(|| {
+        let mut target = match Target::open(args, None) {
+            Ok(t) => t,
+            Err(e) => return died("open", e),
+        };
+        match target.events() {
+            Ok(records) => Ok(ProbeReply::Served {
+                records: records.iter().map(record_key).collect(),
+            }),
+            Err(e) => died("events", e),
+        }
+    });
+    caught.unwrap_or_else(|p| {
+        let message = p
+            .downcast_ref::<String>()
+            .cloned()
+            .or_else(|| p.downcast_ref::<&str>().map(|s| s.to_string()))
+            .unwrap_or_else(|| "unknown panic".to_string());
+        Ok(ProbeReply::Crashed {
+            at: "open".to_string(),
+            message: format!("panicked: {}", message.replace('\n', " ")),
+        })
+    })
+}
+
+fn child_lock(args: &ChildArgs) -> Result<ProbeReply, String> {
+    let open = || Target::open(args, None);
+    let _first = open().map_err(|e| format!("first open: {e:?}"))?;
+    match open() {
+        Ok(_second) => Ok(ProbeReply::SecondOpened),
+        Err(e) => refused("second open", e, None),
+    }
+}
+
+fn child_ledger(args: &ChildArgs) -> Result<ProbeReply, String> {
+    let file = args.events.as_ref().ok_or("--events is required")?;
+    let text = std::fs::read(file).map_err(|e| format!("{}: {e}", file.display()))?;
+    let events: LedgerEvents =
+        serde_json::from_slice(&text).map_err(|e| format!("{}: {e}", file.display()))?;
+    let ws = args.workspace.as_deref().ok_or("--workspace is required")?;
+    let fail = |what: String| move |e: ChildError| format!("{what}: {e:?}");
+    let mut target = Target::open(args, Some(ws)).map_err(fail("open".into()))?;
+    for e in &events.replay {
+        let e = match e {
+            // The blob's bytes are not in the log: any stored blob will do.
+            Event::ToolResult {
+                parent,
+                call_id,
+                status,
+                output,
+                blob: Some(_),
+            } => Event::ToolResult {
+                parent: parent.clone(),
+                call_id: call_id.clone(),
+                status: *status,
+                output: output.clone(),
+                blob: Some(
+                    target
+                        .put_blob(format!("ledger probe stand-in for {call_id}").as_bytes())
+                        .map_err(fail("put_blob".into()))?,
+                ),
+            },
+            other => other.clone(),
+        };
+        if let Err(err) = target.append(&e) {
+            return match err {
+                ChildError::Refused { kind, message } => Ok(ProbeReply::NotReplayed {
+                    message: format!("{} refused with `{kind}`: {message}", e.type_name()),
+                }),
+                ChildError::Failed(m) => Err(format!("replaying {}: {m}", e.type_name())),
+            };
+        }
+    }
+    let mut last = None;
+    for e in &events.then {
+        let before = target.events().map_err(fail("events".into()))?.len() as u64;
+        match target.append(e) {
+            Ok(seq) => last = Some(seq),
+            Err(err) => {
+                let after = target.events().map_err(fail("events".into()))?.len() as u64;
+                return refused(
+                    &format!("append of {}", e.type_name()),
+                    err,
+                    Some((before, after)),
+                );
+            }
+        }
+    }
+    let seq = last.ok_or("the ledger probe appends nothing")?;
+    Ok(ProbeReply::Accepted { seq })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use agentstore::event::{event_id, Body, Redaction};
+
+    fn rec(seq: u64, e: Event) -> Record {
+        Record {
+            seq,
+            id: event_id(seq),
+            ts: "2026-01-01T00:00:00.000Z".into(),
+            redaction: Redaction::Public,
+            body: Body::Known(e),
+        }
+    }
+
+    fn log() -> Vec<Record> {
+        vec![
+            rec(
+                0,
+                Event::SessionCreated {
+                    session_id: "s".into(),
+                    schema_version: 1,
+                    workspace: "/w".into(),
+                },
+            ),
+            rec(1, Event::RunStarted { run_id: "r".into() }),
+            rec(
+                2,
+                Event::EffectCommitted {
+                    call_id: "c".into(),
+                    operation_id: "op".into(),
+                    external_ref: "x".into(),
+                },
+            ),
+        ]
+    }
+
+    #[test]
+    fn probes_round_trip_through_their_plan_form() {
+        for s in [
+            "damage@sessions/s/events.jsonl:120",
+            "zeros@sessions/s/events.jsonl:40+62",
+            "ledger@op-deploy-1",
+            "ledger-retry@op-deploy-1",
+            "lock",
+        ] {
+            let p: Probe = s.parse().unwrap();
+            assert_eq!(p.to_string(), s);
+        }
+        for bad in [
+            "damage@x",
+            "damage@:3",
+            "damage@../x:3",
+            "damage@/etc/passwd:3",
+            "ledger@",
+            "zap@1",
+            "zeros@x:3",
+            "zeros@x:3+0",
+            "zeros@../x:3+1",
+        ] {
+            assert!(bad.parse::<Probe>().is_err(), "{bad}");
+        }
+    }
+
+    #[test]
+    fn a_silent_skip_is_a_violation_and_a_damage_refusal_or_redundancy_is_not() {
+        let reference = log();
+        let all: Vec<String> = reference.iter().map(record_key).collect();
+        let served = |n: usize| ProbeReply::Served {
+            records: all[..n].to_vec(),
+        };
+        assert!(judge_damage("f", &reference, &served(3)).unwrap().is_none());
+        let refused = |kind: &str| ProbeReply::Refused {
+            at: "open".into(),
+            kind: kind.into(),
+            message: "m".into(),
+            events_before: None,
+            events_after: None,
+        };
+        assert!(judge_damage("f", &reference, &refused("damage"))
+            .unwrap()
+            .is_none());
+        // The broken store: it skips the damaged line and serves the rest.
+        let skipped = judge_damage("f, byte offset 9", &reference, &served(2))
+            .unwrap()
+            .expect("a silent skip is caught");
+        assert_eq!(skipped.invariant, Invariant::DamageRefused);
+        assert!(skipped.found.contains("silent skip"), "{}", skipped.found);
+        assert!(skipped.expected.contains("byte offset 9"));
+        let wrong = judge_damage("f", &reference, &refused("io"))
+            .unwrap()
+            .unwrap();
+        assert!(wrong.found.contains("`io` refusal"), "{}", wrong.found);
+        let died = ProbeReply::Crashed {
+            at: "open".into(),
+            message: "panicked: boom".into(),
+        };
+        let died = judge_damage("f", &reference, &died).unwrap().unwrap();
+        assert!(died.found.contains("died at open"), "{}", died.found);
+    }
+
+    #[test]
+    fn an_accepted_second_commit_is_a_violation() {
+        let reference = log();
+        for another_call in [false, true] {
+            let accepted = judge_ledger(
+                "op",
+                &reference[2],
+                another_call,
+                &ProbeReply::Accepted { seq: 3 },
+            )
+            .unwrap()
+            .expect("caught");
+            assert_eq!(accepted.invariant, Invariant::LedgerRefusesDoubleCommit);
+            assert!(accepted.found.contains("committed twice"));
+            assert_eq!(
+                accepted.expected.contains("from another call"),
+                another_call,
+                "{}",
+                accepted.expected
+            );
+        }
+        let refused = |kind: &str, after: u64| ProbeReply::Refused {
+            at: "append".into(),
+            kind: kind.into(),
+            message: "m".into(),
+            events_before: Some(3),
+            events_after: Some(after),
+        };
+        assert!(
+            judge_ledger("op", &reference[2], false, &refused("rule", 3))
+                .unwrap()
+                .is_none()
+        );
+        assert!(
+            judge_ledger("op", &reference[2], false, &refused("rule", 4))
+                .unwrap()
+                .is_some()
+        );
+        assert!(judge_ledger("op", &reference[2], true, &refused("io", 3))
+            .unwrap()
+            .is_some());
+    }
+
+    #[test]
+    fn a_second_writer_let_in_is_a_violation_and_locked_is_not() {
+        let refused = |kind: &str| ProbeReply::Refused {
+            at: "second open".into(),
+            kind: kind.into(),
+            message: "m".into(),
+            events_before: None,
+            events_after: None,
+        };
+        assert!(judge_lock(&refused("locked")).unwrap().is_none());
+        let io = judge_lock(&refused("io")).unwrap().expect("not `locked`");
+        assert_eq!(io.invariant, Invariant::SecondWriterRefused);
+        assert!(io.found.contains("`io` refusal"), "{}", io.found);
+        let let_in = judge_lock(&ProbeReply::SecondOpened).unwrap().unwrap();
+        assert!(let_in.found.contains("two writers"), "{}", let_in.found);
+        assert!(judge_lock(&ProbeReply::Accepted { seq: 1 }).is_err());
+    }
+
+    #[test]
+    fn a_line_based_file_is_probed_in_its_last_line_and_zeroed_over_its_last_three() {
+        let dir = tempfile::tempdir().unwrap();
+        let lines = [
+            "{\"a\":1}\n",
+            "{\"b\":22}\n",
+            "{\"c\":333}\n",
+            "{\"d\":4}\n",
+            "{\"e\":55}\n",
+        ];
+        let text = lines.concat();
+        std::fs::write(dir.path().join("log"), &text).unwrap();
+        let probes = plan(&Capability::ALL, dir.path(), &[], &mut Rng::new(1)).unwrap();
+        let last_start = (text.len() - lines[4].len()) as u64;
+        assert!(
+            probes
+                .iter()
+                .any(|p| matches!(p, Probe::Damage { offset, .. }
+                if (last_start..text.len() as u64 - 1).contains(offset))),
+            "no flip in the last complete line: {probes:?}"
+        );
+        let zeros_from = (lines[0].len() + lines[1].len()) as u64;
+        assert!(
+            probes.contains(&Probe::Zeros {
+                file: "log".into(),
+                offset: zeros_from,
+                len: text.len() as u64 - zeros_from,
+            }),
+            "{probes:?}"
+        );
+        let mut bytes = text.clone().into_bytes();
+        let what = Change::Zeros(zeros_from, text.len() as u64 - zeros_from)
+            .apply(Path::new("log"), &mut bytes)
+            .unwrap();
+        assert!(what.contains("over 3 complete line(s)"), "{what}");
+        let zeroed = &bytes[zeros_from as usize..];
+        assert_eq!(zeroed.iter().filter(|b| **b == b'\n').count(), 3);
+        assert!(zeroed.iter().all(|b| *b == 0 || *b == b'\n'));
+        assert_eq!(
+            &bytes[..zeros_from as usize],
+            &text.as_bytes()[..zeros_from as usize]
+        );
+        // A file that is not lines gets no tail probes.
+        assert!(complete_lines(b"abc\ndef").is_empty());
+        assert!(Change::Flip(99)
+            .apply(Path::new("log"), &mut bytes)
+            .is_err());
+    }
+
+    #[test]
+    fn plans_probe_only_what_is_claimed() {
+        let dir = tempfile::tempdir().unwrap();
+        std::fs::create_dir_all(dir.path().join("s")).unwrap();
+        std::fs::write(dir.path().join("s/log"), vec![b'x'; 100]).unwrap();
+        std::fs::write(dir.path().join("empty"), b"").unwrap();
+        let reference = log();
+        let all = plan(&Capability::ALL, dir.path(), &reference, &mut Rng::new(1)).unwrap();
+        let damage: Vec<&Probe> = all
+            .iter()
+            .filter(|p| matches!(p, Probe::Damage { .. }))
+            .collect();
+        assert!(!damage.is_empty() && damage.len() <= DAMAGE_POSITIONS);
+        for p in &damage {
+            let Probe::Damage { file, offset } = p else {
+                unreachable!()
+            };
+            assert_eq!(file, Path::new("s/log"));
+            assert!((25..75).contains(offset), "{offset}");
+        }
+        for another_call in [false, true] {
+            assert!(all.contains(&Probe::Ledger {
+                operation: "op".into(),
+                another_call,
+            }));
+        }
+        let none = plan(
+            &[Capability::DurableAppend],
+            dir.path(),
+            &reference,
+            &mut Rng::new(1),
+        )
+        .unwrap();
+        assert!(none.is_empty());
+    }
+}

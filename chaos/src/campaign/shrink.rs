@@ -1,0 +1,229 @@
+//! Shrinking: a failing scenario reduced to a minimal scenario and crash point.
+//!
+//! Greedy delta debugging over the scenario's structure: try dropping a
+//! whole run, then each step, then each approval; keep any smaller
+//! scenario that still violates the same invariant under some plan of the
+//! same kind (searched in hit order, so the crash point found is the
+//! earliest); repeat until nothing smaller fails or the time budget is
+//! spent. Each candidate costs a trace run plus up to one trial per hit,
+//! which is why random scenarios are kept small. This module must never
+//! report a shrunk result it has not seen fail.
+
+use std::path::{Path, PathBuf};
+use std::time::{Duration, Instant};
+
+use crate::campaign::runner::{self, parallel, Config, ScenarioSource};
+use crate::check::Invariant;
+use crate::nemesis::{self, Crash, Plan};
+use crate::scenario::rng::Rng;
+use crate::scenario::{Scenario, Step};
+
+/// The smallest failing scenario found.
+#[derive(Debug, Clone)]
+pub struct Shrunk {
+    pub scenario: Scenario,
+    pub path: PathBuf,
+    pub plan: Plan,
+    pub steps_before: usize,
+    pub candidates_tried: usize,
+    /// The budget ran out before no smaller candidate failed.
+    pub budget_exhausted: bool,
+}
+
+/// Every scenario one edit smaller than `s`.
+fn candidates(s: &Scenario) -> Vec<Scenario> {
+    let mut out = Vec::new();
+    if s.runs.len() > 1 {
+        for r in 0..s.runs.len() {
+            let mut c = s.clone();
+            c.runs.remove(r);
+            out.push(c);
+        }
+    }
+    for r in 0..s.runs.len() {
+        for i in 0..s.runs[r].steps.len() {
+            if s.runs[r].steps.len() > 1 {
+                let mut c = s.clone();
+                c.runs[r].steps.remove(i);
+                out.push(c);
+            }
+            let mut c = s.clone();
+            let dropped = match &mut c.runs[r].steps[i] {
+                Step::ReadFile { approval, .. }
+                | Step::RunTests { approval }
+                | Step::WriteFile { approval, .. }
+                | Step::AppendLine { approval, .. }
+                | Step::Remote { approval, .. }
+                | Step::LargeOutput { approval, .. } => approval.take().is_some(),
+                _ => false,
+            };
+            if dropped {
+                out.push(c);
+            }
+        }
+    }
+    out.retain(|c| c.validate().is_ok());
+    out
+}
+
+fn same_kind(original: &Plan, p: &Plan) -> bool {
+    match original.crash {
+        None => p.crash.is_none(),
+        // A timer's death point is some hit: search every kill.
+        Some(Crash::Timer { .. }) => p.kind() == "kill",
+        Some(_) => p.kind() == original.kind(),
+    }
+}
+
+/// Does `scenario` (written to `path`) violate `inv` under some plan like
+/// `original`? Returns the earliest such plan.
+fn reproduce(
+    cfg: &Config<'_>,
+    scenario: &Scenario,
+    path: &Path,
+    original: &Plan,
+    inv: Invariant,
+    dir: &Path,
+) -> Result<Option<Plan>, String> {
+    std::fs::write(path, scenario.to_json())
+        .map_err(|e| format!("cannot write {}: {e}", path.display()))?;
+    let source = ScenarioSource {
+        path: path.to_path_buf(),
+        scenario: scenario.clone(),
+        random_seed: None,
+    };
+    let prepared = runner::prepare(cfg, source, &dir.join("trace"))?;
+    if prepared.trace_violations.iter().any(|v| v.invariant == inv) {
+        return Ok(Some(Plan::NONE));
+    }
+    if prepared.unusable.is_some() || original.crash.is_none() {
+        return Ok(None);
+    }
+    let rng = &mut Rng::new(0);
+    let mut plans: Vec<Plan> = nemesis::exhaustive(&prepared.trace, rng);
+    plans.extend(prepared.syscalls.iter().flat_map(|t| t.exhaustive(rng)));
+    for later in &prepared.later {
+        plans.extend(later.point_plans(rng));
+        plans.extend(later.syscall_plans(rng));
+    }
+    let plans: Vec<Plan> = plans
+        .into_iter()
+        .filter(|p| same_kind(original, p))
+        .collect();
+    let batch = cfg.jobs.max(1) * 2;
+    for chunk in plans.chunks(batch) {
+        let found = parallel(cfg.jobs, chunk.len(), |i| {
+            let o = runner::run_trial(cfg, &prepared, 0, chunk[i], &dir.join(format!("t{i}")));
+            o.violations
+                .iter()
+                .any(|v| v.invariant == inv)
+                .then_some(chunk[i])
+        });
+        if let Some(p) = found.into_iter().flatten().flatten().next() {
+            return Ok(Some(p));
+        }
+    }
+    Ok(None)
+}
+
+/// Shrinks every generated scenario of `result` that failed a deterministic
+/// plan, writing each minimal scenario to `dir/<name>-shrunk.json`.
+pub fn shrink_failing_random(
+    cfg: &Config<'_>,
+    result: &runner::CampaignResult,
+    dir: &Path,
+    budget: Duration,
+) -> Vec<(String, Result<Shrunk, String>)> {
+    let mut out = Vec::new();
+    for s in &result.scenarios {
+        if s.prepared.source.random_seed.is_none() {
+            continue;
+        }
+        let Some((plan, _, v)) = s.violations().find(|(p, _, _)| p.deterministic()) else {
+            continue;
+        };
+        let path = dir.join(format!("{}-shrunk.json", s.name()));
+        let shrunk = shrink(
+            cfg,
+            &s.prepared.source.scenario,
+            plan,
+            v.invariant,
+            &path,
+            budget,
+        );
+        out.push((s.name().to_string(), shrunk));
+    }
+    out
+}
+
+/// Shrinks `scenario`, which violates `inv` under `plan`. The result is
+/// written to `out` (a JSON scenario file).
+pub fn shrink(
+    cfg: &Config<'_>,
+    scenario: &Scenario,
+    plan: Plan,
+    inv: Invariant,
+    out: &Path,
+    budget: Duration,
+) -> Result<Shrunk, String> {
+    let started = Instant::now();
+    let dir = runner::campaign_dir(&cfg.dir)?;
+    let work = dir.join("candidate.json");
+    let mut best = scenario.clone();
+    let mut best_plan = plan;
+    let mut tried = 0;
+    let mut exhausted = false;
+    let result = (|| -> Result<(), String> {
+        'outer: loop {
+            for c in candidates(&best) {
+                if started.elapsed() > budget {
+                    exhausted = true;
+                    break 'outer;
+                }
+                tried += 1;
+                if let Some(p) = reproduce(cfg, &c, &work, &best_plan, inv, &dir)? {
+                    best = c;
+                    best_plan = p;
+                    continue 'outer;
+                }
+            }
+            break;
+        }
+        Ok(())
+    })();
+    let _ = std::fs::remove_dir_all(&dir);
+    result?;
+    best.description = format!(
+        "shrunk from {} ({} steps) to a minimal scenario that still violates {inv}",
+        scenario.name,
+        scenario.step_count()
+    );
+    best.name = format!("{}-shrunk", scenario.name);
+    std::fs::write(out, best.to_json())
+        .map_err(|e| format!("cannot write {}: {e}", out.display()))?;
+    Ok(Shrunk {
+        scenario: best,
+        path: out.to_path_buf(),
+        plan: best_plan,
+        steps_before: scenario.step_count(),
+        candidates_tried: tried,
+        budget_exhausted: exhausted,
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::scenario::generate::random_scenario;
+
+    #[test]
+    fn candidates_are_valid_and_each_one_edit_smaller() {
+        let s = random_scenario(7, 5);
+        let n = s.step_count();
+        for c in candidates(&s) {
+            assert!(c.validate().is_ok());
+            let approvals = |s: &Scenario| format!("{s:?}").matches("approval: Some").count();
+            assert!(c.step_count() < n || approvals(&c) < approvals(&s));
+        }
+    }
+}

@@ -1,0 +1,715 @@
+//! One trial: real agent processes killed by the nemesis, and what the
+//! harness observed of them (Jepsen's history).
+//!
+//! A trial owns a directory (store root, workspace, world socket, sync log,
+//! each process's stderr) and a [`World`]. It spawns the agent (life 0),
+//! lets the [`Plan`] kill it, applies a power cut if planned, observes the
+//! disk, and restarts the agent (life 1, 2, …) until one finishes. While a
+//! restarted agent pauses after each of its two recoveries, the harness
+//! observes the disk. Every kill must really be a SIGKILL; anything else is
+//! an error of the trial. This module records facts; it must never judge
+//! them (that is [`crate::check`]).
+//!
+//! The life a plan faults at a syscall (and in a syscall trace run, the
+//! first life the plan does not crash) runs under the ptrace tracer
+//! ([`crate::nemesis::syscall`]) with the store root as the trace root; its counted
+//! syscalls, the fault report and, for injected errors, the recorded
+//! operations with the agent's stdout writes between them go into
+//! [`Life::syscalls`]. A crash-point trace run likewise traces the first
+//! life its plan does not crash. A process that goes on after an injected
+//! error and then gives up (exits non-zero) is restarted like a killed
+//! one; a fault that was not injected as planned is an error of the trial.
+
+use std::collections::BTreeMap;
+use std::io::{BufRead, BufReader, Write};
+use std::os::unix::process::ExitStatusExt;
+use std::path::{Path, PathBuf};
+use std::process::{Child, ChildStdin, ChildStdout, Command, Stdio};
+use std::sync::{mpsc, Arc, Mutex};
+use std::time::{Duration, Instant};
+
+use agentstore::event::Seq;
+
+use crate::agent::tools;
+use crate::agent::wire::{parse_line, ChildLine, ReportedCall, ServedContext};
+use crate::agent::world::{Application, World};
+use crate::nemesis::powerloss::OpLog;
+use crate::nemesis::syscall::{
+    self, FaultOutcome, FaultPlan, FaultReport, Monitor, SyscallEvent, TraceConfig, Traced,
+};
+use crate::nemesis::{self, Crash, Plan};
+use crate::store::{Observation, SessionSpec, StoreBackend};
+
+/// A restarted agent that has neither finished nor died in this long is hung.
+pub const WATCHDOG: Duration = Duration::from_secs(60);
+/// Lives after which a trial gives up (each planned kill adds one).
+const MAX_LIVES: u32 = 4;
+
+/// Environment variables the harness controls; never inherited.
+const CONTROLLED_ENV: &[&str] = &[
+    "AGENTCHAOS_TRACE",
+    "AGENTCHAOS_KILL_AT",
+    "AGENTCHAOS_TEAR",
+    "AGENTCHAOS_SYNC_LOG",
+    agentstore::fault::FAULT_ENV,
+];
+
+/// What is needed to run trials of one scenario.
+#[derive(Debug, Clone)]
+pub struct TrialSetup<'a> {
+    pub backend: &'a dyn StoreBackend,
+    /// The `agentchaos` binary (its hidden `agent` subcommand is the child).
+    pub agent_exe: &'a Path,
+    pub scenario_path: &'a Path,
+    pub files: &'a BTreeMap<String, String>,
+    /// `AGENTSTORE_FAULT` for the child, if any.
+    pub store_fault: Option<&'a str>,
+}
+
+/// One event the agent appended (reported before the append), and the
+/// seq the store acknowledged it at, if it did before the process died.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Append {
+    pub type_name: String,
+    pub fingerprint: String,
+    pub acked: Option<Seq>,
+    /// The store refused it with an I/O error (the agent may have retried it
+    /// as the next append).
+    pub refused: bool,
+}
+
+/// What the first recovery of a restarted agent reported.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct RecoveryReport {
+    pub appended: u64,
+    pub interrupted: Vec<String>,
+    pub uncertain: Vec<ReportedCall>,
+    pub block: Option<String>,
+    /// The contexts it served after the recovery (unbudgeted first).
+    pub contexts: Vec<ServedContext>,
+    /// The store's projection as it resumed (from its snapshot, if it used one).
+    pub projection: serde_json::Value,
+}
+
+/// How an agent process ended.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum LifeEnd {
+    Killed,
+    Exited(i32),
+    /// Another signal than SIGKILL.
+    Signaled(i32),
+    /// The watchdog killed it.
+    Hung,
+}
+
+/// One agent process.
+#[derive(Debug, Clone)]
+pub struct Life {
+    pub index: u32,
+    /// The hit it was to be killed at, if any.
+    pub kill_at: Option<u64>,
+    pub writes: Vec<Append>,
+    pub recovered: Option<RecoveryReport>,
+    /// The disk after the first recovery (the agent paused).
+    pub after_recovery: Option<Observation>,
+    /// What the second recovery (after close and reopen) appended, by its own account.
+    pub recovered_again: Option<u64>,
+    /// The disk after the second recovery.
+    pub after_second_recovery: Option<Observation>,
+    pub done: bool,
+    pub end: LifeEnd,
+    /// The last line the agent wrote to stderr.
+    pub stderr: String,
+    /// Crash-point hits, when traced.
+    pub trace: Option<String>,
+    /// What the syscall tracer saw, when this process ran under it.
+    pub syscalls: Option<SyscallLife>,
+    pub micros: u64,
+}
+
+/// A process tree that ran under the syscall tracer.
+#[derive(Debug, Clone)]
+pub struct SyscallLife {
+    /// The canonical store root (the trace root; `ROOT` in descriptions).
+    pub root: PathBuf,
+    /// Every counted syscall, in order.
+    pub events: Vec<SyscallEvent>,
+    /// What became of the planned fault.
+    pub fault: Option<FaultReport>,
+    /// Injected errors only: the file operations, with the agent's stdout
+    /// writes placed between them.
+    pub oplog: Option<OpLog>,
+    /// Each ack the agent reported: its index in [`Life::writes`] and the
+    /// byte offset of its line in the agent's stdout.
+    pub acks: Vec<(usize, u64)>,
+}
+
+/// Which kind of run a trial is.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum RunKind {
+    /// A trial of a plan.
+    Trial,
+    /// The crash-free run that records the crash-point trace.
+    TracePoints,
+    /// The crash-free run whose first process runs under the syscall
+    /// tracer, to enumerate its syscalls.
+    TraceSyscalls,
+}
+
+/// Everything a trial observed.
+#[derive(Debug, Clone)]
+pub struct History {
+    pub lives: Vec<Life>,
+    /// `after_kill[i]`: the disk after life `i` was killed (and the power cut, if any).
+    pub after_kill: Vec<Observation>,
+    /// What the power cut removed: (file, length before, length after).
+    pub power_cut: Vec<(PathBuf, u64, u64)>,
+    pub final_obs: Observation,
+    pub world: Vec<Application>,
+    pub workspace: BTreeMap<String, Vec<u8>>,
+    /// A trial that could not be carried out as planned (not a store violation).
+    pub error: Option<String>,
+}
+
+impl History {
+    /// The last life, which should have finished the scenario.
+    pub fn last(&self) -> &Life {
+        self.lives.last().expect("a trial has at least one life")
+    }
+}
+
+/// Paths inside a trial directory.
+#[derive(Debug, Clone)]
+pub struct TrialDir {
+    pub dir: PathBuf,
+}
+
+impl TrialDir {
+    pub fn spec(&self) -> SessionSpec {
+        SessionSpec {
+            root: self.dir.join("root"),
+            session: "session".to_string(),
+            workspace: self.dir.join("ws"),
+        }
+    }
+    pub fn world(&self) -> PathBuf {
+        self.dir.join("w.sock")
+    }
+    pub fn sync_log(&self) -> PathBuf {
+        self.dir.join("synced")
+    }
+    pub fn trace(&self) -> PathBuf {
+        self.dir.join("trace")
+    }
+    fn stderr(&self, life: u32) -> PathBuf {
+        self.dir.join(format!("life{life}.stderr"))
+    }
+}
+
+/// Runs one trial in `dir` (created empty by the caller's parent; must not exist).
+pub fn run(
+    setup: &TrialSetup<'_>,
+    plan: Plan,
+    dir: &Path,
+    kind: RunKind,
+) -> Result<History, String> {
+    let trace_run = kind == RunKind::TracePoints;
+    let td = TrialDir {
+        dir: dir.to_path_buf(),
+    };
+    std::fs::create_dir_all(&td.dir)
+        .map_err(|e| format!("cannot create {}: {e}", td.dir.display()))?;
+    let spec = td.spec();
+    tools::populate(&spec.workspace, setup.files).map_err(|e| {
+        format!(
+            "cannot populate the workspace {}: {e}",
+            spec.workspace.display()
+        )
+    })?;
+    // The life a trace run traces: the first one the plan does not crash.
+    let traced_life = plan.crashed_lives() as u32;
+    let trace_config = |life: u32| -> Result<Option<TraceConfig>, String> {
+        let fault = match plan.crash_of(life) {
+            Some(Crash::Syscall { at, fault }) => Some((at, fault)),
+            _ => None,
+        };
+        if fault.is_none() && !(kind == RunKind::TraceSyscalls && life == traced_life) {
+            return Ok(None);
+        }
+        // The tracer's root must exist before the traced process starts.
+        std::fs::create_dir_all(&spec.root)
+            .map_err(|e| format!("cannot create {}: {e}", spec.root.display()))?;
+        Ok(Some(TraceConfig {
+            root: spec.root.clone(),
+            fault: fault.map(|(at, f)| FaultPlan {
+                at,
+                fault: f.to_syscall(),
+            }),
+            record: fault.is_some_and(|(_, f)| !f.kills()),
+        }))
+    };
+    let world = World::start(&td.world()).map_err(|e| format!("cannot start the world: {e}"))?;
+    let observe = |what: &str| {
+        setup
+            .backend
+            .observe(&spec)
+            .map_err(|e| format!("cannot observe the store {what}: {e}"))
+    };
+
+    let mut lives: Vec<Life> = Vec::new();
+    let mut after_kill = Vec::new();
+    let mut power_cut = Vec::new();
+    let mut error = None;
+    loop {
+        let index = lives.len() as u32;
+        let crash = plan.crash_of(index);
+        let mut env = plan.env(index, &td.sync_log(), &td.trace());
+        if trace_run && index == traced_life {
+            // Hits and syscalls interleaved in one file: the trace knows where the log was unsynced.
+            env.push(("AGENTCHAOS_TRACE", td.trace().display().to_string()));
+            env.push(("AGENTCHAOS_SYNC_LOG", td.trace().display().to_string()));
+        }
+        let kill_at = env
+            .iter()
+            .find(|(k, _)| *k == "AGENTCHAOS_KILL_AT")
+            .and_then(|(_, v)| v.parse().ok());
+        let timer = match crash {
+            Some(Crash::Timer { micros }) => Some(Duration::from_micros(micros)),
+            _ => None,
+        };
+        let life = run_life(
+            setup,
+            &td,
+            &LifeSpec {
+                index,
+                kill_at,
+                env: &env,
+                timer,
+                syscall: trace_config(index)?,
+            },
+            &observe,
+        )?;
+        let end = life.end;
+        let traced = env.iter().any(|(k, _)| *k == "AGENTCHAOS_TRACE");
+        let mut life = life;
+        if traced {
+            life.trace = Some(std::fs::read_to_string(td.trace()).unwrap_or_default());
+        }
+        let sys_fault = match crash {
+            Some(Crash::Syscall { fault, .. }) => Some(fault),
+            _ => None,
+        };
+        let sys_kill = sys_fault.is_some_and(|f| f.kills());
+        let planned_kill = kill_at.is_some() || timer.is_some() || sys_kill;
+        // A syscall fault: did it land?
+        let sys_error = match (sys_fault, &life.syscalls) {
+            (None, _) => None,
+            (Some(_), None) => Some("the process did not run under the tracer".to_string()),
+            (Some(_), Some(sys)) => match &sys.fault {
+                Some(FaultReport {
+                    outcome: FaultOutcome::Injected { .. },
+                    ..
+                }) => None,
+                Some(r) => Some(format!("the planned fault was not injected: {r}")),
+                None => Some("the tracer made no fault report".to_string()),
+            },
+        };
+        // An injected error that the process went on from.
+        let went_on = sys_fault.is_some() && !sys_kill;
+        lives.push(life);
+        if let Some(e) = sys_error {
+            error = Some(format!("life {index}: {e}"));
+            if end == LifeEnd::Killed {
+                after_kill.push(observe("after the kill")?);
+            }
+            break;
+        }
+        match end {
+            LifeEnd::Killed if planned_kill => {
+                if matches!(crash, Some(Crash::PowerCut { .. })) {
+                    power_cut = nemesis::power_cut(&td.sync_log())
+                        .map_err(|e| format!("power cut failed: {e}"))?;
+                }
+                after_kill.push(observe("after the kill")?);
+                if index + 1 >= MAX_LIVES {
+                    error = Some(format!(
+                        "the agent was still not done after {MAX_LIVES} lives"
+                    ));
+                    break;
+                }
+            }
+            // After an injected error the agent may give up: restart it.
+            LifeEnd::Exited(c) if went_on && c != 0 => {
+                after_kill.push(observe("after the process gave up")?);
+            }
+            LifeEnd::Exited(0) => {
+                if let Some(at) = crash.and_then(|c| c.hit()) {
+                    error = Some(format!(
+                        "life {index} finished without reaching its hit {at} (the scenario's crash points are not deterministic?)"
+                    ));
+                }
+                break;
+            }
+            LifeEnd::Killed => {
+                error = Some(format!(
+                    "life {index} died of SIGKILL without a planned kill"
+                ));
+                break;
+            }
+            LifeEnd::Hung => {
+                error = Some(format!(
+                    "life {index} hung for {}s and was killed",
+                    WATCHDOG.as_secs()
+                ));
+                break;
+            }
+            // A failing agent is a finding for the checker (it could not finish).
+            LifeEnd::Exited(_) | LifeEnd::Signaled(_) => break,
+        }
+    }
+    let final_obs = observe("at the end")?;
+    let workspace = tools::snapshot(&spec.workspace).map_err(|e| {
+        format!(
+            "cannot read the workspace {}: {e}",
+            spec.workspace.display()
+        )
+    })?;
+    Ok(History {
+        lives,
+        after_kill,
+        power_cut,
+        final_obs,
+        world: world.applications(),
+        workspace,
+        error,
+    })
+}
+
+/// How to kill a running first process: the child itself, or every
+/// process the tracer follows.
+#[derive(Clone)]
+enum Killer {
+    Child(Arc<Mutex<Child>>),
+    Traced(Monitor),
+}
+
+impl Killer {
+    fn kill(&self) {
+        match self {
+            Killer::Child(c) => {
+                let _ = c.lock().unwrap_or_else(|p| p.into_inner()).kill();
+            }
+            Killer::Traced(m) => m.kill(),
+        }
+    }
+}
+
+/// Kills the agent (SIGKILL) unless told to stand down before `after`. The
+/// child is reaped only after this thread is joined, so the kill can never
+/// reach a recycled pid (the tracer forgets a pid before it reaps it).
+fn arm_timer(killer: Killer, after: Duration) -> (mpsc::Sender<()>, std::thread::JoinHandle<bool>) {
+    let (tx, rx) = mpsc::channel::<()>();
+    let handle = std::thread::spawn(move || match rx.recv_timeout(after) {
+        Err(mpsc::RecvTimeoutError::Timeout) => {
+            killer.kill();
+            true
+        }
+        _ => false,
+    });
+    (tx, handle)
+}
+
+/// How one agent process is started.
+struct LifeSpec<'a> {
+    index: u32,
+    kill_at: Option<u64>,
+    env: &'a [(&'static str, String)],
+    /// SIGKILL from the harness after this long.
+    timer: Option<Duration>,
+    /// Run it under the syscall tracer.
+    syscall: Option<TraceConfig>,
+}
+
+type TracerThread = std::thread::JoinHandle<Result<syscall::Outcome, syscall::Error>>;
+
+/// What to wait for at the end of a life.
+enum Running {
+    Child(Arc<Mutex<Child>>),
+    Traced(TracerThread),
+}
+
+/// Starts `cmd` under the tracer on a thread of its own (ptrace requests
+/// must come from the thread that spawned the tracee).
+fn spawn_traced(
+    cmd: Command,
+    config: TraceConfig,
+) -> Result<(Option<ChildStdin>, ChildStdout, Monitor, TracerThread), String> {
+    let (tx, rx) = mpsc::channel();
+    let thread = std::thread::spawn(move || {
+        let mut traced = match Traced::spawn(cmd, config) {
+            Ok(t) => t,
+            Err(e) => {
+                let _ = tx.send(Err(e.to_string()));
+                return Err(e);
+            }
+        };
+        let pipes = (traced.stdin.take(), traced.stdout.take(), traced.monitor());
+        let _ = tx.send(Ok(pipes));
+        traced.run()
+    });
+    match rx.recv() {
+        Ok(Ok((stdin, Some(stdout), monitor))) => Ok((stdin, stdout, monitor, thread)),
+        Ok(Ok((_, None, monitor))) => {
+            monitor.kill();
+            let _ = thread.join();
+            Err("the traced agent has no stdout pipe".to_string())
+        }
+        Ok(Err(e)) => {
+            let _ = thread.join();
+            Err(e)
+        }
+        Err(_) => Err(match thread.join() {
+            Err(_) => "the tracer thread panicked".to_string(),
+            Ok(r) => format!("the tracer stopped before the agent started: {r:?}"),
+        }),
+    }
+}
+
+fn run_life(
+    setup: &TrialSetup<'_>,
+    td: &TrialDir,
+    life_spec: &LifeSpec<'_>,
+    observe: &dyn Fn(&str) -> Result<Observation, String>,
+) -> Result<Life, String> {
+    let LifeSpec {
+        index,
+        kill_at,
+        env,
+        timer,
+        ref syscall,
+    } = *life_spec;
+    let spec = td.spec();
+    let stderr_path = td.stderr(index);
+    let stderr = std::fs::File::create(&stderr_path)
+        .map_err(|e| format!("cannot create {}: {e}", stderr_path.display()))?;
+    let mut cmd = Command::new(setup.agent_exe);
+    cmd.arg("agent")
+        .arg("--scenario")
+        .arg(setup.scenario_path)
+        .arg("--root")
+        .arg(&spec.root)
+        .arg("--session")
+        .arg(&spec.session)
+        .arg("--workspace")
+        .arg(&spec.workspace)
+        .arg("--world")
+        .arg(td.world())
+        .arg("--life")
+        .arg(index.to_string())
+        .args(setup.backend.agent_args())
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .stderr(stderr);
+    for var in CONTROLLED_ENV {
+        cmd.env_remove(var);
+    }
+    if let Some(fault) = setup.store_fault {
+        cmd.env(agentstore::fault::FAULT_ENV, fault);
+    }
+    for (k, v) in env {
+        cmd.env(k, v);
+    }
+    let started = Instant::now();
+    let (mut stdin, stdout, killer, running) = match syscall {
+        None => {
+            let mut child: Child = cmd.spawn().map_err(|e| {
+                format!("cannot start the agent {}: {e}", setup.agent_exe.display())
+            })?;
+            let stdin = child.stdin.take();
+            let stdout = child.stdout.take().expect("stdout is piped");
+            let child = Arc::new(Mutex::new(child));
+            (
+                stdin,
+                stdout,
+                Killer::Child(Arc::clone(&child)),
+                Running::Child(child),
+            )
+        }
+        Some(config) => {
+            let (stdin, stdout, monitor, thread) = spawn_traced(cmd, config.clone())?;
+            (
+                stdin,
+                stdout,
+                Killer::Traced(monitor),
+                Running::Traced(thread),
+            )
+        }
+    };
+    let (timer_tx, timer_thread) = arm_timer(killer.clone(), timer.unwrap_or(WATCHDOG));
+    let mut life = Life {
+        index,
+        kill_at,
+        writes: Vec::new(),
+        recovered: None,
+        after_recovery: None,
+        recovered_again: None,
+        after_second_recovery: None,
+        done: false,
+        end: LifeEnd::Exited(0),
+        stderr: String::new(),
+        trace: None,
+        syscalls: None,
+        micros: 0,
+    };
+    let mut protocol_error = None;
+    // A failure of the harness itself while the child waits for it.
+    let mut failure: Option<String> = None;
+    // Byte offset of the next line in the agent's stdout, and where each ack was.
+    let mut offset = 0u64;
+    let mut acks = Vec::new();
+    for line in BufReader::new(stdout).lines() {
+        let Ok(line) = line else { break };
+        let at = offset;
+        offset += line.len() as u64 + 1;
+        let parsed = match parse_line(&line) {
+            Ok(p) => p,
+            Err(e) => {
+                protocol_error = Some(e);
+                continue;
+            }
+        };
+        match parsed {
+            ChildLine::Append { t, h } => life.writes.push(Append {
+                type_name: t,
+                fingerprint: h,
+                acked: None,
+                refused: false,
+            }),
+            ChildLine::Refused { t, h } => match life.writes.last_mut() {
+                Some(w) if w.fingerprint == h && w.type_name == t && w.acked.is_none() => {
+                    w.refused = true;
+                }
+                _ => {
+                    protocol_error = Some(format!(
+                        "the agent reported a refusal of {t} without announcing it"
+                    ))
+                }
+            },
+            ChildLine::Ack { seq, t, h } => match life.writes.last_mut() {
+                Some(w) if w.fingerprint == h && w.type_name == t && w.acked.is_none() => {
+                    w.acked = Some(seq);
+                    acks.push((life.writes.len() - 1, at));
+                }
+                _ => {
+                    protocol_error = Some(format!(
+                        "the agent reported an ack of {t} without announcing it"
+                    ))
+                }
+            },
+            ChildLine::Recovered {
+                appended,
+                interrupted,
+                uncertain,
+                block,
+                contexts,
+                projection,
+            } => {
+                life.recovered = Some(RecoveryReport {
+                    appended,
+                    interrupted,
+                    uncertain,
+                    block,
+                    contexts,
+                    projection,
+                });
+                match observe("after the first recovery") {
+                    Ok(o) => life.after_recovery = Some(o),
+                    Err(e) => {
+                        failure = Some(e);
+                        break;
+                    }
+                }
+                go_on(&mut stdin);
+            }
+            ChildLine::RecoveredAgain { appended } => {
+                life.recovered_again = Some(appended);
+                match observe("after the second recovery") {
+                    Ok(o) => life.after_second_recovery = Some(o),
+                    Err(e) => {
+                        failure = Some(e);
+                        break;
+                    }
+                }
+                go_on(&mut stdin);
+            }
+            ChildLine::Done => life.done = true,
+        }
+    }
+    if failure.is_some() {
+        // Never leave a paused agent behind.
+        killer.kill();
+    }
+    drop(timer_tx);
+    let timer_fired = timer_thread.join().unwrap_or(false);
+    let (code, signal) = match running {
+        Running::Child(child) => {
+            let status = child
+                .lock()
+                .unwrap_or_else(|p| p.into_inner())
+                .wait()
+                .map_err(|e| format!("cannot wait for the agent: {e}"))?;
+            (status.code(), status.signal())
+        }
+        Running::Traced(thread) => {
+            let outcome = thread
+                .join()
+                .map_err(|_| "the tracer thread panicked".to_string())?
+                .map_err(|e| format!("tracing the agent failed: {e}"))?;
+            let exit = match &outcome.exit {
+                syscall::Exit::Code { code } => (Some(*code), None),
+                syscall::Exit::Signal { signal } => (
+                    None,
+                    Some(
+                        signal
+                            .parse::<nix::sys::signal::Signal>()
+                            .map_or(-1, |s| s as i32),
+                    ),
+                ),
+            };
+            let root = syscall.as_ref().map(|c| c.root.clone()).unwrap_or_default();
+            life.syscalls = Some(SyscallLife {
+                root: std::fs::canonicalize(&root).unwrap_or(root),
+                events: outcome.events,
+                fault: outcome.fault,
+                oplog: outcome.oplog,
+                acks,
+            });
+            exit
+        }
+    };
+    life.micros = started.elapsed().as_micros() as u64;
+    life.end = match (code, signal) {
+        (_, Some(9)) if timer_fired && timer.is_none() => LifeEnd::Hung,
+        (_, Some(9)) => LifeEnd::Killed,
+        (Some(code), _) => LifeEnd::Exited(code),
+        (None, Some(sig)) => LifeEnd::Signaled(sig),
+        (None, None) => LifeEnd::Exited(-1),
+    };
+    life.stderr = std::fs::read_to_string(&stderr_path)
+        .unwrap_or_default()
+        .lines()
+        .last()
+        .unwrap_or_default()
+        .to_string();
+    if let Some(e) = failure.or(protocol_error) {
+        return Err(e);
+    }
+    Ok(life)
+}
+
+/// Lets a paused agent continue (it may already be dead: ignore a broken pipe).
+fn go_on(stdin: &mut Option<std::process::ChildStdin>) {
+    if let Some(s) = stdin.as_mut() {
+        let _ = s.write_all(b"\n").and_then(|()| s.flush());
+    }
+}

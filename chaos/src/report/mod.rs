@@ -1,0 +1,526 @@
+//! Reports: the summary table and the violations for people, JSON for
+//! machines, JUnit XML for CI dashboards.
+//!
+//! Every violation carries its one-line replay command (all of them in the
+//! JSON; on the terminal the first few per scenario and invariant, then a
+//! count). This module formats; it must never run or judge anything.
+
+pub mod scorecard;
+
+use std::fmt::Write;
+
+use serde_json::{json, Value};
+
+use crate::campaign::powercampaign;
+use crate::campaign::probe::Probe;
+use crate::campaign::runner::{replay_command, CampaignResult, ScenarioResult};
+use crate::check::{Invariant, Violation};
+use crate::store::NotApplicable;
+
+/// How many violations per (scenario, invariant) the terminal shows in full.
+pub const SHOWN_PER_GROUP: usize = 2;
+
+/// What the report needs besides the results.
+#[derive(Debug, Clone)]
+pub struct Context<'a> {
+    pub store: String,
+    /// The flags that choose the store (`--adapter 'CMD'`), for replay commands.
+    pub store_args: Vec<String>,
+    /// The checks the store cannot be judged on (reported, never passed).
+    pub not_applicable: &'static [NotApplicable],
+    pub store_fault: Option<&'a str>,
+    pub seed: u64,
+    pub mode: String,
+    pub jobs: usize,
+    pub shard: Option<(usize, usize)>,
+}
+
+impl Context<'_> {
+    /// The flags a replay command needs to choose the same store.
+    pub fn store_flags(&self) -> Vec<String> {
+        crate::campaign::runner::store_flags(self.store_fault, &self.store_args)
+    }
+}
+
+/// One violation in words, with its replay command.
+pub fn explain(v: &Violation, scenario: &str, crash_point: &str, replay: &str) -> String {
+    let mut s = format!(
+        "VIOLATION {} · scenario {scenario}\n  crash:    {crash_point}\n  when:     {}\n  expected: {}\n  found:    {}\n",
+        v.invariant, v.when, v.expected, v.found
+    );
+    if !v.events.is_empty() {
+        let _ = writeln!(s, "  events:   {}", v.events.join(" · "));
+    }
+    let _ = writeln!(s, "  replay:   {replay}");
+    s
+}
+
+fn probe_replay(s: &ScenarioResult, probe: &Probe, ctx: &Context<'_>) -> String {
+    replay_of(s, &probe.plan(), ctx)
+}
+
+/// What a probe did, as the crash point of its violations.
+fn probe_point(probe: &Probe) -> String {
+    format!("none (probe {probe}, after the crash-free run)")
+}
+
+fn replay_of(s: &ScenarioResult, plan: &dyn std::fmt::Display, ctx: &Context<'_>) -> String {
+    replay_command(
+        &s.prepared.source.path,
+        plan,
+        ctx.store_fault,
+        &ctx.store_args,
+    )
+}
+
+/// The violations and errors, for the terminal.
+pub fn violations_text(result: &CampaignResult, ctx: &Context<'_>) -> String {
+    let mut out = String::new();
+    for (s, why) in &result.skipped {
+        let _ = writeln!(
+            out,
+            "SKIPPED scenario {} ({}): {why}\n",
+            s.scenario.name,
+            s.path.display()
+        );
+    }
+    for s in &result.scenarios {
+        for inv in Invariant::ALL {
+            let all: Vec<_> = s
+                .violations()
+                .filter(|(_, _, v)| v.invariant == inv)
+                .collect();
+            for (plan, crash, v) in all.iter().take(SHOWN_PER_GROUP) {
+                out.push_str(&explain(v, s.name(), crash, &replay_of(s, plan, ctx)));
+                out.push('\n');
+            }
+            if all.len() > SHOWN_PER_GROUP {
+                let _ = writeln!(
+                    out,
+                    "… and {} more {inv} violation(s) in {} (all of them with --json)\n",
+                    all.len() - SHOWN_PER_GROUP,
+                    s.name()
+                );
+            }
+            let probed: Vec<_> = s
+                .probe_violations()
+                .filter(|(_, v)| v.invariant == inv)
+                .collect();
+            for (p, v) in probed.iter().take(SHOWN_PER_GROUP) {
+                out.push_str(&explain(
+                    v,
+                    s.name(),
+                    &probe_point(p),
+                    &probe_replay(s, p, ctx),
+                ));
+                out.push('\n');
+            }
+            if probed.len() > SHOWN_PER_GROUP {
+                let _ = writeln!(
+                    out,
+                    "… and {} more {inv} violation(s) in {} (all of them with --json)\n",
+                    probed.len() - SHOWN_PER_GROUP,
+                    s.name()
+                );
+            }
+        }
+        for p in s.prepared.probes.iter().filter(|p| p.skipped) {
+            let _ = writeln!(
+                out,
+                "NOTE in {} (probe {}): {}\n",
+                s.name(),
+                p.probe,
+                p.told
+            );
+        }
+        for (p, e) in s.probe_errors() {
+            let _ = writeln!(
+                out,
+                "ERROR in {} (probe {p}): {e}\n  replay: {}\n",
+                s.name(),
+                probe_replay(s, p, ctx)
+            );
+        }
+        for (plan, e) in s.errors() {
+            let _ = writeln!(
+                out,
+                "ERROR in {} ({plan}): {e}\n  replay: {}\n",
+                s.name(),
+                replay_of(s, &plan, ctx)
+            );
+        }
+    }
+    for sc in result.power_loss.iter().flat_map(|p| &p.scenarios) {
+        for f in &sc.failures {
+            out.push_str(&powercampaign::describe_failure(
+                f,
+                &sc.source,
+                &ctx.store_flags(),
+            ));
+            out.push('\n');
+        }
+        if let Some(e) = &sc.error {
+            let _ = writeln!(
+                out,
+                "ERROR in {} (power loss): {e}\n",
+                sc.source.scenario.name
+            );
+        }
+    }
+    out
+}
+
+/// The summary table.
+pub fn table(result: &CampaignResult, ctx: &Context<'_>) -> String {
+    let mut out = String::new();
+    let _ = writeln!(
+        out,
+        "store: {}{} · mode: {} · seed: {} · jobs: {}{}",
+        ctx.store,
+        ctx.store_fault
+            .map(|f| format!(" with fault {f}"))
+            .unwrap_or_default(),
+        ctx.mode,
+        ctx.seed,
+        ctx.jobs,
+        ctx.shard
+            .map(|(k, n)| format!(" · shard {k}/{n}"))
+            .unwrap_or_default()
+    );
+    let width = result
+        .scenarios
+        .iter()
+        .map(|s| s.name().len())
+        .max()
+        .unwrap_or(8)
+        .max(8);
+    let _ = writeln!(
+        out,
+        "{:<width$}  {:>13}  {:>7}  {:>9}  violations",
+        "scenario", "crash points", "trials", "trials/s"
+    );
+    for s in &result.scenarios {
+        let by = s.by_invariant();
+        let viol = if by.is_empty() {
+            "none".to_string()
+        } else {
+            by.iter()
+                .map(|(i, n)| format!("{i} {n}"))
+                .collect::<Vec<_>>()
+                .join(", ")
+        };
+        let rate = if s.wall.is_zero() {
+            "-".to_string()
+        } else {
+            format!("{:.1}", s.outcomes.len() as f64 / s.wall.as_secs_f64())
+        };
+        let _ = writeln!(
+            out,
+            "{:<width$}  {:>13}  {:>7}  {:>9}  {viol}",
+            s.name(),
+            format!("{}/{}", s.covered_hits(), s.prepared.trace.len()),
+            s.outcomes.len(),
+            rate
+        );
+    }
+    let _ = writeln!(
+        out,
+        "{:<width$}  {:>13}  {:>7}  {:>9}  {} violation(s), {} error(s), {:.1}s",
+        "total",
+        "",
+        result.trials,
+        format!("{:.1}", result.trials_per_second()),
+        result.violation_count(),
+        result.error_count(),
+        result.elapsed.as_secs_f64()
+    );
+    for s in &result.scenarios {
+        if !s.prepared.later.is_empty() {
+            let (trials, distinct) = s.covered_later();
+            let _ = writeln!(
+                out,
+                "restarted lives: {}: {} traced (lives 1 and 2, after a kill), {trials} trials crashed them at {distinct} distinct points or syscalls",
+                s.name(),
+                s.prepared.later.len()
+            );
+        }
+    }
+    for s in &result.scenarios {
+        if let Some(sys) = &s.prepared.syscalls {
+            let _ = writeln!(
+                out,
+                "syscall nemesis: {}: {}/{} store syscalls of the first process faulted",
+                s.name(),
+                s.covered_syscalls(),
+                sys.len()
+            );
+        }
+    }
+    if let Some(p) = &result.power_loss {
+        let failing: usize = p.scenarios.iter().map(|s| s.failures.len()).sum();
+        let refused: usize = p
+            .scenarios
+            .iter()
+            .flat_map(|s| &s.models)
+            .map(|(_, m)| m.refused)
+            .sum();
+        let _ = writeln!(
+            out,
+            "power-loss nemesis: {} states ({} distinct) at {} crash points under strict, ext4-ordered and weak, at most {} per crash point and model: {failing} failing state(s), {refused} refused with damage (no acknowledged event lost), {:.1}s",
+            p.states(),
+            p.judged(),
+            p.scenarios.iter().map(|s| s.crash_points).sum::<usize>(),
+            crate::campaign::runner::RUN_POWER_LOSS_STATES,
+            p.elapsed.as_secs_f64()
+        );
+    }
+    let mut by: std::collections::BTreeMap<Invariant, usize> = Default::default();
+    for s in &result.scenarios {
+        for (i, n) in s.by_invariant() {
+            *by.entry(i).or_default() += n;
+        }
+    }
+    for (_, _, x) in result.power_loss_findings() {
+        if let Some(i) = Invariant::ALL.iter().find(|i| i.name() == x.check) {
+            *by.entry(*i).or_default() += 1;
+        }
+    }
+    let _ = writeln!(
+        out,
+        "by invariant: {}",
+        Invariant::ALL
+            .iter()
+            .map(|i| format!("{i} {}", by.get(i).copied().unwrap_or(0)))
+            .collect::<Vec<_>>()
+            .join(" · ")
+    );
+    for na in ctx.not_applicable {
+        let _ = writeln!(
+            out,
+            "not applicable to this store (not checked, not passed): {}: {}",
+            na.invariant, na.check
+        );
+    }
+    out.push_str(&scorecard::text(&score(result, ctx)));
+    out
+}
+
+fn score(result: &CampaignResult, ctx: &Context<'_>) -> scorecard::Scorecard {
+    scorecard::score(result, ctx.store_fault, &ctx.store_args)
+}
+
+fn violation_json(
+    s: &ScenarioResult,
+    plan: &str,
+    crash: &str,
+    v: &Violation,
+    ctx: &Context<'_>,
+) -> Value {
+    json!({
+        "invariant": v.invariant.name(),
+        "scenario": s.name(),
+        "scenario_file": s.prepared.source.path.display().to_string(),
+        "plan": plan.to_string(),
+        "crash_point": crash,
+        "when": v.when,
+        "expected": v.expected,
+        "found": v.found,
+        "events": v.events,
+        "replay": replay_of(s, &plan, ctx),
+    })
+}
+
+/// The whole campaign as JSON.
+pub fn json(result: &CampaignResult, ctx: &Context<'_>) -> Value {
+    let scenarios: Vec<Value> = result
+        .scenarios
+        .iter()
+        .map(|s| {
+            let by: serde_json::Map<String, Value> = Invariant::ALL
+                .iter()
+                .map(|i| (i.name().to_string(), json!(s.by_invariant().get(i).copied().unwrap_or(0))))
+                .collect();
+            json!({
+                "name": s.name(),
+                "file": s.prepared.source.path.display().to_string(),
+                "random_seed": s.prepared.source.random_seed,
+                "crash_points_total": s.prepared.trace.len(),
+                "crash_points_covered": s.covered_hits(),
+                "syscalls_total": s.prepared.syscalls.as_ref().map(|t| t.len()),
+                "syscalls_covered": s.prepared.syscalls.as_ref().map(|_| s.covered_syscalls()),
+                "restarted_lives_traced": s.prepared.later.len(),
+                "restarted_lives_syscall_traced": s.prepared.later.iter().filter(|t| t.syscalls.is_some()).count(),
+                "restarted_life_trials": s.covered_later().0,
+                "trials": s.outcomes.len(),
+                "trials_per_second": if s.wall.is_zero() { Value::Null } else { json!(s.outcomes.len() as f64 / s.wall.as_secs_f64()) },
+                "violations_by_invariant": by,
+                "errors": s.errors().iter().map(|(p, e)| json!({"plan": p.to_string(), "error": e}))
+                    .chain(s.probe_errors().map(|(p, e)| json!({"plan": p.plan(), "error": e})))
+                    .collect::<Vec<_>>(),
+                "probes": s.prepared.probes.len(),
+                "probes_not_carried_out": s.prepared.probes.iter().filter(|p| p.skipped).map(|p| json!({"probe": p.probe.plan(), "why": p.told})).collect::<Vec<_>>(),
+            })
+        })
+        .collect();
+    let violations: Vec<Value> = result
+        .scenarios
+        .iter()
+        .flat_map(|s| {
+            s.violations()
+                .map(move |(p, c, v)| violation_json(s, &p.to_string(), c, v, ctx))
+                .chain(
+                    s.probe_violations()
+                        .map(move |(p, v)| violation_json(s, &p.plan(), &probe_point(p), v, ctx)),
+                )
+        })
+        .collect();
+    json!({
+        "store": ctx.store,
+        "store_fault": ctx.store_fault,
+        "mode": ctx.mode,
+        "seed": ctx.seed,
+        "jobs": ctx.jobs,
+        "shard": ctx.shard.map(|(k, n)| format!("{k}/{n}")),
+        "trials": result.trials,
+        "elapsed_seconds": result.elapsed.as_secs_f64(),
+        "trials_per_second": result.trials_per_second(),
+        "violation_count": result.violation_count(),
+        "error_count": result.error_count(),
+        "scenarios": scenarios,
+        "violations": violations,
+        "not_applicable": ctx.not_applicable.iter().map(|na| json!({"invariant": na.invariant, "check": na.check})).collect::<Vec<_>>(),
+        "capabilities": result.capabilities.iter().map(|c| c.name()).collect::<Vec<_>>(),
+        "scorecard": scorecard::json(&score(result, ctx)),
+        "power_loss": result.power_loss.as_ref().map(|p| powercampaign::json(p, &ctx.store, &ctx.store_flags())),
+        "skipped_scenarios": result.skipped.iter().map(|(s, why)| json!({"name": s.scenario.name, "file": s.path.display().to_string(), "why": why})).collect::<Vec<_>>(),
+    })
+}
+
+fn xml_escape(s: &str) -> String {
+    let mut out = String::with_capacity(s.len());
+    for c in s.chars() {
+        match c {
+            '&' => out.push_str("&amp;"),
+            '<' => out.push_str("&lt;"),
+            '>' => out.push_str("&gt;"),
+            '"' => out.push_str("&quot;"),
+            '\'' => out.push_str("&apos;"),
+            c if c.is_control() && c != '\n' && c != '\t' => {
+                out.push_str(&format!("&#{};", c as u32))
+            }
+            c => out.push(c),
+        }
+    }
+    out
+}
+
+/// JUnit XML: one suite per scenario, one test case per invariant (plus
+/// one for trial errors), failures carrying the explanations.
+pub fn junit(result: &CampaignResult, ctx: &Context<'_>) -> String {
+    let mut out = String::from("<?xml version=\"1.0\" encoding=\"UTF-8\"?>\n");
+    let errors_of = |s: &ScenarioResult| -> Vec<(String, String)> {
+        s.errors()
+            .iter()
+            .map(|(p, e)| (p.to_string(), e.to_string()))
+            .chain(s.probe_errors().map(|(p, e)| (p.plan(), e.to_string())))
+            .collect()
+    };
+    let card = score(result, ctx);
+    let card_failures = card
+        .rows
+        .iter()
+        .filter(|(_, v)| matches!(v, scorecard::Verdict::Fail { .. }))
+        .count();
+    let failures: usize = result
+        .scenarios
+        .iter()
+        .map(|s| s.by_invariant().len() + usize::from(!errors_of(s).is_empty()))
+        .sum::<usize>()
+        + card_failures;
+    let cases = result.scenarios.len() * (Invariant::ALL.len() + 1) + card.rows.len();
+    let _ = writeln!(
+        out,
+        "<testsuites name=\"agentchaos\" tests=\"{cases}\" failures=\"{failures}\" time=\"{:.3}\">",
+        result.elapsed.as_secs_f64()
+    );
+    for s in &result.scenarios {
+        let by = s.by_invariant();
+        let errors = errors_of(s);
+        let _ = writeln!(
+            out,
+            "  <testsuite name=\"{}\" tests=\"{}\" failures=\"{}\" time=\"{:.3}\">",
+            xml_escape(s.name()),
+            Invariant::ALL.len() + 1,
+            by.len() + usize::from(!errors.is_empty()),
+            s.wall.as_secs_f64()
+        );
+        for inv in Invariant::ALL {
+            let _ = write!(
+                out,
+                "    <testcase classname=\"agentchaos.{}\" name=\"{inv}\"",
+                xml_escape(s.name())
+            );
+            match by.get(&inv) {
+                None => out.push_str("/>\n"),
+                Some(n) => {
+                    let text: String = s
+                        .violations()
+                        .filter(|(_, _, v)| v.invariant == inv)
+                        .map(|(p, c, v)| explain(v, s.name(), c, &replay_of(s, &p, ctx)))
+                        .chain(
+                            s.probe_violations()
+                                .filter(|(_, v)| v.invariant == inv)
+                                .map(|(p, v)| {
+                                    explain(v, s.name(), &probe_point(p), &probe_replay(s, p, ctx))
+                                }),
+                        )
+                        .take(10)
+                        .collect::<Vec<_>>()
+                        .join("\n");
+                    let _ = writeln!(
+                        out,
+                        ">\n      <failure message=\"{n} violation(s) of {inv}\">{}</failure>\n    </testcase>",
+                        xml_escape(&text)
+                    );
+                }
+            }
+        }
+        let _ = write!(
+            out,
+            "    <testcase classname=\"agentchaos.{}\" name=\"trials-run-as-planned\"",
+            xml_escape(s.name())
+        );
+        if errors.is_empty() {
+            out.push_str("/>\n");
+        } else {
+            let text = errors
+                .iter()
+                .map(|(p, e)| format!("{p}: {e}"))
+                .collect::<Vec<_>>()
+                .join("\n");
+            let _ = writeln!(
+                out,
+                ">\n      <failure message=\"{} trial error(s)\">{}</failure>\n    </testcase>",
+                errors.len(),
+                xml_escape(&text)
+            );
+        }
+        out.push_str("  </testsuite>\n");
+    }
+    out.push_str(&scorecard::junit(&card, xml_escape));
+    out.push_str("</testsuites>\n");
+    out
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn xml_escapes_markup_and_control_characters() {
+        assert_eq!(
+            xml_escape("<a href=\"x\">&'\u{1}"),
+            "&lt;a href=&quot;x&quot;&gt;&amp;&apos;&#1;"
+        );
+    }
+}

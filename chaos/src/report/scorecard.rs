@@ -1,0 +1,829 @@
+//! The scorecard: one verdict per capability (`Capability::ALL`), plus
+//! the end-to-end outcome every store owes, from a campaign's trials and
+//! probes.
+//!
+//! - **pass**: the capability's checks ran at least once (counted) and none failed;
+//! - **fail**: with the first violation and its replay command;
+//! - **not supported**: the store does not claim it; it is never a pass.
+//!   Claims decide how a row is scored, never which faults a store gets:
+//!   every store is torn, killed and faulted alike, and what an unclaimed
+//!   capability would have caught is judged by the rows every store owes
+//!   (a torn write that loses or fuses an event fails `durable_append`);
+//! - **not exercised**: claimed, but nothing in this campaign tested it (and why).
+//!
+//! [`row_of`] is the one table mapping each invariant to the row it is
+//! evidence for; [`Evidence`] is what one trial exercised. This module
+//! sorts the checker's and the probes' verdicts by capability and counts;
+//! it must never judge a trial itself, and never pass an unclaimed capability.
+
+use std::fmt::Write as _;
+
+use agentstore::event::Event;
+use serde_json::{json, Value};
+
+use crate::campaign::runner::{replay_command, CampaignResult};
+use crate::campaign::trial::History;
+use crate::check::model::Model;
+use crate::check::{Invariant, Violation};
+use crate::nemesis::{Crash, Plan};
+use crate::store::adapter::Capability;
+use crate::store::CheckpointView;
+
+/// A scorecard row.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash)]
+pub enum Row {
+    /// A capability; for `durable_append`, surviving a process crash
+    /// (SIGKILL, the page cache kept).
+    Capability(Capability),
+    /// `durable_append` under a power loss (what the persistence models let
+    /// the disk keep): a store without fsync may pass the crash row and
+    /// fail this one. Scored under the `durable_append` claim.
+    PowerLoss,
+    /// What every store owes the agent, whatever it claims: no effect twice,
+    /// and the crash-free run's world and workspace after resuming.
+    Outcome,
+}
+
+impl Row {
+    /// Every row, in scorecard order.
+    pub fn all() -> Vec<Row> {
+        let mut rows = Vec::new();
+        for c in Capability::ALL {
+            rows.push(Row::Capability(c));
+            if c == Capability::DurableAppend {
+                rows.push(Row::PowerLoss);
+            }
+        }
+        rows.push(Row::Outcome);
+        rows
+    }
+
+    pub fn name(self) -> &'static str {
+        match self {
+            Row::Capability(c) => c.name(),
+            Row::PowerLoss => "durable_append: power",
+            Row::Outcome => "outcome (every store)",
+        }
+    }
+
+    /// The row's name in JSON and JUnit.
+    pub fn key(self) -> &'static str {
+        match self {
+            Row::Capability(c) => c.name(),
+            Row::PowerLoss => "durable_append_power_loss",
+            Row::Outcome => "outcome",
+        }
+    }
+
+    /// The capability whose claim decides how the row is scored.
+    fn claim(self) -> Option<Capability> {
+        match self {
+            Row::Capability(c) => Some(c),
+            Row::PowerLoss => Some(Capability::DurableAppend),
+            Row::Outcome => None,
+        }
+    }
+}
+
+/// The one table: which row an invariant's violations count against.
+/// Two refinements look at the trial ([`attribute`]): `log-prefix` about a
+/// torn or damaged line in a trial that left a torn tail is
+/// `torn_tail_repair`; `checkpoint-projection` in a trial whose resumed
+/// projection has another leaf than the fold is `branches`, the same leaf
+/// but another branch window `compaction` when the log holds a compaction
+/// (else `branches`). `context-window` is `compaction`'s (the capability
+/// that promises what the context shows of the history), `branches`' in a
+/// trial whose resumed projection has another leaf than the fold.
+pub fn row_of(invariant: Invariant) -> Row {
+    use Capability as C;
+    match invariant {
+        Invariant::AckedDurable | Invariant::LogPrefix | Invariant::FailedSyncNotAcked => {
+            Row::Capability(C::DurableAppend)
+        }
+        Invariant::OrphanMarkedUncertain
+        | Invariant::RunsClosed
+        | Invariant::RecoveryIdempotent => Row::Capability(C::OrphanMarking),
+        Invariant::CheckpointProjection => Row::Capability(C::CheckpointProjection),
+        Invariant::DamageRefused => Row::Capability(C::DamageRefusal),
+        Invariant::LedgerRefusesDoubleCommit => Row::Capability(C::EffectLedger),
+        Invariant::SecondWriterRefused => Row::Capability(C::WriterLock),
+        Invariant::BlobReadable => Row::Capability(C::Blobs),
+        Invariant::ContextWindow => Row::Capability(C::Compaction),
+        Invariant::EffectAtMostOnce | Invariant::ExactlyOnceOutcome => Row::Outcome,
+    }
+}
+
+/// The row of one violation found in a trial that exercised `e`, for a
+/// store claiming `claimed`. A refinement applies only to a claimed
+/// capability: a store that does not claim `torn_tail_repair` and loses an
+/// event to a torn write fails `durable_append`, which every store owes.
+pub fn attribute(v: &Violation, e: &Evidence, claimed: &[Capability]) -> Row {
+    let refined = match v.invariant {
+        // The checker's torn-line findings (`well_formed`): damage, or a torn tail left after recovery.
+        Invariant::LogPrefix
+            if e.torn_tail
+                && (v.found.starts_with("damage: ") || v.expected.contains("torn tail")) =>
+        {
+            Some(Capability::TornTailRepair)
+        }
+        Invariant::CheckpointProjection if e.leaf_differs => Some(Capability::Branches),
+        // Resumed on another leaf, the context shows another branch too.
+        Invariant::ContextWindow if e.leaf_differs => Some(Capability::Branches),
+        Invariant::CheckpointProjection if e.window_differs => Some(if e.compaction {
+            Capability::Compaction
+        } else {
+            Capability::Branches
+        }),
+        _ => None,
+    };
+    match refined {
+        Some(c) if claimed.contains(&c) => Row::Capability(c),
+        _ => row_of(v.invariant),
+    }
+}
+
+/// What one trial exercised.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct Evidence {
+    /// A crash trial whose first fault landed inside one of the store's own writes
+    /// or syncs, the window where an acknowledged event can be lost: a
+    /// syscall fault (kill, tear, ENOSPC, EIO at a file-mutating syscall of
+    /// the store), a torn write or a power cut, or a kill at one of the
+    /// store's I/O crash points. A kill between requests or a timer is not.
+    pub in_store_io: bool,
+    /// The first crash left a torn tail that recovery had to repair.
+    pub torn_tail: bool,
+    /// The log at the crash had an open run or a call to mark.
+    pub recovery_work: bool,
+    /// A resumed projection was compared with the fold, or a snapshot checked.
+    pub projection: bool,
+    /// ... while the log at the crash held a `leaf_moved`.
+    pub leaf_moved: bool,
+    /// ... while the log at the crash held a `compaction`.
+    pub compaction: bool,
+    /// A resumed projection had another active leaf than the fold.
+    pub leaf_differs: bool,
+    /// A resumed projection had the fold's leaf but another branch window.
+    pub window_differs: bool,
+    /// The agent finished: the outcome was compared with the crash-free run's.
+    pub finished: bool,
+    /// An observation after the crash read a referenced blob back.
+    pub blobs_read: bool,
+}
+
+/// The last part of a store crash point that is a write, sync, rename,
+/// truncate or creation (`log.write`, `snapshot.fsync`, `fsync_dir`, …).
+const STORE_IO_POINTS: &[&str] = &[
+    "write",
+    "fdatasync",
+    "fsync",
+    "fsync_dir",
+    "rename",
+    "truncate",
+    "mkdir",
+    "create_file",
+];
+
+/// Did `plan`'s first fault land inside the store's own I/O? `hits` names
+/// the crash-point hits of the crash-free trace run.
+pub fn lands_in_store_io(plan: &Plan, hits: &[String]) -> bool {
+    match plan.crash {
+        Some(Crash::Syscall { .. } | Crash::Tear { .. } | Crash::PowerCut { .. }) => true,
+        Some(Crash::Kill { at }) => hits.get(at as usize).is_some_and(|name| {
+            let last = name.rsplit('.').next().unwrap_or(name);
+            STORE_IO_POINTS.contains(&last)
+        }),
+        Some(Crash::Timer { .. }) | None => false,
+    }
+}
+
+impl Evidence {
+    /// What `h`, a trial of `plan`, exercised; `hits` as in [`lands_in_store_io`].
+    pub fn of(h: &History, plan: &Plan, hits: &[String]) -> Evidence {
+        let Some(crash) = h.after_kill.first() else {
+            return Evidence {
+                finished: h.last().done,
+                ..Evidence::default()
+            };
+        };
+        let model = Model::fold(&crash.records);
+        let recovered = h.lives.iter().skip(1).any(|l| l.recovered.is_some());
+        // Every observation of the trial's store after the first crash.
+        let observed = || {
+            h.lives
+                .iter()
+                .filter_map(|l| l.after_recovery.as_ref())
+                .chain(&h.after_kill)
+                .chain([&h.final_obs])
+        };
+        let projection = h.lives.iter().any(|l| {
+            l.recovered.is_some() && l.after_recovery.as_ref().is_some_and(|o| o.fold.is_some())
+        }) || observed()
+            .any(|o| matches!(o.checkpoint, CheckpointView::Present(_)));
+        let holds = |f: fn(&Event) -> bool| crash.records.iter().any(|r| r.event().is_some_and(f));
+        let (mut leaf_differs, mut window_differs) = (false, false);
+        for l in &h.lives {
+            if let (Some(r), Some(Some(fold))) = (
+                &l.recovered,
+                l.after_recovery.as_ref().map(|o| o.fold.as_ref()),
+            ) {
+                if r.projection.get("leaf") != fold.get("leaf") {
+                    leaf_differs = true;
+                } else if r.projection.get("branch") != fold.get("branch") {
+                    window_differs = true;
+                }
+            }
+        }
+        Evidence {
+            in_store_io: lands_in_store_io(plan, hits),
+            torn_tail: crash.torn.is_some(),
+            recovery_work: recovered
+                && (model.open_run.is_some() || model.open_calls().any(|c| c.needs_mark())),
+            projection,
+            leaf_moved: projection && holds(|e| matches!(e, Event::LeafMoved { .. })),
+            compaction: projection && holds(|e| matches!(e, Event::Compaction { .. })),
+            leaf_differs,
+            window_differs,
+            finished: h.last().done,
+            blobs_read: observed().any(|o| !o.blobs.is_empty()),
+        }
+    }
+}
+
+/// How many times a row was exercised in a campaign, and in what unit.
+fn exercised(row: Row, result: &CampaignResult) -> (usize, &'static str) {
+    let trials = |f: fn(&Evidence) -> bool| {
+        result
+            .scenarios
+            .iter()
+            .flat_map(|s| &s.outcomes)
+            .filter(|o| o.error.is_none() && f(&o.evidence))
+            .count()
+    };
+    let probes = |c: Capability| {
+        result
+            .scenarios
+            .iter()
+            .flat_map(|s| &s.prepared.probes)
+            .filter(|p| p.error.is_none() && !p.skipped && p.probe.capability() == c)
+            .count()
+    };
+    use Capability as C;
+    match row {
+        Row::Capability(C::DurableAppend) => (
+            trials(|e| e.in_store_io),
+            "crash trials with a fault inside a store write or sync",
+        ),
+        Row::Capability(C::TornTailRepair) => (trials(|e| e.torn_tail), "trials left a torn tail"),
+        Row::Capability(C::DamageRefusal) => (probes(C::DamageRefusal), "damage probes"),
+        Row::Capability(C::OrphanMarking) => (trials(|e| e.recovery_work), "recoveries with work"),
+        Row::Capability(C::EffectLedger) => (probes(C::EffectLedger), "double-commit probes"),
+        Row::Capability(C::CheckpointProjection) => {
+            (trials(|e| e.projection), "trials compared projections")
+        }
+        Row::Capability(C::Branches) => {
+            (trials(|e| e.leaf_moved), "trials crashed after a leaf move")
+        }
+        Row::Capability(C::Compaction) => (
+            trials(|e| e.compaction),
+            "trials crashed after a compaction",
+        ),
+        Row::Capability(C::WriterLock) => (probes(C::WriterLock), "second-writer probes"),
+        Row::Capability(C::Blobs) => (trials(|e| e.blobs_read), "crash trials read blobs back"),
+        Row::PowerLoss => (
+            result.power_loss.as_ref().map_or(0, |p| p.judged()),
+            "power-loss states recovered",
+        ),
+        Row::Outcome => (trials(|e| e.finished), "trials resumed to completion"),
+    }
+}
+
+/// Why a claimed row was not exercised.
+fn why_not(row: Row, adapter: bool) -> &'static str {
+    use Capability as C;
+    match row {
+        Row::Capability(C::DurableAppend) if adapter => {
+            "no fault landed inside the store's own writes or syncs: through an adapter the crash points kill the store only between requests; the syscall nemesis (--nemesis points,syscall, Linux x86_64) reaches them"
+        }
+        Row::Capability(C::DurableAppend) => {
+            "no fault landed inside the store's own writes or syncs (no crash trial at a store write, sync or syscall ran)"
+        }
+        Row::Capability(C::TornTailRepair) if adapter => {
+            "no trial tore a write: through an adapter, tears need the syscall nemesis"
+        }
+        Row::Capability(C::TornTailRepair) => "no trial left a torn tail",
+        Row::Capability(C::DamageRefusal) => {
+            "no damage probe ran (no crash-free run, an empty store root, or another --shard runs the probes)"
+        }
+        Row::Capability(C::OrphanMarking) => {
+            "no crash left an open run or a call without its result"
+        }
+        Row::Capability(C::EffectLedger) => {
+            "no scenario commits a side effect, the store refused to replay its own events up to a commit (see the probe notes), or another --shard runs the probes"
+        }
+        Row::Capability(C::CheckpointProjection) => {
+            "no recovery compared a projection and no snapshot was written"
+        }
+        Row::Capability(C::Branches) => "no scenario moves the leaf (leaf_moved) before a crash",
+        Row::Capability(C::Compaction) => "no scenario compacts before a crash",
+        Row::Capability(C::WriterLock) => {
+            "no second-writer probe ran (no crash-free run, or another --shard runs the probes)"
+        }
+        Row::Capability(C::Blobs) => "no crash left a log that references a blob",
+        Row::PowerLoss => {
+            "the power-loss nemesis did not run or judged no state (not in --nemesis, another --shard runs it, or no ptrace on this platform)"
+        }
+        Row::Outcome => "no trial resumed to completion",
+    }
+}
+
+/// The first violation of a row, with its replay command.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct FirstViolation {
+    pub scenario: String,
+    /// The invariant's name (or the power-loss campaign's `opens-and-recovers`).
+    pub invariant: String,
+    /// One line: expected and found.
+    pub line: String,
+    pub replay: String,
+}
+
+/// One row's verdict.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Verdict {
+    Pass {
+        count: usize,
+        unit: &'static str,
+    },
+    Fail {
+        violations: usize,
+        first: FirstViolation,
+    },
+    /// Not claimed: not scored. `violations` found against it anyway are
+    /// still violations of the campaign.
+    NotSupported {
+        violations: usize,
+    },
+    NotExercised {
+        why: &'static str,
+    },
+}
+
+impl Verdict {
+    pub fn word(&self) -> &'static str {
+        match self {
+            Verdict::Pass { .. } => "pass",
+            Verdict::Fail { .. } => "fail",
+            Verdict::NotSupported { .. } => "not supported",
+            Verdict::NotExercised { .. } => "not exercised",
+        }
+    }
+}
+
+/// The scorecard of a campaign.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Scorecard {
+    pub claimed: Vec<Capability>,
+    pub rows: Vec<(Row, Verdict)>,
+}
+
+fn one_line(v: &Violation) -> String {
+    format!(
+        "{}: expected {}; found {}",
+        v.invariant, v.expected, v.found
+    )
+    .replace('\n', " ")
+}
+
+/// Scores `result`; `store_fault` and `store_args` go into replay commands.
+pub fn score(
+    result: &CampaignResult,
+    store_fault: Option<&str>,
+    store_args: &[String],
+) -> Scorecard {
+    let adapter = !store_args.is_empty();
+    // Every violation with its row, scenario, invariant, line and replay command, in report order.
+    let mut found: Vec<(Row, String, String, String, String)> = Vec::new();
+    let mut add = |row: Row, scenario: &str, v: &Violation, replay: String| {
+        found.push((
+            row,
+            scenario.to_string(),
+            v.invariant.name().to_string(),
+            one_line(v),
+            replay,
+        ));
+    };
+    for s in &result.scenarios {
+        let path = &s.prepared.source.path;
+        for v in &s.prepared.trace_violations {
+            let replay = replay_command(path, &Plan::NONE, store_fault, store_args);
+            let row = attribute(v, &Evidence::default(), &result.capabilities);
+            add(row, s.name(), v, replay);
+        }
+        for o in &s.outcomes {
+            for v in &o.violations {
+                let replay = replay_command(path, &o.plan, store_fault, store_args);
+                add(
+                    attribute(v, &o.evidence, &result.capabilities),
+                    s.name(),
+                    v,
+                    replay,
+                );
+            }
+        }
+        for p in &s.prepared.probes {
+            for v in &p.violations {
+                let replay = replay_command(path, &p.probe.plan(), store_fault, store_args);
+                add(row_of(v.invariant), s.name(), v, replay);
+            }
+        }
+    }
+    let store_flags = crate::campaign::runner::store_flags(store_fault, store_args);
+    for (sc, f, x) in result.power_loss_findings() {
+        let id = crate::campaign::powercampaign::StateId {
+            model: f.model,
+            crash_after: f.crash_after,
+            choice: f.choice.clone(),
+        };
+        // What a power loss loses (acknowledged events, referenced blobs,
+        // a store that no longer opens) is the power row's; what recovery
+        // then gets wrong belongs where it would in a crash trial.
+        let row = match Invariant::from_name(&x.check).map(row_of) {
+            Some(Row::Capability(Capability::DurableAppend | Capability::Blobs)) | None => {
+                Row::PowerLoss
+            }
+            Some(other) => other,
+        };
+        found.push((
+            row,
+            sc.source.scenario.name.clone(),
+            x.check.clone(),
+            format!(
+                "{} (model {}): expected {}; found {}",
+                x.check, f.model, x.expected, x.found
+            )
+            .replace('\n', " "),
+            crate::campaign::powercampaign::replay_command(&sc.source.path, &store_flags, &id),
+        ));
+    }
+    let rows = Row::all()
+        .into_iter()
+        .map(|row| {
+            let mine: Vec<_> = found.iter().filter(|f| f.0 == row).collect();
+            let claimed = row.claim().is_none_or(|c| result.capabilities.contains(&c));
+            let verdict = if !claimed {
+                Verdict::NotSupported {
+                    violations: mine.len(),
+                }
+            } else if let Some((_, scenario, invariant, line, replay)) = mine.first() {
+                Verdict::Fail {
+                    violations: mine.len(),
+                    first: FirstViolation {
+                        scenario: scenario.clone(),
+                        invariant: invariant.clone(),
+                        line: line.clone(),
+                        replay: replay.clone(),
+                    },
+                }
+            } else {
+                match exercised(row, result) {
+                    (0, _) => Verdict::NotExercised {
+                        why: why_not(row, adapter),
+                    },
+                    (count, unit) => Verdict::Pass { count, unit },
+                }
+            };
+            (row, verdict)
+        })
+        .collect();
+    Scorecard {
+        claimed: result.capabilities.clone(),
+        rows,
+    }
+}
+
+/// The scorecard for the terminal.
+pub fn text(card: &Scorecard) -> String {
+    let mut out = format!(
+        "scorecard ({} of {} capabilities claimed):\n",
+        card.claimed.len(),
+        Capability::ALL.len()
+    );
+    for (row, verdict) in &card.rows {
+        let detail = match verdict {
+            Verdict::Pass { count, unit } => format!("{count} {unit}"),
+            Verdict::Fail { violations, first } => format!(
+                "{violations} violation(s); first in {}: {}\n{:>27}replay:   {}",
+                first.scenario, first.line, "", first.replay
+            ),
+            Verdict::NotSupported { violations: 0 } => {
+                "the store does not claim it: not checked, not passed".to_string()
+            }
+            Verdict::NotSupported { violations } => format!(
+                "the store does not claim it: not scored ({violations} violation(s) of its invariants found anyway)"
+            ),
+            Verdict::NotExercised { why } => (*why).to_string(),
+        };
+        let _ = writeln!(
+            out,
+            "  {:<23}  {:<13}  {detail}",
+            row.name(),
+            verdict.word()
+        );
+    }
+    out
+}
+
+/// The scorecard as JSON: one object per row.
+pub fn json(card: &Scorecard) -> Value {
+    let rows: Vec<Value> = card
+        .rows
+        .iter()
+        .map(|(row, verdict)| {
+            let mut o = json!({
+                "capability": row.key(),
+                "claimed": !matches!(verdict, Verdict::NotSupported { .. }),
+                "verdict": verdict.word(),
+            });
+            match verdict {
+                Verdict::Pass { count, unit } => {
+                    o["evidence"] = json!(count);
+                    o["evidence_unit"] = json!(unit);
+                }
+                Verdict::Fail { violations, first } => {
+                    o["violations"] = json!(violations);
+                    o["first_violation"] = json!({
+                        "scenario": first.scenario,
+                        "invariant": first.invariant,
+                        "line": first.line,
+                        "replay": first.replay,
+                    });
+                }
+                Verdict::NotSupported { violations } => o["violations"] = json!(violations),
+                Verdict::NotExercised { why } => o["why"] = json!(why),
+            }
+            o
+        })
+        .collect();
+    Value::Array(rows)
+}
+
+/// The scorecard as one JUnit test suite (`escape` escapes XML text):
+/// fail is a failure, not supported and not exercised are skipped.
+pub fn junit(card: &Scorecard, escape: fn(&str) -> String) -> String {
+    let failures = card
+        .rows
+        .iter()
+        .filter(|(_, v)| matches!(v, Verdict::Fail { .. }))
+        .count();
+    let mut out = format!(
+        "  <testsuite name=\"scorecard\" tests=\"{}\" failures=\"{failures}\">\n",
+        card.rows.len()
+    );
+    for (row, verdict) in &card.rows {
+        let _ = write!(
+            out,
+            "    <testcase classname=\"agentchaos.scorecard\" name=\"{}\"",
+            escape(row.name())
+        );
+        match verdict {
+            Verdict::Pass { .. } => out.push_str("/>\n"),
+            Verdict::Fail { violations, first } => {
+                let _ = writeln!(
+                    out,
+                    ">\n      <failure message=\"{violations} violation(s)\">{}\nreplay: {}</failure>\n    </testcase>",
+                    escape(&first.line),
+                    escape(&first.replay)
+                );
+            }
+            Verdict::NotSupported { .. } | Verdict::NotExercised { .. } => {
+                let why = match verdict {
+                    Verdict::NotExercised { why } => format!("not exercised: {why}"),
+                    _ => "not supported: the store does not claim it".to_string(),
+                };
+                let _ = writeln!(
+                    out,
+                    ">\n      <skipped message=\"{}\"/>\n    </testcase>",
+                    escape(&why)
+                );
+            }
+        }
+    }
+    out.push_str("  </testsuite>\n");
+    out
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn violation(invariant: Invariant, found: &str) -> Violation {
+        Violation {
+            invariant,
+            when: "w".into(),
+            expected: "e".into(),
+            found: found.into(),
+            events: vec![],
+        }
+    }
+
+    #[test]
+    fn every_invariant_has_a_row_and_every_capability_is_evidenced() {
+        let rows: Vec<Row> = Invariant::ALL.into_iter().map(row_of).collect();
+        for c in Capability::ALL {
+            // Torn tails, branches and compaction are reached by attribute's refinements.
+            let refined = [
+                Capability::TornTailRepair,
+                Capability::Branches,
+                Capability::Compaction,
+            ];
+            assert!(
+                rows.contains(&Row::Capability(c)) || refined.contains(&c),
+                "{c} has no invariant"
+            );
+        }
+    }
+
+    #[test]
+    fn refinements_follow_the_trial() {
+        let torn = Evidence {
+            torn_tail: true,
+            ..Evidence::default()
+        };
+        let mut fused = violation(Invariant::LogPrefix, "damage: line 7 ...");
+        assert_eq!(
+            attribute(&fused, &torn, &Capability::ALL),
+            Row::Capability(Capability::TornTailRepair)
+        );
+        assert_eq!(
+            attribute(&fused, &Evidence::default(), &Capability::ALL),
+            Row::Capability(Capability::DurableAppend)
+        );
+        fused.found = "seq 5 tool_call was rewritten".into();
+        assert_eq!(
+            attribute(&fused, &torn, &Capability::ALL),
+            Row::Capability(Capability::DurableAppend)
+        );
+        let cp = violation(
+            Invariant::CheckpointProjection,
+            "they differ at projection.branch",
+        );
+        let moved = Evidence {
+            leaf_differs: true,
+            compaction: true,
+            ..Evidence::default()
+        };
+        assert_eq!(
+            attribute(&cp, &moved, &Capability::ALL),
+            Row::Capability(Capability::Branches)
+        );
+        let windowed = Evidence {
+            window_differs: true,
+            compaction: true,
+            ..Evidence::default()
+        };
+        assert_eq!(
+            attribute(&cp, &windowed, &Capability::ALL),
+            Row::Capability(Capability::Compaction)
+        );
+        // The context: another branch when the leaf moved, else the window.
+        let ctx = violation(Invariant::ContextWindow, "it shows it");
+        assert_eq!(
+            attribute(&ctx, &moved, &Capability::ALL),
+            Row::Capability(Capability::Branches)
+        );
+        assert_eq!(
+            attribute(&ctx, &windowed, &Capability::ALL),
+            Row::Capability(Capability::Compaction)
+        );
+        assert_eq!(
+            attribute(&cp, &Evidence::default(), &Capability::ALL),
+            Row::Capability(Capability::CheckpointProjection)
+        );
+    }
+
+    #[test]
+    fn every_verdict_renders_in_text_json_and_junit() {
+        let card = Scorecard {
+            claimed: vec![
+                Capability::DurableAppend,
+                Capability::EffectLedger,
+                Capability::Compaction,
+            ],
+            rows: vec![
+                (
+                    Row::Capability(Capability::DurableAppend),
+                    Verdict::Pass {
+                        count: 7,
+                        unit: "crash trials",
+                    },
+                ),
+                (
+                    Row::Capability(Capability::EffectLedger),
+                    Verdict::Fail {
+                        violations: 2,
+                        first: FirstViolation {
+                            scenario: "small".into(),
+                            invariant: Invariant::LedgerRefusesDoubleCommit.name().into(),
+                            line: "expected <refusal>; found accepted".into(),
+                            replay: "agentchaos replay --plan probe:ledger@op".into(),
+                        },
+                    },
+                ),
+                (
+                    Row::Capability(Capability::DamageRefusal),
+                    Verdict::NotSupported { violations: 0 },
+                ),
+                (
+                    Row::Capability(Capability::Compaction),
+                    Verdict::NotExercised {
+                        why: "no scenario compacts before a crash",
+                    },
+                ),
+            ],
+        };
+        let t = text(&card);
+        assert!(
+            t.contains("scorecard (3 of 10 capabilities claimed)"),
+            "{t}"
+        );
+        assert!(
+            t.contains("durable_append           pass           7 crash trials"),
+            "{t}"
+        );
+        assert!(
+            t.contains("replay:   agentchaos replay --plan probe:ledger@op"),
+            "{t}"
+        );
+        assert!(
+            t.contains("not supported  the store does not claim it"),
+            "{t}"
+        );
+        let j = json(&card);
+        assert_eq!(j[1]["verdict"], "fail");
+        assert_eq!(
+            j[1]["first_violation"]["invariant"],
+            "ledger-refuses-double-commit"
+        );
+        assert_eq!(j[2]["claimed"], false);
+        assert_eq!(j[3]["why"], "no scenario compacts before a crash");
+        let x = junit(&card, |s| s.replace('<', "&lt;"));
+        assert!(x.contains("tests=\"4\" failures=\"1\""), "{x}");
+        assert!(x.contains("expected &lt;refusal>"), "{x}");
+        assert_eq!(x.matches("<skipped").count(), 2, "{x}");
+    }
+
+    #[test]
+    fn only_faults_inside_the_store_s_own_io_earn_durable_append() {
+        let hits: Vec<String> = [
+            "adapter.append",
+            "log.write",
+            "log.fdatasync",
+            "agent.before_effect",
+        ]
+        .map(String::from)
+        .to_vec();
+        let kill = |at| Plan::kill(at);
+        assert!(!lands_in_store_io(&kill(0), &hits), "between requests");
+        assert!(lands_in_store_io(&kill(1), &hits));
+        assert!(lands_in_store_io(&kill(2), &hits));
+        assert!(!lands_in_store_io(&kill(3), &hits), "in the agent");
+        let timer = Plan::first(Crash::Timer { micros: 10 });
+        assert!(!lands_in_store_io(&timer, &hits));
+        let sys = Plan::first(Crash::Syscall {
+            at: 4,
+            fault: crate::nemesis::SysFault::KillBefore,
+        });
+        assert!(lands_in_store_io(&sys, &hits));
+        assert!(!lands_in_store_io(&Plan::NONE, &hits));
+    }
+
+    #[test]
+    fn an_unclaimed_refinement_falls_to_the_row_every_store_owes() {
+        let torn = Evidence {
+            torn_tail: true,
+            ..Evidence::default()
+        };
+        let fused = violation(Invariant::LogPrefix, "damage: line 7 ...");
+        let no_tears: Vec<Capability> = Capability::ALL
+            .into_iter()
+            .filter(|c| *c != Capability::TornTailRepair)
+            .collect();
+        assert_eq!(
+            attribute(&fused, &torn, &no_tears),
+            Row::Capability(Capability::DurableAppend)
+        );
+        let cp = violation(
+            Invariant::CheckpointProjection,
+            "they differ at projection.branch",
+        );
+        let moved = Evidence {
+            leaf_differs: true,
+            ..Evidence::default()
+        };
+        assert_eq!(
+            attribute(&cp, &moved, &[Capability::CheckpointProjection]),
+            Row::Capability(Capability::CheckpointProjection)
+        );
+    }
+}

@@ -1,0 +1,598 @@
+//! The store under test, as the agent and the checker see it.
+//!
+//! [`SessionStore`] is the writer interface the child agent drives (append,
+//! recover, events, context, checkpoint, projection, blobs, close);
+//! [`StoreBackend`] opens one and, separately, [`StoreBackend::observe`]s
+//! what is on disk without locking or repairing anything, for the checker.
+//! Both are object-safe and data-oriented (events are
+//! [`agentstore::Event`]/[`agentstore::Record`]) so that the adapter
+//! protocol is a second implementation ([`crate::store::adapter::AdapterBackend`])
+//! next to [`ReferenceBackend`], which runs agentstore in-process. Nothing here
+//! judges what it sees: that is the checker's job.
+
+pub mod adapter;
+
+use std::path::PathBuf;
+
+use agentstore::event::{BlobRef, Event, Phase, Record, Seq};
+use agentstore::projection::{Projection, SeenNodes};
+use agentstore::{
+    Durability, LogPosition, Scanner, Session, SessionId, SessionOptions, SessionPaths,
+};
+use serde_json::Value;
+
+use crate::check::oracle;
+use crate::store::adapter::{Capability, ProjectionView};
+
+/// A store failure, as one line.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct StoreError {
+    pub message: String,
+    /// An I/O failure (agentstore's `Io` or `Poisoned`, an adapter's `io`
+    /// refusal): nothing is acknowledged, and an agent may retry, as real
+    /// agents do. Any other failure is final.
+    pub io: bool,
+}
+
+impl StoreError {
+    /// A failure that is not an I/O error.
+    pub fn other(message: String) -> StoreError {
+        StoreError { message, io: false }
+    }
+}
+
+impl std::fmt::Display for StoreError {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(&self.message)
+    }
+}
+
+impl std::error::Error for StoreError {}
+
+impl From<agentstore::Error> for StoreError {
+    fn from(e: agentstore::Error) -> Self {
+        StoreError {
+            io: matches!(
+                e,
+                agentstore::Error::Io { .. } | agentstore::Error::Poisoned { .. }
+            ),
+            message: e.to_string(),
+        }
+    }
+}
+
+pub type StoreResult<T> = Result<T, StoreError>;
+
+/// Which session, where, bound to which workspace.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct SessionSpec {
+    pub root: PathBuf,
+    pub session: String,
+    pub workspace: PathBuf,
+}
+
+/// The store's durable acknowledgement of one append.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Ack {
+    pub seq: Seq,
+}
+
+/// An uncertain call as recovery reports it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Uncertain {
+    pub call_id: String,
+    pub phase: Phase,
+}
+
+/// What the store's recovery reports.
+#[derive(Debug, Clone, PartialEq, Eq, Default)]
+pub struct Recovered {
+    /// Events this recovery appended.
+    pub appended: u64,
+    pub interrupted_runs: Vec<String>,
+    /// Every call marked uncertain and not reconciled, in call order.
+    pub uncertain: Vec<Uncertain>,
+}
+
+impl From<agentstore::RecoveryState> for Recovered {
+    fn from(state: agentstore::RecoveryState) -> Recovered {
+        Recovered {
+            appended: state.appended,
+            interrupted_runs: state.interrupted_runs,
+            uncertain: state
+                .uncertain
+                .into_iter()
+                .map(|u| Uncertain {
+                    call_id: u.call_id,
+                    phase: u.phase,
+                })
+                .collect(),
+        }
+    }
+}
+
+/// An open session, from the writer's side. Every method may do I/O (an
+/// adapter answers over a pipe), so every method takes `&mut self`.
+pub trait SessionStore {
+    /// Appends one event; returns once the store says it is durable.
+    fn append(&mut self, event: &Event) -> StoreResult<Ack>;
+    /// The store's own recovery after a crash.
+    fn recover(&mut self) -> StoreResult<Recovered>;
+    /// Every event after `after` (all when `None`), in order.
+    fn events(&mut self, after: Option<Seq>) -> StoreResult<Vec<Record>>;
+    /// The model's view, including how it shows uncertain calls.
+    fn context(&mut self, budget_tokens: Option<u64>) -> StoreResult<String>;
+    fn checkpoint(&mut self) -> StoreResult<()>;
+    /// The store's fold of the log, as JSON.
+    fn projection(&mut self) -> StoreResult<Value>;
+    /// Stores a large payload durably.
+    fn put_blob(&mut self, bytes: &[u8]) -> StoreResult<BlobRef>;
+    /// Closes the session (releases its lock).
+    fn close(self: Box<Self>) -> StoreResult<()>;
+}
+
+/// The contexts the harness judges after a recovery: unbudgeted, then
+/// with each of [`crate::check::oracle::budgets`].
+pub fn served_contexts(
+    store: &mut dyn SessionStore,
+) -> StoreResult<Vec<crate::agent::wire::ServedContext>> {
+    let full = store.context(None)?;
+    let block = crate::agent::recovery_block(&full);
+    let mut out = vec![crate::agent::wire::ServedContext {
+        budget: None,
+        text: full.clone(),
+    }];
+    for b in crate::check::oracle::budgets(&full, block.as_deref()) {
+        out.push(crate::agent::wire::ServedContext {
+            budget: Some(b),
+            text: store.context(Some(b))?,
+        });
+    }
+    Ok(out)
+}
+
+/// What a snapshot on disk says, next to what the log says it should say.
+#[derive(Debug, Clone, PartialEq)]
+pub enum CheckpointView {
+    Absent,
+    /// The store keeps its snapshot to itself (an adapter): not applicable.
+    Opaque,
+    /// Present but unreadable (torn, bad checksum, wrong schema).
+    Unreadable(String),
+    Present(SnapshotFacts),
+}
+
+/// The raw facts of a readable snapshot; the checker compares them.
+#[derive(Debug, Clone, PartialEq)]
+pub struct SnapshotFacts {
+    /// Events `0..next_seq` the snapshot claims to cover.
+    pub next_seq: Seq,
+    pub offset: u64,
+    /// Byte offset where the log's line `next_seq` starts (or the log's end
+    /// when it has exactly `next_seq` lines); `None` when the log has fewer lines.
+    pub log_offset_of_next: Option<u64>,
+    /// The snapshot's projection, as a protocol view.
+    pub snapshot: Value,
+    /// The oracle's projection of the log's events `0..next_seq` (None when
+    /// the log is shorter).
+    pub fold_at: Option<Value>,
+    /// The snapshot's projection with the log's tail folded in by the
+    /// store's own resume path, as a protocol view.
+    pub resumed: Option<Value>,
+}
+
+/// What is on disk, read without a lock and without repairing anything.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Observation {
+    /// Every verified record, in order (up to damage or a torn tail).
+    pub records: Vec<Record>,
+    /// Byte offset just past each record's line, when the store is a byte log.
+    pub ends: Vec<u64>,
+    /// The torn tail, described, if the log ends in one.
+    pub torn: Option<String>,
+    /// Damage before the tail (the log refuses to load), described.
+    pub damage: Option<String>,
+    /// The projection the store must serve after `records`, as the
+    /// oracle computes it ([`crate::check::oracle::projection`]; None when the
+    /// store serves no projection to compare it with).
+    pub fold: Option<Value>,
+    /// The log file's bytes, when the store is a byte log the harness can read.
+    pub bytes: Option<LogBytes>,
+    pub checkpoint: CheckpointView,
+    /// Every blob a record references, read back through the store.
+    pub blobs: Vec<BlobRead>,
+}
+
+/// One blob a record references, as the store served it back.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct BlobRead {
+    /// The record that references it.
+    pub seq: Seq,
+    pub reference: BlobRef,
+    /// Why it did not read back with its size and digest, if it did not.
+    pub problem: Option<String>,
+}
+
+/// Checks bytes a store served for `reference` against it (size, SHA-256,
+/// computed here, not by the store under test).
+pub fn blob_problem(reference: &BlobRef, bytes: &[u8]) -> Option<String> {
+    use sha2::Digest as _;
+    let digest: String = sha2::Sha256::digest(bytes)
+        .iter()
+        .map(|b| format!("{b:02x}"))
+        .collect();
+    (bytes.len() as u64 != reference.size || digest != reference.digest)
+        .then(|| format!("it served {} bytes with digest {digest}", bytes.len()))
+}
+
+/// The blobs `records` reference, each with the seq of its record.
+pub fn referenced_blobs(records: &[Record]) -> impl Iterator<Item = (Seq, &BlobRef)> {
+    records.iter().filter_map(|r| match r.event() {
+        Some(Event::ToolResult { blob: Some(b), .. }) => Some((r.seq, b)),
+        _ => None,
+    })
+}
+
+/// Length and CRC32C of a log file's bytes.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct LogBytes {
+    pub len: u64,
+    pub crc: u32,
+}
+
+impl Observation {
+    /// What a store seen only through its own interface shows: its events,
+    /// the torn tail or damage it reported, no bytes, no snapshot.
+    pub fn opaque(
+        records: Vec<Record>,
+        torn: Option<String>,
+        damage: Option<String>,
+        fold: Option<Value>,
+    ) -> Observation {
+        Observation {
+            records,
+            ends: Vec::new(),
+            torn,
+            damage,
+            fold,
+            bytes: None,
+            checkpoint: CheckpointView::Opaque,
+            blobs: Vec::new(),
+        }
+    }
+}
+
+/// A check that cannot apply to a store, and why (reported, never passed).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct NotApplicable {
+    /// The invariant it belongs to (or what else it is about).
+    pub invariant: &'static str,
+    pub check: &'static str,
+}
+
+/// A kind of store: opens sessions and observes them.
+pub trait StoreBackend: Send + Sync + std::fmt::Debug {
+    /// How reports name this store.
+    fn describe(&self) -> String;
+    /// Opens the session for writing, creating it if it does not exist.
+    fn open(&self, spec: &SessionSpec) -> StoreResult<Box<dyn SessionStore>>;
+    /// Reads the session's durable state, with the writer gone or paused
+    /// (agentstore: from disk, no lock, no repair, no writes).
+    fn observe(&self, spec: &SessionSpec) -> StoreResult<Observation>;
+    /// Arguments the child agent needs to open this same store.
+    fn agent_args(&self) -> Vec<String>;
+    /// The adapter command line, for a store behind one (the power-loss
+    /// nemesis recovers its states through it).
+    fn adapter_line(&self) -> Option<&str> {
+        None
+    }
+    /// The checks this store cannot be judged on.
+    fn not_applicable(&self) -> &'static [NotApplicable];
+    /// The capabilities the store claims (an adapter: in its `hello`).
+    fn capabilities(&self) -> StoreResult<Vec<Capability>>;
+}
+
+/// agentstore, in the agent's process.
+#[derive(Debug, Clone, Copy, Default)]
+pub struct ReferenceBackend {
+    /// What every session is opened with: `Sync`, or `Batch` (group commit).
+    pub durability: Durability,
+}
+
+/// An open agentstore session.
+#[derive(Debug)]
+pub struct ReferenceStore {
+    session: Session,
+}
+
+fn session_id(spec: &SessionSpec) -> StoreResult<SessionId> {
+    SessionId::new(&spec.session).map_err(StoreError::from)
+}
+
+impl StoreBackend for ReferenceBackend {
+    fn describe(&self) -> String {
+        match self.durability {
+            Durability::Sync => "agentstore (in-process)".to_string(),
+            d => format!("agentstore (in-process, {d})"),
+        }
+    }
+
+    /// `--durability batch` for a batch store: the agent's, the reference
+    /// adapter's and a replay's flag alike.
+    fn agent_args(&self) -> Vec<String> {
+        match self.durability {
+            Durability::Sync => Vec::new(),
+            _ => vec!["--durability".to_string(), "batch".to_string()],
+        }
+    }
+
+    fn not_applicable(&self) -> &'static [NotApplicable] {
+        &[]
+    }
+
+    fn capabilities(&self) -> StoreResult<Vec<Capability>> {
+        Ok(Capability::ALL.to_vec())
+    }
+
+    fn open(&self, spec: &SessionSpec) -> StoreResult<Box<dyn SessionStore>> {
+        let id = session_id(spec)?;
+        // open_or_create also finishes a creation a crash interrupted.
+        let options = SessionOptions {
+            durability: self.durability,
+            ..SessionOptions::default()
+        };
+        let (session, _) = Session::open_or_create(&spec.root, &id, &spec.workspace, options)?;
+        Ok(Box::new(ReferenceStore { session }))
+    }
+
+    fn observe(&self, spec: &SessionSpec) -> StoreResult<Observation> {
+        let paths = SessionPaths::new(&spec.root, &session_id(spec)?);
+        observe_reference(&paths)
+    }
+}
+
+/// agentstore's projection as the protocol's view: what the reference
+/// store serves, never what it must serve (that is [`crate::check::oracle`]'s).
+fn to_value(p: &Projection) -> Value {
+    serde_json::to_value(ProjectionView::of(p)).expect("a projection view serializes")
+}
+
+fn observe_reference(paths: &SessionPaths) -> StoreResult<Observation> {
+    let events = paths.events();
+    let bytes = match std::fs::read(&events) {
+        Ok(b) => b,
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => Vec::new(),
+        Err(e) => return Err(StoreError::other(format!("read {}: {e}", events.display()))),
+    };
+    let mut records = Vec::new();
+    let mut offsets = Vec::new();
+    let mut torn = None;
+    let mut damage = None;
+    let mut end = 0;
+    if !bytes.is_empty() {
+        let mut scanner = Scanner::new(&bytes[..], &events, LogPosition::START);
+        loop {
+            match scanner.next_record() {
+                Ok(Some((offset, rec))) => {
+                    offsets.push(offset);
+                    records.push(rec);
+                }
+                Ok(None) => break,
+                Err(e) => {
+                    damage = Some(e.to_string());
+                    break;
+                }
+            }
+        }
+        torn = scanner.torn().map(|t| t.to_string());
+        end = scanner.position().offset;
+    }
+    let ends: Vec<u64> = offsets
+        .iter()
+        .skip(1)
+        .copied()
+        .chain((!records.is_empty()).then_some(end))
+        .collect();
+    let checkpoint = match agentstore::checkpoint::read_snapshot(paths) {
+        Ok(None) => CheckpointView::Absent,
+        Err(e) => CheckpointView::Unreadable(e.to_string()),
+        Ok(Some(snap)) => {
+            let k = snap.next_seq as usize;
+            let log_offset_of_next = match k.cmp(&records.len()) {
+                std::cmp::Ordering::Less => Some(offsets[k]),
+                std::cmp::Ordering::Equal => Some(end),
+                std::cmp::Ordering::Greater => None,
+            };
+            let fold_at = (k <= records.len()).then(|| oracle::projection_value(&records[..k]));
+            // The tail folds onto the snapshot only where its projection ends;
+            // a snapshot whose claim and projection disagree cannot resume.
+            let resumed = (k <= records.len() && snap.projection.next_seq() == snap.next_seq)
+                .then(|| {
+                    let mut p = snap.projection.clone();
+                    let mut seen = SeenNodes::default();
+                    for r in &records {
+                        seen.observe(r);
+                    }
+                    records[k..]
+                        .iter()
+                        .try_for_each(|r| p.apply(r, &mut seen))
+                        .ok()
+                        .map(|()| to_value(&p))
+                })
+                .flatten();
+            CheckpointView::Present(SnapshotFacts {
+                next_seq: snap.next_seq,
+                offset: snap.offset,
+                log_offset_of_next,
+                snapshot: to_value(&snap.projection),
+                fold_at,
+                resumed,
+            })
+        }
+    };
+    let fold = Some(oracle::projection_value(&records));
+    let blobs = referenced_blobs(&records)
+        .map(|(seq, reference)| BlobRead {
+            seq,
+            reference: reference.clone(),
+            problem: match std::fs::read(paths.blobs().join(&reference.digest)) {
+                Ok(bytes) => blob_problem(reference, &bytes),
+                Err(e) => Some(format!("cannot read it: {e}")),
+            },
+        })
+        .collect();
+    Ok(Observation {
+        blobs,
+        fold,
+        records,
+        ends,
+        torn,
+        damage,
+        bytes: Some(LogBytes {
+            len: bytes.len() as u64,
+            crc: crc32c::crc32c(&bytes),
+        }),
+        checkpoint,
+    })
+}
+
+impl SessionStore for ReferenceStore {
+    fn append(&mut self, event: &Event) -> StoreResult<Ack> {
+        if let Event::ToolStarted { call_id } = event {
+            // The intent goes through the session's intent API, where the
+            // store decides how it is made durable.
+            let due = self.session.log().next_seq();
+            let intent = self.session.start_tool(call_id)?;
+            // `start_tool` returning no ack still claims the intent is
+            // durable; report it where it was due, so the claim can be checked.
+            return Ok(Ack {
+                seq: intent.ack().map_or(due, |a| a.seq()),
+            });
+        }
+        let ack = self.session.append(event.clone())?;
+        Ok(Ack { seq: ack.seq() })
+    }
+
+    fn recover(&mut self) -> StoreResult<Recovered> {
+        Ok(self.session.recover()?.into())
+    }
+
+    fn events(&mut self, after: Option<Seq>) -> StoreResult<Vec<Record>> {
+        let path = self.session.paths().events();
+        let mut out = Vec::new();
+        for item in Scanner::open(&path, LogPosition::START)? {
+            let (_, rec) = item?;
+            if after.is_none_or(|a| rec.seq > a) {
+                out.push(rec);
+            }
+        }
+        Ok(out)
+    }
+
+    fn context(&mut self, budget_tokens: Option<u64>) -> StoreResult<String> {
+        Ok(self.session.context(budget_tokens)?)
+    }
+
+    fn checkpoint(&mut self) -> StoreResult<()> {
+        self.session.checkpoint()?;
+        Ok(())
+    }
+
+    fn projection(&mut self) -> StoreResult<Value> {
+        Ok(to_value(self.session.projection()))
+    }
+
+    fn put_blob(&mut self, bytes: &[u8]) -> StoreResult<BlobRef> {
+        Ok(self.session.put_blob(bytes)?)
+    }
+
+    fn close(self: Box<Self>) -> StoreResult<()> {
+        drop(self.session);
+        Ok(())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use agentstore::event::Effect;
+
+    #[test]
+    fn reference_store_appends_recovers_and_is_observed_without_a_lock() {
+        let dir = tempfile::tempdir().unwrap();
+        let ws = dir.path().join("ws");
+        std::fs::create_dir_all(&ws).unwrap();
+        let spec = SessionSpec {
+            root: dir.path().join("root"),
+            session: "s".into(),
+            workspace: ws,
+        };
+        let backend = ReferenceBackend::default();
+        let mut store = backend.open(&spec).unwrap();
+        store
+            .append(&Event::RunStarted {
+                run_id: "r1".into(),
+            })
+            .unwrap();
+        let call = Event::ToolCall {
+            parent: None,
+            call_id: "c".into(),
+            tool: "remote".into(),
+            args: Value::Null,
+            effect: Effect::SideEffect,
+            operation_id: Some("op-c".into()),
+            target: None,
+            needs_approval: false,
+        };
+        store.append(&call).unwrap();
+        let ack = store
+            .append(&Event::ToolStarted {
+                call_id: "c".into(),
+            })
+            .unwrap();
+        assert_eq!(ack.seq, 3);
+        store.checkpoint().unwrap();
+        // Observing while the writer holds the lock must work and not write.
+        let obs = backend.observe(&spec).unwrap();
+        assert_eq!(obs.records.len(), 4);
+        match &obs.checkpoint {
+            CheckpointView::Present(f) => {
+                assert_eq!(f.next_seq, 4);
+                assert_eq!(f.fold_at.as_ref(), Some(&f.snapshot));
+                assert_eq!(f.resumed.as_ref(), obs.fold.as_ref());
+            }
+            other => panic!("expected a snapshot, got {other:?}"),
+        }
+        store.close().unwrap();
+        let mut store = backend.open(&spec).unwrap();
+        let rec = store.recover().unwrap();
+        assert_eq!(rec.appended, 2);
+        assert_eq!(
+            rec.uncertain,
+            vec![Uncertain {
+                call_id: "c".into(),
+                phase: Phase::Started
+            }]
+        );
+        assert!(store.context(None).unwrap().contains("<recovery>"));
+        assert_eq!(store.events(Some(3)).unwrap().len(), 2);
+    }
+}
+
+#[cfg(test)]
+mod blob_tests {
+    use super::*;
+
+    #[test]
+    fn a_blob_reads_back_only_with_its_own_size_and_digest() {
+        let reference = BlobRef {
+            // `printf 'tool output' | sha256sum`
+            digest: "e2a78c7b5a05c0b34cbcac65007d1e2a5765341d79b159797db7baf5fa1ecb13".into(),
+            size: 11,
+        };
+        assert_eq!(blob_problem(&reference, b"tool output"), None);
+        let changed = blob_problem(&reference, b"tool outpuT").expect("another digest");
+        assert!(changed.contains("11 bytes with digest"), "{changed}");
+        assert!(blob_problem(&reference, b"tool").is_some(), "another size");
+    }
+}
