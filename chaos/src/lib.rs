@@ -11,15 +11,17 @@
 //!   the adapter protocol (stores in any language);
 //! - [`nemesis`]: what kills or breaks (crash points, the syscall nemesis,
 //!   power loss);
+//! - [`history`]: what a trial observed, life by life;
 //! - [`check`]: the invariants, over the harness's own model of a log and
 //!   the oracle of what a store must serve;
-//! - [`campaign`]: trials and their history, the runner, probes, shrinking,
+//! - [`campaign`]: trials, the runner, probes, shrinking,
 //!   replay;
 //! - [`report`]: text, JSON, JUnit and the scorecard.
 
 pub mod agent;
 pub mod campaign;
 pub mod check;
+pub mod history;
 pub mod nemesis;
 pub mod report;
 pub mod scenario;

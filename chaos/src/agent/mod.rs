@@ -39,11 +39,13 @@ use agentstore::event::{
 use serde_json::Value;
 
 use crate::agent::tools::{Output, ToolContext};
-use crate::agent::wire::{fingerprint, wait_for_harness, ChildLine, ReportedCall, Reporter};
+use crate::agent::wire::{
+    fingerprint, wait_for_harness, ChildLine, ReportedCall, Reporter, ServedContext,
+};
 use crate::agent::world::WorldClient;
 use crate::check::model::{call_of, describe_event, store_authored, Model};
 use crate::scenario::{self, Op, PlacedOp, Run, Scenario, ToolInvocation};
-use crate::store::{SessionSpec, SessionStore, StoreBackend};
+use crate::store::{SessionSpec, SessionStore, StoreBackend, StoreResult};
 
 /// The crash point between a durable intent and the effect.
 pub const BEFORE_EFFECT: &str = "agent.before_effect";
@@ -77,6 +79,24 @@ pub fn recovery_block(context: &str) -> Option<String> {
     (!lines.is_empty()).then(|| lines.join("\n"))
 }
 
+/// The contexts the harness judges after a recovery: unbudgeted, then
+/// with each of [`crate::check::oracle::budgets`].
+pub fn served_contexts(store: &mut dyn SessionStore) -> StoreResult<Vec<ServedContext>> {
+    let full = store.context(None)?;
+    let block = recovery_block(&full);
+    let mut out = vec![ServedContext {
+        budget: None,
+        text: full.clone(),
+    }];
+    for b in crate::check::oracle::budgets(&full, block.as_deref()) {
+        out.push(ServedContext {
+            budget: Some(b),
+            text: store.context(Some(b))?,
+        });
+    }
+    Ok(out)
+}
+
 fn hash_hex(s: &str) -> String {
     format!("{:08x}", crc32c::crc32c(s.as_bytes()))
 }
@@ -103,7 +123,7 @@ pub fn run(args: &AgentArgs, backend: &dyn StoreBackend) -> Result<(), String> {
         let first = store
             .recover()
             .map_err(|e| format!("recovery failed: {e}"))?;
-        let contexts = crate::store::served_contexts(store.as_mut())
+        let contexts = served_contexts(store.as_mut())
             .map_err(|e| format!("cannot render the context: {e}"))?;
         let projection = store
             .projection()

@@ -31,8 +31,8 @@ use serde_json::{json, Value};
 use crate::agent::wire::{parse_line, ChildLine, ReportedCall, ServedContext};
 use crate::agent::world::World;
 use crate::campaign::runner::{self, ScenarioSource};
-use crate::campaign::trial::{Append, History, Life, LifeEnd, RecoveryReport};
 use crate::check::{self, Invariant, Reference};
+use crate::history::{Append, History, Life, LifeEnd, RecoveryReport};
 use crate::nemesis::powerloss::{CrashState, Limits, Loss, Model, OpLog, Simulator, Tree};
 use crate::nemesis::syscall::{Exit, TraceConfig, Traced};
 use crate::store::adapter::{AdapterBackend, AdapterCommand, Capability, Client, ClientOptions};
@@ -460,7 +460,7 @@ impl<'a> Judge<'a> {
         let mut store = self.backend.open(spec).map_err(|e| format!("open: {e}"))?;
         let rec = store.recover().map_err(|e| format!("recover: {e}"))?;
         let contexts =
-            crate::store::served_contexts(store.as_mut()).map_err(|e| format!("context: {e}"))?;
+            crate::agent::served_contexts(store.as_mut()).map_err(|e| format!("context: {e}"))?;
         let projection = store.projection().map_err(|e| format!("projection: {e}"))?;
         store.close().map_err(|e| format!("close: {e}"))?;
         Ok((rec, contexts, projection))

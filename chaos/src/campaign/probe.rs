@@ -884,7 +884,7 @@ fn replay_in(
     );
     for v in &outcome.violations {
         narrative.push('\n');
-        narrative.push_str(&crate::report::explain(
+        narrative.push_str(&crate::check::explain(
             v,
             &name,
             &format!("none (probe {probe}, after the crash-free run)"),

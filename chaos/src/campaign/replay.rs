@@ -11,11 +11,12 @@ use std::fmt::Write;
 use std::path::Path;
 
 use crate::campaign::runner::{self, describe_crash, replay_command, Config, ScenarioSource};
-use crate::campaign::trial::{self, History, LifeEnd, RunKind};
+use crate::campaign::trial;
 use crate::check::model::describe_record;
 use crate::check::{self, Violation};
+use crate::history::{History, LifeEnd, RunKind};
 use crate::nemesis::{Crash, Plan};
-use crate::report::explain;
+use crate::check::explain;
 
 /// What a replay found.
 #[derive(Debug)]

@@ -25,15 +25,16 @@ use std::sync::Mutex;
 use std::time::{Duration, Instant};
 
 use crate::campaign::probe::{self, ProbeOutcome, ProbeSetup};
-use crate::campaign::trial::{self, History, RunKind, TrialDir, TrialSetup};
+use crate::campaign::trial::{self, TrialDir, TrialSetup};
+use crate::check::evidence::Evidence;
 use crate::check::model::{describe_record, Model};
 use crate::check::{self, Invariant, Reference, Violation};
+use crate::history::{History, RunKind};
 use crate::nemesis::syscall::{FaultOutcome, FaultReport};
 use crate::nemesis::{
     self, Crash, LaterTrace, Nemeses, Plan, Restarts, SysFault, SyscallTrace, Trace, TracedCall,
     ADAPTER_APPEND, ADAPTER_APPEND_REPLIED, LOG_WRITE,
 };
-use crate::report::scorecard::Evidence;
 use crate::scenario::rng::Rng;
 use crate::scenario::Scenario;
 use crate::store::adapter::Capability;
@@ -682,7 +683,7 @@ pub fn run_trial(
                     .trace
                     .as_deref()
                     .and_then(|t| t.lines().count().checked_sub(1))
-                    .filter(|_| h.lives[0].end == trial::LifeEnd::Killed)
+                    .filter(|_| h.lives[0].end == crate::history::LifeEnd::Killed)
                     .map(|n| n as u64),
                 c => c.and_then(|c| c.hit()),
             };

@@ -12,6 +12,7 @@
 //! found, and which events; the runner adds the crash point and the replay
 //! command. This module must never perform I/O.
 
+pub mod evidence;
 pub mod model;
 pub mod oracle;
 
@@ -23,9 +24,9 @@ use serde_json::Value;
 
 use crate::agent::tools::tagged_operation;
 use crate::agent::world::Application;
-use crate::campaign::trial::{Append, History, Life, LifeEnd};
 use crate::check::model::{describe_record, phase_name, store_authored, Model, RunClose};
 use crate::check::oracle::Shown;
+use crate::history::{Append, History, Life, LifeEnd};
 use crate::nemesis::powerloss::{LoggedOp, Op};
 use crate::nemesis::syscall::{Call, FaultOutcome, SyscallFault};
 use crate::store::{CheckpointView, Observation};
@@ -1343,10 +1344,23 @@ fn line_diff(want: &[u8], got: &[u8]) -> String {
     unreachable!("the loop returns at the first difference")
 }
 
+/// One violation in words, with its replay command.
+pub fn explain(v: &Violation, scenario: &str, crash_point: &str, replay: &str) -> String {
+    let mut s = format!(
+        "VIOLATION {} · scenario {scenario}\n  crash:    {crash_point}\n  when:     {}\n  expected: {}\n  found:    {}\n",
+        v.invariant, v.when, v.expected, v.found
+    );
+    if !v.events.is_empty() {
+        s.push_str(&format!("  events:   {}\n", v.events.join(" · ")));
+    }
+    s.push_str(&format!("  replay:   {replay}\n"));
+    s
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::campaign::trial::RecoveryReport;
+    use crate::history::RecoveryReport;
     use agentstore::event::{event_id, Body, Redaction};
 
     fn obs(events: &[Event]) -> Observation {
@@ -1649,7 +1663,7 @@ mod tests {
             })
             .collect();
         let mut h = history(true);
-        h.lives[0].syscalls = Some(crate::campaign::trial::SyscallLife {
+        h.lives[0].syscalls = Some(crate::history::SyscallLife {
             root: "/r".into(),
             events: vec![failed.clone()],
             fault: Some(FaultReport {

@@ -14,7 +14,7 @@ use serde_json::{json, Value};
 use crate::campaign::powercampaign;
 use crate::campaign::probe::Probe;
 use crate::campaign::runner::{replay_command, CampaignResult, ScenarioResult};
-use crate::check::{Invariant, Violation};
+use crate::check::{explain, Invariant, Violation};
 use crate::store::NotApplicable;
 
 /// How many violations per (scenario, invariant) the terminal shows in full.
@@ -40,19 +40,6 @@ impl Context<'_> {
     pub fn store_flags(&self) -> Vec<String> {
         crate::campaign::runner::store_flags(self.store_fault, &self.store_args)
     }
-}
-
-/// One violation in words, with its replay command.
-pub fn explain(v: &Violation, scenario: &str, crash_point: &str, replay: &str) -> String {
-    let mut s = format!(
-        "VIOLATION {} · scenario {scenario}\n  crash:    {crash_point}\n  when:     {}\n  expected: {}\n  found:    {}\n",
-        v.invariant, v.when, v.expected, v.found
-    );
-    if !v.events.is_empty() {
-        let _ = writeln!(s, "  events:   {}", v.events.join(" · "));
-    }
-    let _ = writeln!(s, "  replay:   {replay}");
-    s
 }
 
 fn probe_replay(s: &ScenarioResult, probe: &Probe, ctx: &Context<'_>) -> String {

@@ -131,26 +131,6 @@ pub trait SessionStore {
     fn close(self: Box<Self>) -> StoreResult<()>;
 }
 
-/// The contexts the harness judges after a recovery: unbudgeted, then
-/// with each of [`crate::check::oracle::budgets`].
-pub fn served_contexts(
-    store: &mut dyn SessionStore,
-) -> StoreResult<Vec<crate::agent::wire::ServedContext>> {
-    let full = store.context(None)?;
-    let block = crate::agent::recovery_block(&full);
-    let mut out = vec![crate::agent::wire::ServedContext {
-        budget: None,
-        text: full.clone(),
-    }];
-    for b in crate::check::oracle::budgets(&full, block.as_deref()) {
-        out.push(crate::agent::wire::ServedContext {
-            budget: Some(b),
-            text: store.context(Some(b))?,
-        });
-    }
-    Ok(out)
-}
-
 /// What a snapshot on disk says, next to what the log says it should say.
 #[derive(Debug, Clone, PartialEq)]
 pub enum CheckpointView {

@@ -1,0 +1,129 @@
+//! A trial's history (Jepsen's history): what the harness observed of each
+//! life of the agent. The child's acks and recovery reports come from its
+//! pipe; the disk's content from [`Observation`]s taken while the child was
+//! dead or paused; the syscall record from the tracer. [`crate::campaign::trial`]
+//! writes it, [`crate::check`] judges it. This module holds facts only: it
+//! must never run a process or judge what it holds.
+
+use std::collections::BTreeMap;
+use std::path::PathBuf;
+
+use agentstore::event::Seq;
+
+use crate::agent::wire::{ReportedCall, ServedContext};
+use crate::agent::world::Application;
+use crate::nemesis::powerloss::OpLog;
+use crate::nemesis::syscall::{FaultReport, SyscallEvent};
+use crate::store::Observation;
+
+/// One event the agent appended (reported before the append), and the
+/// seq the store acknowledged it at, if it did before the process died.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Append {
+    pub type_name: String,
+    pub fingerprint: String,
+    pub acked: Option<Seq>,
+    /// The store refused it with an I/O error (the agent may have retried it
+    /// as the next append).
+    pub refused: bool,
+}
+
+/// What the first recovery of a restarted agent reported.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct RecoveryReport {
+    pub appended: u64,
+    pub interrupted: Vec<String>,
+    pub uncertain: Vec<ReportedCall>,
+    pub block: Option<String>,
+    /// The contexts it served after the recovery (unbudgeted first).
+    pub contexts: Vec<ServedContext>,
+    /// The store's projection as it resumed (from its snapshot, if it used one).
+    pub projection: serde_json::Value,
+}
+
+/// How an agent process ended.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum LifeEnd {
+    Killed,
+    Exited(i32),
+    /// Another signal than SIGKILL.
+    Signaled(i32),
+    /// The watchdog killed it.
+    Hung,
+}
+
+/// One agent process.
+#[derive(Debug, Clone)]
+pub struct Life {
+    pub index: u32,
+    /// The hit it was to be killed at, if any.
+    pub kill_at: Option<u64>,
+    pub writes: Vec<Append>,
+    pub recovered: Option<RecoveryReport>,
+    /// The disk after the first recovery (the agent paused).
+    pub after_recovery: Option<Observation>,
+    /// What the second recovery (after close and reopen) appended, by its own account.
+    pub recovered_again: Option<u64>,
+    /// The disk after the second recovery.
+    pub after_second_recovery: Option<Observation>,
+    pub done: bool,
+    pub end: LifeEnd,
+    /// The last line the agent wrote to stderr.
+    pub stderr: String,
+    /// Crash-point hits, when traced.
+    pub trace: Option<String>,
+    /// What the syscall tracer saw, when this process ran under it.
+    pub syscalls: Option<SyscallLife>,
+    pub micros: u64,
+}
+
+/// A process tree that ran under the syscall tracer.
+#[derive(Debug, Clone)]
+pub struct SyscallLife {
+    /// The canonical store root (the trace root; `ROOT` in descriptions).
+    pub root: PathBuf,
+    /// Every counted syscall, in order.
+    pub events: Vec<SyscallEvent>,
+    /// What became of the planned fault.
+    pub fault: Option<FaultReport>,
+    /// Injected errors only: the file operations, with the agent's stdout
+    /// writes placed between them.
+    pub oplog: Option<OpLog>,
+    /// Each ack the agent reported: its index in [`Life::writes`] and the
+    /// byte offset of its line in the agent's stdout.
+    pub acks: Vec<(usize, u64)>,
+}
+
+/// Which kind of run a trial is.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum RunKind {
+    /// A trial of a plan.
+    Trial,
+    /// The crash-free run that records the crash-point trace.
+    TracePoints,
+    /// The crash-free run whose first process runs under the syscall
+    /// tracer, to enumerate its syscalls.
+    TraceSyscalls,
+}
+
+/// Everything a trial observed.
+#[derive(Debug, Clone)]
+pub struct History {
+    pub lives: Vec<Life>,
+    /// `after_kill[i]`: the disk after life `i` was killed (and the power cut, if any).
+    pub after_kill: Vec<Observation>,
+    /// What the power cut removed: (file, length before, length after).
+    pub power_cut: Vec<(PathBuf, u64, u64)>,
+    pub final_obs: Observation,
+    pub world: Vec<Application>,
+    pub workspace: BTreeMap<String, Vec<u8>>,
+    /// A trial that could not be carried out as planned (not a store violation).
+    pub error: Option<String>,
+}
+
+impl History {
+    /// The last life, which should have finished the scenario.
+    pub fn last(&self) -> &Life {
+        self.lives.last().expect("a trial has at least one life")
+    }
+}
