@@ -8,7 +8,8 @@ use std::process::ExitCode;
 use std::time::Duration;
 
 use agentchaos::agent::{self, AgentArgs};
-use agentchaos::campaign::runner::{self, Config, Mode, ScenarioSource};
+use agentchaos::campaign::config::{Config, Mode, ScenarioSource};
+use agentchaos::campaign::runner;
 use agentchaos::campaign::shrink;
 use agentchaos::check::Invariant;
 use agentchaos::nemesis::{Nemeses, Plan, Restarts};
@@ -426,7 +427,10 @@ fn config<'a>(
     check_fault(&common.store_fault)?;
     let agent_exe =
         std::env::current_exe().map_err(|e| failed(format!("cannot find my own binary: {e}")))?;
-    let dir = common.dir.clone().unwrap_or_else(runner::default_dir);
+    let dir = common
+        .dir
+        .clone()
+        .unwrap_or_else(agentchaos::campaign::scratch::default_dir);
     // agentchaos-<pid>-<hex>/<s>-<i>/w.sock must fit a Unix socket path.
     let longest =
         dir.as_os_str().len() + "/agentchaos-4294967295-ffffffff/9999-999999/w.sock".len();
@@ -545,7 +549,10 @@ fn run(args: RunArgs) -> Result<ExitCode, Failure> {
         (None, _) => Some(std::env::temp_dir().join(format!("agentchaos-random-{}", args.seed))),
     };
     if let Some(rd) = &random_dir {
-        sources.extend(runner::random_sources(rd, args.seed, args.random).map_err(failed)?);
+        sources.extend(
+            agentchaos::campaign::config::random_sources(rd, args.seed, args.random)
+                .map_err(failed)?,
+        );
     }
     let ctx = Context {
         store: cfg.backend.describe(),
@@ -633,7 +640,7 @@ fn shrink_random(
                     ""
                 },
                 sh.plan,
-                runner::replay_command(
+                agentchaos::campaign::config::replay_command(
                     &sh.path,
                     &sh.plan,
                     cfg.store_fault.as_deref(),
@@ -761,12 +768,15 @@ fn powerloss(args: PowerlossArgs) -> Result<ExitCode, Failure> {
             .agent_args();
             (
                 powercampaign::reference_adapter(&agent_exe, fault.as_deref(), &store_args),
-                runner::store_flags(fault.as_deref(), &store_args),
+                agentchaos::campaign::config::store_flags(fault.as_deref(), &store_args),
             )
         }
     };
     AdapterBackend::new(&adapter).map_err(|e| bad_input(format!("--adapter: {e}")))?;
-    let dir = args.dir.clone().unwrap_or_else(runner::default_dir);
+    let dir = args
+        .dir
+        .clone()
+        .unwrap_or_else(agentchaos::campaign::scratch::default_dir);
     std::fs::create_dir_all(&dir)
         .map_err(|e| bad_input(format!("--dir {}: {e}", dir.display())))?;
     let jobs = args

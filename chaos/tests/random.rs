@@ -5,7 +5,8 @@
 use std::collections::BTreeMap;
 use std::path::PathBuf;
 
-use agentchaos::campaign::runner::{self, Config, Mode, ScenarioSource};
+use agentchaos::campaign::config::{Config, Mode, ScenarioSource};
+use agentchaos::campaign::runner;
 use agentchaos::scenario::{Run, Scenario, Step, TestSpec};
 use agentchaos::store::ReferenceBackend;
 use agentstore::event::Decision;

@@ -7,9 +7,15 @@
 //! lock); [`shrink`] minimizes a failing random scenario; [`replay`] re-runs
 //! one trial from its replay command. Nothing here formats a report.
 
+pub mod config;
+pub mod describe;
+pub mod execute;
+pub mod pool;
 pub mod powercampaign;
+pub mod prepare;
 pub mod probe;
 pub mod replay;
 pub mod runner;
+pub mod scratch;
 pub mod shrink;
 pub mod trial;

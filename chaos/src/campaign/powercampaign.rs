@@ -30,7 +30,7 @@ use serde_json::{json, Value};
 
 use crate::agent::wire::{parse_line, ChildLine, ReportedCall, ServedContext};
 use crate::agent::world::World;
-use crate::campaign::runner::{self, ScenarioSource};
+use crate::campaign::config::ScenarioSource;
 use crate::check::{self, Invariant, Reference};
 use crate::history::{Append, History, Life, LifeEnd, RecoveryReport};
 use crate::nemesis::powerloss::{CrashState, Limits, Loss, Model, OpLog, Simulator, Tree};
@@ -605,7 +605,7 @@ pub fn crash_points(ops: usize, max: Option<usize>, seed: u64, name: &str) -> Ve
 /// Runs the campaign over `sources`.
 pub fn run(cfg: &Config, sources: Vec<ScenarioSource>) -> Result<CampaignReport, String> {
     let started = Instant::now();
-    let dir = runner::campaign_dir(&cfg.dir)?;
+    let dir = crate::campaign::scratch::campaign_dir(&cfg.dir)?;
     let mut scenarios = Vec::new();
     for (i, source) in sources.into_iter().enumerate() {
         if agentstore::interrupt::requested() {
@@ -615,7 +615,7 @@ pub fn run(cfg: &Config, sources: Vec<ScenarioSource>) -> Result<CampaignReport,
     }
     let _ = std::fs::remove_dir_all(&dir);
     if agentstore::interrupt::requested() {
-        return Err(runner::NOT_RUN.to_string());
+        return Err(crate::campaign::pool::NOT_RUN.to_string());
     }
     Ok(CampaignReport {
         scenarios,
@@ -666,7 +666,7 @@ fn run_scenario(cfg: &Config, source: ScenarioSource, dir: &Path) -> ScenarioRep
         seed: cfg.seed,
     };
     let bar = progress_bar(cfg.progress, points.len(), &source.scenario.name);
-    let results = runner::parallel(cfg.jobs, points.len(), |i| {
+    let results = crate::campaign::pool::parallel(cfg.jobs, points.len(), |i| {
         let r = check_point(
             &judge,
             &cfg.models,
@@ -963,7 +963,7 @@ pub fn replay(
     id: &StateId,
     keep: Option<&Path>,
 ) -> Result<Replayed, String> {
-    let dir = runner::campaign_dir(&cfg.dir)?;
+    let dir = crate::campaign::scratch::campaign_dir(&cfg.dir)?;
     let result = (|| {
         let recording = record(cfg, source, &dir.join("rec"))?;
         let judge = Judge::new(&cfg.adapter, &recording)?;

@@ -56,6 +56,8 @@ use agentstore::event::{BlobRef, Event, Record, Seq};
 use agentstore::{LogPosition, Scanner, Session, SessionId, SessionOptions, SessionPaths};
 use serde::{Deserialize, Serialize};
 
+use crate::campaign::config::Config;
+use crate::campaign::prepare::Prepared;
 use crate::check::model::describe_record;
 use crate::check::{Invariant, Violation};
 use crate::scenario::rng::Rng;
@@ -355,6 +357,21 @@ pub struct ProbeSetup<'a> {
     pub reference: &'a [Record],
 }
 
+/// How probes reach the crash-free run's store, left in `dir` by [`prepare_keeping`].
+pub fn probe_setup<'a>(
+    cfg: &'a Config<'_>,
+    prepared: &'a Prepared,
+    spec: &'a crate::store::SessionSpec,
+) -> ProbeSetup<'a> {
+    ProbeSetup {
+        backend: cfg.backend,
+        agent_exe: &cfg.agent_exe,
+        store_fault: cfg.store_fault.as_deref(),
+        spec,
+        reference: &prepared.reference.records,
+    }
+}
+
 /// Runs one probe in `dir` (a scratch directory it creates; the caller removes it).
 pub fn run(setup: &ProbeSetup<'_>, probe: &Probe, dir: &Path) -> ProbeOutcome {
     let result = std::fs::create_dir_all(dir)
@@ -464,7 +481,7 @@ fn damage(
     dir: &Path,
 ) -> Result<(String, Vec<Violation>, bool), String> {
     let root = dir.join("root");
-    crate::campaign::runner::copy_dir(&setup.spec.root, &root)
+    crate::campaign::scratch::copy_dir(&setup.spec.root, &root)
         .map_err(|e| format!("cannot copy the store's root: {e}"))?;
     let path = root.join(file);
     let mut bytes = std::fs::read(&path).map_err(|e| format!("{}: {e}", path.display()))?;
@@ -744,7 +761,7 @@ pub fn judge_ledger(
 
 fn lock(setup: &ProbeSetup<'_>, dir: &Path) -> Result<(String, Vec<Violation>, bool), String> {
     let root = dir.join("root");
-    crate::campaign::runner::copy_dir(&setup.spec.root, &root)
+    crate::campaign::scratch::copy_dir(&setup.spec.root, &root)
         .map_err(|e| format!("cannot copy the store's root: {e}"))?;
     let reply = child(setup, "lock", &root, &setup.spec.session, None, &[])?;
     let told = format!(
@@ -826,27 +843,27 @@ fn child(
 /// one probe on its store, told in words. `keep` keeps the probe's scratch
 /// directory (the damaged copy, or the fresh session) there.
 pub fn replay(
-    cfg: &crate::campaign::runner::Config<'_>,
-    source: crate::campaign::runner::ScenarioSource,
+    cfg: &crate::campaign::config::Config<'_>,
+    source: crate::campaign::config::ScenarioSource,
     probe: &Probe,
     keep: Option<&Path>,
 ) -> Result<crate::campaign::replay::Replayed, String> {
-    let dir = crate::campaign::runner::campaign_dir(&cfg.dir)?;
+    let dir = crate::campaign::scratch::campaign_dir(&cfg.dir)?;
     let result = replay_in(cfg, source, probe, keep, &dir);
     let _ = std::fs::remove_dir_all(&dir);
     result
 }
 
 fn replay_in(
-    cfg: &crate::campaign::runner::Config<'_>,
-    source: crate::campaign::runner::ScenarioSource,
+    cfg: &crate::campaign::config::Config<'_>,
+    source: crate::campaign::config::ScenarioSource,
     probe: &Probe,
     keep: Option<&Path>,
     dir: &Path,
 ) -> Result<crate::campaign::replay::Replayed, String> {
     use std::fmt::Write as _;
     let trace = dir.join("trace");
-    let prepared = crate::campaign::runner::prepare_keeping(cfg, source, &trace)?;
+    let prepared = crate::campaign::prepare::prepare_keeping(cfg, source, &trace)?;
     let name = prepared.source.scenario.name.clone();
     let mut narrative = format!(
         "scenario {name} ({}), probe {probe}\nthe crash-free run wrote {} events\n",
@@ -861,10 +878,10 @@ fn replay_in(
         });
     }
     let spec = crate::campaign::trial::TrialDir { dir: trace.clone() }.spec();
-    let setup = crate::campaign::runner::probe_setup(cfg, &prepared, &spec);
+    let setup = probe_setup(cfg, &prepared, &spec);
     let scratch = dir.join("probe");
     let outcome = run(&setup, probe, &scratch);
-    let replay = crate::campaign::runner::replay_command(
+    let replay = crate::campaign::config::replay_command(
         &prepared.source.path,
         &probe.plan(),
         cfg.store_fault.as_deref(),
@@ -894,7 +911,7 @@ fn replay_in(
     if let Some(keep) = keep {
         let dest = keep.join(&name).join(probe.to_string().replace('/', "_"));
         let _ = std::fs::remove_dir_all(&dest);
-        crate::campaign::runner::copy_dir(&scratch, &dest)
+        crate::campaign::scratch::copy_dir(&scratch, &dest)
             .map_err(|e| format!("cannot keep the probe in {}: {e}", dest.display()))?;
         let _ = writeln!(narrative, "probe directory kept in {}", dest.display());
     }

@@ -10,13 +10,14 @@
 use std::fmt::Write;
 use std::path::Path;
 
-use crate::campaign::runner::{self, describe_crash, replay_command, Config, ScenarioSource};
+use crate::campaign::config::{replay_command, Config, ScenarioSource};
+use crate::campaign::describe::describe_crash;
 use crate::campaign::trial;
+use crate::check::explain;
 use crate::check::model::describe_record;
 use crate::check::{self, Violation};
 use crate::history::{History, LifeEnd, RunKind};
 use crate::nemesis::{Crash, Plan};
-use crate::check::explain;
 
 /// What a replay found.
 #[derive(Debug)]
@@ -130,7 +131,7 @@ pub fn replay(
     plan: Plan,
     keep: Option<&Path>,
 ) -> Result<Replayed, String> {
-    let dir = runner::campaign_dir(&cfg.dir)?;
+    let dir = crate::campaign::scratch::campaign_dir(&cfg.dir)?;
     let result = replay_in(cfg, source, plan, keep, &dir);
     let _ = std::fs::remove_dir_all(&dir);
     result
@@ -143,7 +144,7 @@ fn replay_in(
     keep: Option<&Path>,
     dir: &Path,
 ) -> Result<Replayed, String> {
-    let mut prepared = runner::prepare(cfg, source, &dir.join("trace"))?;
+    let mut prepared = crate::campaign::prepare::prepare(cfg, source, &dir.join("trace"))?;
     // The traces of the restarted lives the plan crashes, where the
     // campaign's defaults did not trace them.
     for life in 1..plan.crashed_lives() {
@@ -154,7 +155,13 @@ fn replay_in(
             .is_some_and(|t| !syscalls || t.syscalls.is_some());
         if !traced && prepared.unusable.is_none() {
             let dir = dir.join(format!("later{life}"));
-            let later = runner::trace_later(cfg, &prepared.source, before, syscalls, &dir)?;
+            let later = crate::campaign::prepare::trace_later(
+                cfg,
+                &prepared.source,
+                before,
+                syscalls,
+                &dir,
+            )?;
             prepared.later.retain(|t| t.before != before);
             prepared.later.extend(later);
         }
@@ -196,13 +203,13 @@ fn replay_in(
         });
     }
     let trial_dir = dir.join("trial");
-    let setup = runner::setup(cfg, &prepared.source);
+    let setup = crate::campaign::prepare::setup(cfg, &prepared.source);
     let history = trial::run(&setup, plan, &trial_dir, RunKind::Trial)?;
     let crash = describe_crash(&plan, &prepared, Some(&history));
     let error = history
         .error
         .clone()
-        .or_else(|| runner::syscall_mismatch(&plan, &prepared, &history));
+        .or_else(|| crate::campaign::describe::syscall_mismatch(&plan, &prepared, &history));
     let _ = writeln!(narrative, "crash: {crash}");
     narrative.push_str(&story(&history));
     let violations = check::check(&history, Some(&prepared.reference));
@@ -215,7 +222,7 @@ fn replay_in(
             .join(&prepared.source.scenario.name)
             .join(plan.to_string());
         let _ = std::fs::remove_dir_all(&dest);
-        runner::copy_dir(&trial_dir, &dest)
+        crate::campaign::scratch::copy_dir(&trial_dir, &dest)
             .map_err(|e| format!("cannot keep the trial in {}: {e}", dest.display()))?;
         let _ = writeln!(narrative, "trial directory kept in {}", dest.display());
     }

@@ -18,350 +18,23 @@
 //! `--keep-failures` when it found a violation. The runner owns
 //! scheduling and bookkeeping; it must never judge a trial itself.
 
+use crate::campaign::config::{Config, Mode, ScenarioSource};
+use crate::campaign::describe::describe_crash;
+use crate::campaign::execute::{run_trial, TrialOutcome};
+use crate::campaign::pool::{parallel, progress_bar, NOT_RUN};
+use crate::campaign::prepare::{prepare_keeping, Prepared};
+use crate::campaign::scratch::campaign_dir;
 use std::collections::{BTreeMap, BTreeSet};
-use std::path::{Path, PathBuf};
-use std::sync::atomic::{AtomicUsize, Ordering};
-use std::sync::Mutex;
+use std::path::Path;
 use std::time::{Duration, Instant};
 
-use crate::campaign::probe::{self, ProbeOutcome, ProbeSetup};
-use crate::campaign::trial::{self, TrialDir, TrialSetup};
+use crate::campaign::probe::{self, probe_setup, ProbeOutcome};
+use crate::campaign::trial::TrialDir;
 use crate::check::evidence::Evidence;
-use crate::check::model::{describe_record, Model};
-use crate::check::{self, Invariant, Reference, Violation};
-use crate::history::{History, RunKind};
-use crate::nemesis::syscall::{FaultOutcome, FaultReport};
-use crate::nemesis::{
-    self, Crash, LaterTrace, Nemeses, Plan, Restarts, SysFault, SyscallTrace, Trace, TracedCall,
-    ADAPTER_APPEND, ADAPTER_APPEND_REPLIED, LOG_WRITE,
-};
+use crate::check::{Invariant, Violation};
+use crate::nemesis::{self, Plan};
 use crate::scenario::rng::Rng;
-use crate::scenario::Scenario;
 use crate::store::adapter::Capability;
-use crate::store::StoreBackend;
-
-/// How many trials per scenario.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Mode {
-    /// Every hit killed, every write torn, every unsynced point power-cut;
-    /// every hit of each traced restarted life killed and every write torn.
-    Exhaustive,
-    /// This many trials per scenario, sampled from the seed.
-    Sampled(usize),
-}
-
-/// A scenario to test and where its file is (the child reads the file).
-#[derive(Debug, Clone)]
-pub struct ScenarioSource {
-    pub path: PathBuf,
-    pub scenario: Scenario,
-    /// For generated scenarios: the seed that generated it.
-    pub random_seed: Option<u64>,
-}
-
-/// Everything a campaign needs.
-#[derive(Debug)]
-pub struct Config<'a> {
-    pub backend: &'a dyn StoreBackend,
-    pub agent_exe: PathBuf,
-    pub store_fault: Option<String>,
-    pub mode: Mode,
-    /// Which nemeses plan the trials.
-    pub nemesis: Nemeses,
-    /// Which restarted lives are traced and crashed.
-    pub restarts: Restarts,
-    pub seed: u64,
-    pub jobs: usize,
-    /// `(k, n)`: run only trials whose index is `k-1` modulo `n`.
-    pub shard: Option<(usize, usize)>,
-    /// Parent of the campaign directory.
-    pub dir: PathBuf,
-    pub keep_failures: Option<PathBuf>,
-    pub progress: bool,
-}
-
-/// `n` generated scenarios (seeded from `seed`), written to `dir` so the
-/// child agents and replay commands can read them.
-pub fn random_sources(dir: &Path, seed: u64, n: usize) -> Result<Vec<ScenarioSource>, String> {
-    std::fs::create_dir_all(dir).map_err(|e| format!("cannot create {}: {e}", dir.display()))?;
-    (0..n)
-        .map(|i| {
-            let seed = seed.wrapping_mul(1_000_003).wrapping_add(i as u64);
-            let scenario = crate::scenario::generate::random_scenario(seed, 6);
-            let path = dir.join(format!("{}.json", scenario.name));
-            std::fs::write(&path, scenario.to_json())
-                .map_err(|e| format!("cannot write {}: {e}", path.display()))?;
-            Ok(ScenarioSource {
-                path,
-                scenario,
-                random_seed: Some(seed),
-            })
-        })
-        .collect()
-}
-
-/// The default place for trial directories: tmpfs when there is one.
-/// A SIGKILL keeps the page cache, so kill trials lose nothing to tmpfs;
-/// power cuts are modelled explicitly (see `nemesis`).
-pub fn default_dir() -> PathBuf {
-    let shm = Path::new("/dev/shm");
-    if shm.is_dir() && can_write(shm).is_ok() {
-        shm.to_path_buf()
-    } else {
-        std::env::temp_dir()
-    }
-}
-
-fn can_write(dir: &Path) -> std::io::Result<()> {
-    let p = dir.join(format!(".agentchaos-probe-{}", std::process::id()));
-    std::fs::write(&p, b"")?;
-    std::fs::remove_file(&p)
-}
-
-/// A scenario after its trace run.
-#[derive(Debug, Clone)]
-pub struct Prepared {
-    pub source: ScenarioSource,
-    pub reference: Reference,
-    pub trace: Trace,
-    /// The syscall nemesis's crash-free traced run (when it is on).
-    pub syscalls: Option<SyscallTrace>,
-    /// The traced restarted lives. A restart whose trace run did not finish
-    /// is left out here: the trial of its first kill reports why.
-    pub later: Vec<LaterTrace>,
-    /// Violations of the crash-free run itself.
-    pub trace_violations: Vec<Violation>,
-    /// Why crash trials cannot run (the crash-free run did not complete).
-    pub unusable: Option<String>,
-    /// The probes run on the crash-free run's store (campaigns only).
-    pub probes: Vec<ProbeOutcome>,
-}
-
-pub fn setup<'a>(cfg: &'a Config<'_>, source: &'a ScenarioSource) -> TrialSetup<'a> {
-    TrialSetup {
-        backend: cfg.backend,
-        agent_exe: &cfg.agent_exe,
-        scenario_path: &source.path,
-        files: &source.scenario.files,
-        store_fault: cfg.store_fault.as_deref(),
-    }
-}
-
-/// The crash-free trace run: counts hits, records the reference outcome;
-/// with the syscall nemesis on, a second crash-free run under the tracer
-/// enumerates the first process's syscalls.
-pub fn prepare(cfg: &Config<'_>, source: ScenarioSource, dir: &Path) -> Result<Prepared, String> {
-    let prepared = prepare_keeping(cfg, source, dir);
-    let _ = std::fs::remove_dir_all(dir);
-    prepared
-}
-
-/// [`prepare`], leaving the crash-free run's directory (its store) in
-/// `dir` for probes; the caller removes it.
-pub fn prepare_keeping(
-    cfg: &Config<'_>,
-    source: ScenarioSource,
-    dir: &Path,
-) -> Result<Prepared, String> {
-    let history = trial::run(&setup(cfg, &source), Plan::NONE, dir, RunKind::TracePoints)?;
-    let mut sys_unusable = None;
-    let syscalls = if cfg.nemesis.syscall {
-        let sys_dir = dir.with_extension("sys");
-        let traced = trial::run(
-            &setup(cfg, &source),
-            Plan::NONE,
-            &sys_dir,
-            RunKind::TraceSyscalls,
-        )?;
-        let _ = std::fs::remove_dir_all(&sys_dir);
-        let first = &traced.lives[0];
-        if let Some(e) = &traced.error {
-            sys_unusable = Some(format!("the crash-free run under the syscall tracer: {e}"));
-        } else if !first.done {
-            sys_unusable = Some(format!(
-                "the crash-free run under the syscall tracer did not complete: {}",
-                first.stderr
-            ));
-        }
-        first
-            .syscalls
-            .as_ref()
-            .map(|s| SyscallTrace::of(&s.events, &s.root))
-    } else {
-        None
-    };
-    let trace_violations = check::check(&history, None);
-    let life = history.last();
-    let records = &history.final_obs.records;
-    let mut work_after = Vec::with_capacity(records.len() + 1);
-    let mut model = Model::default();
-    work_after.push(0);
-    for r in records {
-        if let Some(e) = r.event() {
-            model.apply(r.seq, e);
-        }
-        let calls = model.open_calls().filter(|c| c.needs_mark()).count();
-        work_after.push(usize::from(model.open_run.is_some()) + calls);
-    }
-    let trace = Trace::from_log(
-        life.trace.as_deref().unwrap_or_default(),
-        &history.final_obs.ends,
-        &work_after,
-        life.micros,
-    );
-    let unusable = match (&history.error, life.done) {
-        (Some(e), _) => Some(e.clone()),
-        (None, false) => Some(format!(
-            "the crash-free run did not complete: {}",
-            life.stderr
-        )),
-        (None, true) => sys_unusable,
-    };
-    let later = match unusable {
-        None => trace_restarts(cfg, &source, &trace, dir)?,
-        Some(_) => Vec::new(),
-    };
-    Ok(Prepared {
-        later,
-        reference: Reference {
-            records: records.clone(),
-            world: history.world.clone(),
-            workspace: history.workspace.clone(),
-        },
-        source,
-        trace,
-        syscalls,
-        trace_violations,
-        unusable,
-        probes: Vec::new(),
-    })
-}
-
-impl Prepared {
-    /// The traced restarted life that comes after the crashes `before`.
-    pub fn later_of(&self, before: Plan) -> Option<&LaterTrace> {
-        self.later.iter().find(|t| t.before == before)
-    }
-
-    /// The syscall trace a syscall fault of `plan` was planned from.
-    pub fn syscalls_for(&self, plan: &Plan) -> Option<&SyscallTrace> {
-        match plan.syscall_fault()? {
-            (0, _, _) => self.syscalls.as_ref(),
-            (life, _, _) => self.later_of(plan.prefix(life as usize))?.syscalls.as_ref(),
-        }
-    }
-}
-
-/// Traces the restarted lives the nemeses crash: with the points nemesis,
-/// life 1 after every first kill of [`nemesis::restarts`] (crashed through
-/// its recovery and the [`nemesis::RESUMED_HITS`] after it; the deepest
-/// restart's at every point); with the syscall nemesis, the deepest
-/// restart's life 1 under the tracer too; and the life 2 after a kill in
-/// the middle of that life 1, at every point.
-fn trace_restarts(
-    cfg: &Config<'_>,
-    source: &ScenarioSource,
-    trace: &Trace,
-    dir: &Path,
-) -> Result<Vec<LaterTrace>, String> {
-    let deepest = nemesis::deepest_restart(trace);
-    let befores: Vec<Plan> = match cfg.restarts {
-        _ if !cfg.nemesis.points && !cfg.nemesis.syscall => Vec::new(),
-        Restarts::None => Vec::new(),
-        Restarts::All if cfg.nemesis.points => nemesis::restarts(trace),
-        Restarts::All | Restarts::Deepest => deepest.into_iter().collect(),
-    };
-    let mut out = Vec::new();
-    for (j, &before) in befores.iter().enumerate() {
-        let deepest = Some(before) == deepest;
-        let dir = dir.with_extension(format!("later{j}"));
-        let syscalls = cfg.nemesis.syscall && deepest;
-        out.extend(
-            trace_later(cfg, source, before, syscalls, &dir)?.map(|t| LaterTrace {
-                every_point: deepest,
-                ..t
-            }),
-        );
-    }
-    let third = deepest
-        .and_then(|d| out.iter().find(|t| t.before == d))
-        .and_then(LaterTrace::next_restart);
-    if let Some(before) = third {
-        let dir = dir.with_extension("later-third");
-        out.extend(trace_later(cfg, source, before, cfg.nemesis.syscall, &dir)?);
-    }
-    Ok(out)
-}
-
-/// Runs `before` and traces the life after its crashes (its crash points,
-/// and its syscalls if `syscalls`), to be crashed at every point. `None`
-/// when that life did not finish.
-pub fn trace_later(
-    cfg: &Config<'_>,
-    source: &ScenarioSource,
-    before: Plan,
-    syscalls: bool,
-    dir: &Path,
-) -> Result<Option<LaterTrace>, String> {
-    let life = before.crashed_lives();
-    let finished =
-        |h: &History| h.error.is_none() && h.lives.len() == life + 1 && h.lives[life].done;
-    let h = trial::run(&setup(cfg, source), before, dir, RunKind::TracePoints);
-    let _ = std::fs::remove_dir_all(dir);
-    let h = h?;
-    if !finished(&h) {
-        return Ok(None);
-    }
-    let hits = h.lives[life]
-        .trace
-        .as_deref()
-        .unwrap_or_default()
-        .lines()
-        .filter(|l| nemesis::parse_sync_line(l).is_none())
-        .map(str::to_string)
-        .collect();
-    let syscalls = if syscalls {
-        let sys_dir = dir.with_extension("sys");
-        let h = trial::run(
-            &setup(cfg, source),
-            before,
-            &sys_dir,
-            RunKind::TraceSyscalls,
-        );
-        let _ = std::fs::remove_dir_all(&sys_dir);
-        let h = h?;
-        if !finished(&h) {
-            return Ok(None);
-        }
-        h.lives[life]
-            .syscalls
-            .as_ref()
-            .map(|s| SyscallTrace::of(&s.events, &s.root))
-    } else {
-        None
-    };
-    Ok(Some(LaterTrace {
-        before,
-        hits,
-        syscalls,
-        every_point: true,
-    }))
-}
-
-/// How probes reach the crash-free run's store, left in `dir` by [`prepare_keeping`].
-pub fn probe_setup<'a>(
-    cfg: &'a Config<'_>,
-    prepared: &'a Prepared,
-    spec: &'a crate::store::SessionSpec,
-) -> ProbeSetup<'a> {
-    ProbeSetup {
-        backend: cfg.backend,
-        agent_exe: &cfg.agent_exe,
-        store_fault: cfg.store_fault.as_deref(),
-        spec,
-        reference: &prepared.reference.records,
-    }
-}
 
 /// Runs the probes of a store claiming `claimed` on the crash-free run left in `dir`.
 fn run_probes(
@@ -405,390 +78,12 @@ fn run_probes(
         .collect()
 }
 
-/// The syscall a fault in life `life` targets, as the crash-free traced
-/// run saw it; for a trial, as the fault report says it really was.
-fn syscall_text(
-    life: u32,
-    at: u64,
-    syscalls: Option<&SyscallTrace>,
-    history: Option<&History>,
-) -> String {
-    let injected = history
-        .and_then(|h| h.lives.get(life as usize))
-        .and_then(|l| l.syscalls.as_ref())
-        .and_then(|s| match &s.fault {
-            Some(FaultReport {
-                outcome: FaultOutcome::Injected { event },
-                ..
-            }) => Some(TracedCall::new(event, &s.root).text),
-            _ => None,
-        });
-    let n = syscalls.map_or(0, |t| t.len());
-    let call = injected
-        .or_else(|| {
-            syscalls
-                .and_then(|t| t.calls.get(at as usize))
-                .map(|c| c.text.clone())
-        })
-        .unwrap_or_else(|| format!("beyond the {n} syscalls of the traced run"));
-    format!("syscall {at} of {n}: {call}")
-}
-
-/// Did a syscall fault land on the call the traced run had at its index?
-/// `None` when it did (or the plan is not a syscall plan); else why not.
-pub fn syscall_mismatch(plan: &Plan, prepared: &Prepared, h: &History) -> Option<String> {
-    let (life, at, _) = plan.syscall_fault()?;
-    let sys = h.lives.get(life as usize)?.syscalls.as_ref()?;
-    let Some(FaultReport {
-        outcome: FaultOutcome::Injected { event },
-        ..
-    }) = &sys.fault
-    else {
-        return None;
-    };
-    let hit = TracedCall::new(event, &sys.root);
-    let planned = prepared
-        .syscalls_for(plan)
-        .and_then(|t| t.calls.get(at as usize));
-    match planned {
-        Some(p) if p.key == hit.key => None,
-        Some(p) => Some(format!(
-            "the fault planned for syscall {at} of life {life}, {}, landed on {} (the store's syscalls are not the same from run to run: several threads or processes racing?)",
-            p.text, hit.text
-        )),
-        None => Some(format!(
-            "the fault planned for syscall {at} of life {life} landed on {}, which the traced run never made",
-            hit.text
-        )),
-    }
-}
-
-/// Where, in words, a plan crashes the agent, life by life.
-pub fn describe_crash(plan: &Plan, prepared: &Prepared, history: Option<&History>) -> String {
-    let trace = &prepared.trace;
-    let reference = &prepared.reference.records;
-    let point = |h: u64| -> String {
-        let Some(name) = trace.hits.get(h as usize) else {
-            return format!("hit {h} (beyond the {} hits of the trace)", trace.len());
-        };
-        let k = trace.appends_before[h as usize];
-        let rec = |i: usize| {
-            reference
-                .get(i)
-                .map(describe_record)
-                .unwrap_or_else(|| format!("seq {i}"))
-        };
-        let context = if name == LOG_WRITE || name == ADAPTER_APPEND {
-            format!("appending {}", rec(k))
-        } else if name == ADAPTER_APPEND_REPLIED && k > 0 {
-            format!("the adapter has answered the append of {}", rec(k - 1))
-        } else if name == "log.fdatasync" && k > 0 {
-            format!("syncing {}", rec(k - 1))
-        } else if k > 0 {
-            format!("after {}", rec(k - 1))
-        } else {
-            "before the first event".to_string()
-        };
-        format!("hit {h} of {}: {name} ({context})", trace.len())
-    };
-    let mut s = match plan.crash {
-        None => "none (the crash-free run)".to_string(),
-        Some(Crash::Kill { at }) => format!("SIGKILL at {}", point(at)),
-        Some(Crash::Tear { at, bytes }) => {
-            format!("{} at {}, then SIGKILL", torn(bytes), point(at))
-        }
-        Some(Crash::PowerCut { at }) => format!(
-            "SIGKILL at {}, then a power cut (the log's unsynced tail dropped)",
-            point(at)
-        ),
-        Some(Crash::Timer { micros }) => {
-            let last = history
-                .and_then(|h| h.lives.first())
-                .and_then(|l| l.trace.as_deref())
-                .and_then(|t| {
-                    let n = t.lines().count();
-                    t.lines()
-                        .last()
-                        .map(|l| format!("; last crash point passed: hit {} {l}", n - 1))
-                })
-                .unwrap_or_default();
-            format!("SIGKILL by timer after {micros} µs{last}")
-        }
-        Some(Crash::Syscall { at, fault }) => sys_fault_text(
-            fault,
-            &syscall_text(0, at, prepared.syscalls.as_ref(), history),
-        ),
-    };
-    for life in 1..=plan.later.len() as u32 {
-        let Some(crash) = plan.crash_of(life) else {
-            break;
-        };
-        let later = prepared.later_of(plan.prefix(life as usize));
-        // In its recovery: before it reported its recovery (as the trial
-        // saw it), or at a hit before the traced life's last recovery hit.
-        let in_recovery = |at: u64| {
-            history
-                .and_then(|h| h.lives.get(life as usize))
-                .map(|l| l.recovered_again.is_none())
-                .or_else(|| {
-                    later.and_then(|t| {
-                        let last = t.hits.iter().rposition(|h| h.contains("recover"))?;
-                        Some(at as usize <= last)
-                    })
-                })
-        };
-        let point = |at: u64| {
-            let name = later
-                .and_then(|t| {
-                    t.hits
-                        .get(at as usize)
-                        .map(|n| format!(" of {}: {n}", t.hits.len()))
-                })
-                .unwrap_or_default();
-            let phase = match in_recovery(at) {
-                Some(true) => " (in its recovery)",
-                Some(false) => " (after its recovery)",
-                None => "",
-            };
-            format!("its hit {at}{name}{phase}")
-        };
-        let text = match crash {
-            Crash::Kill { at } => format!("killed at {}", point(at)),
-            Crash::Tear { at, bytes } => format!("{} at {}, then killed", torn(bytes), point(at)),
-            Crash::Syscall { at, fault } => sys_fault_text(
-                fault,
-                &syscall_text(life, at, later.and_then(|t| t.syscalls.as_ref()), history),
-            ),
-            Crash::PowerCut { .. } | Crash::Timer { .. } => {
-                unreachable!("the plan parser refuses {crash} in a restarted life")
-            }
-        };
-        s.push_str(&format!("; restarted life {life}: {text}"));
-    }
-    s
-}
-
-fn torn(bytes: u64) -> String {
-    if bytes >= u64::from(u32::MAX) {
-        "torn write (all but the last byte)".to_string()
-    } else {
-        format!("torn write (first {bytes} bytes)")
-    }
-}
-
-fn sys_fault_text(fault: SysFault, call: &str) -> String {
-    match fault {
-        SysFault::KillBefore => format!("SIGKILL before {call}"),
-        SysFault::KillAfter => format!("SIGKILL after {call}"),
-        SysFault::Tear { bytes } => {
-            format!("torn write (first {bytes} bytes), then SIGKILL, at {call}")
-        }
-        SysFault::Enospc => format!("ENOSPC injected at {call}; the process went on"),
-        SysFault::Eio => format!("EIO injected at {call}; the process went on"),
-    }
-}
-
-/// The one-line command that reruns a trial (or a probe: its `plan` is
-/// `probe:…`); `store_args` are the flags that choose the store
-/// (`--adapter 'CMD'`), as the agent gets them.
-pub fn replay_command(
-    path: &Path,
-    plan: &dyn std::fmt::Display,
-    store_fault: Option<&str>,
-    store_args: &[String],
-) -> String {
-    let mut cmd = format!(
-        "agentchaos replay --scenario {} --plan {plan}",
-        shell_word(&path.display().to_string())
-    );
-    if let Some(f) = store_fault {
-        cmd.push_str(&format!(" --store-fault {f}"));
-    }
-    for a in store_args {
-        cmd.push(' ');
-        cmd.push_str(&shell_word(a));
-    }
-    cmd
-}
-
-/// The flags a replay command passes to choose the campaign's store:
-/// `--store-fault NAME` and/or the backend's (`--adapter 'LINE'`).
-pub fn store_flags(store_fault: Option<&str>, store_args: &[String]) -> Vec<String> {
-    store_fault
-        .iter()
-        .flat_map(|f| ["--store-fault".to_string(), f.to_string()])
-        .chain(store_args.iter().cloned())
-        .collect()
-}
-
-fn shell_word(s: &str) -> String {
-    if s.bytes()
-        .all(|b| b.is_ascii_alphanumeric() || b"/._-+@:".contains(&b))
-    {
-        s.to_string()
-    } else {
-        format!("'{}'", s.replace('\'', "'\\''"))
-    }
-}
-
-/// The result of one trial.
-#[derive(Debug, Clone)]
-pub struct TrialOutcome {
-    pub scenario: usize,
-    pub plan: Plan,
-    pub crash_point: String,
-    pub violations: Vec<Violation>,
-    /// The trial could not be carried out as planned.
-    pub error: Option<String>,
-    /// The first process's crash hit, for coverage.
-    pub covered_hit: Option<u64>,
-    /// What the trial exercised, for the scorecard.
-    pub evidence: Evidence,
-    pub started: Instant,
-    pub finished: Instant,
-}
-
-/// `n` sampled plans: a fifth from the restarted lives' plans `later`
-/// (when there are any), the rest from `first(k, rng)`, the first life's.
-fn sample_with_later(
-    n: usize,
-    later: Vec<Plan>,
-    rng: &mut Rng,
-    first: impl FnOnce(usize, &mut Rng) -> Vec<Plan>,
-) -> Vec<Plan> {
-    let k = if later.is_empty() { 0 } else { n / 5 };
-    let mut plans = first(n - k, rng);
-    plans.extend((0..k).map(|_| *rng.pick(&later)));
-    plans
-}
-
-/// Runs one trial and checks it.
-pub fn run_trial(
-    cfg: &Config<'_>,
-    prepared: &Prepared,
-    scenario: usize,
-    plan: Plan,
-    dir: &Path,
-) -> TrialOutcome {
-    let started = Instant::now();
-    let result = trial::run(&setup(cfg, &prepared.source), plan, dir, RunKind::Trial);
-    let evidence = result
-        .as_ref()
-        .map(|h| Evidence::of(h, &plan, &prepared.trace.hits))
-        .unwrap_or_default();
-    let (violations, error, crash_point, covered_hit) = match &result {
-        Ok(h) => {
-            let covered = match plan.crash {
-                Some(Crash::Timer { .. }) => h.lives[0]
-                    .trace
-                    .as_deref()
-                    .and_then(|t| t.lines().count().checked_sub(1))
-                    .filter(|_| h.lives[0].end == crate::history::LifeEnd::Killed)
-                    .map(|n| n as u64),
-                c => c.and_then(|c| c.hit()),
-            };
-            (
-                check::check(h, Some(&prepared.reference)),
-                h.error
-                    .clone()
-                    .or_else(|| syscall_mismatch(&plan, prepared, h)),
-                describe_crash(&plan, prepared, Some(h)),
-                covered,
-            )
-        }
-        Err(e) => (
-            Vec::new(),
-            Some(e.clone()),
-            describe_crash(&plan, prepared, None),
-            None,
-        ),
-    };
-    let failed = !violations.is_empty() || error.is_some();
-    if let (Some(keep), true) = (&cfg.keep_failures, failed) {
-        let replay = replay_command(
-            &prepared.source.path,
-            &plan,
-            cfg.store_fault.as_deref(),
-            &cfg.backend.agent_args(),
-        );
-        keep_trial(
-            keep,
-            dir,
-            &prepared.source,
-            &plan,
-            &violations,
-            error.as_deref(),
-            &replay,
-        );
-    }
-    let _ = std::fs::remove_dir_all(dir);
-    TrialOutcome {
-        scenario,
-        plan,
-        crash_point,
-        violations,
-        error,
-        covered_hit,
-        evidence,
-        started,
-        finished: Instant::now(),
-    }
-}
-
-/// Copies a directory tree (trial directories hold only files and directories).
-pub fn copy_dir(from: &Path, to: &Path) -> std::io::Result<()> {
-    std::fs::create_dir_all(to)?;
-    for entry in std::fs::read_dir(from)? {
-        let entry = entry?;
-        let ty = entry.file_type()?;
-        let dest = to.join(entry.file_name());
-        if ty.is_dir() {
-            copy_dir(&entry.path(), &dest)?;
-        } else if ty.is_file() {
-            std::fs::copy(entry.path(), dest)?;
-        }
-    }
-    Ok(())
-}
-
-fn keep_trial(
-    keep: &Path,
-    dir: &Path,
-    source: &ScenarioSource,
-    plan: &Plan,
-    violations: &[Violation],
-    error: Option<&str>,
-    replay: &str,
-) {
-    let dest = keep.join(&source.scenario.name).join(plan.to_string());
-    let _ = std::fs::remove_dir_all(&dest);
-    if copy_dir(dir, &dest).is_err() {
-        return;
-    }
-    let mut notes = format!(
-        "scenario: {}\nplan: {plan}\nreplay: {replay}\n",
-        source.path.display(),
-    );
-    if let Some(e) = error {
-        notes.push_str(&format!("error: {e}\n"));
-    }
-    for v in violations {
-        notes.push_str(&format!(
-            "\n{} ({})\n  expected: {}\n  found: {}\n  events: {}\n",
-            v.invariant,
-            v.when,
-            v.expected,
-            v.found,
-            v.events.join(", ")
-        ));
-    }
-    let _ = std::fs::write(dest.join("VIOLATIONS.txt"), notes);
-}
-
 /// Per-scenario results.
 #[derive(Debug, Clone)]
 pub struct ScenarioResult {
     pub prepared: Prepared,
+    /// The probes run on the crash-free run's store (none on later shards).
+    pub probes: Vec<ProbeOutcome>,
     pub outcomes: Vec<TrialOutcome>,
     /// Wall time from this scenario's first trial start to its last finish.
     pub wall: Duration,
@@ -858,16 +153,14 @@ impl ScenarioResult {
 
     /// The probes' violations, with the probe that found each.
     pub fn probe_violations(&self) -> impl Iterator<Item = (&probe::Probe, &Violation)> {
-        self.prepared
-            .probes
+        self.probes
             .iter()
             .flat_map(|p| p.violations.iter().map(move |v| (&p.probe, v)))
     }
 
     /// Probes that could not be carried out.
     pub fn probe_errors(&self) -> impl Iterator<Item = (&probe::Probe, &str)> {
-        self.prepared
-            .probes
+        self.probes
             .iter()
             .filter_map(|p| p.error.as_deref().map(|e| (&p.probe, e)))
     }
@@ -949,20 +242,6 @@ impl CampaignResult {
             })
         })
     }
-}
-
-/// A fresh, unique campaign directory under `base`.
-pub fn campaign_dir(base: &Path) -> Result<PathBuf, String> {
-    let nanos = std::time::SystemTime::now()
-        .duration_since(std::time::UNIX_EPOCH)
-        .map(|d| d.subsec_nanos())
-        .unwrap_or(0);
-    // Fixed width: the workspace path is in `session_created`, so a replay
-    // writes the same bytes as the campaign only if its path is as long.
-    let dir = base.join(format!("agentchaos-{:010}-{nanos:08x}", std::process::id()));
-    std::fs::create_dir_all(&dir)
-        .map_err(|e| format!("cannot create the trial directory {}: {e}", dir.display()))?;
-    Ok(dir)
 }
 
 /// Runs a campaign over `sources`.
@@ -1063,20 +342,24 @@ fn run_in(
     // probes then work on copies of each crash-free run's store.
     let prepared = parallel(cfg.jobs, sources.len(), |i| {
         let trace = dir.join(format!("trace{i}"));
-        let prepared = prepare_keeping(cfg, sources[i].clone(), &trace).map(|mut p| {
+        let prepared = prepare_keeping(cfg, sources[i].clone(), &trace).map(|p| {
             // Probes are not trials: with --shard, the first shard runs them all.
-            if p.unusable.is_none() && cfg.shard.is_none_or(|(k, _)| k == 1) {
-                p.probes = run_probes(cfg, &p, claimed, &trace);
-            }
-            p
+            let probes = if p.unusable.is_none() && cfg.shard.is_none_or(|(k, _)| k == 1) {
+                run_probes(cfg, &p, claimed, &trace)
+            } else {
+                Vec::new()
+            };
+            (p, probes)
         });
         let _ = std::fs::remove_dir_all(&trace);
         prepared
     });
-    let prepared: Vec<Prepared> = prepared
+    let (prepared, mut probes): (Vec<Prepared>, Vec<Vec<ProbeOutcome>>) = prepared
         .into_iter()
         .map(|r| r.and_then(|p| p))
-        .collect::<Result<_, _>>()?;
+        .collect::<Result<Vec<_>, _>>()?
+        .into_iter()
+        .unzip();
     let mut jobs: Vec<(usize, Plan)> = Vec::new();
     for (s, p) in prepared.iter().enumerate() {
         if p.unusable.is_some() {
@@ -1164,7 +447,8 @@ fn run_in(
     let results = prepared
         .into_iter()
         .zip(per)
-        .map(|(prepared, outcomes)| {
+        .enumerate()
+        .map(|(i, (prepared, outcomes))| {
             let wall = match (
                 outcomes.iter().map(|o| o.started).min(),
                 outcomes.iter().map(|o| o.finished).max(),
@@ -1174,6 +458,7 @@ fn run_in(
             };
             ScenarioResult {
                 prepared,
+                probes: std::mem::take(&mut probes[i]),
                 outcomes,
                 wall,
             }
@@ -1182,93 +467,16 @@ fn run_in(
     Ok((results, trials))
 }
 
-fn progress_bar(enabled: bool, total: usize) -> Option<indicatif::ProgressBar> {
-    if !enabled {
-        return None;
-    }
-    let bar = indicatif::ProgressBar::new(total as u64);
-    bar.set_style(
-        indicatif::ProgressStyle::with_template(
-            "{bar:40} {pos}/{len} trials  {per_sec}  eta {eta}",
-        )
-        .unwrap_or_else(|_| indicatif::ProgressStyle::default_bar()),
-    );
-    Some(bar)
-}
-
-/// Why an index of [`parallel`] has no result: SIGINT or SIGTERM arrived
-/// before it started.
-pub const NOT_RUN: &str = "not run: interrupted by a signal";
-
-/// Runs `f(0..n)` on `jobs` threads; results in index order. A panic in
-/// `f` (a harness bug) becomes that index's `Err`, never a crash of the
-/// campaign. Once SIGINT or SIGTERM arrived ([`agentstore::interrupt`]), no
-/// thread starts another index (those that run finish, their children
-/// waited for) and each index not started is `Err(NOT_RUN)`.
-pub fn parallel<T: Send>(
-    jobs: usize,
+/// `n` sampled plans: a fifth from the restarted lives' plans `later`
+/// (when there are any), the rest from `first(k, rng)`, the first life's.
+fn sample_with_later(
     n: usize,
-    f: impl Fn(usize) -> T + Sync,
-) -> Vec<Result<T, String>> {
-    let next = AtomicUsize::new(0);
-    let results: Mutex<Vec<Option<Result<T, String>>>> = Mutex::new((0..n).map(|_| None).collect());
-    std::thread::scope(|scope| {
-        for _ in 0..jobs.clamp(1, n.max(1)) {
-            scope.spawn(|| loop {
-                let i = next.fetch_add(1, Ordering::SeqCst);
-                if i >= n || agentstore::interrupt::requested() {
-                    break;
-                }
-                let r =
-                    std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| f(i))).map_err(|p| {
-                        let msg = p
-                            .downcast_ref::<String>()
-                            .cloned()
-                            .or_else(|| p.downcast_ref::<&str>().map(|s| s.to_string()))
-                            .unwrap_or_else(|| "unknown panic".to_string());
-                        format!("harness bug (panic): {msg}")
-                    });
-                results.lock().unwrap_or_else(|p| p.into_inner())[i] = Some(r);
-            });
-        }
-    });
-    results
-        .into_inner()
-        .unwrap_or_else(|p| p.into_inner())
-        .into_iter()
-        .map(|r| r.unwrap_or_else(|| Err(NOT_RUN.to_string())))
-        .collect()
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn parallel_keeps_order_and_runs_everything() {
-        let out = parallel(3, 20, |i| i * 2);
-        assert_eq!(out, (0..20).map(|i| Ok(i * 2)).collect::<Vec<_>>());
-        assert!(parallel(2, 0, |i| i).is_empty());
-        let hook = std::panic::take_hook();
-        std::panic::set_hook(Box::new(|_| {}));
-        let out = parallel(2, 3, |i| if i == 1 { panic!("boom") } else { i });
-        std::panic::set_hook(hook);
-        assert_eq!(out[0], Ok(0));
-        assert!(out[1].as_ref().unwrap_err().contains("boom"));
-    }
-
-    #[test]
-    fn replay_commands_quote_odd_paths() {
-        let p = Plan::kill(3);
-        assert_eq!(
-            replay_command(Path::new("scenarios/a.json"), &p, Some("mark-twice"), &[]),
-            "agentchaos replay --scenario scenarios/a.json --plan kill@3 --store-fault mark-twice"
-        );
-        assert!(
-            replay_command(Path::new("my dir/a.json"), &p, None, &[]).contains("'my dir/a.json'")
-        );
-        let adapter = ["--adapter".to_string(), "/bin/store adapter".to_string()];
-        assert!(replay_command(Path::new("a.json"), &p, None, &adapter)
-            .ends_with("--plan kill@3 --adapter '/bin/store adapter'"));
-    }
+    later: Vec<Plan>,
+    rng: &mut Rng,
+    first: impl FnOnce(usize, &mut Rng) -> Vec<Plan>,
+) -> Vec<Plan> {
+    let k = if later.is_empty() { 0 } else { n / 5 };
+    let mut plans = first(n - k, rng);
+    plans.extend((0..k).map(|_| *rng.pick(&later)));
+    plans
 }

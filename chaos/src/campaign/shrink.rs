@@ -12,7 +12,9 @@
 use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant};
 
-use crate::campaign::runner::{self, parallel, Config, ScenarioSource};
+use crate::campaign::config::{Config, ScenarioSource};
+use crate::campaign::pool::parallel;
+use crate::campaign::runner;
 use crate::check::Invariant;
 use crate::nemesis::{self, Crash, Plan};
 use crate::scenario::rng::Rng;
@@ -92,7 +94,7 @@ fn reproduce(
         scenario: scenario.clone(),
         random_seed: None,
     };
-    let prepared = runner::prepare(cfg, source, &dir.join("trace"))?;
+    let prepared = crate::campaign::prepare::prepare(cfg, source, &dir.join("trace"))?;
     if prepared.trace_violations.iter().any(|v| v.invariant == inv) {
         return Ok(Some(Plan::NONE));
     }
@@ -113,7 +115,13 @@ fn reproduce(
     let batch = cfg.jobs.max(1) * 2;
     for chunk in plans.chunks(batch) {
         let found = parallel(cfg.jobs, chunk.len(), |i| {
-            let o = runner::run_trial(cfg, &prepared, 0, chunk[i], &dir.join(format!("t{i}")));
+            let o = crate::campaign::execute::run_trial(
+                cfg,
+                &prepared,
+                0,
+                chunk[i],
+                &dir.join(format!("t{i}")),
+            );
             o.violations
                 .iter()
                 .any(|v| v.invariant == inv)
@@ -167,7 +175,7 @@ pub fn shrink(
     budget: Duration,
 ) -> Result<Shrunk, String> {
     let started = Instant::now();
-    let dir = runner::campaign_dir(&cfg.dir)?;
+    let dir = crate::campaign::scratch::campaign_dir(&cfg.dir)?;
     let work = dir.join("candidate.json");
     let mut best = scenario.clone();
     let mut best_plan = plan;

@@ -11,9 +11,10 @@ use std::fmt::Write;
 
 use serde_json::{json, Value};
 
+use crate::campaign::config::replay_command;
 use crate::campaign::powercampaign;
 use crate::campaign::probe::Probe;
-use crate::campaign::runner::{replay_command, CampaignResult, ScenarioResult};
+use crate::campaign::runner::{CampaignResult, ScenarioResult};
 use crate::check::{explain, Invariant, Violation};
 use crate::store::NotApplicable;
 
@@ -38,7 +39,7 @@ pub struct Context<'a> {
 impl Context<'_> {
     /// The flags a replay command needs to choose the same store.
     pub fn store_flags(&self) -> Vec<String> {
-        crate::campaign::runner::store_flags(self.store_fault, &self.store_args)
+        crate::campaign::config::store_flags(self.store_fault, &self.store_args)
     }
 }
 
@@ -111,7 +112,7 @@ pub fn violations_text(result: &CampaignResult, ctx: &Context<'_>) -> String {
                 );
             }
         }
-        for p in s.prepared.probes.iter().filter(|p| p.skipped) {
+        for p in s.probes.iter().filter(|p| p.skipped) {
             let _ = writeln!(
                 out,
                 "NOTE in {} (probe {}): {}\n",
@@ -344,8 +345,8 @@ pub fn json(result: &CampaignResult, ctx: &Context<'_>) -> Value {
                 "errors": s.errors().iter().map(|(p, e)| json!({"plan": p.to_string(), "error": e}))
                     .chain(s.probe_errors().map(|(p, e)| json!({"plan": p.plan(), "error": e})))
                     .collect::<Vec<_>>(),
-                "probes": s.prepared.probes.len(),
-                "probes_not_carried_out": s.prepared.probes.iter().filter(|p| p.skipped).map(|p| json!({"probe": p.probe.plan(), "why": p.told})).collect::<Vec<_>>(),
+                "probes": s.probes.len(),
+                "probes_not_carried_out": s.probes.iter().filter(|p| p.skipped).map(|p| json!({"probe": p.probe.plan(), "why": p.told})).collect::<Vec<_>>(),
             })
         })
         .collect();

@@ -20,7 +20,8 @@ use std::fmt::Write as _;
 
 use serde_json::{json, Value};
 
-use crate::campaign::runner::{replay_command, CampaignResult};
+use crate::campaign::config::replay_command;
+use crate::campaign::runner::CampaignResult;
 use crate::check::evidence::Evidence;
 use crate::check::{Invariant, Violation};
 use crate::nemesis::Plan;
@@ -153,7 +154,7 @@ fn exercised(row: Row, result: &CampaignResult) -> (usize, &'static str) {
         result
             .scenarios
             .iter()
-            .flat_map(|s| &s.prepared.probes)
+            .flat_map(|s| &s.probes)
             .filter(|p| p.error.is_none() && !p.skipped && p.probe.capability() == c)
             .count()
     };
@@ -320,14 +321,14 @@ pub fn score(
                 );
             }
         }
-        for p in &s.prepared.probes {
+        for p in &s.probes {
             for v in &p.violations {
                 let replay = replay_command(path, &p.probe.plan(), store_fault, store_args);
                 add(row_of(v.invariant), s.name(), v, replay);
             }
         }
     }
-    let store_flags = crate::campaign::runner::store_flags(store_fault, store_args);
+    let store_flags = crate::campaign::config::store_flags(store_fault, store_args);
     for (sc, f, x) in result.power_loss_findings() {
         let id = crate::campaign::powercampaign::StateId {
             model: f.model,

@@ -1,0 +1,134 @@
+//! What a campaign is asked to do: its [`Config`], the scenarios it runs
+//! ([`ScenarioSource`]) and the one-line replay command of any trial.
+//! Plain data; it must never run anything.
+
+use std::path::{Path, PathBuf};
+
+use crate::nemesis::{Nemeses, Restarts};
+use crate::scenario::Scenario;
+use crate::store::StoreBackend;
+
+/// How many trials per scenario.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Mode {
+    /// Every hit killed, every write torn, every unsynced point power-cut;
+    /// every hit of each traced restarted life killed and every write torn.
+    Exhaustive,
+    /// This many trials per scenario, sampled from the seed.
+    Sampled(usize),
+}
+
+/// A scenario to test and where its file is (the child reads the file).
+#[derive(Debug, Clone)]
+pub struct ScenarioSource {
+    pub path: PathBuf,
+    pub scenario: Scenario,
+    /// For generated scenarios: the seed that generated it.
+    pub random_seed: Option<u64>,
+}
+
+/// Everything a campaign needs.
+#[derive(Debug)]
+pub struct Config<'a> {
+    pub backend: &'a dyn StoreBackend,
+    pub agent_exe: PathBuf,
+    pub store_fault: Option<String>,
+    pub mode: Mode,
+    /// Which nemeses plan the trials.
+    pub nemesis: Nemeses,
+    /// Which restarted lives are traced and crashed.
+    pub restarts: Restarts,
+    pub seed: u64,
+    pub jobs: usize,
+    /// `(k, n)`: run only trials whose index is `k-1` modulo `n`.
+    pub shard: Option<(usize, usize)>,
+    /// Parent of the campaign directory.
+    pub dir: PathBuf,
+    pub keep_failures: Option<PathBuf>,
+    pub progress: bool,
+}
+
+/// `n` generated scenarios (seeded from `seed`), written to `dir` so the
+/// child agents and replay commands can read them.
+pub fn random_sources(dir: &Path, seed: u64, n: usize) -> Result<Vec<ScenarioSource>, String> {
+    std::fs::create_dir_all(dir).map_err(|e| format!("cannot create {}: {e}", dir.display()))?;
+    (0..n)
+        .map(|i| {
+            let seed = seed.wrapping_mul(1_000_003).wrapping_add(i as u64);
+            let scenario = crate::scenario::generate::random_scenario(seed, 6);
+            let path = dir.join(format!("{}.json", scenario.name));
+            std::fs::write(&path, scenario.to_json())
+                .map_err(|e| format!("cannot write {}: {e}", path.display()))?;
+            Ok(ScenarioSource {
+                path,
+                scenario,
+                random_seed: Some(seed),
+            })
+        })
+        .collect()
+}
+
+/// The one-line command that reruns a trial (or a probe: its `plan` is
+/// `probe:…`); `store_args` are the flags that choose the store
+/// (`--adapter 'CMD'`), as the agent gets them.
+pub fn replay_command(
+    path: &Path,
+    plan: &dyn std::fmt::Display,
+    store_fault: Option<&str>,
+    store_args: &[String],
+) -> String {
+    let mut cmd = format!(
+        "agentchaos replay --scenario {} --plan {plan}",
+        shell_word(&path.display().to_string())
+    );
+    if let Some(f) = store_fault {
+        cmd.push_str(&format!(" --store-fault {f}"));
+    }
+    for a in store_args {
+        cmd.push(' ');
+        cmd.push_str(&shell_word(a));
+    }
+    cmd
+}
+
+/// The flags a replay command passes to choose the campaign's store:
+/// `--store-fault NAME` and/or the backend's (`--adapter 'LINE'`).
+pub fn store_flags(store_fault: Option<&str>, store_args: &[String]) -> Vec<String> {
+    store_fault
+        .iter()
+        .flat_map(|f| ["--store-fault".to_string(), f.to_string()])
+        .chain(store_args.iter().cloned())
+        .collect()
+}
+
+fn shell_word(s: &str) -> String {
+    if s.bytes()
+        .all(|b| b.is_ascii_alphanumeric() || b"/._-+@:".contains(&b))
+    {
+        s.to_string()
+    } else {
+        format!("'{}'", s.replace('\'', "'\\''"))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::nemesis::Plan;
+    use std::path::Path;
+
+    #[test]
+    fn replay_commands_quote_odd_paths() {
+        let p = Plan::kill(3);
+        assert_eq!(
+            replay_command(Path::new("scenarios/a.json"), &p, Some("mark-twice"), &[]),
+            "agentchaos replay --scenario scenarios/a.json --plan kill@3 --store-fault mark-twice"
+        );
+        assert!(
+            replay_command(Path::new("my dir/a.json"), &p, None, &[]).contains("'my dir/a.json'")
+        );
+        let adapter = ["--adapter".to_string(), "/bin/store adapter".to_string()];
+        assert!(replay_command(Path::new("a.json"), &p, None, &adapter)
+            .ends_with("--plan kill@3 --adapter '/bin/store adapter'"));
+    }
+}

@@ -1,0 +1,107 @@
+//! One trial of a prepared scenario, run and judged: the trial's
+//! processes ([`crate::campaign::trial`]), then the invariants
+//! ([`crate::check`]) and what the trial exercised
+//! ([`crate::check::evidence`]).
+
+use crate::campaign::config::{replay_command, Config};
+use crate::campaign::describe::{describe_crash, syscall_mismatch};
+use crate::campaign::prepare::{setup, Prepared};
+use crate::campaign::scratch::keep_trial;
+use std::path::Path;
+use std::time::Instant;
+
+use crate::campaign::trial::{self};
+use crate::check::evidence::Evidence;
+use crate::check::{self, Violation};
+use crate::history::RunKind;
+use crate::nemesis::{Crash, Plan};
+
+/// The result of one trial.
+#[derive(Debug, Clone)]
+pub struct TrialOutcome {
+    pub scenario: usize,
+    pub plan: Plan,
+    pub crash_point: String,
+    pub violations: Vec<Violation>,
+    /// The trial could not be carried out as planned.
+    pub error: Option<String>,
+    /// The first process's crash hit, for coverage.
+    pub covered_hit: Option<u64>,
+    /// What the trial exercised, for the scorecard.
+    pub evidence: Evidence,
+    pub started: Instant,
+    pub finished: Instant,
+}
+
+/// Runs one trial and checks it.
+pub fn run_trial(
+    cfg: &Config<'_>,
+    prepared: &Prepared,
+    scenario: usize,
+    plan: Plan,
+    dir: &Path,
+) -> TrialOutcome {
+    let started = Instant::now();
+    let result = trial::run(&setup(cfg, &prepared.source), plan, dir, RunKind::Trial);
+    let evidence = result
+        .as_ref()
+        .map(|h| Evidence::of(h, &plan, &prepared.trace.hits))
+        .unwrap_or_default();
+    let (violations, error, crash_point, covered_hit) = match &result {
+        Ok(h) => {
+            let covered = match plan.crash {
+                Some(Crash::Timer { .. }) => h.lives[0]
+                    .trace
+                    .as_deref()
+                    .and_then(|t| t.lines().count().checked_sub(1))
+                    .filter(|_| h.lives[0].end == crate::history::LifeEnd::Killed)
+                    .map(|n| n as u64),
+                c => c.and_then(|c| c.hit()),
+            };
+            (
+                check::check(h, Some(&prepared.reference)),
+                h.error
+                    .clone()
+                    .or_else(|| syscall_mismatch(&plan, prepared, h)),
+                describe_crash(&plan, prepared, Some(h)),
+                covered,
+            )
+        }
+        Err(e) => (
+            Vec::new(),
+            Some(e.clone()),
+            describe_crash(&plan, prepared, None),
+            None,
+        ),
+    };
+    let failed = !violations.is_empty() || error.is_some();
+    if let (Some(keep), true) = (&cfg.keep_failures, failed) {
+        let replay = replay_command(
+            &prepared.source.path,
+            &plan,
+            cfg.store_fault.as_deref(),
+            &cfg.backend.agent_args(),
+        );
+        keep_trial(
+            keep,
+            dir,
+            &prepared.source,
+            &plan,
+            &violations,
+            error.as_deref(),
+            &replay,
+        );
+    }
+    let _ = std::fs::remove_dir_all(dir);
+    TrialOutcome {
+        scenario,
+        plan,
+        crash_point,
+        violations,
+        error,
+        covered_hit,
+        evidence,
+        started,
+        finished: Instant::now(),
+    }
+}

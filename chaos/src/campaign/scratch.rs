@@ -1,0 +1,92 @@
+//! The scratch directories a campaign owns: one fresh directory per
+//! campaign under the base (`--dir`), trial directories inside it, and
+//! what is kept of a failing trial. Nothing outside a campaign's own
+//! directory is ever written or removed.
+
+use crate::campaign::config::ScenarioSource;
+use std::path::{Path, PathBuf};
+
+use crate::check::Violation;
+use crate::nemesis::Plan;
+
+/// The default place for trial directories: tmpfs when there is one.
+/// A SIGKILL keeps the page cache, so kill trials lose nothing to tmpfs;
+/// power cuts are modelled explicitly (see `nemesis`).
+pub fn default_dir() -> PathBuf {
+    let shm = Path::new("/dev/shm");
+    if shm.is_dir() && can_write(shm).is_ok() {
+        shm.to_path_buf()
+    } else {
+        std::env::temp_dir()
+    }
+}
+
+fn can_write(dir: &Path) -> std::io::Result<()> {
+    let p = dir.join(format!(".agentchaos-probe-{}", std::process::id()));
+    std::fs::write(&p, b"")?;
+    std::fs::remove_file(&p)
+}
+
+/// Copies a directory tree (trial directories hold only files and directories).
+pub fn copy_dir(from: &Path, to: &Path) -> std::io::Result<()> {
+    std::fs::create_dir_all(to)?;
+    for entry in std::fs::read_dir(from)? {
+        let entry = entry?;
+        let ty = entry.file_type()?;
+        let dest = to.join(entry.file_name());
+        if ty.is_dir() {
+            copy_dir(&entry.path(), &dest)?;
+        } else if ty.is_file() {
+            std::fs::copy(entry.path(), dest)?;
+        }
+    }
+    Ok(())
+}
+
+/// A fresh, unique campaign directory under `base`.
+pub fn campaign_dir(base: &Path) -> Result<PathBuf, String> {
+    let nanos = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map(|d| d.subsec_nanos())
+        .unwrap_or(0);
+    // Fixed width: the workspace path is in `session_created`, so a replay
+    // writes the same bytes as the campaign only if its path is as long.
+    let dir = base.join(format!("agentchaos-{:010}-{nanos:08x}", std::process::id()));
+    std::fs::create_dir_all(&dir)
+        .map_err(|e| format!("cannot create the trial directory {}: {e}", dir.display()))?;
+    Ok(dir)
+}
+
+pub fn keep_trial(
+    keep: &Path,
+    dir: &Path,
+    source: &ScenarioSource,
+    plan: &Plan,
+    violations: &[Violation],
+    error: Option<&str>,
+    replay: &str,
+) {
+    let dest = keep.join(&source.scenario.name).join(plan.to_string());
+    let _ = std::fs::remove_dir_all(&dest);
+    if copy_dir(dir, &dest).is_err() {
+        return;
+    }
+    let mut notes = format!(
+        "scenario: {}\nplan: {plan}\nreplay: {replay}\n",
+        source.path.display(),
+    );
+    if let Some(e) = error {
+        notes.push_str(&format!("error: {e}\n"));
+    }
+    for v in violations {
+        notes.push_str(&format!(
+            "\n{} ({})\n  expected: {}\n  found: {}\n  events: {}\n",
+            v.invariant,
+            v.when,
+            v.expected,
+            v.found,
+            v.events.join(", ")
+        ));
+    }
+    let _ = std::fs::write(dest.join("VIOLATIONS.txt"), notes);
+}

@@ -1,0 +1,180 @@
+//! The crate's layout stays a design: no module of `chaos/src` imports a
+//! module that imports it back, however indirectly. An import circle is
+//! how "the runner needs the report needs the runner" creeps back in; this
+//! test names the circle when it does.
+//!
+//! A module's imports are the `crate::a::b` paths in its code (comment
+//! lines are skipped: a doc link is not an import), resolved to the
+//! longest module path that exists.
+
+use std::collections::{BTreeMap, BTreeSet};
+use std::path::Path;
+
+/// Module path (`campaign::runner`) → its source.
+fn modules(root: &Path) -> BTreeMap<String, String> {
+    let mut out = BTreeMap::new();
+    let mut stack = vec![root.to_path_buf()];
+    while let Some(dir) = stack.pop() {
+        for entry in std::fs::read_dir(&dir).unwrap() {
+            let path = entry.unwrap().path();
+            if path.is_dir() {
+                // Binaries are not part of the library's module graph.
+                if path.file_name().is_some_and(|n| n != "bin") {
+                    stack.push(path);
+                }
+                continue;
+            }
+            if path.extension().is_none_or(|e| e != "rs") {
+                continue;
+            }
+            let rel = path.strip_prefix(root).unwrap().with_extension("");
+            let mut parts: Vec<String> = rel
+                .components()
+                .map(|c| c.as_os_str().to_string_lossy().into_owned())
+                .collect();
+            if parts.last().is_some_and(|p| p == "mod") {
+                parts.pop();
+            }
+            if parts == ["lib"] || parts == ["main"] {
+                continue;
+            }
+            out.insert(parts.join("::"), std::fs::read_to_string(&path).unwrap());
+        }
+    }
+    out
+}
+
+/// `code` without its comment lines.
+fn code_only(code: &str) -> String {
+    code.lines()
+        .filter(|l| !l.trim_start().starts_with("//"))
+        .collect::<Vec<_>>()
+        .join("\n")
+}
+
+/// Every `crate::x::y…` path in `code`, as its segments.
+fn crate_paths(code: &str) -> Vec<Vec<&str>> {
+    let mut out = Vec::new();
+    for (i, _) in code.match_indices("crate::") {
+        if i > 0 && code[..i].ends_with(|c: char| c.is_alphanumeric() || c == '_') {
+            continue; // `agentchaos_crate::`, not ours
+        }
+        let rest = &code[i + "crate::".len()..];
+        let segments = rest
+            .split("::")
+            .map(|s| {
+                let end = s
+                    .find(|c: char| !(c.is_ascii_lowercase() || c.is_ascii_digit() || c == '_'))
+                    .unwrap_or(s.len());
+                (&s[..end], end == s.len())
+            })
+            .scan(true, |go_on, (seg, whole)| {
+                if !*go_on || seg.is_empty() {
+                    return None;
+                }
+                *go_on = whole;
+                Some(seg)
+            })
+            .collect();
+        out.push(segments);
+    }
+    out
+}
+
+fn import_graph(mods: &BTreeMap<String, String>) -> BTreeMap<&str, BTreeSet<&str>> {
+    let mut graph = BTreeMap::new();
+    for (name, code) in mods {
+        let mut deps = BTreeSet::new();
+        let code = code_only(code);
+        for path in crate_paths(&code) {
+            let target = (1..=path.len())
+                .rev()
+                .map(|n| path[..n].join("::"))
+                .find_map(|p| mods.get_key_value(&p).map(|(k, _)| k.as_str()));
+            if let Some(t) = target.filter(|t| t != name) {
+                deps.insert(t);
+            }
+        }
+        graph.insert(name.as_str(), deps);
+    }
+    graph
+}
+
+/// A circle through the graph, if there is one (depth-first search).
+fn find_circle<'a>(graph: &BTreeMap<&'a str, BTreeSet<&'a str>>) -> Option<Vec<&'a str>> {
+    #[derive(Clone, Copy, PartialEq)]
+    enum Mark {
+        Open,
+        Done,
+    }
+    fn visit<'a>(
+        node: &'a str,
+        graph: &BTreeMap<&'a str, BTreeSet<&'a str>>,
+        marks: &mut BTreeMap<&'a str, Mark>,
+        path: &mut Vec<&'a str>,
+    ) -> Option<Vec<&'a str>> {
+        match marks.get(node) {
+            Some(Mark::Done) => return None,
+            Some(Mark::Open) => {
+                let from = path.iter().position(|n| *n == node).unwrap();
+                let mut circle = path[from..].to_vec();
+                circle.push(node);
+                return Some(circle);
+            }
+            None => {}
+        }
+        marks.insert(node, Mark::Open);
+        path.push(node);
+        for dep in &graph[node] {
+            if let Some(c) = visit(dep, graph, marks, path) {
+                return Some(c);
+            }
+        }
+        path.pop();
+        marks.insert(node, Mark::Done);
+        None
+    }
+    let mut marks = BTreeMap::new();
+    graph
+        .keys()
+        .find_map(|n| visit(n, graph, &mut marks, &mut Vec::new()))
+}
+
+#[test]
+fn no_module_imports_a_module_that_imports_it_back() {
+    let root = Path::new(env!("CARGO_MANIFEST_DIR")).join("src");
+    let mods = modules(&root);
+    assert!(mods.contains_key("campaign::runner"), "{:?}", mods.keys());
+    let graph = import_graph(&mods);
+    if let Some(circle) = find_circle(&graph) {
+        panic!("import circle in chaos/src: {}", circle.join(" -> "));
+    }
+}
+
+#[test]
+fn the_circle_finder_finds_a_planted_circle() {
+    let mods: BTreeMap<String, String> = [
+        ("report", "use crate::campaign::runner::CampaignResult;"),
+        ("campaign::runner", "fn f() { crate::check::explain(); }"),
+        (
+            "check",
+            "// a doc link to crate::report is not an import\nuse crate::report::scorecard;",
+        ),
+    ]
+    .into_iter()
+    .map(|(k, v)| (k.to_string(), v.to_string()))
+    .collect();
+    let graph = import_graph(&mods);
+    assert_eq!(
+        find_circle(&graph),
+        Some(vec![
+            "campaign::runner",
+            "check",
+            "report",
+            "campaign::runner"
+        ])
+    );
+    let mut acyclic = mods.clone();
+    acyclic.insert("check".into(), "// crate::report::scorecard".into());
+    assert_eq!(find_circle(&import_graph(&acyclic)), None);
+}
