@@ -40,7 +40,7 @@ enum Command {
     Replay(ReplayArgs),
     /// Power loss: record a crash-free run, recover every on-disk state a persistence model allows after each op (Linux x86_64).
     Powerloss(PowerlossArgs),
-    /// List the store fault profiles (--store-fault NAME) and the promise each breaks.
+    /// List the store fault profiles (--store-fault NAME), the nemesis that reveals each and the promise it breaks.
     Faults,
     /// List the invariants and their promises.
     Invariants,
@@ -320,8 +320,9 @@ fn main() -> ExitCode {
         Command::Replay(args) => replay(args),
         Command::Powerloss(args) => powerloss(args),
         Command::Faults => {
-            for (_, name, promise) in Fault::ALL {
-                println!("{name:<22} breaks: {promise}");
+            for (fault, name, promise) in Fault::ALL {
+                let by = agentchaos::nemesis::revealing(*fault);
+                println!("{name:<30} revealed by: {by:<9}  breaks: {promise}");
             }
             Ok(ExitCode::SUCCESS)
         }
@@ -529,6 +530,18 @@ fn run(args: RunArgs) -> Result<ExitCode, Failure> {
     };
     let mut cfg = config(&args.common, backend.as_ref(), mode, args.seed)?;
     cfg.nemesis = nemesis;
+    // A fault this nemesis set cannot reveal would pass unseen: say so first.
+    let unseen_fault = cfg.store_fault.as_deref().and_then(|name| {
+        let by = agentchaos::nemesis::revealing(Fault::from_name(name)?);
+        (!nemesis.overlaps(by)).then(|| {
+            format!(
+                "--store-fault {name}: only the {by} nemesis reveals this fault and this campaign runs {nemesis}: a pass says nothing about it (add --nemesis {by})"
+            )
+        })
+    });
+    if let Some(line) = &unseen_fault {
+        eprintln!("agentchaos: {line}");
+    }
     cfg.restarts = args.restarts;
     cfg.shard = args.shard;
     cfg.progress = !args.quiet;
@@ -581,7 +594,7 @@ fn run(args: RunArgs) -> Result<ExitCode, Failure> {
         let _ = std::fs::remove_dir_all(rd);
     }
     let result = result.map_err(failed)?;
-    if let Some(line) = &not_run {
+    for line in not_run.iter().chain(&unseen_fault) {
         println!("{line}");
     }
     print!("{}", report::violations_text(&result, &ctx));

@@ -23,11 +23,12 @@ fn fixture(fault: Option<&str>) -> PathBuf {
 /// Runs an exhaustive campaign on the small fixture; returns the exit code
 /// and the violation counts by invariant from the JSON report.
 fn campaign(fault: Option<&str>) -> (i32, Value, String) {
-    let nemesis = NEMESIS
-        .iter()
-        .find(|(f, _)| Some(*f) == fault)
-        .map_or("points", |(_, n)| *n);
-    let mut args = vec!["--exhaustive", "--nemesis", nemesis];
+    // Exactly the nemeses the library says reveal the fault: this test is
+    // what makes `agentchaos faults`' "revealed by" column true.
+    let nemesis = fault.map_or("points".to_string(), |f| {
+        agentchaos::nemesis::revealing(agentstore::fault::Fault::from_name(f).unwrap()).to_string()
+    });
+    let mut args = vec!["--exhaustive", "--nemesis", &nemesis];
     if let Some(f) = fault {
         args.extend(["--store-fault", f]);
         if BATCH.contains(&f) {
@@ -87,12 +88,6 @@ const FIXTURES: &[(&str, &str)] = &[
     ("context-drops-summary", "compaction.json"),
     ("context-budget-drops-recovery", "compaction.json"),
     ("context-budget-drops-newest", "compaction.json"),
-];
-
-/// Faults that only a nemesis other than the crash points can show.
-const NEMESIS: &[(&str, &str)] = &[
-    ("fsync-retry", "syscall"),
-    ("keep-refused-append", "syscall"),
 ];
 
 /// Runs the fault's campaign, asserts it is caught as [`EXPECTED`] says,
@@ -351,6 +346,30 @@ fn context_budget_drops_newest_is_caught_by_context_window() {
             .as_str()
             .unwrap()
             .contains("to drop the oldest messages first")));
+}
+
+#[test]
+fn a_fault_the_nemeses_cannot_reveal_is_said_to_pass_unseen() {
+    let (code, _, stdout) = campaign::run(
+        &fixture(None),
+        &[
+            "--trials",
+            "2",
+            "--nemesis",
+            "points",
+            "--store-fault",
+            "no-fdatasync",
+        ],
+    );
+    assert_eq!(code, 0, "{stdout}");
+    assert!(
+        stdout.lines().next().unwrap().contains(
+            "--store-fault no-fdatasync: only the powerloss nemesis reveals this fault and this campaign runs points"
+        ),
+        "{stdout}"
+    );
+    let (_, _, stdout) = campaign::run(&fixture(None), &["--trials", "2", "--nemesis", "points"]);
+    assert!(!stdout.contains("reveals this fault"), "{stdout}");
 }
 
 #[test]

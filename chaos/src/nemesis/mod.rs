@@ -356,6 +356,45 @@ impl FromStr for Nemeses {
     }
 }
 
+impl Nemeses {
+    /// Whether the two sets share a nemesis.
+    pub fn overlaps(self, other: Nemeses) -> bool {
+        (self.points && other.points)
+            || (self.syscall && other.syscall)
+            || (self.powerloss && other.powerloss)
+    }
+}
+
+/// The nemeses that reveal a store fault profile: the ones its test in
+/// `chaos/tests` catches it with (`faults.rs` runs each fault with exactly
+/// these, `powerloss_campaign.rs` the power-loss ones). Another nemesis may
+/// catch a fault too; this names the ones that are shown to.
+///
+/// - Power-loss faults (a missing or misplaced fsync) leave nothing a
+///   SIGKILL can see, since the page cache survives it: only the power-loss
+///   models lose unsynced data.
+/// - A failed sync or a refused write needs an injected errno: the syscall
+///   nemesis.
+/// - Every other fault shows under crash points.
+pub fn revealing(fault: agentstore::fault::Fault) -> Nemeses {
+    use agentstore::fault::Fault;
+    if Fault::POWER_LOSS.contains(&fault) {
+        Nemeses {
+            points: false,
+            syscall: false,
+            powerloss: true,
+        }
+    } else if matches!(fault, Fault::FsyncRetry | Fault::KeepRefusedAppend) {
+        Nemeses {
+            points: false,
+            syscall: true,
+            powerloss: false,
+        }
+    } else {
+        Nemeses::POINTS
+    }
+}
+
 /// How many restarted lives a plan can crash after the first process.
 pub const LATER_LIVES: usize = 2;
 
