@@ -8,10 +8,12 @@ use std::process::ExitCode;
 use std::time::Duration;
 
 use agentchaos::agent::{self, AgentArgs};
-use agentchaos::campaign::config::{Config, Mode, ScenarioSource};
+use agentchaos::campaign::config::{Config, Mode, PowerLossLimits, ScenarioSource};
+use agentchaos::campaign::powercampaign::{self, StateId, Verdict};
 use agentchaos::campaign::runner;
 use agentchaos::campaign::shrink;
 use agentchaos::check::Invariant;
+use agentchaos::nemesis::powerloss::Model;
 use agentchaos::nemesis::{Nemeses, Plan, Restarts};
 use agentchaos::report::{self, Context};
 use agentchaos::scenario::{self, InputError};
@@ -38,8 +40,6 @@ enum Command {
     Run(RunArgs),
     /// Reproduce one trial deterministically and tell what happened.
     Replay(ReplayArgs),
-    /// Power loss: record a crash-free run, recover every on-disk state a persistence model allows after each op (Linux x86_64).
-    Powerloss(PowerlossArgs),
     /// List the store fault profiles (--store-fault NAME), the nemesis that reveals each and the promise it breaks.
     Faults,
     /// List the invariants and their promises.
@@ -110,6 +110,18 @@ struct RunArgs {
     /// With --trials N: N plans per nemesis, and N crash points per scenario for powerloss.
     #[arg(long, value_name = "points,syscall,powerloss|all")]
     nemesis: Option<Nemeses>,
+    /// The power-loss nemesis's persistence models: strict, ext4-ordered, weak, or all
+    /// (comma-separated).
+    #[arg(long, value_name = "MODEL,…|all", default_value = "all", value_parser = parse_models)]
+    powerloss_model: Models,
+    /// The power-loss nemesis's on-disk states per crash point and model: all
+    /// combinations up to N, a seeded sample of N beyond.
+    #[arg(long, value_name = "N", default_value_t = PowerLossLimits::DEFAULT_STATES)]
+    powerloss_states: usize,
+    /// The power-loss nemesis's crash points per scenario: every op up to N, a seeded
+    /// sample of N beyond (always the first and the last); default 48, or N with --trials N.
+    #[arg(long, value_name = "N")]
+    powerloss_points: Option<usize>,
     /// Which restarted lives are traced and crashed at their own points and syscalls: `all`
     /// (after every first kill that leaves recovery work: life 1 through its recovery and the
     /// 16 hits after it; the deepest restart's life 1 and a life 2 after it to their end),
@@ -154,7 +166,8 @@ struct ReplayArgs {
     /// `agentchaos run --nemesis syscall` enumerated them; Linux x86_64 only); then up to
     /// two crashes of the restarted lives, each +kill@M, +tear@M:BYTES or +sys-…@M counted
     /// in that life (kill@9+kill@40+sys-eio@3); or a probe: probe:damage@FILE:OFFSET,
-    /// probe:ledger@OPERATION.
+    /// probe:ledger@OPERATION; or one power-loss state: powerloss:MODEL:K:CHOICE (as a
+    /// power-loss violation prints it; Linux x86_64 only).
     #[arg(long, value_name = "PLAN")]
     plan: String,
     /// Keep the trial directory here.
@@ -162,56 +175,6 @@ struct ReplayArgs {
     keep: Option<PathBuf>,
     #[command(flatten)]
     common: Common,
-}
-
-#[derive(Args, Debug)]
-struct PowerlossArgs {
-    /// A scenario file or a directory of them (repeatable; default: scenarios/).
-    #[arg(long, value_name = "FILE|DIR")]
-    scenario: Vec<PathBuf>,
-    /// The store's adapter (default: agentstore, served by this binary).
-    #[arg(long, value_name = "'CMD ARGS…'")]
-    adapter: Option<String>,
-    /// Recover the reference store with this fault profile (see `agentchaos faults`).
-    #[arg(long, value_name = "NAME", conflicts_with = "adapter")]
-    store_fault: Option<String>,
-    /// The reference store's durability: `sync` or `batch` (group commit).
-    #[arg(
-        long,
-        value_name = "sync|batch",
-        default_value = "sync",
-        conflicts_with = "adapter"
-    )]
-    durability: Durability,
-    /// Persistence model: strict, ext4-ordered, weak, or all.
-    #[arg(long, value_name = "MODEL", default_value = "all")]
-    model: String,
-    /// States per crash point and model: all combinations up to N, a seeded sample of N beyond.
-    #[arg(long, value_name = "N", default_value_t = 256)]
-    max_states: usize,
-    /// Crash points per scenario: every op up to N, a seeded sample of N beyond.
-    #[arg(long, value_name = "N")]
-    max_points: Option<usize>,
-    #[arg(long, value_name = "S", default_value_t = 1)]
-    seed: u64,
-    /// Parallel crash points (default: the number of CPUs).
-    #[arg(long, short, value_name = "J")]
-    jobs: Option<usize>,
-    /// Where state directories go (default: /dev/shm when present, else the temp dir).
-    #[arg(long, value_name = "DIR")]
-    dir: Option<PathBuf>,
-    /// Write the report as JSON.
-    #[arg(long, value_name = "FILE")]
-    json: Option<PathBuf>,
-    /// Rebuild and recover one state, MODEL:K:CHOICE, as printed by a violation.
-    #[arg(long, value_name = "MODEL:K:CHOICE")]
-    replay: Option<String>,
-    /// With --replay: also write the state (before recovery) into this new directory.
-    #[arg(long, value_name = "DIR", requires = "replay")]
-    keep: Option<PathBuf>,
-    /// No progress bar.
-    #[arg(long)]
-    quiet: bool,
 }
 
 #[derive(Args, Debug)]
@@ -250,6 +213,20 @@ struct ProbeCli {
     adapter: Option<String>,
     #[arg(long, default_value = "sync")]
     durability: Durability,
+}
+
+/// `--powerloss-model`'s list (one clap value, so clap keeps it whole).
+#[derive(Debug, Clone)]
+struct Models(Vec<Model>);
+
+fn parse_models(s: &str) -> Result<Models, String> {
+    if s == "all" {
+        return Ok(Models(Model::ALL.to_vec()));
+    }
+    s.split(',')
+        .map(|m| m.trim().parse::<Model>().map_err(|e| format!("{e} or all")))
+        .collect::<Result<_, _>>()
+        .map(Models)
 }
 
 fn parse_shard(s: &str) -> Result<(usize, usize), String> {
@@ -309,7 +286,7 @@ fn main() -> ExitCode {
     // running ones finish, every scratch directory is removed, exit 128 +
     // the signal. The agents and probes they start keep the default
     // handlers (a terminal's Ctrl-C reaches them too and ends them).
-    if matches!(cli.command, Command::Run(_) | Command::Powerloss(_)) {
+    if matches!(cli.command, Command::Run(_)) {
         if let Err(e) = agentstore::interrupt::install() {
             eprintln!("agentchaos: cannot install the signal handlers: {e}");
             return ExitCode::from(1);
@@ -318,7 +295,6 @@ fn main() -> ExitCode {
     let result = match cli.command {
         Command::Run(args) => run(args),
         Command::Replay(args) => replay(args),
-        Command::Powerloss(args) => powerloss(args),
         Command::Faults => {
             for (fault, name, promise) in Fault::ALL {
                 let by = agentchaos::nemesis::revealing(*fault);
@@ -464,6 +440,7 @@ fn config<'a>(
         dir,
         keep_failures: None,
         progress: false,
+        power_loss: PowerLossLimits::default(),
     })
 }
 
@@ -544,6 +521,16 @@ fn run(args: RunArgs) -> Result<ExitCode, Failure> {
     }
     cfg.restarts = args.restarts;
     cfg.shard = args.shard;
+    if args.powerloss_states == 0 || args.powerloss_points == Some(0) {
+        return Err(bad_input(
+            "--powerloss-states and --powerloss-points must be at least 1",
+        ));
+    }
+    cfg.power_loss = PowerLossLimits {
+        models: args.powerloss_model.0.clone(),
+        max_states: args.powerloss_states,
+        max_points: args.powerloss_points,
+    };
     cfg.progress = !args.quiet;
     if let Some(k) = &args.keep_failures {
         std::fs::create_dir_all(k)
@@ -686,6 +673,11 @@ fn replay(args: ReplayArgs) -> Result<ExitCode, Failure> {
         Trial(Plan),
         Probe(agentchaos::campaign::probe::Probe),
     }
+    if let Some(id) = args.plan.strip_prefix(powercampaign::PLAN_PREFIX) {
+        let id: StateId = id.parse().map_err(|e| bad_input(format!("--plan: {e}")))?;
+        syscall_supported()?;
+        return replay_power_loss(&cfg, &args, &id);
+    }
     let what = match args
         .plan
         .strip_prefix(agentchaos::campaign::probe::PLAN_PREFIX)
@@ -732,6 +724,61 @@ fn replay(args: ReplayArgs) -> Result<ExitCode, Failure> {
     })
 }
 
+/// Rebuilds one power-loss state of the scenario, recovers it and judges it.
+fn replay_power_loss(
+    cfg: &Config<'_>,
+    args: &ReplayArgs,
+    id: &StateId,
+) -> Result<ExitCode, Failure> {
+    let scenario = scenario::load(&args.scenario)?;
+    let source = ScenarioSource {
+        path: args.scenario.clone(),
+        scenario,
+        random_seed: None,
+    };
+    let pcfg = powercampaign::Config::of_campaign(cfg);
+    let out = powercampaign::replay(&pcfg, &source, id, args.keep.as_deref()).map_err(failed)?;
+    println!(
+        "state {id} of {}: power lost {}",
+        source.scenario.name,
+        out.op
+            .map_or("before the first op".to_string(), |op| format!(
+                "after {op}"
+            ))
+    );
+    print!(
+        "{}",
+        agentchaos::report::powerloss::assumptions(&out.state.losses)
+    );
+    if let Some(k) = &args.keep {
+        println!("state (before recovery) kept in {}", k.display());
+    }
+    Ok(match out.verdict {
+        Verdict::Pass => {
+            println!("result: no violations");
+            ExitCode::SUCCESS
+        }
+        Verdict::Refused(why) => {
+            println!("result: refused with damage, no acknowledged event lost: {why}");
+            ExitCode::SUCCESS
+        }
+        Verdict::Fail(findings) => {
+            for f in &findings {
+                println!(
+                    "VIOLATION {} ({})\n  expected: {}\n  found: {}\n  events: {}",
+                    f.check,
+                    f.when,
+                    f.expected,
+                    f.found,
+                    f.events.join(", ")
+                );
+            }
+            println!("result: {} violation(s)", findings.len());
+            ExitCode::from(1)
+        }
+    })
+}
+
 /// Scenario files under `paths`, each name loaded once.
 fn load_sources(paths: &[PathBuf]) -> Result<Vec<ScenarioSource>, Failure> {
     let mut sources: Vec<ScenarioSource> = Vec::new();
@@ -752,126 +799,4 @@ fn load_sources(paths: &[PathBuf]) -> Result<Vec<ScenarioSource>, Failure> {
         }
     }
     Ok(sources)
-}
-
-/// `agentstore adapter`, with the agentstore binary next to this one.
-fn powerloss(args: PowerlossArgs) -> Result<ExitCode, Failure> {
-    use agentchaos::campaign::powercampaign::{self, StateId, Verdict};
-    use agentchaos::nemesis::powerloss::Model;
-    let models = match args.model.as_str() {
-        "all" => Model::ALL.to_vec(),
-        m => vec![m
-            .parse::<Model>()
-            .map_err(|e| bad_input(format!("--model: {e} or all")))?],
-    };
-    if args.max_states == 0 || args.max_points == Some(0) {
-        return Err(bad_input(
-            "--max-states and --max-points must be at least 1",
-        ));
-    }
-    let agent_exe =
-        std::env::current_exe().map_err(|e| failed(format!("cannot find my own binary: {e}")))?;
-    let (adapter, store_flags) = match (&args.adapter, &args.store_fault) {
-        (Some(a), _) => (a.clone(), vec!["--adapter".to_string(), a.clone()]),
-        (None, fault) => {
-            check_fault(fault)?;
-            let store_args = ReferenceBackend {
-                durability: args.durability,
-            }
-            .agent_args();
-            (
-                powercampaign::reference_adapter(&agent_exe, fault.as_deref(), &store_args),
-                agentchaos::campaign::config::store_flags(fault.as_deref(), &store_args),
-            )
-        }
-    };
-    AdapterBackend::new(&adapter).map_err(|e| bad_input(format!("--adapter: {e}")))?;
-    let dir = args
-        .dir
-        .clone()
-        .unwrap_or_else(agentchaos::campaign::scratch::default_dir);
-    std::fs::create_dir_all(&dir)
-        .map_err(|e| bad_input(format!("--dir {}: {e}", dir.display())))?;
-    let jobs = args
-        .jobs
-        .unwrap_or_else(|| std::thread::available_parallelism().map_or(2, |n| n.get()));
-    if jobs == 0 {
-        return Err(bad_input("--jobs must be at least 1"));
-    }
-    let cfg = powercampaign::Config {
-        adapter: adapter.clone(),
-        agent_exe,
-        models,
-        max_states: args.max_states,
-        max_points: args.max_points,
-        seed: args.seed,
-        jobs,
-        dir,
-        progress: !args.quiet,
-    };
-    let paths = if args.scenario.is_empty() {
-        vec![default_scenarios()]
-    } else {
-        args.scenario.clone()
-    };
-    let sources = load_sources(&paths)?;
-    if let Some(r) = &args.replay {
-        let id: StateId = r.parse().map_err(|e| bad_input(format!("--replay: {e}")))?;
-        let [source] = sources.as_slice() else {
-            return Err(bad_input(
-                "--replay needs exactly one scenario (--scenario FILE)",
-            ));
-        };
-        let out = powercampaign::replay(&cfg, source, &id, args.keep.as_deref()).map_err(failed)?;
-        println!(
-            "state {id} of {}: power lost {}",
-            source.scenario.name,
-            out.op
-                .map_or("before the first op".to_string(), |op| format!(
-                    "after {op}"
-                ))
-        );
-        print!("{}", powercampaign::assumptions(&out.state.losses));
-        if let Some(k) = &args.keep {
-            println!("state (before recovery) kept in {}", k.display());
-        }
-        return Ok(match out.verdict {
-            Verdict::Pass => {
-                println!("result: no violations");
-                ExitCode::SUCCESS
-            }
-            Verdict::Refused(why) => {
-                println!("result: refused with damage, no acknowledged event lost: {why}");
-                ExitCode::SUCCESS
-            }
-            Verdict::Fail(findings) => {
-                for f in &findings {
-                    println!(
-                        "VIOLATION {} ({})\n  expected: {}\n  found: {}\n  events: {}",
-                        f.check,
-                        f.when,
-                        f.expected,
-                        f.found,
-                        f.events.join(", ")
-                    );
-                }
-                println!("result: {} violation(s)", findings.len());
-                ExitCode::from(1)
-            }
-        });
-    }
-    let report = powercampaign::run(&cfg, sources).map_err(failed)?;
-    print!("{}", powercampaign::text(&report, &store_flags));
-    if let Some(p) = &args.json {
-        let text =
-            serde_json::to_string_pretty(&powercampaign::json(&report, &adapter, &store_flags))
-                .expect("a report serializes");
-        std::fs::write(p, text + "\n")
-            .map_err(|e| failed(format!("cannot write {}: {e}", p.display())))?;
-    }
-    Ok(if report.failures() + report.errors() == 0 {
-        ExitCode::SUCCESS
-    } else {
-        ExitCode::from(1)
-    })
 }

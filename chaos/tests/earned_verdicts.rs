@@ -142,8 +142,8 @@ fn a_store_without_fsync_fails_after_a_failed_write_and_under_power_loss_by_defa
     assert_eq!(power["verdict"], "fail", "{stdout}");
     let replay = power["first_violation"]["replay"].as_str().unwrap();
     assert!(
-        replay.starts_with("agentchaos powerloss --scenario ")
-            && replay.contains("--store-fault no-fdatasync --replay "),
+        replay.starts_with("agentchaos replay --scenario ")
+            && replay.contains("--store-fault no-fdatasync --plan powerloss:"),
         "{replay}"
     );
     let (replayed, out) = campaign::replay(replay);

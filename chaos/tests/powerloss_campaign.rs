@@ -1,4 +1,4 @@
-//! `agentchaos powerloss` end to end: agentstore passes every state of every
+//! `agentchaos run --nemesis powerloss` end to end: agentstore passes every state of every
 //! model on a small scenario, and each power-loss mutant is caught naming
 //! the persistence assumption it relied on, with a replay that rebuilds the
 //! state and fails the same way.
@@ -23,10 +23,10 @@ fn adapter(fault: Option<&str>) -> String {
     }
 }
 
+/// A campaign of the power-loss nemesis alone.
 fn powerloss(args: &[&str]) -> (Output, String) {
     let out = Command::new(AGENTCHAOS)
-        .arg("powerloss")
-        .args(["--quiet", "--jobs", "2"])
+        .args(["run", "--nemesis", "powerloss", "--quiet", "--jobs", "2"])
         .args(args)
         .output()
         .unwrap();
@@ -48,13 +48,18 @@ fn agentstore_passes_every_state_of_every_model() {
         small().to_str().unwrap(),
         "--adapter",
         &a,
+        "--powerloss-points",
+        "1000",
+        "--powerloss-states",
+        "256",
         "--json",
         json.to_str().unwrap(),
     ]);
     assert!(out.status.success(), "{text}");
     let report: serde_json::Value =
         serde_json::from_str(&std::fs::read_to_string(&json).unwrap()).unwrap();
-    let sc = &report["scenarios"][0];
+    let power = &report["power_loss"];
+    let sc = &power["scenarios"][0];
     assert_eq!(sc["error"], serde_json::Value::Null, "{text}");
     assert!(sc["acked"].as_u64().unwrap() >= 8, "{sc}");
     let ops = sc["ops"].as_u64().unwrap();
@@ -70,12 +75,13 @@ fn agentstore_passes_every_state_of_every_model() {
     }
     assert_eq!(sc["models"]["strict"]["sampled_points"], 0);
     assert_eq!(sc["violations"], serde_json::json!([]));
-    assert!(report["states_per_s"].as_f64().unwrap() > 0.0);
+    assert!(power["states_per_second"].as_f64().unwrap() > 0.0);
+    assert_eq!(power["recovered_through"], a.as_str());
 }
 
 /// Runs the mutant on the small scenario and returns the report text.
 fn caught(fault: &str, invariant: &str, relies_on: &[&str]) -> String {
-    caught_with(fault, &["--max-states", "4"], invariant, relies_on)
+    caught_with(fault, &["--powerloss-states", "4"], invariant, relies_on)
 }
 
 fn caught_with(fault: &str, bounds: &[&str], invariant: &str, relies_on: &[&str]) -> String {
@@ -86,7 +92,7 @@ fn caught_with(fault: &str, bounds: &[&str], invariant: &str, relies_on: &[&str]
         scenario.to_str().unwrap(),
         "--adapter",
         &a,
-        "--model",
+        "--powerloss-model",
         "weak",
     ];
     args.extend(bounds);
@@ -107,7 +113,7 @@ fn caught_with(fault: &str, bounds: &[&str], invariant: &str, relies_on: &[&str]
         .any(|l| relies_on.iter().all(|part| l.contains(part)));
     assert!(named, "{fault}: no assumption with {relies_on:?}:\n{text}");
     assert!(
-        text.contains("replay: agentchaos powerloss --scenario "),
+        text.contains("replay: agentchaos replay --scenario "),
         "{text}"
     );
     text
@@ -121,7 +127,7 @@ const LOG: &str = "sessions/session/events.jsonl";
 fn no_fdatasync_is_caught() {
     let text = caught_with(
         "no-fdatasync",
-        &["--max-states", "32", "--max-points", "16"],
+        &["--powerloss-states", "32", "--powerloss-points", "16"],
         "acked-durable",
         &[
             "relies on write op #",
@@ -220,7 +226,7 @@ fn refusing_an_interrupted_creation_is_caught() {
         small().to_str().unwrap(),
         "--adapter",
         &a,
-        "--model",
+        "--powerloss-model",
         "strict",
     ]);
     assert_eq!(out.status.code(), Some(1), "{text}");
@@ -250,9 +256,9 @@ fn a_blob_renamed_without_fsyncing_its_data_is_caught() {
         scenario.to_str().unwrap(),
         "--store-fault",
         "blob-no-fsync",
-        "--model",
+        "--powerloss-model",
         "ext4-ordered",
-        "--max-states",
+        "--powerloss-states",
         "4",
     ]);
     assert_eq!(out.status.code(), Some(1), "{text}");
@@ -267,8 +273,8 @@ fn a_blob_renamed_without_fsyncing_its_data_is_caught() {
         "{text}"
     );
     assert!(
-        text.contains("replay: agentchaos powerloss --scenario ")
-            && text.contains("--store-fault blob-no-fsync --replay "),
+        text.contains("replay: agentchaos replay --scenario ")
+            && text.contains("--store-fault blob-no-fsync --plan powerloss:"),
         "{text}"
     );
 }
@@ -296,12 +302,21 @@ fn every_power_loss_fault_has_a_test_here() {
 #[test]
 fn bad_arguments_are_one_line_and_exit_2() {
     for args in [
-        &["--model", "ext5"][..],
-        &["--replay", "weak:x:0"],
-        &["--max-states", "0"],
+        &["--powerloss-model", "ext5"][..],
+        &["--powerloss-states", "0"],
+        &["--powerloss-points", "0"],
     ] {
         let (out, text) = powerloss(args);
         assert_eq!(out.status.code(), Some(2), "{args:?}: {text}");
         assert_eq!(text.lines().count(), 1, "{args:?}: {text}");
     }
+    let out = Command::new(AGENTCHAOS)
+        .args(["replay", "--scenario"])
+        .arg(small())
+        .args(["--plan", "powerloss:weak:x:0"])
+        .output()
+        .unwrap();
+    let text = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(2), "{text}");
+    assert_eq!(text.lines().count(), 1, "{text}");
 }

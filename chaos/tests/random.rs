@@ -118,6 +118,7 @@ proptest! {
             dir: dir.path().to_path_buf(),
             keep_failures: None,
             progress: false,
+            power_loss: Default::default(),
         };
         let result = runner::run(&cfg, vec![ScenarioSource { path, scenario: s.clone(), random_seed: None }]).unwrap();
         let found: Vec<String> = result.scenarios[0]

@@ -1,4 +1,4 @@
-//! Ctrl-C and SIGTERM: `agentchaos run` and `agentchaos powerloss` stop
+//! Ctrl-C and SIGTERM: `agentchaos run` (trials, and power loss alone) stop
 //! taking trials, wait for the ones running, remove their scratch
 //! directories (`agentchaos-*` under --dir, `agentchaos-random-*` under
 //! the temp dir) and exit 128 + the signal. Synchronised on the scratch
@@ -92,5 +92,5 @@ fn sigterm_stops_a_run_and_removes_its_directories() {
 
 #[test]
 fn sigterm_stops_a_power_loss_campaign_and_removes_its_directory() {
-    interrupt(&["powerloss"], Signal::SIGTERM, 143);
+    interrupt(&["run", "--nemesis", "powerloss"], Signal::SIGTERM, 143);
 }

@@ -204,7 +204,7 @@ impl Fault {
         ),
     ];
 
-    /// The faults `agentchaos powerloss` catches and kill campaigns do
+    /// The faults the power-loss nemesis (`agentchaos run --nemesis powerloss`) catches and kill campaigns do
     /// not: a SIGKILL keeps the page cache, and no kill point of `run`
     /// lands inside the adapter's creation of a session.
     pub const POWER_LOSS: &'static [Fault] = &[

@@ -1,5 +1,5 @@
 //! Clean exits on Ctrl-C and SIGTERM for the long commands (`agentstore
-//! bench`, `agentchaos run`, `agentchaos powerloss`).
+//! bench`, `agentchaos run`).
 //!
 //! [`install`] registers handlers, through `signal-hook`, that only set
 //! atomics (all a signal handler may safely do): the first SIGINT or

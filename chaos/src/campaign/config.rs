@@ -46,6 +46,49 @@ pub struct Config<'a> {
     pub dir: PathBuf,
     pub keep_failures: Option<PathBuf>,
     pub progress: bool,
+    /// How far the power-loss nemesis goes, when it runs.
+    pub power_loss: PowerLossLimits,
+}
+
+/// The bounds of the power-loss nemesis: which persistence models, how
+/// many crash points per scenario, how many on-disk states per point.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct PowerLossLimits {
+    pub models: Vec<crate::nemesis::powerloss::Model>,
+    /// States per crash point and model: enumerated up to it, sampled beyond.
+    pub max_states: usize,
+    /// Crash points per scenario (seeded, always the first and the last
+    /// op); `None`: [`PowerLossLimits::DEFAULT_POINTS`] in an exhaustive
+    /// campaign, N with `--trials N`.
+    pub max_points: Option<usize>,
+}
+
+impl PowerLossLimits {
+    /// States per point by default: enough to reach every ordering of a
+    /// few unsynced writes.
+    pub const DEFAULT_STATES: usize = 64;
+    /// Crash points per scenario by default: through an adapter every
+    /// state costs a store process, and this keeps the nemesis within
+    /// about what the trials cost.
+    pub const DEFAULT_POINTS: usize = 48;
+
+    /// The crash points per scenario a campaign in `mode` takes.
+    pub fn points(&self, mode: Mode) -> usize {
+        self.max_points.unwrap_or(match mode {
+            Mode::Exhaustive => Self::DEFAULT_POINTS,
+            Mode::Sampled(n) => n,
+        })
+    }
+}
+
+impl Default for PowerLossLimits {
+    fn default() -> Self {
+        PowerLossLimits {
+            models: crate::nemesis::powerloss::Model::ALL.to_vec(),
+            max_states: Self::DEFAULT_STATES,
+            max_points: None,
+        }
+    }
 }
 
 /// `n` generated scenarios (seeded from `seed`), written to `dir` so the

@@ -26,7 +26,7 @@ use std::sync::mpsc;
 use std::time::{Duration, Instant};
 
 use agentstore::event::Seq;
-use serde_json::{json, Value};
+use serde_json::Value;
 
 use crate::agent::wire::{parse_line, ChildLine, ReportedCall, ServedContext};
 use crate::agent::world::World;
@@ -70,6 +70,32 @@ pub struct Config {
     /// Parent of the campaign directory.
     pub dir: PathBuf,
     pub progress: bool,
+}
+
+impl Config {
+    /// The power-loss nemesis of campaign `cfg`: its limits, through the
+    /// store's adapter, or agentstore served by this binary.
+    pub fn of_campaign(cfg: &crate::campaign::config::Config<'_>) -> Config {
+        let adapter = match cfg.backend.adapter_line() {
+            Some(line) => line.to_string(),
+            None => reference_adapter(
+                &cfg.agent_exe,
+                cfg.store_fault.as_deref(),
+                &cfg.backend.agent_args(),
+            ),
+        };
+        Config {
+            adapter,
+            agent_exe: cfg.agent_exe.clone(),
+            models: cfg.power_loss.models.clone(),
+            max_states: cfg.power_loss.max_states,
+            max_points: Some(cfg.power_loss.points(cfg.mode)),
+            seed: cfg.seed,
+            jobs: cfg.jobs,
+            dir: cfg.dir.clone(),
+            progress: cfg.progress,
+        }
+    }
 }
 
 /// One append of the recorded agent, placed among the ops.
@@ -559,6 +585,12 @@ pub struct ScenarioReport {
 pub struct CampaignReport {
     pub scenarios: Vec<ScenarioReport>,
     pub elapsed: Duration,
+    /// The models the states were built under.
+    pub models: Vec<Model>,
+    /// At most this many states per crash point and model.
+    pub max_states: usize,
+    /// The adapter command line the states were recovered through.
+    pub adapter: String,
 }
 
 impl CampaignReport {
@@ -620,6 +652,9 @@ pub fn run(cfg: &Config, sources: Vec<ScenarioSource>) -> Result<CampaignReport,
     Ok(CampaignReport {
         scenarios,
         elapsed: started.elapsed(),
+        models: cfg.models.clone(),
+        max_states: cfg.max_states,
+        adapter: cfg.adapter.clone(),
     })
 }
 
@@ -910,6 +945,10 @@ impl std::str::FromStr for StateId {
     }
 }
 
+/// How `agentchaos replay --plan` names one power-loss state:
+/// `powerloss:MODEL:K:CHOICE`.
+pub const PLAN_PREFIX: &str = "powerloss:";
+
 /// The one-line command that rebuilds a failing state and recovers it;
 /// `store_flags` choose the store as the campaign's command line did
 /// (`--adapter 'LINE'`, `--store-fault NAME`, or nothing for agentstore).
@@ -919,14 +958,14 @@ pub fn replay_command(path: &Path, store_flags: &[String], id: &StateId) -> Stri
         Err(_) => format!("{s:?}"),
     };
     let mut cmd = format!(
-        "agentchaos powerloss --scenario {}",
+        "agentchaos replay --scenario {}",
         word(&path.display().to_string())
     );
     for flag in store_flags {
         cmd.push(' ');
         cmd.push_str(&word(flag));
     }
-    let _ = write!(cmd, " --replay {id}");
+    let _ = write!(cmd, " --plan {PLAN_PREFIX}{id}");
     cmd
 }
 
@@ -990,183 +1029,6 @@ pub fn replay(
 fn last_op(log: &OpLog, k: usize) -> Option<String> {
     let i = k.checked_sub(1)?;
     log.ops.get(i).map(|o| format!("op #{i} ({})", o.op))
-}
-
-/// A failure in words: the findings, the assumption, the ops, the replay.
-pub fn describe_failure(f: &Failure, source: &ScenarioSource, store_flags: &[String]) -> String {
-    let mut s = String::new();
-    let id = StateId {
-        model: f.model,
-        crash_after: f.crash_after,
-        choice: f.choice.clone(),
-    };
-    let at = match &f.after_op {
-        Some(op) => format!("after {op}"),
-        None => "before the first op".to_string(),
-    };
-    for x in &f.findings {
-        let _ = writeln!(
-            s,
-            "VIOLATION {} in {} (model {}, power lost {at})",
-            x.check, source.scenario.name, f.model
-        );
-        let _ = writeln!(s, "  when: {}", x.when);
-        let _ = writeln!(s, "  expected: {}", x.expected);
-        let _ = writeln!(s, "  found: {}", x.found);
-        if !x.events.is_empty() {
-            let _ = writeln!(s, "  events: {}", x.events.join(", "));
-        }
-    }
-    s.push_str(&assumptions(&f.losses));
-    let _ = writeln!(
-        s,
-        "  replay: {}",
-        replay_command(&source.path, store_flags, &id)
-    );
-    s
-}
-
-/// "relies on …" lines, one per loss of the state.
-pub fn assumptions(losses: &[Loss]) -> String {
-    let mut s = String::new();
-    if losses.is_empty() {
-        s.push_str("  relies on: nothing lost (the state keeps everything the process wrote)\n");
-    }
-    for l in losses {
-        let ops: Vec<String> = l.ops.iter().map(|o| format!("#{o}")).collect();
-        let subject = if l.how.starts_with("are ") {
-            "they"
-        } else {
-            "it"
-        };
-        let _ = writeln!(
-            s,
-            "  relies on {} surviving: {} (in this state {subject} {}; ops {})",
-            l.what,
-            l.why,
-            l.how,
-            ops.join(", ")
-        );
-    }
-    s
-}
-
-/// The summary table and every failure.
-pub fn text(report: &CampaignReport, store_flags: &[String]) -> String {
-    let mut s = String::new();
-    for sc in &report.scenarios {
-        if let Some(e) = &sc.error {
-            let _ = writeln!(s, "ERROR {}: {e}", sc.source.scenario.name);
-        }
-        for f in &sc.failures {
-            s.push_str(&describe_failure(f, &sc.source, store_flags));
-        }
-        for r in &sc.refusals {
-            let _ = writeln!(
-                s,
-                "refused (justified: no acknowledged event lost) in {}: {r}",
-                sc.source.scenario.name
-            );
-        }
-    }
-    let _ = writeln!(
-        s,
-        "{:<30} {:<13} {:>6} {:>7} {:>8} {:>7} {:>7} {:>6}",
-        "scenario", "model", "ops", "points", "states", "passed", "refused", "failed"
-    );
-    for sc in &report.scenarios {
-        for (m, st) in &sc.models {
-            let m = m.name();
-            let _ = writeln!(
-                s,
-                "{:<30} {:<13} {:>6} {:>7} {:>8} {:>7} {:>7} {:>6}",
-                sc.source.scenario.name,
-                m,
-                sc.ops,
-                format!(
-                    "{}{}",
-                    st.points,
-                    if st.sampled_points > 0 { "*" } else { "" }
-                ),
-                st.states,
-                st.passed,
-                st.refused,
-                st.failed
-            );
-        }
-    }
-    let secs = report.elapsed.as_secs_f64().max(1e-9);
-    let _ = writeln!(
-        s,
-        "{} states ({} distinct, recovered through the adapter) in {:.1} s: {:.0} states/s; {} violation(s), {} error(s){}",
-        report.states(),
-        report.judged(),
-        secs,
-        report.states() as f64 / secs,
-        report.failures(),
-        report.errors(),
-        if report
-            .scenarios
-            .iter()
-            .flat_map(|s| &s.models)
-            .any(|(_, m)| m.sampled_points > 0)
-        {
-            " (* some crash points sampled their states)"
-        } else {
-            ""
-        }
-    );
-    s
-}
-
-/// The report as JSON; `adapter` is the command line the states were recovered through.
-pub fn json(report: &CampaignReport, adapter: &str, store_flags: &[String]) -> Value {
-    let secs = report.elapsed.as_secs_f64().max(1e-9);
-    json!({
-        "adapter": adapter,
-        "elapsed_s": secs,
-        "states": report.states(),
-        "distinct_states": report.judged(),
-        "states_per_s": report.states() as f64 / secs,
-        "scenarios": report.scenarios.iter().map(|sc| json!({
-            "name": sc.source.scenario.name,
-            "path": sc.source.path,
-            "ops": sc.ops,
-            "acked": sc.acked,
-            "crash_points": sc.crash_points,
-            "record_s": sc.record_time.as_secs_f64(),
-            "check_s": sc.check_time.as_secs_f64(),
-            "error": sc.error,
-            "models": sc.models.iter().map(|(m, st)| (m.to_string(), json!({
-                "points": st.points,
-                "states": st.states,
-                "sampled_points": st.sampled_points,
-                "passed": st.passed,
-                "refused": st.refused,
-                "failed": st.failed,
-            }))).collect::<serde_json::Map<String, Value>>(),
-            "refusals": sc.refusals,
-            "violations": sc.failures.iter().map(|f| {
-                let id = StateId { model: f.model, crash_after: f.crash_after, choice: f.choice.clone() };
-                json!({
-                    "model": f.model,
-                    "crash_after": f.crash_after,
-                    "state": id.to_string(),
-                    "findings": f.findings.iter().map(|x| json!({
-                        "invariant": x.check,
-                        "when": x.when,
-                        "expected": x.expected,
-                        "found": x.found,
-                        "events": x.events,
-                    })).collect::<Vec<_>>(),
-                    "relies_on": f.losses.iter().map(|l| json!({
-                        "what": l.what, "how": l.how, "why": l.why, "ops": l.ops,
-                    })).collect::<Vec<_>>(),
-                    "replay": replay_command(&sc.source.path, store_flags, &id),
-                })
-            }).collect::<Vec<_>>(),
-        })).collect::<Vec<_>>(),
-    })
 }
 
 #[cfg(test)]

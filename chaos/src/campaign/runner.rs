@@ -278,7 +278,7 @@ pub fn run(cfg: &Config<'_>, sources: Vec<ScenarioSource>) -> Result<CampaignRes
     let elapsed = started.elapsed();
     let power_loss = match power_sources {
         Some(sources) => Some(crate::campaign::powercampaign::run(
-            &power_loss_config(cfg),
+            &crate::campaign::powercampaign::Config::of_campaign(cfg),
             sources,
         )?),
         None => None,
@@ -291,45 +291,6 @@ pub fn run(cfg: &Config<'_>, sources: Vec<ScenarioSource>) -> Result<CampaignRes
         power_loss,
         skipped,
     })
-}
-
-/// States per crash point and model when power loss runs inside `run`
-/// (enumerated up to it, sampled beyond; `agentchaos powerloss` defaults
-/// to 256): enough to reach every ordering of a few unsynced writes.
-pub const RUN_POWER_LOSS_STATES: usize = 64;
-
-/// Crash points per scenario when power loss runs inside an exhaustive
-/// `run` (seeded, always the first and the last op; `agentchaos powerloss`
-/// takes every op): through an adapter every state costs a store process,
-/// and this keeps the nemesis within about what the trials cost.
-pub const RUN_POWER_LOSS_POINTS: usize = 48;
-
-/// The power-loss nemesis of a `run`: every persistence model,
-/// [`RUN_POWER_LOSS_POINTS`] crash points per scenario (`--trials N`: N),
-/// through the store's adapter, or agentstore served by this binary.
-fn power_loss_config(cfg: &Config<'_>) -> crate::campaign::powercampaign::Config {
-    let adapter = match cfg.backend.adapter_line() {
-        Some(line) => line.to_string(),
-        None => crate::campaign::powercampaign::reference_adapter(
-            &cfg.agent_exe,
-            cfg.store_fault.as_deref(),
-            &cfg.backend.agent_args(),
-        ),
-    };
-    crate::campaign::powercampaign::Config {
-        adapter,
-        agent_exe: cfg.agent_exe.clone(),
-        models: crate::nemesis::powerloss::Model::ALL.to_vec(),
-        max_states: RUN_POWER_LOSS_STATES,
-        max_points: Some(match cfg.mode {
-            Mode::Exhaustive => RUN_POWER_LOSS_POINTS,
-            Mode::Sampled(n) => n,
-        }),
-        seed: cfg.seed,
-        jobs: cfg.jobs,
-        dir: cfg.dir.clone(),
-        progress: cfg.progress,
-    }
 }
 
 fn run_in(

@@ -5,6 +5,7 @@
 //! JSON; on the terminal the first few per scenario and invariant, then a
 //! count). This module formats; it must never run or judge anything.
 
+pub mod powerloss;
 pub mod scorecard;
 
 use std::fmt::Write;
@@ -12,7 +13,6 @@ use std::fmt::Write;
 use serde_json::{json, Value};
 
 use crate::campaign::config::replay_command;
-use crate::campaign::powercampaign;
 use crate::campaign::probe::Probe;
 use crate::campaign::runner::{CampaignResult, ScenarioResult};
 use crate::check::{explain, Invariant, Violation};
@@ -140,7 +140,7 @@ pub fn violations_text(result: &CampaignResult, ctx: &Context<'_>) -> String {
     }
     for sc in result.power_loss.iter().flat_map(|p| &p.scenarios) {
         for f in &sc.failures {
-            out.push_str(&powercampaign::describe_failure(
+            out.push_str(&powerloss::describe_failure(
                 f,
                 &sc.source,
                 &ctx.store_flags(),
@@ -154,6 +154,9 @@ pub fn violations_text(result: &CampaignResult, ctx: &Context<'_>) -> String {
                 sc.source.scenario.name
             );
         }
+    }
+    if let Some(p) = &result.power_loss {
+        out.push_str(&powerloss::refusals(p));
     }
     out
 }
@@ -254,13 +257,15 @@ pub fn table(result: &CampaignResult, ctx: &Context<'_>) -> String {
             .sum();
         let _ = writeln!(
             out,
-            "power-loss nemesis: {} states ({} distinct) at {} crash points under strict, ext4-ordered and weak, at most {} per crash point and model: {failing} failing state(s), {refused} refused with damage (no acknowledged event lost), {:.1}s",
+            "power-loss nemesis: {} states ({} distinct) at {} crash points under {}, at most {} per crash point and model: {failing} failing state(s), {refused} refused with damage (no acknowledged event lost), {:.1}s",
             p.states(),
             p.judged(),
             p.scenarios.iter().map(|s| s.crash_points).sum::<usize>(),
-            crate::campaign::runner::RUN_POWER_LOSS_STATES,
+            p.models.iter().map(|m| m.name()).collect::<Vec<_>>().join(", "),
+            p.max_states,
             p.elapsed.as_secs_f64()
         );
+        out.push_str(&powerloss::table(p));
     }
     let mut by: std::collections::BTreeMap<Invariant, usize> = Default::default();
     for s in &result.scenarios {
@@ -379,7 +384,7 @@ pub fn json(result: &CampaignResult, ctx: &Context<'_>) -> Value {
         "not_applicable": ctx.not_applicable.iter().map(|na| json!({"invariant": na.invariant, "check": na.check})).collect::<Vec<_>>(),
         "capabilities": result.capabilities.iter().map(|c| c.name()).collect::<Vec<_>>(),
         "scorecard": scorecard::json(&score(result, ctx)),
-        "power_loss": result.power_loss.as_ref().map(|p| powercampaign::json(p, &ctx.store, &ctx.store_flags())),
+        "power_loss": result.power_loss.as_ref().map(|p| powerloss::json(p, &ctx.store_flags())),
         "skipped_scenarios": result.skipped.iter().map(|(s, why)| json!({"name": s.scenario.name, "file": s.path.display().to_string(), "why": why})).collect::<Vec<_>>(),
     })
 }
