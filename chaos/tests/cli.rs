@@ -191,7 +191,7 @@ fn reports_shards_and_kept_failures() {
     assert_eq!(out.status.code(), Some(1));
     let xml = std::fs::read_to_string(&junit).unwrap();
     assert!(
-        xml.contains("<testcase classname=\"agentchaos.small\" name=\"recovery-idempotent\">"),
+        xml.contains("name=\"recovery-idempotent\" classname=\"agentchaos.small\">"),
         "{xml}"
     );
     assert!(xml.contains("<failure message="));
@@ -228,8 +228,8 @@ fn failing_random_scenarios_are_shrunk_to_a_replayable_minimum() {
     let stdout = text(&out.stdout);
     let replay = stdout
         .lines()
-        .find_map(|l| l.trim().strip_prefix("replay: agentchaos replay "))
-        .filter(|l| l.contains("-shrunk.json"))
+        .filter_map(|l| l.trim().strip_prefix("replay: agentchaos replay "))
+        .find(|l| l.contains("-shrunk.json"))
         .unwrap_or_else(|| panic!("no shrunk replay command in:\n{stdout}"));
     let args: Vec<&str> = std::iter::once("replay").chain(replay.split(' ')).collect();
     let again = run(&args);

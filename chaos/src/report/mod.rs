@@ -10,6 +10,7 @@ pub mod scorecard;
 
 use std::fmt::Write;
 
+use quick_junit::{NonSuccessKind, Report, TestCase, TestCaseStatus, TestSuite};
 use serde_json::{json, Value};
 
 use crate::campaign::config::replay_command;
@@ -389,131 +390,79 @@ pub fn json(result: &CampaignResult, ctx: &Context<'_>) -> Value {
     })
 }
 
-fn xml_escape(s: &str) -> String {
-    let mut out = String::with_capacity(s.len());
-    for c in s.chars() {
-        match c {
-            '&' => out.push_str("&amp;"),
-            '<' => out.push_str("&lt;"),
-            '>' => out.push_str("&gt;"),
-            '"' => out.push_str("&quot;"),
-            '\'' => out.push_str("&apos;"),
-            c if c.is_control() && c != '\n' && c != '\t' => {
-                out.push_str(&format!("&#{};", c as u32))
-            }
-            c => out.push(c),
-        }
-    }
-    out
-}
-
-/// JUnit XML: one suite per scenario, one test case per invariant (plus
-/// one for trial errors), failures carrying the explanations.
+/// JUnit XML: one suite per scenario, one test case per invariant (the
+/// trials', the probes' and the power-loss states' violations) plus one for
+/// what could not run as planned, failures carrying the explanations; then
+/// the scorecard as one suite.
 pub fn junit(result: &CampaignResult, ctx: &Context<'_>) -> String {
-    let mut out = String::from("<?xml version=\"1.0\" encoding=\"UTF-8\"?>\n");
-    let errors_of = |s: &ScenarioResult| -> Vec<(String, String)> {
-        s.errors()
-            .iter()
-            .map(|(p, e)| (p.to_string(), e.to_string()))
-            .chain(s.probe_errors().map(|(p, e)| (p.plan(), e.to_string())))
-            .collect()
-    };
+    let mut report = Report::new("agentchaos");
+    report.set_time(result.elapsed);
     let card = score(result, ctx);
-    let card_failures = card
-        .rows
-        .iter()
-        .filter(|(_, v)| matches!(v, scorecard::Verdict::Fail { .. }))
-        .count();
-    let failures: usize = result
-        .scenarios
-        .iter()
-        .map(|s| s.by_invariant().len() + usize::from(!errors_of(s).is_empty()))
-        .sum::<usize>()
-        + card_failures;
-    let cases = result.scenarios.len() * (Invariant::ALL.len() + 1) + card.rows.len();
-    let _ = writeln!(
-        out,
-        "<testsuites name=\"agentchaos\" tests=\"{cases}\" failures=\"{failures}\" time=\"{:.3}\">",
-        result.elapsed.as_secs_f64()
-    );
     for s in &result.scenarios {
-        let by = s.by_invariant();
-        let errors = errors_of(s);
-        let _ = writeln!(
-            out,
-            "  <testsuite name=\"{}\" tests=\"{}\" failures=\"{}\" time=\"{:.3}\">",
-            xml_escape(s.name()),
-            Invariant::ALL.len() + 1,
-            by.len() + usize::from(!errors.is_empty()),
-            s.wall.as_secs_f64()
-        );
+        let mut suite = TestSuite::new(s.name());
+        suite.set_time(s.wall);
+        let power = result
+            .power_loss
+            .iter()
+            .flat_map(|p| &p.scenarios)
+            .find(|p| p.source.scenario.name == s.name());
         for inv in Invariant::ALL {
-            let _ = write!(
-                out,
-                "    <testcase classname=\"agentchaos.{}\" name=\"{inv}\"",
-                xml_escape(s.name())
-            );
-            match by.get(&inv) {
-                None => out.push_str("/>\n"),
-                Some(n) => {
-                    let text: String = s
-                        .violations()
-                        .filter(|(_, _, v)| v.invariant == inv)
-                        .map(|(p, c, v)| explain(v, s.name(), c, &replay_of(s, &p, ctx)))
-                        .chain(
-                            s.probe_violations()
-                                .filter(|(_, v)| v.invariant == inv)
-                                .map(|(p, v)| {
-                                    explain(v, s.name(), &probe_point(p), &probe_replay(s, p, ctx))
-                                }),
-                        )
-                        .take(10)
-                        .collect::<Vec<_>>()
-                        .join("\n");
-                    let _ = writeln!(
-                        out,
-                        ">\n      <failure message=\"{n} violation(s) of {inv}\">{}</failure>\n    </testcase>",
-                        xml_escape(&text)
-                    );
-                }
-            }
+            let texts: Vec<String> = s
+                .violations()
+                .filter(|(_, _, v)| v.invariant == inv)
+                .map(|(p, c, v)| explain(v, s.name(), c, &replay_of(s, &p, ctx)))
+                .chain(
+                    s.probe_violations()
+                        .filter(|(_, v)| v.invariant == inv)
+                        .map(|(p, v)| {
+                            explain(v, s.name(), &probe_point(p), &probe_replay(s, p, ctx))
+                        }),
+                )
+                .chain(power.into_iter().flat_map(|p| {
+                    p.failures
+                        .iter()
+                        .filter(|f| f.findings.iter().any(|x| x.check == inv.name()))
+                        .map(|f| powerloss::describe_failure(f, &p.source, &ctx.store_flags()))
+                }))
+                .collect();
+            let status = if texts.is_empty() {
+                TestCaseStatus::success()
+            } else {
+                let mut st = TestCaseStatus::non_success(NonSuccessKind::Failure);
+                st.set_message(format!("{} violation(s) of {inv}", texts.len()));
+                st.set_description(texts.into_iter().take(10).collect::<Vec<_>>().join("\n"));
+                st
+            };
+            let mut case = TestCase::new(inv.name(), status);
+            case.set_classname(format!("agentchaos.{}", s.name()));
+            suite.add_test_case(case);
         }
-        let _ = write!(
-            out,
-            "    <testcase classname=\"agentchaos.{}\" name=\"trials-run-as-planned\"",
-            xml_escape(s.name())
-        );
-        if errors.is_empty() {
-            out.push_str("/>\n");
+        let errors: Vec<String> = s
+            .errors()
+            .iter()
+            .map(|(p, e)| format!("{p}: {e}"))
+            .chain(s.probe_errors().map(|(p, e)| format!("{}: {e}", p.plan())))
+            .chain(
+                power
+                    .and_then(|p| p.error.as_ref())
+                    .map(|e| format!("power loss: {e}")),
+            )
+            .collect();
+        let status = if errors.is_empty() {
+            TestCaseStatus::success()
         } else {
-            let text = errors
-                .iter()
-                .map(|(p, e)| format!("{p}: {e}"))
-                .collect::<Vec<_>>()
-                .join("\n");
-            let _ = writeln!(
-                out,
-                ">\n      <failure message=\"{} trial error(s)\">{}</failure>\n    </testcase>",
-                errors.len(),
-                xml_escape(&text)
-            );
-        }
-        out.push_str("  </testsuite>\n");
+            let mut st = TestCaseStatus::non_success(NonSuccessKind::Failure);
+            st.set_message(format!("{} trial error(s)", errors.len()));
+            st.set_description(errors.join("\n"));
+            st
+        };
+        let mut case = TestCase::new("trials-run-as-planned", status);
+        case.set_classname(format!("agentchaos.{}", s.name()));
+        suite.add_test_case(case);
+        report.add_test_suite(suite);
     }
-    out.push_str(&scorecard::junit(&card, xml_escape));
-    out.push_str("</testsuites>\n");
-    out
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn xml_escapes_markup_and_control_characters() {
-        assert_eq!(
-            xml_escape("<a href=\"x\">&'\u{1}"),
-            "&lt;a href=&quot;x&quot;&gt;&amp;&apos;&#1;"
-        );
-    }
+    report.add_test_suite(scorecard::junit(&card));
+    report
+        .to_string()
+        .expect("a report of strings serializes to a string")
 }

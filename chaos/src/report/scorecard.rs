@@ -458,49 +458,36 @@ pub fn json(card: &Scorecard) -> Value {
     Value::Array(rows)
 }
 
-/// The scorecard as one JUnit test suite (`escape` escapes XML text):
-/// fail is a failure, not supported and not exercised are skipped.
-pub fn junit(card: &Scorecard, escape: fn(&str) -> String) -> String {
-    let failures = card
-        .rows
-        .iter()
-        .filter(|(_, v)| matches!(v, Verdict::Fail { .. }))
-        .count();
-    let mut out = format!(
-        "  <testsuite name=\"scorecard\" tests=\"{}\" failures=\"{failures}\">\n",
-        card.rows.len()
-    );
+/// The scorecard as one JUnit test suite: fail is a failure, not
+/// supported and not exercised are skipped.
+pub fn junit(card: &Scorecard) -> quick_junit::TestSuite {
+    use quick_junit::{NonSuccessKind, TestCase, TestCaseStatus, TestSuite};
+    let mut suite = TestSuite::new("scorecard");
     for (row, verdict) in &card.rows {
-        let _ = write!(
-            out,
-            "    <testcase classname=\"agentchaos.scorecard\" name=\"{}\"",
-            escape(row.name())
-        );
-        match verdict {
-            Verdict::Pass { .. } => out.push_str("/>\n"),
+        let status = match verdict {
+            Verdict::Pass { .. } => TestCaseStatus::success(),
             Verdict::Fail { violations, first } => {
-                let _ = writeln!(
-                    out,
-                    ">\n      <failure message=\"{violations} violation(s)\">{}\nreplay: {}</failure>\n    </testcase>",
-                    escape(&first.line),
-                    escape(&first.replay)
-                );
+                let mut st = TestCaseStatus::non_success(NonSuccessKind::Failure);
+                st.set_message(format!("{violations} violation(s)"));
+                st.set_description(format!("{}\nreplay: {}", first.line, first.replay));
+                st
             }
-            Verdict::NotSupported { .. } | Verdict::NotExercised { .. } => {
-                let why = match verdict {
-                    Verdict::NotExercised { why } => format!("not exercised: {why}"),
-                    _ => "not supported: the store does not claim it".to_string(),
-                };
-                let _ = writeln!(
-                    out,
-                    ">\n      <skipped message=\"{}\"/>\n    </testcase>",
-                    escape(&why)
-                );
+            Verdict::NotExercised { why } => {
+                let mut st = TestCaseStatus::skipped();
+                st.set_message(format!("not exercised: {why}"));
+                st
             }
-        }
+            Verdict::NotSupported { .. } => {
+                let mut st = TestCaseStatus::skipped();
+                st.set_message("not supported: the store does not claim it");
+                st
+            }
+        };
+        let mut case = TestCase::new(row.name(), status);
+        case.set_classname("agentchaos.scorecard");
+        suite.add_test_case(case);
     }
-    out.push_str("  </testsuite>\n");
-    out
+    suite
 }
 
 #[cfg(test)]
@@ -657,9 +644,19 @@ mod tests {
         );
         assert_eq!(j[2]["claimed"], false);
         assert_eq!(j[3]["why"], "no scenario compacts before a crash");
-        let x = junit(&card, |s| s.replace('<', "&lt;"));
-        assert!(x.contains("tests=\"4\" failures=\"1\""), "{x}");
-        assert!(x.contains("expected &lt;refusal>"), "{x}");
+        let mut report = quick_junit::Report::new("t");
+        report.add_test_suite(junit(&card));
+        let x = report.to_string().unwrap();
+        assert!(
+            x.contains("tests=\"4\"")
+                && x.contains("failures=\"1\"")
+                && x.contains("skipped=\"2\""),
+            "{x}"
+        );
+        assert!(
+            x.contains("expected &lt;refusal&gt;; found accepted"),
+            "{x}"
+        );
         assert_eq!(x.matches("<skipped").count(), 2, "{x}");
     }
 
