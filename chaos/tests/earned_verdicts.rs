@@ -143,7 +143,8 @@ fn a_store_without_fsync_fails_after_a_failed_write_and_under_power_loss_by_defa
     let replay = power["first_violation"]["replay"].as_str().unwrap();
     assert!(
         replay.starts_with("agentchaos replay --scenario ")
-            && replay.contains("--store-fault no-fdatasync --plan powerloss:"),
+            && replay.contains(" --plan powerloss:")
+            && replay.contains(" --store-fault no-fdatasync"),
         "{replay}"
     );
     let (replayed, out) = campaign::replay(replay);

@@ -274,7 +274,8 @@ fn a_blob_renamed_without_fsyncing_its_data_is_caught() {
     );
     assert!(
         text.contains("replay: agentchaos replay --scenario ")
-            && text.contains("--store-fault blob-no-fsync --plan powerloss:"),
+            && text.contains(" --plan powerloss:")
+            && text.contains(" --store-fault blob-no-fsync"),
         "{text}"
     );
 }

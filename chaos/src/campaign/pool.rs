@@ -5,15 +5,17 @@
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::Mutex;
 
-pub fn progress_bar(enabled: bool, total: usize) -> Option<indicatif::ProgressBar> {
+/// The one progress bar of every campaign: `total` items, each `what`
+/// (`trials`, `crash points of small`), hidden when not `enabled`.
+pub fn progress_bar(enabled: bool, total: usize, what: &str) -> Option<indicatif::ProgressBar> {
     if !enabled {
         return None;
     }
     let bar = indicatif::ProgressBar::new(total as u64);
     bar.set_style(
-        indicatif::ProgressStyle::with_template(
-            "{bar:40} {pos}/{len} trials  {per_sec}  eta {eta}",
-        )
+        indicatif::ProgressStyle::with_template(&format!(
+            "{{bar:40}} {{pos}}/{{len}} {what}  {{per_sec}}  eta {{eta}}"
+        ))
         .unwrap_or_else(|_| indicatif::ProgressStyle::default_bar()),
     );
     Some(bar)

@@ -17,7 +17,6 @@
 //! (`agentchaos run`) covers resumed outcomes.
 
 use std::collections::{BTreeMap, HashMap};
-use std::fmt::Write as _;
 use std::hash::{Hash, Hasher};
 use std::io::Read;
 use std::path::{Path, PathBuf};
@@ -700,7 +699,11 @@ fn run_scenario(cfg: &Config, source: ScenarioSource, dir: &Path) -> ScenarioRep
         max_states: cfg.max_states,
         seed: cfg.seed,
     };
-    let bar = progress_bar(cfg.progress, points.len(), &source.scenario.name);
+    let bar = crate::campaign::pool::progress_bar(
+        cfg.progress,
+        points.len(),
+        &format!("crash points of {}", source.scenario.name),
+    );
     let results = crate::campaign::pool::parallel(cfg.jobs, points.len(), |i| {
         let r = check_point(
             &judge,
@@ -776,20 +779,6 @@ fn run_scenario(cfg: &Config, source: ScenarioSource, dir: &Path) -> ScenarioRep
     report.failures = minimized;
     report.check_time = t1.elapsed();
     report
-}
-
-fn progress_bar(enabled: bool, total: usize, name: &str) -> Option<indicatif::ProgressBar> {
-    if !enabled {
-        return None;
-    }
-    let bar = indicatif::ProgressBar::new(total as u64);
-    bar.set_style(
-        indicatif::ProgressStyle::with_template(&format!(
-            "{{bar:40}} {{pos}}/{{len}} crash points of {name}  eta {{eta}}"
-        ))
-        .unwrap_or_else(|_| indicatif::ProgressStyle::default_bar()),
-    );
-    Some(bar)
 }
 
 /// Every model's states at crash point `k`; a tree judged once per point
@@ -953,20 +942,7 @@ pub const PLAN_PREFIX: &str = "powerloss:";
 /// `store_flags` choose the store as the campaign's command line did
 /// (`--adapter 'LINE'`, `--store-fault NAME`, or nothing for agentstore).
 pub fn replay_command(path: &Path, store_flags: &[String], id: &StateId) -> String {
-    let word = |s: &str| match shlex::try_quote(s) {
-        Ok(q) => q.into_owned(),
-        Err(_) => format!("{s:?}"),
-    };
-    let mut cmd = format!(
-        "agentchaos replay --scenario {}",
-        word(&path.display().to_string())
-    );
-    for flag in store_flags {
-        cmd.push(' ');
-        cmd.push_str(&word(flag));
-    }
-    let _ = write!(cmd, " --plan {PLAN_PREFIX}{id}");
-    cmd
+    crate::campaign::config::replay_command(path, &format!("{PLAN_PREFIX}{id}"), None, store_flags)
 }
 
 /// The adapter command line of the reference store, served by the

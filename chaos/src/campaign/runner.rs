@@ -368,7 +368,7 @@ fn run_in(
             .map(|(_, j)| j)
             .collect();
     }
-    let bar = progress_bar(cfg.progress, jobs.len());
+    let bar = progress_bar(cfg.progress, jobs.len(), "trials");
     let outcomes = parallel(cfg.jobs, jobs.len(), |i| {
         let (s, plan) = jobs[i];
         let o = run_trial(cfg, &prepared[s], s, plan, &dir.join(format!("{s}-{i}")));
