@@ -1,0 +1,27 @@
+//! The committed schema is what the types generate.
+
+use std::path::Path;
+
+use agentchaos_protocol::schema::{document, COMMITTED_PATH};
+
+#[test]
+fn the_committed_schema_is_current() {
+    let path = Path::new(env!("CARGO_MANIFEST_DIR")).join(COMMITTED_PATH);
+    let fresh = serde_json::to_string_pretty(&document()).expect("the schema serializes") + "\n";
+    if std::env::var_os("UPDATE_SCHEMA").is_some() {
+        std::fs::write(&path, &fresh)
+            .unwrap_or_else(|e| panic!("cannot write {}: {e}", path.display()));
+        return;
+    }
+    let committed = std::fs::read_to_string(&path).unwrap_or_else(|e| {
+        panic!(
+            "cannot read {}: {e}; generate it with `UPDATE_SCHEMA=1 cargo test -p agentchaos-protocol`",
+            path.display()
+        )
+    });
+    assert!(
+        committed == fresh,
+        "{} is stale: the protocol types changed since it was generated; regenerate it with `UPDATE_SCHEMA=1 cargo test -p agentchaos-protocol` and commit it",
+        path.display()
+    );
+}
