@@ -9,10 +9,10 @@ mod support;
 use std::path::Path;
 use std::time::Duration;
 
-use agentchaos::store::adapter::protocol::Ack;
 use agentchaos::store::adapter::{
     AdapterCommand, Capability, Client, ClientOptions, ErrorKind, OpenArgs, ProjectionView,
 };
+use agentchaos_protocol::message::Ack;
 use agentstore::event::{
     Body, Effect, Event, Phase, PlanStep, ReconcileOutcome, ResultStatus, RunStatus, StepStatus,
 };

@@ -13,10 +13,10 @@ use std::process::Command;
 use std::sync::OnceLock;
 use std::time::Duration;
 
-use agentchaos::store::adapter::protocol::Ack;
 use agentchaos::store::adapter::{
     Capability, Client, ClientError, ClientOptions, ErrorKind, OpenArgs,
 };
+use agentchaos_protocol::message::Ack;
 use agentstore::event::{
     Effect, Event, Phase, PlanStep, ReconcileOutcome, ResultStatus, StepStatus,
 };
