@@ -16,11 +16,11 @@ use std::time::Duration;
 use agentchaos::store::adapter::{
     Capability, Client, ClientError, ClientOptions, ErrorKind, OpenArgs,
 };
-use agentchaos_protocol::message::Ack;
-use agentstore::event::{
+use agentchaos_protocol::event::{
     Effect, Event, Phase, PlanStep, ReconcileOutcome, ResultStatus, StepStatus,
 };
-use agentstore::Record;
+use agentchaos_protocol::message::Ack;
+use agentchaos_protocol::Record;
 use serde_json::json;
 
 fn adapter_dir() -> PathBuf {
@@ -210,7 +210,7 @@ fn crashed_session(root: &Path, workspace: &Path, args: &[&str]) -> (Client, Vec
     (client, acked)
 }
 
-fn phases(recovery: &agentstore::recovery::RecoveryState) -> Vec<(&str, Phase)> {
+fn phases(recovery: &agentchaos_protocol::message::RecoveryState) -> Vec<(&str, Phase)> {
     recovery
         .uncertain
         .iter()

@@ -8,7 +8,7 @@ use std::path::PathBuf;
 use agentchaos::campaign::runner::{self, Config, Mode, ScenarioSource};
 use agentchaos::scenario::{Run, Scenario, Step, TestSpec};
 use agentchaos::store::ReferenceBackend;
-use agentstore::event::Decision;
+use agentchaos_protocol::event::Decision;
 use proptest::prelude::*;
 
 fn approval() -> impl Strategy<Value = Option<Decision>> {

@@ -28,7 +28,7 @@ use std::process::{Child, ChildStdin, ChildStdout, Command, Stdio};
 use std::sync::{mpsc, Arc, Mutex};
 use std::time::{Duration, Instant};
 
-use agentstore::event::Seq;
+use agentchaos_protocol::event::Seq;
 
 use crate::agent::tools;
 use crate::agent::wire::{parse_line, ChildLine, ReportedCall, ServedContext};

@@ -18,7 +18,7 @@
 
 use std::fmt::Write as _;
 
-use agentstore::event::Event;
+use agentchaos_protocol::event::Event;
 use serde_json::{json, Value};
 
 use crate::campaign::runner::{replay_command, CampaignResult};
