@@ -25,3 +25,19 @@ fn the_committed_schema_is_current() {
         path.display()
     );
 }
+
+#[test]
+fn every_operation_names_a_reply_body_the_schema_defines() {
+    let doc = document();
+    for (op, def) in agentchaos_protocol::Request::REPLIES {
+        assert_eq!(
+            doc["replies"][op]["$ref"],
+            format!("#/$defs/{def}"),
+            "replies.{op}"
+        );
+        assert!(
+            doc["$defs"][def].is_object(),
+            "no $defs entry {def} for {op}"
+        );
+    }
+}
