@@ -2,9 +2,11 @@
 //! on top of [`Session`]: what `agentstore adapter` runs.
 //!
 //! One JSON request per input line, one JSON reply per output line, flushed
-//! before the next request is read. This module owns the mapping from
-//! protocol operations to the session API and from [`Error`] to protocol
-//! error kinds. It must never reply to `append` or `start_tool` before the
+//! before the next request is read. The shapes are the protocol crate's
+//! (`agentchaos_protocol`); this module owns the mapping from protocol
+//! operations to the session API, from [`Error`] to protocol error kinds,
+//! and from agentstore's [`Projection`] to the protocol's view
+//! ([`projection_view`]). It must never reply to `append` or `start_tool` before the
 //! session acknowledged the event (the reply *is* the durable ack), and
 //! never write anything but replies to the output.
 

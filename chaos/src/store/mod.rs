@@ -9,6 +9,11 @@
 //! protocol is a second implementation ([`crate::store::adapter::AdapterBackend`])
 //! next to [`ReferenceBackend`], which runs agentstore in-process. Nothing here
 //! judges what it sees: that is the checker's job.
+//!
+//! agentstore's internals (its `Session`, `Scanner`, snapshot reader and
+//! fold) are the reference backend's alone: they run and observe the
+//! reference store here, and what reaches the checker is the protocol's
+//! types (`agentchaos_protocol`), the same for every store.
 
 pub mod adapter;
 
