@@ -9,7 +9,7 @@
 
 use std::io::{BufRead, Write};
 
-use agentchaos_protocol::event::Event;
+use agentchaos_protocol::event::{event_id, Event};
 use agentchaos_protocol::message::{
     from_hex, to_hex, Ack, BlobBytes, CheckpointReply, Closed, ContextReply, EventsReply, Hello,
     IntentAck, OpenArgs, Opened, RecoveryState, ReplyLine, UncertainCall, WireRecord,
@@ -147,7 +147,7 @@ fn handle(
             }
             let ack = |seq: u64| Ack {
                 seq,
-                id: format!("e{seq}"),
+                id: event_id(seq),
             };
             let store = open_store(store)?;
             let seq = if mutant::active(Mutant::AckBeforeWrite) {
@@ -163,7 +163,7 @@ fn handle(
             let (seq, operation_id) = open_store(store)?.start_tool(&call_id)?;
             body(&IntentAck {
                 seq,
-                id: format!("e{seq}"),
+                id: event_id(seq),
                 operation_id,
             })
         }
@@ -196,7 +196,7 @@ fn handle(
                 .into_iter()
                 .map(|e| WireRecord {
                     seq: e.seq,
-                    id: format!("e{}", e.seq),
+                    id: event_id(e.seq),
                     ts: Some(e.ts),
                     event: e.event,
                 })
