@@ -8,7 +8,7 @@
 use std::collections::BTreeMap;
 use std::path::PathBuf;
 
-use agentstore::event::Seq;
+use agentchaos_protocol::event::Seq;
 
 use crate::agent::wire::{ReportedCall, ServedContext};
 use crate::agent::world::Application;

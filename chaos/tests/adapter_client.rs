@@ -9,7 +9,7 @@ use agentchaos::store::adapter::client::MAX_REPLY_BYTES;
 use agentchaos::store::adapter::{
     AdapterCommand, Capability, Client, ClientError, ClientOptions, ErrorKind, OpenArgs,
 };
-use agentstore::event::Event;
+use agentchaos_protocol::event::Event;
 
 const HELLO: &str =
     r#"{"id":1,"ok":{"name":"fake","protocol":1,"capabilities":["durable_append"]}}"#;

@@ -9,14 +9,14 @@ mod support;
 use std::path::Path;
 use std::time::Duration;
 
-use agentchaos::store::adapter::protocol::Ack;
 use agentchaos::store::adapter::{
     AdapterCommand, Capability, Client, ClientOptions, ErrorKind, OpenArgs, ProjectionView,
 };
-use agentstore::event::{
+use agentchaos_protocol::event::{
     Body, Effect, Event, Phase, PlanStep, ReconcileOutcome, ResultStatus, RunStatus, StepStatus,
 };
-use agentstore::recovery::RecoveryState;
+use agentchaos_protocol::message::Ack;
+use agentchaos_protocol::message::RecoveryState;
 use serde_json::json;
 
 struct Adapter {
@@ -157,7 +157,11 @@ impl Agent {
 }
 
 /// Every acknowledged event must be in `records` with its seq.
-fn check_acked_survived(store: &str, acked: &[(Ack, Event)], records: &[agentstore::Record]) {
+fn check_acked_survived(
+    store: &str,
+    acked: &[(Ack, Event)],
+    records: &[agentchaos_protocol::Record],
+) {
     for (ack, event) in acked {
         let found = records.iter().find(|r| r.seq == ack.seq);
         assert_eq!(
@@ -180,7 +184,7 @@ struct Outcome {
 }
 
 /// The projection the harness's oracle reads from `records` (never agentstore's fold).
-fn projection_of(records: &[agentstore::Record]) -> ProjectionView {
+fn projection_of(records: &[agentchaos_protocol::Record]) -> ProjectionView {
     agentchaos::check::oracle::projection(records)
 }
 
@@ -410,7 +414,7 @@ fn run_session(a: &Adapter, workspace: &Path) -> Outcome {
     assert_eq!(client.recover().unwrap().appended, 0, "{}", a.name);
     check_acked_survived(a.name, &acked, &client.events(None).unwrap());
     assert_eq!(client.get_blob(&blob).unwrap(), output, "{}", a.name);
-    let missing = agentstore::event::BlobRef {
+    let missing = agentchaos_protocol::event::BlobRef {
         digest: "0".repeat(64),
         size: 1,
     };

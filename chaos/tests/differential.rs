@@ -14,7 +14,7 @@ use std::time::Duration;
 use agentchaos::store::adapter::{
     AdapterCommand, Client, ClientError, ClientOptions, ErrorKind, OpenArgs, ProjectionView,
 };
-use agentstore::event::{
+use agentchaos_protocol::event::{
     Decision, Effect, Event, PlanStep, ReconcileOutcome, ResultStatus, RunStatus, StepStatus,
 };
 use serde_json::json;
@@ -229,7 +229,7 @@ fn outcome<T>(r: Result<T, ClientError>, seq: impl Fn(&T) -> u64) -> Result<u64,
 }
 
 /// A record as compared across stores (timestamps differ).
-type Entry = (u64, String, agentstore::event::Body);
+type Entry = (u64, String, agentchaos_protocol::event::Body);
 
 /// Both stores' projections are the oracle's reading of their events, and agree.
 fn compare_state(stores: &mut [Store], context: &str) {

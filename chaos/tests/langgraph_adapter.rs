@@ -4,8 +4,8 @@
 //! no writer lock, and, as a stock graph, a re-run of every unfinished node).
 //!
 //! Skipped, with a line on stderr, when `python3` cannot import
-//! `langgraph.checkpoint.sqlite`; CI installs it from the adapter's
-//! requirements.txt.
+//! `langgraph.checkpoint.sqlite` or `jsonschema`; CI installs both from the
+//! adapter's requirements.txt.
 
 use std::io::Write;
 use std::path::{Path, PathBuf};
@@ -13,36 +13,36 @@ use std::process::Command;
 use std::sync::OnceLock;
 use std::time::Duration;
 
-use agentchaos::store::adapter::protocol::Ack;
 use agentchaos::store::adapter::{
     Capability, Client, ClientError, ClientOptions, ErrorKind, OpenArgs,
 };
-use agentstore::event::{
+use agentchaos_protocol::event::{
     Effect, Event, Phase, PlanStep, ReconcileOutcome, ResultStatus, StepStatus,
 };
-use agentstore::Record;
+use agentchaos_protocol::message::Ack;
+use agentchaos_protocol::Record;
 use serde_json::json;
 
 fn adapter_dir() -> PathBuf {
     Path::new(env!("CARGO_MANIFEST_DIR")).join("adapters/langgraph")
 }
 
-/// Whether LangGraph is installed (asked once per test binary); if not,
+/// Whether LangGraph and jsonschema are installed (asked once per test binary); if not,
 /// says so on stderr, past the test harness's capture, so that a skip is
 /// visible in CI logs.
 fn langgraph_available(test: &str) -> bool {
     static AVAILABLE: OnceLock<bool> = OnceLock::new();
     let ok = *AVAILABLE.get_or_init(|| {
         Command::new("python3")
-            .args(["-c", "import langgraph.checkpoint.sqlite"])
+            .args(["-c", "import langgraph.checkpoint.sqlite, jsonschema"])
             .output()
             .is_ok_and(|o| o.status.success())
     });
     if !ok {
         let _ = writeln!(
             std::io::stderr(),
-            "SKIP {test}: python3 cannot import langgraph.checkpoint.sqlite; \
-             install it with: python3 -m pip install -r chaos/adapters/langgraph/requirements.txt"
+            "SKIP {test}: python3 cannot import langgraph.checkpoint.sqlite or jsonschema; \
+             install them with: python3 -m pip install -r chaos/adapters/langgraph/requirements.txt"
         );
     }
     ok
@@ -210,7 +210,7 @@ fn crashed_session(root: &Path, workspace: &Path, args: &[&str]) -> (Client, Vec
     (client, acked)
 }
 
-fn phases(recovery: &agentstore::recovery::RecoveryState) -> Vec<(&str, Phase)> {
+fn phases(recovery: &agentchaos_protocol::message::RecoveryState) -> Vec<(&str, Phase)> {
     recovery
         .uncertain
         .iter()

@@ -9,7 +9,7 @@ use agentchaos::campaign::config::{Config, Mode, ScenarioSource};
 use agentchaos::campaign::runner;
 use agentchaos::scenario::{Run, Scenario, Step, TestSpec};
 use agentchaos::store::ReferenceBackend;
-use agentstore::event::Decision;
+use agentchaos_protocol::event::Decision;
 use proptest::prelude::*;
 
 fn approval() -> impl Strategy<Value = Option<Decision>> {

@@ -2,142 +2,62 @@
 //! on top of [`Session`]: what `agentstore adapter` runs.
 //!
 //! One JSON request per input line, one JSON reply per output line, flushed
-//! before the next request is read. This module owns the mapping from
-//! protocol operations to the session API and from [`Error`] to protocol
-//! error kinds. It must never reply to `append` or `start_tool` before the
+//! before the next request is read. The shapes are the protocol crate's
+//! (`agentchaos_protocol`); this module owns the mapping from protocol
+//! operations to the session API, from [`Error`] to protocol error kinds,
+//! and from agentstore's [`Projection`] to the protocol's view
+//! ([`projection_view`]). It must never reply to `append` or `start_tool` before the
 //! session acknowledged the event (the reply *is* the durable ack), and
 //! never write anything but replies to the output.
 
 use std::io::{self, BufRead, Write};
-use std::path::{Path, PathBuf};
+use std::path::Path;
 
-use serde::Deserialize;
-use serde_json::{json, Map, Value};
+use agentchaos_protocol::message::{
+    from_hex, to_hex, Ack, BlobBytes, CheckpointReply, Closed, ContextReply, EventsReply, Hello,
+    IntentAck, Opened, ReplyLine, TornTailReport, WireRecord,
+};
+use agentchaos_protocol::view::{CallView, ProjectionView};
+use agentchaos_protocol::{Capability, ErrorKind, Refusal, Request, PROTOCOL_VERSION};
+use serde::Serialize;
+use serde_json::Value;
 
 use crate::durability::Durability;
 use crate::error::{one_line, quote, Error, Result};
-use crate::event::{event_id, BlobRef, Body, Event, Record, Seq};
+use crate::event::{event_id, Event, Seq};
 use crate::fault::{self, Fault};
 use crate::layout::SessionId;
 use crate::projection::{OpenCall, Projection};
-use crate::recovery::TornTailReport;
 use crate::scan::{Scanner, TornTail};
 use crate::session::{Session, SessionOptions};
-
-/// The protocol version this adapter speaks.
-pub const PROTOCOL_VERSION: u64 = 1;
-
-/// What the reference store claims: everything version 1 names.
-pub const CAPABILITIES: &[&str] = &[
-    "durable_append",
-    "torn_tail_repair",
-    "damage_refusal",
-    "orphan_marking",
-    "effect_ledger",
-    "checkpoint_projection",
-    "branches",
-    "compaction",
-    "writer_lock",
-    "blobs",
-];
-
-#[derive(Deserialize)]
-#[serde(tag = "op", rename_all = "snake_case")]
-enum Request {
-    Hello {
-        protocol: u64,
-    },
-    Open {
-        root: PathBuf,
-        session: String,
-        #[serde(default)]
-        workspace: Option<PathBuf>,
-        create: bool,
-    },
-    Append {
-        event: Value,
-    },
-    StartTool {
-        call_id: String,
-    },
-    Recover,
-    Events {
-        #[serde(default)]
-        after: Option<Seq>,
-        #[serde(default)]
-        limit: Option<u64>,
-    },
-    Context {
-        #[serde(default)]
-        budget: Option<u64>,
-    },
-    Checkpoint,
-    Projection,
-    PutBlob {
-        hex: String,
-    },
-    GetBlob {
-        digest: String,
-        size: u64,
-    },
-    Close,
-}
-
-/// A refusal, as sent in an error reply.
-struct Refusal {
-    kind: &'static str,
-    message: String,
-}
-
-impl Refusal {
-    fn bad_request(message: impl Into<String>) -> Refusal {
-        Refusal {
-            kind: "bad_request",
-            message: message.into(),
-        }
-    }
-}
 
 impl From<Error> for Refusal {
     fn from(e: Error) -> Refusal {
         let kind = match &e {
-            Error::Io { .. } | Error::Poisoned { .. } => "io",
-            Error::Damage { .. } | Error::UnknownEventType { .. } => "damage",
-            Error::SessionLocked { .. } => "locked",
+            Error::Io { .. } | Error::Poisoned { .. } => ErrorKind::Io,
+            Error::Damage { .. } | Error::UnknownEventType { .. } => ErrorKind::Damage,
+            Error::SessionLocked { .. } => ErrorKind::Locked,
             Error::IncompleteSession { .. } if fault::active(Fault::RefuseIncompleteSession) => {
-                "invalid"
+                ErrorKind::Invalid
             }
             // Nothing of it is durable: to the harness it does not exist
             // yet, and `open` with `create` finishes it.
-            Error::NoSuchSession { .. } | Error::IncompleteSession { .. } => "not_found",
-            Error::SessionExists { .. } => "exists",
-            Error::Rule(_) => "rule",
+            Error::NoSuchSession { .. } | Error::IncompleteSession { .. } => ErrorKind::NotFound,
+            Error::SessionExists { .. } => ErrorKind::Exists,
+            Error::Rule(_) => ErrorKind::Rule,
             Error::InvalidSessionId { .. } | Error::EventTooLarge { .. } | Error::Invalid(_) => {
-                "invalid"
+                ErrorKind::Invalid
             }
         };
-        Refusal {
-            kind,
-            message: e.to_string(),
-        }
+        Refusal::new(kind, e.to_string())
     }
-}
-
-/// One reply line: the id first, then `ok` or `error`.
-#[derive(serde::Serialize)]
-struct Reply {
-    id: Value,
-    #[serde(skip_serializing_if = "Option::is_none")]
-    ok: Option<Value>,
-    #[serde(skip_serializing_if = "Option::is_none")]
-    error: Option<Value>,
 }
 
 /// The adapter's state: at most one open session, and how it serves.
 #[derive(Debug)]
 struct Server {
     session: Option<Session>,
-    claims: Vec<&'static str>,
+    claims: Vec<Capability>,
     durability: Durability,
 }
 
@@ -148,11 +68,11 @@ pub const MAX_REQUEST_LINE: usize = 64 << 20;
 /// How the adapter serves.
 #[derive(Debug, Clone)]
 pub struct ServeOptions {
-    /// What `hello` claims: a subset of [`CAPABILITIES`]; the store behaves
+    /// What `hello` claims: a subset of [`Capability::ALL`]; the store behaves
     /// the same. For seeing how the harness scores a store that claims
     /// less: claims decide how a capability is scored, never which faults
     /// the store gets.
-    pub claims: Vec<&'static str>,
+    pub claims: Vec<Capability>,
     /// Request lines are capped at this many bytes, newline included. A
     /// longer line is read to its newline without being kept, and answered
     /// with one `bad_request` reply (its id is unknown: null).
@@ -164,7 +84,7 @@ pub struct ServeOptions {
 impl Default for ServeOptions {
     fn default() -> Self {
         ServeOptions {
-            claims: CAPABILITIES.to_vec(),
+            claims: Capability::ALL.to_vec(),
             request_cap: MAX_REQUEST_LINE,
             durability: Durability::Sync,
         }
@@ -195,24 +115,22 @@ pub fn serve_with(
             .map_err(Error::io("read request from", "stdin"))?;
         let reply = match read {
             Line::End => return Ok(()),
-            Line::TooLong { len } => Reply::refused(
-                Value::Null,
+            Line::TooLong { len } => refused(
+                None,
                 Refusal::bad_request(format!(
                     "request line of {len} bytes exceeds the limit of {cap} bytes (newline included); discarded"
                 )),
             ),
             Line::Complete => match std::str::from_utf8(&line) {
                 Ok(text) => server.handle(text),
-                Err(e) => Reply::refused(
-                    Value::Null,
+                Err(e) => refused(
+                    None,
                     Refusal::bad_request(format!("request is not UTF-8: {e}")),
                 ),
             },
         };
-        let mut bytes = serde_json::to_vec(&reply).expect("a reply serializes");
-        bytes.push(b'\n');
         output
-            .write_all(&bytes)
+            .write_all(reply.to_line().as_bytes())
             .and_then(|()| output.flush())
             .map_err(Error::io("write reply to", "stdout"))?;
     }
@@ -272,39 +190,25 @@ fn read_line_capped(input: &mut impl BufRead, buf: &mut Vec<u8>, cap: usize) -> 
     }
 }
 
-impl Reply {
-    fn refused(id: Value, r: Refusal) -> Reply {
-        Reply {
-            id,
-            ok: None,
-            error: Some(json!({ "kind": r.kind, "message": one_line(&r.message) })),
-        }
-    }
-}
-
 impl Server {
-    fn handle(&mut self, line: &str) -> Reply {
+    fn handle(&mut self, line: &str) -> ReplyLine {
         let parsed: std::result::Result<Value, _> = serde_json::from_str(line);
         let (id, outcome) = match parsed {
             Ok(v) => {
-                let id = v.get("id").cloned().unwrap_or(Value::Null);
+                let id = v.get("id").and_then(Value::as_u64);
                 let outcome = serde_json::from_value::<Request>(v)
                     .map_err(|e| Refusal::bad_request(format!("request does not fit: {e}")))
                     .and_then(|req| self.dispatch(req));
                 (id, outcome)
             }
             Err(e) => (
-                Value::Null,
+                None,
                 Err(Refusal::bad_request(format!("request is not JSON: {e}"))),
             ),
         };
         match outcome {
-            Ok(ok) => Reply {
-                id,
-                ok: Some(ok),
-                error: None,
-            },
-            Err(r) => Reply::refused(id, r),
+            Ok(ok) => ReplyLine::ok(id, &ok),
+            Err(r) => refused(id, r),
         }
     }
 
@@ -318,26 +222,24 @@ impl Server {
         match req {
             Request::Hello { protocol } => {
                 if protocol != PROTOCOL_VERSION {
-                    return Err(Refusal {
-                        kind: "unsupported",
-                        message: format!(
-                            "this adapter speaks protocol {PROTOCOL_VERSION}, not {protocol}"
-                        ),
-                    });
+                    return Err(Refusal::new(
+                        ErrorKind::Unsupported,
+                        format!("this adapter speaks protocol {PROTOCOL_VERSION}, not {protocol}"),
+                    ));
                 }
-                Ok(json!({
-                    "name": "agentstore",
-                    "version": env!("CARGO_PKG_VERSION"),
-                    "protocol": PROTOCOL_VERSION,
-                    "capabilities": self.claims,
-                }))
+                body(&Hello {
+                    name: "agentstore".to_string(),
+                    version: Some(env!("CARGO_PKG_VERSION").to_string()),
+                    protocol: PROTOCOL_VERSION,
+                    capabilities: self.claims.clone(),
+                })
             }
-            Request::Open {
+            Request::Open(agentchaos_protocol::message::OpenArgs {
                 root,
                 session,
                 workspace,
                 create,
-            } => {
+            }) => {
                 if self.session.is_some() {
                     return Err(Refusal::bad_request(
                         "a session is already open; close it first",
@@ -357,23 +259,24 @@ impl Server {
                     let (s, report) = Session::open(&root, &id, options)?;
                     (s, report.repaired)
                 };
-                let mut reply = json!({ "next_seq": s.projection().next_seq() });
-                if let Some(t) = repaired {
-                    reply["repaired"] = json!(TornTailReport::from(&t));
-                }
+                let reply = Opened {
+                    next_seq: s.projection().next_seq(),
+                    repaired: repaired.as_ref().map(TornTailReport::from),
+                };
                 self.session = Some(s);
-                Ok(reply)
+                body(&reply)
             }
             Request::Append { event } => {
-                let event: Event = serde_json::from_value(event)
-                    .map_err(|e| Refusal::bad_request(format!("event does not fit: {e}")))?;
                 if let Event::ToolStarted { .. } = event {
                     return Err(Refusal::bad_request(
                         "tool_started is the intent: send start_tool, not append",
                     ));
                 }
                 let ack = self.session()?.append(event)?;
-                Ok(json!({ "seq": ack.seq(), "id": ack.id() }))
+                body(&Ack {
+                    seq: ack.seq(),
+                    id: ack.id().to_string(),
+                })
             }
             Request::StartTool { call_id } => {
                 let session = self.session()?;
@@ -383,57 +286,60 @@ impl Server {
                 let seq = intent
                     .ack()
                     .map_or(session.projection().next_seq(), |a| a.seq());
-                Ok(json!({
-                    "seq": seq,
-                    "id": event_id(seq),
-                    "operation_id": intent.operation_id(),
-                }))
+                body(&IntentAck {
+                    seq,
+                    id: event_id(seq),
+                    operation_id: intent.operation_id().map(str::to_string),
+                })
             }
             Request::Recover => {
                 let state = self.session()?.recover()?;
-                Ok(serde_json::to_value(&state).expect("a recovery state serializes"))
+                body(&state)
             }
             Request::Events { after, limit } => {
                 let records = read_records(self.session()?, after, limit)?;
-                Ok(json!({ "records": records }))
+                body(&EventsReply { records })
             }
             Request::Context { budget } => {
                 let text = self.session()?.context(budget)?;
-                Ok(json!({ "text": text }))
+                body(&ContextReply { text })
             }
             Request::Checkpoint => {
                 let c = self.session()?.checkpoint()?;
-                Ok(json!({ "next_seq": c.next_seq }))
+                body(&CheckpointReply {
+                    next_seq: c.next_seq,
+                })
             }
-            Request::Projection => Ok(projection_json(self.session()?.projection())),
+            Request::Projection => body(&projection_view(self.session()?.projection())),
             Request::PutBlob { hex } => {
                 let bytes = from_hex(&hex).ok_or_else(|| {
                     Refusal::bad_request("put_blob: hex is not an even number of hex digits")
                 })?;
                 let blob = self.session()?.put_blob(&bytes)?;
-                Ok(json!({ "digest": blob.digest, "size": blob.size }))
+                body(&blob)
             }
-            Request::GetBlob { digest, size } => {
+            Request::GetBlob(reference) => {
                 let session = self.session()?;
-                let reference = BlobRef { digest, size };
                 let valid = reference.digest.len() == 64
                     && reference
                         .digest
                         .bytes()
                         .all(|b| matches!(b, b'0'..=b'9' | b'a'..=b'f'));
                 if !valid || !session.paths().blobs().join(&reference.digest).is_file() {
-                    return Err(Refusal {
-                        kind: "not_found",
-                        message: format!("no blob {}", quote(&reference.digest)),
-                    });
+                    return Err(Refusal::new(
+                        ErrorKind::NotFound,
+                        format!("no blob {}", quote(&reference.digest)),
+                    ));
                 }
                 let bytes = crate::blob::get(session.paths(), &reference)?;
-                Ok(json!({ "hex": to_hex(&bytes) }))
+                body(&BlobBytes {
+                    hex: to_hex(&bytes),
+                })
             }
             Request::Close => {
                 self.session()?;
                 self.session = None;
-                Ok(json!({}))
+                body(&Closed {})
             }
         }
     }
@@ -470,22 +376,23 @@ fn create_or_finish(
     }
 }
 
-fn to_hex(bytes: &[u8]) -> String {
-    bytes.iter().map(|b| format!("{b:02x}")).collect()
+/// A refusal's reply line, its message on one line.
+fn refused(id: Option<u64>, r: Refusal) -> ReplyLine {
+    let message = one_line(&r.message);
+    ReplyLine::refused(id, Refusal { message, ..r })
 }
 
-fn from_hex(hex: &str) -> Option<Vec<u8>> {
-    if !hex.len().is_multiple_of(2) || !hex.bytes().all(|b| b.is_ascii_hexdigit()) {
-        return None;
-    }
-    (0..hex.len())
-        .step_by(2)
-        .map(|i| u8::from_str_radix(hex.get(i..i + 2)?, 16).ok())
-        .collect()
+/// An `ok` body as JSON.
+fn body(reply: &impl Serialize) -> std::result::Result<Value, Refusal> {
+    Ok(serde_json::to_value(reply).expect("a reply body serializes"))
 }
 
 /// Records with seq greater than `after` (all when `None`), at most `limit`.
-fn read_records(session: &Session, after: Option<Seq>, limit: Option<u64>) -> Result<Vec<Value>> {
+fn read_records(
+    session: &Session,
+    after: Option<Seq>,
+    limit: Option<u64>,
+) -> Result<Vec<WireRecord>> {
     let from = after.map_or(0, |a| a + 1);
     let limit = limit.unwrap_or(u64::MAX);
     let mut out = Vec::new();
@@ -495,63 +402,50 @@ fn read_records(session: &Session, after: Option<Seq>, limit: Option<u64>) -> Re
             break;
         };
         if rec.seq >= from {
-            out.push(record_json(&rec));
+            out.push(WireRecord::of(&rec));
         }
     }
     Ok(out)
 }
 
-fn record_json(rec: &Record) -> Value {
-    let event = match &rec.body {
-        Body::Known(e) => serde_json::to_value(e).expect("an event serializes"),
-        Body::Ignorable { type_name, fields } => {
-            let mut obj = match fields {
-                Value::Object(m) => m.clone(),
-                _ => Map::new(),
-            };
-            obj.insert("type".into(), Value::String(type_name.clone()));
-            Value::Object(obj)
-        }
-    };
-    json!({ "seq": rec.seq, "id": rec.id, "ts": rec.ts, "event": event })
+fn call_view(c: &OpenCall) -> CallView {
+    CallView {
+        call_id: c.call_id.clone(),
+        tool: c.tool.clone(),
+        args: c.args.clone(),
+        effect: c.effect,
+        operation_id: c.operation_id.clone(),
+        target: c.target.clone(),
+        needs_approval: c.needs_approval,
+        approval: c.approval,
+        phase: c.phase(),
+        external_ref: c.committed.clone(),
+        recovery: c.recovery,
+        reconciled: c.reconciled,
+    }
 }
 
-fn call_json(c: &OpenCall) -> Value {
-    json!({
-        "call_id": c.call_id,
-        "tool": c.tool,
-        "args": c.args,
-        "effect": c.effect,
-        "operation_id": c.operation_id,
-        "target": c.target,
-        "needs_approval": c.needs_approval,
-        "approval": c.approval,
-        "phase": c.phase(),
-        "external_ref": c.committed,
-        "recovery": c.recovery,
-        "reconciled": c.reconciled,
-    })
-}
-
-/// The projection as protocol version 1 defines it.
-fn projection_json(p: &Projection) -> Value {
+/// The projection as protocol version 1 defines it: what `projection`
+/// serves, and how the harness reads the reference store's own fold.
+pub fn projection_view(p: &Projection) -> ProjectionView {
     let mut calls: Vec<&OpenCall> = p.open_calls().values().collect();
     calls.sort_by_key(|c| c.seq);
-    json!({
-        "next_seq": p.next_seq(),
-        "open_run": p.open_run(),
-        "interrupted_runs": p.interrupted_runs(),
-        "leaf": p.leaf(),
-        "branch": p.branch().iter().map(|&s| event_id(s)).collect::<Vec<_>>(),
-        "open_calls": calls.into_iter().map(call_json).collect::<Vec<_>>(),
-        "committed_operations": p.committed_operations(),
-        "plan": p.plan(),
-    })
+    ProjectionView {
+        next_seq: p.next_seq(),
+        open_run: p.open_run().map(str::to_string),
+        interrupted_runs: p.interrupted_runs().to_vec(),
+        leaf: p.leaf(),
+        branch: p.branch().iter().map(|&s| event_id(s)).collect(),
+        open_calls: calls.into_iter().map(call_view).collect(),
+        committed_operations: p.committed_operations().iter().cloned().collect(),
+        plan: p.plan().cloned(),
+    }
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
+    use serde_json::json;
 
     fn run(requests: &[Value]) -> Vec<Value> {
         let input: String = requests.iter().map(|r| format!("{r}\n")).collect();

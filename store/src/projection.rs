@@ -21,8 +21,8 @@ use serde_json::Value;
 
 use crate::error::{Error, Result};
 use crate::event::{
-    event_id, seq_of_event_id, Body, Decision, Effect, Event, EventId, Phase, PlanStep,
-    ReconcileOutcome, Record, Seq,
+    event_id, seq_of_event_id, Body, Decision, Effect, Event, EventId, Phase, ReconcileOutcome,
+    Record, Seq,
 };
 use crate::fault::{self, Fault};
 use crate::index::SparseIndex;
@@ -122,12 +122,8 @@ impl OpenCall {
     }
 }
 
-/// The plan as last updated.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
-pub struct Plan {
-    pub goal: String,
-    pub steps: Vec<PlanStep>,
-}
+/// The plan as last updated (a protocol type: the projection view carries it).
+pub use agentchaos_protocol::view::Plan;
 
 /// What the model was configured with for the current run.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]

@@ -21,70 +21,28 @@
 //! byte offset instead of being hidden behind the snapshot. `fsck` verifies
 //! every line too and never writes.
 
-use serde::Serialize;
-use serde_json::Value;
+pub use agentchaos_protocol::message::{RecoveryState, TornTailReport, UncertainCall};
 
 use crate::crashpoint;
 use crate::error::Result;
-use crate::event::{Effect, Event, Phase, RecoveryStatus};
+use crate::event::{Event, Phase, RecoveryStatus};
 use crate::fault::{self, Fault};
 use crate::projection::OpenCall;
 use crate::scan::TornTail;
 use crate::session::Session;
 
-/// A tool call whose outcome is uncertain after a crash.
-#[derive(Debug, Clone, PartialEq, Serialize)]
-pub struct UncertainCall {
-    pub call_id: String,
-    pub tool: String,
-    pub target: Option<String>,
-    pub phase: Phase,
-    pub effect: Effect,
-    pub operation_id: Option<String>,
-    pub args: Value,
-    /// For `committed`: the external reference the effect left.
-    pub external_ref: Option<String>,
-}
-
-impl UncertainCall {
-    fn of(call: &OpenCall, phase: Phase) -> UncertainCall {
-        UncertainCall {
-            call_id: call.call_id.clone(),
-            tool: call.tool.clone(),
-            target: call.target.clone(),
-            phase,
-            effect: call.effect,
-            operation_id: call.operation_id.clone(),
-            args: call.args.clone(),
-            external_ref: call.committed.clone(),
-        }
+/// The uncertain-call report of `call`, marked with `phase`.
+fn uncertain_call(call: &OpenCall, phase: Phase) -> UncertainCall {
+    UncertainCall {
+        call_id: call.call_id.clone(),
+        tool: call.tool.clone(),
+        target: call.target.clone(),
+        phase,
+        effect: call.effect,
+        operation_id: call.operation_id.clone(),
+        args: call.args.clone(),
+        external_ref: call.committed.clone(),
     }
-}
-
-/// What recovery found and recorded.
-#[derive(Debug, Clone, PartialEq, Serialize)]
-pub struct RecoveryState {
-    /// The torn tail cut off when the session was opened.
-    #[serde(skip_serializing_if = "Option::is_none")]
-    pub repaired: Option<TornTailReport>,
-    /// Runs without a finish (marked now or by an earlier recovery).
-    pub interrupted_runs: Vec<String>,
-    /// Calls marked uncertain and not yet reconciled, in call order.
-    pub uncertain: Vec<UncertainCall>,
-    /// Events this recovery appended (0 when it had nothing left to do).
-    pub appended: u64,
-}
-
-/// A torn tail, for reports.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
-pub struct TornTailReport {
-    pub offset: u64,
-    pub len: u64,
-    pub line: u64,
-    pub reason: String,
-    /// Where the cut bytes were saved before the cut.
-    #[serde(skip_serializing_if = "Option::is_none")]
-    pub quarantine: Option<String>,
 }
 
 impl From<&TornTail> for TornTailReport {
@@ -151,7 +109,7 @@ impl Session {
             uncertain: projection
                 .uncertain_calls()
                 .into_iter()
-                .map(|c| UncertainCall::of(c, c.recovery.unwrap_or(c.phase())))
+                .map(|c| uncertain_call(c, c.recovery.unwrap_or(c.phase())))
                 .collect(),
             appended,
         })

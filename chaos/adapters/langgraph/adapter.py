@@ -34,11 +34,14 @@ def main(argv: list[str]) -> int:
         from lgadapter.serve import RECOVERY_MODES, serve
     except ImportError as e:
         print(
-            f"langgraph adapter: cannot import LangGraph ({e}); "
-            "install it: python3 -m pip install -r chaos/adapters/langgraph/requirements.txt",
+            f"langgraph adapter: cannot import its packages ({e}); "
+            "install them: python3 -m pip install -r chaos/adapters/langgraph/requirements.txt",
             file=sys.stderr,
         )
         return 3
+    except RuntimeError as e:  # the protocol schema is missing or unreadable
+        print(f"langgraph adapter: {e}", file=sys.stderr)
+        return 2
     if recovery not in RECOVERY_MODES:
         print(f"langgraph adapter: unknown recovery mode {recovery!r}; {USAGE}", file=sys.stderr)
         return 2

@@ -24,6 +24,7 @@ sys.path.insert(0, HERE)
 from langgraph.checkpoint.base.id import uuid6  # noqa: E402
 from langgraph.checkpoint.sqlite import SqliteSaver  # noqa: E402
 
+from lgadapter import schema  # noqa: E402
 from lgadapter.store import DB_NAME, wal_synchronous  # noqa: E402
 
 THREAD = {"configurable": {"thread_id": "t", "checkpoint_ns": ""}}
@@ -136,6 +137,34 @@ def check_a_killed_intent_is_a_pending_write_of_its_task(tmp: str) -> None:
         ("events", {"type": "tool_started", "call_id": "c1"})
     ], head.pending_writes
     saver.conn.close()
+
+
+def check_requests_are_validated_by_the_committed_schema(_tmp: str) -> None:
+    """Every request of chaos/PROTOCOL.md's transcript fits the schema the
+    adapter reads; requests that do not fit are refused naming the field."""
+    doc = os.path.join(HERE, "..", "..", "PROTOCOL.md")
+    with open(doc, encoding="utf-8") as f:
+        requests = [json.loads(line[2:]) for line in f if line.startswith("> {")]
+    assert len(requests) > 10, len(requests)
+    for req in requests:
+        schema.check_request(req)
+    refused = {
+        "unknown op 'fly'": {"id": 1, "op": "fly"},
+        "open: at .create: 'yes' is not of type 'boolean'": {
+            "id": 2, "op": "open", "root": "/r", "session": "s", "create": "yes"
+        },
+        "append: event does not fit: user_message: at .text: 1 is not of type 'string'": {
+            "id": 3, "op": "append", "event": {"type": "user_message", "text": 1}
+        },
+        "hello: 'id' is a required property": {"op": "hello", "protocol": 1},
+    }
+    for message, req in refused.items():
+        try:
+            schema.check_request(req)
+        except schema.BadShape as e:
+            assert str(e) == message, (str(e), message)
+        else:
+            raise AssertionError(f"accepted {req}")
 
 
 def main() -> int:

@@ -31,11 +31,11 @@ use std::collections::{BTreeMap, HashMap};
 use std::io::StdoutLock;
 use std::path::PathBuf;
 
-use agentstore::crashpoint;
-use agentstore::event::{
+use agentchaos_protocol::event::{
     event_id, Decision, Effect, Event, Phase, ReconcileOutcome, Record, ResultStatus, RunStatus,
     Seq,
 };
+use agentstore::crashpoint;
 use serde_json::Value;
 
 use crate::agent::tools::{Output, ToolContext};

@@ -21,7 +21,7 @@ use std::collections::BTreeMap;
 use std::io::Write;
 use std::path::{Path, PathBuf};
 
-use agentstore::event::{ReconcileOutcome, ResultStatus};
+use agentchaos_protocol::event::{ReconcileOutcome, ResultStatus};
 use serde_json::Value;
 
 use crate::agent::world::WorldClient;

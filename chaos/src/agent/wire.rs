@@ -9,7 +9,7 @@
 
 use std::io::{BufRead, Write};
 
-use agentstore::event::{Event, Phase, Seq};
+use agentchaos_protocol::event::{Event, Phase, Seq};
 use serde::{Deserialize, Serialize};
 
 /// An uncertain call as the store's recovery reported it.

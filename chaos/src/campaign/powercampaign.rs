@@ -24,7 +24,7 @@ use std::process::{Command, Stdio};
 use std::sync::mpsc;
 use std::time::{Duration, Instant};
 
-use agentstore::event::Seq;
+use agentchaos_protocol::event::Seq;
 use serde_json::Value;
 
 use crate::agent::wire::{parse_line, ChildLine, ReportedCall, ServedContext};

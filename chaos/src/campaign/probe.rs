@@ -52,7 +52,7 @@ use std::path::{Path, PathBuf};
 use std::process::Command;
 use std::str::FromStr;
 
-use agentstore::event::{BlobRef, Event, Record, Seq};
+use agentchaos_protocol::event::{BlobRef, Event, Record, Seq};
 use agentstore::{LogPosition, Scanner, Session, SessionId, SessionOptions, SessionPaths};
 use serde::{Deserialize, Serialize};
 
@@ -636,7 +636,7 @@ fn ledger(
         if needs_approval {
             then.push(Event::Approval {
                 call_id: retry.clone(),
-                decision: agentstore::event::Decision::Approved,
+                decision: agentchaos_protocol::event::Decision::Approved,
             });
         }
         then.extend([
@@ -1194,7 +1194,7 @@ fn child_ledger(args: &ChildArgs) -> Result<ProbeReply, String> {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use agentstore::event::{event_id, Body, Redaction};
+    use agentchaos_protocol::event::{event_id, Body, Redaction};
 
     fn rec(seq: u64, e: Event) -> Record {
         Record {

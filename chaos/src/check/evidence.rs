@@ -4,7 +4,7 @@
 //! fault landed inside the store's own I/O); the verdicts are the
 //! invariants' ([`crate::check`]), the rows the scorecard's.
 
-use agentstore::event::Event;
+use agentchaos_protocol::event::Event;
 
 use crate::check::model::Model;
 use crate::history::History;

@@ -19,7 +19,7 @@ pub mod oracle;
 use std::collections::BTreeMap;
 use std::fmt;
 
-use agentstore::event::{Decision, Event, Record, Seq};
+use agentchaos_protocol::event::{Decision, Event, Record, Seq};
 use serde_json::Value;
 
 use crate::agent::tools::tagged_operation;
@@ -573,10 +573,10 @@ fn first_divergence(before: &[Record], after: &[Record]) -> Option<String> {
                         "ts": r.ts,
                         "redaction": format!("{:?}", r.redaction),
                         "event": match &r.body {
-                            agentstore::event::Body::Known(e) => {
+                            agentchaos_protocol::event::Body::Known(e) => {
                                 serde_json::to_value(e).expect("an event serializes")
                             }
-                            agentstore::event::Body::Ignorable { fields, .. } => fields.clone(),
+                            agentchaos_protocol::event::Body::Ignorable { fields, .. } => fields.clone(),
                         },
                     })
                 };
@@ -1361,7 +1361,7 @@ pub fn explain(v: &Violation, scenario: &str, crash_point: &str, replay: &str) -
 mod tests {
     use super::*;
     use crate::history::RecoveryReport;
-    use agentstore::event::{event_id, Body, Redaction};
+    use agentchaos_protocol::event::{event_id, Body, Redaction};
 
     fn obs(events: &[Event]) -> Observation {
         let records: Vec<Record> = events
@@ -1430,7 +1430,7 @@ mod tests {
         };
         let finished = Event::RunFinished {
             run_id: "r~1".into(),
-            status: agentstore::event::RunStatus::Completed,
+            status: agentchaos_protocol::event::RunStatus::Completed,
         };
         let killed = obs(&[created.clone(), started.clone()]);
         let mut recovered = vec![created.clone(), started.clone()];
@@ -1580,7 +1580,7 @@ mod tests {
         let mut h = history(true);
         let blob = |digest: &str, problem: Option<&str>| crate::store::BlobRead {
             seq: 1,
-            reference: agentstore::event::BlobRef {
+            reference: agentchaos_protocol::event::BlobRef {
                 digest: digest.into(),
                 size: 20_000,
             },

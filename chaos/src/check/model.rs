@@ -17,10 +17,10 @@
 
 use std::collections::{BTreeMap, BTreeSet, HashMap};
 
-use agentstore::event::{
-    event_id, seq_of_event_id, Decision, Effect, Event, Phase, PlanStep, ReconcileOutcome, Record,
-    Seq,
+use agentchaos_protocol::event::{
+    event_id, seq_of_event_id, Decision, Effect, Event, Phase, ReconcileOutcome, Record, Seq,
 };
+use agentchaos_protocol::view::Plan;
 use serde_json::Value;
 
 /// Everything the log says about one tool call.
@@ -112,13 +112,6 @@ struct TreeNode {
     weight: u64,
 }
 
-/// The last `plan_updated`.
-#[derive(Debug, Clone, PartialEq)]
-pub struct PlanState {
-    pub goal: String,
-    pub steps: Vec<PlanStep>,
-}
-
 /// The fold.
 #[derive(Debug, Clone, Default, PartialEq)]
 pub struct Model {
@@ -127,7 +120,8 @@ pub struct Model {
     pub committed_ops: BTreeSet<String>,
     /// Runs interrupted since the last `run_started`, in order.
     pub interrupted: Vec<String>,
-    pub plan: Option<PlanState>,
+    /// The last `plan_updated`.
+    pub plan: Option<Plan>,
     pub calls: BTreeMap<String, CallState>,
     /// Call ids in call order.
     pub call_order: Vec<String>,
@@ -218,7 +212,7 @@ impl Model {
             }
             Event::LeafMoved { leaf } => self.leaf = seq_of_event_id(leaf),
             Event::PlanUpdated { goal, steps } => {
-                self.plan = Some(PlanState {
+                self.plan = Some(Plan {
                     goal: goal.clone(),
                     steps: steps.clone(),
                 })
@@ -431,7 +425,7 @@ pub fn phase_name(p: Phase) -> &'static str {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use agentstore::event::RecoveryStatus;
+    use agentchaos_protocol::event::RecoveryStatus;
 
     fn call(id: &str) -> Event {
         Event::ToolCall {

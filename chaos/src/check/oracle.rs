@@ -18,12 +18,10 @@
 
 use std::collections::HashMap;
 
-use agentstore::event::{event_id, Event, Phase, Record, Seq};
-use agentstore::projection::Plan;
+use agentchaos_protocol::event::{event_id, Event, Phase, Record, Seq};
+use agentchaos_protocol::view::{CallView, ProjectionView};
 
 use crate::check::model::{describe_record, phase_name, CallState, Model};
-use crate::store::adapter::protocol::CallView;
-use crate::store::adapter::ProjectionView;
 
 /// The projection a store must serve after `records`.
 pub fn projection(records: &[Record]) -> ProjectionView {
@@ -47,10 +45,7 @@ pub fn view(m: &Model) -> ProjectionView {
         branch: m.active_branch().into_iter().map(event_id).collect(),
         open_calls: open.into_iter().map(call_view).collect(),
         committed_operations: m.committed_ops.iter().cloned().collect(),
-        plan: m.plan.as_ref().map(|p| Plan {
-            goal: p.goal.clone(),
-            steps: p.steps.clone(),
-        }),
+        plan: m.plan.clone(),
     }
 }
 
@@ -397,7 +392,7 @@ impl ExpectedContext {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use agentstore::event::{Body, Effect, RecoveryStatus, Redaction};
+    use agentchaos_protocol::event::{Body, Effect, RecoveryStatus, Redaction};
 
     fn records(events: &[Event]) -> Vec<Record> {
         events
@@ -493,7 +488,8 @@ mod tests {
         assert_eq!(view.committed_operations, ["op-c1"]);
         // Two independent readings of one valid log: the test's only use of
         // agentstore's fold, as a cross-check, never as the expected value.
-        let theirs = ProjectionView::of(&agentstore::projection::fold(&log).unwrap());
+        let theirs =
+            agentstore::adapter::projection_view(&agentstore::projection::fold(&log).unwrap());
         assert_eq!(view.differences(&theirs), Vec::<String>::new());
         // Back to the first question: off the compacted branch, no window.
         let mut moved = log.clone();

@@ -7,7 +7,7 @@
 
 use std::collections::BTreeMap;
 
-use agentstore::event::Decision;
+use agentchaos_protocol::event::Decision;
 
 use crate::scenario::rng::Rng;
 use crate::scenario::{Run, Scenario, Step, TestSpec};

@@ -15,7 +15,7 @@ use std::collections::{BTreeMap, BTreeSet};
 use std::fmt;
 use std::path::{Path, PathBuf};
 
-use agentstore::event::{Decision, Effect, PlanStep};
+use agentchaos_protocol::event::{Decision, Effect, PlanStep};
 use serde::{Deserialize, Serialize};
 
 /// Largest workspace file or tool output a scenario may ask for.

@@ -5,16 +5,23 @@
 //! [`StoreBackend`] opens one and, separately, [`StoreBackend::observe`]s
 //! what is on disk without locking or repairing anything, for the checker.
 //! Both are object-safe and data-oriented (events are
-//! [`agentstore::Event`]/[`agentstore::Record`]) so that the adapter
+//! [`agentchaos_protocol::Event`]/[`agentchaos_protocol::Record`]) so that the adapter
 //! protocol is a second implementation ([`crate::store::adapter::AdapterBackend`])
 //! next to [`ReferenceBackend`], which runs agentstore in-process. Nothing here
 //! judges what it sees: that is the checker's job.
+//!
+//! agentstore's internals (its `Session`, `Scanner`, snapshot reader and
+//! fold) are the reference backend's alone: they run and observe the
+//! reference store here, and what reaches the checker is the protocol's
+//! types (`agentchaos_protocol`), the same for every store.
 
 pub mod adapter;
 
 use std::path::PathBuf;
 
-use agentstore::event::{BlobRef, Event, Phase, Record, Seq};
+use agentchaos_protocol::event::{BlobRef, Event, Phase, Record, Seq};
+use agentchaos_protocol::message::RecoveryState;
+use agentchaos_protocol::Capability;
 use agentstore::projection::{Projection, SeenNodes};
 use agentstore::{
     Durability, LogPosition, Scanner, Session, SessionId, SessionOptions, SessionPaths,
@@ -22,7 +29,6 @@ use agentstore::{
 use serde_json::Value;
 
 use crate::check::oracle;
-use crate::store::adapter::{Capability, ProjectionView};
 
 /// A store failure, as one line.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -94,8 +100,8 @@ pub struct Recovered {
     pub uncertain: Vec<Uncertain>,
 }
 
-impl From<agentstore::RecoveryState> for Recovered {
-    fn from(state: agentstore::RecoveryState) -> Recovered {
+impl From<RecoveryState> for Recovered {
+    fn from(state: RecoveryState) -> Recovered {
         Recovered {
             appended: state.appended,
             interrupted_runs: state.interrupted_runs,
@@ -334,7 +340,8 @@ impl StoreBackend for ReferenceBackend {
 /// agentstore's projection as the protocol's view: what the reference
 /// store serves, never what it must serve (that is [`crate::check::oracle`]'s).
 fn to_value(p: &Projection) -> Value {
-    serde_json::to_value(ProjectionView::of(p)).expect("a projection view serializes")
+    serde_json::to_value(agentstore::adapter::projection_view(p))
+        .expect("a projection view serializes")
 }
 
 fn observe_reference(paths: &SessionPaths) -> StoreResult<Observation> {
@@ -495,7 +502,7 @@ impl SessionStore for ReferenceStore {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use agentstore::event::Effect;
+    use agentchaos_protocol::event::Effect;
 
     #[test]
     fn reference_store_appends_recovers_and_is_observed_without_a_lock() {

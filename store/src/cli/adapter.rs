@@ -20,7 +20,8 @@ pub struct Args {
 }
 
 pub fn run(args: Args) -> Outcome {
-    use agentstore::adapter::{ServeOptions, CAPABILITIES};
+    use agentchaos_protocol::Capability;
+    use agentstore::adapter::ServeOptions;
     let stdin = std::io::stdin().lock();
     let stdout = std::io::stdout().lock();
     let mut options = ServeOptions {
@@ -34,17 +35,14 @@ pub fn run(args: Args) -> Outcome {
         .split(',')
         .filter(|c| !c.is_empty())
         .map(|c| {
-            CAPABILITIES
-                .iter()
-                .copied()
-                .find(|k| *k == c)
-                .ok_or_else(|| {
-                    Failure::Usage(format!(
-                        "--claims: {} is not a capability (known: {})",
-                        agentstore::error::quote(c),
-                        CAPABILITIES.join(", ")
-                    ))
-                })
+            Capability::from_name(c).ok_or_else(|| {
+                let known: Vec<&str> = Capability::ALL.iter().map(|k| k.name()).collect();
+                Failure::Usage(format!(
+                    "--claims: {} is not a capability (known: {})",
+                    agentstore::error::quote(c),
+                    known.join(", ")
+                ))
+            })
         })
         .collect::<Result<Vec<_>, _>>()?;
     agentstore::adapter::serve_with(stdin, stdout, &options).map_err(Failure::Store)

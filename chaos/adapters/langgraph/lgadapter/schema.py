@@ -1,18 +1,24 @@
-"""What an event of protocol version 1 looks like (chaos/PROTOCOL.md, section 3).
+"""What the lines of protocol version 1 look like, read from the committed
+JSON Schema (protocol/schema/protocol.schema.json, generated from the Rust
+types of the crate agentchaos-protocol; chaos/PROTOCOL.md says what the
+fields mean).
 
-`check_event` accepts exactly the shapes agentstore's `Event` accepts
-(a known `type`, required fields present with the right JSON type,
-optional fields absent or null) and names the first field that does not
-fit. It never changes the event: what is stored is what was sent.
+`check_request` and `check_event` accept exactly what the schema accepts
+and name the first part that does not fit; they never change what they
+check: what is stored is what was sent. This module holds no shape of its
+own, only the two facts about ids and history nodes the schema cannot say.
 """
 
 from __future__ import annotations
 
-from typing import Any, Callable
+import json
+from pathlib import Path
+from typing import Any
 
-EFFECTS = ("none", "idempotent", "side_effect")
-PHASES = ("requested", "started", "committed")
-STEP_STATUSES = ("pending", "in_progress", "done", "blocked")
+from jsonschema import Draft202012Validator
+from jsonschema.exceptions import best_match
+
+SCHEMA_PATH = Path(__file__).resolve().parents[4] / "protocol" / "schema" / "protocol.schema.json"
 
 # Types whose events are nodes of the history tree (they carry `parent`).
 MESSAGE_LIKE = frozenset(
@@ -24,118 +30,80 @@ class BadEvent(Exception):
     """The event does not fit its type; the message names the field."""
 
 
-Check = Callable[[Any], bool]
+class BadShape(Exception):
+    """A request does not fit the schema; the message names the field."""
 
 
-def _str(v: Any) -> bool:
-    return isinstance(v, str)
+def _load() -> dict[str, Any]:
+    try:
+        with open(SCHEMA_PATH, encoding="utf-8") as f:
+            return json.load(f)
+    except (OSError, ValueError) as e:
+        raise RuntimeError(f"cannot read the protocol schema {SCHEMA_PATH}: {e}") from e
 
 
-def _uint(v: Any) -> bool:
-    return isinstance(v, int) and not isinstance(v, bool) and 0 <= v < 2**64
+_DOCUMENT = _load()
+_DEFS: dict[str, Any] = _DOCUMENT["$defs"]
 
 
-def _bool(v: Any) -> bool:
-    return isinstance(v, bool)
+def _validator(schema: dict[str, Any]) -> Draft202012Validator:
+    return Draft202012Validator({**schema, "$defs": _DEFS})
 
 
-def _any(_: Any) -> bool:
-    return True
+def _variants(union: dict[str, Any], tag: str) -> dict[str, Draft202012Validator]:
+    """A validator for each variant of a tagged union, by its tag's value."""
+    out = {}
+    for variant in union["oneOf"]:
+        own = {k: v for k, v in union.items() if k not in ("oneOf", "description")}
+        out[variant["properties"][tag]["const"]] = _validator({"allOf": [own, variant]})
+    return out
 
 
-def _one_of(*words: str) -> Check:
-    return lambda v: isinstance(v, str) and v in words
+_REQUESTS = _variants(_DEFS["RequestLine"], "op")
+_EVENTS = _variants(_DEFS["Event"], "type")
+EVENT_TYPES = frozenset(_EVENTS)
 
 
-def _blob(v: Any) -> bool:
-    return isinstance(v, dict) and _str(v.get("digest")) and _uint(v.get("size"))
+def _problem(validator: Draft202012Validator, value: Any) -> str | None:
+    """The most relevant way `value` does not fit, in one line, or None."""
+    error = best_match(validator.iter_errors(value))
+    if error is None:
+        return None
+    where = "".join(f"[{p}]" if isinstance(p, int) else f".{p}" for p in error.absolute_path)
+    message = " ".join(error.message.split())
+    if len(message) > 200:
+        message = message[:200] + "…"
+    return f"at {where}: {message}" if where else message
 
 
-def _steps(v: Any) -> bool:
-    if not isinstance(v, list):
-        return False
-    for s in v:
-        if not (isinstance(s, dict) and _str(s.get("id")) and _str(s.get("title"))):
-            return False
-        status = s.get("status")
-        if status not in STEP_STATUSES:
-            return False
-        if status == "blocked" and not _str(s.get("reason")):
-            return False
-    return True
-
-
-# type -> (required fields, optional fields); each field -> its check.
-FIELDS: dict[str, tuple[dict[str, Check], dict[str, Check]]] = {
-    "session_created": (
-        {"session_id": _str, "schema_version": _uint, "workspace": _str},
-        {},
-    ),
-    "run_started": ({"run_id": _str}, {}),
-    "request_header": (
-        {"run_id": _str, "model": _str, "system_prompt_hash": _str, "tools_hash": _str},
-        {},
-    ),
-    "user_message": ({"text": _str}, {"parent": _str}),
-    "assistant_message": ({"text": _str}, {"parent": _str}),
-    "tool_call": (
-        {"call_id": _str, "tool": _str, "args": _any, "effect": _one_of(*EFFECTS)},
-        {"parent": _str, "operation_id": _str, "target": _str, "needs_approval": _bool},
-    ),
-    "approval": ({"call_id": _str, "decision": _one_of("approved", "denied")}, {}),
-    "tool_started": ({"call_id": _str}, {}),
-    "effect_committed": (
-        {"call_id": _str, "operation_id": _str, "external_ref": _str},
-        {},
-    ),
-    "tool_result": (
-        {"call_id": _str, "status": _one_of("ok", "error")},
-        {"parent": _str, "output": _any, "blob": _blob},
-    ),
-    "tool_recovery": (
-        {"call_id": _str, "status": _one_of("uncertain"), "phase": _one_of(*PHASES)},
-        {},
-    ),
-    "tool_reconciled": (
-        {
-            "call_id": _str,
-            "outcome": _one_of("applied", "not_applied"),
-            "evidence": _str,
-        },
-        {},
-    ),
-    "plan_updated": ({"goal": _str, "steps": _steps}, {}),
-    "compaction": (
-        {"summary": _str, "first_kept_id": _str, "tokens_before": _uint},
-        {"parent": _str},
-    ),
-    "leaf_moved": ({"leaf": _str}, {}),
-    "run_finished": (
-        {"run_id": _str, "status": _one_of("completed", "failed", "cancelled")},
-        {},
-    ),
-    "run_interrupted": ({"run_id": _str}, {}),
-    "workspace_rebound": ({"from": _str, "to": _str}, {}),
-}
+def check_request(req: Any) -> dict[str, Any]:
+    """Returns `req` if it fits $defs/RequestLine, else raises `BadShape`."""
+    if not isinstance(req, dict):
+        raise BadShape("a request is a JSON object")
+    op = req.get("op")
+    if not isinstance(op, str) or op not in _REQUESTS:
+        raise BadShape(f"unknown op {op!r}")
+    if op == "append" and "event" in req:
+        try:
+            check_event(req["event"])
+        except BadEvent as e:
+            raise BadShape(f"append: event does not fit: {e}") from e
+    problem = _problem(_REQUESTS[op], req)
+    if problem is not None:
+        raise BadShape(f"{op}: {problem}")
+    return req
 
 
 def check_event(event: Any) -> dict[str, Any]:
-    """Returns `event` if it fits its type, else raises `BadEvent`."""
+    """Returns `event` if it fits $defs/Event, else raises `BadEvent`."""
     if not isinstance(event, dict):
         raise BadEvent("an event is a JSON object")
     kind = event.get("type")
-    if not isinstance(kind, str) or kind not in FIELDS:
+    if not isinstance(kind, str) or kind not in _EVENTS:
         raise BadEvent(f"unknown event type {kind!r}")
-    required, optional = FIELDS[kind]
-    for name, ok in required.items():
-        if name not in event:
-            raise BadEvent(f"{kind}: missing field `{name}`")
-        if not ok(event[name]):
-            raise BadEvent(f"{kind}: field `{name}` has the wrong type or value")
-    for name, ok in optional.items():
-        value = event.get(name)
-        if value is not None and not ok(value):
-            raise BadEvent(f"{kind}: field `{name}` has the wrong type or value")
+    problem = _problem(_EVENTS[kind], event)
+    if problem is not None:
+        raise BadEvent(f"{kind}: {problem}")
     return event
 
 

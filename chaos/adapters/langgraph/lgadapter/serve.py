@@ -17,7 +17,7 @@ from importlib import metadata
 from typing import Any, BinaryIO, Callable
 
 from .model import Call, Rule
-from .schema import BadEvent, check_event
+from .schema import BadShape, check_request
 from .store import StoreError, ThreadStore, wal_synchronous
 
 PROTOCOL = 1
@@ -54,22 +54,6 @@ def _versions() -> str:
     return ", ".join(parts + [f"sqlite {sqlite3.sqlite_version}"])
 
 
-def _field(req: dict[str, Any], name: str, kind: str, *, required: bool = True) -> Any:
-    value = req.get(name)
-    if value is None:
-        if required:
-            raise BadRequest(f"{req.get('op')}: missing field `{name}`")
-        return None
-    ok = {
-        "str": isinstance(value, str),
-        "bool": isinstance(value, bool),
-        "uint": isinstance(value, int) and not isinstance(value, bool) and value >= 0,
-    }[kind]
-    if not ok:
-        raise BadRequest(f"{req.get('op')}: field `{name}` must be a {kind}")
-    return value
-
-
 def _no_constants(name: str) -> Any:
     raise ValueError(f"{name} is not JSON")
 
@@ -92,9 +76,12 @@ class Server:
                 req = json.loads(line.decode("utf-8"), parse_constant=_no_constants)
             except ValueError as e:  # UnicodeDecodeError is one too
                 raise BadRequest(f"request is not JSON: {e}") from e
-            if not isinstance(req, dict):
-                raise BadRequest("a request is a JSON object")
-            req_id = req.get("id")
+            if isinstance(req, dict):
+                req_id = req.get("id")
+            try:
+                check_request(req)
+            except BadShape as e:
+                raise BadRequest(str(e)) from e
             body = {"ok": self.dispatch(req)}
         except BadRequest as e:
             body = {"error": {"kind": "bad_request", "message": str(e)}}
@@ -107,9 +94,10 @@ class Server:
         return f'{{"id":{head},{rest[1:]}\n'.encode("ascii")
 
     def dispatch(self, req: dict[str, Any]) -> Any:
-        op = req.get("op")
+        """Serves a request that fits the schema (`check_request`)."""
+        op = req["op"]
         if op == "hello":
-            protocol = _field(req, "protocol", "uint")
+            protocol = req["protocol"]
             if protocol != PROTOCOL:
                 raise StoreError("unsupported", f"this adapter speaks protocol {PROTOCOL}, not {protocol}")
             return {
@@ -119,10 +107,8 @@ class Server:
                 "capabilities": capabilities(),
             }
         if op == "open":
-            root = _field(req, "root", "str")
-            session = _field(req, "session", "str")
-            workspace = _field(req, "workspace", "str", required=False)
-            create = _field(req, "create", "bool")
+            root, session, create = req["root"], req["session"], req["create"]
+            workspace = req.get("workspace")
             if self.store is not None:
                 raise BadRequest("a session is already open; close it first")
             if create:
@@ -133,18 +119,13 @@ class Server:
                 self.store = ThreadStore.open(root, session, workspace)
             return {"next_seq": self.store.model.next_seq}
         if op == "append":
-            if "event" not in req:
-                raise BadRequest("append: missing field `event`")
-            try:
-                event = check_event(req["event"])
-            except BadEvent as e:
-                raise BadRequest(f"event does not fit: {e}") from e
+            event = req["event"]
             if event["type"] == "tool_started":
                 raise BadRequest("tool_started is the intent: send start_tool, not append")
             seq = self._open_store().append(event)
             return {"seq": seq, "id": f"e{seq}"}
         if op == "start_tool":
-            call_id = _field(req, "call_id", "str")
+            call_id = req["call_id"]
             seq, operation_id = self._open_store().start_tool(call_id)
             return {"seq": seq, "id": f"e{seq}", "operation_id": operation_id}
         if op == "recover":
@@ -156,12 +137,11 @@ class Server:
                 "appended": appended,
             }
         if op == "events":
-            after = _field(req, "after", "uint", required=False)
-            limit = _field(req, "limit", "uint", required=False)
+            after, limit = req.get("after"), req.get("limit")
             records = self._open_store().read_records(after, limit)
             return {"records": [{**r, "id": f"e{r['seq']}"} for r in records]}
         if op == "context":
-            budget = _field(req, "budget", "uint", required=False)
+            budget = req.get("budget")
             return {"text": self._open_store().model.context(budget)}
         if op == "checkpoint":
             return {"next_seq": self._open_store().checkpoint()}
@@ -171,7 +151,8 @@ class Server:
             self._open_store().close()
             self.store = None
             return {}
-        raise BadRequest(f"unknown op {op!r}")
+        # put_blob and get_blob: `blobs` is not claimed.
+        raise StoreError("unsupported", f"{op} is not supported by this store")
 
 
 def serve(stdin: BinaryIO, stdout: BinaryIO, recovery: str) -> int:

@@ -1,6 +1,7 @@
 //! What the SQLite store can refuse or fail at, one line each, with the
 //! protocol error kind it is reported as.
 
+use agentchaos_protocol::ErrorKind;
 use rusqlite::ErrorCode;
 
 pub type Result<T, E = StoreError> = std::result::Result<T, E>;
@@ -31,15 +32,15 @@ pub enum StoreError {
 
 impl StoreError {
     /// The protocol's error kind.
-    pub fn kind(&self) -> &'static str {
+    pub fn kind(&self) -> ErrorKind {
         match self {
-            StoreError::Rule(_) => "rule",
-            StoreError::Io(_) => "io",
-            StoreError::Damage(_) => "damage",
-            StoreError::Locked(_) => "locked",
-            StoreError::NotFound(_) => "not_found",
-            StoreError::Exists(_) => "exists",
-            StoreError::Invalid(_) => "invalid",
+            StoreError::Rule(_) => ErrorKind::Rule,
+            StoreError::Io(_) => ErrorKind::Io,
+            StoreError::Damage(_) => ErrorKind::Damage,
+            StoreError::Locked(_) => ErrorKind::Locked,
+            StoreError::NotFound(_) => ErrorKind::NotFound,
+            StoreError::Exists(_) => ErrorKind::Exists,
+            StoreError::Invalid(_) => ErrorKind::Invalid,
         }
     }
 

@@ -7,9 +7,10 @@
 //! transaction that checks the session rules, inserts the event and updates
 //! the derived tables (runs, the history tree, calls, the effect ledger,
 //! the plan); it is acknowledged only after `COMMIT` returned, i.e. after
-//! the WAL was fsynced. Only the event vocabulary (the JSON shape of
-//! `agentstore::event::Event`) is shared with agentstore: the rules,
-//! recovery, projection and context here are this crate's own.
+//! the WAL was fsynced. Only the protocol's shapes (the crate
+//! `agentchaos_protocol`: events, requests, replies) are shared with
+//! agentstore: the rules, recovery, projection and context here are this
+//! crate's own.
 //!
 //! - [`schema`]: the tables and how a connection is set up;
 //! - [`store`]: create, open, append (rules and derived state), recover;

@@ -14,7 +14,7 @@
 use std::fs::File;
 use std::path::{Path, PathBuf};
 
-use agentstore::event::{
+use agentchaos_protocol::event::{
     BlobRef, Decision, Effect, Event, Phase, ReconcileOutcome, RecoveryStatus,
 };
 use rusqlite::{params, Connection, OptionalExtension, TransactionBehavior};
@@ -153,7 +153,7 @@ impl SqliteStore {
                 &tx,
                 &Event::SessionCreated {
                     session_id: session.to_string(),
-                    schema_version: agentstore::event::SCHEMA_VERSION,
+                    schema_version: agentchaos_protocol::event::SCHEMA_VERSION,
                     workspace,
                 },
             )?;

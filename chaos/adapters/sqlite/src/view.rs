@@ -5,11 +5,14 @@
 
 use std::fmt::Write;
 
-use agentstore::event::{Decision, Effect, Event, Phase, ReconcileOutcome, StepStatus};
+use agentchaos_protocol::event::{
+    Decision, Effect, Event, Phase, PlanStep, ReconcileOutcome, StepStatus,
+};
+use agentchaos_protocol::view::{CallView, Plan, ProjectionView};
 use rusqlite::{Connection, OptionalExtension, Row};
 use serde::de::DeserializeOwned;
 use serde::Serialize;
-use serde_json::{json, Value};
+use serde_json::Value;
 
 use crate::error::{Result, StoreError};
 use crate::mutant::{self, Mutant};
@@ -93,21 +96,21 @@ impl CallRow {
         })
     }
 
-    fn json(&self) -> Value {
-        json!({
-            "call_id": self.call_id,
-            "tool": self.tool,
-            "args": self.args,
-            "effect": self.effect,
-            "operation_id": self.operation_id,
-            "target": self.target,
-            "needs_approval": self.needs_approval,
-            "approval": self.approval,
-            "phase": self.phase(),
-            "external_ref": self.external_ref,
-            "recovery": self.recovery,
-            "reconciled": self.reconciled,
-        })
+    fn view(&self) -> CallView {
+        CallView {
+            call_id: self.call_id.clone(),
+            tool: self.tool.clone(),
+            args: self.args.clone(),
+            effect: self.effect,
+            operation_id: self.operation_id.clone(),
+            target: self.target.clone(),
+            needs_approval: self.needs_approval,
+            approval: self.approval,
+            phase: self.phase(),
+            external_ref: self.external_ref.clone(),
+            recovery: self.recovery,
+            reconciled: self.reconciled,
+        }
     }
 }
 
@@ -213,7 +216,7 @@ fn event_at(conn: &Connection, seq: i64) -> Result<Event> {
         .map_err(|e| StoreError::Damage(format!("event {seq} does not fit its type: {e}")))
 }
 
-fn plan(conn: &Connection) -> Result<Option<(String, Value)>> {
+fn plan(conn: &Connection) -> Result<Option<Plan>> {
     let row: Option<(String, String)> = conn
         .query_row("SELECT goal, steps FROM plan", [], |r| {
             Ok((r.get(0)?, r.get(1)?))
@@ -221,15 +224,15 @@ fn plan(conn: &Connection) -> Result<Option<(String, Value)>> {
         .optional()
         .map_err(StoreError::sqlite("read plan"))?;
     row.map(|(goal, steps)| {
-        serde_json::from_str(&steps)
-            .map(|steps| (goal, steps))
-            .map_err(|e| StoreError::Damage(format!("plan steps are not JSON: {e}")))
+        serde_json::from_str::<Vec<PlanStep>>(&steps)
+            .map(|steps| Plan { goal, steps })
+            .map_err(|e| StoreError::Damage(format!("plan steps do not fit: {e}")))
     })
     .transpose()
 }
 
 /// The projection as protocol version 1 defines it.
-pub fn projection(conn: &Connection) -> Result<Value> {
+pub fn projection(conn: &Connection) -> Result<ProjectionView> {
     let mut ops = conn
         .prepare_cached("SELECT operation_id FROM effects ORDER BY operation_id")
         .map_err(StoreError::sqlite("read effects"))?;
@@ -238,16 +241,16 @@ pub fn projection(conn: &Connection) -> Result<Value> {
         .and_then(|rows| rows.collect())
         .map_err(StoreError::sqlite("read effects"))?;
     let id = |s: i64| format!("e{s}");
-    Ok(json!({
-        "next_seq": next_seq(conn)?,
-        "open_run": open_run(conn)?,
-        "interrupted_runs": interrupted_runs(conn)?,
-        "leaf": leaf(conn)?.map(id),
-        "branch": branch(conn)?.into_iter().map(id).collect::<Vec<_>>(),
-        "open_calls": open_calls(conn)?.iter().map(CallRow::json).collect::<Vec<_>>(),
-        "committed_operations": committed,
-        "plan": plan(conn)?.map(|(goal, steps)| json!({"goal": goal, "steps": steps})),
-    }))
+    Ok(ProjectionView {
+        next_seq: next_seq(conn)?,
+        open_run: open_run(conn)?,
+        interrupted_runs: interrupted_runs(conn)?,
+        leaf: leaf(conn)?.map(id),
+        branch: branch(conn)?.into_iter().map(id).collect(),
+        open_calls: open_calls(conn)?.iter().map(CallRow::view).collect(),
+        committed_operations: committed,
+        plan: plan(conn)?,
+    })
 }
 
 fn tokens(text: &str) -> u64 {
@@ -360,10 +363,8 @@ pub fn context(conn: &Connection, budget: Option<u64>) -> Result<String> {
             event => entries.extend(entry_text(&event)),
         }
     }
-    if let Some((goal, steps)) = plan(conn)? {
+    if let Some(Plan { goal, steps }) = plan(conn)? {
         let _ = writeln!(head, "Plan: {goal}");
-        let steps: Vec<agentstore::event::PlanStep> = serde_json::from_value(steps)
-            .map_err(|e| StoreError::Damage(format!("plan steps do not fit: {e}")))?;
         for s in steps {
             let status = match s.status {
                 StepStatus::Pending => "pending".to_string(),

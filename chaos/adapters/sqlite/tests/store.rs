@@ -3,9 +3,9 @@
 
 use std::path::{Path, PathBuf};
 
+use agentchaos_protocol::event::{Effect, Event};
 use agentchaos_sqlite_store::store::db_path;
 use agentchaos_sqlite_store::{view, SqliteStore, StoreError};
-use agentstore::event::{Effect, Event};
 use serde_json::json;
 
 struct Fixture {

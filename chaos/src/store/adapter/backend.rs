@@ -26,12 +26,13 @@
 use std::os::unix::process::CommandExt;
 use std::time::{Duration, Instant};
 
+use agentchaos_protocol::event::{BlobRef, Event, Record, Seq};
+use agentchaos_protocol::message::OpenArgs;
+use agentchaos_protocol::{Capability, ErrorKind, ProjectionView};
 use agentstore::crashpoint;
-use agentstore::event::{BlobRef, Event, Record, Seq};
 use serde_json::Value;
 
 use super::client::{AdapterCommand, Client, ClientError, ClientOptions};
-use super::protocol::{Capability, ErrorKind, OpenArgs, ProjectionView};
 use crate::nemesis::{ADAPTER_APPEND, ADAPTER_APPEND_REPLIED, ADAPTER_OPEN};
 use crate::store::{
     Ack, NotApplicable, Observation, Recovered, SessionSpec, SessionStore, StoreBackend,

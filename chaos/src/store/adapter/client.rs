@@ -22,16 +22,16 @@ use std::sync::mpsc::{self, Receiver, RecvTimeoutError};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
-use agentstore::event::{event_id, BlobRef, Body, Event, Record, Seq};
-use agentstore::recovery::RecoveryState;
+use agentchaos_protocol::event::{event_id, BlobRef, Event, Record, Seq};
+use agentchaos_protocol::message::{
+    from_hex, to_hex, Ack, BlobBytes, CheckpointReply, Closed, ContextReply, EventsReply, Hello,
+    IntentAck, OpenArgs, Opened, RecoveryState, RequestLine,
+};
+use agentchaos_protocol::{
+    Capability, ErrorKind, ProjectionView, Refusal, Request, PROTOCOL_VERSION,
+};
 use serde::de::DeserializeOwned;
 use serde_json::Value;
-
-use super::protocol::{
-    from_hex, to_hex, Ack, BlobBytes, Capability, CheckpointReply, Closed, ContextReply, Envelope,
-    ErrorKind, EventsReply, Hello, IntentAck, OpenArgs, Opened, ProjectionView, RecoverReply,
-    Request, WireError, WireRecord, PROTOCOL_VERSION,
-};
 
 /// Longest reply line accepted, newline included.
 pub const MAX_REPLY_BYTES: usize = 64 * 1024 * 1024;
@@ -479,12 +479,14 @@ impl Client {
 
     /// Opens (or creates) a session.
     pub fn open(&mut self, args: &OpenArgs) -> Result<Opened, ClientError> {
-        self.call(Request::Open(args))
+        self.call(Request::Open(args.clone()))
     }
 
     /// Appends one event; returns once the adapter acknowledged it as durable.
     pub fn append(&mut self, event: &Event) -> Result<Ack, ClientError> {
-        let request = Request::Append { event };
+        let request = Request::Append {
+            event: event.clone(),
+        };
         let ack: Ack = self.call(request)?;
         self.check_id("append", ack.seq, &ack.id)?;
         Ok(ack)
@@ -492,15 +494,17 @@ impl Client {
 
     /// Makes the intent of `call_id` durable; the tool may run once this returns.
     pub fn start_tool(&mut self, call_id: &str) -> Result<IntentAck, ClientError> {
-        let ack: IntentAck = self.call(Request::StartTool { call_id })?;
+        let request = Request::StartTool {
+            call_id: call_id.to_string(),
+        };
+        let ack: IntentAck = self.call(request)?;
         self.check_id("start_tool", ack.seq, &ack.id)?;
         Ok(ack)
     }
 
     /// Runs the store's own recovery.
     pub fn recover(&mut self) -> Result<RecoveryState, ClientError> {
-        let reply: RecoverReply = self.call(Request::Recover)?;
-        Ok(reply.into())
+        self.call(Request::Recover)
     }
 
     /// Every record with a seq greater than `after` (all when `None`).
@@ -518,7 +522,9 @@ impl Client {
         let mut out = Vec::with_capacity(reply.records.len());
         for w in reply.records {
             self.check_id("events", w.seq, &w.id)?;
-            let rec = to_record(w).map_err(|reason| self.shape_after_the_fact("events", reason))?;
+            let rec = w
+                .into_record()
+                .map_err(|reason| self.shape_after_the_fact("events", reason))?;
             out.push(rec);
         }
         Ok(out)
@@ -550,10 +556,7 @@ impl Client {
 
     /// Reads a payload back by its reference.
     pub fn get_blob(&mut self, reference: &BlobRef) -> Result<Vec<u8>, ClientError> {
-        let reply: BlobBytes = self.call(Request::GetBlob {
-            digest: &reference.digest,
-            size: reference.size,
-        })?;
+        let reply: BlobBytes = self.call(Request::GetBlob(reference.clone()))?;
         from_hex(&reply.hex).ok_or_else(|| {
             let reason = "hex is not pairs of hex digits".to_string();
             self.shape_after_the_fact("get_blob", reason).into()
@@ -689,14 +692,11 @@ impl Client {
         let op = request.op();
         let id = self.next_id;
         self.next_id += 1;
-        let mut bytes = serde_json::to_vec(&Envelope {
-            id,
-            request: &request,
-        })
-        .map_err(|e| ClientError::Encode {
-            op,
-            reason: e.to_string(),
-        })?;
+        let mut bytes =
+            serde_json::to_vec(&RequestLine { id, request }).map_err(|e| ClientError::Encode {
+                op,
+                reason: e.to_string(),
+            })?;
         bytes.push(b'\n');
         let req = RequestRef { id, op };
         let sent = match self.stdin.as_mut() {
@@ -759,7 +759,7 @@ impl Client {
                 self.last_line = Some(line);
                 Ok(body)
             }
-            Ok(Err(WireError { kind, message })) => Err(ClientError::Refused { op, kind, message }),
+            Ok(Err(Refusal { kind, message })) => Err(ClientError::Refused { op, kind, message }),
             Err(problem) => Err(self.fail(req, problem(line)).into()),
         }
     }
@@ -771,7 +771,7 @@ type LineProblem = Box<dyn FnOnce(StdoutLine) -> Problem>;
 fn parse_reply<T: DeserializeOwned>(
     line: &StdoutLine,
     id: u64,
-) -> Result<Result<T, WireError>, LineProblem> {
+) -> Result<Result<T, Refusal>, LineProblem> {
     let value: Value = serde_json::from_str(&line.text).map_err(|e| -> LineProblem {
         let reason = e.to_string();
         Box::new(move |line| Problem::NotJson { line, reason })
@@ -797,46 +797,12 @@ fn parse_reply<T: DeserializeOwned>(
         (Some(ok), None) => serde_json::from_value::<T>(ok)
             .map(Ok)
             .map_err(|e| shape(e.to_string())),
-        (None, Some(err)) => serde_json::from_value::<WireError>(err)
+        (None, Some(err)) => serde_json::from_value::<Refusal>(err)
             .map(Err)
             .map_err(|e| shape(format!("error: {e}"))),
         (Some(_), Some(_)) => Err(shape("both \"ok\" and \"error\"".into())),
         (None, None) => Err(shape("neither \"ok\" nor \"error\"".into())),
     }
-}
-
-/// A wire record as a store record; the reason when its event does not fit.
-fn to_record(w: WireRecord) -> Result<Record, String> {
-    let body = match serde_json::from_value::<Event>(w.event.clone()) {
-        Ok(e) => Body::Known(e),
-        Err(e) => {
-            let Value::Object(mut fields) = w.event else {
-                return Err(format!("record {}: event is not an object", w.seq));
-            };
-            let type_name = match fields.remove("type") {
-                Some(Value::String(t)) => t,
-                _ => return Err(format!("record {}: event has no string \"type\"", w.seq)),
-            };
-            let ignorable = fields.get("ignorable") == Some(&Value::Bool(true));
-            if Event::TYPE_NAMES.contains(&type_name.as_str()) || !ignorable {
-                return Err(format!(
-                    "record {}: {type_name} event does not fit: {e}",
-                    w.seq
-                ));
-            }
-            Body::Ignorable {
-                type_name,
-                fields: Value::Object(fields),
-            }
-        }
-    };
-    Ok(Record {
-        seq: w.seq,
-        id: w.id,
-        ts: w.ts.unwrap_or_default(),
-        redaction: Default::default(),
-        body,
-    })
 }
 
 impl Drop for Client {

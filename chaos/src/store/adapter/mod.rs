@@ -1,16 +1,16 @@
-//! Stores under test as separate programs: the adapter protocol (version 1,
-//! `chaos/PROTOCOL.md`) and the client that drives an adapter process.
+//! Stores under test as separate programs: the client that drives an
+//! adapter process over the adapter protocol (version 1,
+//! `chaos/PROTOCOL.md`; its shapes are the crate `agentchaos_protocol`).
 //!
-//! [`protocol`] holds the wire shapes; [`client`] spawns the adapter and
-//! validates every reply. The client speaks in agentstore's data types
-//! (`Event`, `Record`, `RecoveryState`) so the harness can use an adapter
-//! exactly where it uses the in-process store; [`backend`] is the harness's
-//! store traits over it (`agentchaos run --adapter`).
+//! [`client`] spawns the adapter and validates every reply. It speaks in
+//! the protocol's data types (`Event`, `Record`, `RecoveryState`) so the
+//! harness can use an adapter exactly where it uses the in-process store;
+//! [`backend`] is the harness's store traits over it (`agentchaos run --adapter`).
 
 pub mod backend;
 pub mod client;
-pub mod protocol;
 
+pub use agentchaos_protocol::message::OpenArgs;
+pub use agentchaos_protocol::{Capability, ErrorKind, ProjectionView};
 pub use backend::AdapterBackend;
 pub use client::{AdapterCommand, Client, ClientError, ClientOptions, ProtocolError};
-pub use protocol::{Capability, ErrorKind, OpenArgs, ProjectionView};
