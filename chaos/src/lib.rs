@@ -12,8 +12,9 @@
 //! - [`nemesis`]: what kills or breaks (crash points, the syscall nemesis,
 //!   power loss);
 //! - [`history`]: what a trial observed, life by life;
-//! - [`check`]: the invariants, over the harness's own model of a log and
-//!   the oracle of what a store must serve;
+//! - [`model`]: the harness's own reading of a log and the oracle of what
+//!   a store must serve (the truth the checker compares with);
+//! - [`check`]: the invariants, and the evidence a trial earned;
 //! - [`campaign`]: trials, the runner, probes, shrinking,
 //!   replay;
 //! - [`report`]: text, JSON, JUnit and the scorecard.
@@ -22,6 +23,7 @@ pub mod agent;
 pub mod campaign;
 pub mod check;
 pub mod history;
+pub mod model;
 pub mod nemesis;
 pub mod report;
 pub mod scenario;

@@ -1,7 +1,7 @@
 //! Conformance through the adapter protocol: the same session, SIGKILL,
 //! reopen and recovery against the reference store (`agentstore adapter`)
 //! and the SQLite store. Each must serve the projection the harness's oracle
-//! (`agentchaos::check::oracle`) reads from its events, keep every acknowledged event, and the two must agree with each
+//! (`agentchaos::model::oracle`) reads from its events, keep every acknowledged event, and the two must agree with each
 //! other on events, recovery, refusals and projection.
 
 mod support;
@@ -185,7 +185,7 @@ struct Outcome {
 
 /// The projection the harness's oracle reads from `records` (never agentstore's fold).
 fn projection_of(records: &[agentchaos_protocol::Record]) -> ProjectionView {
-    agentchaos::check::oracle::projection(records)
+    agentchaos::model::oracle::projection(records)
 }
 
 /// A line of the context naming `a` and `b` together (the protocol's rule

@@ -238,7 +238,7 @@ fn compare_state(stores: &mut [Store], context: &str) {
         let name = s.name;
         let records = s.client().events(None).unwrap();
         let projection = s.client().projection().unwrap();
-        let folded = agentchaos::check::oracle::projection(&records);
+        let folded = agentchaos::model::oracle::projection(&records);
         let diff = folded.differences(&projection);
         assert!(
             diff.is_empty(),

@@ -297,7 +297,7 @@ fn keep_refused_append_is_caught_by_log_prefix_when_the_agent_retries() {
 // bug in the fold's code would have been in the oracle too and compared
 // equal. It never saw the three context faults: the summary, the window
 // and budgeted contexts were not looked at. The harness's own model
-// (`agentchaos::check::oracle`) sees each.
+// (`agentchaos::model::oracle`) sees each.
 
 /// The projection's branch starts at the root after a compaction: the
 /// served projection and the context show entries before the window.

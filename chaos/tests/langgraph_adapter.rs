@@ -251,7 +251,7 @@ fn sigkill_keeps_acked_events_and_recovery_reads_phases_from_pending_writes() {
     );
 
     let events = client.events(None).unwrap();
-    let expected = agentchaos::check::oracle::projection(&events);
+    let expected = agentchaos::model::oracle::projection(&events);
     let found = client.projection().unwrap();
     assert!(
         expected.differences(&found).is_empty(),
@@ -316,7 +316,7 @@ fn sigkill_keeps_acked_events_and_recovery_reads_phases_from_pending_writes() {
     client.open(&open(&root, None, false)).unwrap();
     let events = client.events(None).unwrap();
     check_acked_survived(&acked, &events);
-    let expected = agentchaos::check::oracle::projection(&events);
+    let expected = agentchaos::model::oracle::projection(&events);
     let found = client.projection().unwrap();
     assert!(
         expected.differences(&found).is_empty(),
@@ -439,7 +439,7 @@ fn sigkill_in_flight_loses_nothing_acknowledged() {
         next == acked + 1 || next == acked + 2,
         "{acked} acked, next seq {next}: only the request in flight may have landed"
     );
-    let expected = agentchaos::check::oracle::projection(&events);
+    let expected = agentchaos::model::oracle::projection(&events);
     assert!(expected
         .differences(&client.projection().unwrap())
         .is_empty());

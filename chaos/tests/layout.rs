@@ -3,6 +3,10 @@
 //! how "the runner needs the report needs the runner" creeps back in; this
 //! test names the circle when it does.
 //!
+//! The same holds one level up, between the top-level modules (the
+//! folders: scenario, agent, store, nemesis, history, model, check,
+//! campaign, report), so the roles stay layered too.
+//!
 //! A module's imports are the `crate::a::b` paths in its code (comment
 //! lines are skipped: a doc link is not an import), resolved to the
 //! longest module path that exists.
@@ -151,6 +155,35 @@ fn no_module_imports_a_module_that_imports_it_back() {
     }
 }
 
+/// The graph between top-level modules: `campaign::runner -> check` is
+/// `campaign -> check`; imports inside one folder are not edges.
+fn folder_graph<'a>(
+    graph: &BTreeMap<&'a str, BTreeSet<&'a str>>,
+) -> BTreeMap<&'a str, BTreeSet<&'a str>> {
+    let top = |m: &'a str| m.split("::").next().unwrap();
+    let mut out: BTreeMap<&str, BTreeSet<&str>> = BTreeMap::new();
+    for (from, deps) in graph {
+        let entry = out.entry(top(from)).or_default();
+        entry.extend(deps.iter().map(|d| top(d)).filter(|d| *d != top(from)));
+    }
+    out
+}
+
+#[test]
+fn no_folder_imports_a_folder_that_imports_it_back() {
+    let root = Path::new(env!("CARGO_MANIFEST_DIR")).join("src");
+    let mods = modules(&root);
+    let graph = import_graph(&mods);
+    let folders = folder_graph(&graph);
+    assert!(folders.contains_key("campaign") && folders.contains_key("model"));
+    if let Some(circle) = find_circle(&folders) {
+        panic!(
+            "import circle between chaos/src's folders: {}",
+            circle.join(" -> ")
+        );
+    }
+}
+
 #[test]
 fn the_circle_finder_finds_a_planted_circle() {
     let mods: BTreeMap<String, String> = [
@@ -173,6 +206,11 @@ fn the_circle_finder_finds_a_planted_circle() {
             "report",
             "campaign::runner"
         ])
+    );
+    // One level up: check -> report -> campaign -> check.
+    assert_eq!(
+        find_circle(&folder_graph(&graph)),
+        Some(vec!["campaign", "check", "report", "campaign"])
     );
     let mut acyclic = mods.clone();
     acyclic.insert("check".into(), "// crate::report::scorecard".into());

@@ -43,7 +43,7 @@ use crate::agent::wire::{
     fingerprint, wait_for_harness, ChildLine, ReportedCall, Reporter, ServedContext,
 };
 use crate::agent::world::WorldClient;
-use crate::check::model::{call_of, describe_event, store_authored, Model};
+use crate::model::{call_of, describe_event, store_authored, Model};
 use crate::scenario::{self, Op, PlacedOp, Run, Scenario, ToolInvocation};
 use crate::store::{SessionSpec, SessionStore, StoreBackend, StoreResult};
 
@@ -80,7 +80,7 @@ pub fn recovery_block(context: &str) -> Option<String> {
 }
 
 /// The contexts the harness judges after a recovery: unbudgeted, then
-/// with each of [`crate::check::oracle::budgets`].
+/// with each of [`crate::model::oracle::budgets`].
 pub fn served_contexts(store: &mut dyn SessionStore) -> StoreResult<Vec<ServedContext>> {
     let full = store.context(None)?;
     let block = recovery_block(&full);
@@ -88,7 +88,7 @@ pub fn served_contexts(store: &mut dyn SessionStore) -> StoreResult<Vec<ServedCo
         budget: None,
         text: full.clone(),
     }];
-    for b in crate::check::oracle::budgets(&full, block.as_deref()) {
+    for b in crate::model::oracle::budgets(&full, block.as_deref()) {
         out.push(ServedContext {
             budget: Some(b),
             text: store.context(Some(b))?,

@@ -33,7 +33,7 @@ pub enum ChildLine {
     /// First recovery done: what the store reported, the `<recovery>`
     /// block of the rendered context (None when the context has none), the
     /// contexts it served (unbudgeted first, then with the budgets of
-    /// [`crate::check::oracle::budgets`]) and the store's projection.
+    /// [`crate::model::oracle::budgets`]) and the store's projection.
     /// The child then waits for the harness to look at the disk.
     Recovered {
         appended: u64,

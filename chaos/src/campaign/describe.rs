@@ -4,8 +4,8 @@
 
 use crate::campaign::prepare::Prepared;
 
-use crate::check::model::describe_record;
 use crate::history::History;
+use crate::model::describe_record;
 use crate::nemesis::syscall::{FaultOutcome, FaultReport};
 use crate::nemesis::{
     Crash, Plan, SysFault, SyscallTrace, TracedCall, ADAPTER_APPEND, ADAPTER_APPEND_REPLIED,

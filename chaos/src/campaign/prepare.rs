@@ -6,9 +6,9 @@ use crate::campaign::config::{Config, ScenarioSource};
 use std::path::Path;
 
 use crate::campaign::trial::{self, TrialSetup};
-use crate::check::model::Model;
 use crate::check::{self, Reference, Violation};
 use crate::history::{History, RunKind};
+use crate::model::Model;
 use crate::nemesis::{self, LaterTrace, Plan, Restarts, SyscallTrace, Trace};
 
 /// A scenario after its trace run.

@@ -58,8 +58,8 @@ use serde::{Deserialize, Serialize};
 
 use crate::campaign::config::Config;
 use crate::campaign::prepare::Prepared;
-use crate::check::model::describe_record;
 use crate::check::{Invariant, Violation};
+use crate::model::describe_record;
 use crate::scenario::rng::Rng;
 use crate::store::adapter::{AdapterBackend, Capability, Client, ErrorKind, OpenArgs};
 use crate::store::{SessionSpec, StoreBackend};

@@ -14,9 +14,9 @@ use crate::campaign::config::{replay_command, Config, ScenarioSource};
 use crate::campaign::describe::describe_crash;
 use crate::campaign::trial;
 use crate::check::explain;
-use crate::check::model::describe_record;
 use crate::check::{self, Violation};
 use crate::history::{History, LifeEnd, RunKind};
+use crate::model::describe_record;
 use crate::nemesis::{Crash, Plan};
 
 /// What a replay found.
@@ -63,7 +63,7 @@ fn story(h: &History) -> String {
             let calls: Vec<String> = r
                 .uncertain
                 .iter()
-                .map(|u| format!("{} {}", u.call_id, crate::check::model::phase_name(u.phase)))
+                .map(|u| format!("{} {}", u.call_id, crate::model::phase_name(u.phase)))
                 .collect();
             let _ = writeln!(
                 s,

@@ -6,8 +6,8 @@
 
 use agentchaos_protocol::event::Event;
 
-use crate::check::model::Model;
 use crate::history::History;
+use crate::model::Model;
 use crate::nemesis::{Crash, Plan};
 use crate::store::CheckpointView;
 

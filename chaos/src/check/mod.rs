@@ -7,14 +7,12 @@
 //! run of the same scenario). The truth never comes from the store: acks
 //! come from the child's pipe, phases are computed by [`Model`] from the
 //! log as it was before recovery, the projection and the context a store
-//! must serve by [`crate::check::oracle`] from the model (never by agentstore's
+//! must serve by [`crate::model::oracle`] from the model (never by agentstore's
 //! fold), and the expected outcome is the crash-free run's. Each [`Violation`] says what was expected, what was
 //! found, and which events; the runner adds the crash point and the replay
 //! command. This module must never perform I/O.
 
 pub mod evidence;
-pub mod model;
-pub mod oracle;
 
 use std::collections::BTreeMap;
 use std::fmt;
@@ -24,9 +22,9 @@ use serde_json::Value;
 
 use crate::agent::tools::tagged_operation;
 use crate::agent::world::Application;
-use crate::check::model::{describe_record, phase_name, store_authored, Model, RunClose};
-use crate::check::oracle::Shown;
 use crate::history::{Append, History, Life, LifeEnd};
+use crate::model::oracle::{self, Shown};
+use crate::model::{describe_record, phase_name, store_authored, Model, RunClose};
 use crate::nemesis::powerloss::{LoggedOp, Op};
 use crate::nemesis::syscall::{Call, FaultOutcome, SyscallFault};
 use crate::store::{CheckpointView, Observation};
@@ -713,9 +711,7 @@ fn recovery(h: &History, i: usize, life: &Life, out: &mut Vec<Violation>) {
         let history: Vec<String> = base
             .records
             .iter()
-            .filter(|r| {
-                r.event().and_then(crate::check::model::call_of) == Some(call.call_id.as_str())
-            })
+            .filter(|r| r.event().and_then(crate::model::call_of) == Some(call.call_id.as_str()))
             .map(describe_record)
             .chain(marks.iter().map(|r| describe_record(r)))
             .collect();
@@ -1002,7 +998,7 @@ fn runs_closed_at_end(h: &History, model: &Model, out: &mut Vec<Violation>) {
 fn call_events(records: &[Record], call_id: &str) -> Vec<String> {
     records
         .iter()
-        .filter(|r| r.event().and_then(crate::check::model::call_of) == Some(call_id))
+        .filter(|r| r.event().and_then(crate::model::call_of) == Some(call_id))
         .map(describe_record)
         .collect()
 }

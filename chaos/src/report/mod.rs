@@ -324,6 +324,11 @@ fn violation_json(
     })
 }
 
+/// The JSON report's format (`format`), described by
+/// `chaos/schema/report.schema.json`: it changes only when a key is removed
+/// or changes meaning; new keys may appear within a format.
+pub const REPORT_FORMAT: u32 = 1;
+
 /// The whole campaign as JSON.
 pub fn json(result: &CampaignResult, ctx: &Context<'_>) -> Value {
     let scenarios: Vec<Value> = result
@@ -369,6 +374,7 @@ pub fn json(result: &CampaignResult, ctx: &Context<'_>) -> Value {
         })
         .collect();
     json!({
+        "format": REPORT_FORMAT,
         "store": ctx.store,
         "store_fault": ctx.store_fault,
         "mode": ctx.mode,

@@ -28,7 +28,7 @@ use agentstore::{
 };
 use serde_json::Value;
 
-use crate::check::oracle;
+use crate::model::oracle;
 
 /// A store failure, as one line.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -179,7 +179,7 @@ pub struct Observation {
     /// Damage before the tail (the log refuses to load), described.
     pub damage: Option<String>,
     /// The projection the store must serve after `records`, as the
-    /// oracle computes it ([`crate::check::oracle::projection`]; None when the
+    /// oracle computes it ([`crate::model::oracle::projection`]; None when the
     /// store serves no projection to compare it with).
     pub fold: Option<Value>,
     /// The log file's bytes, when the store is a byte log the harness can read.
@@ -338,7 +338,7 @@ impl StoreBackend for ReferenceBackend {
 }
 
 /// agentstore's projection as the protocol's view: what the reference
-/// store serves, never what it must serve (that is [`crate::check::oracle`]'s).
+/// store serves, never what it must serve (that is [`crate::model::oracle`]'s).
 fn to_value(p: &Projection) -> Value {
     serde_json::to_value(agentstore::adapter::projection_view(p))
         .expect("a projection view serializes")

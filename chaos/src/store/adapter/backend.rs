@@ -225,7 +225,7 @@ impl StoreBackend for AdapterBackend {
                 Err(e) if e.refusal_kind() == Some(ErrorKind::NotFound) => {
                     let fold = client
                         .claims(Capability::CheckpointProjection)
-                        .then(|| crate::check::oracle::projection_value(&[]));
+                        .then(|| crate::model::oracle::projection_value(&[]));
                     let _ = client.shutdown();
                     return Ok(Observation::opaque(Vec::new(), None, None, fold));
                 }
@@ -264,7 +264,7 @@ impl StoreBackend for AdapterBackend {
             // A store that serves no projection has nothing to compare the oracle's with.
             let fold = client
                 .claims(Capability::CheckpointProjection)
-                .then(|| crate::check::oracle::projection_value(&records));
+                .then(|| crate::model::oracle::projection_value(&records));
             let mut blobs = Vec::new();
             for (seq, reference) in crate::store::referenced_blobs(&records) {
                 let problem = match client.get_blob(reference) {

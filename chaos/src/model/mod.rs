@@ -7,13 +7,15 @@
 //! protocol's definition, not from the store's code, so that the checker
 //! does not have to trust the store's own fold. It must never read files.
 //!
-//! [`crate::check::oracle`] turns it into what a store must serve (its projection
+//! [`crate::model::oracle`] turns it into what a store must serve (its projection
 //! and its context).
 //!
 //! Mark semantics (the protocol of agentstore part 2): a call without a
 //! result needs exactly one `tool_recovery` mark after a crash; a
 //! `tool_reconciled` resolves the mark; a new `tool_started` (a re-run after
 //! `not_applied`) begins a new attempt, which a later crash must mark again.
+
+pub mod oracle;
 
 use std::collections::{BTreeMap, BTreeSet, HashMap};
 

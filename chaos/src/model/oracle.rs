@@ -21,7 +21,7 @@ use std::collections::HashMap;
 use agentchaos_protocol::event::{event_id, Event, Phase, Record, Seq};
 use agentchaos_protocol::view::{CallView, ProjectionView};
 
-use crate::check::model::{describe_record, phase_name, CallState, Model};
+use crate::model::{describe_record, phase_name, CallState, Model};
 
 /// The projection a store must serve after `records`.
 pub fn projection(records: &[Record]) -> ProjectionView {

@@ -1,0 +1,83 @@
+//! The JSON report keeps the shape its committed schema
+//! (`chaos/schema/report.schema.json`) promises: real reports of a clean
+//! and of a failing campaign validate (trial, probe and power-loss
+//! violations, every scorecard verdict), and a report that lost a key or
+//! changed format does not.
+
+#[path = "support/campaign.rs"]
+mod campaign;
+
+use std::path::Path;
+
+use serde_json::Value;
+
+fn validator() -> jsonschema::Validator {
+    let path = Path::new(env!("CARGO_MANIFEST_DIR")).join("schema/report.schema.json");
+    let schema: Value = serde_json::from_str(&std::fs::read_to_string(path).unwrap()).unwrap();
+    jsonschema::draft202012::new(&schema).unwrap()
+}
+
+fn small() -> std::path::PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/fixtures/small.json")
+}
+
+fn assert_valid(report: &Value) {
+    let errors: Vec<String> = validator()
+        .iter_errors(report)
+        .map(|e| format!("{} at {}", e, e.instance_path()))
+        .collect();
+    assert!(errors.is_empty(), "{}", errors.join("\n"));
+}
+
+#[test]
+fn a_clean_report_fits_the_schema() {
+    let (code, report, stdout) = campaign::run(
+        &small(),
+        &[
+            "--trials",
+            "3",
+            "--restarts",
+            "none",
+            "--powerloss-states",
+            "2",
+        ],
+    );
+    assert_eq!(code, 0, "{stdout}");
+    assert_eq!(report["format"], agentchaos::report::REPORT_FORMAT);
+    assert_valid(&report);
+}
+
+#[test]
+fn a_failing_report_fits_the_schema_and_a_broken_one_does_not() {
+    let (code, report, stdout) = campaign::run(
+        &small(),
+        &[
+            "--trials",
+            "6",
+            "--restarts",
+            "none",
+            "--store-fault",
+            "ack-before-fsync",
+            "--powerloss-model",
+            "weak",
+            "--powerloss-states",
+            "4",
+        ],
+    );
+    assert_eq!(code, 1, "{stdout}");
+    assert!(!report["violations"].as_array().unwrap().is_empty());
+    let power = &report["power_loss"]["scenarios"][0]["violations"];
+    assert!(!power.as_array().unwrap().is_empty(), "{stdout}");
+    assert_valid(&report);
+
+    let v = validator();
+    let mut lost = report.clone();
+    lost.as_object_mut().unwrap().remove("violation_count");
+    assert!(!v.is_valid(&lost), "a missing key is caught");
+    let mut newer = report.clone();
+    newer["format"] = 2.into();
+    assert!(!v.is_valid(&newer), "another format is caught");
+    let mut renamed = report;
+    renamed["power_loss"]["states_per_s"] = 1.0.into();
+    assert!(!v.is_valid(&renamed), "an unknown key is caught");
+}
