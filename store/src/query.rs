@@ -1,7 +1,8 @@
 //! Streamed queries over one session's log: by seq, by range, by type, last match.
 //!
 //! Every query runs on a [`Scanner`], so it holds one line at a time and
-//! verifies each line it passes (checksum, seq, id). Readers take no lock:
+//! verifies the frame of each line it passes (checksum, seq, id, type); it
+//! builds (and so checks the fields of) only the events it returns. Readers take no lock:
 //! a final line still being written (no newline yet) is not yet visible and
 //! ends the stream like a torn tail; damage is an error, never skipped.
 //! A [`SparseIndex`] lets a query start near its first seq instead of at
@@ -198,7 +199,7 @@ impl LogReader {
     }
 
     /// The last event of type `type_name` for which `pred` holds. Reads the
-    /// whole log (verifying it), holding only the best match so far.
+    /// whole log (verifying every frame), holding only the best match so far.
     pub fn last_of_type(
         &self,
         type_name: &str,

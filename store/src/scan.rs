@@ -5,6 +5,12 @@
 //! naming line and byte offset, never skipped) or as a torn tail, reported
 //! through [`Scanner::torn`]; only the writer may cut a torn tail.
 //!
+//! Two depths, one scanner: [`Scanner::next_frame`] checks a line's frame
+//! (checksum, seq, id, type) and the tail rules without building its event;
+//! [`Scanner::next_record`] is the same frame with the event built, where a
+//! line whose fields do not fit is damage. No second parser decides where a
+//! log ends.
+//!
 //! The tail rules. The *final segment* is everything after the last
 //! newline-terminated valid line, to the end of the file; it is split into
 //! *pieces* (each up to and including a newline, the last one possibly
