@@ -1,11 +1,13 @@
 //! Append latency per durability mode and event size, against the raw
-//! `write`+`fdatasync` floor and SQLite (WAL, synchronous=FULL, one
-//! transaction per event), all appending the same line bytes.
+//! `write`+`fdatasync` floor of a growing file, the raw floors of writes
+//! into a pre-zeroed file (fdatasync, O_DSYNC, RWF_DSYNC) and SQLite (WAL,
+//! synchronous=FULL, one transaction per event), all the same line bytes.
 
 use agentbench::{
-    bench_dir, event_of_line_size, line_for, new_log, raw_floor, short, LogSink, Rotating,
-    SqliteLog, SIZES,
+    bench_dir, event_of_line_size, line_for, new_log, raw_floor, raw_zeroed, short, LogSink,
+    Rotating, SqliteLog, SIZES,
 };
+use agentstore::bench::methods::SyncMethod;
 use agentstore::Durability;
 use criterion::{criterion_group, criterion_main, BenchmarkId, Criterion, Throughput};
 
@@ -28,6 +30,21 @@ fn append(c: &mut Criterion) {
         group.bench_function(BenchmarkId::new("raw_write_fdatasync", size), |b| {
             b.iter_custom(|n| floor.time(n))
         });
+
+        for (name, method) in [
+            ("raw_zeroed_write_fdatasync", SyncMethod::Fdatasync),
+            ("raw_zeroed_o_dsync", SyncMethod::ODsync),
+            ("raw_zeroed_rwf_dsync", SyncMethod::RwfDsync),
+        ] {
+            let l = line.clone();
+            // A pre-zeroed file is overwritten in place: it never grows.
+            let mut w = Rotating::new(&base, 0, u64::MAX, move |d| {
+                raw_zeroed(&d.join("zeroed"), method, &l)
+            });
+            group.bench_function(BenchmarkId::new(name, size), |b| {
+                b.iter_custom(|n| w.time(n))
+            });
+        }
 
         for (name, durability) in [
             ("store_sync", Durability::Sync),

@@ -1,12 +1,16 @@
-//! Full scan (the fsck path: every line framed, checksummed and decoded)
-//! against the baseline of reading the file and parsing each line with
-//! `serde_json::from_slice::<Value>` alone, and against reading it only.
+//! Full scan against the baseline of reading the file and parsing each line
+//! with `serde_json::from_slice::<Value>` alone, and against reading it
+//! only: the frame scan (fsck without its fold: checksum, seq, id, type),
+//! `show --json`'s work (the frames of a query, printed as stored, into
+//! memory), and the full decode of every event.
 //! Also: writing a checkpoint (snapshot) of a long session.
 
 use std::io::Read;
 
 use agentbench::{bench_dir, build_session, scaled, serde_value_scan, short, SessionShape};
+use agentstore::fsck::check_log;
 use agentstore::scan::{self, LogPosition};
+use agentstore::{LogReader, Query};
 use criterion::{criterion_group, criterion_main, Criterion, Throughput};
 
 fn full_scan(c: &mut Criterion) {
@@ -28,6 +32,25 @@ fn full_scan(c: &mut Criterion) {
     let bytes = std::fs::metadata(&path).expect("stat").len();
     let mut group = c.benchmark_group("full_scan");
     group.throughput(Throughput::Bytes(bytes));
+    group.bench_function("frame_scan_fsck_without_fold", |b| {
+        b.iter(|| {
+            let check = check_log(&path, 0).expect("check");
+            assert_eq!((check.valid_end.seq, check.problem), (events, None));
+        })
+    });
+    group.bench_function("show_json", |b| {
+        let reader = LogReader::from_file(&path);
+        let mut out = Vec::with_capacity(bytes as usize);
+        b.iter(|| {
+            out.clear();
+            let mut frames = reader.events(&Query::all()).expect("query");
+            while let Some(frame) = frames.next_frame().expect("frame") {
+                frame.write_without_checksum(&mut out).expect("to memory");
+                out.push(b'\n');
+            }
+            assert!(out.len() as u64 <= bytes);
+        })
+    });
     group.bench_function("scanner_verify", |b| {
         b.iter(|| {
             let v = scan::verify(&path, LogPosition::START, |_, _| Ok(())).expect("verify");

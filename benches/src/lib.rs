@@ -101,6 +101,14 @@ pub fn raw_floor(path: &Path, line: &[u8]) -> RawWriter {
     .unwrap_or_else(|_| panic!("cannot open {} for the raw floor", path.display()))
 }
 
+/// A raw writer of `line` into a pre-zeroed 4 MiB file at `path`, made
+/// durable by `method` (the floor of an append into pre-allocated space).
+pub fn raw_zeroed(path: &Path, method: SyncMethod, line: &[u8]) -> RawWriter {
+    agentstore::bench::methods::prewrite(path).expect("pre-zero");
+    RawWriter::create(path, method, Workload::PreZeroed { len: line.len() }, line)
+        .unwrap_or_else(|_| panic!("open {} for {}", path.display(), method.label()))
+}
+
 /// Something appended to in a bench: the store, the floor or SQLite.
 pub trait Sink {
     fn append(&mut self);

@@ -162,6 +162,11 @@ pub fn verify_checksum(line: &[u8]) -> Result<(), LineError> {
     Ok(())
 }
 
+/// What follows `{"crc":"XXXXXXXX",` in a line whose frame was verified.
+pub fn after_checksum(line: &[u8]) -> &[u8] {
+    &line[CRC_HEADER_LEN..]
+}
+
 fn describe_start(line: &[u8]) -> String {
     if line.is_empty() {
         return "empty line".into();
@@ -176,9 +181,138 @@ fn describe_start(line: &[u8]) -> String {
     format!("does not start with {{\"crc\":\" (starts with {shown:?})")
 }
 
+/// The name of a frame's event type: one of [`Event::TYPE_NAMES`], or the
+/// type of an ignorable line this build does not know.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum TypeName {
+    Known(&'static str),
+    Ignorable(String),
+}
+
+impl TypeName {
+    pub fn as_str(&self) -> &str {
+        match self {
+            TypeName::Known(t) => t,
+            TypeName::Ignorable(t) => t,
+        }
+    }
+}
+
+/// What checking a frame reads of a line: its checksum verified, its
+/// envelope read, its event not built.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Header {
+    pub seq: Seq,
+    /// The seq its `id` names (`None`: the id is not `e<digits>`).
+    pub id_seq: Option<Seq>,
+    pub type_name: TypeName,
+}
+
+/// The envelope as serde reads it when the line is not laid out as
+/// [`encode_into`] writes it (other key order, escapes, whitespace).
+#[derive(Deserialize)]
+struct Envelope<'a> {
+    seq: Seq,
+    #[serde(borrow)]
+    id: std::borrow::Cow<'a, str>,
+    #[serde(rename = "type", borrow)]
+    type_name: std::borrow::Cow<'a, str>,
+}
+
+/// Checks the frame of `line` (without its newline): the checksum, then
+/// `seq`, `id` and `type`, without building the event. Fails with the error
+/// [`decode`] gives for the same line wherever the envelope is bad or the
+/// type unknown; a known type's fields are not checked here (that is
+/// [`decode_verified`]'s work, done where an event is needed).
+pub fn decode_header(line: &[u8]) -> Result<Header, LineError> {
+    verify_checksum(line)?;
+    let (seq, id_seq, type_name) = match written_envelope(&line[CRC_HEADER_LEN..]) {
+        Some((seq, id, t)) => (seq, crate::event::seq_of_event_id(id), t),
+        None => match serde_json::from_slice::<Envelope<'_>>(line) {
+            Ok(e) => (
+                e.seq,
+                crate::event::seq_of_event_id(&e.id),
+                known_type(&e.type_name).map_or(
+                    TypeName::Ignorable(e.type_name.into_owned()),
+                    TypeName::Known,
+                ),
+            ),
+            // The full decode says exactly what is wrong (or, for a shape
+            // serde's envelope cannot take, reads it after all).
+            Err(_) => return decode_verified(line).map(|rec| header_of(&rec)),
+        },
+    };
+    match type_name {
+        TypeName::Known(_) => Ok(Header {
+            seq,
+            id_seq,
+            type_name,
+        }),
+        // Unknown: refused unless it marks itself ignorable, as decode says.
+        TypeName::Ignorable(_) => decode_verified(line).map(|rec| header_of(&rec)),
+    }
+}
+
+fn header_of(rec: &Record) -> Header {
+    let type_name = rec.body.type_name();
+    Header {
+        seq: rec.seq,
+        id_seq: crate::event::seq_of_event_id(&rec.id),
+        type_name: known_type(type_name)
+            .map_or(TypeName::Ignorable(type_name.to_string()), TypeName::Known),
+    }
+}
+
+fn known_type(name: &str) -> Option<&'static str> {
+    Event::TYPE_NAMES.iter().copied().find(|t| *t == name)
+}
+
+/// The envelope of a line laid out exactly as [`encode_into`] writes it,
+/// read by position: `body` is what follows `{"crc":"XXXXXXXX",`. `None` for
+/// any other layout (then serde reads it): every string must be free of
+/// escapes, and the number a plain JSON integer.
+fn written_envelope(body: &[u8]) -> Option<(Seq, &str, TypeName)> {
+    let rest = body.strip_prefix(b"\"seq\":")?;
+    let digits = rest.iter().take_while(|b| b.is_ascii_digit()).count();
+    if digits == 0 || digits > 19 || (digits > 1 && rest[0] == b'0') {
+        return None;
+    }
+    let seq: Seq = std::str::from_utf8(&rest[..digits]).ok()?.parse().ok()?;
+    let rest = rest[digits..].strip_prefix(b",\"id\":")?;
+    let (id, rest) = plain_string(rest)?;
+    let rest = rest.strip_prefix(b",\"ts\":")?;
+    let (_, mut rest) = plain_string(rest)?;
+    if let Some(r) = rest.strip_prefix(b",\"redaction\":") {
+        rest = plain_string(r)?.1;
+    }
+    let rest = rest.strip_prefix(b",\"type\":")?;
+    let (t, rest) = plain_string(rest)?;
+    if !matches!(rest.first(), Some(b',' | b'}')) {
+        return None;
+    }
+    Some((seq, id, TypeName::Known(known_type(t)?)))
+}
+
+/// A JSON string with no escapes at the start of `s`: its text and the rest.
+fn plain_string(s: &[u8]) -> Option<(&str, &[u8])> {
+    let s = s.strip_prefix(b"\"")?;
+    let end = s
+        .iter()
+        .position(|&b| b == b'"' || b == b'\\' || b < 0x20)?;
+    if s[end] != b'"' {
+        return None;
+    }
+    Some((std::str::from_utf8(&s[..end]).ok()?, &s[end + 1..]))
+}
+
 /// Verifies and decodes one line (without its newline).
 pub fn decode(line: &[u8]) -> Result<Record, LineError> {
     verify_checksum(line)?;
+    decode_verified(line)
+}
+
+/// Decodes one line (without its newline) whose checksum was verified.
+pub fn decode_verified(line: &[u8]) -> Result<Record, LineError> {
     match serde_json::from_slice::<InLine>(line) {
         Ok(l) => Ok(Record {
             seq: l.seq,
@@ -445,6 +579,73 @@ mod tests {
         let rec = decode(&mk(r#","ignorable":true"#)).unwrap();
         assert_eq!(rec.seq, 3);
         assert_eq!(rec.body.type_name(), "from_the_future");
+    }
+
+    /// Frames `body` (a JSON object) the way the store does, whatever its layout.
+    fn framed(body: &str) -> Vec<u8> {
+        frame_object(body.as_bytes())
+    }
+
+    #[test]
+    fn the_header_agrees_with_the_full_decode_whatever_the_layout() {
+        let written = line(
+            4,
+            &Event::UserMessage {
+                parent: None,
+                text: "a \"quoted\" text".into(),
+            },
+        );
+        let written = &written[..written.len() - 1];
+        assert!(written_envelope(after_checksum(written)).is_some());
+        let layouts = [
+            // Other key order, whitespace, an escaped type and id: serde reads them.
+            r#"{"type":"run_started","run_id":"r","ts":"t","id":"e4","seq":4}"#,
+            r#"{ "seq" : 4, "id":"e4", "ts":"t", "type":"run_started", "run_id":"r"}"#,
+            r#"{"seq":4,"id":"\u00654","ts":"t","type":"run\u005fstarted","run_id":"r"}"#,
+            r#"{"seq":4,"id":"e4","ts":"t","redaction":"sensitive","type":"run_started","run_id":"r"}"#,
+            // Unknown but ignorable; the id naming another seq.
+            r#"{"seq":4,"id":"e4","ts":"t","type":"from_the_future","ignorable":true}"#,
+            r#"{"seq":4,"id":"e5","ts":"t","type":"run_started","run_id":"r"}"#,
+        ];
+        let mut lines: Vec<Vec<u8>> = vec![written.to_vec()];
+        lines.extend(layouts.iter().map(|b| framed(b)));
+        for l in &lines {
+            let rec = decode(l).unwrap();
+            assert_eq!(
+                decode_header(l).unwrap(),
+                header_of(&rec),
+                "{}",
+                String::from_utf8_lossy(l)
+            );
+        }
+    }
+
+    #[test]
+    fn a_bad_envelope_fails_the_header_as_it_fails_the_decode() {
+        for body in [
+            r#"{"seq":"4","id":"e4","ts":"t","type":"run_started","run_id":"r"}"#,
+            r#"{"seq":04,"id":"e4","ts":"t","type":"run_started","run_id":"r"}"#,
+            r#"{"seq":4,"id":"e4","ts":"t","run_id":"r"}"#,
+            r#"{"seq":4,"seq":4,"id":"e4","ts":"t","type":"run_started","run_id":"r"}"#,
+            r#"{"seq":4,"id":"e4","ts":"t","type":"from_the_future"}"#,
+            "[1,2]",
+        ] {
+            let l = if body.starts_with('{') {
+                framed(body)
+            } else {
+                let crc = crc32c::crc32c(body.as_bytes());
+                format!("{{\"crc\":\"{crc:08x}\",{body}").into_bytes()
+            };
+            let full = decode(&l).expect_err(body);
+            assert_eq!(decode_header(&l).expect_err(body), full, "{body}");
+        }
+        // Fields are the full decode's to check, not the header's.
+        let l = framed(r#"{"seq":4,"id":"e4","ts":"t","type":"run_started"}"#);
+        assert!(matches!(decode(&l), Err(LineError::Schema(_))));
+        assert_eq!(
+            decode_header(&l).unwrap().type_name,
+            TypeName::Known("run_started")
+        );
     }
 
     #[test]

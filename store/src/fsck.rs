@@ -85,16 +85,18 @@ pub struct LogCheck {
     pub problem: Option<LogProblem>,
 }
 
-/// Reads and verifies every line of the log at `path`, with the tail rules
-/// of [`crate::scan`]: no torn tail may start before `floor`, the offset an
-/// intact snapshot covers ([`crate::checkpoint::covered_offset`]). Damage is
-/// a finding here, not an error; errors are I/O failures.
+/// Reads and verifies the frame of every line of the log at `path` (frame,
+/// checksum, seq, id, type; the fields are checked by the fold of
+/// [`fsck_session`]), with the tail rules of [`crate::scan`]: no torn tail
+/// may start before `floor`, the offset an intact snapshot covers
+/// ([`crate::checkpoint::covered_offset`]). Damage is a finding here, not an
+/// error; errors are I/O failures.
 pub fn check_log(path: &Path, floor: u64) -> Result<LogCheck> {
     let mut events = Scanner::open(path, LogPosition::START)?.durable_floor(floor);
     let problem = loop {
-        match events.next_record() {
-            Ok(Some(_)) => continue,
-            Ok(None) => break events.torn().cloned().map(LogProblem::TornTail),
+        match events.next_frame().map(|f| f.is_some()) {
+            Ok(true) => continue,
+            Ok(false) => break events.torn().cloned().map(LogProblem::TornTail),
             Err(Error::Damage {
                 line,
                 offset,
@@ -164,12 +166,33 @@ pub fn fsck_session(root: &Path, id: &SessionId) -> Result<SessionCheck> {
         });
     }
     let floor = crate::checkpoint::covered_offset(&paths)?.unwrap_or(0);
-    let log = check_log(&paths.events(), floor)?;
-    // Only a log whose lines are all valid is folded: damage comes first.
-    let rule = match &log.problem {
-        None | Some(LogProblem::TornTail(_)) => crate::projection::first_rule_violation(&paths)?
-            .map(|(seq, reason)| LogProblem::Rule { seq, reason }),
-        Some(_) => None,
+    let mut log = check_log(&paths.events(), floor)?;
+    // The fold builds every event, so it also finds a line whose fields do
+    // not fit (the frame scan does not build events): that damage, if it
+    // comes before what the frame scan found, is the first problem. A rule
+    // is only judged on a log whose lines are all valid: damage comes first.
+    let frames_ok = matches!(log.problem, None | Some(LogProblem::TornTail(_)));
+    let rule = match crate::projection::first_rule_violation(&paths) {
+        Ok(found) if frames_ok => found.map(|(seq, reason)| LogProblem::Rule { seq, reason }),
+        Err(Error::Damage {
+            line,
+            offset,
+            reason,
+            ..
+        }) if offset < log.valid_end.offset || frames_ok => {
+            log.valid_end = LogPosition {
+                offset,
+                seq: line - 1,
+            };
+            log.problem = None;
+            Some(LogProblem::Damage {
+                line,
+                offset,
+                reason,
+            })
+        }
+        Ok(_) | Err(Error::Damage { .. } | Error::UnknownEventType { .. }) => None,
+        Err(e) => return Err(e),
     };
     let mut problems: Vec<Problem> = log
         .problem

@@ -1,7 +1,8 @@
 //! Streamed queries over one session's log: by seq, by range, by type, last match.
 //!
 //! Every query runs on a [`Scanner`], so it holds one line at a time and
-//! verifies each line it passes (checksum, seq, id). Readers take no lock:
+//! verifies the frame of each line it passes (checksum, seq, id, type); it
+//! builds (and so checks the fields of) only the events it returns. Readers take no lock:
 //! a final line still being written (no newline yet) is not yet visible and
 //! ends the stream like a torn tail; damage is an error, never skipped.
 //! A [`SparseIndex`] lets a query start near its first seq instead of at
@@ -16,10 +17,11 @@ use std::path::{Path, PathBuf};
 
 use crate::error::{Error, Result};
 use crate::event::{Record, Seq};
+use crate::framing::Header;
 use crate::index::SparseIndex;
 use crate::layout::SessionPaths;
 use crate::log::EventLog;
-use crate::scan::{LogPosition, Scanner, TornTail};
+use crate::scan::{Frame, LogPosition, Scanner, TornTail};
 
 /// What to read: a seq range and, optionally, a set of event types.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -197,7 +199,7 @@ impl LogReader {
     }
 
     /// The last event of type `type_name` for which `pred` holds. Reads the
-    /// whole log (verifying it), holding only the best match so far.
+    /// whole log (verifying every frame), holding only the best match so far.
     pub fn last_of_type(
         &self,
         type_name: &str,
@@ -236,9 +238,28 @@ impl Events {
         self.scanner.torn()
     }
 
+    /// The next frame the query selects, checked as
+    /// [`Scanner::next_frame`] checks it (the event not built): for callers
+    /// that need only the verified line, its seq or its type.
+    pub fn next_frame(&mut self) -> Result<Option<Frame<'_>>> {
+        let found = self.next_selected();
+        if found.is_err() {
+            self.finished = true;
+        }
+        Ok(found?.map(|(offset, len, header)| self.scanner.frame(offset, len, header)))
+    }
+
     fn next_record(&mut self) -> Result<Option<Record>> {
+        match self.next_frame()? {
+            Some(frame) => frame.record().map(Some),
+            None => Ok(None),
+        }
+    }
+
+    /// Advances to the next line the query selects.
+    fn next_selected(&mut self) -> Result<Option<(u64, usize, Header)>> {
         while !self.finished {
-            let next = match self.scanner.next_record() {
+            let next = match self.scanner.advance() {
                 Err(e) if e.is_damage() && !self.rechecked => {
                     // Without the lock, we may have buffered a torn tail that a
                     // writer has since cut and appended after: what follows it
@@ -250,24 +271,24 @@ impl Events {
                 }
                 next => next?,
             };
-            let Some((_, rec)) = next else {
+            let Some((offset, len, header)) = next else {
                 self.finished = true;
                 break;
             };
             self.rechecked = false;
-            if rec.seq < self.query.from {
+            if header.seq < self.query.from {
                 continue;
             }
             if let Some(to) = self.query.to {
                 // Nothing after the range is read.
-                if rec.seq > to {
+                if header.seq > to {
                     self.finished = true;
                     break;
                 }
-                self.finished = rec.seq == to;
+                self.finished = header.seq == to;
             }
-            if self.query.wants_type(rec.body.type_name()) {
-                return Ok(Some(rec));
+            if self.query.wants_type(header.type_name.as_str()) {
+                return Ok(Some((offset, len, header)));
             }
         }
         Ok(None)

@@ -5,6 +5,12 @@
 //! naming line and byte offset, never skipped) or as a torn tail, reported
 //! through [`Scanner::torn`]; only the writer may cut a torn tail.
 //!
+//! Two depths, one scanner: [`Scanner::next_frame`] checks a line's frame
+//! (checksum, seq, id, type) and the tail rules without building its event;
+//! [`Scanner::next_record`] is the same frame with the event built, where a
+//! line whose fields do not fit is damage. No second parser decides where a
+//! log ends.
+//!
 //! The tail rules. The *final segment* is everything after the last
 //! newline-terminated valid line, to the end of the file; it is split into
 //! *pieces* (each up to and including a newline, the last one possibly
@@ -43,8 +49,8 @@ use std::path::{Path, PathBuf};
 
 use crate::durability::MAX_GROUP_EVENTS;
 use crate::error::{Error, Result};
-use crate::event::{seq_of_event_id, Record, Seq};
-use crate::framing::{self, LineError, MAX_LINE_BYTES};
+use crate::event::{Record, Seq};
+use crate::framing::{self, Header, LineError, TypeName, MAX_LINE_BYTES};
 
 /// A place in the log where a line starts, and the seq of that line.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default, serde::Serialize, serde::Deserialize)]
@@ -86,6 +92,44 @@ impl std::fmt::Display for TornTail {
             write!(f, "; the cut bytes were saved to {}", q.display())?;
         }
         Ok(())
+    }
+}
+
+/// One verified line, as [`Scanner::next_frame`] returns it: checksum, seq,
+/// id and type checked, the event not built yet.
+#[derive(Debug)]
+pub struct Frame<'a> {
+    /// Byte offset of the line.
+    pub offset: u64,
+    pub seq: Seq,
+    pub type_name: TypeName,
+    line: &'a [u8],
+    path: &'a Path,
+}
+
+impl Frame<'_> {
+    /// The line's bytes, without its newline.
+    pub fn line(&self) -> &[u8] {
+        self.line
+    }
+
+    /// Writes the line as a JSON object without its checksum: `{` and
+    /// everything after `"crc":"XXXXXXXX",`, fields in stored order (no
+    /// newline).
+    pub fn write_without_checksum(&self, out: &mut impl std::io::Write) -> std::io::Result<()> {
+        out.write_all(b"{")?;
+        out.write_all(framing::after_checksum(self.line))
+    }
+
+    /// Builds the event and checks its fields: a line whose fields do not
+    /// fit is damage, named by line and byte offset.
+    pub fn record(&self) -> Result<Record> {
+        framing::decode_verified(self.line).map_err(|e| Error::Damage {
+            path: self.path.to_path_buf(),
+            line: self.seq + 1,
+            offset: self.offset,
+            reason: e.to_string(),
+        })
     }
 }
 
@@ -195,8 +239,48 @@ impl<R: BufRead> Scanner<R> {
         self.done = true;
     }
 
-    /// The next verified record and the offset of its line.
+    /// The next verified record and the offset of its line: the frame
+    /// checked as [`Scanner::next_frame`] does, then the event built from it.
+    /// A line whose checksum holds but whose fields do not fit is damage.
     pub fn next_record(&mut self) -> Result<Option<(u64, Record)>> {
+        let at = self.pos;
+        let Some((offset, len, _)) = self.advance()? else {
+            return Ok(None);
+        };
+        match framing::decode_verified(&self.buf[..len - 1]) {
+            Ok(rec) => Ok(Some((offset, rec))),
+            Err(e) => {
+                self.done = true;
+                self.pos = at;
+                Err(self.damage(e.to_string()))
+            }
+        }
+    }
+
+    /// The next verified frame: the line's checksum, seq, id and type are
+    /// checked (and the tail rules applied) exactly as for
+    /// [`Scanner::next_record`], but the event is not built. Its fields are
+    /// not checked: [`Frame::record`] builds and checks them.
+    pub fn next_frame(&mut self) -> Result<Option<Frame<'_>>> {
+        Ok(self
+            .advance()?
+            .map(|(offset, len, header)| self.frame(offset, len, header)))
+    }
+
+    /// The frame [`Scanner::advance`] just returned.
+    pub(crate) fn frame(&self, offset: u64, len: usize, header: Header) -> Frame<'_> {
+        Frame {
+            offset,
+            seq: header.seq,
+            type_name: header.type_name,
+            line: &self.buf[..len - 1],
+            path: &self.path,
+        }
+    }
+
+    /// Reads and checks the next frame; its line (with its newline) stays
+    /// in `buf`. Returns its offset, its length and its header.
+    pub(crate) fn advance(&mut self) -> Result<Option<(u64, usize, Header)>> {
         if self.done {
             return Ok(None);
         }
@@ -210,24 +294,28 @@ impl<R: BufRead> Scanner<R> {
             } else {
                 "final line has no trailing newline (interrupted write)".to_string()
             };
-            return self.final_segment(n, reason);
+            self.final_segment(n, reason)?;
+            return Ok(None);
         }
         let line = &self.buf[..n - 1];
-        match framing::decode(line) {
-            Ok(rec) => {
-                if rec.seq != self.pos.seq {
+        match framing::decode_header(line) {
+            Ok(header) => {
+                if header.seq != self.pos.seq {
                     self.done = true;
                     return Err(self.damage(format!(
                         "expected seq {}, found seq {} (gap, duplicate or reordering)",
-                        self.pos.seq, rec.seq
+                        self.pos.seq, header.seq
                     )));
                 }
                 // Ids are unique because each is derived from its seq.
-                if seq_of_event_id(&rec.id) != Some(rec.seq) {
+                if header.id_seq != Some(header.seq) {
                     self.done = true;
+                    let id = framing::decode_verified(line)
+                        .map(|rec| format!("{:?}", rec.id))
+                        .unwrap_or_else(|_| "(unreadable)".into());
                     return Err(self.damage(format!(
-                        "id {:?} does not match seq {} (expected \"e{}\")",
-                        rec.id, rec.seq, rec.seq
+                        "id {id} does not match seq {} (expected \"e{}\")",
+                        header.seq, header.seq
                     )));
                 }
                 let offset = self.pos.offset;
@@ -235,7 +323,7 @@ impl<R: BufRead> Scanner<R> {
                     offset: offset + n as u64,
                     seq: self.pos.seq + 1,
                 };
-                Ok(Some((offset, rec)))
+                Ok(Some((offset, n, header)))
             }
             Err(LineError::UnknownType(type_name)) => {
                 self.done = true;
@@ -256,9 +344,10 @@ impl<R: BufRead> Scanner<R> {
                         offset: self.pos.offset + n as u64,
                         seq: self.pos.seq + 1,
                     };
-                    return self.next_record();
+                    return self.advance();
                 }
-                self.final_segment(n, e.to_string())
+                self.final_segment(n, e.to_string())?;
+                Ok(None)
             }
             Err(e @ LineError::Schema(_)) => {
                 self.done = true;
@@ -293,7 +382,7 @@ impl<R: BufRead> Scanner<R> {
     /// because of `reason`) starts a torn tail: the tail rules of the module
     /// doc, applied to it and to every piece after it up to the end of the
     /// file. Ends the stream either way.
-    fn final_segment(&mut self, len: usize, reason: String) -> Result<Option<(u64, Record)>> {
+    fn final_segment(&mut self, len: usize, reason: String) -> Result<()> {
         self.done = true;
         if self.pos.offset < self.floor {
             return Err(self.damage(format!(
@@ -334,7 +423,7 @@ impl<R: BufRead> Scanner<R> {
             reason
         };
         self.end_torn(total, reason);
-        Ok(None)
+        Ok(())
     }
 }
 
@@ -567,6 +656,38 @@ mod tests {
             matches!(outcome, Err(Error::Damage { line: 2, .. })),
             "{outcome:?}"
         );
+    }
+
+    #[test]
+    fn frames_and_records_stop_at_the_same_place() {
+        let (mut bytes, starts) = log_bytes(3);
+        let at = bytes.len() as u64;
+        // A line whose checksum holds but whose fields do not fit.
+        let bad = framing::frame_object(br#"{"seq":3,"id":"e3","ts":"t","type":"run_started"}"#);
+        bytes.extend_from_slice(&bad);
+        bytes.push(b'\n');
+        bytes.extend_from_slice(b"{\"crc\":\"1");
+        let (seqs, outcome) = scan(&bytes);
+        assert_eq!(seqs, vec![0, 1, 2]);
+        let e = outcome.expect_err("fields that do not fit are damage");
+        assert!(
+            matches!(e, Error::Damage { line: 4, offset, .. } if offset == at),
+            "{e}"
+        );
+        // The frame scan passes the line and finds the torn tail after it;
+        // the frame builds the record that fails.
+        let mut s = Scanner::new(&bytes[..], Path::new("events.jsonl"), LogPosition::START);
+        let mut offsets = Vec::new();
+        while let Some(frame) = s.next_frame().unwrap() {
+            offsets.push(frame.offset);
+            if frame.seq == 3 {
+                assert!(matches!(frame.record(), Err(Error::Damage { line: 4, .. })));
+            } else {
+                assert_eq!(frame.record().unwrap().seq, frame.seq);
+            }
+        }
+        assert_eq!(offsets[..3], starts[..]);
+        assert_eq!(s.torn().unwrap().len, 9);
     }
 
     #[test]

@@ -176,3 +176,40 @@ fn salvage_refuses_an_existing_target_and_a_missing_source() {
         .collect();
     assert!(leftovers.is_empty(), "{leftovers:?}");
 }
+
+/// A line whose checksum holds but whose fields do not fit (a writer that
+/// framed a bad event): the frame scan of fsck passes it, the fold builds
+/// it, and fsck reports it as damage at its line, counting the events
+/// before it; every reader that builds events refuses it the same way.
+#[test]
+fn fields_that_do_not_fit_under_a_good_checksum_are_damage() {
+    let (clean, starts) = base();
+    let bad = agentstore::framing::frame_object(
+        format!(r#"{{"seq":{EVENTS},"id":"e{EVENTS}","ts":"t","type":"user_message"}}"#).as_bytes(),
+    );
+    let mut bytes = clean.clone();
+    bytes.extend_from_slice(&bad);
+    bytes.push(b'\n');
+    bytes.extend_from_slice(&clean[starts[0] as usize..starts[1] as usize]);
+    let dir = scratch();
+    let root = dir.path();
+    let paths = paths(root, "s");
+    std::fs::create_dir_all(paths.dir()).unwrap();
+    std::fs::write(paths.events(), &bytes).unwrap();
+    SessionMeta::new(&paths, "/w", None).write(&paths).unwrap();
+    let want = (EVENTS + 1, clean.len() as u64);
+    let check = fsck_session(root, paths.id()).unwrap();
+    assert_eq!(check.events, EVENTS);
+    match &check.problems[..] {
+        [Problem::Log(LogProblem::Damage { line, offset, .. })] => {
+            assert_eq!((*line, *offset), want)
+        }
+        other => panic!("fsck found {other:?}"),
+    }
+    let reader = LogReader::open(&paths).unwrap();
+    let e = reader.after(0).unwrap().find_map(Result::err).unwrap();
+    assert!(
+        matches!(e, Error::Damage { line, offset, .. } if (line, offset) == want),
+        "{e}"
+    );
+}

@@ -1,6 +1,7 @@
 //! The ways to make a write durable, measured raw (no store involved).
 //!
-//! Linux-only: the flags are Linux's `O_DSYNC` and `O_DIRECT`. A
+//! Linux-only: the flags are Linux's `O_DSYNC`, `O_DIRECT` and
+//! `pwritev2`'s `RWF_DSYNC`. A
 //! [`RawWriter`] owns one scratch file and performs one operation per
 //! [`RawWriter::op`] call: a write followed by whatever the method needs to
 //! make it durable. Its fdatasync variant with appends is the floor the store
@@ -35,6 +36,8 @@ pub enum SyncMethod {
     ODsync,
     /// `pwrite` of aligned blocks on a file opened with `O_DIRECT|O_DSYNC`.
     ODirectODsync,
+    /// `pwritev2` with `RWF_DSYNC`: `O_DSYNC` for this one write.
+    RwfDsync,
     /// `pwrite` only: the page cache, not the disk. A reference point, never durable.
     NoSync,
 }
@@ -42,11 +45,12 @@ pub enum SyncMethod {
 impl SyncMethod {
     /// Every method, in report order (no-sync last, so that its dirty pages
     /// are flushed before anything else is measured).
-    pub const ALL: [SyncMethod; 5] = [
+    pub const ALL: [SyncMethod; 6] = [
         SyncMethod::Fdatasync,
         SyncMethod::Fsync,
         SyncMethod::ODsync,
         SyncMethod::ODirectODsync,
+        SyncMethod::RwfDsync,
         SyncMethod::NoSync,
     ];
 
@@ -57,6 +61,7 @@ impl SyncMethod {
             SyncMethod::Fsync => "write+fsync",
             SyncMethod::ODsync => "O_DSYNC write",
             SyncMethod::ODirectODsync => "O_DIRECT|O_DSYNC write",
+            SyncMethod::RwfDsync => "pwritev2 RWF_DSYNC",
             SyncMethod::NoSync => "write, no sync",
         }
     }
@@ -80,6 +85,10 @@ pub enum Workload {
     /// `len` bytes (a multiple of 4 KiB) at aligned offsets cycling through a
     /// pre-written 4 MiB file, like pg_test_fsync's 8 KiB WAL writes.
     Overwrite { len: usize },
+    /// `len` bytes written back to back, like appends, into a pre-zeroed
+    /// 4 MiB file (made by [`prewrite`]; wrapping to its start when full):
+    /// what appending into pre-allocated log space costs.
+    PreZeroed { len: usize },
 }
 
 impl Workload {
@@ -89,6 +98,9 @@ impl Workload {
             Workload::Append { len } => format!("{} appends (file grows)", human_bytes(len)),
             Workload::Overwrite { len } => {
                 format!("{} writes (pre-written 4 MiB file)", human_bytes(len))
+            }
+            Workload::PreZeroed { len } => {
+                format!("{} appends (pre-zeroed 4 MiB file)", human_bytes(len))
             }
         }
     }
@@ -177,6 +189,14 @@ impl RawWriter {
                 ));
             }
         }
+        if let Workload::PreZeroed { len } = workload {
+            if method == SyncMethod::ODirectODsync || len == 0 || len as u64 > OVERWRITE_SPAN {
+                return Err(OpenError::Unsupported(format!(
+                    "{} of {len} B into a pre-zeroed file is not measured",
+                    method.label()
+                )));
+            }
+        }
         let file = match OpenOptions::new()
             .write(true)
             .create_new(matches!(workload, Workload::Append { .. }))
@@ -197,6 +217,7 @@ impl RawWriter {
                 len.div_ceil(DIRECT_ALIGN) * DIRECT_ALIGN + DIRECT_ALIGN
             }
             Workload::Overwrite { len } => len,
+            Workload::PreZeroed { .. } => 0,
         };
         let mut block = AlignedBuf::zeroed(block_len);
         if let Workload::Overwrite { .. } = workload {
@@ -227,18 +248,28 @@ impl RawWriter {
                 self.direct_append()?
             }
             Workload::Append { .. } => {
-                self.file.write_all_at(&self.data, self.pos)?;
+                write_at(&self.file, self.method, &self.data, self.pos)?;
                 self.pos += self.data.len() as u64;
             }
             Workload::Overwrite { len } => {
-                self.file.write_all_at(self.block.as_slice(), self.pos)?;
+                write_at(&self.file, self.method, self.block.as_slice(), self.pos)?;
                 self.pos = (self.pos + len as u64) % OVERWRITE_SPAN;
+            }
+            Workload::PreZeroed { len } => {
+                if self.pos + len as u64 > OVERWRITE_SPAN {
+                    self.pos = 0;
+                }
+                write_at(&self.file, self.method, &self.data, self.pos)?;
+                self.pos += len as u64;
             }
         }
         match self.method {
             SyncMethod::Fdatasync => self.file.sync_data(),
             SyncMethod::Fsync => self.file.sync_all(),
-            SyncMethod::ODsync | SyncMethod::ODirectODsync | SyncMethod::NoSync => Ok(()),
+            SyncMethod::ODsync
+            | SyncMethod::ODirectODsync
+            | SyncMethod::RwfDsync
+            | SyncMethod::NoSync => Ok(()),
         }
     }
 
@@ -263,6 +294,28 @@ impl RawWriter {
         }
         Ok(())
     }
+}
+
+/// Writes all of `buf` at `offset`: with `pwritev2(RWF_DSYNC)` for that
+/// method (each call durable on return), else with `pwrite`.
+fn write_at(file: &File, method: SyncMethod, mut buf: &[u8], mut offset: u64) -> io::Result<()> {
+    if method != SyncMethod::RwfDsync {
+        return file.write_all_at(buf, offset);
+    }
+    while !buf.is_empty() {
+        let n = rustix::io::pwritev2(
+            file,
+            &[io::IoSlice::new(buf)],
+            offset,
+            rustix::io::ReadWriteFlags::DSYNC,
+        )?;
+        if n == 0 {
+            return Err(io::ErrorKind::WriteZero.into());
+        }
+        buf = &buf[n..];
+        offset += n as u64;
+    }
+    Ok(())
 }
 
 /// Creates `path` with [`OVERWRITE_SPAN`] bytes written and made durable,
@@ -317,6 +370,7 @@ mod tests {
             let expect = data.repeat(25);
             assert_eq!(&got[..expect.len()], &expect[..], "{method:?}");
             // O_DIRECT pads the last block with zeros; nothing else may follow.
+            // (RWF_DSYNC writes the same bytes as a pwrite.)
             assert!(got[expect.len()..].iter().all(|&b| b == 0), "{method:?}");
             if method != SyncMethod::ODirectODsync {
                 assert_eq!(got.len(), expect.len(), "{method:?}");
@@ -342,6 +396,31 @@ mod tests {
         assert_eq!(std::fs::metadata(&path).unwrap().len(), OVERWRITE_SPAN);
         let got = std::fs::read(&path).unwrap();
         assert_eq!(&got[..3], b"abc");
+    }
+
+    #[test]
+    fn pre_zeroed_appends_land_back_to_back_and_wrap_inside_the_file() {
+        let d = dir();
+        for method in [
+            SyncMethod::Fdatasync,
+            SyncMethod::ODsync,
+            SyncMethod::RwfDsync,
+        ] {
+            let path = d.path().join(format!("{method:?}"));
+            prewrite(&path).unwrap();
+            let data = vec![b'x'; 1000];
+            let mut w =
+                RawWriter::create(&path, method, Workload::PreZeroed { len: 1000 }, &data).unwrap();
+            let fit = OVERWRITE_SPAN / 1000;
+            for _ in 0..fit + 2 {
+                w.op().unwrap();
+            }
+            let got = std::fs::read(&path).unwrap();
+            assert_eq!(got.len() as u64, OVERWRITE_SPAN, "{method:?}");
+            let written = (fit * 1000) as usize;
+            assert!(got[..written].iter().all(|&b| b == b'x'), "{method:?}");
+            assert!(got[written..].iter().all(|&b| b == 0), "{method:?}");
+        }
     }
 
     #[test]

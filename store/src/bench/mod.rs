@@ -210,10 +210,10 @@ mod tests {
         config.max_ops = 20;
         let run = run(&config, &mut Quiet).unwrap();
         let r = &run.report;
-        assert_eq!(r.methods.len(), 10);
-        assert_eq!(r.store.rows.len(), 5);
+        assert_eq!(r.methods.len(), 12);
+        assert_eq!(r.store.rows.len(), 8);
         assert_eq!(r.group_commit.rows.len(), 5);
-        assert_eq!(r.goals.len(), 4);
+        assert_eq!(r.goals.len(), 5);
         assert!(r.store.rows.iter().all(|row| row.summary.count > 0));
         assert_eq!(run.panels.len(), 3);
         assert_eq!(std::fs::read_dir(d.path()).unwrap().count(), 0);

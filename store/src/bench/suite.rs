@@ -46,8 +46,11 @@ pub(super) struct Suite<'a> {
 }
 
 /// The store section's contenders measured interleaved, in report order.
-const STORE_INTERLEAVED: [Target; 4] = [
+const STORE_INTERLEAVED: [Target; 7] = [
     Target::Floor,
+    Target::ZeroedFdatasync,
+    Target::ZeroedODsync,
+    Target::ZeroedRwfDsync,
     Target::StoreSync,
     Target::StoreBatch,
     Target::Sqlite,
@@ -130,7 +133,7 @@ impl<'a> Suite<'a> {
             self.step(&format!("{}, {}", method.label(), short_label(workload)), 1)?;
             let path = match workload {
                 Workload::Append { .. } => dir.join(format!("append{i}")),
-                Workload::Overwrite { .. } => shared.clone(),
+                Workload::Overwrite { .. } | Workload::PreZeroed { .. } => shared.clone(),
             };
             let (outcome, points) = match RawWriter::create(&path, method, workload, &line) {
                 Ok(mut w) => {
@@ -177,25 +180,44 @@ impl<'a> Suite<'a> {
         let event = event_of_line_size(APPEND_BYTES, 0);
         let line = line_for(&event, 0);
         self.step(
-            "the store: raw floor, Sync, Batch and SQLite (interleaved)",
+            "the store: raw floors, Sync, Batch and SQLite (interleaved)",
             STORE_INTERLEAVED.len() as u64,
         )?;
         let floor_dir = self.fresh_dir()?;
+        let raw = |path: PathBuf, method, workload| {
+            RawWriter::create(&path, method, workload, &line).map_err(|e| match e {
+                OpenError::Unsupported(reason) => BenchError::Io {
+                    op: "open",
+                    path: path.clone(),
+                    source: std::io::Error::other(reason),
+                },
+                OpenError::Io(path, op, e) => BenchError::io(op, &path)(e),
+            })
+        };
         let floor_path = floor_dir.join("floor");
-        let mut floor = RawWriter::create(
-            &floor_path,
+        let mut floor = raw(
+            floor_path.clone(),
             SyncMethod::Fdatasync,
             Workload::Append { len: line.len() },
-            &line,
-        )
-        .map_err(|e| match e {
-            OpenError::Unsupported(reason) => BenchError::Io {
-                op: "open",
-                path: floor_path.clone(),
-                source: std::io::Error::other(reason),
-            },
-            OpenError::Io(path, op, e) => BenchError::io(op, &path)(e),
-        })?;
+        )?;
+        // The same line into pre-zeroed files: the floor of an append into
+        // pre-allocated log space, made durable three ways.
+        let zeroed_method = [
+            SyncMethod::Fdatasync,
+            SyncMethod::ODsync,
+            SyncMethod::RwfDsync,
+        ];
+        let mut zeroed = Vec::new();
+        for (i, method) in zeroed_method.into_iter().enumerate() {
+            let path = floor_dir.join(format!("zeroed{i}"));
+            methods::prewrite(&path).map_err(BenchError::io("pre-write", &path))?;
+            let w = raw(
+                path.clone(),
+                method,
+                Workload::PreZeroed { len: line.len() },
+            )?;
+            zeroed.push((path, method, w));
+        }
         let (sync_dir, sync_log) = self.new_log(Durability::Sync)?;
         let (batch_dir, batch_log) = self.new_log(Durability::batch())?;
         let sql_dir = self.fresh_dir()?;
@@ -206,16 +228,28 @@ impl<'a> Suite<'a> {
                     .op()
                     .map_err(BenchError::io("write+fdatasync", &floor_path))
             });
+            let mut zeroed_ops: Vec<_> = zeroed
+                .iter_mut()
+                .map(|(path, method, w)| {
+                    let (path, label) = (path.clone(), method.label());
+                    measure::sequential(move || w.op().map_err(BenchError::io(label, &path)))
+                })
+                .collect();
             let mut sync_op = measure::sequential(|| append(&sync_log, &event));
             let mut batch_op = measure::sequential(|| append(&batch_log, &event));
             let mut sql_op = measure::sequential(|| sql.op());
-            measure::measure_interleaved(
-                self.budget,
-                ROUNDS,
-                &mut [&mut floor_op, &mut sync_op, &mut batch_op, &mut sql_op],
-            )?
+            let mut contenders: Vec<&mut measure::Slice<'_, BenchError>> = vec![&mut floor_op];
+            for op in &mut zeroed_ops {
+                contenders.push(op);
+            }
+            contenders.extend([
+                &mut sync_op as &mut measure::Slice<'_, BenchError>,
+                &mut batch_op,
+                &mut sql_op,
+            ]);
+            measure::measure_interleaved(self.budget, ROUNDS, &mut contenders)?
         };
-        drop((sync_log, batch_log, sql));
+        drop((sync_log, batch_log, sql, zeroed));
         for d in [&floor_dir, &sync_dir, &batch_dir, &sql_dir] {
             remove(d)?;
         }
@@ -231,7 +265,11 @@ impl<'a> Suite<'a> {
 
         let mut measured: Vec<(Target, Latencies)> =
             STORE_INTERLEAVED.into_iter().zip(lats).collect();
-        measured.insert(3, (Target::StoreNone, none_lat));
+        let after_batch = 1 + STORE_INTERLEAVED
+            .iter()
+            .position(|t| *t == Target::StoreBatch)
+            .expect("Batch is measured interleaved");
+        measured.insert(after_batch, (Target::StoreNone, none_lat));
         let panel = Panel {
             title: format!("The store, {} B lines", line.len()),
             series: measured
@@ -315,6 +353,7 @@ fn short_label(w: Workload) -> String {
     match w {
         Workload::Append { len } => format!("{} appends", human_bytes(len)),
         Workload::Overwrite { len } => format!("{} writes", human_bytes(len)),
+        Workload::PreZeroed { len } => format!("{} pre-zeroed appends", human_bytes(len)),
     }
 }
 

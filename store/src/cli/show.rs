@@ -1,7 +1,9 @@
 //! `agentstore show ROOT SESSION`: print events, optionally following new ones.
 //!
 //! Human format, one event per line: `  seq  ts  type  {fields}`. `--json`
-//! prints each event as one JSON object (envelope and fields, no checksum).
+//! prints each event as one JSON object (envelope and fields, no checksum):
+//! for a known type, the verified line as stored, without building the
+//! event (checksum, seq, id and type are checked; `fsck` checks the fields).
 //! Reading takes no lock; a line still being written is shown once complete.
 
 use std::io::Write;
@@ -11,6 +13,7 @@ use std::time::Duration;
 use serde_json::Value;
 
 use agentstore::event::{Body, Redaction};
+use agentstore::framing::TypeName;
 use agentstore::{Event, LogReader, Query, Record, SessionPaths};
 
 use super::{existing_root, session_id, stdout_error, Failure, Outcome};
@@ -62,8 +65,17 @@ pub fn run(args: Args) -> Outcome {
     let mut out = std::io::stdout().lock();
     let mut events = reader.events(&query)?;
     loop {
-        for rec in &mut events {
-            let rec = rec?;
+        while let Some(frame) = events.next_frame()? {
+            if args.json && matches!(frame.type_name, TypeName::Known(_)) {
+                // The verified line as stored, without its checksum: no
+                // event is built (its fields are fsck's to check).
+                frame
+                    .write_without_checksum(&mut out)
+                    .map_err(stdout_error)?;
+                out.write_all(b"\n").map_err(stdout_error)?;
+                continue;
+            }
+            let rec = frame.record()?;
             let line = if args.json { json(&rec) } else { human(&rec) };
             writeln!(out, "{line}").map_err(stdout_error)?;
         }
