@@ -15,7 +15,8 @@
 //!   the oracle of what a store must serve;
 //! - [`campaign`]: trials and their history, the runner, probes, shrinking,
 //!   replay;
-//! - [`report`]: text, JSON, JUnit and the scorecard.
+//! - [`report`]: text, JSON, JUnit and the scorecard;
+//! - [`shell`]: quoting the commands a report prints.
 
 pub mod agent;
 pub mod campaign;
@@ -23,4 +24,5 @@ pub mod check;
 pub mod nemesis;
 pub mod report;
 pub mod scenario;
+pub mod shell;
 pub mod store;
