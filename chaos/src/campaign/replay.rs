@@ -11,7 +11,7 @@ use std::fmt::Write;
 use std::path::Path;
 
 use crate::campaign::runner::{self, describe_crash, replay_command, Config, ScenarioSource};
-use crate::campaign::trial::{self, History, LifeEnd, RunKind};
+use crate::campaign::trial::{self, History, LifeEnd, RunKind, TrialError};
 use crate::check::model::describe_record;
 use crate::check::{self, Violation};
 use crate::nemesis::{Crash, Plan};
@@ -122,13 +122,14 @@ fn story(h: &History) -> String {
     s
 }
 
-/// Replays `plan` on `source`. `keep` keeps the trial directory there.
+/// Replays `plan` on `source`. `keep` keeps the trial directory there. An
+/// error says whether the store under test (not the harness) caused it.
 pub fn replay(
     cfg: &Config<'_>,
     source: ScenarioSource,
     plan: Plan,
     keep: Option<&Path>,
-) -> Result<Replayed, String> {
+) -> Result<Replayed, TrialError> {
     let dir = runner::campaign_dir(&cfg.dir)?;
     let result = replay_in(cfg, source, plan, keep, &dir);
     let _ = std::fs::remove_dir_all(&dir);
@@ -141,7 +142,7 @@ fn replay_in(
     plan: Plan,
     keep: Option<&Path>,
     dir: &Path,
-) -> Result<Replayed, String> {
+) -> Result<Replayed, TrialError> {
     let mut prepared = runner::prepare(cfg, source, &dir.join("trace"))?;
     // The traces of the restarted lives the plan crashes, where the
     // campaign's defaults did not trace them.

@@ -25,7 +25,7 @@ use std::sync::Mutex;
 use std::time::{Duration, Instant};
 
 use crate::campaign::probe::{self, ProbeOutcome, ProbeSetup};
-use crate::campaign::trial::{self, History, RunKind, TrialDir, TrialSetup};
+use crate::campaign::trial::{self, History, RunKind, TrialDir, TrialError, TrialSetup};
 use crate::check::model::{describe_record, Model};
 use crate::check::{self, Invariant, Reference, Violation};
 use crate::nemesis::syscall::{FaultOutcome, FaultReport};
@@ -149,7 +149,11 @@ pub fn setup<'a>(cfg: &'a Config<'_>, source: &'a ScenarioSource) -> TrialSetup<
 /// The crash-free trace run: counts hits, records the reference outcome;
 /// with the syscall nemesis on, a second crash-free run under the tracer
 /// enumerates the first process's syscalls.
-pub fn prepare(cfg: &Config<'_>, source: ScenarioSource, dir: &Path) -> Result<Prepared, String> {
+pub fn prepare(
+    cfg: &Config<'_>,
+    source: ScenarioSource,
+    dir: &Path,
+) -> Result<Prepared, TrialError> {
     let prepared = prepare_keeping(cfg, source, dir);
     let _ = std::fs::remove_dir_all(dir);
     prepared
@@ -161,7 +165,7 @@ pub fn prepare_keeping(
     cfg: &Config<'_>,
     source: ScenarioSource,
     dir: &Path,
-) -> Result<Prepared, String> {
+) -> Result<Prepared, TrialError> {
     let history = trial::run(&setup(cfg, &source), Plan::NONE, dir, RunKind::TracePoints)?;
     let mut sys_unusable = None;
     let syscalls = if cfg.nemesis.syscall {
@@ -629,6 +633,9 @@ pub struct TrialOutcome {
     pub violations: Vec<Violation>,
     /// The trial could not be carried out as planned.
     pub error: Option<String>,
+    /// The error is the store's fault, not the harness's
+    /// ([`trial::TrialError::store_fault`]).
+    pub store_fault: bool,
     /// The first process's crash hit, for coverage.
     pub covered_hit: Option<u64>,
     /// What the trial exercised, for the scorecard.
@@ -687,11 +694,12 @@ pub fn run_trial(
         }
         Err(e) => (
             Vec::new(),
-            Some(e.clone()),
+            Some(e.message.clone()),
             describe_crash(&plan, prepared, None),
             None,
         ),
     };
+    let store_fault = result.as_ref().is_err_and(|e| e.store_fault);
     let failed = !violations.is_empty() || error.is_some();
     if let (Some(keep), true) = (&cfg.keep_failures, failed) {
         let replay = replay_command(
@@ -717,6 +725,7 @@ pub fn run_trial(
         crash_point,
         violations,
         error,
+        store_fault,
         covered_hit,
         evidence,
         started,
@@ -919,6 +928,16 @@ impl CampaignResult {
             .sum::<usize>()
             + self.power_loss.as_ref().map_or(0, |p| p.errors())
     }
+    /// The trial errors that are the store's fault: it broke the adapter
+    /// protocol or refused the harness's observation. They fail a run like
+    /// violations (exit 1); the other errors are the harness's (exit 3).
+    pub fn store_error_count(&self) -> usize {
+        self.scenarios
+            .iter()
+            .flat_map(|s| &s.outcomes)
+            .filter(|o| o.error.is_some() && o.store_fault)
+            .count()
+    }
     /// Every power-loss finding: the first failing state of each broken
     /// invariant per scenario, with its findings.
     pub fn power_loss_findings(
@@ -955,12 +974,14 @@ pub fn campaign_dir(base: &Path) -> Result<PathBuf, String> {
 }
 
 /// Runs a campaign over `sources`.
-pub fn run(cfg: &Config<'_>, sources: Vec<ScenarioSource>) -> Result<CampaignResult, String> {
+/// An error says whether the store under test caused it (an adapter that
+/// cannot answer `hello`) or the harness did.
+pub fn run(cfg: &Config<'_>, sources: Vec<ScenarioSource>) -> Result<CampaignResult, TrialError> {
     let started = Instant::now();
-    let capabilities = cfg
-        .backend
-        .capabilities()
-        .map_err(|e| format!("cannot learn what the store claims: {e}"))?;
+    let capabilities = cfg.backend.capabilities().map_err(|e| TrialError {
+        message: format!("cannot learn what the store claims: {e}"),
+        store_fault: e.store_fault(),
+    })?;
     // A store that does not claim blobs is not given scenarios that store
     // one: they are reported as skipped, never failed as an outcome.
     let (sources, skipped): (Vec<_>, Vec<_>) = sources
@@ -982,7 +1003,7 @@ pub fn run(cfg: &Config<'_>, sources: Vec<ScenarioSource>) -> Result<CampaignRes
     // recreates the directory after this.
     let _ = std::fs::remove_dir_all(&dir);
     if agentstore::interrupt::requested() {
-        return Err(NOT_RUN.to_string());
+        return Err(NOT_RUN.to_string().into());
     }
     let (scenarios, trials) = result?;
     let elapsed = started.elapsed();
@@ -1047,7 +1068,7 @@ fn run_in(
     sources: Vec<ScenarioSource>,
     claimed: &[Capability],
     dir: &Path,
-) -> Result<(Vec<ScenarioResult>, usize), String> {
+) -> Result<(Vec<ScenarioResult>, usize), TrialError> {
     // Trace runs, in parallel too: they are trials like any other. The
     // probes then work on copies of each crash-free run's store.
     let prepared = parallel(cfg.jobs, sources.len(), |i| {
@@ -1064,7 +1085,7 @@ fn run_in(
     });
     let prepared: Vec<Prepared> = prepared
         .into_iter()
-        .map(|r| r.and_then(|p| p))
+        .map(|r| r.map_err(TrialError::from).and_then(|p| p))
         .collect::<Result<_, _>>()?;
     let mut jobs: Vec<(usize, Plan)> = Vec::new();
     for (s, p) in prepared.iter().enumerate() {
@@ -1134,6 +1155,7 @@ fn run_in(
                     crash_point: describe_crash(&plan, &prepared[s], None),
                     violations: Vec::new(),
                     error: Some(e),
+                    store_fault: false,
                     covered_hit: None,
                     evidence: Evidence::default(),
                     started: now,
