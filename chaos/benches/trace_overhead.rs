@@ -10,11 +10,17 @@ use std::time::Duration;
 use agentchaos::nemesis::syscall::{trace, Exit, TraceConfig};
 use criterion::{criterion_group, criterion_main, BenchmarkId, Criterion};
 
-const PROBE: &str = env!("CARGO_BIN_EXE_agentchaos-fsprobe");
+#[path = "../tests/support/mod.rs"]
+mod support;
+
+/// The scripted file-operation program (`examples/agentchaos-fsprobe.rs`).
+fn probe_bin() -> std::path::PathBuf {
+    support::workspace_example("agentchaos", "agentchaos-fsprobe")
+}
 const LINE: &str = r#"{"crc":"0badf00d","seq":1,"type":"message","body":"a line of about a hundred bytes, like a small session event"}"#;
 
 fn probe(root: &Path, script: &[String]) -> Command {
-    let mut cmd = Command::new(PROBE);
+    let mut cmd = Command::new(probe_bin());
     cmd.current_dir(root).args(script).stdout(Stdio::null());
     cmd
 }

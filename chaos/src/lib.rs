@@ -17,7 +17,8 @@
 //! - [`check`]: the invariants, and the evidence a trial earned;
 //! - [`campaign`]: trials, the runner, probes, shrinking,
 //!   replay;
-//! - [`report`]: text, JSON, JUnit and the scorecard.
+//! - [`report`]: text, JSON, JUnit and the scorecard;
+//! - [`shell`]: quoting the commands a report prints.
 
 pub mod agent;
 pub mod campaign;
@@ -27,4 +28,5 @@ pub mod model;
 pub mod nemesis;
 pub mod report;
 pub mod scenario;
+pub mod shell;
 pub mod store;

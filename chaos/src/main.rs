@@ -1,7 +1,11 @@
 //! The `agentchaos` command line: a thin layer over the library.
 //!
-//! Exit codes: 0 clean, 1 violations (or trials that could not run as
-//! planned), 2 bad input (one line naming the file and line). Linux only.
+//! Exit codes ([`Failure`], [`verdict`]): 0 clean; 1 the store under test
+//! failed (violations, or it broke the adapter protocol or refused the
+//! harness's observation); 2 bad usage or input (one line naming the file
+//! and line); 3 the harness itself failed (a trial it could not carry out,
+//! a report it could not write); 128 + the signal after SIGINT or SIGTERM.
+//! Linux only.
 
 use std::path::{Path, PathBuf};
 use std::process::ExitCode;
@@ -12,6 +16,7 @@ use agentchaos::campaign::config::{Config, Mode, PowerLossLimits, ScenarioSource
 use agentchaos::campaign::powercampaign::{self, StateId, Verdict};
 use agentchaos::campaign::runner;
 use agentchaos::campaign::shrink;
+use agentchaos::campaign::trial::TrialError;
 use agentchaos::check::Invariant;
 use agentchaos::nemesis::powerloss::Model;
 use agentchaos::nemesis::{Nemeses, Plan, Restarts};
@@ -44,6 +49,8 @@ enum Command {
     Faults,
     /// List the invariants and their promises.
     Invariants,
+    /// List the built-in scenarios (the shipped scenarios/, compiled in), or export them.
+    Scenarios(ScenariosCli),
     /// The child agent (started by the harness).
     #[command(hide = true)]
     Agent(AgentCli),
@@ -54,6 +61,22 @@ enum Command {
     /// in), so the power-loss nemesis recovers the reference store without a second binary.
     #[command(hide = true)]
     ReferenceAdapter(ReferenceAdapterCli),
+}
+
+#[derive(Args, Debug)]
+struct ScenariosCli {
+    #[command(subcommand)]
+    action: Option<ScenariosAction>,
+}
+
+#[derive(Subcommand, Debug)]
+enum ScenariosAction {
+    /// Write every built-in scenario into DIR as NAME.json (created if missing;
+    /// an existing file with other contents is refused).
+    Export {
+        #[arg(value_name = "DIR")]
+        dir: PathBuf,
+    },
 }
 
 #[derive(Args, Debug)]
@@ -239,29 +262,76 @@ fn parse_shard(s: &str) -> Result<(usize, usize), String> {
     Ok((k, n))
 }
 
-/// A failure with its exit code.
-struct Failure {
-    code: u8,
-    message: String,
+/// Exit code: the store under test failed (violations, or a store fault).
+const EXIT_STORE: u8 = 1;
+/// Exit code: bad usage or input.
+const EXIT_USAGE: u8 = 2;
+/// Exit code: the harness itself failed.
+const EXIT_HARNESS: u8 = 3;
+
+/// Why a command stopped before its verdict, whose fault that is, and so
+/// its exit code; printed as one line.
+#[derive(Debug, thiserror::Error)]
+enum Failure {
+    /// Bad usage or input: arguments, scenario files, plans (exit 2).
+    #[error("{0}")]
+    BadInput(String),
+    /// The store under test failed the harness outside any check: it broke
+    /// the adapter protocol, or refused what the harness asked of it (exit 1).
+    #[error("{0}")]
+    Store(String),
+    /// The harness itself failed: it could not set up, run, trace or
+    /// observe a trial, or write its report (exit 3).
+    #[error("{0}")]
+    Harness(String),
+}
+
+impl Failure {
+    fn code(&self) -> u8 {
+        match self {
+            Failure::Store(_) => EXIT_STORE,
+            Failure::BadInput(_) => EXIT_USAGE,
+            Failure::Harness(_) => EXIT_HARNESS,
+        }
+    }
 }
 
 fn bad_input(message: impl Into<String>) -> Failure {
-    Failure {
-        code: 2,
-        message: message.into(),
-    }
+    Failure::BadInput(message.into())
 }
 
 fn failed(message: impl Into<String>) -> Failure {
-    Failure {
-        code: 1,
-        message: message.into(),
-    }
+    Failure::Harness(message.into())
 }
 
 impl From<InputError> for Failure {
     fn from(e: InputError) -> Self {
         bad_input(e.to_string())
+    }
+}
+
+/// A trial or campaign that could not be carried out, blamed on the store
+/// or on the harness.
+impl From<TrialError> for Failure {
+    fn from(e: TrialError) -> Self {
+        if e.store_fault {
+            Failure::Store(e.message)
+        } else {
+            Failure::Harness(e.message)
+        }
+    }
+}
+
+/// The exit code of a finished campaign or replay: 1 when the store broke a
+/// promise (`violations`) or failed the harness (`store_errors` of the
+/// `errors`), else 3 when some trial could not be carried out, else 0.
+fn verdict(violations: usize, store_errors: usize, errors: usize) -> ExitCode {
+    if violations + store_errors > 0 {
+        ExitCode::from(EXIT_STORE)
+    } else if errors > 0 {
+        ExitCode::from(EXIT_HARNESS)
+    } else {
+        ExitCode::SUCCESS
     }
 }
 
@@ -274,7 +344,7 @@ fn main() -> ExitCode {
             let msg = e.to_string();
             let first = msg.lines().next().unwrap_or_default();
             eprintln!("agentchaos: {}", first.trim_start_matches("error: "));
-            return ExitCode::from(2);
+            return ExitCode::from(EXIT_USAGE);
         }
     };
     // A panic is a harness bug: the runner reports it as a trial error in
@@ -289,7 +359,7 @@ fn main() -> ExitCode {
     if matches!(cli.command, Command::Run(_)) {
         if let Err(e) = agentstore::interrupt::install() {
             eprintln!("agentchaos: cannot install the signal handlers: {e}");
-            return ExitCode::from(1);
+            return ExitCode::from(EXIT_HARNESS);
         }
     }
     let result = match cli.command {
@@ -308,6 +378,7 @@ fn main() -> ExitCode {
             }
             Ok(ExitCode::SUCCESS)
         }
+        Command::Scenarios(s) => scenarios(s),
         Command::Agent(a) => run_agent(a),
         Command::Probe(p) => {
             agentchaos::campaign::probe::run_child(&agentchaos::campaign::probe::ChildArgs {
@@ -320,7 +391,7 @@ fn main() -> ExitCode {
                 durability: p.durability,
             })
             .map(|()| ExitCode::SUCCESS)
-            .map_err(|e| failed(format!("probe: {e}")))
+            .map_err(|e| Failure::Store(format!("probe: {e}")))
         }
         Command::ReferenceAdapter(a) => {
             let options = agentstore::adapter::ServeOptions {
@@ -333,7 +404,7 @@ fn main() -> ExitCode {
                 &options,
             )
             .map(|()| ExitCode::SUCCESS)
-            .map_err(|e| failed(format!("reference-adapter: {e}")))
+            .map_err(|e| Failure::Store(format!("reference-adapter: {e}")))
         }
     };
     if let Some(code) = agentstore::interrupt::exit_code() {
@@ -346,8 +417,8 @@ fn main() -> ExitCode {
     match result {
         Ok(code) => code,
         Err(f) => {
-            eprintln!("agentchaos: {}", f.message);
-            ExitCode::from(f.code)
+            eprintln!("agentchaos: {f}");
+            ExitCode::from(f.code())
         }
     }
 }
@@ -363,9 +434,10 @@ fn run_agent(a: AgentCli) -> Result<ExitCode, Failure> {
         world: a.world,
         life: a.life,
     };
-    let backend =
-        backend(&a.adapter, a.durability).map_err(|e| failed(format!("agent: {}", e.message)))?;
-    agent::run(&args, backend.as_ref()).map_err(|e| failed(format!("agent: {e}")))?;
+    let backend = backend(&a.adapter, a.durability).map_err(|e| failed(format!("agent: {e}")))?;
+    // The agent's own failures are the store's, as the harness sees them (a
+    // refused or broken request): the checker judges the life that ended so.
+    agent::run(&args, backend.as_ref()).map_err(|e| Failure::Store(format!("agent: {e}")))?;
     Ok(ExitCode::SUCCESS)
 }
 
@@ -444,13 +516,46 @@ fn config<'a>(
     })
 }
 
-/// `scenarios/` here, or the repository's when run from elsewhere via cargo.
+/// `scenarios/` when the working directory has one (a checkout: replay
+/// commands then name its files), else the built-in copies of the shipped
+/// scenarios (an installed binary, run from anywhere).
 fn default_scenarios() -> PathBuf {
     let here = PathBuf::from("scenarios");
     if here.is_dir() {
         return here;
     }
-    Path::new(env!("CARGO_MANIFEST_DIR")).join("../scenarios")
+    PathBuf::from(scenario::builtin::PREFIX)
+}
+
+/// `agentchaos scenarios [export DIR]`.
+fn scenarios(args: ScenariosCli) -> Result<ExitCode, Failure> {
+    use agentchaos::scenario::builtin;
+    let Some(ScenariosAction::Export { dir }) = args.action else {
+        for b in builtin::ALL {
+            let s = scenario::parse(b.text, b.name)?;
+            println!("{:<29} {}", s.name, s.description);
+        }
+        return Ok(ExitCode::SUCCESS);
+    };
+    std::fs::create_dir_all(&dir).map_err(|e| bad_input(format!("{}: {e}", dir.display())))?;
+    for b in builtin::ALL {
+        let path = dir.join(format!("{}.json", b.name));
+        match std::fs::read(&path) {
+            Ok(old) if old == b.text.as_bytes() => continue,
+            Ok(_) => {
+                return Err(bad_input(format!(
+                    "{}: exists with other contents; not overwritten",
+                    path.display()
+                )))
+            }
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => {}
+            Err(e) => return Err(bad_input(format!("{}: {e}", path.display()))),
+        }
+        std::fs::write(&path, b.text)
+            .map_err(|e| failed(format!("cannot write {}: {e}", path.display())))?;
+        println!("{}", path.display());
+    }
+    Ok(ExitCode::SUCCESS)
 }
 
 /// A report file must be writable before the campaign runs, not after.
@@ -580,7 +685,7 @@ fn run(args: RunArgs) -> Result<ExitCode, Failure> {
     ) {
         let _ = std::fs::remove_dir_all(rd);
     }
-    let result = result.map_err(failed)?;
+    let result = result?;
     for line in not_run.iter().chain(&unseen_fault) {
         println!("{line}");
     }
@@ -613,11 +718,11 @@ fn run(args: RunArgs) -> Result<ExitCode, Failure> {
             let _ = std::fs::remove_dir_all(rd);
         }
     }
-    Ok(if result.violation_count() + result.error_count() == 0 {
-        ExitCode::SUCCESS
-    } else {
-        ExitCode::from(1)
-    })
+    Ok(verdict(
+        result.violation_count(),
+        result.store_error_count(),
+        result.error_count(),
+    ))
 }
 
 /// Shrinks each failing random scenario and prints how to replay the result.
@@ -701,9 +806,9 @@ fn replay(args: ReplayArgs) -> Result<ExitCode, Failure> {
         }
         What::Probe(probe) => {
             agentchaos::campaign::probe::replay(&cfg, source, &probe, args.keep.as_deref())
+                .map_err(TrialError::from)
         }
-    }
-    .map_err(failed)?;
+    }?;
     print!("{}", r.narrative);
     if let Some(e) = &r.error {
         println!("ERROR: {e}");
@@ -717,11 +822,7 @@ fn replay(args: ReplayArgs) -> Result<ExitCode, Failure> {
             format!("result: {n} violation(s)")
         }
     );
-    Ok(if n == 0 && r.error.is_none() {
-        ExitCode::SUCCESS
-    } else {
-        ExitCode::from(1)
-    })
+    Ok(verdict(n, 0, usize::from(r.error.is_some())))
 }
 
 /// Rebuilds one power-loss state of the scenario, recovers it and judges it.
@@ -774,7 +875,7 @@ fn replay_power_loss(
                 );
             }
             println!("result: {} violation(s)", findings.len());
-            ExitCode::from(1)
+            ExitCode::from(EXIT_STORE)
         }
     })
 }

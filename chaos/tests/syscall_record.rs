@@ -11,10 +11,15 @@ use std::process::{Command, Stdio};
 use agentchaos::nemesis::powerloss::{Op, OpLog, Simulator, Tree};
 use agentchaos::nemesis::syscall::{Exit, TraceConfig, Traced};
 
-const PROBE: &str = env!("CARGO_BIN_EXE_agentchaos-fsprobe");
+mod support;
+
+/// The scripted file-operation program (`examples/agentchaos-fsprobe.rs`).
+fn probe_bin() -> std::path::PathBuf {
+    support::workspace_example("agentchaos", "agentchaos-fsprobe")
+}
 
 fn probe(root: &Path, script: &[&str]) -> Command {
-    let mut cmd = Command::new(PROBE);
+    let mut cmd = Command::new(probe_bin());
     cmd.current_dir(root)
         .args(script)
         .stdin(Stdio::null())

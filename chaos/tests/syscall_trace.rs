@@ -12,10 +12,15 @@ use agentchaos::nemesis::syscall::{
     trace, Errno, Exit, FaultOutcome, FaultPlan, Outcome, SyscallFault, TraceConfig, Traced,
 };
 
-const PROBE: &str = env!("CARGO_BIN_EXE_agentchaos-fsprobe");
+mod support;
+
+/// The scripted file-operation program (`examples/agentchaos-fsprobe.rs`).
+fn probe_bin() -> std::path::PathBuf {
+    support::workspace_example("agentchaos", "agentchaos-fsprobe")
+}
 
 fn probe(root: &Path, script: &[&str]) -> Command {
-    let mut cmd = Command::new(PROBE);
+    let mut cmd = Command::new(probe_bin());
     cmd.current_dir(root)
         .args(script)
         .stdin(Stdio::null())

@@ -60,3 +60,15 @@ pub fn get(paths: &SessionPaths, reference: &BlobRef) -> Result<Vec<u8>> {
     }
     Ok(bytes)
 }
+
+#[cfg(test)]
+mod tests {
+    #[test]
+    fn digest_is_the_hex_sha256() {
+        // FIPS 180-2's test vector: catches a digest crate change of output.
+        assert_eq!(
+            super::digest(b"abc"),
+            "ba7816bf8f01cfea414140de5dae2223b00361a396177a9cb410ff61f20015ad"
+        );
+    }
+}

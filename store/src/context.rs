@@ -23,7 +23,7 @@ pub fn estimate_tokens(text: &str) -> u64 {
     (text.len() as u64).div_ceil(4)
 }
 
-/// Renders the context of the active branch (see [`write`]).
+/// Renders the context of the active branch (see [`write()`]).
 pub fn render(
     paths: &SessionPaths,
     projection: &Projection,

@@ -172,9 +172,9 @@ pub fn replace_atomic(path: &Path, bytes: &[u8], what: &'static str) -> Result<(
 /// only (`renameat2` with `RENAME_NOREPLACE`). An existing `to` fails with
 /// an [`Error::Io`] of kind `AlreadyExists`.
 pub fn rename_noreplace_durable(from: &Path, to: &Path) -> Result<()> {
-    use nix::fcntl::{renameat2, RenameFlags};
+    use nix::fcntl::{renameat2, RenameFlags, AT_FDCWD};
     crashpoint::hit("file.rename");
-    renameat2(None, from, None, to, RenameFlags::RENAME_NOREPLACE)
+    renameat2(AT_FDCWD, from, AT_FDCWD, to, RenameFlags::RENAME_NOREPLACE)
         .map_err(|errno| Error::io("rename", to)(std::io::Error::from(errno)))?;
     fsync_dir(parent_of(to))
 }

@@ -13,10 +13,12 @@
 //! - [`adapter`]: the agentchaos adapter protocol served over a session;
 //! - [`crashpoint`] and [`fault`]: hooks for the agentchaos harness, inert
 //!   unless their environment variables are set;
-//! - [`bench`]: `agentstore bench`, the disk and store latency report;
+//! - `bench` (feature `bench`, on by default): `agentstore bench`, the
+//!   disk and store latency report;
 //! - [`interrupt`]: clean exits on Ctrl-C and SIGTERM for long commands.
 
 pub mod adapter;
+#[cfg(feature = "bench")]
 pub mod bench;
 pub mod blob;
 pub mod checkpoint;

@@ -1,7 +1,7 @@
 //! The child agent: `agentchaos agent …`, the process the nemesis kills.
 //!
 //! It runs a scenario against a store with real side effects, following
-//! the intent/commit protocol: `tool_call`, [`approval`], `tool_started`
+//! the intent/commit protocol: `tool_call`, `approval`, `tool_started`
 //! (durable before the tool runs), the effect, `effect_committed` (side
 //! effects), `tool_result`. Every append is reported to the harness before
 //! it is attempted and again when acknowledged (see [`crate::agent::wire`]).

@@ -122,14 +122,14 @@ pub fn replay_command(
 ) -> String {
     let mut cmd = format!(
         "agentchaos replay --scenario {} --plan {plan}",
-        shell_word(&path.display().to_string())
+        crate::shell::word(&path.display().to_string())
     );
     if let Some(f) = store_fault {
         cmd.push_str(&format!(" --store-fault {f}"));
     }
     for a in store_args {
         cmd.push(' ');
-        cmd.push_str(&shell_word(a));
+        cmd.push_str(&crate::shell::word(a));
     }
     cmd
 }
@@ -142,16 +142,6 @@ pub fn store_flags(store_fault: Option<&str>, store_args: &[String]) -> Vec<Stri
         .flat_map(|f| ["--store-fault".to_string(), f.to_string()])
         .chain(store_args.iter().cloned())
         .collect()
-}
-
-fn shell_word(s: &str) -> String {
-    if s.bytes()
-        .all(|b| b.is_ascii_alphanumeric() || b"/._-+@:".contains(&b))
-    {
-        s.to_string()
-    } else {
-        format!("'{}'", s.replace('\'', "'\\''"))
-    }
 }
 
 #[cfg(test)]

@@ -25,6 +25,9 @@ pub struct TrialOutcome {
     pub violations: Vec<Violation>,
     /// The trial could not be carried out as planned.
     pub error: Option<String>,
+    /// The error is the store's fault, not the harness's
+    /// ([`trial::TrialError::store_fault`]).
+    pub store_fault: bool,
     /// The first process's crash hit, for coverage.
     pub covered_hit: Option<u64>,
     /// What the trial exercised, for the scorecard.
@@ -69,11 +72,12 @@ pub fn run_trial(
         }
         Err(e) => (
             Vec::new(),
-            Some(e.clone()),
+            Some(e.message.clone()),
             describe_crash(&plan, prepared, None),
             None,
         ),
     };
+    let store_fault = result.as_ref().is_err_and(|e| e.store_fault);
     let failed = !violations.is_empty() || error.is_some();
     if let (Some(keep), true) = (&cfg.keep_failures, failed) {
         let replay = replay_command(
@@ -99,6 +103,7 @@ pub fn run_trial(
         crash_point,
         violations,
         error,
+        store_fault,
         covered_hit,
         evidence,
         started,

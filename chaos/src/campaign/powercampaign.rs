@@ -950,7 +950,7 @@ pub fn replay_command(path: &Path, store_flags: &[String], id: &StateId) -> Stri
 /// with a fault profile if any, and `store_args` (the in-process backend's
 /// [`StoreBackend::agent_args`]: `--durability batch`).
 pub fn reference_adapter(exe: &Path, fault: Option<&str>, store_args: &[String]) -> String {
-    let word = |s: &str| shlex::try_quote(s).map_or_else(|_| s.to_string(), |q| q.into_owned());
+    let word = crate::shell::word;
     let mut serve = format!("{} reference-adapter", word(&exe.display().to_string()));
     for a in store_args {
         serve.push(' ');

@@ -5,7 +5,7 @@
 use crate::campaign::config::{Config, ScenarioSource};
 use std::path::Path;
 
-use crate::campaign::trial::{self, TrialSetup};
+use crate::campaign::trial::{self, TrialError, TrialSetup};
 use crate::check::{self, Reference, Violation};
 use crate::history::{History, RunKind};
 use crate::model::Model;
@@ -41,7 +41,11 @@ pub fn setup<'a>(cfg: &'a Config<'_>, source: &'a ScenarioSource) -> TrialSetup<
 /// The crash-free trace run: counts hits, records the reference outcome;
 /// with the syscall nemesis on, a second crash-free run under the tracer
 /// enumerates the first process's syscalls.
-pub fn prepare(cfg: &Config<'_>, source: ScenarioSource, dir: &Path) -> Result<Prepared, String> {
+pub fn prepare(
+    cfg: &Config<'_>,
+    source: ScenarioSource,
+    dir: &Path,
+) -> Result<Prepared, TrialError> {
     let prepared = prepare_keeping(cfg, source, dir);
     let _ = std::fs::remove_dir_all(dir);
     prepared
@@ -53,7 +57,7 @@ pub fn prepare_keeping(
     cfg: &Config<'_>,
     source: ScenarioSource,
     dir: &Path,
-) -> Result<Prepared, String> {
+) -> Result<Prepared, TrialError> {
     let history = trial::run(&setup(cfg, &source), Plan::NONE, dir, RunKind::TracePoints)?;
     let mut sys_unusable = None;
     let syscalls = if cfg.nemesis.syscall {

@@ -12,7 +12,7 @@ use std::path::Path;
 
 use crate::campaign::config::{replay_command, Config, ScenarioSource};
 use crate::campaign::describe::describe_crash;
-use crate::campaign::trial;
+use crate::campaign::trial::{self, TrialError};
 use crate::check::explain;
 use crate::check::{self, Violation};
 use crate::history::{History, LifeEnd, RunKind};
@@ -130,7 +130,7 @@ pub fn replay(
     source: ScenarioSource,
     plan: Plan,
     keep: Option<&Path>,
-) -> Result<Replayed, String> {
+) -> Result<Replayed, TrialError> {
     let dir = crate::campaign::scratch::campaign_dir(&cfg.dir)?;
     let result = replay_in(cfg, source, plan, keep, &dir);
     let _ = std::fs::remove_dir_all(&dir);
@@ -143,7 +143,7 @@ fn replay_in(
     plan: Plan,
     keep: Option<&Path>,
     dir: &Path,
-) -> Result<Replayed, String> {
+) -> Result<Replayed, TrialError> {
     let mut prepared = crate::campaign::prepare::prepare(cfg, source, &dir.join("trace"))?;
     // The traces of the restarted lives the plan crashes, where the
     // campaign's defaults did not trace them.

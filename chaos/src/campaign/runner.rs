@@ -29,7 +29,7 @@ use std::path::Path;
 use std::time::{Duration, Instant};
 
 use crate::campaign::probe::{self, probe_setup, ProbeOutcome};
-use crate::campaign::trial::TrialDir;
+use crate::campaign::trial::{TrialDir, TrialError};
 use crate::check::evidence::Evidence;
 use crate::check::{Invariant, Violation};
 use crate::nemesis::{self, Plan};
@@ -223,6 +223,16 @@ impl CampaignResult {
             .sum::<usize>()
             + self.power_loss.as_ref().map_or(0, |p| p.errors())
     }
+    /// The trial errors that are the store's fault: it broke the adapter
+    /// protocol or refused the harness's observation. They fail a run like
+    /// violations (exit 1); the other errors are the harness's (exit 3).
+    pub fn store_error_count(&self) -> usize {
+        self.scenarios
+            .iter()
+            .flat_map(|s| &s.outcomes)
+            .filter(|o| o.error.is_some() && o.store_fault)
+            .count()
+    }
     /// Every power-loss finding: the first failing state of each broken
     /// invariant per scenario, with its findings.
     pub fn power_loss_findings(
@@ -245,12 +255,14 @@ impl CampaignResult {
 }
 
 /// Runs a campaign over `sources`.
-pub fn run(cfg: &Config<'_>, sources: Vec<ScenarioSource>) -> Result<CampaignResult, String> {
+/// An error says whether the store under test caused it (an adapter that
+/// cannot answer `hello`) or the harness did.
+pub fn run(cfg: &Config<'_>, sources: Vec<ScenarioSource>) -> Result<CampaignResult, TrialError> {
     let started = Instant::now();
-    let capabilities = cfg
-        .backend
-        .capabilities()
-        .map_err(|e| format!("cannot learn what the store claims: {e}"))?;
+    let capabilities = cfg.backend.capabilities().map_err(|e| TrialError {
+        message: format!("cannot learn what the store claims: {e}"),
+        store_fault: e.store_fault(),
+    })?;
     // A store that does not claim blobs is not given scenarios that store
     // one: they are reported as skipped, never failed as an outcome.
     let (sources, skipped): (Vec<_>, Vec<_>) = sources
@@ -272,7 +284,7 @@ pub fn run(cfg: &Config<'_>, sources: Vec<ScenarioSource>) -> Result<CampaignRes
     // recreates the directory after this.
     let _ = std::fs::remove_dir_all(&dir);
     if agentstore::interrupt::requested() {
-        return Err(NOT_RUN.to_string());
+        return Err(NOT_RUN.to_string().into());
     }
     let (scenarios, trials) = result?;
     let elapsed = started.elapsed();
@@ -298,7 +310,7 @@ fn run_in(
     sources: Vec<ScenarioSource>,
     claimed: &[Capability],
     dir: &Path,
-) -> Result<(Vec<ScenarioResult>, usize), String> {
+) -> Result<(Vec<ScenarioResult>, usize), TrialError> {
     // Trace runs, in parallel too: they are trials like any other. The
     // probes then work on copies of each crash-free run's store.
     let prepared = parallel(cfg.jobs, sources.len(), |i| {
@@ -317,7 +329,7 @@ fn run_in(
     });
     let (prepared, mut probes): (Vec<Prepared>, Vec<Vec<ProbeOutcome>>) = prepared
         .into_iter()
-        .map(|r| r.and_then(|p| p))
+        .map(|r| r.map_err(TrialError::from).and_then(|p| p))
         .collect::<Result<Vec<_>, _>>()?
         .into_iter()
         .unzip();
@@ -389,6 +401,7 @@ fn run_in(
                     crash_point: describe_crash(&plan, &prepared[s], None),
                     violations: Vec::new(),
                     error: Some(e),
+                    store_fault: false,
                     covered_hit: None,
                     evidence: Evidence::default(),
                     started: now,

@@ -38,6 +38,34 @@ use crate::nemesis::syscall::{
 use crate::nemesis::{self, Crash, Plan};
 use crate::store::{Observation, SessionSpec, StoreBackend};
 
+/// Why a trial could not be carried out as planned, and whose fault that is.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error("{message}")]
+pub struct TrialError {
+    pub message: String,
+    /// The store under test failed the harness's own observation of it
+    /// ([`crate::store::StoreError::store_fault`]: a broken adapter protocol, a refusal
+    /// that is not I/O), a finding about the store (exit 1). Otherwise the
+    /// harness could not carry the trial out (exit 3).
+    pub store_fault: bool,
+}
+
+/// A failure of the harness itself.
+impl From<String> for TrialError {
+    fn from(message: String) -> TrialError {
+        TrialError {
+            message,
+            store_fault: false,
+        }
+    }
+}
+
+impl From<TrialError> for String {
+    fn from(e: TrialError) -> String {
+        e.message
+    }
+}
+
 /// A restarted agent that has neither finished nor died in this long is hung.
 pub const WATCHDOG: Duration = Duration::from_secs(60);
 
@@ -99,7 +127,7 @@ pub fn run(
     plan: Plan,
     dir: &Path,
     kind: RunKind,
-) -> Result<History, String> {
+) -> Result<History, TrialError> {
     let trace_run = kind == RunKind::TracePoints;
     let td = TrialDir {
         dir: dir.to_path_buf(),
@@ -137,10 +165,10 @@ pub fn run(
     };
     let world = World::start(&td.world()).map_err(|e| format!("cannot start the world: {e}"))?;
     let observe = |what: &str| {
-        setup
-            .backend
-            .observe(&spec)
-            .map_err(|e| format!("cannot observe the store {what}: {e}"))
+        setup.backend.observe(&spec).map_err(|e| TrialError {
+            message: format!("cannot observe the store {what}: {e}"),
+            store_fault: e.store_fault(),
+        })
     };
 
     let mut lives: Vec<Life> = Vec::new();
@@ -366,8 +394,8 @@ fn run_life(
     setup: &TrialSetup<'_>,
     td: &TrialDir,
     life_spec: &LifeSpec<'_>,
-    observe: &dyn Fn(&str) -> Result<Observation, String>,
-) -> Result<Life, String> {
+    observe: &dyn Fn(&str) -> Result<Observation, TrialError>,
+) -> Result<Life, TrialError> {
     let LifeSpec {
         index,
         kill_at,
@@ -450,7 +478,7 @@ fn run_life(
     };
     let mut protocol_error = None;
     // A failure of the harness itself while the child waits for it.
-    let mut failure: Option<String> = None;
+    let mut failure: Option<TrialError> = None;
     // Byte offset of the next line in the agent's stdout, and where each ack was.
     let mut offset = 0u64;
     let mut acks = Vec::new();
@@ -588,7 +616,7 @@ fn run_life(
         .last()
         .unwrap_or_default()
         .to_string();
-    if let Some(e) = failure.or(protocol_error) {
+    if let Some(e) = failure.or(protocol_error.map(TrialError::from)) {
         return Err(e);
     }
     Ok(life)

@@ -6,8 +6,9 @@
 //! format, its parsing with file/line errors, its validation, and its
 //! compilation into the flat list of [`Op`]s the agent executes. It must
 //! never touch a store, a workspace or the world. The format is documented
-//! in `scenarios/README.md`.
+//! in `scenarios/README.md`; the shipped ones are built in ([`builtin`]).
 
+pub mod builtin;
 pub mod generate;
 pub mod rng;
 
@@ -571,8 +572,17 @@ fn strip_position(msg: &str) -> String {
 }
 
 /// Reads and parses one scenario file.
+/// `builtin:NAME` is the built-in scenario NAME ([`builtin`]).
 pub fn load(path: &Path) -> Result<Scenario, InputError> {
     let file = path.display().to_string();
+    if let Some(name) = builtin::named(path) {
+        let b = name.and_then(builtin::get).ok_or_else(|| InputError {
+            file: file.clone(),
+            line: None,
+            message: format!("no such built-in scenario; known: {}", builtin::names()),
+        })?;
+        return parse(b.text, &file);
+    }
     let text = std::fs::read_to_string(path).map_err(|e| InputError {
         file: file.clone(),
         line: None,
@@ -588,15 +598,21 @@ pub struct ScenarioFile {
     pub scenario: Scenario,
 }
 
-/// Loads one file, or every `*.json` in a directory (sorted by name).
-/// Scenario names must be unique across what is loaded.
+/// Loads one file, or every `*.json` in a directory (sorted by name), or
+/// every built-in scenario (`builtin:`). Scenario names must be unique
+/// across what is loaded.
 pub fn load_all(path: &Path) -> Result<Vec<ScenarioFile>, InputError> {
     let err = |message: String| InputError {
         file: path.display().to_string(),
         line: None,
         message,
     };
-    let files = if path.is_dir() {
+    let files = if builtin::named(path) == Some(None) {
+        builtin::ALL
+            .iter()
+            .map(|b| PathBuf::from(format!("{}{}", builtin::PREFIX, b.name)))
+            .collect()
+    } else if path.is_dir() {
         let mut files: Vec<PathBuf> = std::fs::read_dir(path)
             .map_err(|e| err(format!("cannot list: {e}")))?
             .filter_map(|e| e.ok().map(|e| e.path()))

@@ -38,12 +38,26 @@ pub struct StoreError {
     /// refusal): nothing is acknowledged, and an agent may retry, as real
     /// agents do. Any other failure is final.
     pub io: bool,
+    /// The harness's side failed, not the store: its adapter could not be
+    /// started, or a request could not be encoded.
+    pub harness: bool,
 }
 
 impl StoreError {
     /// A failure that is not an I/O error.
     pub fn other(message: String) -> StoreError {
-        StoreError { message, io: false }
+        StoreError {
+            message,
+            io: false,
+            harness: false,
+        }
+    }
+
+    /// Whether the store under test is to blame: it broke the protocol, or
+    /// refused or failed a request for a reason other than I/O (an I/O
+    /// error is the machine's, a failed spawn the harness's).
+    pub fn store_fault(&self) -> bool {
+        !self.io && !self.harness
     }
 }
 
@@ -62,6 +76,7 @@ impl From<agentstore::Error> for StoreError {
                 e,
                 agentstore::Error::Io { .. } | agentstore::Error::Poisoned { .. }
             ),
+            harness: false,
             message: e.to_string(),
         }
     }

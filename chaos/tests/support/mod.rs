@@ -1,4 +1,5 @@
-//! Finding the workspace's adapter binaries from a test of another package.
+//! Finding the workspace's adapter binaries from a test of another package,
+//! and the test helpers, which are examples (`cargo install` leaves them out).
 //!
 //! `CARGO_BIN_EXE_*` only exists for binaries of the test's own package,
 //! and `cargo test -p agentchaos` does not build the other packages'
@@ -6,7 +7,12 @@
 //! profile and target directory of the running test (a no-op when it is
 //! fresh, as it is under `cargo test --workspace`), then returns its path
 //! next to this test's `deps/` directory. Without `$CARGO` (the test binary
-//! run by hand) it uses whatever binary is there.
+//! run by hand) it uses whatever binary is there. Examples live in
+//! `target/<profile>/examples/`.
+
+// Each test binary (and the trace_overhead bench) compiles this module and
+// uses part of it.
+#![allow(dead_code)]
 
 use std::collections::HashMap;
 use std::path::{Path, PathBuf};
@@ -26,13 +32,25 @@ fn profile_dir() -> PathBuf {
 
 /// The path of binary `bin` of workspace package `package`, built first.
 pub fn workspace_bin(package: &str, bin: &str) -> PathBuf {
+    built(package, "--bin", bin, Path::new(""))
+}
+
+/// The path of example `name` of workspace package `package`, built first.
+pub fn workspace_example(package: &str, name: &str) -> PathBuf {
+    built(package, "--example", name, Path::new("examples"))
+}
+
+/// Target `name` of `package` (`kind`: `--bin` or `--example`), built into
+/// `target/<profile>/<under>`.
+fn built(package: &str, kind: &str, name: &str, under: &Path) -> PathBuf {
+    let bin = name;
     let mut built = BUILT.lock().unwrap_or_else(|p| p.into_inner());
     let built = built.get_or_insert_with(HashMap::new);
     if let Some(path) = built.get(bin) {
         return path.clone();
     }
     let dir = profile_dir();
-    let path = dir.join(bin);
+    let path = dir.join(under).join(bin);
     if let Ok(cargo) = std::env::var("CARGO") {
         let profile = match dir.file_name().and_then(|n| n.to_str()) {
             Some("debug") => "test",
@@ -48,7 +66,7 @@ pub fn workspace_bin(package: &str, bin: &str) -> PathBuf {
                 profile,
                 "-p",
                 package,
-                "--bin",
+                kind,
                 bin,
             ])
             .arg("--target-dir")

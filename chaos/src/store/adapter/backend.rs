@@ -127,6 +127,7 @@ impl AdapterBackend {
 fn err(e: ClientError) -> StoreError {
     StoreError {
         io: e.refusal_kind() == Some(ErrorKind::Io),
+        harness: matches!(e, ClientError::Spawn { .. } | ClientError::Encode { .. }),
         message: e.to_string(),
     }
 }

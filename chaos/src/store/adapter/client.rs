@@ -94,9 +94,7 @@ impl AdapterCommand {
 impl fmt::Display for AdapterCommand {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         let words = std::iter::once(&self.program).chain(&self.args);
-        let quoted: Vec<String> = words
-            .map(|w| shlex::try_quote(w).map_or_else(|_| format!("{w:?}"), |q| q.into_owned()))
-            .collect();
+        let quoted: Vec<String> = words.map(|w| crate::shell::word(w)).collect();
         f.write_str(&quoted.join(" "))
     }
 }

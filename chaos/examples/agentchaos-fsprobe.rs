@@ -1,4 +1,7 @@
 //! A scripted file-operation program for agentchaos's own tests and benches.
+//! An example, not a binary, so `cargo install --path chaos` leaves it out;
+//! `cargo test` builds it, and the tests find it (and build it when run
+//! alone) through `tests/support`.
 //!
 //! Every argument is one command, run in order from the current directory;
 //! a failing command prints `err <command>: <error>` on stdout and the script

@@ -1,0 +1,123 @@
+//! Each exit code of `agentchaos`, shown on the built binary: 0 clean, 1
+//! the store failed (a violation, or an adapter protocol error that is the
+//! store's), 2 bad usage or input, 3 the harness itself failed.
+
+mod support;
+
+use std::path::{Path, PathBuf};
+use std::process::Output;
+
+fn agentchaos(args: &[&str]) -> Output {
+    std::process::Command::new(env!("CARGO_BIN_EXE_agentchaos"))
+        .args(args)
+        .output()
+        .unwrap()
+}
+
+fn small() -> String {
+    fixture("tests/fixtures/small.json")
+}
+
+fn fixture(path: &str) -> String {
+    let p: PathBuf = Path::new(env!("CARGO_MANIFEST_DIR")).join(path);
+    p.display().to_string()
+}
+
+fn code_and_stderr(out: &Output) -> (Option<i32>, String) {
+    (
+        out.status.code(),
+        String::from_utf8_lossy(&out.stderr).into_owned(),
+    )
+}
+
+/// A few first-life trials of agentstore on the small fixture.
+fn quick_run(extra: &[&str]) -> Output {
+    let f = small();
+    let mut args = vec![
+        "run",
+        "--quiet",
+        "--scenario",
+        &f,
+        "--nemesis",
+        "points",
+        "--restarts",
+        "none",
+        "--trials",
+        "2",
+    ];
+    args.extend_from_slice(extra);
+    agentchaos(&args)
+}
+
+#[test]
+fn a_clean_run_exits_0() {
+    let out = quick_run(&[]);
+    let (code, stderr) = code_and_stderr(&out);
+    assert_eq!(code, Some(0), "{stderr}");
+}
+
+#[test]
+fn a_violation_exits_1() {
+    // The power cut drops the acknowledged but unsynced event.
+    let scenario = fixture("../scenarios/approval-gated.json");
+    let out = agentchaos(&[
+        "replay",
+        "--scenario",
+        &scenario,
+        "--plan",
+        "powercut@19",
+        "--store-fault",
+        "ack-before-fsync",
+    ]);
+    let (code, stderr) = code_and_stderr(&out);
+    assert_eq!(code, Some(1), "{stderr}");
+    assert!(String::from_utf8_lossy(&out.stdout).contains("result: 1 violation(s)"));
+}
+
+#[test]
+fn an_adapter_protocol_error_of_the_store_exits_1() {
+    let store = support::workspace_bin("agentstore", "agentstore");
+    let adapter = format!(
+        "python3 {} {} adapter",
+        fixture("tests/fixtures/garbled_events.py"),
+        store.display()
+    );
+    let out = quick_run(&["--adapter", &adapter]);
+    let (code, stderr) = code_and_stderr(&out);
+    assert_eq!(code, Some(1), "{stderr}");
+    assert_eq!(stderr.lines().count(), 1, "{stderr}");
+    assert!(
+        stderr.contains("adapter protocol error") && stderr.contains("reply to events"),
+        "{stderr}"
+    );
+}
+
+#[test]
+fn bad_usage_or_input_exits_2() {
+    let f = small();
+    for args in [
+        vec!["run", "--no-such-flag"],
+        vec!["run", "--scenario", "/nonexistent/x.json"],
+        vec!["replay", "--scenario", &f, "--plan", "zap@1"],
+        vec!["scenarios", "export"],
+    ] {
+        let (code, stderr) = code_and_stderr(&agentchaos(&args));
+        assert_eq!(code, Some(2), "{args:?}: {stderr}");
+        assert_eq!(stderr.lines().count(), 1, "{args:?}: {stderr}");
+    }
+}
+
+#[test]
+fn a_trial_the_harness_cannot_carry_out_exits_3() {
+    // A kill at a hit the agent never reaches: the trial did not run as
+    // planned, which says nothing about the store.
+    let out = agentchaos(&["replay", "--scenario", &small(), "--plan", "kill@100000"]);
+    let (code, stderr) = code_and_stderr(&out);
+    assert_eq!(code, Some(3), "{stderr}");
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    assert!(
+        stdout.contains("ERROR: life 0 finished without reaching its hit 100000"),
+        "{stdout}"
+    );
+    assert!(stdout.contains("result: no violations"), "{stdout}");
+}
