@@ -357,7 +357,8 @@ pub struct ProbeSetup<'a> {
     pub reference: &'a [Record],
 }
 
-/// How probes reach the crash-free run's store, left in `dir` by [`prepare_keeping`].
+/// How probes reach the crash-free run's store, left in `dir` by
+/// [`crate::campaign::prepare::prepare_keeping`].
 pub fn probe_setup<'a>(
     cfg: &'a Config<'_>,
     prepared: &'a Prepared,

@@ -1,17 +1,17 @@
 //! Campaigns: trace runs, trial plans, parallel trials, results.
 //!
 //! For each scenario the runner first makes a crash-free trace run (which
-//! counts every crash-point hit and becomes the [`Reference`]) and, for the
+//! counts every crash-point hit and becomes the [`crate::check::Reference`]) and, for the
 //! syscall nemesis, a crash-free run under the tracer (which enumerates the
 //! first process's store syscalls). Then it traces restarted lives
-//! ([`LaterTrace`]): after each first kill of [`nemesis::restarts`], what
+//! ([`crate::nemesis::LaterTrace`]): after each first kill of [`nemesis::restarts`], what
 //! life 1 does, and after a kill in the middle of the deepest restart's
 //! life 1, what life 2 does (under the tracer too, for the syscall
 //! nemesis). Then it plans trials ([`nemesis::exhaustive`] or
-//! [`nemesis::sample`], [`SyscallTrace::exhaustive`] or
-//! [`SyscallTrace::sample`], and every point or syscall of each traced
-//! restarted life, [`LaterTrace::point_plans`] and
-//! [`LaterTrace::syscall_plans`]), keeps this
+//! [`nemesis::sample`], [`crate::nemesis::SyscallTrace::exhaustive`] or
+//! [`crate::nemesis::SyscallTrace::sample`], and every point or syscall of each traced
+//! restarted life, [`crate::nemesis::LaterTrace::point_plans`] and
+//! [`crate::nemesis::LaterTrace::syscall_plans`]), keeps this
 //! shard's share, and runs them on `jobs` worker threads, each trial in its
 //! own directory under the campaign directory (on `/dev/shm` by default).
 //! A trial directory is deleted once checked, or moved to
