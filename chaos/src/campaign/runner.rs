@@ -305,6 +305,44 @@ pub fn run(cfg: &Config<'_>, sources: Vec<ScenarioSource>) -> Result<CampaignRes
     })
 }
 
+/// Every trial plan of one prepared scenario, in a fixed order: the crash
+/// points' (first lives, then the restarted lives'), then the syscall
+/// nemesis's; each nemesis draws from its own seeded stream, so adding one
+/// never changes another's plans.
+fn plans_of(cfg: &Config<'_>, p: &Prepared) -> Vec<Plan> {
+    let mut plans = Vec::new();
+    if cfg.nemesis.points {
+        let mut rng = Rng::derive(cfg.seed, &p.source.scenario.name, 0);
+        let later: Vec<Plan> = p
+            .later
+            .iter()
+            .flat_map(|t| t.point_plans(&mut rng))
+            .collect();
+        plans.extend(match cfg.mode {
+            Mode::Exhaustive => nemesis::exhaustive(&p.trace, &mut rng)
+                .into_iter()
+                .chain(later)
+                .collect(),
+            Mode::Sampled(n) => sample_with_later(n, later, &mut rng, |k, rng| {
+                nemesis::sample(&p.trace, k, rng)
+            }),
+        });
+    }
+    if let (true, Some(sys)) = (cfg.nemesis.syscall, &p.syscalls) {
+        let mut rng = Rng::derive(cfg.seed, &p.source.scenario.name, 2);
+        let later: Vec<Plan> = p
+            .later
+            .iter()
+            .flat_map(|t| t.syscall_plans(&mut rng))
+            .collect();
+        plans.extend(match cfg.mode {
+            Mode::Exhaustive => sys.exhaustive(&mut rng).into_iter().chain(later).collect(),
+            Mode::Sampled(n) => sample_with_later(n, later, &mut rng, |k, rng| sys.sample(k, rng)),
+        });
+    }
+    plans
+}
+
 fn run_in(
     cfg: &Config<'_>,
     sources: Vec<ScenarioSource>,
@@ -335,42 +373,9 @@ fn run_in(
         .unzip();
     let mut jobs: Vec<(usize, Plan)> = Vec::new();
     for (s, p) in prepared.iter().enumerate() {
-        if p.unusable.is_some() {
-            continue;
+        if p.unusable.is_none() {
+            jobs.extend(plans_of(cfg, p).into_iter().map(|plan| (s, plan)));
         }
-        let mut rng = Rng::derive(cfg.seed, &p.source.scenario.name, 0);
-        let mut plans = Vec::new();
-        if cfg.nemesis.points {
-            let later: Vec<Plan> = p
-                .later
-                .iter()
-                .flat_map(|t| t.point_plans(&mut rng))
-                .collect();
-            plans.extend(match cfg.mode {
-                Mode::Exhaustive => nemesis::exhaustive(&p.trace, &mut rng)
-                    .into_iter()
-                    .chain(later)
-                    .collect(),
-                Mode::Sampled(n) => sample_with_later(n, later, &mut rng, |k, rng| {
-                    nemesis::sample(&p.trace, k, rng)
-                }),
-            });
-        }
-        if let (true, Some(sys)) = (cfg.nemesis.syscall, &p.syscalls) {
-            let mut rng = Rng::derive(cfg.seed, &p.source.scenario.name, 2);
-            let later: Vec<Plan> = p
-                .later
-                .iter()
-                .flat_map(|t| t.syscall_plans(&mut rng))
-                .collect();
-            plans.extend(match cfg.mode {
-                Mode::Exhaustive => sys.exhaustive(&mut rng).into_iter().chain(later).collect(),
-                Mode::Sampled(n) => {
-                    sample_with_later(n, later, &mut rng, |k, rng| sys.sample(k, rng))
-                }
-            });
-        }
-        jobs.extend(plans.into_iter().map(|plan| (s, plan)));
     }
     if let Some((k, n)) = cfg.shard {
         jobs = jobs
