@@ -349,28 +349,7 @@ fn run_in(
     claimed: &[Capability],
     dir: &Path,
 ) -> Result<(Vec<ScenarioResult>, usize), TrialError> {
-    // Trace runs, in parallel too: they are trials like any other. The
-    // probes then work on copies of each crash-free run's store.
-    let prepared = parallel(cfg.jobs, sources.len(), |i| {
-        let trace = dir.join(format!("trace{i}"));
-        let prepared = prepare_keeping(cfg, sources[i].clone(), &trace).map(|p| {
-            // Probes are not trials: with --shard, the first shard runs them all.
-            let probes = if p.unusable.is_none() && cfg.shard.is_none_or(|(k, _)| k == 1) {
-                run_probes(cfg, &p, claimed, &trace)
-            } else {
-                Vec::new()
-            };
-            (p, probes)
-        });
-        let _ = std::fs::remove_dir_all(&trace);
-        prepared
-    });
-    let (prepared, mut probes): (Vec<Prepared>, Vec<Vec<ProbeOutcome>>) = prepared
-        .into_iter()
-        .map(|r| r.map_err(TrialError::from).and_then(|p| p))
-        .collect::<Result<Vec<_>, _>>()?
-        .into_iter()
-        .unzip();
+    let (prepared, probes) = prepare_all(cfg, sources, claimed, dir)?;
     let mut jobs: Vec<(usize, Plan)> = Vec::new();
     for (s, p) in prepared.iter().enumerate() {
         if p.unusable.is_none() {
@@ -385,6 +364,50 @@ fn run_in(
             .map(|(_, j)| j)
             .collect();
     }
+    let outcomes = run_jobs(cfg, &prepared, &jobs, dir);
+    let trials = outcomes.len();
+    Ok((by_scenario(prepared, probes, outcomes), trials))
+}
+
+/// Every scenario's crash-free trace run and its probes, in parallel too:
+/// they are trials like any other. The probes work on copies of each
+/// crash-free run's store.
+fn prepare_all(
+    cfg: &Config<'_>,
+    sources: Vec<ScenarioSource>,
+    claimed: &[Capability],
+    dir: &Path,
+) -> Result<(Vec<Prepared>, Vec<Vec<ProbeOutcome>>), TrialError> {
+    let prepared = parallel(cfg.jobs, sources.len(), |i| {
+        let trace = dir.join(format!("trace{i}"));
+        let prepared = prepare_keeping(cfg, sources[i].clone(), &trace).map(|p| {
+            // Probes are not trials: with --shard, the first shard runs them all.
+            let probes = if p.unusable.is_none() && cfg.shard.is_none_or(|(k, _)| k == 1) {
+                run_probes(cfg, &p, claimed, &trace)
+            } else {
+                Vec::new()
+            };
+            (p, probes)
+        });
+        let _ = std::fs::remove_dir_all(&trace);
+        prepared
+    });
+    Ok(prepared
+        .into_iter()
+        .map(|r| r.map_err(TrialError::from).and_then(|p| p))
+        .collect::<Result<Vec<_>, _>>()?
+        .into_iter()
+        .unzip())
+}
+
+/// Runs `jobs` (scenario index, plan) on the worker pool, in job order; a
+/// trial that could not be carried out becomes an outcome with its error.
+fn run_jobs(
+    cfg: &Config<'_>,
+    prepared: &[Prepared],
+    jobs: &[(usize, Plan)],
+    dir: &Path,
+) -> Vec<TrialOutcome> {
     let bar = progress_bar(cfg.progress, jobs.len(), "trials");
     let outcomes = parallel(cfg.jobs, jobs.len(), |i| {
         let (s, plan) = jobs[i];
@@ -394,9 +417,12 @@ fn run_in(
         }
         o
     });
-    let outcomes: Vec<TrialOutcome> = outcomes
+    if let Some(b) = bar {
+        b.finish_and_clear();
+    }
+    outcomes
         .into_iter()
-        .zip(&jobs)
+        .zip(jobs)
         .map(|(o, &(s, plan))| {
             o.unwrap_or_else(|e| {
                 let now = Instant::now();
@@ -414,16 +440,21 @@ fn run_in(
                 }
             })
         })
-        .collect();
-    if let Some(b) = bar {
-        b.finish_and_clear();
-    }
-    let trials = outcomes.len();
+        .collect()
+}
+
+/// Each scenario with its probes and its trials' outcomes, and the wall
+/// time from its first trial's start to its last one's end.
+fn by_scenario(
+    prepared: Vec<Prepared>,
+    mut probes: Vec<Vec<ProbeOutcome>>,
+    outcomes: Vec<TrialOutcome>,
+) -> Vec<ScenarioResult> {
     let mut per: Vec<Vec<TrialOutcome>> = vec![Vec::new(); prepared.len()];
     for o in outcomes {
         per[o.scenario].push(o);
     }
-    let results = prepared
+    prepared
         .into_iter()
         .zip(per)
         .enumerate()
@@ -442,8 +473,7 @@ fn run_in(
                 wall,
             }
         })
-        .collect();
-    Ok((results, trials))
+        .collect()
 }
 
 /// `n` sampled plans: a fifth from the restarted lives' plans `later`

@@ -128,41 +128,11 @@ pub fn run(
     dir: &Path,
     kind: RunKind,
 ) -> Result<History, TrialError> {
-    let trace_run = kind == RunKind::TracePoints;
     let td = TrialDir {
         dir: dir.to_path_buf(),
     };
-    std::fs::create_dir_all(&td.dir)
-        .map_err(|e| format!("cannot create {}: {e}", td.dir.display()))?;
     let spec = td.spec();
-    tools::populate(&spec.workspace, setup.files).map_err(|e| {
-        format!(
-            "cannot populate the workspace {}: {e}",
-            spec.workspace.display()
-        )
-    })?;
-    // The life a trace run traces: the first one the plan does not crash.
-    let traced_life = plan.crashed_lives() as u32;
-    let trace_config = |life: u32| -> Result<Option<TraceConfig>, String> {
-        let fault = match plan.crash_of(life) {
-            Some(Crash::Syscall { at, fault }) => Some((at, fault)),
-            _ => None,
-        };
-        if fault.is_none() && !(kind == RunKind::TraceSyscalls && life == traced_life) {
-            return Ok(None);
-        }
-        // The tracer's root must exist before the traced process starts.
-        std::fs::create_dir_all(&spec.root)
-            .map_err(|e| format!("cannot create {}: {e}", spec.root.display()))?;
-        Ok(Some(TraceConfig {
-            root: spec.root.clone(),
-            fault: fault.map(|(at, f)| FaultPlan {
-                at,
-                fault: f.to_syscall(),
-            }),
-            record: fault.is_some_and(|(_, f)| !f.kills()),
-        }))
-    };
+    prepare(setup, &td)?;
     let world = World::start(&td.world()).map_err(|e| format!("cannot start the world: {e}"))?;
     let observe = |what: &str| {
         setup.backend.observe(&spec).map_err(|e| TrialError {
@@ -174,16 +144,10 @@ pub fn run(
     let mut lives: Vec<Life> = Vec::new();
     let mut after_kill = Vec::new();
     let mut power_cut = Vec::new();
-    let mut error = None;
-    loop {
+    let error = loop {
         let index = lives.len() as u32;
         let crash = plan.crash_of(index);
-        let mut env = plan.env(index, &td.sync_log(), &td.trace());
-        if trace_run && index == traced_life {
-            // Hits and syscalls interleaved in one file: the trace knows where the log was unsynced.
-            env.push(("AGENTCHAOS_TRACE", td.trace().display().to_string()));
-            env.push(("AGENTCHAOS_SYNC_LOG", td.trace().display().to_string()));
-        }
+        let env = life_env(&plan, kind, index, &td);
         let kill_at = env
             .iter()
             .find(|(k, _)| *k == "AGENTCHAOS_KILL_AT")
@@ -192,7 +156,7 @@ pub fn run(
             Some(Crash::Timer { micros }) => Some(Duration::from_micros(micros)),
             _ => None,
         };
-        let life = run_life(
+        let mut life = run_life(
             setup,
             &td,
             &LifeSpec {
@@ -200,88 +164,39 @@ pub fn run(
                 kill_at,
                 env: &env,
                 timer,
-                syscall: trace_config(index)?,
+                syscall: trace_config(&plan, kind, index, &spec)?,
             },
             &observe,
         )?;
-        let end = life.end;
-        let traced = env.iter().any(|(k, _)| *k == "AGENTCHAOS_TRACE");
-        let mut life = life;
-        if traced {
+        if env.iter().any(|(k, _)| *k == "AGENTCHAOS_TRACE") {
             life.trace = Some(std::fs::read_to_string(td.trace()).unwrap_or_default());
         }
-        let sys_fault = match crash {
-            Some(Crash::Syscall { fault, .. }) => Some(fault),
-            _ => None,
-        };
-        let sys_kill = sys_fault.is_some_and(|f| f.kills());
-        let planned_kill = kill_at.is_some() || timer.is_some() || sys_kill;
-        // A syscall fault: did it land?
-        let sys_error = match (sys_fault, &life.syscalls) {
-            (None, _) => None,
-            (Some(_), None) => Some("the process did not run under the tracer".to_string()),
-            (Some(_), Some(sys)) => match &sys.fault {
-                Some(FaultReport {
-                    outcome: FaultOutcome::Injected { .. },
-                    ..
-                }) => None,
-                Some(r) => Some(format!("the planned fault was not injected: {r}")),
-                None => Some("the tracer made no fault report".to_string()),
-            },
-        };
-        // An injected error that the process went on from.
-        let went_on = sys_fault.is_some() && !sys_kill;
+        let end = life.end;
+        let fault_missed = planned_fault_missed(crash, &life);
         lives.push(life);
-        if let Some(e) = sys_error {
-            error = Some(format!("life {index}: {e}"));
+        if let Some(e) = fault_missed {
             if end == LifeEnd::Killed {
                 after_kill.push(observe("after the kill")?);
             }
-            break;
+            break Some(format!("life {index}: {e}"));
         }
-        match end {
-            LifeEnd::Killed if planned_kill => {
-                if matches!(crash, Some(Crash::PowerCut { .. })) {
-                    power_cut = nemesis::power_cut(&td.sync_log())
-                        .map_err(|e| format!("power cut failed: {e}"))?;
-                }
-                after_kill.push(observe("after the kill")?);
-                if index + 1 >= MAX_LIVES {
-                    error = Some(format!(
-                        "the agent was still not done after {MAX_LIVES} lives"
-                    ));
-                    break;
-                }
-            }
-            // After an injected error the agent may give up: restart it.
-            LifeEnd::Exited(c) if went_on && c != 0 => {
-                after_kill.push(observe("after the process gave up")?);
-            }
-            LifeEnd::Exited(0) => {
-                if let Some(at) = crash.and_then(|c| c.hit()) {
-                    error = Some(format!(
-                        "life {index} finished without reaching its hit {at} (the scenario's crash points are not deterministic?)"
-                    ));
-                }
-                break;
-            }
-            LifeEnd::Killed => {
-                error = Some(format!(
-                    "life {index} died of SIGKILL without a planned kill"
-                ));
-                break;
-            }
-            LifeEnd::Hung => {
-                error = Some(format!(
-                    "life {index} hung for {}s and was killed",
-                    WATCHDOG.as_secs()
-                ));
-                break;
-            }
-            // A failing agent is a finding for the checker (it could not finish).
-            LifeEnd::Exited(_) | LifeEnd::Signaled(_) => break,
+        let next = next_step(crash, kill_at, index, end);
+        let planned_power_cut = end == LifeEnd::Killed
+            && matches!(crash, Some(Crash::PowerCut { .. }))
+            && !matches!(next, Next::Stop(_));
+        if planned_power_cut {
+            power_cut =
+                nemesis::power_cut(&td.sync_log()).map_err(|e| format!("power cut failed: {e}"))?;
         }
-    }
+        match next {
+            Next::Restart { observe: what } => after_kill.push(observe(what)?),
+            Next::GiveUp { observe: what, why } => {
+                after_kill.push(observe(what)?);
+                break Some(why);
+            }
+            Next::Stop(error) => break error,
+        }
+    };
     let final_obs = observe("at the end")?;
     let workspace = tools::snapshot(&spec.workspace).map_err(|e| {
         format!(
@@ -298,6 +213,125 @@ pub fn run(
         workspace,
         error,
     })
+}
+
+/// Creates the trial directory and fills the scenario's workspace.
+fn prepare(setup: &TrialSetup<'_>, td: &TrialDir) -> Result<(), TrialError> {
+    std::fs::create_dir_all(&td.dir)
+        .map_err(|e| format!("cannot create {}: {e}", td.dir.display()))?;
+    let workspace = td.spec().workspace;
+    tools::populate(&workspace, setup.files)
+        .map_err(|e| format!("cannot populate the workspace {}: {e}", workspace.display()))?;
+    Ok(())
+}
+
+/// The environment of life `index`: its planned crash and, in a crash-point
+/// trace run, the trace of the first life the plan does not crash.
+fn life_env(plan: &Plan, kind: RunKind, index: u32, td: &TrialDir) -> Vec<(&'static str, String)> {
+    let mut env = plan.env(index, &td.sync_log(), &td.trace());
+    if kind == RunKind::TracePoints && index == plan.crashed_lives() as u32 {
+        // Hits and syscalls interleaved in one file: the trace knows where the log was unsynced.
+        env.push(("AGENTCHAOS_TRACE", td.trace().display().to_string()));
+        env.push(("AGENTCHAOS_SYNC_LOG", td.trace().display().to_string()));
+    }
+    env
+}
+
+/// Whether life `index` runs under the syscall tracer, and how: when its
+/// crash is a syscall fault, or in a syscall trace run for the first life
+/// the plan does not crash.
+fn trace_config(
+    plan: &Plan,
+    kind: RunKind,
+    index: u32,
+    spec: &SessionSpec,
+) -> Result<Option<TraceConfig>, TrialError> {
+    let fault = match plan.crash_of(index) {
+        Some(Crash::Syscall { at, fault }) => Some((at, fault)),
+        _ => None,
+    };
+    let traced_life = plan.crashed_lives() as u32;
+    if fault.is_none() && !(kind == RunKind::TraceSyscalls && index == traced_life) {
+        return Ok(None);
+    }
+    // The tracer's root must exist before the traced process starts.
+    std::fs::create_dir_all(&spec.root)
+        .map_err(|e| format!("cannot create {}: {e}", spec.root.display()))?;
+    Ok(Some(TraceConfig {
+        root: spec.root.clone(),
+        fault: fault.map(|(at, f)| FaultPlan {
+            at,
+            fault: f.to_syscall(),
+        }),
+        record: fault.is_some_and(|(_, f)| !f.kills()),
+    }))
+}
+
+/// Why a planned syscall fault did not land in `life`, if it did not.
+fn planned_fault_missed(crash: Option<Crash>, life: &Life) -> Option<String> {
+    let Some(Crash::Syscall { .. }) = crash else {
+        return None;
+    };
+    match &life.syscalls {
+        None => Some("the process did not run under the tracer".to_string()),
+        Some(sys) => match &sys.fault {
+            Some(FaultReport {
+                outcome: FaultOutcome::Injected { .. },
+                ..
+            }) => None,
+            Some(r) => Some(format!("the planned fault was not injected: {r}")),
+            None => Some("the tracer made no fault report".to_string()),
+        },
+    }
+}
+
+/// What the trial does after a life ended.
+enum Next {
+    /// Observe the disk (`observe` says when) and start the next life.
+    Restart { observe: &'static str },
+    /// Observe the disk, then stop: the trial cannot go on as planned.
+    GiveUp { observe: &'static str, why: String },
+    /// Stop, with the error of the trial if any.
+    Stop(Option<String>),
+}
+
+fn next_step(crash: Option<Crash>, kill_at: Option<u64>, index: u32, end: LifeEnd) -> Next {
+    let sys_fault = match crash {
+        Some(Crash::Syscall { fault, .. }) => Some(fault),
+        _ => None,
+    };
+    let planned_kill = kill_at.is_some()
+        || matches!(crash, Some(Crash::Timer { .. }))
+        || sys_fault.is_some_and(|f| f.kills());
+    // An injected error that the process went on from.
+    let went_on = sys_fault.is_some_and(|f| !f.kills());
+    match end {
+        LifeEnd::Killed if planned_kill && index + 1 >= MAX_LIVES => Next::GiveUp {
+            observe: "after the kill",
+            why: format!("the agent was still not done after {MAX_LIVES} lives"),
+        },
+        LifeEnd::Killed if planned_kill => Next::Restart {
+            observe: "after the kill",
+        },
+        // After an injected error the agent may give up: restart it.
+        LifeEnd::Exited(c) if went_on && c != 0 => Next::Restart {
+            observe: "after the process gave up",
+        },
+        LifeEnd::Exited(0) => Next::Stop(crash.and_then(|c| c.hit()).map(|at| {
+            format!(
+                "life {index} finished without reaching its hit {at} (the scenario's crash points are not deterministic?)"
+            )
+        })),
+        LifeEnd::Killed => Next::Stop(Some(format!(
+            "life {index} died of SIGKILL without a planned kill"
+        ))),
+        LifeEnd::Hung => Next::Stop(Some(format!(
+            "life {index} hung for {}s and was killed",
+            WATCHDOG.as_secs()
+        ))),
+        // A failing agent is a finding for the checker (it could not finish).
+        LifeEnd::Exited(_) | LifeEnd::Signaled(_) => Next::Stop(None),
+    }
 }
 
 /// How to kill a running first process: the child itself, or every
@@ -399,67 +433,19 @@ fn run_life(
     let LifeSpec {
         index,
         kill_at,
-        env,
         timer,
         ref syscall,
+        ..
     } = *life_spec;
-    let spec = td.spec();
     let stderr_path = td.stderr(index);
-    let stderr = std::fs::File::create(&stderr_path)
-        .map_err(|e| format!("cannot create {}: {e}", stderr_path.display()))?;
-    let mut cmd = Command::new(setup.agent_exe);
-    cmd.arg("agent")
-        .arg("--scenario")
-        .arg(setup.scenario_path)
-        .arg("--root")
-        .arg(&spec.root)
-        .arg("--session")
-        .arg(&spec.session)
-        .arg("--workspace")
-        .arg(&spec.workspace)
-        .arg("--world")
-        .arg(td.world())
-        .arg("--life")
-        .arg(index.to_string())
-        .args(setup.backend.agent_args())
-        .stdin(Stdio::piped())
-        .stdout(Stdio::piped())
-        .stderr(stderr);
-    for var in CONTROLLED_ENV {
-        cmd.env_remove(var);
-    }
-    if let Some(fault) = setup.store_fault {
-        cmd.env(agentstore::fault::FAULT_ENV, fault);
-    }
-    for (k, v) in env {
-        cmd.env(k, v);
-    }
+    let cmd = agent_command(setup, td, life_spec, &stderr_path)?;
     let started = Instant::now();
-    let (mut stdin, stdout, killer, running) = match syscall {
-        None => {
-            let mut child: Child = cmd.spawn().map_err(|e| {
-                format!("cannot start the agent {}: {e}", setup.agent_exe.display())
-            })?;
-            let stdin = child.stdin.take();
-            let stdout = child.stdout.take().expect("stdout is piped");
-            let child = Arc::new(Mutex::new(child));
-            (
-                stdin,
-                stdout,
-                Killer::Child(Arc::clone(&child)),
-                Running::Child(child),
-            )
-        }
-        Some(config) => {
-            let (stdin, stdout, monitor, thread) = spawn_traced(cmd, config.clone())?;
-            (
-                stdin,
-                stdout,
-                Killer::Traced(monitor),
-                Running::Traced(thread),
-            )
-        }
-    };
+    let Started {
+        mut stdin,
+        stdout,
+        killer,
+        running,
+    } = start(cmd, syscall.clone(), setup.agent_exe)?;
     let (timer_tx, timer_thread) = arm_timer(killer.clone(), timer.unwrap_or(WATCHDOG));
     let mut life = Life {
         index,
@@ -476,12 +462,143 @@ fn run_life(
         syscalls: None,
         micros: 0,
     };
-    let mut protocol_error = None;
-    // A failure of the harness itself while the child waits for it.
-    let mut failure: Option<TrialError> = None;
-    // Byte offset of the next line in the agent's stdout, and where each ack was.
+    let reading = follow(stdout, &mut stdin, &mut life, observe);
+    if reading.failure.is_some() {
+        // Never leave a paused agent behind.
+        killer.kill();
+    }
+    drop(timer_tx);
+    let timer_fired = timer_thread.join().unwrap_or(false);
+    let (code, signal) = wait(running, syscall.as_ref(), &mut life, reading.acks)?;
+    life.micros = started.elapsed().as_micros() as u64;
+    life.end = match (code, signal) {
+        (_, Some(9)) if timer_fired && timer.is_none() => LifeEnd::Hung,
+        (_, Some(9)) => LifeEnd::Killed,
+        (Some(code), _) => LifeEnd::Exited(code),
+        (None, Some(sig)) => LifeEnd::Signaled(sig),
+        (None, None) => LifeEnd::Exited(-1),
+    };
+    life.stderr = std::fs::read_to_string(&stderr_path)
+        .unwrap_or_default()
+        .lines()
+        .last()
+        .unwrap_or_default()
+        .to_string();
+    if let Some(e) = reading
+        .failure
+        .or(reading.protocol_error.map(TrialError::from))
+    {
+        return Err(e);
+    }
+    Ok(life)
+}
+
+/// The agent process of one life: the hidden `agent` subcommand, with the
+/// harness's environment only (never an inherited crash or fault variable).
+fn agent_command(
+    setup: &TrialSetup<'_>,
+    td: &TrialDir,
+    life_spec: &LifeSpec<'_>,
+    stderr_path: &Path,
+) -> Result<Command, TrialError> {
+    let spec = td.spec();
+    let stderr = std::fs::File::create(stderr_path)
+        .map_err(|e| format!("cannot create {}: {e}", stderr_path.display()))?;
+    let mut cmd = Command::new(setup.agent_exe);
+    cmd.arg("agent")
+        .arg("--scenario")
+        .arg(setup.scenario_path)
+        .arg("--root")
+        .arg(&spec.root)
+        .arg("--session")
+        .arg(&spec.session)
+        .arg("--workspace")
+        .arg(&spec.workspace)
+        .arg("--world")
+        .arg(td.world())
+        .arg("--life")
+        .arg(life_spec.index.to_string())
+        .args(setup.backend.agent_args())
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .stderr(stderr);
+    for var in CONTROLLED_ENV {
+        cmd.env_remove(var);
+    }
+    if let Some(fault) = setup.store_fault {
+        cmd.env(agentstore::fault::FAULT_ENV, fault);
+    }
+    for (k, v) in life_spec.env {
+        cmd.env(k, v);
+    }
+    Ok(cmd)
+}
+
+/// A started agent process: its pipes, how to kill it, what to wait for.
+struct Started {
+    stdin: Option<ChildStdin>,
+    stdout: ChildStdout,
+    killer: Killer,
+    running: Running,
+}
+
+fn start(
+    mut cmd: Command,
+    syscall: Option<TraceConfig>,
+    agent_exe: &Path,
+) -> Result<Started, TrialError> {
+    match syscall {
+        None => {
+            let mut child: Child = cmd
+                .spawn()
+                .map_err(|e| format!("cannot start the agent {}: {e}", agent_exe.display()))?;
+            let stdin = child.stdin.take();
+            let stdout = child.stdout.take().expect("stdout is piped");
+            let child = Arc::new(Mutex::new(child));
+            Ok(Started {
+                stdin,
+                stdout,
+                killer: Killer::Child(Arc::clone(&child)),
+                running: Running::Child(child),
+            })
+        }
+        Some(config) => {
+            let (stdin, stdout, monitor, thread) = spawn_traced(cmd, config)?;
+            Ok(Started {
+                stdin,
+                stdout,
+                killer: Killer::Traced(monitor),
+                running: Running::Traced(thread),
+            })
+        }
+    }
+}
+
+/// What following an agent's stdout to its end left over.
+struct Reading {
+    /// A line the agent's wire protocol does not allow.
+    protocol_error: Option<String>,
+    /// A failure of the harness itself while the child waited for it.
+    failure: Option<TrialError>,
+    /// Each ack: its index in [`Life::writes`] and its line's byte offset.
+    acks: Vec<(usize, u64)>,
+}
+
+/// Records the agent's stdout lines into `life` until the agent closes it,
+/// observing the disk while the agent pauses after each recovery.
+fn follow(
+    stdout: ChildStdout,
+    stdin: &mut Option<ChildStdin>,
+    life: &mut Life,
+    observe: &dyn Fn(&str) -> Result<Observation, TrialError>,
+) -> Reading {
+    let mut reading = Reading {
+        protocol_error: None,
+        failure: None,
+        acks: Vec::new(),
+    };
+    // Byte offset of the next line in the agent's stdout.
     let mut offset = 0u64;
-    let mut acks = Vec::new();
     for line in BufReader::new(stdout).lines() {
         let Ok(line) = line else { break };
         let at = offset;
@@ -489,38 +606,45 @@ fn run_life(
         let parsed = match parse_line(&line) {
             Ok(p) => p,
             Err(e) => {
-                protocol_error = Some(e);
+                reading.protocol_error = Some(e);
                 continue;
             }
         };
-        match parsed {
-            ChildLine::Append { t, h } => life.writes.push(Append {
-                type_name: t,
-                fingerprint: h,
-                acked: None,
-                refused: false,
-            }),
-            ChildLine::Refused { t, h } => match life.writes.last_mut() {
-                Some(w) if w.fingerprint == h && w.type_name == t && w.acked.is_none() => {
-                    w.refused = true;
+        let paused = match parsed {
+            ChildLine::Append { t, h } => {
+                life.writes.push(Append {
+                    type_name: t,
+                    fingerprint: h,
+                    acked: None,
+                    refused: false,
+                });
+                None
+            }
+            ChildLine::Refused { t, h } => {
+                match announced(life, &t, &h) {
+                    Some(w) => w.refused = true,
+                    None => {
+                        reading.protocol_error = Some(format!(
+                            "the agent reported a refusal of {t} without announcing it"
+                        ))
+                    }
                 }
-                _ => {
-                    protocol_error = Some(format!(
-                        "the agent reported a refusal of {t} without announcing it"
-                    ))
+                None
+            }
+            ChildLine::Ack { seq, t, h } => {
+                match announced(life, &t, &h) {
+                    Some(w) => {
+                        w.acked = Some(seq);
+                        reading.acks.push((life.writes.len() - 1, at));
+                    }
+                    None => {
+                        reading.protocol_error = Some(format!(
+                            "the agent reported an ack of {t} without announcing it"
+                        ))
+                    }
                 }
-            },
-            ChildLine::Ack { seq, t, h } => match life.writes.last_mut() {
-                Some(w) if w.fingerprint == h && w.type_name == t && w.acked.is_none() => {
-                    w.acked = Some(seq);
-                    acks.push((life.writes.len() - 1, at));
-                }
-                _ => {
-                    protocol_error = Some(format!(
-                        "the agent reported an ack of {t} without announcing it"
-                    ))
-                }
-            },
+                None
+            }
             ChildLine::Recovered {
                 appended,
                 interrupted,
@@ -537,43 +661,55 @@ fn run_life(
                     contexts,
                     projection,
                 });
-                match observe("after the first recovery") {
-                    Ok(o) => life.after_recovery = Some(o),
-                    Err(e) => {
-                        failure = Some(e);
-                        break;
-                    }
-                }
-                go_on(&mut stdin);
+                Some(observe("after the first recovery").map(|o| life.after_recovery = Some(o)))
             }
             ChildLine::RecoveredAgain { appended } => {
                 life.recovered_again = Some(appended);
-                match observe("after the second recovery") {
-                    Ok(o) => life.after_second_recovery = Some(o),
-                    Err(e) => {
-                        failure = Some(e);
-                        break;
-                    }
-                }
-                go_on(&mut stdin);
+                Some(
+                    observe("after the second recovery")
+                        .map(|o| life.after_second_recovery = Some(o)),
+                )
             }
-            ChildLine::Done => life.done = true,
+            ChildLine::Done => {
+                life.done = true;
+                None
+            }
+        };
+        match paused {
+            Some(Err(e)) => {
+                reading.failure = Some(e);
+                break;
+            }
+            Some(Ok(())) => go_on(stdin),
+            None => {}
         }
     }
-    if failure.is_some() {
-        // Never leave a paused agent behind.
-        killer.kill();
-    }
-    drop(timer_tx);
-    let timer_fired = timer_thread.join().unwrap_or(false);
-    let (code, signal) = match running {
+    reading
+}
+
+/// The write the agent announced last, if it is `t`/`h` and not yet answered.
+fn announced<'l>(life: &'l mut Life, t: &str, h: &str) -> Option<&'l mut Append> {
+    life.writes
+        .last_mut()
+        .filter(|w| w.fingerprint == h && w.type_name == t && w.acked.is_none())
+}
+
+/// Reaps the agent (or joins its tracer, recording what it saw into
+/// `life`): its exit code or the signal that ended it.
+fn wait(
+    running: Running,
+    syscall: Option<&TraceConfig>,
+    life: &mut Life,
+    acks: Vec<(usize, u64)>,
+) -> Result<(Option<i32>, Option<i32>), TrialError> {
+    match running {
         Running::Child(child) => {
             let status = child
                 .lock()
                 .unwrap_or_else(|p| p.into_inner())
                 .wait()
                 .map_err(|e| format!("cannot wait for the agent: {e}"))?;
-            (status.code(), status.signal())
+            Ok((status.code(), status.signal()))
         }
         Running::Traced(thread) => {
             let outcome = thread
@@ -591,7 +727,7 @@ fn run_life(
                     ),
                 ),
             };
-            let root = syscall.as_ref().map(|c| c.root.clone()).unwrap_or_default();
+            let root = syscall.map(|c| c.root.clone()).unwrap_or_default();
             life.syscalls = Some(SyscallLife {
                 root: std::fs::canonicalize(&root).unwrap_or(root),
                 events: outcome.events,
@@ -599,27 +735,9 @@ fn run_life(
                 oplog: outcome.oplog,
                 acks,
             });
-            exit
+            Ok(exit)
         }
-    };
-    life.micros = started.elapsed().as_micros() as u64;
-    life.end = match (code, signal) {
-        (_, Some(9)) if timer_fired && timer.is_none() => LifeEnd::Hung,
-        (_, Some(9)) => LifeEnd::Killed,
-        (Some(code), _) => LifeEnd::Exited(code),
-        (None, Some(sig)) => LifeEnd::Signaled(sig),
-        (None, None) => LifeEnd::Exited(-1),
-    };
-    life.stderr = std::fs::read_to_string(&stderr_path)
-        .unwrap_or_default()
-        .lines()
-        .last()
-        .unwrap_or_default()
-        .to_string();
-    if let Some(e) = failure.or(protocol_error.map(TrialError::from)) {
-        return Err(e);
     }
-    Ok(life)
 }
 
 /// Lets a paused agent continue (it may already be dead: ignore a broken pipe).

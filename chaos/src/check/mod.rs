@@ -22,7 +22,7 @@ use serde_json::Value;
 
 use crate::agent::tools::tagged_operation;
 use crate::agent::world::Application;
-use crate::history::{Append, History, Life, LifeEnd};
+use crate::history::{Append, History, Life, LifeEnd, RecoveryReport};
 use crate::model::oracle::{self, Shown};
 use crate::model::{describe_record, phase_name, store_authored, Model, RunClose};
 use crate::nemesis::powerloss::{LoggedOp, Op};
@@ -679,7 +679,26 @@ fn suffix_problem(suffix: &[Record], life: &Life) -> Option<String> {
     None
 }
 
-/// orphan-marked-uncertain and runs-closed after the first recovery of life `i`.
+/// What one life's first recovery started from and left, for the checks
+/// of [`recovery`].
+struct RecoveryFacts<'h> {
+    /// "after the first recovery in life N".
+    when: String,
+    /// The disk before any recovery of this chain.
+    base: &'h Observation,
+    /// The model of `base`: what was open at the crash.
+    before: Model,
+    /// The disk after the first recovery.
+    after: &'h Observation,
+    /// What the agent said its recovery did and served.
+    report: &'h RecoveryReport,
+    /// The records the recovery appended.
+    region: &'h [Record],
+}
+
+/// orphan-marked-uncertain, runs-closed, context-window,
+/// checkpoint-projection and recovery-idempotent after the first recovery
+/// of life `i`.
 fn recovery(h: &History, i: usize, life: &Life, out: &mut Vec<Violation>) {
     let (Some(report), Some(after)) = (&life.recovered, &life.after_recovery) else {
         return;
@@ -694,9 +713,32 @@ fn recovery(h: &History, i: usize, life: &Life, out: &mut Vec<Violation>) {
     let Some(base) = h.after_kill.get(base_life) else {
         return;
     };
-    let when = format!("after the first recovery in life {i}");
-    let before = Model::fold(&base.records);
-    let region = &after.records[base.records.len().min(after.records.len())..];
+    let facts = RecoveryFacts {
+        when: format!("after the first recovery in life {i}"),
+        base,
+        before: Model::fold(&base.records),
+        after,
+        report,
+        region: &after.records[base.records.len().min(after.records.len())..],
+    };
+    orphans_marked(&facts, out);
+    uncertain_reported(&facts, out);
+    recovery_contexts(&facts, out);
+    open_run_closed(&facts, out);
+    resumed_projection(&facts, out);
+    second_recovery_changes_nothing(&facts, i, life, out);
+}
+
+/// Every call open at the crash gets exactly one `tool_recovery` mark with
+/// its phase, unless this attempt already marked it.
+fn orphans_marked(f: &RecoveryFacts<'_>, out: &mut Vec<Violation>) {
+    let RecoveryFacts {
+        when,
+        base,
+        before,
+        region,
+        ..
+    } = f;
     let calls_in = |id: &str| -> Vec<&Record> {
         region
             .iter()
@@ -731,7 +773,7 @@ fn recovery(h: &History, i: usize, life: &Life, out: &mut Vec<Violation>) {
                 };
                 out.push(v(
                     Invariant::OrphanMarkedUncertain,
-                    &when,
+                    when,
                     format!(
                         "call {} ({}) had no result at the crash: one tool_recovery with phase {}",
                         call.call_id,
@@ -745,7 +787,7 @@ fn recovery(h: &History, i: usize, life: &Life, out: &mut Vec<Violation>) {
         } else if !marks.is_empty() {
             out.push(v(
                 Invariant::OrphanMarkedUncertain,
-                &when,
+                when,
                 format!(
                     "call {} already marked in this attempt: no new mark",
                     call.call_id
@@ -755,6 +797,16 @@ fn recovery(h: &History, i: usize, life: &Life, out: &mut Vec<Violation>) {
             ));
         }
     }
+}
+
+/// The recovery reports every uncertain call with its phase.
+fn uncertain_reported(f: &RecoveryFacts<'_>, out: &mut Vec<Violation>) {
+    let RecoveryFacts {
+        when,
+        after,
+        report,
+        ..
+    } = f;
     let after_model = Model::fold(&after.records);
     for call in after_model.open_calls() {
         let Some(phase) = call.uncertain() else {
@@ -764,7 +816,7 @@ fn recovery(h: &History, i: usize, life: &Life, out: &mut Vec<Violation>) {
         if reported.map(|u| u.phase) != Some(phase) {
             out.push(v(
                 Invariant::OrphanMarkedUncertain,
-                &when,
+                when,
                 format!(
                     "recovery to report call {} as uncertain, phase {}",
                     call.call_id,
@@ -778,9 +830,18 @@ fn recovery(h: &History, i: usize, life: &Life, out: &mut Vec<Violation>) {
             ));
         }
     }
-    // What the contexts served after the recovery show (the recovery lines,
-    // the summary, the window), against the oracle's reading of the log
-    // they were rendered from.
+}
+
+/// What the contexts served after the recovery show (the recovery lines,
+/// the summary, the window), against the oracle's reading of the log they
+/// were rendered from.
+fn recovery_contexts(f: &RecoveryFacts<'_>, out: &mut Vec<Violation>) {
+    let RecoveryFacts {
+        when,
+        after,
+        report,
+        ..
+    } = f;
     let expected = oracle::context(&after.records);
     for served in &report.contexts {
         for p in expected.problems(&served.text, served.budget) {
@@ -788,10 +849,21 @@ fn recovery(h: &History, i: usize, life: &Life, out: &mut Vec<Violation>) {
                 Shown::Recovery => Invariant::OrphanMarkedUncertain,
                 Shown::Window => Invariant::ContextWindow,
             };
-            out.push(v(invariant, &when, p.expected, p.found, p.events));
+            out.push(v(invariant, when, p.expected, p.found, p.events));
         }
     }
-    // runs-closed: the open run gets exactly one run_interrupted.
+}
+
+/// runs-closed: the open run gets exactly one run_interrupted.
+fn open_run_closed(f: &RecoveryFacts<'_>, out: &mut Vec<Violation>) {
+    let RecoveryFacts {
+        when,
+        before,
+        after,
+        report,
+        region,
+        ..
+    } = f;
     let interrupts = |id: &str| {
         region
             .iter()
@@ -803,7 +875,7 @@ fn recovery(h: &History, i: usize, life: &Life, out: &mut Vec<Violation>) {
         if n != 1 {
             out.push(v(
                 Invariant::RunsClosed,
-                &when,
+                when,
                 format!("run {open} had no finish at the crash: exactly one run_interrupted"),
                 format!("{n} run_interrupted for it"),
                 tail(&after.records, 3),
@@ -811,29 +883,47 @@ fn recovery(h: &History, i: usize, life: &Life, out: &mut Vec<Violation>) {
         } else if !report.interrupted.iter().any(|r| r == open) {
             out.push(v(
                 Invariant::RunsClosed,
-                &when,
+                when,
                 format!("recovery to report run {open} as interrupted"),
                 format!("it reported {:?}", report.interrupted),
                 vec![],
             ));
         }
     }
-    // checkpoint-projection through the store's own resume path: what it
-    // rebuilt (from its snapshot, if it trusted one) is the oracle's
-    // projection of its log.
+}
+
+/// checkpoint-projection through the store's own resume path: what it
+/// rebuilt (from its snapshot, if it trusted one) is the oracle's
+/// projection of its log.
+fn resumed_projection(f: &RecoveryFacts<'_>, out: &mut Vec<Violation>) {
+    let RecoveryFacts {
+        when,
+        after,
+        report,
+        ..
+    } = f;
     if let Some(full) = &after.fold {
         if let Some(d) = first_diff(&report.projection, full, "projection") {
             out.push(v(
                 Invariant::CheckpointProjection,
-                &when,
+                when,
                 "the store's projection after resuming to equal the harness's projection of its whole log (chaos/PROTOCOL.md `projection`)".into(),
                 format!("they differ at {d} (the store's vs the harness's)"),
                 tail(&after.records, 2),
             ));
         }
     }
-    // recovery-idempotent: the second recovery changes nothing on disk
-    // (its bytes when the harness can read them, else its events).
+}
+
+/// recovery-idempotent: the second recovery changes nothing on disk (its
+/// bytes when the harness can read them, else its events).
+fn second_recovery_changes_nothing(
+    f: &RecoveryFacts<'_>,
+    i: usize,
+    life: &Life,
+    out: &mut Vec<Violation>,
+) {
+    let after = f.after;
     if let (Some(again), Some(b)) = (life.recovered_again, &life.after_second_recovery) {
         let changed = match (b.bytes, after.bytes) {
             (Some(x), Some(y)) => x != y,
