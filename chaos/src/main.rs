@@ -11,7 +11,7 @@ use std::path::{Path, PathBuf};
 use std::process::ExitCode;
 use std::time::Duration;
 
-use agentchaos::agent::{self, AgentArgs};
+use agentchaos::agent::{self, AgentArgs, AgentError};
 use agentchaos::campaign::config::{Config, Mode, PowerLossLimits, ScenarioSource};
 use agentchaos::campaign::powercampaign::{self, StateId, Verdict};
 use agentchaos::campaign::runner;
@@ -267,7 +267,7 @@ const EXIT_STORE: u8 = 1;
 /// Exit code: bad usage or input.
 const EXIT_USAGE: u8 = 2;
 /// Exit code: the harness itself failed.
-const EXIT_HARNESS: u8 = 3;
+const EXIT_HARNESS: u8 = agent::EXIT_HARNESS_FAILED;
 
 /// Why a command stopped before its verdict, whose fault that is, and so
 /// its exit code; printed as one line.
@@ -435,9 +435,13 @@ fn run_agent(a: AgentCli) -> Result<ExitCode, Failure> {
         life: a.life,
     };
     let backend = backend(&a.adapter, a.durability).map_err(|e| failed(format!("agent: {e}")))?;
-    // The agent's own failures are the store's, as the harness sees them (a
-    // refused or broken request): the checker judges the life that ended so.
-    agent::run(&args, backend.as_ref()).map_err(|e| Failure::Store(format!("agent: {e}")))?;
+    // A store's failure (a refused or broken request) ends the life for the
+    // checker to judge; a failure on the harness's side ends it with the
+    // harness's exit code, which makes the trial an error, never a finding.
+    agent::run(&args, backend.as_ref()).map_err(|e| match e {
+        AgentError::Store(m) => Failure::Store(format!("agent: {m}")),
+        AgentError::Harness(m) => Failure::Harness(format!("agent: {m}")),
+    })?;
     Ok(ExitCode::SUCCESS)
 }
 

@@ -121,3 +121,34 @@ fn a_trial_the_harness_cannot_carry_out_exits_3() {
     );
     assert!(stdout.contains("result: no violations"), "{stdout}");
 }
+
+/// The agent child tells whose failure stopped it: here the harness's (no
+/// world socket to run its `remote` tool against), so it exits 3, which
+/// makes the life an error of the trial, never a finding about the store.
+#[test]
+fn an_agent_whose_world_is_gone_exits_3() {
+    let dir = tempfile::tempdir().unwrap();
+    let ws = dir.path().join("ws");
+    std::fs::create_dir_all(&ws).unwrap();
+    let root = dir.path().join("root").display().to_string();
+    let world = dir.path().join("no-world.sock").display().to_string();
+    let f = small();
+    let out = agentchaos(&[
+        "agent",
+        "--scenario",
+        &f,
+        "--root",
+        &root,
+        "--session",
+        "s",
+        "--workspace",
+        &ws.display().to_string(),
+        "--world",
+        &world,
+        "--life",
+        "0",
+    ]);
+    let (code, stderr) = code_and_stderr(&out);
+    assert_eq!(code, Some(3), "{stderr}");
+    assert!(stderr.contains("agent:"), "{stderr}");
+}

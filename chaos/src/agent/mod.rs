@@ -40,7 +40,7 @@ use serde_json::Value;
 
 use crate::agent::tools::{Output, ToolContext};
 use crate::agent::wire::{
-    fingerprint, wait_for_harness, ChildLine, ReportedCall, Reporter, ServedContext,
+    fingerprint, wait_for_harness, ChildLine, PipeError, ReportedCall, Reporter, ServedContext,
 };
 use crate::agent::world::WorldClient;
 use crate::model::{call_of, describe_event, store_authored, Model};
@@ -101,33 +101,34 @@ fn hash_hex(s: &str) -> String {
     format!("{:08x}", crc32c::crc32c(s.as_bytes()))
 }
 
-fn close(store: Box<dyn SessionStore>) -> Result<(), String> {
+fn close(store: Box<dyn SessionStore>) -> Result<(), AgentError> {
     store
         .close()
-        .map_err(|e| format!("cannot close the session: {e}"))
+        .map_err(|e| AgentError::Store(format!("cannot close the session: {e}")))
 }
 
 /// Runs the agent to completion (or until the nemesis kills it).
-pub fn run(args: &AgentArgs, backend: &dyn StoreBackend) -> Result<(), String> {
-    let scenario = scenario::load(&args.scenario).map_err(|e| e.to_string())?;
+pub fn run(args: &AgentArgs, backend: &dyn StoreBackend) -> Result<(), AgentError> {
+    let scenario =
+        scenario::load(&args.scenario).map_err(|e| AgentError::Harness(e.to_string()))?;
     let stdout = std::io::stdout();
     let mut reporter = Reporter::new(stdout.lock());
     let open = || {
         backend
             .open(&args.spec)
-            .map_err(|e| format!("cannot open the session: {e}"))
+            .map_err(|e| AgentError::Store(format!("cannot open the session: {e}")))
     };
     let mut store = open()?;
     let mut uncertain = BTreeMap::new();
     if args.life > 0 {
         let first = store
             .recover()
-            .map_err(|e| format!("recovery failed: {e}"))?;
+            .map_err(|e| AgentError::Store(format!("recovery failed: {e}")))?;
         let contexts = served_contexts(store.as_mut())
-            .map_err(|e| format!("cannot render the context: {e}"))?;
+            .map_err(|e| AgentError::Store(format!("cannot render the context: {e}")))?;
         let projection = store
             .projection()
-            .map_err(|e| format!("cannot read the projection: {e}"))?;
+            .map_err(|e| AgentError::Store(format!("cannot read the projection: {e}")))?;
         reporter.send(&ChildLine::Recovered {
             appended: first.appended,
             interrupted: first.interrupted_runs.clone(),
@@ -151,7 +152,7 @@ pub fn run(args: &AgentArgs, backend: &dyn StoreBackend) -> Result<(), String> {
         store = open()?;
         let again = store
             .recover()
-            .map_err(|e| format!("second recovery failed: {e}"))?;
+            .map_err(|e| AgentError::Store(format!("second recovery failed: {e}")))?;
         reporter.send(&ChildLine::RecoveredAgain {
             appended: again.appended,
         })?;
@@ -166,7 +167,7 @@ pub fn run(args: &AgentArgs, backend: &dyn StoreBackend) -> Result<(), String> {
     }
     let records = store
         .events(None)
-        .map_err(|e| format!("cannot read the session's events: {e}"))?;
+        .map_err(|e| AgentError::Store(format!("cannot read the session's events: {e}")))?;
     let ops = scenario.ops();
     let mut agent = Agent {
         scenario: &scenario,
@@ -187,6 +188,31 @@ pub fn run(args: &AgentArgs, backend: &dyn StoreBackend) -> Result<(), String> {
     agent.reporter.send(&ChildLine::Done)?;
     close(agent.store)
 }
+
+/// Why the agent stopped short of the end of its scenario, and whose
+/// failure that is: the agent process exits [`AgentError::exit_code`].
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum AgentError {
+    /// The store failed or refused, or what it keeps does not follow the
+    /// scenario: a finding about the store, for the checker to judge.
+    #[error("{0}")]
+    Store(String),
+    /// The harness's side failed: the scenario, the pipe to the harness,
+    /// the world, a tool in the workspace. Not the store's fault.
+    #[error("{0}")]
+    Harness(String),
+}
+
+impl From<PipeError> for AgentError {
+    fn from(e: PipeError) -> AgentError {
+        AgentError::Harness(e.to_string())
+    }
+}
+
+/// The agent's exit code when the harness's side failed (the harness's
+/// own "harness failed" exit code): such a life is an error of the trial,
+/// never a finding about the store.
+pub const EXIT_HARNESS_FAILED: u8 = 3;
 
 /// How often the agent tries an append the store refuses with an I/O error.
 pub const APPEND_ATTEMPTS: u32 = 3;
@@ -210,7 +236,7 @@ struct Agent<'a> {
 impl Agent<'_> {
     /// Folds the durable events and returns the index of the first op
     /// they do not complete. The events must follow the scenario.
-    fn position(&mut self, records: &[Record]) -> Result<usize, String> {
+    fn position(&mut self, records: &[Record]) -> Result<usize, AgentError> {
         let mut next = 0;
         for rec in records {
             let Some(event) = rec.event() else {
@@ -240,12 +266,12 @@ impl Agent<'_> {
                 )
             };
             let Some(placed) = self.ops.get(next) else {
-                return Err(diverge("nothing more".into()));
+                return Err(AgentError::Store(diverge("nothing more".into())));
             };
             let complete = match (&placed.op, event) {
                 (Op::RunStart { run }, Event::RunStarted { run_id }) => {
                     if *run_id != self.scenario.runs[*run].id {
-                        return Err(diverge(placed.op.to_string()));
+                        return Err(AgentError::Store(diverge(placed.op.to_string())));
                     }
                     true
                 }
@@ -263,7 +289,7 @@ impl Agent<'_> {
                 (Op::Tool(t), e) if call_of(e) == Some(t.call_id.as_str()) => {
                     matches!(e, Event::ToolResult { .. })
                 }
-                _ => return Err(diverge(placed.op.to_string())),
+                _ => return Err(AgentError::Store(diverge(placed.op.to_string()))),
             };
             if complete {
                 next += 1;
@@ -276,7 +302,7 @@ impl Agent<'_> {
     /// retried (each attempt announced anew), as real agents do, up to
     /// [`APPEND_ATTEMPTS`] attempts: a store must not let a retry duplicate
     /// the refused event, nor acknowledge what a failed sync may have lost.
-    fn append(&mut self, event: Event) -> Result<Seq, String> {
+    fn append(&mut self, event: Event) -> Result<Seq, AgentError> {
         let t = event.type_name().to_string();
         let h = fingerprint(&event);
         let mut attempt = 1;
@@ -290,14 +316,14 @@ impl Agent<'_> {
                 Err(e) => {
                     let refused = format!("the store refused {}: {e}", describe_event(&event));
                     if !e.io {
-                        return Err(refused);
+                        return Err(AgentError::Store(refused));
                     }
                     self.reporter.send(&ChildLine::Refused {
                         t: t.clone(),
                         h: h.clone(),
                     })?;
                     if attempt == APPEND_ATTEMPTS {
-                        return Err(format!("{refused} ({attempt} attempts)"));
+                        return Err(AgentError::Store(format!("{refused} ({attempt} attempts)")));
                     }
                     attempt += 1;
                 }
@@ -308,7 +334,7 @@ impl Agent<'_> {
         Ok(ack.seq)
     }
 
-    fn execute(&mut self, i: usize) -> Result<(), String> {
+    fn execute(&mut self, i: usize) -> Result<(), AgentError> {
         let placed = &self.ops[i];
         let run = &self.scenario.runs[placed.run];
         match &placed.op {
@@ -321,7 +347,7 @@ impl Agent<'_> {
             Op::Checkpoint => self
                 .store
                 .checkpoint()
-                .map_err(|e| format!("checkpoint failed: {e}")),
+                .map_err(|e| AgentError::Store(format!("checkpoint failed: {e}"))),
             op => {
                 self.ensure_run(run)?;
                 match op {
@@ -349,7 +375,9 @@ impl Agent<'_> {
                     Op::Compact { summary, keep } => self.compact(summary, *keep),
                     Op::SwitchTo { label } => {
                         let seq = *self.labels.get(label).ok_or_else(|| {
-                            format!("label {label:?} names no message in the log")
+                            AgentError::Store(format!(
+                                "label {label:?} names no message in the log"
+                            ))
                         })?;
                         self.append(Event::LeafMoved {
                             leaf: event_id(seq),
@@ -360,7 +388,7 @@ impl Agent<'_> {
                         let run_id = self
                             .model
                             .open_run_id()
-                            .ok_or("no open run to finish")?
+                            .ok_or(AgentError::Store("no open run to finish".into()))?
                             .to_string();
                         self.append(Event::RunFinished {
                             run_id,
@@ -374,8 +402,12 @@ impl Agent<'_> {
         }
     }
 
-    fn header(&mut self, run: &Run) -> Result<(), String> {
-        let run_id = self.model.open_run_id().ok_or("no open run")?.to_string();
+    fn header(&mut self, run: &Run) -> Result<(), AgentError> {
+        let run_id = self
+            .model
+            .open_run_id()
+            .ok_or(AgentError::Store("no open run".into()))?
+            .to_string();
         let tools = [
             "read_file",
             "run_tests",
@@ -396,7 +428,7 @@ impl Agent<'_> {
 
     /// Makes sure a run is open with its header: after a crash the
     /// interrupted run continues as a new attempt `<run>~<n>`.
-    fn ensure_run(&mut self, run: &Run) -> Result<(), String> {
+    fn ensure_run(&mut self, run: &Run) -> Result<(), AgentError> {
         if self.model.open_run_ready() {
             return Ok(());
         }
@@ -415,10 +447,12 @@ impl Agent<'_> {
         self.header(run)
     }
 
-    fn compact(&mut self, summary: &str, keep: usize) -> Result<(), String> {
+    fn compact(&mut self, summary: &str, keep: usize) -> Result<(), AgentError> {
         let branch = self.model.active_branch();
         if branch.is_empty() {
-            return Err("compaction with an empty active branch".into());
+            return Err(AgentError::Store(
+                "compaction with an empty active branch".into(),
+            ));
         }
         let first_kept = branch[branch.len() - keep.min(branch.len())];
         let tokens_before = self.model.branch_weight().div_ceil(4);
@@ -440,7 +474,7 @@ impl Agent<'_> {
         }
     }
 
-    fn tool(&mut self, inv: &ToolInvocation) -> Result<(), String> {
+    fn tool(&mut self, inv: &ToolInvocation) -> Result<(), AgentError> {
         if !self.model.calls.contains_key(&inv.call_id) {
             self.append(Event::ToolCall {
                 parent: self.model.leaf(),
@@ -471,7 +505,7 @@ impl Agent<'_> {
     }
 
     /// Runs the call: approval (asked at most once), intent, effect, commit, result.
-    fn attempt(&mut self, inv: &ToolInvocation) -> Result<(), String> {
+    fn attempt(&mut self, inv: &ToolInvocation) -> Result<(), AgentError> {
         if let Some(scripted) = inv.approval {
             let decision = match self.model.calls[&inv.call_id].approval() {
                 Some(durable) => durable,
@@ -493,12 +527,12 @@ impl Agent<'_> {
         })?;
         crashpoint::hit(BEFORE_EFFECT);
         let op = inv.operation_id.as_deref();
-        let ran = tools::run(&mut self.ctx(), inv.kind, &inv.args, op)?;
+        let ran =
+            tools::run(&mut self.ctx(), inv.kind, &inv.args, op).map_err(AgentError::Harness)?;
         if let (Some(op), Effect::SideEffect) = (op, inv.kind.effect()) {
-            let external_ref = ran
-                .external_ref
-                .clone()
-                .ok_or_else(|| format!("{} left no external reference", inv.call_id))?;
+            let external_ref = ran.external_ref.clone().ok_or_else(|| {
+                AgentError::Harness(format!("{} left no external reference", inv.call_id))
+            })?;
             self.append(Event::EffectCommitted {
                 call_id: inv.call_id.clone(),
                 operation_id: op.to_string(),
@@ -509,9 +543,10 @@ impl Agent<'_> {
     }
 
     /// Asks the tool whether the uncertain call happened, records the answer, acts on it.
-    fn reconcile(&mut self, inv: &ToolInvocation) -> Result<(), String> {
+    fn reconcile(&mut self, inv: &ToolInvocation) -> Result<(), AgentError> {
         let op = inv.operation_id.as_deref();
-        let found = tools::reconcile(&mut self.ctx(), inv.kind, &inv.args, op)?;
+        let found = tools::reconcile(&mut self.ctx(), inv.kind, &inv.args, op)
+            .map_err(AgentError::Harness)?;
         self.append(Event::ToolReconciled {
             call_id: inv.call_id.clone(),
             outcome: found.outcome,
@@ -528,16 +563,22 @@ impl Agent<'_> {
         &mut self,
         inv: &ToolInvocation,
         external_ref: Option<String>,
-    ) -> Result<(), String> {
+    ) -> Result<(), AgentError> {
         let committed = !self.model.calls[&inv.call_id].commits.is_empty();
         if let (Some(op), Effect::SideEffect, false) =
             (&inv.operation_id, inv.kind.effect(), committed)
         {
             let external_ref = match external_ref {
                 Some(r) => r,
-                None => tools::reconcile(&mut self.ctx(), inv.kind, &inv.args, Some(op))?
+                None => tools::reconcile(&mut self.ctx(), inv.kind, &inv.args, Some(op))
+                    .map_err(AgentError::Harness)?
                     .external_ref
-                    .ok_or_else(|| format!("the tool no longer reports {op} as applied"))?,
+                    // The store's durable record says applied; the world disagrees.
+                    .ok_or_else(|| {
+                        AgentError::Store(format!(
+                            "the log says {op} was applied; the tool does not report it"
+                        ))
+                    })?,
             };
             self.append(Event::EffectCommitted {
                 call_id: inv.call_id.clone(),
@@ -556,14 +597,14 @@ impl Agent<'_> {
         inv: &ToolInvocation,
         status: ResultStatus,
         output: Output,
-    ) -> Result<(), String> {
+    ) -> Result<(), AgentError> {
         let (output, blob) = match output {
             Output::Inline(v) => (Some(v), None),
             Output::Blob(bytes) => {
                 let blob = self
                     .store
                     .put_blob(&bytes)
-                    .map_err(|e| format!("cannot store a blob: {e}"))?;
+                    .map_err(|e| AgentError::Store(format!("cannot store a blob: {e}")))?;
                 (
                     Some(Value::String(format!(
                         "{} bytes, stored as a blob",

@@ -76,24 +76,29 @@ impl<W: Write> Reporter<W> {
     }
 
     /// Writes one line and flushes it (one `write` for the whole line).
-    pub fn send(&mut self, line: &ChildLine) -> Result<(), String> {
+    pub fn send(&mut self, line: &ChildLine) -> Result<(), PipeError> {
         let mut bytes = serde_json::to_vec(line).expect("a child line serializes");
         bytes.push(b'\n');
         self.out
             .write_all(&bytes)
             .and_then(|()| self.out.flush())
-            .map_err(|e| format!("cannot report to the harness: {e}"))
+            .map_err(|e| PipeError(format!("cannot report to the harness: {e}")))
     }
 }
 
+/// The pipe between the agent and the harness failed (the harness's side).
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error("{0}")]
+pub struct PipeError(String);
+
 /// Waits for the harness's go-ahead on stdin (an empty line, or EOF when
 /// run by hand).
-pub fn wait_for_harness(input: &mut impl BufRead) -> Result<(), String> {
+pub fn wait_for_harness(input: &mut impl BufRead) -> Result<(), PipeError> {
     let mut line = String::new();
     input
         .read_line(&mut line)
         .map(|_| ())
-        .map_err(|e| format!("cannot read the harness's go-ahead: {e}"))
+        .map_err(|e| PipeError(format!("cannot read the harness's go-ahead: {e}")))
 }
 
 /// Parses one line from the child; the error names the line.

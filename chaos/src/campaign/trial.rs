@@ -28,9 +28,9 @@ use std::process::{Child, ChildStdin, ChildStdout, Command, Stdio};
 use std::sync::{mpsc, Arc, Mutex};
 use std::time::{Duration, Instant};
 
-use crate::agent::tools;
 use crate::agent::wire::{parse_line, ChildLine};
 use crate::agent::world::World;
+use crate::agent::{self, tools};
 use crate::history::{Append, History, Life, LifeEnd, RecoveryReport, RunKind, SyscallLife};
 use crate::nemesis::syscall::{
     self, FaultOutcome, FaultPlan, FaultReport, Monitor, TraceConfig, Traced,
@@ -173,6 +173,7 @@ pub fn run(
         }
         let end = life.end;
         let fault_missed = planned_fault_missed(crash, &life);
+        let next = next_step(crash, kill_at, index, &life);
         lives.push(life);
         if let Some(e) = fault_missed {
             if end == LifeEnd::Killed {
@@ -180,7 +181,6 @@ pub fn run(
             }
             break Some(format!("life {index}: {e}"));
         }
-        let next = next_step(crash, kill_at, index, end);
         let planned_power_cut = end == LifeEnd::Killed
             && matches!(crash, Some(Crash::PowerCut { .. }))
             && !matches!(next, Next::Stop(_));
@@ -295,7 +295,7 @@ enum Next {
     Stop(Option<String>),
 }
 
-fn next_step(crash: Option<Crash>, kill_at: Option<u64>, index: u32, end: LifeEnd) -> Next {
+fn next_step(crash: Option<Crash>, kill_at: Option<u64>, index: u32, life: &Life) -> Next {
     let sys_fault = match crash {
         Some(Crash::Syscall { fault, .. }) => Some(fault),
         _ => None,
@@ -305,7 +305,11 @@ fn next_step(crash: Option<Crash>, kill_at: Option<u64>, index: u32, end: LifeEn
         || sys_fault.is_some_and(|f| f.kills());
     // An injected error that the process went on from.
     let went_on = sys_fault.is_some_and(|f| !f.kills());
-    match end {
+    match life.end {
+        LifeEnd::Exited(c) if c == i32::from(agent::EXIT_HARNESS_FAILED) => Next::Stop(Some(format!(
+            "life {index} failed on the harness's side: {}",
+            life.stderr
+        ))),
         LifeEnd::Killed if planned_kill && index + 1 >= MAX_LIVES => Next::GiveUp {
             observe: "after the kill",
             why: format!("the agent was still not done after {MAX_LIVES} lives"),
@@ -744,5 +748,43 @@ fn wait(
 fn go_on(stdin: &mut Option<std::process::ChildStdin>) {
     if let Some(s) = stdin.as_mut() {
         let _ = s.write_all(b"\n").and_then(|()| s.flush());
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn ended(end: LifeEnd, stderr: &str) -> Life {
+        Life {
+            index: 0,
+            kill_at: None,
+            writes: Vec::new(),
+            recovered: None,
+            after_recovery: None,
+            recovered_again: None,
+            after_second_recovery: None,
+            done: false,
+            end,
+            stderr: stderr.to_string(),
+            trace: None,
+            syscalls: None,
+            micros: 0,
+        }
+    }
+
+    #[test]
+    fn an_agent_that_failed_on_the_harness_side_is_an_error_not_a_finding() {
+        let harness = ended(
+            LifeEnd::Exited(i32::from(agent::EXIT_HARNESS_FAILED)),
+            "agentchaos: agent: cannot reach the world",
+        );
+        match next_step(None, None, 0, &harness) {
+            Next::Stop(Some(e)) => assert!(e.contains("cannot reach the world"), "{e}"),
+            _ => panic!("a harness failure must stop the trial with an error"),
+        }
+        // The store's failure ends the life for the checker to judge.
+        let store = ended(LifeEnd::Exited(1), "agentchaos: agent: the store refused");
+        assert!(matches!(next_step(None, None, 0, &store), Next::Stop(None)));
     }
 }
