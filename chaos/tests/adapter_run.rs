@@ -101,9 +101,20 @@ fn the_reference_store_passes_through_its_adapter() {
     assert!(s["restarted_life_trials"].as_u64().unwrap() > 40, "{s}");
 }
 
+/// Also the mutant corpus's SQLite control (`mutants.rs` runs the
+/// reference one): it claims neither torn-tail repair nor damage refusal
+/// and is not passed on them; what it claims and the small fixture
+/// exercises passes.
 #[test]
 fn the_sqlite_store_passes() {
-    assert_clean(&sqlite_adapter(None), &[]);
+    let report = assert_clean(&sqlite_adapter(None), &[]);
+    for r in ["torn_tail_repair", "damage_refusal"] {
+        assert_eq!(campaign::row(&report, r)["verdict"], "not supported", "{r}");
+        assert_eq!(campaign::row(&report, r)["claimed"], false, "{r}");
+    }
+    for r in ["durable_append", "orphan_marking", "effect_ledger"] {
+        assert_eq!(campaign::row(&report, r)["verdict"], "pass", "{r}");
+    }
 }
 
 #[test]
