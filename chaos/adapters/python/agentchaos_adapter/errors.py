@@ -24,6 +24,9 @@ class RuleViolated(StoreError):
 
     kind = "rule"
 
+    def __init__(self, message: str) -> None:
+        super().__init__(f"rule violated: {message}")
+
 
 class IoFailed(StoreError):
     """An I/O call failed; the event is not acknowledged."""

@@ -140,10 +140,10 @@ class Server:
         if op == "hello":
             if req["protocol"] != PROTOCOL:
                 raise Unsupported(f"this adapter speaks protocol {PROTOCOL}, not {req['protocol']}")
-            hello = {"name": self.store.name, "protocol": PROTOCOL, "capabilities": self.store.capabilities()}
+            hello: dict[str, Any] = {"name": self.store.name}
             if self.store.version is not None:
                 hello["version"] = self.store.version
-            return hello
+            return {**hello, "protocol": PROTOCOL, "capabilities": self.store.capabilities()}
         if op == "open":
             return self.op_open(req["root"], req["session"], req.get("workspace"), req["create"])
         if op == "append":
