@@ -1,9 +1,10 @@
 //! The Python adapter kit (`chaos/adapters/python`, package
-//! `agentchaos_adapter`): its hello store (an fsync'd JSON-lines file, under
-//! 80 lines) passes a sampled campaign under every default nemesis and the
+//! `agentchaos_adapter`): its hello store (an fsync'd JSON-lines file, 79
+//! lines) passes a sampled campaign under every default nemesis and the
 //! kit's self-test; the self-test catches a store that breaks the protocol;
-//! a claim the store cannot back stops the adapter with one line; and, in
-//! CI, the kit pip installed is the one that ships the committed schema.
+//! the kit's unit tests pass; a claim the store cannot back stops the
+//! adapter with one line; and, in CI, the kit pip installed is the one
+//! that ships the committed schema.
 //!
 //! Skipped on a dev machine, with a line on stderr, when `python3` cannot
 //! import the kit (it needs `jsonschema`); fails under `CI=true`.
@@ -119,6 +120,23 @@ fn the_self_test_passes_agentstore_and_catches_a_sloppy_store() {
     ] {
         assert!(text.contains(line), "no {line:?} in:\n{text}");
     }
+}
+
+/// The kit's own unit tests (`chaos/adapters/python/tests`, stdlib
+/// unittest): failed writes, refusals, damage on load, blob checks, bugs.
+#[test]
+fn the_kit_unit_tests_pass() {
+    if !python::kit_available("the_kit_unit_tests_pass") {
+        return;
+    }
+    let out = python::python3()
+        .args(["-B", "-m", "unittest", "discover", "-s"])
+        .arg(python::kit_dir().join("tests"))
+        .output()
+        .unwrap();
+    let text = String::from_utf8_lossy(&out.stderr);
+    assert!(out.status.success(), "{text}");
+    assert!(text.contains("Ran 6 tests"), "{text}");
 }
 
 #[test]

@@ -161,7 +161,7 @@ class Server:
             model = self.model
             return {"interrupted_runs": list(model.interrupted), "uncertain": model.uncertain(), "appended": len(marks)}
         if op == "events":
-            self.model  # noqa: B018 (refuses without an open, usable session)
+            _ = self.model  # refuses without an open, usable session
             records = self.store.read(req.get("after"), req.get("limit"))
             return {"records": [{**r, "id": f"e{r['seq']}"} for r in records]}
         if op == "context":
@@ -169,11 +169,11 @@ class Server:
         if op == "projection":
             return self.model.projection()
         if op == "checkpoint":
-            self.model  # noqa: B018
+            _ = self.model
             self.store.checkpoint()
             return {"next_seq": self.model.next_seq}
         if op == "put_blob":
-            self.model  # noqa: B018
+            _ = self.model
             try:
                 data = bytes.fromhex(req["hex"])
             except ValueError as e:
@@ -182,15 +182,16 @@ class Server:
             self.store.put_blob(digest, data)
             return {"digest": digest, "size": len(data)}
         if op == "get_blob":
-            self.model  # noqa: B018
+            _ = self.model
             digest, size = req["digest"], req["size"]
             data = self.store.get_blob(digest, size)
             if len(data) != size or hashlib.sha256(data).hexdigest() != digest:
                 raise Damaged(f"blob {digest}: the stored bytes do not match their reference")
             return {"hex": data.hex()}
         if op == "close":
-            self.model  # noqa: B018
-            self.close()
+            if not self.open:
+                raise BadRequest("no session is open (send open first)")
+            self.close()  # also after a failed write: that is how to recover from one
             return {}
         raise Unsupported(f"{op} is not supported by this adapter")
 

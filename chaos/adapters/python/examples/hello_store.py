@@ -3,10 +3,9 @@
 
 Usage: python3 hello_store.py  (speaks chaos/PROTOCOL.md on stdin/stdout)
 
-ROOT/SESSION.jsonl holds one record per line, acknowledged once fsynced; a
-torn last line is cut on open; ROOT/SESSION.lock is flocked while open. The
-kit keeps the rules, recovery, projection and context. No checkpoints,
-blobs or checksums: those are not claimed.
+ROOT/SESSION.jsonl: a record per line, acked once fsynced, a torn last line
+cut on open; ROOT/SESSION.lock flocked while open. The kit keeps the rules,
+recovery, projection and context. No checkpoints, blobs, checksums: not claimed.
 """
 
 import fcntl
