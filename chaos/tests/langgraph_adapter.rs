@@ -3,14 +3,17 @@
 //! recovery marks calls, and what it does not guarantee (no effect ledger,
 //! no writer lock, and, as a stock graph, a re-run of every unfinished node).
 //!
-//! Skipped, with a line on stderr, when `python3` cannot import
-//! `langgraph.checkpoint.sqlite` or `jsonschema`; CI installs both from the
-//! adapter's requirements.txt.
+//! The adapter is built on the Python adapter kit (`chaos/adapters/python`),
+//! which these tests put on `PYTHONPATH` from this checkout. Skipped, with a
+//! line on stderr, when `python3` cannot import `langgraph.checkpoint.sqlite`
+//! or the kit (it needs `jsonschema`); under `CI=true`, where `.ci/run`
+//! installs them, a missing package fails instead.
 
-use std::io::Write;
+#[path = "support/python.rs"]
+mod python;
+
 use std::path::{Path, PathBuf};
 use std::process::Command;
-use std::sync::OnceLock;
 use std::time::Duration;
 
 use agentchaos::store::adapter::{
@@ -27,29 +30,18 @@ fn adapter_dir() -> PathBuf {
     Path::new(env!("CARGO_MANIFEST_DIR")).join("adapters/langgraph")
 }
 
-/// Whether LangGraph and jsonschema are installed (asked once per test binary); if not,
-/// says so on stderr, past the test harness's capture, so that a skip is
-/// visible in CI logs.
+/// Whether LangGraph and the kit can be imported; if not, says so on
+/// stderr (or fails, under CI).
 fn langgraph_available(test: &str) -> bool {
-    static AVAILABLE: OnceLock<bool> = OnceLock::new();
-    let ok = *AVAILABLE.get_or_init(|| {
-        Command::new("python3")
-            .args(["-c", "import langgraph.checkpoint.sqlite, jsonschema"])
-            .output()
-            .is_ok_and(|o| o.status.success())
-    });
-    if !ok {
-        let _ = writeln!(
-            std::io::stderr(),
-            "SKIP {test}: python3 cannot import langgraph.checkpoint.sqlite or jsonschema; \
-             install them with: python3 -m pip install -r chaos/adapters/langgraph/requirements.txt"
-        );
-    }
-    ok
+    python::available(
+        test,
+        "import langgraph.checkpoint.sqlite, agentchaos_adapter",
+        "python3 -m pip install ./chaos/adapters/python -r chaos/adapters/langgraph/requirements.txt",
+    )
 }
 
 fn spawn(args: &[&str]) -> Client {
-    let mut cmd = Command::new("python3");
+    let mut cmd = python::python3();
     cmd.arg(adapter_dir().join("adapter.py")).args(args);
     let options = ClientOptions {
         timeout: Duration::from_secs(30),
@@ -561,7 +553,7 @@ fn python_self_test_passes() {
     if !langgraph_available("python_self_test_passes") {
         return;
     }
-    let out = Command::new("python3")
+    let out = python::python3()
         .arg(adapter_dir().join("selftest.py"))
         .output()
         .unwrap();
@@ -571,4 +563,30 @@ fn python_self_test_passes() {
         String::from_utf8_lossy(&out.stdout),
         String::from_utf8_lossy(&out.stderr)
     );
+}
+
+/// The kit's conformance self-test, as an author would run it on this adapter.
+#[test]
+fn the_kit_self_test_passes() {
+    if !langgraph_available("the_kit_self_test_passes") {
+        return;
+    }
+    let out = python::python3()
+        .args(["-m", "agentchaos_adapter.selftest", "--", "python3"])
+        .arg(adapter_dir().join("adapter.py"))
+        .output()
+        .unwrap();
+    let text = String::from_utf8_lossy(&out.stdout);
+    assert!(
+        out.status.success(),
+        "{text}{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    assert!(text.contains("7 passed, 0 failed, 2 skipped"), "{text}");
+    for unclaimed in ["effect_ledger", "writer_lock"] {
+        assert!(
+            text.contains(&format!("{unclaimed} is not claimed")),
+            "{text}"
+        );
+    }
 }

@@ -26,6 +26,29 @@ fn the_committed_schema_is_current() {
     );
 }
 
+/// The Python adapter kit ships a copy of the committed schema as package
+/// data (chaos/adapters/python/agentchaos_adapter/protocol.schema.json), so
+/// that it validates the same way wherever it is installed; it must be the
+/// same bytes. `UPDATE_SCHEMA=1` rewrites it too.
+#[test]
+fn the_python_kit_ships_the_committed_schema() {
+    let root = Path::new(env!("CARGO_MANIFEST_DIR"));
+    let kit = root.join("../chaos/adapters/python/agentchaos_adapter/protocol.schema.json");
+    let fresh = serde_json::to_string_pretty(&document()).expect("the schema serializes") + "\n";
+    if std::env::var_os("UPDATE_SCHEMA").is_some() {
+        std::fs::write(&kit, &fresh)
+            .unwrap_or_else(|e| panic!("cannot write {}: {e}", kit.display()));
+        return;
+    }
+    let packaged = std::fs::read_to_string(&kit)
+        .unwrap_or_else(|e| panic!("cannot read {}: {e}", kit.display()));
+    assert!(
+        packaged == fresh,
+        "{} is not the protocol's schema; regenerate it with `UPDATE_SCHEMA=1 cargo test -p agentchaos-protocol` and commit it",
+        kit.display()
+    );
+}
+
 #[test]
 fn every_operation_names_a_reply_body_the_schema_defines() {
     let doc = document();

@@ -1,9 +1,8 @@
-"""The agentchaos adapter for LangGraph's SQLite checkpointer.
+"""The agentchaos adapter for LangGraph's SQLite checkpointer, on the
+Python adapter kit (agentchaos_adapter, chaos/adapters/python), which
+speaks the protocol and keeps the fold of the events.
 
-Modules: `schema` (requests and events checked against the protocol's
-committed JSON Schema, protocol/schema/protocol.schema.json),
-`model` (the fold of a session's events: rules, projection, recovery
-marks, context), `store` (how a session lives in a LangGraph thread:
-checkpoints and pending writes through `SqliteSaver`), `serve` (the
-JSON-lines protocol on top). See ../README.md for the mapping.
+`store` is how a session lives in a LangGraph thread: checkpoints and
+pending writes through `SqliteSaver`, and the session rules LangGraph has
+no basis for. See ../README.md for the mapping.
 """

@@ -1,49 +1,47 @@
-"""What the lines of protocol version 1 look like, read from the committed
-JSON Schema (protocol/schema/protocol.schema.json, generated from the Rust
-types of the crate agentchaos-protocol; chaos/PROTOCOL.md says what the
-fields mean).
+"""The shapes of protocol version 1, read from the protocol's JSON Schema.
 
-`check_request` and `check_event` accept exactly what the schema accepts
-and name the first part that does not fit; they never change what they
-check: what is stored is what was sent. This module holds no shape of its
-own, only the two facts about ids and history nodes the schema cannot say.
+`protocol.schema.json` beside this module is a copy of the committed
+protocol/schema/protocol.schema.json (generated from the Rust types of
+agentchaos-protocol); protocol/tests/schema.rs fails when the two differ,
+and `UPDATE_SCHEMA=1 cargo test -p agentchaos-protocol` rewrites both. It
+is package data, so the kit validates the same way wherever it is
+installed, without the repository beside it.
+
+The checks accept exactly what the schema accepts and name the first part
+that does not fit; they never change what they check. This module holds
+no shape of its own, only the two facts about ids and history nodes the
+schema cannot say.
 """
 
 from __future__ import annotations
 
 import json
-from pathlib import Path
+from importlib import resources
 from typing import Any
 
 from jsonschema import Draft202012Validator
 from jsonschema.exceptions import best_match
 
-SCHEMA_PATH = Path(__file__).resolve().parents[4] / "protocol" / "schema" / "protocol.schema.json"
+SCHEMA_FILE = "protocol.schema.json"
 
 # Types whose events are nodes of the history tree (they carry `parent`).
-MESSAGE_LIKE = frozenset(
-    ("user_message", "assistant_message", "tool_call", "tool_result", "compaction")
-)
-
-
-class BadEvent(Exception):
-    """The event does not fit its type; the message names the field."""
+MESSAGE_LIKE = frozenset(("user_message", "assistant_message", "tool_call", "tool_result", "compaction"))
 
 
 class BadShape(Exception):
-    """A request does not fit the schema; the message names the field."""
+    """A line, a body or an event does not fit the schema; the message names the field."""
 
 
 def _load() -> dict[str, Any]:
     try:
-        with open(SCHEMA_PATH, encoding="utf-8") as f:
-            return json.load(f)
+        text = resources.files(__package__).joinpath(SCHEMA_FILE).read_text(encoding="utf-8")
+        return json.loads(text)
     except (OSError, ValueError) as e:
-        raise RuntimeError(f"cannot read the protocol schema {SCHEMA_PATH}: {e}") from e
+        raise RuntimeError(f"cannot read the packaged protocol schema {SCHEMA_FILE}: {e}") from e
 
 
-_DOCUMENT = _load()
-_DEFS: dict[str, Any] = _DOCUMENT["$defs"]
+DOCUMENT = _load()
+_DEFS: dict[str, Any] = DOCUMENT["$defs"]
 
 
 def _validator(schema: dict[str, Any]) -> Draft202012Validator:
@@ -61,7 +59,12 @@ def _variants(union: dict[str, Any], tag: str) -> dict[str, Draft202012Validator
 
 _REQUESTS = _variants(_DEFS["RequestLine"], "op")
 _EVENTS = _variants(_DEFS["Event"], "type")
+_REPLY_LINE = _validator(_DEFS["ReplyLine"])
+_REPLIES = {op: _validator(ref) for op, ref in DOCUMENT["replies"].items()}
+OPS = frozenset(_REQUESTS)
 EVENT_TYPES = frozenset(_EVENTS)
+CAPABILITIES = tuple(v["const"] for v in _DEFS["Capability"]["oneOf"])
+ERROR_KINDS = frozenset(v["const"] for v in _DEFS["ErrorKind"]["oneOf"])
 
 
 def _problem(validator: Draft202012Validator, value: Any) -> str | None:
@@ -86,7 +89,7 @@ def check_request(req: Any) -> dict[str, Any]:
     if op == "append" and "event" in req:
         try:
             check_event(req["event"])
-        except BadEvent as e:
+        except BadShape as e:
             raise BadShape(f"append: event does not fit: {e}") from e
     problem = _problem(_REQUESTS[op], req)
     if problem is not None:
@@ -95,16 +98,27 @@ def check_request(req: Any) -> dict[str, Any]:
 
 
 def check_event(event: Any) -> dict[str, Any]:
-    """Returns `event` if it fits $defs/Event, else raises `BadEvent`."""
+    """Returns `event` if it fits $defs/Event, else raises `BadShape`."""
     if not isinstance(event, dict):
-        raise BadEvent("an event is a JSON object")
+        raise BadShape("an event is a JSON object")
     kind = event.get("type")
     if not isinstance(kind, str) or kind not in _EVENTS:
-        raise BadEvent(f"unknown event type {kind!r}")
+        raise BadShape(f"unknown event type {kind!r}")
     problem = _problem(_EVENTS[kind], event)
     if problem is not None:
-        raise BadEvent(f"{kind}: {problem}")
+        raise BadShape(f"{kind}: {problem}")
     return event
+
+
+def check_reply(op: str, reply: Any) -> dict[str, Any]:
+    """Returns `reply` (a whole reply line, parsed) if it fits $defs/ReplyLine
+    and, for `ok`, the body the schema names for `op`; else raises `BadShape`."""
+    problem = _problem(_REPLY_LINE, reply)
+    if problem is None and isinstance(reply, dict) and "ok" in reply:
+        problem = _problem(_REPLIES[op], reply["ok"])
+    if problem is not None:
+        raise BadShape(f"{op} reply: {problem}")
+    return reply
 
 
 def seq_of_id(event_id: Any) -> int | None:

@@ -1,19 +1,17 @@
 """The fold of a session's events: rules, projection, recovery marks, context.
 
-This is the part a LangGraph application keeps in its graph code: the
-checkpointer stores state, it does not interpret it. `Model` folds records
-(`{seq, ts, event}`) in seq order exactly as agentstore's
-`projection::fold` does (chaos/PROTOCOL.md, section 4 `projection`), so the
-harness can compare the two field by field.
+`Model` folds records (`{seq, ts, event}`) in seq order as chaos/PROTOCOL.md
+says (section 3's session rules, section 4's `projection`, `recover` and
+`context`), the same fold as agentstore's `projection::fold`, so the
+harness can compare the two field by field. The kit keeps one per open
+session; a store persists records and never has to interpret them.
 
-`Model.check` enforces the session rules a graph enforces by its shape
-(a tool node runs for a call the model made, results go to open calls, one
-invocation at a time, an approval gate before a gated tool). It does NOT
-enforce the rules that need durable knowledge of side effects, because
-LangGraph has none: a second `effect_committed` of an operation id, a call
-reusing a committed operation id, and starting a call again that already
-started or committed are all accepted, as LangGraph re-runs an unfinished
-node without asking. Nothing here does I/O.
+`Model.check` enforces every session rule. A store that cannot keep the
+rules about side effects (no ledger: a second `effect_committed` of an
+operation id, a call reusing a committed operation id, restarting a call
+that started or committed) subclasses it with `effect_rules = False` and
+does not claim `effect_ledger`; `advice` words the recovery notice.
+Nothing here does I/O.
 """
 
 from __future__ import annotations
@@ -23,11 +21,8 @@ import json
 from dataclasses import dataclass
 from typing import Any, Callable
 
+from .errors import RuleViolated
 from .schema import MESSAGE_LIKE, seq_of_id
-
-
-class Rule(Exception):
-    """A session rule refused the event; nothing was written."""
 
 
 class Broken(Exception):
@@ -101,6 +96,9 @@ class Node:
 class Model:
     """A session's state, folded from its records in seq order."""
 
+    # Whether `check` keeps the rules about side effects (the ledger).
+    effect_rules = True
+
     def __init__(self) -> None:
         self.records: list[dict[str, Any]] = []
         self.workspace: str | None = None
@@ -123,7 +121,7 @@ class Model:
     def _open_call(self, call_id: str, what: str) -> Call:
         call = self.calls.get(call_id)
         if call is None:
-            raise Rule(f"{what} for call {call_id!r}, which is unknown or already has a result")
+            raise RuleViolated(f"{what} for call {call_id!r}, which is unknown or already has a result")
         return call
 
     def _check_parent(self, parent: Any) -> None:
@@ -131,64 +129,71 @@ class Model:
             return
         seq = seq_of_id(parent)
         if seq is None or seq >= self.next_seq:
-            raise Rule(f"parent {parent!r} does not exist")
+            raise RuleViolated(f"parent {parent!r} does not exist")
         if seq not in self.nodes:
-            raise Rule(f"parent {parent!r} is not a message-like entry")
+            raise RuleViolated(f"parent {parent!r} is not a message-like entry")
 
     def check(self, ev: dict[str, Any]) -> None:
-        """Raises `Rule` if `ev` may not be appended now."""
+        """Raises `RuleViolated` if `ev` may not be appended now."""
         kind = ev["type"]
         if kind == "session_created":
             if self.next_seq != 0:
-                raise Rule("session_created must be the first event")
+                raise RuleViolated("session_created must be the first event")
         elif kind == "run_started":
             run_id = ev["run_id"]
             if self.open_run is not None:
-                raise Rule(f"run {run_id!r} started while run {self.open_run!r} is open")
+                raise RuleViolated(f"run {run_id!r} started while run {self.open_run!r} is open")
             if run_id in self.runs:
-                raise Rule(f"run id {run_id!r} was already used")
+                raise RuleViolated(f"run id {run_id!r} was already used")
         elif kind in ("run_finished", "run_interrupted", "request_header"):
             if self.open_run != ev["run_id"]:
-                raise Rule(f"{kind} for run {ev['run_id']!r}, which is not the open run")
+                raise RuleViolated(f"{kind} for run {ev['run_id']!r}, which is not the open run")
         elif kind in ("user_message", "assistant_message"):
             self._check_parent(ev.get("parent"))
         elif kind == "tool_call":
             self._check_parent(ev.get("parent"))
             if ev["call_id"] in self.calls:
-                raise Rule(f"call id {ev['call_id']!r} is already open")
+                raise RuleViolated(f"call id {ev['call_id']!r} is already open")
             if ev["effect"] == "side_effect" and ev.get("operation_id") is None:
-                raise Rule(f"side-effecting call {ev['call_id']!r} needs an operation_id")
+                raise RuleViolated(f"side-effecting call {ev['call_id']!r} needs an operation_id")
+            op = ev.get("operation_id")
+            if self.effect_rules and op is not None and op in self.committed_ops:
+                raise RuleViolated(f"operation {op!r} is already committed (call {ev['call_id']!r} reuses it)")
         elif kind == "approval":
             call = self._open_call(ev["call_id"], "approval")
             if not call.needs_approval:
-                raise Rule(f"call {call.call_id!r} does not need approval")
+                raise RuleViolated(f"call {call.call_id!r} does not need approval")
             if call.approval is not None:
-                raise Rule(f"call {call.call_id!r} already has an approval decision")
+                raise RuleViolated(f"call {call.call_id!r} already has an approval decision")
         elif kind == "tool_started":
             call = self._open_call(ev["call_id"], "tool_started")
             if call.needs_approval and call.approval != "approved":
-                raise Rule(f"call {call.call_id!r} needs a durable approval before it starts")
+                raise RuleViolated(f"call {call.call_id!r} needs a durable approval before it starts")
+            if self.effect_rules:
+                self._check_restart(call)
         elif kind == "effect_committed":
             call = self._open_call(ev["call_id"], "effect_committed")
             if call.operation_id != ev["operation_id"]:
-                raise Rule(
+                raise RuleViolated(
                     f"effect_committed for call {call.call_id!r} names operation "
                     f"{ev['operation_id']!r}, the call has {call.operation_id!r}"
                 )
             if not call.started:
-                raise Rule(f"effect_committed for call {call.call_id!r} before its tool_started")
+                raise RuleViolated(f"effect_committed for call {call.call_id!r} before its tool_started")
+            if self.effect_rules and ev["operation_id"] in self.committed_ops:
+                raise RuleViolated(f"operation {ev['operation_id']!r} is already committed (second commit)")
         elif kind == "tool_result":
             self._check_parent(ev.get("parent"))
             self._open_call(ev["call_id"], "tool_result")
         elif kind == "tool_recovery":
             if self._open_call(ev["call_id"], "tool_recovery").uncertain():
-                raise Rule(f"call {ev['call_id']!r} is already marked uncertain")
+                raise RuleViolated(f"call {ev['call_id']!r} is already marked uncertain")
         elif kind == "tool_reconciled":
             call = self._open_call(ev["call_id"], "tool_reconciled")
             if call.recovery is None:
-                raise Rule(f"call {call.call_id!r} was never marked uncertain")
+                raise RuleViolated(f"call {call.call_id!r} was never marked uncertain")
             if call.reconciled is not None:
-                raise Rule(f"call {call.call_id!r} is already reconciled")
+                raise RuleViolated(f"call {call.call_id!r} is already reconciled")
         elif kind == "compaction":
             parent = ev.get("parent")
             self._check_parent(parent)
@@ -196,12 +201,30 @@ class Model:
             on_branch = kept is not None and self._on_branch(kept)
             leaf = self.branch[-1] if self.branch else None
             if not on_branch or parent is None or seq_of_id(parent) != leaf:
-                raise Rule(
+                raise RuleViolated(
                     "compaction must extend the active leaf and keep an entry of the "
                     f"active branch ({ev['first_kept_id']!r} is not on it)"
                 )
         elif kind == "leaf_moved":
             self._check_parent(ev["leaf"])
+
+    @staticmethod
+    def _check_restart(call: Call) -> None:
+        """A committed call never starts again; a started one only after a
+        recovery mark and, for a side effect marked started or committed,
+        only after it was reconciled `not_applied`."""
+        if call.committed is not None:
+            raise RuleViolated(f"call {call.call_id!r} committed its effect; it never starts again")
+        if not call.started:
+            return
+        if call.recovery is None:
+            raise RuleViolated(f"call {call.call_id!r} already started; it starts again only after recovery")
+        risky = call.effect == "side_effect" and call.recovery in ("started", "committed")
+        if risky and call.reconciled != "not_applied":
+            raise RuleViolated(
+                f"side effect {call.call_id!r} is uncertain (phase {call.recovery}); "
+                "it starts again only after tool_reconciled not_applied"
+            )
 
     # ---- fold --------------------------------------------------------------
 
@@ -409,14 +432,16 @@ class Model:
                 what += f" on {c.target}"
             if c.operation_id is not None:
                 what += f", operation {c.operation_id}"
-            if c.recovery == "requested":
-                advice = "LangGraph runs this node again on resume."
-            elif c.recovery == "started":
-                advice = "it may have run; ask the tool about it before running it again."
-            else:
-                advice = f"its effect happened (ref {c.committed}); do not run it again."
-            out += f"  {what}) is uncertain, phase {c.recovery}: {advice}\n"
+            out += f"  {what}) is uncertain, phase {c.recovery}: {self.advice(c)}\n"
         return out
+
+    def advice(self, call: Call) -> str:
+        """What the recovery notice tells the model to do about an uncertain call."""
+        if call.recovery == "requested":
+            return "it never started; run it if it is still wanted."
+        if call.recovery == "started":
+            return "it may have run; ask the tool about it before running it again."
+        return f"its effect happened (ref {call.committed}); do not run it again."
 
 
 def _tokens(text: str) -> int:

@@ -1,0 +1,81 @@
+//! Python adapters in tests: the in-repository adapter kit
+//! (`chaos/adapters/python`) on `PYTHONPATH`, so that a test runs the kit
+//! of this checkout rather than whatever version pip installed, and the
+//! skip rule: a test whose Python packages are missing says so on stderr
+//! and passes on a dev machine, and fails under `CI=true`, where `.ci/run`
+//! installs them. Included with `#[path = "support/python.rs"] mod python;`.
+
+#![allow(dead_code)] // each including test uses part of it
+
+use std::ffi::OsString;
+use std::io::Write;
+use std::path::{Path, PathBuf};
+use std::process::Command;
+
+/// `chaos/adapters/python`, the kit's source (the directory holding the
+/// `agentchaos_adapter` package).
+pub fn kit_dir() -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR")).join("adapters/python")
+}
+
+/// `PYTHONPATH` with the kit's source first.
+pub fn pythonpath() -> OsString {
+    let mut paths = vec![kit_dir()];
+    if let Some(old) = std::env::var_os("PYTHONPATH") {
+        paths.extend(std::env::split_paths(&old));
+    }
+    std::env::join_paths(paths).expect("the kit's path has no separator in it")
+}
+
+/// `python3` with the kit's source on its path.
+pub fn python3() -> Command {
+    let mut cmd = Command::new("python3");
+    cmd.env("PYTHONPATH", pythonpath());
+    cmd
+}
+
+/// An adapter command line for `agentchaos run --adapter`: `env
+/// PYTHONPATH=… python3 SCRIPT ARGS…`, quoted as the harness splits it.
+pub fn adapter_command(script: &Path, args: &[&str]) -> String {
+    let path = pythonpath();
+    let assignment = format!("PYTHONPATH={}", path.to_str().expect("a UTF-8 path"));
+    let mut words = vec!["env".to_string(), assignment, "python3".into()];
+    words.push(script.to_str().expect("a UTF-8 path").into());
+    words.extend(args.iter().map(|a| a.to_string()));
+    shlex::try_join(words.iter().map(String::as_str)).expect("no NUL in the command")
+}
+
+/// Whether CI asked for every test to run (`CI=true`, as `.ci/run` and
+/// hosted CI set it).
+pub fn in_ci() -> bool {
+    std::env::var("CI").is_ok_and(|v| v == "true" || v == "1")
+}
+
+/// Whether `python3` (with the kit on its path) can run `probe`; if not,
+/// fails the test under CI and otherwise says why on stderr (past the
+/// test harness's capture, so a skip shows in logs) and returns false.
+pub fn available(test: &str, probe: &str, install: &str) -> bool {
+    let out = python3().args(["-c", probe]).output();
+    let why = match out {
+        Ok(o) if o.status.success() => return true,
+        Ok(o) => String::from_utf8_lossy(&o.stderr)
+            .lines()
+            .last()
+            .unwrap_or("no error output")
+            .to_string(),
+        Err(e) => format!("cannot run python3: {e}"),
+    };
+    let message = format!("{test}: `python3 -c '{probe}'` failed ({why}); install with: {install}");
+    assert!(!in_ci(), "CI=true and {message}");
+    let _ = writeln!(std::io::stderr(), "SKIP {message}");
+    false
+}
+
+/// The kit's dependencies: what `.ci/run` installs for it.
+pub fn kit_available(test: &str) -> bool {
+    available(
+        test,
+        "import agentchaos_adapter",
+        "python3 -m pip install ./chaos/adapters/python",
+    )
+}
