@@ -47,6 +47,13 @@ fn assert_clean(adapter: &str, extra: &[&str]) -> Value {
     // Every planned kill point was reached: the agent-level points are there.
     let s = &report["scenarios"][0];
     assert_eq!(s["crash_points_covered"], s["crash_points_total"]);
+    // Every applicable fault met every syscall the traced run enumerated.
+    let syscalls = s["syscalls_total"].as_u64().unwrap();
+    assert!(
+        syscalls > 10,
+        "the traced run enumerated the store's syscalls"
+    );
+    assert_eq!(s["syscalls_covered"], syscalls, "every syscall was faulted");
     // What an opaque store cannot be judged on is said, never passed.
     let na: Vec<&str> = report["not_applicable"]
         .as_array()

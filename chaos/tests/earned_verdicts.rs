@@ -169,6 +169,14 @@ fn the_reference_store_passes_every_default_nemesis() {
         assert_eq!(row(&report, key)["verdict"], "pass", "{key}:\n{stdout}");
     }
     assert!(stdout.contains("power-loss nemesis: "), "{stdout}");
+    // Every applicable fault met every syscall the traced run enumerated.
+    let s = &report["scenarios"][0];
+    let syscalls = s["syscalls_total"].as_u64().unwrap();
+    assert!(
+        syscalls > 10,
+        "the traced run enumerated the store's syscalls"
+    );
+    assert_eq!(s["syscalls_covered"], syscalls, "every syscall was faulted");
 }
 
 #[test]

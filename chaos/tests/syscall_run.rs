@@ -1,7 +1,5 @@
 //! `agentchaos run --nemesis syscall`: faults at the store's own syscalls,
-//! with no instrumentation in the store. The reference store (in-process
-//! and through its adapter) and the SQLite store must pass every fault at
-//! every syscall; the mutants that only a syscall-level nemesis can show
+//! with no instrumentation in the store. The mutants that only a syscall-level nemesis can show
 //! must fail naming the invariant their broken promise belongs to; and a
 //! real EIO must meet agentstore's poison path. Linux x86_64 only.
 #![cfg(all(target_os = "linux", target_arch = "x86_64"))]
@@ -40,18 +38,6 @@ fn campaign(args: &[&str]) -> (i32, Value, String) {
     campaign::run(&fixture(), args)
 }
 
-/// Every applicable fault at every enumerated syscall, and nothing found.
-fn assert_clean(args: &[&str]) {
-    let (code, report, stdout) = campaign(args);
-    assert_eq!(code, 0, "{args:?} must pass:\n{stdout}");
-    assert_eq!(report["error_count"], 0, "{stdout}");
-    let s = &report["scenarios"][0];
-    let total = s["syscalls_total"].as_u64().unwrap();
-    assert!(total > 10, "the traced run enumerated the store's syscalls");
-    assert_eq!(s["syscalls_covered"], total, "every syscall was faulted");
-    assert!(report["trials"].as_u64().unwrap() > 2 * total, "{stdout}");
-}
-
 /// Fails the campaign (exit 1, no trial errors) with violations of
 /// `invariant`; returns the report.
 fn assert_caught(args: &[&str], invariant: &str) -> Value {
@@ -75,21 +61,10 @@ fn violation<'a>(report: &'a Value, invariant: &str, kind: &str) -> &'a Value {
         .unwrap_or_else(|| panic!("no {invariant} violation under {kind}"))
 }
 
-#[test]
-fn the_reference_store_passes_in_process_with_both_nemeses() {
-    assert_clean(&["--nemesis", "points,syscall"]);
-}
-
-#[test]
-fn the_reference_store_passes_through_its_adapter() {
-    let adapter = format!("{} adapter", agentstore().display());
-    assert_clean(&["--nemesis", "syscall", "--adapter", &adapter]);
-}
-
-#[test]
-fn the_sqlite_store_passes() {
-    assert_clean(&["--nemesis", "syscall", "--adapter", &sqlite_adapter(None)]);
-}
+// The clean stores' syscall campaigns (every fault at every enumerated
+// syscall, nothing found) run once, with the other nemeses: in-process in
+// earned_verdicts.rs (`the_reference_store_passes_every_default_nemesis`),
+// through the adapters in adapter_run.rs.
 
 /// A torn write the store did not choose, then an append that fuses with
 /// the fragment: the restarted life's log is damaged.
