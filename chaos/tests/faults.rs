@@ -77,6 +77,7 @@ const EXPECTED: &[(&str, &[&str])] = &[
         &["orphan-marked-uncertain"],
     ),
     ("context-budget-drops-newest", &["context-window"]),
+    ("skip-operation-id-rule", &["rule-refused"]),
 ];
 
 /// Faults the small fixture cannot show: it has no compaction, no branch
@@ -217,6 +218,38 @@ fn rewrite_whole_log_is_caught_by_acked_durable() {
 #[test]
 fn ledger_per_call_is_caught_by_ledger_refuses_double_commit() {
     assert_caught("ledger-per-call");
+}
+
+/// The agent never sends a side effect without an operation id: only the
+/// rules probe tries one.
+#[test]
+fn skip_operation_id_rule_is_caught_by_rule_refused() {
+    let report = assert_caught("skip-operation-id-rule");
+    let v = report["violations"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|v| v["invariant"] == "rule-refused")
+        .unwrap();
+    assert!(
+        v["replay"]
+            .as_str()
+            .unwrap()
+            .contains("--plan probe:rule-no-operation-id@"),
+        "{v}"
+    );
+    assert!(
+        v["found"]
+            .as_str()
+            .unwrap()
+            .contains("a side effect needs an operation id"),
+        "{v}"
+    );
+    assert_eq!(
+        campaign::count(&report, "rule-refused"),
+        1,
+        "only that rule"
+    );
 }
 
 #[test]

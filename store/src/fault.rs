@@ -66,6 +66,8 @@ pub enum Fault {
     ContextBudgetDropsRecovery,
     /// A context over its token budget drops its newest entries instead of its oldest.
     ContextBudgetDropsNewest,
+    /// A side-effecting tool call without an operation id is accepted: nothing can dedupe its effect.
+    SkipOperationIdRule,
 }
 
 impl Fault {
@@ -201,6 +203,11 @@ impl Fault {
             Fault::ContextBudgetDropsNewest,
             "context-budget-drops-newest",
             "a token budget drops the oldest entries first",
+        ),
+        (
+            Fault::SkipOperationIdRule,
+            "skip-operation-id-rule",
+            "a side-effecting call without an operation id is refused",
         ),
     ];
 

@@ -49,10 +49,12 @@ pub enum Invariant {
     SecondWriterRefused,
     BlobReadable,
     ContextWindow,
+    /// A probe, not a trial check (`crate::campaign::probe`).
+    RuleRefused,
 }
 
 impl Invariant {
-    pub const ALL: [Invariant; 14] = [
+    pub const ALL: [Invariant; 15] = [
         Invariant::OrphanMarkedUncertain,
         Invariant::EffectAtMostOnce,
         Invariant::AckedDurable,
@@ -67,6 +69,7 @@ impl Invariant {
         Invariant::SecondWriterRefused,
         Invariant::BlobReadable,
         Invariant::ContextWindow,
+        Invariant::RuleRefused,
     ];
 
     pub fn name(self) -> &'static str {
@@ -85,6 +88,7 @@ impl Invariant {
             Invariant::SecondWriterRefused => "second-writer-refused",
             Invariant::BlobReadable => "blob-readable",
             Invariant::ContextWindow => "context-window",
+            Invariant::RuleRefused => "rule-refused",
         }
     }
 
@@ -104,6 +108,7 @@ impl Invariant {
             Invariant::SecondWriterRefused => "while one process holds a session open, a second open of it is refused with `locked`: two writers would hand out the same seqs and one's acknowledged events would be lost",
             Invariant::BlobReadable => "every blob a durable event references reads back with its size and digest, after every crash and power loss",
             Invariant::ContextWindow => "the context after a recovery shows the active compaction's summary, then the messages of the active branch inside the compaction window in order, and nothing from before the window or from another branch; a budget drops the oldest messages first, never the summary or the recovery lines",
+            Invariant::RuleRefused => "an append the session rules forbid (a side effect without an operation id, a committed operation called again, a commit before its intent, a committed or unreconciled call started again) is refused with `rule` and is not in the log after reopening",
             Invariant::FailedSyncNotAcked => "after a write fails (ENOSPC) or an fsync fails (EIO), nothing is acknowledged until the file is written again and synced: a retried fsync proves nothing, the kernel may have dropped the unsynced pages",
         }
     }
@@ -1734,7 +1739,8 @@ mod tests {
                 "failed-sync-not-acked",
                 "second-writer-refused",
                 "blob-readable",
-                "context-window"
+                "context-window",
+                "rule-refused"
             ]
         );
         for i in Invariant::ALL {
