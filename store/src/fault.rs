@@ -68,6 +68,10 @@ pub enum Fault {
     ContextBudgetDropsNewest,
     /// A side-effecting tool call without an operation id is accepted: nothing can dedupe its effect.
     SkipOperationIdRule,
+    /// Opening never records a quarantine file in a `tail_quarantined`: the cut stays silent.
+    UnrecordedQuarantine,
+    /// A second cut at the offset of an earlier one overwrites the earlier one's quarantine file.
+    QuarantineOverwrite,
 }
 
 impl Fault {
@@ -208,6 +212,16 @@ impl Fault {
             Fault::SkipOperationIdRule,
             "skip-operation-id-rule",
             "a side-effecting call without an operation id is refused",
+        ),
+        (
+            Fault::UnrecordedQuarantine,
+            "unrecorded-quarantine",
+            "every cut torn tail is named by a durable tail_quarantined",
+        ),
+        (
+            Fault::QuarantineOverwrite,
+            "quarantine-overwrite",
+            "a cut never destroys the bytes an earlier cut at the same offset kept",
         ),
     ];
 
