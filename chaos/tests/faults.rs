@@ -77,6 +77,9 @@ const EXPECTED: &[(&str, &[&str])] = &[
         &["orphan-marked-uncertain"],
     ),
     ("context-budget-drops-newest", &["context-window"]),
+    ("skip-operation-id-rule", &["rule-refused"]),
+    ("unrecorded-quarantine", &["quarantine-recorded"]),
+    ("quarantine-overwrite", &["quarantine-recorded"]),
 ];
 
 /// Faults the small fixture cannot show: it has no compaction, no branch
@@ -217,6 +220,67 @@ fn rewrite_whole_log_is_caught_by_acked_durable() {
 #[test]
 fn ledger_per_call_is_caught_by_ledger_refuses_double_commit() {
     assert_caught("ledger-per-call");
+}
+
+/// The agent never sends a side effect without an operation id: only the
+/// rules probe tries one.
+#[test]
+fn skip_operation_id_rule_is_caught_by_rule_refused() {
+    let report = assert_caught("skip-operation-id-rule");
+    let v = report["violations"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|v| v["invariant"] == "rule-refused")
+        .unwrap();
+    assert!(
+        v["replay"]
+            .as_str()
+            .unwrap()
+            .contains("--plan probe:rule-no-operation-id@"),
+        "{v}"
+    );
+    assert!(
+        v["found"]
+            .as_str()
+            .unwrap()
+            .contains("a side effect needs an operation id"),
+        "{v}"
+    );
+    assert_eq!(
+        campaign::count(&report, "rule-refused"),
+        1,
+        "only that rule"
+    );
+}
+
+#[test]
+fn unrecorded_quarantine_is_caught_by_quarantine_recorded() {
+    assert_caught("unrecorded-quarantine");
+}
+
+/// Only two cuts at one offset show it: the life after a tear is torn
+/// again at the record of its cut, and the next open cuts at the same
+/// offset. Without restarted lives no trial cuts twice.
+#[test]
+fn quarantine_overwrite_is_caught_only_by_a_second_tear_at_the_same_offset() {
+    let report = assert_caught("quarantine-overwrite");
+    let v = report["violations"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|v| v["invariant"] == "quarantine-recorded")
+        .unwrap();
+    assert!(v["found"].as_str().unwrap().contains("other bytes"), "{v}");
+    let replay = v["replay"].as_str().unwrap();
+    assert!(
+        replay.contains(":4294967295+tear@"),
+        "a tear, then a tear of the restarted life: {replay}"
+    );
+    assert_hidden_without_it(
+        "quarantine-overwrite",
+        "without restarted-life tears no cut lands twice at one offset",
+    );
 }
 
 #[test]

@@ -152,6 +152,39 @@ fn sqlite_double_commit_fails_effect_ledger_and_its_probe_replays() {
     );
 }
 
+/// The agent restarts a call only when recovery says so, and no recovery
+/// says so for a committed one: only the rules probe starts it again (after
+/// a recovery and a reconciliation that claims `not_applied`).
+#[test]
+fn sqlite_rerun_committed_fails_effect_ledger_by_the_rules_probe() {
+    let report = caught(&Expect {
+        store: Store::Sqlite(Some("rerun-committed")),
+        scenario: "small",
+        invariant: "rule-refused",
+        fails: "effect_ledger",
+        untouched: &[
+            "durable_append",
+            "orphan_marking",
+            "checkpoint_projection",
+            "outcome",
+        ],
+    });
+    let v = report["violations"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|v| v["invariant"] == "rule-refused")
+        .unwrap();
+    let command = v["replay"].as_str().unwrap();
+    assert!(
+        command.contains("probe:rule-restart-committed-call@"),
+        "{command}"
+    );
+    let (code, stdout) = campaign::replay(command);
+    assert_eq!(code, 1, "{stdout}");
+    assert!(stdout.contains("VIOLATION rule-refused"), "{stdout}");
+}
+
 #[test]
 fn sqlite_rerun_uncertain_fails_orphan_marking() {
     caught(&Expect {

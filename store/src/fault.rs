@@ -66,6 +66,12 @@ pub enum Fault {
     ContextBudgetDropsRecovery,
     /// A context over its token budget drops its newest entries instead of its oldest.
     ContextBudgetDropsNewest,
+    /// A side-effecting tool call without an operation id is accepted: nothing can dedupe its effect.
+    SkipOperationIdRule,
+    /// Opening never records a quarantine file in a `tail_quarantined`: the cut stays silent.
+    UnrecordedQuarantine,
+    /// A second cut at the offset of an earlier one overwrites the earlier one's quarantine file.
+    QuarantineOverwrite,
 }
 
 impl Fault {
@@ -201,6 +207,21 @@ impl Fault {
             Fault::ContextBudgetDropsNewest,
             "context-budget-drops-newest",
             "a token budget drops the oldest entries first",
+        ),
+        (
+            Fault::SkipOperationIdRule,
+            "skip-operation-id-rule",
+            "a side-effecting call without an operation id is refused",
+        ),
+        (
+            Fault::UnrecordedQuarantine,
+            "unrecorded-quarantine",
+            "every cut torn tail is named by a durable tail_quarantined",
+        ),
+        (
+            Fault::QuarantineOverwrite,
+            "quarantine-overwrite",
+            "a cut never destroys the bytes an earlier cut at the same offset kept",
         ),
     ];
 

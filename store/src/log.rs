@@ -95,6 +95,16 @@ fn quarantine(file: &File, path: &Path, t: &TornTail) -> Result<PathBuf> {
             0 => base.clone(),
             n => PathBuf::from(format!("{}.{n}", base.display())),
         };
+        if fault::active(Fault::QuarantineOverwrite) {
+            // Broken on purpose: no name-collision guard, the earlier cut's file is replaced.
+            let out = OpenOptions::new()
+                .write(true)
+                .create(true)
+                .truncate(true)
+                .open(&target)
+                .map_err(Error::io("create quarantine", &target))?;
+            break (target, out);
+        }
         match fsutil::create_exclusive(&target) {
             Ok(out) => break (target, out),
             Err(Error::Io { source, .. })

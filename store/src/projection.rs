@@ -311,7 +311,8 @@ impl Projection {
                     return rule(format!("call id {call_id:?} is already open"));
                 }
                 match (effect, operation_id) {
-                    (Effect::SideEffect, None) => {
+                    // skip-operation-id-rule: broken on purpose, the arm is skipped.
+                    (Effect::SideEffect, None) if !fault::active(Fault::SkipOperationIdRule) => {
                         return rule(format!(
                             "side-effecting call {call_id:?} needs an operation_id"
                         ))

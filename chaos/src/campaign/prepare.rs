@@ -149,9 +149,11 @@ impl Prepared {
 /// Traces the restarted lives the nemeses crash: with the points nemesis,
 /// life 1 after every first kill of [`nemesis::restarts`] (crashed through
 /// its recovery and the [`nemesis::RESUMED_HITS`] after it; the deepest
-/// restart's at every point); with the syscall nemesis, the deepest
-/// restart's life 1 under the tracer too; and the life 2 after a kill in
-/// the middle of that life 1, at every point.
+/// restart's at every point); with the points nemesis and every restart,
+/// life 1 after [`nemesis::tear_restart`], torn again through its
+/// recovery; with the syscall nemesis, the deepest restart's life 1 under
+/// the tracer too; and the life 2 after a kill in the middle of that life
+/// 1, at every point.
 fn trace_restarts(
     cfg: &Config<'_>,
     source: &ScenarioSource,
@@ -173,6 +175,23 @@ fn trace_restarts(
         out.extend(
             trace_later(cfg, source, before, syscalls, &dir)?.map(|t| LaterTrace {
                 every_point: deepest,
+                ..t
+            }),
+        );
+    }
+    // Torn, cut, and torn again at the record of the cut: the next open
+    // cuts at the same offset (quarantine-recorded sees the second cut keep
+    // the first's bytes).
+    let torn = match cfg.restarts {
+        Restarts::All if cfg.nemesis.points => nemesis::tear_restart(trace),
+        _ => None,
+    };
+    if let Some(before) = torn {
+        let dir = dir.with_extension("later-torn");
+        out.extend(
+            trace_later(cfg, source, before, false, &dir)?.map(|t| LaterTrace {
+                every_point: false,
+                torn_again: true,
                 ..t
             }),
         );
@@ -239,5 +258,6 @@ pub fn trace_later(
         hits,
         syscalls,
         every_point: true,
+        torn_again: false,
     }))
 }

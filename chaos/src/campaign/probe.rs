@@ -33,6 +33,17 @@
 //!   nothing written by it, passes; the second commit acknowledged is
 //!   `ledger-refuses-double-commit` (a ledger keyed by call, not by
 //!   operation, lets it through).
+//! - `rule-CASE@OP` (`effect_ledger`): the session rules that keep an
+//!   effect from running twice ([`RuleCase`], PROTOCOL.md §3), on the
+//!   scenario's first committed operation OP: the crash-free run's events
+//!   replayed into a fresh session up to the situation the rule is about
+//!   (with the store's own `recover` where the rule is about a restart,
+//!   which must mark the call as the trials expect, else the probe is not
+//!   carried out), then the one append the rule forbids. It passes when
+//!   that is refused with `rule` and, after the session is closed and
+//!   opened again, the log holds no more events than before it; an
+//!   acknowledgement, another refusal kind or a grown log is
+//!   `rule-refused`.
 //! - `lock` (`writer_lock`): a copy of the crash-free run's store is opened
 //!   for writing, and, while that first open holds it, opened again (a
 //!   second `Session::open` in-process, a second adapter process). It
@@ -84,8 +95,68 @@ pub enum Probe {
         operation: String,
         another_call: bool,
     },
+    /// Append what the session rule `case` forbids, in a fresh session
+    /// replaying the crash-free run up to the commit of `operation`.
+    Rule { case: RuleCase, operation: String },
     /// Open the session a second time while a first open holds it.
     Lock,
+}
+
+/// A session rule the rules probe breaks, each one that keeps an effect
+/// from running twice.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum RuleCase {
+    /// The operation's `tool_call` again, as a side effect without an `operation_id`.
+    NoOperationId,
+    /// After the commit, a new call with the committed operation id.
+    CallCommittedOperation,
+    /// The call's `effect_committed` before its `tool_started`.
+    CommitBeforeIntent,
+    /// After the commit, a recovery (marking the call `committed`) and a
+    /// `tool_reconciled` saying `not_applied`, the call's `tool_started` again.
+    RestartCommittedCall,
+    /// After the intent, a recovery (marking the side effect `started`) and
+    /// no reconciliation, the call's `tool_started` again.
+    RestartUnreconciled,
+}
+
+impl RuleCase {
+    pub const ALL: [RuleCase; 5] = [
+        RuleCase::NoOperationId,
+        RuleCase::CallCommittedOperation,
+        RuleCase::CommitBeforeIntent,
+        RuleCase::RestartCommittedCall,
+        RuleCase::RestartUnreconciled,
+    ];
+
+    pub fn name(self) -> &'static str {
+        match self {
+            RuleCase::NoOperationId => "no-operation-id",
+            RuleCase::CallCommittedOperation => "call-committed-operation",
+            RuleCase::CommitBeforeIntent => "commit-before-intent",
+            RuleCase::RestartCommittedCall => "restart-committed-call",
+            RuleCase::RestartUnreconciled => "restart-unreconciled",
+        }
+    }
+
+    /// The rule, as PROTOCOL.md §3 states it.
+    pub fn rule(self) -> &'static str {
+        match self {
+            RuleCase::NoOperationId => "a side effect needs an operation id",
+            RuleCase::CallCommittedOperation => {
+                "an operation id already committed cannot be called again"
+            }
+            RuleCase::CommitBeforeIntent => "effect_committed follows its call's tool_started",
+            RuleCase::RestartCommittedCall => "a committed call never starts again",
+            RuleCase::RestartUnreconciled => {
+                "a side effect marked `started` starts again only after tool_reconciled with not_applied"
+            }
+        }
+    }
+
+    fn from_name(name: &str) -> Option<RuleCase> {
+        RuleCase::ALL.into_iter().find(|c| c.name() == name)
+    }
 }
 
 impl Probe {
@@ -93,7 +164,7 @@ impl Probe {
     pub fn capability(&self) -> Capability {
         match self {
             Probe::Damage { .. } | Probe::Zeros { .. } => Capability::DamageRefusal,
-            Probe::Ledger { .. } => Capability::EffectLedger,
+            Probe::Ledger { .. } | Probe::Rule { .. } => Capability::EffectLedger,
             Probe::Lock => Capability::WriterLock,
         }
     }
@@ -122,6 +193,7 @@ impl fmt::Display for Probe {
                 operation,
                 another_call: true,
             } => write!(f, "ledger-retry@{operation}"),
+            Probe::Rule { case, operation } => write!(f, "rule-{}@{operation}", case.name()),
             Probe::Lock => f.write_str("lock"),
         }
     }
@@ -133,7 +205,8 @@ impl FromStr for Probe {
     fn from_str(s: &str) -> Result<Probe, String> {
         let bad = || {
             format!(
-                "probe {s:?} is not damage@FILE:OFFSET, zeros@FILE:OFFSET+LEN, ledger@OPERATION, ledger-retry@OPERATION or lock"
+                "probe {s:?} is not damage@FILE:OFFSET, zeros@FILE:OFFSET+LEN, ledger@OPERATION, ledger-retry@OPERATION, rule-CASE@OPERATION (CASE: {}) or lock",
+                RuleCase::ALL.map(RuleCase::name).join(", ")
             )
         };
         // FILE:REST, FILE relative to the store's root and never out of it.
@@ -172,6 +245,14 @@ impl FromStr for Probe {
                 operation: op.to_string(),
                 another_call: kind == "ledger-retry",
             }),
+            Some((kind, op)) if !op.is_empty() => {
+                let case = kind.strip_prefix("rule-").and_then(RuleCase::from_name);
+                let case = case.ok_or_else(bad)?;
+                Ok(Probe::Rule {
+                    case,
+                    operation: op.to_string(),
+                })
+            }
             _ => Err(bad()),
         }
     }
@@ -179,7 +260,8 @@ impl FromStr for Probe {
 
 /// The probes for a store claiming `claimed`, on the crash-free run's
 /// store at `root` whose events are `reference`: [`DAMAGE_POSITIONS`] per
-/// non-empty file, one per committed operation.
+/// non-empty file, two per committed operation, and the rules probes on
+/// the first committed operation (the rules do not depend on which).
 pub fn plan(
     claimed: &[Capability],
     root: &Path,
@@ -233,6 +315,22 @@ pub fn plan(
                         probes.push(p);
                     }
                 }
+            }
+        }
+        let first = reference.iter().find_map(|r| match r.event() {
+            Some(Event::EffectCommitted { operation_id, .. }) => Some(operation_id),
+            _ => None,
+        });
+        if let Some(situation) = first.and_then(|op| Situation::find(reference, op).ok()) {
+            for case in RuleCase::ALL {
+                // Only a side effect must be reconciled before a re-run.
+                if case == RuleCase::RestartUnreconciled && !situation.side_effect {
+                    continue;
+                }
+                probes.push(Probe::Rule {
+                    case,
+                    operation: situation.operation.clone(),
+                });
             }
         }
     }
@@ -386,6 +484,7 @@ pub fn run(setup: &ProbeSetup<'_>, probe: &Probe, dir: &Path) -> ProbeOutcome {
                 operation,
                 another_call,
             } => ledger(setup, operation, *another_call, dir),
+            Probe::Rule { case, operation } => rule(setup, *case, operation, dir),
             Probe::Lock => lock(setup, dir),
         });
     match result {
@@ -409,16 +508,16 @@ pub fn run(setup: &ProbeSetup<'_>, probe: &Probe, dir: &Path) -> ProbeOutcome {
 /// What the store did, in words.
 fn tell(reply: &ProbeReply) -> String {
     match reply {
-        ProbeReply::NotReplayed { message } => format!(
-            "not carried out: the store refused the crash-free run's own events before the second commit: {message}"
-        ),
+        ProbeReply::NotReplayed { message } => {
+            format!("not carried out: the store did not reach the probe's situation: {message}")
+        }
         ProbeReply::Refused {
             at, kind, message, ..
         } => format!("{at} refused with `{kind}`: {message}"),
         ProbeReply::Served { records } => {
             format!("it opened and served {} event(s)", records.len())
         }
-        ProbeReply::Accepted { seq } => format!("it acknowledged the second commit at seq {seq}"),
+        ProbeReply::Accepted { seq } => format!("it acknowledged the probe's append at seq {seq}"),
         ProbeReply::Crashed { at, message } => format!("the store died at {at}: {message}"),
         ProbeReply::SecondOpened => {
             "a second open succeeded while the first held the session".to_string()
@@ -760,6 +859,301 @@ pub fn judge_ledger(
     })
 }
 
+/// Where the first commit of an operation sits in the crash-free run.
+struct Situation<'a> {
+    operation: String,
+    call_id: String,
+    /// Indexes into the reference: the call's `tool_call`, its first
+    /// `tool_started` after it, the commit.
+    call: usize,
+    started: usize,
+    commit: usize,
+    side_effect: bool,
+    reference: &'a [Record],
+}
+
+impl<'a> Situation<'a> {
+    fn find(reference: &'a [Record], operation: &str) -> Result<Situation<'a>, String> {
+        let commit = reference
+            .iter()
+            .position(|r| matches!(r.event(), Some(Event::EffectCommitted { operation_id, .. }) if operation_id == operation))
+            .ok_or_else(|| format!("the crash-free run never commits operation {operation:?}"))?;
+        let Some(Event::EffectCommitted { call_id, .. }) = reference[commit].event() else {
+            unreachable!("found as an effect_committed")
+        };
+        let is_call = |r: &Record| matches!(r.event(), Some(Event::ToolCall { call_id: c, .. }) if c == call_id);
+        let call = reference[..commit]
+            .iter()
+            .rposition(is_call)
+            .ok_or_else(|| format!("no tool_call for call {call_id:?} before its commit"))?;
+        let started = reference[call..commit]
+            .iter()
+            .position(
+                |r| matches!(r.event(), Some(Event::ToolStarted { call_id: c }) if c == call_id),
+            )
+            .map(|i| call + i)
+            .ok_or_else(|| format!("no tool_started for call {call_id:?} before its commit"))?;
+        let side_effect = matches!(
+            reference[call].event(),
+            Some(Event::ToolCall {
+                effect: agentchaos_protocol::event::Effect::SideEffect,
+                ..
+            })
+        );
+        Ok(Situation {
+            operation: operation.to_string(),
+            call_id: call_id.clone(),
+            call,
+            started,
+            commit,
+            side_effect,
+            reference,
+        })
+    }
+
+    /// The crash-free run's events 1..`end` (event 0 is the store's own).
+    fn replay(&self, end: usize) -> Result<Vec<Event>, String> {
+        self.reference[1..end]
+            .iter()
+            .map(|r| {
+                r.event().cloned().ok_or_else(|| {
+                    format!("{} is not an event the agent writes", describe_record(r))
+                })
+            })
+            .collect()
+    }
+
+    fn event(&self, i: usize) -> Event {
+        self.reference[i]
+            .event()
+            .cloned()
+            .expect("found as a known event")
+    }
+}
+
+/// The events a rules probe's child replays, the recovery it runs, the
+/// events after it, then the one append the rule forbids.
+#[derive(Debug, Serialize, Deserialize)]
+struct RuleEvents {
+    replay: Vec<Event>,
+    /// Recover after the replay; this call must come out marked with this phase.
+    recover: Option<(String, agentchaos_protocol::event::Phase)>,
+    then: Vec<Event>,
+    forbidden: Event,
+}
+
+fn rule(
+    setup: &ProbeSetup<'_>,
+    case: RuleCase,
+    operation: &str,
+    dir: &Path,
+) -> Result<(String, Vec<Violation>, bool), String> {
+    use agentchaos_protocol::event::{Effect, Phase, ReconcileOutcome};
+    let at = Situation::find(setup.reference, operation)?;
+    let call_id = at.call_id.clone();
+    let call = || describe_record(&at.reference[at.call]);
+    let commit = || describe_record(&at.reference[at.commit]);
+    let restart = Event::ToolStarted {
+        call_id: call_id.clone(),
+    };
+    let (events, how) = match case {
+        RuleCase::NoOperationId => {
+            let Event::ToolCall {
+                parent,
+                call_id,
+                tool,
+                args,
+                target,
+                needs_approval,
+                ..
+            } = at.event(at.call)
+            else {
+                unreachable!("found as a tool_call")
+            };
+            let forbidden = Event::ToolCall {
+                parent,
+                call_id,
+                tool,
+                args,
+                effect: Effect::SideEffect,
+                operation_id: None,
+                target,
+                needs_approval,
+            };
+            let how = format!("replaying up to before {}, then that call as a side effect without an operation_id", call());
+            (
+                RuleEvents {
+                    replay: at.replay(at.call)?,
+                    recover: None,
+                    then: vec![],
+                    forbidden,
+                },
+                how,
+            )
+        }
+        RuleCase::CallCommittedOperation => {
+            let Event::ToolCall {
+                parent,
+                tool,
+                args,
+                effect,
+                target,
+                needs_approval,
+                ..
+            } = at.event(at.call)
+            else {
+                unreachable!("found as a tool_call")
+            };
+            let again = format!("{call_id}-again");
+            let forbidden = Event::ToolCall {
+                parent,
+                call_id: again.clone(),
+                tool,
+                args,
+                effect,
+                operation_id: Some(at.operation.clone()),
+                target,
+                needs_approval,
+            };
+            let how = format!(
+                "replaying up to {}, then a new call {again} with operation id {operation}",
+                commit()
+            );
+            (
+                RuleEvents {
+                    replay: at.replay(at.commit + 1)?,
+                    recover: None,
+                    then: vec![],
+                    forbidden,
+                },
+                how,
+            )
+        }
+        RuleCase::CommitBeforeIntent => {
+            let how = format!(
+                "replaying up to before {}, then the call's commit",
+                describe_record(&at.reference[at.started])
+            );
+            (
+                RuleEvents {
+                    replay: at.replay(at.started)?,
+                    recover: None,
+                    then: vec![],
+                    forbidden: at.event(at.commit),
+                },
+                how,
+            )
+        }
+        RuleCase::RestartCommittedCall => {
+            let how = format!(
+                "replaying up to {}, recovering (call {call_id} marked committed), a tool_reconciled saying not_applied, then start_tool {call_id}",
+                commit()
+            );
+            let reconciled = Event::ToolReconciled {
+                call_id: call_id.clone(),
+                outcome: ReconcileOutcome::NotApplied,
+                evidence: "the rules probe: a reconciliation that contradicts the commit".into(),
+            };
+            (
+                RuleEvents {
+                    replay: at.replay(at.commit + 1)?,
+                    recover: Some((call_id.clone(), Phase::Committed)),
+                    then: vec![reconciled],
+                    forbidden: restart,
+                },
+                how,
+            )
+        }
+        RuleCase::RestartUnreconciled => {
+            let how = format!(
+                "replaying up to {}, recovering (call {call_id} marked started), then start_tool {call_id} with no reconciliation",
+                describe_record(&at.reference[at.started])
+            );
+            (
+                RuleEvents {
+                    replay: at.replay(at.started + 1)?,
+                    recover: Some((call_id.clone(), Phase::Started)),
+                    then: vec![],
+                    forbidden: restart,
+                },
+                how,
+            )
+        }
+    };
+    let file = dir.join("events.json");
+    std::fs::write(
+        &file,
+        serde_json::to_vec(&events).expect("events serialize"),
+    )
+    .map_err(|e| format!("{}: {e}", file.display()))?;
+    let ws = dir.join("ws");
+    std::fs::create_dir_all(&ws).map_err(|e| format!("{}: {e}", ws.display()))?;
+    let reply = child(
+        setup,
+        "rule",
+        &dir.join("root"),
+        "rule-probe",
+        Some(&ws),
+        &[std::ffi::OsStr::new("--events"), file.as_os_str()],
+    )?;
+    let told = format!("{how}: {}", tell(&reply));
+    Ok((
+        told,
+        judge_rule(case, &how, &at.reference[at.call], &reply)?
+            .into_iter()
+            .collect(),
+        matches!(reply, ProbeReply::NotReplayed { .. }),
+    ))
+}
+
+/// The rules verdict: `how` says what the probe did, `call` is the
+/// crash-free run's call it is about.
+pub fn judge_rule(
+    case: RuleCase,
+    how: &str,
+    call: &Record,
+    reply: &ProbeReply,
+) -> Result<Option<Violation>, String> {
+    let violation = |found: String| {
+        Violation {
+        invariant: Invariant::RuleRefused,
+        when: format!("after the crash-free run, in a fresh session: {how}"),
+        expected: format!(
+            "the last append refused with `rule` ({}), and not in the log after the session is opened again",
+            case.rule()
+        ),
+        found,
+        events: vec![describe_record(call)],
+    }
+    };
+    Ok(match reply {
+        ProbeReply::Refused {
+            kind,
+            events_before,
+            events_after,
+            ..
+        } if kind == ErrorKind::Rule.name() => match (events_before, events_after) {
+            (Some(b), Some(a)) if a > b => Some(violation(format!(
+                "refused, but after reopening the session holds {a} events, not the {b} it held before: the refused event was written"
+            ))),
+            _ => None,
+        },
+        ProbeReply::Refused {
+            at, kind, message, ..
+        } => Some(violation(format!(
+            "a `{kind}` refusal at {at}, not `rule`: {message}"
+        ))),
+        ProbeReply::Accepted { seq } => Some(violation(format!(
+            "accepted and acknowledged at seq {seq}: the store does not enforce \"{}\"",
+            case.rule()
+        ))),
+        ProbeReply::NotReplayed { .. } => None,
+        ProbeReply::Served { .. } | ProbeReply::Crashed { .. } | ProbeReply::SecondOpened => {
+            return Err("the rules probe got another probe's reply".into())
+        }
+    })
+}
+
 fn lock(setup: &ProbeSetup<'_>, dir: &Path) -> Result<(String, Vec<Violation>, bool), String> {
     let root = dir.join("root");
     crate::campaign::scratch::copy_dir(&setup.spec.root, &root)
@@ -1020,6 +1414,13 @@ impl Target {
         }
     }
 
+    fn recover(&mut self) -> Result<agentchaos_protocol::message::RecoveryState, ChildError> {
+        match self {
+            Target::Reference { session, .. } => Ok(session.recover()?),
+            Target::Adapter(c) => Ok(c.recover()?),
+        }
+    }
+
     fn put_blob(&mut self, bytes: &[u8]) -> Result<BlobRef, ChildError> {
         match self {
             Target::Reference { session, .. } => Ok(session.put_blob(bytes)?),
@@ -1044,13 +1445,13 @@ impl Target {
 /// The child's arguments.
 #[derive(Debug, Clone)]
 pub struct ChildArgs {
-    /// `damage`, `ledger` or `lock`.
+    /// `damage`, `ledger`, `rule` or `lock`.
     pub what: String,
     pub root: PathBuf,
     pub session: String,
-    /// Ledger: the workspace of the fresh session.
+    /// Ledger and rule: the workspace of the fresh session.
     pub workspace: Option<PathBuf>,
-    /// Ledger: the events to replay, a JSON array; the last is the commit to repeat.
+    /// Ledger and rule: the events to replay and append, as JSON.
     pub events: Option<PathBuf>,
     pub adapter: Option<String>,
     /// The reference store's durability (no adapter).
@@ -1062,8 +1463,13 @@ pub fn run_child(args: &ChildArgs) -> Result<(), String> {
     let reply = match args.what.as_str() {
         "damage" => child_damage(args),
         "ledger" => child_ledger(args),
+        "rule" => child_rule(args),
         "lock" => child_lock(args),
-        other => return Err(format!("--what {other:?} is not damage, ledger or lock")),
+        other => {
+            return Err(format!(
+                "--what {other:?} is not damage, ledger, rule or lock"
+            ))
+        }
     }?;
     let mut out = std::io::stdout().lock();
     writeln!(
@@ -1134,17 +1540,23 @@ fn child_lock(args: &ChildArgs) -> Result<ProbeReply, String> {
     }
 }
 
-fn child_ledger(args: &ChildArgs) -> Result<ProbeReply, String> {
+/// The JSON events file of a ledger or rule probe.
+fn read_events<T: serde::de::DeserializeOwned>(args: &ChildArgs) -> Result<T, String> {
     let file = args.events.as_ref().ok_or("--events is required")?;
     let text = std::fs::read(file).map_err(|e| format!("{}: {e}", file.display()))?;
-    let events: LedgerEvents =
-        serde_json::from_slice(&text).map_err(|e| format!("{}: {e}", file.display()))?;
-    let ws = args.workspace.as_deref().ok_or("--workspace is required")?;
-    let fail = |what: String| move |e: ChildError| format!("{what}: {e:?}");
-    let mut target = Target::open(args, Some(ws)).map_err(fail("open".into()))?;
-    for e in &events.replay {
+    serde_json::from_slice(&text).map_err(|e| format!("{}: {e}", file.display()))
+}
+
+fn fail(what: &str) -> impl FnOnce(ChildError) -> String + '_ {
+    move |e| format!("{what}: {e:?}")
+}
+
+/// Appends the crash-free run's `events` (a referenced blob's bytes are
+/// not in the log: any stored blob will do); a refusal is the probe's
+/// situation not reached ([`ProbeReply::NotReplayed`]).
+fn replay_into(target: &mut Target, events: &[Event]) -> Result<Option<ProbeReply>, String> {
+    for e in events {
         let e = match e {
-            // The blob's bytes are not in the log: any stored blob will do.
             Event::ToolResult {
                 parent,
                 call_id,
@@ -1159,27 +1571,37 @@ fn child_ledger(args: &ChildArgs) -> Result<ProbeReply, String> {
                 blob: Some(
                     target
                         .put_blob(format!("ledger probe stand-in for {call_id}").as_bytes())
-                        .map_err(fail("put_blob".into()))?,
+                        .map_err(fail("put_blob"))?,
                 ),
             },
             other => other.clone(),
         };
         if let Err(err) = target.append(&e) {
             return match err {
-                ChildError::Refused { kind, message } => Ok(ProbeReply::NotReplayed {
+                ChildError::Refused { kind, message } => Ok(Some(ProbeReply::NotReplayed {
                     message: format!("{} refused with `{kind}`: {message}", e.type_name()),
-                }),
+                })),
                 ChildError::Failed(m) => Err(format!("replaying {}: {m}", e.type_name())),
             };
         }
     }
+    Ok(None)
+}
+
+fn child_ledger(args: &ChildArgs) -> Result<ProbeReply, String> {
+    let events: LedgerEvents = read_events(args)?;
+    let ws = args.workspace.as_deref().ok_or("--workspace is required")?;
+    let mut target = Target::open(args, Some(ws)).map_err(fail("open"))?;
+    if let Some(not_replayed) = replay_into(&mut target, &events.replay)? {
+        return Ok(not_replayed);
+    }
     let mut last = None;
     for e in &events.then {
-        let before = target.events().map_err(fail("events".into()))?.len() as u64;
+        let before = target.events().map_err(fail("events"))?.len() as u64;
         match target.append(e) {
             Ok(seq) => last = Some(seq),
             Err(err) => {
-                let after = target.events().map_err(fail("events".into()))?.len() as u64;
+                let after = target.events().map_err(fail("events"))?.len() as u64;
                 return refused(
                     &format!("append of {}", e.type_name()),
                     err,
@@ -1190,6 +1612,49 @@ fn child_ledger(args: &ChildArgs) -> Result<ProbeReply, String> {
     }
     let seq = last.ok_or("the ledger probe appends nothing")?;
     Ok(ProbeReply::Accepted { seq })
+}
+
+fn child_rule(args: &ChildArgs) -> Result<ProbeReply, String> {
+    let events: RuleEvents = read_events(args)?;
+    let ws = args.workspace.as_deref().ok_or("--workspace is required")?;
+    let mut target = Target::open(args, Some(ws)).map_err(fail("open"))?;
+    if let Some(not_replayed) = replay_into(&mut target, &events.replay)? {
+        return Ok(not_replayed);
+    }
+    if let Some((call_id, phase)) = &events.recover {
+        let state = target.recover().map_err(fail("recover"))?;
+        let marked = state.uncertain.iter().find(|u| &u.call_id == call_id);
+        if marked.map(|u| u.phase) != Some(*phase) {
+            // Not this probe's to judge: the crash trials check the marks.
+            return Ok(ProbeReply::NotReplayed {
+                message: format!(
+                    "recovery marked call {call_id} {}, not {phase:?} (the crash trials judge the marks)",
+                    marked.map_or("not at all".to_string(), |u| format!("{:?}", u.phase))
+                ),
+            });
+        }
+    }
+    if let Some(not_replayed) = replay_into(&mut target, &events.then)? {
+        return Ok(not_replayed);
+    }
+    let before = target.events().map_err(fail("events"))?.len() as u64;
+    match target.append(&events.forbidden) {
+        Ok(seq) => Ok(ProbeReply::Accepted { seq }),
+        Err(err @ ChildError::Refused { .. }) => {
+            // Closed and opened again: a refused event must not be on disk.
+            drop(target);
+            let mut again = Target::open(args, None).map_err(fail("open again"))?;
+            let after = again.events().map_err(fail("events"))?.len() as u64;
+            refused(
+                &format!("append of {}", events.forbidden.type_name()),
+                err,
+                Some((before, after)),
+            )
+        }
+        Err(ChildError::Failed(m)) => {
+            Err(format!("append of {}: {m}", events.forbidden.type_name()))
+        }
+    }
 }
 
 #[cfg(test)]
@@ -1236,6 +1701,8 @@ mod tests {
             "zeros@sessions/s/events.jsonl:40+62",
             "ledger@op-deploy-1",
             "ledger-retry@op-deploy-1",
+            "rule-no-operation-id@op-deploy-1",
+            "rule-restart-unreconciled@op:with:colons",
             "lock",
         ] {
             let p: Probe = s.parse().unwrap();
@@ -1251,6 +1718,9 @@ mod tests {
             "zeros@x:3",
             "zeros@x:3+0",
             "zeros@../x:3+1",
+            "rule-no-operation-id@",
+            "rule-zap@op",
+            "rule@op",
         ] {
             assert!(bad.parse::<Probe>().is_err(), "{bad}");
         }
@@ -1334,6 +1804,131 @@ mod tests {
         assert!(judge_ledger("op", &reference[2], true, &refused("io", 3))
             .unwrap()
             .is_some());
+    }
+
+    /// A run that calls a side effect, starts and commits it.
+    fn side_effect_log() -> Vec<Record> {
+        use agentchaos_protocol::event::Effect;
+        let mut log = log();
+        log.truncate(2);
+        log.push(rec(
+            2,
+            Event::UserMessage {
+                parent: None,
+                text: "deploy".into(),
+            },
+        ));
+        log.push(rec(
+            3,
+            Event::ToolCall {
+                parent: Some(event_id(2)),
+                call_id: "c".into(),
+                tool: "deploy".into(),
+                args: serde_json::json!({}),
+                effect: Effect::SideEffect,
+                operation_id: Some("op".into()),
+                target: None,
+                needs_approval: false,
+            },
+        ));
+        log.push(rec(
+            4,
+            Event::ToolStarted {
+                call_id: "c".into(),
+            },
+        ));
+        log.push(rec(
+            5,
+            Event::EffectCommitted {
+                call_id: "c".into(),
+                operation_id: "op".into(),
+                external_ref: "x".into(),
+            },
+        ));
+        log
+    }
+
+    #[test]
+    fn the_rules_probes_run_once_on_the_first_committed_operation() {
+        let dir = tempfile::tempdir().unwrap();
+        let reference = side_effect_log();
+        let probes = plan(
+            &[Capability::EffectLedger],
+            dir.path(),
+            &reference,
+            &mut Rng::new(1),
+        )
+        .unwrap();
+        let rules: Vec<&Probe> = probes
+            .iter()
+            .filter(|p| matches!(p, Probe::Rule { .. }))
+            .collect();
+        assert_eq!(rules.len(), RuleCase::ALL.len(), "{probes:?}");
+        assert!(rules
+            .iter()
+            .all(|p| p.capability() == Capability::EffectLedger));
+        let at = Situation::find(&reference, "op").unwrap();
+        assert_eq!((at.call, at.started, at.commit), (3, 4, 5));
+        assert!(at.side_effect);
+        // The replay stops before the append the rule is about.
+        assert_eq!(at.replay(at.call).unwrap().len(), 2);
+        // Not claimed: no rules probe.
+        let none = plan(
+            &[Capability::DamageRefusal],
+            dir.path(),
+            &reference,
+            &mut Rng::new(1),
+        )
+        .unwrap();
+        assert!(none.iter().all(|p| !matches!(p, Probe::Rule { .. })));
+    }
+
+    #[test]
+    fn a_forbidden_append_accepted_or_left_in_the_log_is_a_violation() {
+        let reference = side_effect_log();
+        let call = &reference[3];
+        let case = RuleCase::NoOperationId;
+        let refused = |kind: &str, after: u64| ProbeReply::Refused {
+            at: "append of tool_call".into(),
+            kind: kind.into(),
+            message: "m".into(),
+            events_before: Some(3),
+            events_after: Some(after),
+        };
+        assert!(judge_rule(case, "how", call, &refused("rule", 3))
+            .unwrap()
+            .is_none());
+        let kept = judge_rule(case, "how", call, &refused("rule", 4))
+            .unwrap()
+            .expect("a refused event on disk after reopening");
+        assert_eq!(kept.invariant, Invariant::RuleRefused);
+        assert!(kept.found.contains("was written"), "{}", kept.found);
+        let io = judge_rule(case, "how", call, &refused("io", 3))
+            .unwrap()
+            .unwrap();
+        assert!(io.found.contains("`io` refusal"), "{}", io.found);
+        let accepted = judge_rule(case, "how", call, &ProbeReply::Accepted { seq: 3 })
+            .unwrap()
+            .unwrap();
+        assert!(
+            accepted
+                .found
+                .contains("a side effect needs an operation id"),
+            "{}",
+            accepted.found
+        );
+        assert!(
+            accepted.events[0].contains("tool_call c"),
+            "{:?}",
+            accepted.events
+        );
+        let not_reached = ProbeReply::NotReplayed {
+            message: "m".into(),
+        };
+        assert!(judge_rule(case, "how", call, &not_reached)
+            .unwrap()
+            .is_none());
+        assert!(judge_rule(case, "how", call, &ProbeReply::SecondOpened).is_err());
     }
 
     #[test]

@@ -49,10 +49,13 @@ pub enum Invariant {
     SecondWriterRefused,
     BlobReadable,
     ContextWindow,
+    /// A probe, not a trial check (`crate::campaign::probe`).
+    RuleRefused,
+    QuarantineRecorded,
 }
 
 impl Invariant {
-    pub const ALL: [Invariant; 14] = [
+    pub const ALL: [Invariant; 16] = [
         Invariant::OrphanMarkedUncertain,
         Invariant::EffectAtMostOnce,
         Invariant::AckedDurable,
@@ -67,6 +70,8 @@ impl Invariant {
         Invariant::SecondWriterRefused,
         Invariant::BlobReadable,
         Invariant::ContextWindow,
+        Invariant::RuleRefused,
+        Invariant::QuarantineRecorded,
     ];
 
     pub fn name(self) -> &'static str {
@@ -85,6 +90,8 @@ impl Invariant {
             Invariant::SecondWriterRefused => "second-writer-refused",
             Invariant::BlobReadable => "blob-readable",
             Invariant::ContextWindow => "context-window",
+            Invariant::RuleRefused => "rule-refused",
+            Invariant::QuarantineRecorded => "quarantine-recorded",
         }
     }
 
@@ -104,6 +111,8 @@ impl Invariant {
             Invariant::SecondWriterRefused => "while one process holds a session open, a second open of it is refused with `locked`: two writers would hand out the same seqs and one's acknowledged events would be lost",
             Invariant::BlobReadable => "every blob a durable event references reads back with its size and digest, after every crash and power loss",
             Invariant::ContextWindow => "the context after a recovery shows the active compaction's summary, then the messages of the active branch inside the compaction window in order, and nothing from before the window or from another branch; a budget drops the oldest messages first, never the summary or the recovery lines",
+            Invariant::RuleRefused => "an append the session rules forbid (a side effect without an operation id, a committed operation called again, a commit before its intent, a committed or unreconciled call started again) is refused with `rule` and is not in the log after reopening",
+            Invariant::QuarantineRecorded => "after a recovery, every torn tail seen after an earlier crash is kept whole in a quarantine file of the session directory that a durable tail_quarantined names at the offset it was cut from, and every quarantine file there is named by one (where the harness reads the session directory)",
             Invariant::FailedSyncNotAcked => "after a write fails (ENOSPC) or an fsync fails (EIO), nothing is acknowledged until the file is written again and synced: a retried fsync proves nothing, the kernel may have dropped the unsynced pages",
         }
     }
@@ -173,6 +182,7 @@ pub fn check(h: &History, reference: Option<&Reference>) -> Vec<Violation> {
         well_formed(m, &mut out);
         acked_durable(h, m, &mut out);
         blobs_readable(m, &mut out);
+        quarantine_recorded(h, m, &mut out);
     }
     if let (Some(reference), Some(first)) = (reference, h.after_kill.first()) {
         prefix_of_reference(h, first, reference, &mut out);
@@ -208,6 +218,7 @@ pub fn check_recovery(h: &History, reference: &Reference) -> Vec<Violation> {
         well_formed(m, &mut out);
         acked_durable(h, m, &mut out);
         blobs_readable(m, &mut out);
+        quarantine_recorded(h, m, &mut out);
     }
     if let Some(first) = h.after_kill.first() {
         prefix_of_reference(h, first, reference, &mut out);
@@ -307,6 +318,79 @@ fn well_formed(m: &Moment<'_>, out: &mut Vec<Violation>) {
             "no torn tail after recovery (it must be cut before anything is appended)".into(),
             t.clone(),
             tail(&m.obs.records, 3),
+        ));
+    }
+}
+
+/// quarantine-recorded, after a recovery, where the harness reads the
+/// session directory: every torn tail an earlier life's crash left (seen
+/// after that crash) is kept whole, byte for byte, in a quarantine file
+/// that a durable `tail_quarantined` names with the offset the tail was
+/// cut from; and every quarantine file in the directory is named by one.
+/// A cut that overwrites an earlier one (two cuts at one offset), or one
+/// that no event records, fails it.
+fn quarantine_recorded(h: &History, m: &Moment<'_>, out: &mut Vec<Violation>) {
+    let Some(files) = m.obs.quarantine.as_ref().filter(|_| m.recovered) else {
+        return;
+    };
+    let named: Vec<(&str, u64, &Record)> = m
+        .obs
+        .records
+        .iter()
+        .filter_map(|r| match r.event() {
+            Some(Event::TailQuarantined { file, offset, .. }) => Some((file.as_str(), *offset, r)),
+            _ => None,
+        })
+        .collect();
+    for (name, bytes) in files {
+        if !named.iter().any(|(f, _, _)| f == name) {
+            out.push(v(
+                Invariant::QuarantineRecorded,
+                &m.when,
+                "every quarantine file in the session directory named by a durable tail_quarantined".into(),
+                format!(
+                    "{name} ({} bytes) is named by no event: the cut it keeps is silent",
+                    bytes.len()
+                ),
+                vec![],
+            ));
+        }
+    }
+    for (life, seen) in h.after_kill.iter().enumerate().take(m.acked_by_lives) {
+        let Some((offset, torn)) = &seen.torn_bytes else {
+            continue;
+        };
+        let at_offset: Vec<_> = named.iter().filter(|(_, o, _)| o == offset).collect();
+        let kept = at_offset
+            .iter()
+            .any(|(f, _, _)| files.iter().any(|(name, bytes)| name == f && bytes == torn));
+        if kept {
+            continue;
+        }
+        let found = if at_offset.is_empty() {
+            format!("no tail_quarantined names a cut at offset {offset}")
+        } else {
+            let held: Vec<String> = at_offset
+                .iter()
+                .map(|(f, _, _)| match files.iter().find(|(name, _)| name == f) {
+                    Some((_, b)) => format!("{f} holds {} other bytes", b.len()),
+                    None => format!("{f} is not in the session directory"),
+                })
+                .collect();
+            format!(
+                "{}: the torn bytes are gone (a later cut at the same offset overwrote them?)",
+                held.join("; ")
+            )
+        };
+        out.push(v(
+            Invariant::QuarantineRecorded,
+            &m.when,
+            format!(
+                "the torn tail seen after life {life}'s crash ({} bytes from offset {offset}) kept whole in a quarantine file a durable tail_quarantined names at offset {offset}",
+                torn.len()
+            ),
+            found,
+            at_offset.iter().map(|(_, _, r)| describe_record(r)).collect(),
         ));
     }
 }
@@ -1473,6 +1557,8 @@ mod tests {
             checkpoint: CheckpointView::Absent,
             records,
             blobs: Vec::new(),
+            torn_bytes: None,
+            quarantine: None,
         }
     }
 
@@ -1824,7 +1910,9 @@ mod tests {
                 "failed-sync-not-acked",
                 "second-writer-refused",
                 "blob-readable",
-                "context-window"
+                "context-window",
+                "rule-refused",
+                "quarantine-recorded"
             ]
         );
         for i in Invariant::ALL {

@@ -781,6 +781,24 @@ pub fn restarts(trace: &Trace) -> Vec<Plan> {
         .collect()
 }
 
+/// The first life's tear after which a restarted life is traced and torn
+/// again ([`LaterTrace::torn_again`]): everything but the last byte of the
+/// last event-log write after which a recovery has work. The next open
+/// cuts the fragment and appends its `tail_quarantined` at the offset of
+/// the cut; tearing that write too makes the open after it cut at the same
+/// offset again.
+pub fn tear_restart(trace: &Trace) -> Option<Plan> {
+    let h = trace
+        .hits
+        .iter()
+        .enumerate()
+        .rposition(|(h, name)| name == LOG_WRITE && trace.recovery_work[h] > 0)?;
+    Some(Plan::first(Crash::Tear {
+        at: h as u64,
+        bytes: u64::from(u32::MAX),
+    }))
+}
+
 /// Of [`restarts`], the one whose recovery has the most work (the latest
 /// on a tie): where the syscall nemesis and the third life are traced.
 pub fn deepest_restart(trace: &Trace) -> Option<Plan> {
@@ -803,6 +821,10 @@ pub struct LaterTrace {
     /// Crash it at every hit to its end, not only through its recovery
     /// and the [`RESUMED_HITS`] after it.
     pub every_point: bool,
+    /// A life after a torn write ([`tear_restart`]): only torn again, at
+    /// each write through its recovery, the first of them the record of
+    /// the cut, so that the next open cuts twice at one offset.
+    pub torn_again: bool,
 }
 
 /// How many hits after its recovery a restarted life is crashed at (unless
@@ -846,8 +868,21 @@ impl LaterTrace {
         }
     }
 
-    /// A kill at every hit and a tear at every write hit of its [`span`](Self::span).
+    /// A kill at every hit and a tear at every write hit of its
+    /// [`span`](Self::span); after a tear ([`Self::torn_again`]), only the
+    /// tears of the writes before its recovery ends.
     pub fn point_plans(&self, rng: &mut Rng) -> Vec<Plan> {
+        if self.torn_again {
+            return (0..self.recovered_at())
+                .filter(|&h| self.hits[h].ends_with(WRITE_SUFFIX))
+                .map(|h| {
+                    self.before.then(Crash::Tear {
+                        at: h as u64,
+                        bytes: tear_bytes(rng),
+                    })
+                })
+                .collect();
+        }
         let span = self.span();
         let mut plans: Vec<Plan> = (0..span as u64)
             .map(|at| self.before.then(Crash::Kill { at }))
@@ -1053,6 +1088,44 @@ mod tests {
     }
 
     #[test]
+    fn a_life_after_a_tear_is_torn_again_only_through_its_recovery() {
+        let log = "log.write\nlog.fdatasync\n10 /l\nagent.x\nlog.write\nlog.fdatasync\n20 /l\n";
+        let t = Trace::from_log(log, &[10, 20], &[0, 1, 2], 5);
+        let before = tear_restart(&t).expect("a log write with recovery work after it");
+        assert_eq!(before.to_string(), "tear@3:4294967295");
+        let hits = [
+            "repair.truncate",
+            "repair.fdatasync",
+            "repair.record",
+            "log.write",
+            "log.fdatasync",
+            "recovery.begin",
+            "log.write",
+            "log.fdatasync",
+            "recovery.end",
+            "agent.x",
+            "log.write",
+        ];
+        let later = LaterTrace {
+            before,
+            hits: hits.iter().map(|h| h.to_string()).collect(),
+            syscalls: None,
+            every_point: false,
+            torn_again: true,
+        };
+        let plans = later.point_plans(&mut Rng::new(1));
+        let at: Vec<Option<Crash>> = plans.iter().map(|p| p.crash_of(1)).collect();
+        assert_eq!(
+            plans.len(),
+            2,
+            "the record of the cut and the recovery's mark: {plans:?}"
+        );
+        assert!(matches!(at[0], Some(Crash::Tear { at: 3, .. })), "{at:?}");
+        assert!(matches!(at[1], Some(Crash::Tear { at: 6, .. })), "{at:?}");
+        assert!(plans.iter().all(|p| p.crash == Some(before.crash.unwrap())));
+    }
+
+    #[test]
     fn restarted_lives_are_crashed_through_their_recovery_and_the_deepest_everywhere() {
         // Two appends; recovery has work after each.
         let log = "log.write\nlog.fdatasync\n10 /l\nagent.x\nlog.write\nlog.fdatasync\n20 /l\n";
@@ -1078,6 +1151,7 @@ mod tests {
             hits,
             syscalls: None,
             every_point: false,
+            torn_again: false,
         };
         assert_eq!(later.span(), 2 + RESUMED_HITS);
         let plans = later.point_plans(&mut Rng::new(1));
@@ -1098,6 +1172,7 @@ mod tests {
             hits: later.hits.clone(),
             syscalls: None,
             every_point: true,
+            torn_again: false,
         };
         assert_eq!(life2.next_restart(), None, "lives 1 and 2 only");
         assert!(life2

@@ -102,8 +102,14 @@ pub fn row_of(invariant: Invariant) -> Row {
         | Invariant::RunsClosed
         | Invariant::RecoveryIdempotent => Row::Capability(C::OrphanMarking),
         Invariant::CheckpointProjection => Row::Capability(C::CheckpointProjection),
+        // A cut that keeps or records nothing of what it cut is the repair's.
+        Invariant::QuarantineRecorded => Row::Capability(C::TornTailRepair),
         Invariant::DamageRefused => Row::Capability(C::DamageRefusal),
-        Invariant::LedgerRefusesDoubleCommit => Row::Capability(C::EffectLedger),
+        // The rules the probe tries are those that keep an effect from
+        // running twice: the ledger's.
+        Invariant::LedgerRefusesDoubleCommit | Invariant::RuleRefused => {
+            Row::Capability(C::EffectLedger)
+        }
         Invariant::SecondWriterRefused => Row::Capability(C::WriterLock),
         Invariant::BlobReadable => Row::Capability(C::Blobs),
         Invariant::ContextWindow => Row::Capability(C::Compaction),
@@ -167,7 +173,9 @@ fn exercised(row: Row, result: &CampaignResult) -> (usize, &'static str) {
         Row::Capability(C::TornTailRepair) => (trials(|e| e.torn_tail), "trials left a torn tail"),
         Row::Capability(C::DamageRefusal) => (probes(C::DamageRefusal), "damage probes"),
         Row::Capability(C::OrphanMarking) => (trials(|e| e.recovery_work), "recoveries with work"),
-        Row::Capability(C::EffectLedger) => (probes(C::EffectLedger), "double-commit probes"),
+        Row::Capability(C::EffectLedger) => {
+            (probes(C::EffectLedger), "ledger and session-rule probes")
+        }
         Row::Capability(C::CheckpointProjection) => {
             (trials(|e| e.projection), "trials compared projections")
         }

@@ -202,6 +202,12 @@ pub struct Observation {
     pub checkpoint: CheckpointView,
     /// Every blob a record references, read back through the store.
     pub blobs: Vec<BlobRead>,
+    /// The torn tail's offset and bytes, when the harness reads the log's bytes.
+    pub torn_bytes: Option<(u64, Vec<u8>)>,
+    /// The quarantine files in the session directory (where a store that
+    /// cuts a torn tail saved it), by name, with their bytes; `None` when
+    /// the harness cannot read the session directory (an adapter).
+    pub quarantine: Option<Vec<(String, Vec<u8>)>>,
 }
 
 /// One blob a record references, as the store served it back.
@@ -259,6 +265,8 @@ impl Observation {
             bytes: None,
             checkpoint: CheckpointView::Opaque,
             blobs: Vec::new(),
+            torn_bytes: None,
+            quarantine: None,
         }
     }
 }
@@ -370,6 +378,7 @@ fn observe_reference(paths: &SessionPaths) -> StoreResult<Observation> {
     let mut offsets = Vec::new();
     let mut torn = None;
     let mut damage = None;
+    let mut torn_bytes = None;
     let mut end = 0;
     if !bytes.is_empty() {
         let mut scanner = Scanner::new(&bytes[..], &events, LogPosition::START);
@@ -387,6 +396,10 @@ fn observe_reference(paths: &SessionPaths) -> StoreResult<Observation> {
             }
         }
         torn = scanner.torn().map(|t| t.to_string());
+        torn_bytes = scanner.torn().map(|t| {
+            let end = (t.offset + t.len).min(bytes.len() as u64);
+            (t.offset, bytes[t.offset as usize..end as usize].to_vec())
+        });
         end = scanner.position().offset;
     }
     let ends: Vec<u64> = offsets
@@ -449,6 +462,8 @@ fn observe_reference(paths: &SessionPaths) -> StoreResult<Observation> {
         records,
         ends,
         torn,
+        torn_bytes,
+        quarantine: Some(quarantine_files(paths)?),
         damage,
         bytes: Some(LogBytes {
             len: bytes.len() as u64,
@@ -456,6 +471,29 @@ fn observe_reference(paths: &SessionPaths) -> StoreResult<Observation> {
         }),
         checkpoint,
     })
+}
+
+/// agentstore's quarantine files (`events.jsonl.torn-<offset>[.<n>]` in
+/// the session directory), sorted by name, with their bytes.
+fn quarantine_files(paths: &SessionPaths) -> StoreResult<Vec<(String, Vec<u8>)>> {
+    let dir = paths.dir();
+    let entries = match std::fs::read_dir(dir) {
+        Ok(e) => e,
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(Vec::new()),
+        Err(e) => return Err(StoreError::other(format!("read {}: {e}", dir.display()))),
+    };
+    let mut out = Vec::new();
+    for entry in entries {
+        let entry = entry.map_err(|e| StoreError::other(format!("read {}: {e}", dir.display())))?;
+        let name = entry.file_name().to_string_lossy().into_owned();
+        if name.starts_with(agentstore::layout::QUARANTINE_PREFIX) {
+            let bytes = std::fs::read(entry.path())
+                .map_err(|e| StoreError::other(format!("read {}: {e}", entry.path().display())))?;
+            out.push((name, bytes));
+        }
+    }
+    out.sort();
+    Ok(out)
 }
 
 impl SessionStore for ReferenceStore {

@@ -63,6 +63,10 @@ const NOT_APPLICABLE: &[NotApplicable] = &[
         check: "the log's bytes unchanged by a second recovery: judged on the events (same records, nothing appended)",
     },
     NotApplicable {
+        invariant: "quarantine-recorded",
+        check: "every cut torn tail kept in a file of the session directory that a durable event names: the store's files are its own (the power-loss campaign reads them only for an adapter that says it is agentstore); its torn-tail report at open and the events it serves are judged instead (log-prefix)",
+    },
+    NotApplicable {
         invariant: "checkpoint-projection",
         check: "the snapshot on disk (its offset, its projection, snapshot + tail): the store keeps it to itself; only the projection it serves (when it claims checkpoint_projection) is compared with the fold of its events",
     },
