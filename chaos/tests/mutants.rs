@@ -158,7 +158,7 @@ fn sqlite_double_commit_fails_effect_ledger_and_its_probe_replays() {
 #[test]
 fn sqlite_rerun_committed_fails_effect_ledger_by_the_rules_probe() {
     let report = caught(&Expect {
-        store: Store::Sqlite(Some("rerun-committed")),
+        store: Store::Sqlite("rerun-committed"),
         scenario: "small",
         invariant: "rule-refused",
         fails: "effect_ledger",
