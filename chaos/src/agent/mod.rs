@@ -190,7 +190,8 @@ pub fn run(args: &AgentArgs, backend: &dyn StoreBackend) -> Result<(), AgentErro
 }
 
 /// Why the agent stopped short of the end of its scenario, and whose
-/// failure that is: the agent process exits [`AgentError::exit_code`].
+/// failure that is: the agent process exits 1 for the store's, and
+/// [`EXIT_HARNESS_FAILED`] for the harness's.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 pub enum AgentError {
     /// The store failed or refused, or what it keeps does not follow the
