@@ -778,22 +778,7 @@ fn ledger(
             ),
         )
     };
-    let file = dir.join("events.json");
-    std::fs::write(
-        &file,
-        serde_json::to_vec(&events).expect("events serialize"),
-    )
-    .map_err(|e| format!("{}: {e}", file.display()))?;
-    let ws = dir.join("ws");
-    std::fs::create_dir_all(&ws).map_err(|e| format!("{}: {e}", ws.display()))?;
-    let reply = child(
-        setup,
-        "ledger",
-        &dir.join("root"),
-        "ledger-probe",
-        Some(&ws),
-        &[std::ffi::OsStr::new("--events"), file.as_os_str()],
-    )?;
+    let reply = child_with_events(setup, dir, "ledger", "ledger-probe", &events)?;
     let told = format!("{how}: {}", tell(&reply));
     Ok((
         told,
@@ -832,31 +817,10 @@ pub fn judge_ledger(
         events: vec![describe_record(first)],
     }
     };
-    Ok(match reply {
-        ProbeReply::Refused {
-            kind,
-            events_before,
-            events_after,
-            ..
-        } if kind == ErrorKind::Rule.name() => match (events_before, events_after) {
-            (Some(b), Some(a)) if a > b => Some(violation(format!(
-                "refused, but the session grew from {b} to {a} events"
-            ))),
-            _ => None,
-        },
-        ProbeReply::Refused {
-            at, kind, message, ..
-        } => Some(violation(format!(
-            "a `{kind}` refusal at {at}, not `rule`: {message}"
-        ))),
-        ProbeReply::Accepted { seq } => Some(violation(format!(
-            "accepted and acknowledged at seq {seq}: operation {operation} is committed twice"
-        ))),
-        ProbeReply::NotReplayed { .. } => None,
-        ProbeReply::Served { .. } | ProbeReply::Crashed { .. } | ProbeReply::SecondOpened => {
-            return Err("the ledger probe got another probe's reply".into())
-        }
-    })
+    Ok(not_refused_by_rule(reply, "the ledger probe", |seq| {
+        format!("accepted and acknowledged at seq {seq}: operation {operation} is committed twice")
+    })?
+    .map(violation))
 }
 
 /// Where the first commit of an operation sits in the crash-free run.
@@ -1080,22 +1044,7 @@ fn rule(
             )
         }
     };
-    let file = dir.join("events.json");
-    std::fs::write(
-        &file,
-        serde_json::to_vec(&events).expect("events serialize"),
-    )
-    .map_err(|e| format!("{}: {e}", file.display()))?;
-    let ws = dir.join("ws");
-    std::fs::create_dir_all(&ws).map_err(|e| format!("{}: {e}", ws.display()))?;
-    let reply = child(
-        setup,
-        "rule",
-        &dir.join("root"),
-        "rule-probe",
-        Some(&ws),
-        &[std::ffi::OsStr::new("--events"), file.as_os_str()],
-    )?;
+    let reply = child_with_events(setup, dir, "rule", "rule-probe", &events)?;
     let told = format!("{how}: {}", tell(&reply));
     Ok((
         told,
@@ -1126,6 +1075,25 @@ pub fn judge_rule(
         events: vec![describe_record(call)],
     }
     };
+    Ok(not_refused_by_rule(reply, "the rules probe", |seq| {
+        format!(
+            "accepted and acknowledged at seq {seq}: the store does not enforce \"{}\"",
+            case.rule()
+        )
+    })?
+    .map(violation))
+}
+
+/// What is wrong with `reply` to an append the session rules forbid: None
+/// for a `rule` refusal after which the reopened session holds no more
+/// events than before (or a probe not carried out), else what was found;
+/// `accepted` words an acknowledgement at a seq. `probe` names the probe
+/// in the error for another probe's reply.
+fn not_refused_by_rule(
+    reply: &ProbeReply,
+    probe: &str,
+    accepted: impl FnOnce(u64) -> String,
+) -> Result<Option<String>, String> {
     Ok(match reply {
         ProbeReply::Refused {
             kind,
@@ -1133,23 +1101,18 @@ pub fn judge_rule(
             events_after,
             ..
         } if kind == ErrorKind::Rule.name() => match (events_before, events_after) {
-            (Some(b), Some(a)) if a > b => Some(violation(format!(
+            (Some(b), Some(a)) if a > b => Some(format!(
                 "refused, but after reopening the session holds {a} events, not the {b} it held before: the refused event was written"
-            ))),
+            )),
             _ => None,
         },
         ProbeReply::Refused {
             at, kind, message, ..
-        } => Some(violation(format!(
-            "a `{kind}` refusal at {at}, not `rule`: {message}"
-        ))),
-        ProbeReply::Accepted { seq } => Some(violation(format!(
-            "accepted and acknowledged at seq {seq}: the store does not enforce \"{}\"",
-            case.rule()
-        ))),
+        } => Some(format!("a `{kind}` refusal at {at}, not `rule`: {message}")),
+        ProbeReply::Accepted { seq } => Some(accepted(*seq)),
         ProbeReply::NotReplayed { .. } => None,
         ProbeReply::Served { .. } | ProbeReply::Crashed { .. } | ProbeReply::SecondOpened => {
-            return Err("the rules probe got another probe's reply".into())
+            return Err(format!("{probe} got another probe's reply"))
         }
     })
 }
@@ -1187,6 +1150,31 @@ pub fn judge_lock(reply: &ProbeReply) -> Result<Option<Violation>, String> {
         )),
         _ => return Err("the lock probe got another probe's reply".into()),
     })
+}
+
+/// Writes `events` where the probe child reads them (`--events FILE`) and
+/// runs probe `kind` on a fresh session `session` under `dir`, with a
+/// workspace.
+fn child_with_events(
+    setup: &ProbeSetup<'_>,
+    dir: &Path,
+    kind: &str,
+    session: &str,
+    events: &impl serde::Serialize,
+) -> Result<ProbeReply, String> {
+    let file = dir.join("events.json");
+    std::fs::write(&file, serde_json::to_vec(events).expect("events serialize"))
+        .map_err(|e| format!("{}: {e}", file.display()))?;
+    let ws = dir.join("ws");
+    std::fs::create_dir_all(&ws).map_err(|e| format!("{}: {e}", ws.display()))?;
+    child(
+        setup,
+        kind,
+        &dir.join("root"),
+        session,
+        Some(&ws),
+        &[std::ffi::OsStr::new("--events"), file.as_os_str()],
+    )
 }
 
 /// Runs `agentchaos probe` with the store's flags and parses its reply.
