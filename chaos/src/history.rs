@@ -77,6 +77,29 @@ pub struct Life {
     pub micros: u64,
 }
 
+impl Life {
+    /// Life `index` as it starts (to be killed at hit `kill_at`, if any):
+    /// nothing written, recovered or observed yet; its end is filled in
+    /// when it ends.
+    pub fn started(index: u32, kill_at: Option<u64>) -> Life {
+        Life {
+            index,
+            kill_at,
+            writes: Vec::new(),
+            recovered: None,
+            after_recovery: None,
+            recovered_again: None,
+            after_second_recovery: None,
+            done: false,
+            end: LifeEnd::Exited(0),
+            stderr: String::new(),
+            trace: None,
+            syscalls: None,
+            micros: 0,
+        }
+    }
+}
+
 /// A process tree that ran under the syscall tracer.
 #[derive(Debug, Clone)]
 pub struct SyscallLife {

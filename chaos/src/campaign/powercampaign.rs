@@ -366,8 +366,6 @@ impl<'a> Judge<'a> {
         };
         let k = state.crash_after;
         let life0 = Life {
-            index: 0,
-            kill_at: None,
             writes: self
                 .recording
                 .appends
@@ -380,16 +378,8 @@ impl<'a> Judge<'a> {
                     refused: false,
                 })
                 .collect(),
-            recovered: None,
-            after_recovery: None,
-            recovered_again: None,
-            after_second_recovery: None,
-            done: false,
             end: LifeEnd::Killed,
-            stderr: String::new(),
-            trace: None,
-            syscalls: None,
-            micros: 0,
+            ..Life::started(0, None)
         };
         let before = match self.observe(&spec) {
             Ok(o) => o,
@@ -431,9 +421,6 @@ impl<'a> Judge<'a> {
         };
         let (report, contexts, projection) = first;
         let life1 = Life {
-            index: 1,
-            kill_at: None,
-            writes: Vec::new(),
             recovered: Some(RecoveryReport {
                 appended: report.appended,
                 interrupted: report.interrupted_runs,
@@ -452,12 +439,7 @@ impl<'a> Judge<'a> {
             after_recovery: Some(after1),
             recovered_again: Some(again),
             after_second_recovery: Some(after2.clone()),
-            done: false,
-            end: LifeEnd::Exited(0),
-            stderr: String::new(),
-            trace: None,
-            syscalls: None,
-            micros: 0,
+            ..Life::started(1, None)
         };
         let h = History {
             lives: vec![life0, life1],

@@ -451,21 +451,7 @@ fn run_life(
         running,
     } = start(cmd, syscall.clone(), setup.agent_exe)?;
     let (timer_tx, timer_thread) = arm_timer(killer.clone(), timer.unwrap_or(WATCHDOG));
-    let mut life = Life {
-        index,
-        kill_at,
-        writes: Vec::new(),
-        recovered: None,
-        after_recovery: None,
-        recovered_again: None,
-        after_second_recovery: None,
-        done: false,
-        end: LifeEnd::Exited(0),
-        stderr: String::new(),
-        trace: None,
-        syscalls: None,
-        micros: 0,
-    };
+    let mut life = Life::started(index, kill_at);
     let reading = follow(stdout, &mut stdin, &mut life, observe);
     if reading.failure.is_some() {
         // Never leave a paused agent behind.
@@ -757,19 +743,9 @@ mod tests {
 
     fn ended(end: LifeEnd, stderr: &str) -> Life {
         Life {
-            index: 0,
-            kill_at: None,
-            writes: Vec::new(),
-            recovered: None,
-            after_recovery: None,
-            recovered_again: None,
-            after_second_recovery: None,
-            done: false,
             end,
             stderr: stderr.to_string(),
-            trace: None,
-            syscalls: None,
-            micros: 0,
+            ..Life::started(0, None)
         }
     }
 

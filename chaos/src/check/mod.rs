@@ -1564,8 +1564,6 @@ mod tests {
 
     fn life(index: u32, writes: &[(&Event, u64)], end: LifeEnd) -> Life {
         Life {
-            index,
-            kill_at: None,
             writes: writes
                 .iter()
                 .map(|(e, seq)| Append {
@@ -1575,16 +1573,9 @@ mod tests {
                     refused: false,
                 })
                 .collect(),
-            recovered: None,
-            after_recovery: None,
-            recovered_again: None,
-            after_second_recovery: None,
             done: end == LifeEnd::Exited(0),
             end,
-            stderr: String::new(),
-            trace: None,
-            syscalls: None,
-            micros: 0,
+            ..Life::started(index, None)
         }
     }
 
