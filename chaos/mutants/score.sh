@@ -37,4 +37,4 @@ exec cargo mutants \
     --profile mutants \
     --output "${MUTANTS_OUT:-target/mutants-score}" \
     "$@" \
-    -- --test harness_alone
+    -- --test integration harness_alone::

@@ -3,9 +3,8 @@
 //! SQLite mutants must fail naming the invariant their broken promise
 //! belongs to; and the report must say which checks did not apply.
 
-#[path = "support/campaign.rs"]
-mod campaign;
-mod support;
+use crate::campaign;
+use crate::support;
 
 use std::path::{Path, PathBuf};
 use std::process::Command;

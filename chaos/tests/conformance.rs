@@ -4,7 +4,7 @@
 //! (`agentchaos::model::oracle`) reads from its events, keep every acknowledged event, and the two must agree with each
 //! other on events, recovery, refusals and projection.
 
-mod support;
+use crate::support;
 
 use std::path::Path;
 use std::time::Duration;

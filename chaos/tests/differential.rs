@@ -5,7 +5,7 @@
 //! at every crash and at the end both must serve the fold of their events
 //! as their projection and the same events.
 
-mod support;
+use crate::support;
 
 use std::collections::HashMap;
 use std::path::{Path, PathBuf};
@@ -318,7 +318,7 @@ fn run_seed(seed: u64, steps: usize) {
     for i in 0..steps {
         let step = draw(&mut rng, &memory);
         let context = format!(
-            "seed {seed}, step {i} ({step:?}); replay: {SEED_ENV}={seed} cargo test -p agentchaos --test differential"
+            "seed {seed}, step {i} ({step:?}); replay: {SEED_ENV}={seed} cargo test -p agentchaos --test integration differential::"
         );
         match &step {
             Step::Crash => {
@@ -386,7 +386,7 @@ fn run_seed(seed: u64, steps: usize) {
     }
     compare_state(
         &mut stores,
-        &format!("seed {seed}, end; replay: {SEED_ENV}={seed} cargo test -p agentchaos --test differential"),
+        &format!("seed {seed}, end; replay: {SEED_ENV}={seed} cargo test -p agentchaos --test integration differential::"),
     );
 }
 

@@ -14,13 +14,12 @@
 //! - A store that does not claim `torn_tail_repair` and appends onto a torn
 //!   tail is still torn, and fails `durable_append`.
 
-#[path = "support/campaign.rs"]
-mod campaign;
-mod support;
+use crate::campaign;
+use crate::support;
 
 use std::path::{Path, PathBuf};
 
-use campaign::row;
+use crate::campaign::row;
 
 fn fixture() -> PathBuf {
     Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/fixtures/small.json")

@@ -2,7 +2,7 @@
 //! the store failed (a violation, or an adapter protocol error that is the
 //! store's), 2 bad usage or input, 3 the harness itself failed.
 
-mod support;
+use crate::support;
 
 use std::path::{Path, PathBuf};
 use std::process::Output;

@@ -6,8 +6,7 @@ use std::path::{Path, PathBuf};
 
 use serde_json::Value;
 
-#[path = "support/campaign.rs"]
-mod campaign;
+use crate::campaign;
 
 /// The fixture a fault runs on: `small.json` unless [`FIXTURES`] names another.
 fn fixture(fault: Option<&str>) -> PathBuf {

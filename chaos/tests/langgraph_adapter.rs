@@ -9,8 +9,7 @@
 //! or the kit (it needs `jsonschema`); under `CI=true`, where `.ci/run`
 //! installs them, a missing package fails instead.
 
-#[path = "support/python.rs"]
-mod python;
+use crate::python;
 
 use std::path::{Path, PathBuf};
 use std::process::Command;

@@ -7,13 +7,12 @@
 //! capability needs a leaf move. The unmodified stores' scorecards are the
 //! control. (agentstore's other faults are caught in `tests/faults.rs`.)
 
-#[path = "support/campaign.rs"]
-mod campaign;
-mod support;
+use crate::campaign;
+use crate::support;
 
 use std::path::{Path, PathBuf};
 
-use campaign::row;
+use crate::campaign::row;
 use serde_json::Value;
 
 fn scenario(name: &str) -> PathBuf {

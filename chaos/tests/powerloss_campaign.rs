@@ -4,7 +4,7 @@
 //! state and fails the same way.
 #![cfg(all(target_os = "linux", target_arch = "x86_64"))]
 
-mod support;
+use crate::support;
 
 use std::path::{Path, PathBuf};
 use std::process::{Command, Output};

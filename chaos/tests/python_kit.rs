@@ -9,16 +9,14 @@
 //! Skipped on a dev machine, with a line on stderr, when `python3` cannot
 //! import the kit (it needs `jsonschema`); fails under `CI=true`.
 
-#[path = "support/campaign.rs"]
-mod campaign;
-#[path = "support/python.rs"]
-mod python;
-mod support;
+use crate::campaign;
+use crate::python;
+use crate::support;
 
 use std::path::{Path, PathBuf};
 use std::process::{Command, Output};
 
-use campaign::row;
+use crate::campaign::row;
 
 fn hello_store() -> PathBuf {
     python::kit_dir().join("examples/hello_store.py")

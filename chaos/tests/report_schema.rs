@@ -4,8 +4,7 @@
 //! violations, every scorecard verdict), and a report that lost a key or
 //! changed format does not.
 
-#[path = "support/campaign.rs"]
-mod campaign;
+use crate::campaign;
 
 use std::path::Path;
 

@@ -11,7 +11,7 @@ use std::process::{Command, Stdio};
 use agentchaos::nemesis::powerloss::{Op, OpLog, Simulator, Tree};
 use agentchaos::nemesis::syscall::{Exit, TraceConfig, Traced};
 
-mod support;
+use crate::support;
 
 /// The scripted file-operation program (`examples/agentchaos-fsprobe.rs`).
 fn probe_bin() -> std::path::PathBuf {

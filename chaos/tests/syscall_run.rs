@@ -4,9 +4,8 @@
 //! real EIO must meet agentstore's poison path. Linux x86_64 only.
 #![cfg(all(target_os = "linux", target_arch = "x86_64"))]
 
-#[path = "support/campaign.rs"]
-mod campaign;
-mod support;
+use crate::campaign;
+use crate::support;
 
 use std::io::{Read, Write};
 use std::path::{Path, PathBuf};

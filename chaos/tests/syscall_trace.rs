@@ -12,7 +12,7 @@ use agentchaos::nemesis::syscall::{
     trace, Errno, Exit, FaultOutcome, FaultPlan, Outcome, SyscallFault, TraceConfig, Traced,
 };
 
-mod support;
+use crate::support;
 
 /// The scripted file-operation program (`examples/agentchaos-fsprobe.rs`).
 fn probe_bin() -> std::path::PathBuf {

@@ -1,6 +1,4 @@
-//! `agentchaos run` as the campaign tests drive it: included with
-//! `#[path = "support/campaign.rs"] mod campaign;` by the tests that run
-//! whole campaigns (the other tests would not use it).
+//! `agentchaos run` as the campaign tests drive it.
 
 use std::ffi::OsStr;
 use std::path::Path;
@@ -47,7 +45,6 @@ pub fn run(scenario: &Path, args: &[impl AsRef<OsStr>]) -> (i32, Value, String) 
 
 /// The scorecard row whose JSON key is `key` (a capability,
 /// `durable_append_power_loss`, or `outcome`).
-#[allow(dead_code)] // included by tests that read no rows
 pub fn row<'a>(report: &'a Value, key: &str) -> &'a Value {
     report["scorecard"]
         .as_array()
@@ -58,7 +55,6 @@ pub fn row<'a>(report: &'a Value, key: &str) -> &'a Value {
 }
 
 /// Violations of `invariant` in the first scenario of `report`.
-#[allow(dead_code)] // included by earned_verdicts.rs too, which reads rows instead
 pub fn count(report: &Value, invariant: &str) -> u64 {
     report["scenarios"][0]["violations_by_invariant"][invariant]
         .as_u64()
@@ -67,7 +63,6 @@ pub fn count(report: &Value, invariant: &str) -> u64 {
 
 /// Runs a printed replay command (`agentchaos replay …`) with this build's
 /// binary: the exit code and stdout.
-#[allow(dead_code)] // included by faults.rs too, which replays nothing
 pub fn replay(command: &str) -> (i32, String) {
     let words = shlex::split(command).unwrap();
     assert_eq!(words[0], "agentchaos", "{command}");

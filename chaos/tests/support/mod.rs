@@ -10,8 +10,7 @@
 //! run by hand) it uses whatever binary is there. Examples live in
 //! `target/<profile>/examples/`.
 
-// Each test binary (and the trace_overhead bench) compiles this module and
-// uses part of it.
+// The trace_overhead bench compiles this module too and uses part of it.
 #![allow(dead_code)]
 
 use std::collections::HashMap;

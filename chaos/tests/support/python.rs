@@ -3,9 +3,7 @@
 //! of this checkout rather than whatever version pip installed, and the
 //! skip rule: a test whose Python packages are missing says so on stderr
 //! and passes on a dev machine, and fails under `CI=true`, where `.ci/run`
-//! installs them. Included with `#[path = "support/python.rs"] mod python;`.
-
-#![allow(dead_code)] // each including test uses part of it
+//! installs them.
 
 use std::ffi::OsString;
 use std::io::Write;

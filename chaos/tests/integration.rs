@@ -1,0 +1,40 @@
+//! The harness's integration tests, as one test binary.
+//!
+//! Each module below was its own test binary; one binary links the harness
+//! once instead of twenty-two times and runs every test in one pool, so a
+//! long campaign test no longer leaves a core idle while its binary's last
+//! test finishes. Run one file's tests by its module path:
+//! `cargo test -p agentchaos --test integration faults::`.
+//!
+//! `support` (finding the workspace's binaries), `campaign` (`agentchaos
+//! run` as the campaign tests drive it) and `python` (the Python kit on
+//! `PYTHONPATH`) are shared by the modules.
+
+#[path = "support/campaign.rs"]
+mod campaign;
+#[path = "support/python.rs"]
+mod python;
+mod support;
+
+mod adapter_client;
+mod adapter_run;
+mod builtin_scenarios;
+mod cli;
+mod conformance;
+mod differential;
+mod earned_verdicts;
+mod exit_codes;
+mod faults;
+mod harness_alone;
+mod langgraph_adapter;
+mod layout;
+mod mutants;
+mod powerloss_campaign;
+mod powerloss_states;
+mod python_kit;
+mod random;
+mod report_schema;
+mod signals;
+mod syscall_record;
+mod syscall_run;
+mod syscall_trace;
