@@ -7,11 +7,13 @@
 //! `cargo test -p agentchaos --test integration faults::`.
 //!
 //! `support` (finding the workspace's binaries), `campaign` (`agentchaos
-//! run` as the campaign tests drive it) and `python` (the Python kit on
-//! `PYTHONPATH`) are shared by the modules.
+//! run` as the campaign tests drive it), `python` (the Python kit on
+//! `PYTHONPATH`) and `node` (the Node kit) are shared by the modules.
 
 #[path = "support/campaign.rs"]
 mod campaign;
+#[path = "support/node.rs"]
+mod node;
 #[path = "support/python.rs"]
 mod python;
 mod support;
@@ -29,6 +31,7 @@ mod harness_alone;
 mod langgraph_adapter;
 mod layout;
 mod mutants;
+mod node_kit;
 mod powerloss_campaign;
 mod powerloss_states;
 mod python_kit;

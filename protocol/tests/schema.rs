@@ -26,27 +26,32 @@ fn the_committed_schema_is_current() {
     );
 }
 
-/// The Python adapter kit ships a copy of the committed schema as package
-/// data (chaos/adapters/python/agentchaos_adapter/protocol.schema.json), so
-/// that it validates the same way wherever it is installed; it must be the
-/// same bytes. `UPDATE_SCHEMA=1` rewrites it too.
+/// The adapter kits ship a copy of the committed schema inside their
+/// packages (Python: package data; Node: `src/`), so that each validates
+/// the same way wherever it is installed; each must be the same bytes.
+/// `UPDATE_SCHEMA=1` rewrites them too.
 #[test]
-fn the_python_kit_ships_the_committed_schema() {
+fn the_adapter_kits_ship_the_committed_schema() {
     let root = Path::new(env!("CARGO_MANIFEST_DIR"));
-    let kit = root.join("../chaos/adapters/python/agentchaos_adapter/protocol.schema.json");
     let fresh = serde_json::to_string_pretty(&document()).expect("the schema serializes") + "\n";
-    if std::env::var_os("UPDATE_SCHEMA").is_some() {
-        std::fs::write(&kit, &fresh)
-            .unwrap_or_else(|e| panic!("cannot write {}: {e}", kit.display()));
-        return;
+    for copy in [
+        "../chaos/adapters/python/agentchaos_adapter/protocol.schema.json",
+        "../chaos/adapters/node/src/protocol.schema.json",
+    ] {
+        let kit = root.join(copy);
+        if std::env::var_os("UPDATE_SCHEMA").is_some() {
+            std::fs::write(&kit, &fresh)
+                .unwrap_or_else(|e| panic!("cannot write {}: {e}", kit.display()));
+            continue;
+        }
+        let packaged = std::fs::read_to_string(&kit)
+            .unwrap_or_else(|e| panic!("cannot read {}: {e}", kit.display()));
+        assert!(
+            packaged == fresh,
+            "{} is not the protocol's schema; regenerate it with `UPDATE_SCHEMA=1 cargo test -p agentchaos-protocol` and commit it",
+            kit.display()
+        );
     }
-    let packaged = std::fs::read_to_string(&kit)
-        .unwrap_or_else(|e| panic!("cannot read {}: {e}", kit.display()));
-    assert!(
-        packaged == fresh,
-        "{} is not the protocol's schema; regenerate it with `UPDATE_SCHEMA=1 cargo test -p agentchaos-protocol` and commit it",
-        kit.display()
-    );
 }
 
 #[test]

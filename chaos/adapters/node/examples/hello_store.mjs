@@ -1,0 +1,74 @@
+#!/usr/bin/env node
+// A hello store for agentchaos: one fsync'd JSON-lines file per session.
+//
+// Usage: node hello_store.mjs  (speaks chaos/PROTOCOL.md on stdin/stdout)
+//
+// ROOT/SESSION.jsonl: a record per line, acked once fsynced, a torn last
+// line cut on open. Node has no flock, so no writer lock: not claimed, and
+// neither are checkpoints, blobs or checksums. The kit keeps the rules,
+// recovery, projection and context.
+
+import * as fs from "node:fs";
+import * as path from "node:path";
+
+import { Damaged, serve, Store } from "agentchaos-adapter";
+
+function fsyncDir(dir) {
+  const fd = fs.openSync(dir, "r");
+  try {
+    fs.fsyncSync(fd);
+  } finally {
+    fs.closeSync(fd);
+  }
+}
+
+/** Creates `dir` and its missing parents, each durable in its parent. */
+function makeDirs(dir) {
+  dir = path.resolve(dir);
+  if (fs.existsSync(dir)) return;
+  makeDirs(path.dirname(dir));
+  fs.mkdirSync(dir);
+  fsyncDir(path.dirname(dir));
+}
+
+class HelloStore extends Store {
+  constructor() {
+    super();
+    this.name = "hello-store-node";
+    this.claims = ["durable_append", "torn_tail_repair", "orphan_marking", "effect_ledger", "branches", "compaction"];
+    this.fd = null;
+  }
+
+  open(root, session, create) {
+    const file = path.join(root, `${session}.jsonl`);
+    if (!create && !fs.existsSync(file)) return [];
+    makeDirs(root);
+    this.fd = fs.openSync(file, fs.constants.O_RDWR | fs.constants.O_CREAT | fs.constants.O_APPEND, 0o644);
+    fsyncDir(root);
+    const data = fs.readFileSync(file);
+    const good = data.subarray(0, data.lastIndexOf(10) + 1); // cut a torn last line
+    if (good.length < data.length) {
+      fs.ftruncateSync(this.fd, good.length);
+      fs.fsyncSync(this.fd);
+    }
+    const lines = good.toString("utf8").split("\n").slice(0, -1);
+    try {
+      return lines.map((line) => JSON.parse(line));
+    } catch (e) {
+      throw new Damaged(`${file}: ${e.message}`);
+    }
+  }
+
+  write(records) {
+    const data = Buffer.from(records.map((r) => `${JSON.stringify(r)}\n`).join(""));
+    for (let done = 0; done < data.length; ) done += fs.writeSync(this.fd, data, done);
+    fs.fsyncSync(this.fd);
+  }
+
+  close() {
+    if (this.fd !== null) fs.closeSync(this.fd);
+    this.fd = null;
+  }
+}
+
+process.exitCode = await serve(new HelloStore());
