@@ -792,6 +792,11 @@ fn check_point(
         // The checks already reported at this point for this model.
         let mut reported: Vec<String> = Vec::new();
         for (i, state) in states.states.iter().enumerate() {
+            // A state through a slow adapter takes seconds, a point dozens
+            // of them: SIGINT or SIGTERM stops here, not after the point.
+            if agentstore::interrupt::requested() {
+                return Err(crate::campaign::pool::NOT_RUN.to_string());
+            }
             let mut h = std::collections::hash_map::DefaultHasher::new();
             state.tree.hash(&mut h);
             let bucket = cache.entry(h.finish()).or_default();
