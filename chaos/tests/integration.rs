@@ -32,6 +32,7 @@ mod langgraph_adapter;
 mod layout;
 mod mutants;
 mod node_kit;
+mod openai_agents_adapter;
 mod powerloss_campaign;
 mod powerloss_states;
 mod python_kit;
