@@ -39,6 +39,7 @@ mod python_kit;
 mod random;
 mod report_schema;
 mod signals;
+mod strands_adapter;
 mod syscall_record;
 mod syscall_run;
 mod syscall_trace;

@@ -1,0 +1,119 @@
+//! Strands Agents' `FileSessionManager` (PyPI `strands-agents`, pinned in
+//! `chaos/adapters/strands/requirements.txt`) through its adapter on the
+//! Python kit. It never fsyncs, so a sampled campaign under the kills and
+//! power loss passes the process-crash rows and fails `durable_append:
+//! power` (acknowledged messages lost or unreadable after a power cut),
+//! with a replay; and the findings' standalone reproductions (no fsync in
+//! `create_message`; a session wedged by an interrupted creation) still
+//! reproduce, so README.md's Findings stay true.
+//!
+//! Skipped on a dev machine, with a line on stderr, when the packages are
+//! missing; fails under `CI=true`, where `.ci/run` installs them.
+
+use std::path::{Path, PathBuf};
+
+use crate::campaign::{self, row};
+use crate::python;
+
+fn adapter_dir() -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR")).join("adapters/strands")
+}
+
+fn available(test: &str) -> bool {
+    python::available(
+        test,
+        "import strands.session.file_session_manager, agentchaos_adapter",
+        "python3 -m pip install ./chaos/adapters/python -r chaos/adapters/strands/requirements.txt",
+    )
+}
+
+/// Two plans per nemesis, two power-loss crash points (the first and the
+/// last operation), four states per point and model, on the small
+/// fixture, under the kills and power loss. Not the syscall nemesis:
+/// Strands names its temporary files with `mkstemp`, so a syscall's
+/// arguments differ from run to run and a syscall plan cannot be placed
+/// (a trial error naming the rename it expected and the one it found);
+/// process crashes inside its writes are therefore not exercised here.
+#[test]
+fn a_sampled_campaign_fails_the_power_row() {
+    if !available("a_sampled_campaign_fails_the_power_row") {
+        return;
+    }
+    let fixture = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/fixtures/small.json");
+    let adapter = python::adapter_command(&adapter_dir().join("adapter.py"), &[]);
+    let (code, report, stdout) = campaign::run(
+        &fixture,
+        &[
+            "--adapter",
+            &adapter,
+            "--nemesis",
+            "points,powerloss",
+            "--trials",
+            "2",
+            "--powerloss-states",
+            "4",
+        ],
+    );
+    assert_eq!(code, 1, "{stdout}");
+    assert_eq!(report["error_count"], 0, "{stdout}");
+    let power = row(&report, "durable_append_power_loss");
+    assert_eq!(power["verdict"], "fail", "{stdout}");
+    assert!(
+        power["first_violation"]["replay"]
+            .as_str()
+            .is_some_and(|r| r.contains("--plan powerloss:") && r.contains("strands")),
+        "{power}"
+    );
+    assert!(stdout.contains("was not fsynced after it"), "{stdout}");
+    for key in ["orphan_marking", "effect_ledger", "outcome"] {
+        assert_eq!(row(&report, key)["verdict"], "pass", "{key}:\n{stdout}");
+    }
+    assert_eq!(
+        row(&report, "durable_append")["verdict"],
+        "not exercised",
+        "{stdout}"
+    );
+    for key in [
+        "writer_lock",
+        "damage_refusal",
+        "checkpoint_projection",
+        "blobs",
+    ] {
+        assert_eq!(
+            row(&report, key)["verdict"],
+            "not supported",
+            "{key}:\n{stdout}"
+        );
+    }
+}
+
+/// `findings/no_fsync.py` and `findings/wedged_session.py`: each exits 1
+/// while its finding reproduces on the pinned version.
+#[test]
+fn the_findings_reproduce() {
+    if !available("the_findings_reproduce") {
+        return;
+    }
+    for (script, says) in [
+        (
+            "no_fsync.py",
+            "create_message returned after 0 fsync/fdatasync/sync calls",
+        ),
+        (
+            "wedged_session.py",
+            "FileSessionManager('conversation') raised: Session conversation already exists",
+        ),
+    ] {
+        let out = python::python3()
+            .arg(adapter_dir().join("findings").join(script))
+            .output()
+            .unwrap();
+        let text = String::from_utf8_lossy(&out.stdout);
+        assert_eq!(
+            out.status.code(),
+            Some(1),
+            "{script} no longer reproduces its finding (update README.md's Findings): {text}"
+        );
+        assert!(text.starts_with(says), "{script}: {text}");
+    }
+}
