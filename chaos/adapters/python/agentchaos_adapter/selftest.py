@@ -109,7 +109,10 @@ class Adapter:
         return self.call("hello", protocol=1)
 
     def kill(self) -> None:
-        os.killpg(self.proc.pid, signal.SIGKILL)
+        try:
+            os.killpg(self.proc.pid, signal.SIGKILL)
+        except ProcessLookupError:
+            pass  # the adapter and its group are gone already (it died on its own)
         self.proc.wait()
         self.close_pipes()
 
