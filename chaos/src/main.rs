@@ -434,7 +434,9 @@ fn run_agent(a: AgentCli) -> Result<ExitCode, Failure> {
         world: a.world,
         life: a.life,
     };
-    let backend = backend(&a.adapter, a.durability).map_err(|e| failed(format!("agent: {e}")))?;
+    // The agent's adapters are its lives: started, never forked.
+    let backend =
+        backend(&a.adapter, a.durability, false).map_err(|e| failed(format!("agent: {e}")))?;
     // A store's failure (a refused or broken request) ends the life for the
     // checker to judge; a failure on the harness's side ends it with the
     // harness's exit code, which makes the trial an error, never a finding.
@@ -445,17 +447,25 @@ fn run_agent(a: AgentCli) -> Result<ExitCode, Failure> {
     Ok(ExitCode::SUCCESS)
 }
 
-/// The store under test: agentstore in-process, or the one behind `--adapter`.
+/// The store under test: agentstore in-process, or the one behind
+/// `--adapter` (in the harness, `forking`: its observations are forked
+/// from a fork server when the adapter is one).
 fn backend(
     adapter: &Option<String>,
     durability: Durability,
+    forking: bool,
 ) -> Result<Box<dyn StoreBackend>, Failure> {
-    match adapter {
-        None => Ok(Box::new(ReferenceBackend { durability })),
-        Some(line) => Ok(Box::new(
-            AdapterBackend::new(line).map_err(|e| bad_input(format!("--adapter: {e}")))?,
-        )),
-    }
+    let Some(line) = adapter else {
+        return Ok(Box::new(ReferenceBackend { durability }));
+    };
+    let backend = if forking {
+        AdapterBackend::forking(line)
+    } else {
+        AdapterBackend::new(line)
+    };
+    Ok(Box::new(
+        backend.map_err(|e| bad_input(format!("--adapter: {e}")))?,
+    ))
 }
 
 fn check_fault(name: &Option<String>) -> Result<(), Failure> {
@@ -588,7 +598,7 @@ fn writable_output(flag: &str, path: &Option<PathBuf>) -> Result<(), Failure> {
 fn run(args: RunArgs) -> Result<ExitCode, Failure> {
     writable_output("--json", &args.json)?;
     writable_output("--junit", &args.junit)?;
-    let backend = backend(&args.common.adapter, args.common.durability)?;
+    let backend = backend(&args.common.adapter, args.common.durability, true)?;
     let mode = match args.trials {
         Some(0) => return Err(bad_input("--trials must be at least 1")),
         Some(n) => Mode::Sampled(n),
@@ -775,7 +785,7 @@ fn syscall_supported() -> Result<(), Failure> {
 }
 
 fn replay(args: ReplayArgs) -> Result<ExitCode, Failure> {
-    let backend = backend(&args.common.adapter, args.common.durability)?;
+    let backend = backend(&args.common.adapter, args.common.durability, true)?;
     let mut cfg = config(&args.common, backend.as_ref(), Mode::Exhaustive, 0)?;
     // A trial's plan, or a probe's (`probe:…`).
     enum What {

@@ -1,13 +1,27 @@
 //! The harness's store traits over the adapter protocol: `--adapter 'CMD ARGS…'`.
 //!
 //! [`AdapterBackend`] opens a session by starting the adapter as a child of
-//! the calling process (the agent), and observes one by starting a *fresh*
-//! adapter in the harness: `open` without `create`, then `events` and
+//! the calling process (the agent), and observes one with a *fresh*
+//! adapter process in the harness: `open` without `create`, then `events` and
 //! `projection`, then `close`. It owns how an opaque store is seen; it must
 //! never judge what it sees (that is the checker's job), and it must never
 //! let an adapter outlive the agent that started it: the adapter gets
 //! `PR_SET_PDEATHSIG(SIGKILL)`, so a SIGKILL of the agent is a SIGKILL of the
 //! store (an adapter left to read EOF and exit cleanly would not be a crash).
+//!
+//! In the harness ([`AdapterBackend::forking`]), a fresh adapter process is
+//! forked, not started, when the adapter speaks protocol version 2 as a fork
+//! server (`chaos/PROTOCOL.md`, section 8; negotiated once per backend, a
+//! version 1 adapter is started as before): each harness thread keeps one
+//! fork server per adapter command line, which has done its imports and
+//! never opens a session, and every observation, probe and power-loss
+//! recovery gets a child forked from it. An observer is never reused: a
+//! forked child's memory is the server's, untouched by any session, so
+//! what it serves comes from the disk (a process that had read the session
+//! before could serve a cached copy and hide lost events). The agent's
+//! lives are always started with `exec` ([`AdapterBackend::new`]): the
+//! process the nemesis kills (and the syscall nemesis and the power-loss
+//! recorder trace) is the agent's own child.
 //!
 //! Whitebox crash points do not exist inside a foreign store. The agent's
 //! side of every mutating request has two instead: `adapter.<op>` before the
@@ -23,7 +37,9 @@
 //! returns) and the snapshot (only the projection the store serves is
 //! compared with the harness's fold of its events).
 
+use std::cell::RefCell;
 use std::os::unix::process::CommandExt;
+use std::sync::{Arc, Mutex, OnceLock};
 use std::time::{Duration, Instant};
 
 use agentchaos_protocol::event::{BlobRef, Event, Record, Seq};
@@ -76,6 +92,13 @@ const NOT_APPLICABLE: &[NotApplicable] = &[
     },
 ];
 
+thread_local! {
+    /// This thread's fork servers, by adapter command line. A fork server
+    /// dies with the thread that started it (`PR_SET_PDEATHSIG`), so it is
+    /// only ever used by that thread.
+    static FORK_SERVERS: RefCell<Vec<(String, Arc<Mutex<Client>>)>> = const { RefCell::new(Vec::new()) };
+}
+
 /// A store behind an adapter program.
 #[derive(Debug, Clone)]
 pub struct AdapterBackend {
@@ -83,16 +106,31 @@ pub struct AdapterBackend {
     /// The command line as given (for reports and the agent's arguments).
     line: String,
     options: ClientOptions,
+    /// In the harness: whether the adapter is a fork server (protocol
+    /// version 2), once asked. `None`: always start adapters with `exec`.
+    forking: Option<Arc<OnceLock<bool>>>,
 }
 
 impl AdapterBackend {
     /// `line` is the `--adapter` value, split like a shell would split it.
+    /// Every adapter process is started with `exec` (protocol version 1):
+    /// the agent's backend, whose adapters are its lives.
     pub fn new(line: &str) -> Result<AdapterBackend, String> {
         Ok(AdapterBackend {
             command: AdapterCommand::parse(line)?,
             line: line.to_string(),
             options: ClientOptions::default(),
+            forking: None,
         })
+    }
+
+    /// The harness's backend: like [`AdapterBackend::new`], but an adapter
+    /// that is a fork server (protocol version 2) has its processes forked
+    /// from a per-thread server instead of started.
+    pub fn forking(line: &str) -> Result<AdapterBackend, String> {
+        let mut backend = AdapterBackend::new(line)?;
+        backend.forking = Some(Arc::new(OnceLock::new()));
+        Ok(backend)
     }
 
     /// Starts the adapter (it has answered `hello`); it dies with the
@@ -102,8 +140,71 @@ impl AdapterBackend {
         self.spawn()
     }
 
-    /// Starts the adapter; it dies with the thread that started it.
+    /// A fresh adapter process: forked when the adapter is a fork server
+    /// and this is the harness's backend, else started; either way it dies
+    /// with the thread that asked for it.
     fn spawn(&self) -> StoreResult<Client> {
+        if let Some(client) = self.fork()? {
+            return Ok(client);
+        }
+        Client::spawn(self.command(), self.options).map_err(err)
+    }
+
+    /// A process forked by this thread's fork server, or `None` when the
+    /// adapter is none (it speaks only protocol version 1, or cannot fork).
+    fn fork(&self) -> StoreResult<Option<Client>> {
+        let Some(forking) = &self.forking else {
+            return Ok(None);
+        };
+        if forking.get() == Some(&false) {
+            return Ok(None);
+        }
+        let server = FORK_SERVERS.with(|servers| {
+            let servers = servers.borrow();
+            let found = servers.iter().find(|(line, _)| *line == self.line);
+            found.map(|(_, server)| Arc::clone(server))
+        });
+        let server = match server {
+            Some(server) => server,
+            None => match Client::spawn_fork_server(self.command(), self.options) {
+                Ok(server) if server.hello().fork => {
+                    let _ = forking.set(true);
+                    let server = Arc::new(Mutex::new(server));
+                    FORK_SERVERS.with(|servers| {
+                        let mut servers = servers.borrow_mut();
+                        servers.push((self.line.clone(), Arc::clone(&server)))
+                    });
+                    server
+                }
+                Ok(server) => {
+                    let _ = forking.set(false);
+                    let _ = server.shutdown();
+                    return Ok(None);
+                }
+                Err(e) if e.refusal_kind() == Some(ErrorKind::Unsupported) => {
+                    let _ = forking.set(false);
+                    return Ok(None);
+                }
+                Err(e) => return Err(err(e)),
+            },
+        };
+        match Client::fork(&server) {
+            Ok(client) => Ok(Some(client)),
+            Err(e) => {
+                // A broken server is not asked again: the next fork starts a new one.
+                FORK_SERVERS.with(|servers| {
+                    servers
+                        .borrow_mut()
+                        .retain(|(_, s)| !Arc::ptr_eq(s, &server))
+                });
+                Err(err(e))
+            }
+        }
+    }
+
+    /// The adapter's command, without the nemesis's variables, dying with
+    /// the thread that starts it.
+    fn command(&self) -> std::process::Command {
         let mut cmd = self.command.to_command();
         for var in NEMESIS_ENV {
             cmd.env_remove(var);
@@ -124,7 +225,7 @@ impl AdapterBackend {
                 Ok(())
             });
         }
-        Client::spawn(cmd, self.options).map_err(err)
+        cmd
     }
 }
 
