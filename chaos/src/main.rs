@@ -22,6 +22,7 @@ use agentchaos::nemesis::powerloss::Model;
 use agentchaos::nemesis::{Nemeses, Plan, Restarts};
 use agentchaos::report::{self, Context};
 use agentchaos::scenario::{self, InputError};
+use agentchaos::store::adapter::backend::inherited_adapters;
 use agentchaos::store::adapter::AdapterBackend;
 use agentchaos::store::{ReferenceBackend, SessionSpec, StoreBackend};
 use agentstore::fault::Fault;
@@ -216,6 +217,10 @@ struct AgentCli {
     life: u32,
     #[arg(long)]
     adapter: Option<String>,
+    /// Store processes the harness forked for this life (`PID:IN,OUT,ERR;…`,
+    /// descriptors open in this process), used by the `open`s in order.
+    #[arg(long, requires = "adapter")]
+    adapter_fds: Option<String>,
     #[arg(long, default_value = "sync")]
     durability: Durability,
 }
@@ -434,9 +439,17 @@ fn run_agent(a: AgentCli) -> Result<ExitCode, Failure> {
         world: a.world,
         life: a.life,
     };
-    // The agent's adapters are its lives: started, never forked.
-    let backend =
-        backend(&a.adapter, a.durability, false).map_err(|e| failed(format!("agent: {e}")))?;
+    // The agent's adapters are its lives: started by itself, or forked for
+    // it by the harness and handed down.
+    let backend: Box<dyn StoreBackend> = match (&a.adapter, &a.adapter_fds) {
+        (Some(line), Some(fds)) => {
+            let adapters = inherited_adapters(fds).map_err(|e| failed(format!("agent: {e}")))?;
+            let backend =
+                AdapterBackend::new(line).map_err(|e| failed(format!("agent: --adapter: {e}")))?;
+            Box::new(backend.with_inherited(adapters))
+        }
+        _ => backend(&a.adapter, a.durability, false).map_err(|e| failed(format!("agent: {e}")))?,
+    };
     // A store's failure (a refused or broken request) ends the life for the
     // checker to judge; a failure on the harness's side ends it with the
     // harness's exit code, which makes the trial an error, never a finding.

@@ -19,6 +19,12 @@
 //! life its plan does not crash. A process that goes on after an injected
 //! error and then gives up (exits non-zero) is restarted like a killed
 //! one; a fault that was not injected as planned is an error of the trial.
+//!
+//! Through an adapter that is a fork server (protocol version 2), a life
+//! that is not traced and that a crash point kills, or nothing kills, gets
+//! its store processes forked ahead ([`StoreBackend::fork_life`]) and handed
+//! down to the agent; they are SIGKILLed and reaped as soon as the agent is
+//! (every other life starts its own adapters, as in version 1).
 
 use std::collections::BTreeMap;
 use std::io::{BufRead, BufReader, Write};
@@ -36,7 +42,13 @@ use crate::nemesis::syscall::{
     self, FaultOutcome, FaultPlan, FaultReport, Monitor, TraceConfig, Traced,
 };
 use crate::nemesis::{self, Crash, Plan};
+use crate::store::adapter::backend::LifeAdapters;
 use crate::store::{Observation, SessionSpec, StoreBackend};
+
+/// The first descriptor an agent gets its forked store processes' pipes on.
+const FIRST_HANDED_DOWN_FD: i32 = 3;
+/// At most this many descriptors are handed down (three per process).
+const MAX_HANDED_DOWN_FDS: usize = 16;
 
 /// Why a trial could not be carried out as planned, and whose fault that is.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
@@ -165,6 +177,9 @@ pub fn run(
                 env: &env,
                 timer,
                 syscall: trace_config(&plan, kind, index, &spec)?,
+                // A kill at a crash point lands between two requests, where
+                // a forked store child waits idle for its SIGKILL.
+                forkable: matches!(crash, None | Some(Crash::Kill { .. })),
             },
             &observe,
         )?;
@@ -381,6 +396,8 @@ struct LifeSpec<'a> {
     timer: Option<Duration>,
     /// Run it under the syscall tracer.
     syscall: Option<TraceConfig>,
+    /// Its store processes may be forked ahead (when it is not traced).
+    forkable: bool,
 }
 
 type TracerThread = std::thread::JoinHandle<Result<syscall::Outcome, syscall::Error>>;
@@ -442,7 +459,16 @@ fn run_life(
         ..
     } = *life_spec;
     let stderr_path = td.stderr(index);
-    let cmd = agent_command(setup, td, life_spec, &stderr_path)?;
+    let adapters = if life_spec.forkable && syscall.is_none() {
+        let opens = agent::opens(index);
+        setup.backend.fork_life(opens).map_err(|e| TrialError {
+            message: format!("cannot fork the store processes of life {index}: {e}"),
+            store_fault: e.store_fault(),
+        })?
+    } else {
+        None
+    };
+    let cmd = agent_command(setup, td, life_spec, &stderr_path, adapters.as_ref())?;
     let started = Instant::now();
     let Started {
         mut stdin,
@@ -460,6 +486,9 @@ fn run_life(
     drop(timer_tx);
     let timer_fired = timer_thread.join().unwrap_or(false);
     let (code, signal) = wait(running, syscall.as_ref(), &mut life, reading.acks)?;
+    // The agent is gone: SIGKILL its store processes (idle, their pipes
+    // held open here) and reap them, before anything observes the disk.
+    drop(adapters);
     life.micros = started.elapsed().as_micros() as u64;
     life.end = match (code, signal) {
         (_, Some(9)) if timer_fired && timer.is_none() => LifeEnd::Hung,
@@ -490,6 +519,7 @@ fn agent_command(
     td: &TrialDir,
     life_spec: &LifeSpec<'_>,
     stderr_path: &Path,
+    adapters: Option<&LifeAdapters>,
 ) -> Result<Command, TrialError> {
     let spec = td.spec();
     let stderr = std::fs::File::create(stderr_path)
@@ -521,7 +551,49 @@ fn agent_command(
     for (k, v) in life_spec.env {
         cmd.env(k, v);
     }
+    if let Some(adapters) = adapters {
+        let fds = adapters.fds();
+        if fds.len() > MAX_HANDED_DOWN_FDS {
+            return Err(format!("cannot hand down {} descriptors", fds.len()).into());
+        }
+        cmd.arg("--adapter-fds")
+            .arg(adapters.arg(FIRST_HANDED_DOWN_FD));
+        // SAFETY: between fork and exec this only calls async-signal-safe
+        // functions (fcntl, dup2) and allocates nothing.
+        #[allow(unsafe_code)]
+        unsafe {
+            use std::os::unix::process::CommandExt;
+            cmd.pre_exec(move || hand_down(&fds));
+        }
+    }
     Ok(cmd)
+}
+
+/// In the agent between fork and exec: `fds` become its descriptors 3, 4,
+/// … (without close-on-exec), by way of copies above them so that no
+/// target overwrites a source not yet copied.
+fn hand_down(fds: &[i32]) -> std::io::Result<()> {
+    use nix::libc;
+    const SCRATCH: i32 = 64;
+    let mut scratch = [0i32; MAX_HANDED_DOWN_FDS];
+    for (i, &fd) in fds.iter().enumerate() {
+        // SAFETY: plain descriptor calls on descriptors this process holds.
+        #[allow(unsafe_code)]
+        let copy = unsafe { libc::fcntl(fd, libc::F_DUPFD_CLOEXEC, SCRATCH) };
+        if copy < 0 {
+            return Err(std::io::Error::last_os_error());
+        }
+        scratch[i] = copy;
+    }
+    for (i, &copy) in scratch[..fds.len()].iter().enumerate() {
+        // SAFETY: as above; the target is below SCRATCH, never a copy.
+        #[allow(unsafe_code)]
+        let done = unsafe { libc::dup2(copy, FIRST_HANDED_DOWN_FD + i as i32) };
+        if done < 0 {
+            return Err(std::io::Error::last_os_error());
+        }
+    }
+    Ok(())
 }
 
 /// A started agent process: its pipes, how to kill it, what to wait for.

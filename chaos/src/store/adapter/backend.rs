@@ -18,10 +18,21 @@
 //! recovery gets a child forked from it. An observer is never reused: a
 //! forked child's memory is the server's, untouched by any session, so
 //! what it serves comes from the disk (a process that had read the session
-//! before could serve a cached copy and hide lost events). The agent's
-//! lives are always started with `exec` ([`AdapterBackend::new`]): the
-//! process the nemesis kills (and the syscall nemesis and the power-loss
-//! recorder trace) is the agent's own child.
+//! before could serve a cached copy and hide lost events).
+//!
+//! A life the nemesis kills at one of the agent's crash points (or does not
+//! kill) gets its store processes forked too ([`StoreBackend::fork_life`]):
+//! the harness forks one per `open` the life will make, hands the agent
+//! their pipe ends (`agent --adapter-fds`, [`AdapterBackend::with_inherited`])
+//! and keeps its own ends open, so a store child whose agent died neither
+//! reads EOF nor writes into a closed pipe: it waits, idle, for the SIGKILL
+//! the harness sends its process group once the agent is reaped. That is
+//! the crash an exec'd adapter gets from `PR_SET_PDEATHSIG` when the kill
+//! lands between requests, which is where every crash point is. Lives
+//! under the syscall tracer (the tracer follows the agent's descendants
+//! only), lives killed by a timer (the kill may land while the store
+//! serves, and a forked child would finish the request) and the power-loss
+//! recorder's run are started with `exec`, as in protocol version 1.
 //!
 //! Whitebox crash points do not exist inside a foreign store. The agent's
 //! side of every mutating request has two instead: `adapter.<op>` before the
@@ -48,7 +59,9 @@ use agentchaos_protocol::{Capability, ErrorKind, ProjectionView};
 use agentstore::crashpoint;
 use serde_json::Value;
 
-use super::client::{AdapterCommand, Client, ClientError, ClientOptions};
+use super::client::{
+    AdapterCommand, Client, ClientError, ClientOptions, ForkedProcess, InheritedAdapter,
+};
 use crate::nemesis::{ADAPTER_APPEND, ADAPTER_APPEND_REPLIED, ADAPTER_OPEN};
 use crate::store::{
     Ack, NotApplicable, Observation, Recovered, SessionSpec, SessionStore, StoreBackend,
@@ -109,6 +122,80 @@ pub struct AdapterBackend {
     /// In the harness: whether the adapter is a fork server (protocol
     /// version 2), once asked. `None`: always start adapters with `exec`.
     forking: Option<Arc<OnceLock<bool>>>,
+    /// In an agent: store processes the harness forked for this life, one
+    /// per `open`, first first; an `open` past them starts its own.
+    inherited: Arc<Mutex<Vec<InheritedAdapter>>>,
+}
+
+/// Store processes forked for one agent life (protocol version 2). The
+/// agent gets their pipe ends ([`LifeAdapters::fds`], described by
+/// [`LifeAdapters::arg`]); this process keeps its own ends open until the
+/// life has ended, and dropping it kills every one's process group and
+/// reaps it, whether or not the agent used it.
+#[derive(Debug)]
+pub struct LifeAdapters {
+    processes: Vec<ForkedProcess>,
+}
+
+impl LifeAdapters {
+    /// The descriptors to hand down, three per process (stdin's write end,
+    /// stdout's and stderr's read ends).
+    pub fn fds(&self) -> Vec<std::os::fd::RawFd> {
+        self.processes.iter().flat_map(|p| p.raw_ends()).collect()
+    }
+
+    /// The agent's `--adapter-fds` value once [`LifeAdapters::fds`] are its
+    /// descriptors `first`, `first + 1`, …: `PID:IN,OUT,ERR` per process, `;`
+    /// between them.
+    pub fn arg(&self, first: i32) -> String {
+        let each = self.processes.iter().enumerate().map(|(i, p)| {
+            let fd = first + 3 * i as i32;
+            format!("{}:{},{},{}", p.pid(), fd, fd + 1, fd + 2)
+        });
+        each.collect::<Vec<_>>().join(";")
+    }
+}
+
+/// Takes ownership of the descriptors an `--adapter-fds` value names
+/// ([`LifeAdapters::arg`]); each must be open in this process.
+pub fn inherited_adapters(spec: &str) -> Result<Vec<InheritedAdapter>, String> {
+    use std::os::fd::{FromRawFd, OwnedFd};
+    let mut out = Vec::new();
+    let mut seen = std::collections::BTreeSet::new();
+    for part in spec.split(';') {
+        let bad = |why: &str| format!("--adapter-fds {spec:?}: {part:?} {why} (PID:IN,OUT,ERR)");
+        let (pid, fds) = part.split_once(':').ok_or_else(|| bad("has no ':'"))?;
+        let pid: u32 = pid.parse().map_err(|_| bad("has no pid"))?;
+        let fds: Vec<i32> = fds
+            .split(',')
+            .map(|f| f.parse::<i32>().ok().filter(|&f| f > 2))
+            .collect::<Option<_>>()
+            .ok_or_else(|| bad("has a descriptor that is not a number above 2"))?;
+        let [i, o, e] = fds[..] else {
+            return Err(bad("does not name three descriptors"));
+        };
+        for fd in [i, o, e] {
+            // SAFETY: F_GETFD only asks whether the descriptor is open.
+            #[allow(unsafe_code)]
+            let open = unsafe { nix::libc::fcntl(fd, nix::libc::F_GETFD) } != -1;
+            if !open || !seen.insert(fd) {
+                return Err(bad(&format!(
+                    "names descriptor {fd}, which is not open or named twice"
+                )));
+            }
+        }
+        // SAFETY: each descriptor is open and named once, and nothing else
+        // in this process owns it (the harness handed it down for this).
+        #[allow(unsafe_code)]
+        let owned = |fd| unsafe { OwnedFd::from_raw_fd(fd) };
+        out.push(InheritedAdapter {
+            pid,
+            stdin: owned(i),
+            stdout: owned(o),
+            stderr: owned(e),
+        });
+    }
+    Ok(out)
 }
 
 impl AdapterBackend {
@@ -121,7 +208,16 @@ impl AdapterBackend {
             line: line.to_string(),
             options: ClientOptions::default(),
             forking: None,
+            inherited: Arc::default(),
         })
+    }
+
+    /// An agent's backend whose `open`s talk to `adapters` (forked by the
+    /// harness for this life), in order, before starting any of its own.
+    pub fn with_inherited(self, mut adapters: Vec<InheritedAdapter>) -> AdapterBackend {
+        adapters.reverse();
+        *self.inherited.lock().unwrap_or_else(|p| p.into_inner()) = adapters;
+        self
     }
 
     /// The harness's backend: like [`AdapterBackend::new`], but an adapter
@@ -153,6 +249,27 @@ impl AdapterBackend {
     /// A process forked by this thread's fork server, or `None` when the
     /// adapter is none (it speaks only protocol version 1, or cannot fork).
     fn fork(&self) -> StoreResult<Option<Client>> {
+        let Some(server) = self.fork_server()? else {
+            return Ok(None);
+        };
+        Client::fork(&server)
+            .map(Some)
+            .map_err(|e| self.broken(&server, e))
+    }
+
+    /// Forgets `server` after `e`: the next fork starts a new one.
+    fn broken(&self, server: &Arc<Mutex<Client>>, e: ClientError) -> StoreError {
+        FORK_SERVERS.with(|servers| {
+            servers
+                .borrow_mut()
+                .retain(|(_, s)| !Arc::ptr_eq(s, server))
+        });
+        err(e)
+    }
+
+    /// This thread's fork server for the adapter (started now if it has
+    /// none), or `None` when the adapter is none or this backend never forks.
+    fn fork_server(&self) -> StoreResult<Option<Arc<Mutex<Client>>>> {
         let Some(forking) = &self.forking else {
             return Ok(None);
         };
@@ -188,18 +305,7 @@ impl AdapterBackend {
                 Err(e) => return Err(err(e)),
             },
         };
-        match Client::fork(&server) {
-            Ok(client) => Ok(Some(client)),
-            Err(e) => {
-                // A broken server is not asked again: the next fork starts a new one.
-                FORK_SERVERS.with(|servers| {
-                    servers
-                        .borrow_mut()
-                        .retain(|(_, s)| !Arc::ptr_eq(s, &server))
-                });
-                Err(err(e))
-            }
-        }
+        Ok(Some(server))
     }
 
     /// The adapter's command, without the nemesis's variables, dying with
@@ -281,9 +387,29 @@ impl StoreBackend for AdapterBackend {
         Ok(claimed)
     }
 
+    fn fork_life(&self, opens: usize) -> StoreResult<Option<LifeAdapters>> {
+        let Some(server) = self.fork_server()? else {
+            return Ok(None);
+        };
+        let mut processes = Vec::with_capacity(opens);
+        for _ in 0..opens {
+            let forked = ForkedProcess::fork(&server).map_err(|e| self.broken(&server, e))?;
+            processes.push(forked);
+        }
+        Ok(Some(LifeAdapters { processes }))
+    }
+
     fn open(&self, spec: &SessionSpec) -> StoreResult<Box<dyn SessionStore>> {
         crashpoint::hit(ADAPTER_OPEN);
-        let mut client = self.spawn()?;
+        let inherited = self
+            .inherited
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .pop();
+        let mut client = match inherited {
+            Some(adapter) => Client::inherited(&self.line, adapter, self.options).map_err(err)?,
+            None => self.spawn()?,
+        };
         client.on_reply(replied);
         let mut args = OpenArgs {
             root: spec.root.clone(),

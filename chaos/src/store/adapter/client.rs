@@ -407,13 +407,17 @@ enum Proc {
         server: Arc<Mutex<Client>>,
         status: Option<ExitStatus>,
     },
+    /// Forked for another process (the harness), which reaps it after this
+    /// one has ended: its pid is safe to signal, its status not ours to
+    /// know (one that ended reads as exit status 0).
+    Inherited { pid: u32 },
 }
 
 impl Proc {
     fn id(&self) -> u32 {
         match self {
             Proc::Spawned(child) => child.id(),
-            Proc::Forked { pid, .. } => *pid,
+            Proc::Forked { pid, .. } | Proc::Inherited { pid } => *pid,
         }
     }
 
@@ -431,6 +435,7 @@ impl Proc {
                     Ok(None)
                 }
             }
+            Proc::Inherited { pid } => Ok(ended(*pid).then(|| ExitStatus::from_raw(0))),
         }
     }
 
@@ -438,6 +443,13 @@ impl Proc {
     fn wait(&mut self) -> std::io::Result<ExitStatus> {
         match self {
             Proc::Spawned(child) => child.wait(),
+            Proc::Inherited { pid } => {
+                let deadline = Instant::now() + EXIT_GRACE;
+                while !ended(*pid) && Instant::now() < deadline {
+                    std::thread::sleep(Duration::from_millis(1));
+                }
+                Ok(ExitStatus::from_raw(0))
+            }
             Proc::Forked {
                 status: Some(s), ..
             } => Ok(*s),
@@ -456,6 +468,97 @@ impl Proc {
             }
         }
     }
+}
+
+/// A fork server's label and timeout, for the processes it forks.
+fn server_label(server: &Arc<Mutex<Client>>) -> (String, ClientOptions) {
+    let s = server.lock().unwrap_or_else(|p| p.into_inner());
+    let options = ClientOptions { timeout: s.timeout };
+    (format!("{} (forked)", s.label), options)
+}
+
+/// An adapter process a fork server forked, with this process's ends of
+/// its stdin, stdout and stderr pipes. Until it is dropped, this process
+/// holds the pipes open (so the child never reads EOF nor writes into a
+/// closed pipe, whoever else talks to it), and dropping it kills the
+/// child's process group and has the server reap it.
+#[derive(Debug)]
+pub struct ForkedProcess {
+    pid: u32,
+    server: Arc<Mutex<Client>>,
+    /// stdin's write end, stdout's and stderr's read ends.
+    ends: Option<(OwnedFd, OwnedFd, OwnedFd)>,
+}
+
+impl ForkedProcess {
+    /// Has `server` fork a child on three new pipes.
+    pub fn fork(server: &Arc<Mutex<Client>>) -> Result<ForkedProcess, ClientError> {
+        let pipes = || -> std::io::Result<[(OwnedFd, OwnedFd); 3]> {
+            let flags = nix::fcntl::OFlag::O_CLOEXEC;
+            Ok([
+                nix::unistd::pipe2(flags)?,
+                nix::unistd::pipe2(flags)?,
+                nix::unistd::pipe2(flags)?,
+            ])
+        };
+        let [(in_r, in_w), (out_r, out_w), (err_r, err_w)] =
+            pipes().map_err(|source| ClientError::Spawn {
+                command: server_label(server).0,
+                source,
+            })?;
+        let forked: Forked = {
+            let mut s = server.lock().unwrap_or_else(|p| p.into_inner());
+            let fds = [in_r.as_raw_fd(), out_w.as_raw_fd(), err_w.as_raw_fd()];
+            s.call_with(Request::Fork, &fds)?
+        };
+        // The child has its own copies of these now.
+        drop((in_r, out_w, err_w));
+        FORKED.fetch_add(1, Ordering::Relaxed);
+        Ok(ForkedProcess {
+            pid: forked.pid,
+            server: Arc::clone(server),
+            ends: Some((in_w, out_r, err_r)),
+        })
+    }
+
+    /// Its pid (its process group's id too).
+    pub fn pid(&self) -> u32 {
+        self.pid
+    }
+
+    /// Raw descriptors of this process's ends: stdin's write end, stdout's
+    /// and stderr's read ends (to hand down to another process).
+    pub fn raw_ends(&self) -> [RawFd; 3] {
+        match &self.ends {
+            Some((i, o, e)) => [i.as_raw_fd(), o.as_raw_fd(), e.as_raw_fd()],
+            None => [-1; 3],
+        }
+    }
+}
+
+impl Drop for ForkedProcess {
+    fn drop(&mut self) {
+        if self.pid == 0 {
+            return;
+        }
+        let mut child = Proc::Forked {
+            pid: self.pid,
+            server: Arc::clone(&self.server),
+            status: None,
+        };
+        let _ = kill_group(&mut child);
+        let _ = child.wait();
+    }
+}
+
+/// An adapter process handed down to this one: its pid and this
+/// process's ends of its pipes (`Client::inherited`).
+#[derive(Debug)]
+pub struct InheritedAdapter {
+    pub pid: u32,
+    pub stdin: OwnedFd,
+    pub stdout: OwnedFd,
+    pub stderr: OwnedFd,
 }
 
 /// Whether process `pid` has ended (a zombie, or gone).
@@ -530,40 +633,34 @@ impl Client {
     /// as it was before any session was opened, without an interpreter
     /// start-up; it is killed and reaped when the returned client ends.
     pub fn fork(server: &Arc<Mutex<Client>>) -> Result<Client, ClientError> {
-        let pipes = || -> std::io::Result<[(OwnedFd, OwnedFd); 3]> {
-            let flags = nix::fcntl::OFlag::O_CLOEXEC;
-            Ok([
-                nix::unistd::pipe2(flags)?,
-                nix::unistd::pipe2(flags)?,
-                nix::unistd::pipe2(flags)?,
-            ])
-        };
-        let (label, options) = {
-            let s = server.lock().unwrap_or_else(|p| p.into_inner());
-            (
-                format!("{} (forked)", s.label),
-                ClientOptions { timeout: s.timeout },
-            )
-        };
-        let [(in_r, in_w), (out_r, out_w), (err_r, err_w)] =
-            pipes().map_err(|source| ClientError::Spawn {
-                command: label.clone(),
-                source,
-            })?;
-        let forked: Forked = {
-            let mut s = server.lock().unwrap_or_else(|p| p.into_inner());
-            let fds = [in_r.as_raw_fd(), out_w.as_raw_fd(), err_w.as_raw_fd()];
-            s.call_with(Request::Fork, &fds)?
-        };
-        // The child has its own copies now.
-        drop((in_r, out_w, err_w));
-        FORKED.fetch_add(1, Ordering::Relaxed);
+        let (label, options) = server_label(server);
+        let mut forked = ForkedProcess::fork(server)?;
         let child = Proc::Forked {
             pid: forked.pid,
-            server: Arc::clone(server),
+            server: Arc::clone(&forked.server),
             status: None,
         };
-        let mut client = Client::over(label, child, File::from(in_w), out_r, err_r, options);
+        // The client kills and reaps it from now on.
+        forked.pid = 0;
+        let (stdin, stdout, stderr) = forked.ends.take().expect("a fresh fork has its ends");
+        let mut client = Client::over(label, child, File::from(stdin), stdout, stderr, options);
+        client.greet(FORK_PROTOCOL_VERSION)?;
+        Ok(client)
+    }
+
+    /// A client of an adapter process this process did not start: one
+    /// the harness had forked for this agent's life, on the descriptors it
+    /// passed down. Its group is this client's to kill, never to reap (the
+    /// harness reaps it once the life has ended, so the pid stays its until then).
+    pub fn inherited(
+        label: &str,
+        adapter: InheritedAdapter,
+        options: ClientOptions,
+    ) -> Result<Client, ClientError> {
+        let label = format!("{label} (forked for this life)");
+        let child = Proc::Inherited { pid: adapter.pid };
+        let stdin = File::from(adapter.stdin);
+        let mut client = Client::over(label, child, stdin, adapter.stdout, adapter.stderr, options);
         client.greet(FORK_PROTOCOL_VERSION)?;
         Ok(client)
     }
@@ -805,6 +902,10 @@ impl Client {
     /// session open (or it would still be serving), so nothing is lost.
     pub fn shutdown(mut self) -> Result<ExitStatus, ClientError> {
         drop(self.stdin.take());
+        if matches!(self.child, Proc::Inherited { .. }) {
+            // Its stdin stays open in the harness, which kills it when the life ends.
+            return Ok(ExitStatus::from_raw(0));
+        }
         if matches!(self.child, Proc::Forked { .. }) {
             let eof = loop {
                 match self.replies.recv_timeout(self.timeout) {
@@ -906,6 +1007,9 @@ impl Client {
             std::thread::sleep(Duration::from_millis(2));
         }
         match status {
+            Some(_) if matches!(self.child, Proc::Inherited { .. }) => {
+                "the adapter ended (its status is the harness's, which forked it)".to_string()
+            }
             Some(s) => format!("the adapter exited ({s})"),
             None => {
                 let _ = kill_group(&mut self.child);
@@ -1097,7 +1201,7 @@ fn kill_group(child: &mut Proc) -> std::io::Result<()> {
         Ok(()) => Ok(()),
         Err(_) => match child {
             Proc::Spawned(c) => c.kill(),
-            Proc::Forked { .. } => {
+            Proc::Forked { .. } | Proc::Inherited { .. } => {
                 kill(Pid::from_raw(group), Signal::SIGKILL).map_err(std::io::Error::from)
             }
         },
