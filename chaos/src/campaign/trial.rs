@@ -23,8 +23,9 @@
 //! Through an adapter that is a fork server (protocol version 2), a life
 //! that is not traced and that a crash point kills, or nothing kills, gets
 //! its store processes forked ahead ([`StoreBackend::fork_life`]) and handed
-//! down to the agent; they are SIGKILLed and reaped as soon as the agent is
-//! (every other life starts its own adapters, as in version 1).
+//! down to the agent; they are SIGKILLed as soon as the agent has ended and
+//! reaped once it is (every other life starts its own adapters, as in
+//! version 1).
 
 use std::collections::BTreeMap;
 use std::io::{BufRead, BufReader, Write};
@@ -476,6 +477,25 @@ fn run_life(
         killer,
         running,
     } = start(cmd, syscall.clone(), setup.agent_exe)?;
+    let store_killer = match (&adapters, &running) {
+        (Some(adapters), Running::Child(child)) => {
+            let agent = child.lock().unwrap_or_else(|p| p.into_inner()).id();
+            match adapters.kill_with(agent) {
+                Ok(thread) => Some(thread),
+                Err(e) => {
+                    killer.kill();
+                    let _ = wait(
+                        running,
+                        None,
+                        &mut Life::started(index, kill_at),
+                        Vec::new(),
+                    );
+                    return Err(format!("cannot watch the agent of life {index}: {e}").into());
+                }
+            }
+        }
+        _ => None,
+    };
     let (timer_tx, timer_thread) = arm_timer(killer.clone(), timer.unwrap_or(WATCHDOG));
     let mut life = Life::started(index, kill_at);
     let reading = follow(stdout, &mut stdin, &mut life, observe);
@@ -486,8 +506,11 @@ fn run_life(
     drop(timer_tx);
     let timer_fired = timer_thread.join().unwrap_or(false);
     let (code, signal) = wait(running, syscall.as_ref(), &mut life, reading.acks)?;
-    // The agent is gone: SIGKILL its store processes (idle, their pipes
-    // held open here) and reap them, before anything observes the disk.
+    // The agent is gone, and so are its store processes (SIGKILLed as it
+    // ended, idle, their pipes held open here): reap them.
+    if let Some(thread) = store_killer {
+        let _ = thread.join();
+    }
     drop(adapters);
     life.micros = started.elapsed().as_micros() as u64;
     life.end = match (code, signal) {

@@ -419,7 +419,12 @@ def serve(store: Store, stdin: BinaryIO | None = None, stdout: BinaryIO | None =
     except ForkedChild as child:
         server.children.clear()  # the siblings are the server's, never this child's
         stdin, stdout = _become_child(child.fds, control)
-        return _loop(Server(store), ((line, []) for line in stdin), stdout)
+        code = _loop(Server(store), ((line, []) for line in stdin), stdout)
+        # The interpreter's finalization (and the author's atexit handlers)
+        # belong to the server: a child ends here, its session closed.
+        sys.stdout.flush()
+        sys.stderr.flush()
+        os._exit(code)
     finally:
         if server.children:
             server.kill_children()

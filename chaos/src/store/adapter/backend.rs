@@ -26,7 +26,8 @@
 //! their pipe ends (`agent --adapter-fds`, [`AdapterBackend::with_inherited`])
 //! and keeps its own ends open, so a store child whose agent died neither
 //! reads EOF nor writes into a closed pipe: it waits, idle, for the SIGKILL
-//! the harness sends its process group once the agent is reaped. That is
+//! the harness sends its process group as soon as the agent has ended
+//! ([`LifeAdapters::kill_with`]). That is
 //! the crash an exec'd adapter gets from `PR_SET_PDEATHSIG` when the kill
 //! lands between requests, which is where every crash point is. Lives
 //! under the syscall tracer (the tracer follows the agent's descendants
@@ -142,6 +143,49 @@ impl LifeAdapters {
     /// stdout's and stderr's read ends).
     pub fn fds(&self) -> Vec<std::os::fd::RawFd> {
         self.processes.iter().flat_map(|p| p.raw_ends()).collect()
+    }
+
+    /// Kills every process's group as soon as `agent` has ended, as
+    /// `PR_SET_PDEATHSIG` would kill an adapter the agent had started (a
+    /// session the dead agent left open must not stay locked): a thread
+    /// polls the agent's pidfd. `agent` must be this process's child, not
+    /// yet reaped; the thread ends when the agent does, and the processes
+    /// are reaped only when this is dropped, so no pid it signals is reused.
+    pub fn kill_with(&self, agent: u32) -> std::io::Result<std::thread::JoinHandle<()>> {
+        use nix::libc;
+        use std::os::fd::{AsRawFd, FromRawFd, OwnedFd};
+        let pid = i32::try_from(agent).map_err(std::io::Error::other)?;
+        // SAFETY: pidfd_open takes a pid and flags and returns a new descriptor.
+        #[allow(unsafe_code)]
+        let fd = unsafe { libc::syscall(libc::SYS_pidfd_open, pid, 0) };
+        if fd < 0 {
+            return Err(std::io::Error::last_os_error());
+        }
+        // SAFETY: the descriptor was just returned to this process and is owned here only.
+        #[allow(unsafe_code)]
+        let pidfd = unsafe { OwnedFd::from_raw_fd(fd as i32) };
+        let groups: Vec<u32> = self.processes.iter().map(ForkedProcess::pid).collect();
+        Ok(std::thread::spawn(move || {
+            loop {
+                let mut poll = libc::pollfd {
+                    fd: pidfd.as_raw_fd(),
+                    events: libc::POLLIN,
+                    revents: 0,
+                };
+                // SAFETY: one valid pollfd, no timeout.
+                #[allow(unsafe_code)]
+                let ready = unsafe { libc::poll(&mut poll, 1, -1) };
+                if ready > 0
+                    || std::io::Error::last_os_error().kind() != std::io::ErrorKind::Interrupted
+                {
+                    break;
+                }
+            }
+            for group in groups {
+                let group = nix::unistd::Pid::from_raw(group as i32);
+                let _ = nix::sys::signal::killpg(group, nix::sys::signal::Signal::SIGKILL);
+            }
+        }))
     }
 
     /// The agent's `--adapter-fds` value once [`LifeAdapters::fds`] are its
