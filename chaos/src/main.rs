@@ -239,6 +239,9 @@ struct ProbeCli {
     events: Option<PathBuf>,
     #[arg(long)]
     adapter: Option<String>,
+    /// Store processes the harness forked for this probe (as `agent --adapter-fds`).
+    #[arg(long, requires = "adapter")]
+    adapter_fds: Option<String>,
     #[arg(long, default_value = "sync")]
     durability: Durability,
 }
@@ -385,19 +388,7 @@ fn main() -> ExitCode {
         }
         Command::Scenarios(s) => scenarios(s),
         Command::Agent(a) => run_agent(a),
-        Command::Probe(p) => {
-            agentchaos::campaign::probe::run_child(&agentchaos::campaign::probe::ChildArgs {
-                what: p.what,
-                root: p.root,
-                session: p.session,
-                workspace: p.workspace,
-                events: p.events,
-                adapter: p.adapter,
-                durability: p.durability,
-            })
-            .map(|()| ExitCode::SUCCESS)
-            .map_err(|e| Failure::Store(format!("probe: {e}")))
-        }
+        Command::Probe(p) => run_probe(p),
         Command::ReferenceAdapter(a) => {
             let options = agentstore::adapter::ServeOptions {
                 durability: a.durability,
@@ -458,6 +449,35 @@ fn run_agent(a: AgentCli) -> Result<ExitCode, Failure> {
         AgentError::Harness(m) => Failure::Harness(format!("agent: {m}")),
     })?;
     Ok(ExitCode::SUCCESS)
+}
+
+/// `agentchaos probe`: one probe of the store, driven by this process.
+fn run_probe(p: ProbeCli) -> Result<ExitCode, Failure> {
+    let adapter = match (&p.adapter, &p.adapter_fds) {
+        (None, _) => None,
+        (Some(line), fds) => {
+            let backend = AdapterBackend::new(line)
+                .map_err(|e| Failure::Store(format!("probe: --adapter: {e}")))?;
+            let inherited = match fds {
+                Some(fds) => {
+                    inherited_adapters(fds).map_err(|e| Failure::Store(format!("probe: {e}")))?
+                }
+                None => Vec::new(),
+            };
+            Some(backend.with_inherited(inherited))
+        }
+    };
+    agentchaos::campaign::probe::run_child(&agentchaos::campaign::probe::ChildArgs {
+        what: p.what,
+        root: p.root,
+        session: p.session,
+        workspace: p.workspace,
+        events: p.events,
+        adapter,
+        durability: p.durability,
+    })
+    .map(|()| ExitCode::SUCCESS)
+    .map_err(|e| Failure::Store(format!("probe: {e}")))
 }
 
 /// The store under test: agentstore in-process, or the one behind

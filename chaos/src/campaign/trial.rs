@@ -46,11 +46,6 @@ use crate::nemesis::{self, Crash, Plan};
 use crate::store::adapter::backend::LifeAdapters;
 use crate::store::{Observation, SessionSpec, StoreBackend};
 
-/// The first descriptor an agent gets its forked store processes' pipes on.
-const FIRST_HANDED_DOWN_FD: i32 = 3;
-/// At most this many descriptors are handed down (three per process).
-const MAX_HANDED_DOWN_FDS: usize = 16;
-
 /// Why a trial could not be carried out as planned, and whose fault that is.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 #[error("{message}")]
@@ -575,48 +570,9 @@ fn agent_command(
         cmd.env(k, v);
     }
     if let Some(adapters) = adapters {
-        let fds = adapters.fds();
-        if fds.len() > MAX_HANDED_DOWN_FDS {
-            return Err(format!("cannot hand down {} descriptors", fds.len()).into());
-        }
-        cmd.arg("--adapter-fds")
-            .arg(adapters.arg(FIRST_HANDED_DOWN_FD));
-        // SAFETY: between fork and exec this only calls async-signal-safe
-        // functions (fcntl, dup2) and allocates nothing.
-        #[allow(unsafe_code)]
-        unsafe {
-            use std::os::unix::process::CommandExt;
-            cmd.pre_exec(move || hand_down(&fds));
-        }
+        adapters.hand_down(&mut cmd)?;
     }
     Ok(cmd)
-}
-
-/// In the agent between fork and exec: `fds` become its descriptors 3, 4,
-/// … (without close-on-exec), by way of copies above them so that no
-/// target overwrites a source not yet copied.
-fn hand_down(fds: &[i32]) -> std::io::Result<()> {
-    use nix::libc;
-    const SCRATCH: i32 = 64;
-    let mut scratch = [0i32; MAX_HANDED_DOWN_FDS];
-    for (i, &fd) in fds.iter().enumerate() {
-        // SAFETY: plain descriptor calls on descriptors this process holds.
-        #[allow(unsafe_code)]
-        let copy = unsafe { libc::fcntl(fd, libc::F_DUPFD_CLOEXEC, SCRATCH) };
-        if copy < 0 {
-            return Err(std::io::Error::last_os_error());
-        }
-        scratch[i] = copy;
-    }
-    for (i, &copy) in scratch[..fds.len()].iter().enumerate() {
-        // SAFETY: as above; the target is below SCRATCH, never a copy.
-        #[allow(unsafe_code)]
-        let done = unsafe { libc::dup2(copy, FIRST_HANDED_DOWN_FD + i as i32) };
-        if done < 0 {
-            return Err(std::io::Error::last_os_error());
-        }
-    }
-    Ok(())
 }
 
 /// A started agent process: its pipes, how to kill it, what to wait for.

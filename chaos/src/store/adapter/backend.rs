@@ -141,8 +141,26 @@ pub struct LifeAdapters {
 impl LifeAdapters {
     /// The descriptors to hand down, three per process (stdin's write end,
     /// stdout's and stderr's read ends).
-    pub fn fds(&self) -> Vec<std::os::fd::RawFd> {
+    fn fds(&self) -> Vec<std::os::fd::RawFd> {
         self.processes.iter().flat_map(|p| p.raw_ends()).collect()
+    }
+
+    /// Hands the processes down to the child `cmd` starts (an agent, a
+    /// probe): their pipe ends become its descriptors 3, 4, … and
+    /// `--adapter-fds` names them ([`LifeAdapters::arg`]).
+    pub fn hand_down(&self, cmd: &mut std::process::Command) -> Result<(), String> {
+        let fds = self.fds();
+        if fds.len() > MAX_HANDED_DOWN_FDS {
+            return Err(format!("cannot hand down {} descriptors", fds.len()));
+        }
+        cmd.arg("--adapter-fds").arg(self.arg(FIRST_HANDED_DOWN_FD));
+        // SAFETY: between fork and exec this only calls async-signal-safe
+        // functions (fcntl, dup2) and allocates nothing.
+        #[allow(unsafe_code)]
+        unsafe {
+            cmd.pre_exec(move || hand_down(&fds));
+        }
+        Ok(())
     }
 
     /// Kills every process's group as soon as `agent` has ended, as
@@ -188,7 +206,7 @@ impl LifeAdapters {
         }))
     }
 
-    /// The agent's `--adapter-fds` value once [`LifeAdapters::fds`] are its
+    /// The child's `--adapter-fds` value once [`LifeAdapters::fds`] are its
     /// descriptors `first`, `first + 1`, …: `PID:IN,OUT,ERR` per process, `;`
     /// between them.
     pub fn arg(&self, first: i32) -> String {
@@ -198,6 +216,38 @@ impl LifeAdapters {
         });
         each.collect::<Vec<_>>().join(";")
     }
+}
+
+/// The first descriptor a child gets its forked store processes' pipes on.
+const FIRST_HANDED_DOWN_FD: i32 = 3;
+/// At most this many descriptors are handed down (three per process).
+const MAX_HANDED_DOWN_FDS: usize = 16;
+
+/// In the child between fork and exec: `fds` become its descriptors 3, 4,
+/// … (without close-on-exec), by way of copies above them so that no
+/// target overwrites a source not yet copied.
+fn hand_down(fds: &[i32]) -> std::io::Result<()> {
+    use nix::libc;
+    const SCRATCH: i32 = 64;
+    let mut scratch = [0i32; MAX_HANDED_DOWN_FDS];
+    for (i, &fd) in fds.iter().enumerate() {
+        // SAFETY: plain descriptor calls on descriptors this process holds.
+        #[allow(unsafe_code)]
+        let copy = unsafe { libc::fcntl(fd, libc::F_DUPFD_CLOEXEC, SCRATCH) };
+        if copy < 0 {
+            return Err(std::io::Error::last_os_error());
+        }
+        scratch[i] = copy;
+    }
+    for (i, &copy) in scratch[..fds.len()].iter().enumerate() {
+        // SAFETY: as above; the target is below SCRATCH, never a copy.
+        #[allow(unsafe_code)]
+        let done = unsafe { libc::dup2(copy, FIRST_HANDED_DOWN_FD + i as i32) };
+        if done < 0 {
+            return Err(std::io::Error::last_os_error());
+        }
+    }
+    Ok(())
 }
 
 /// Takes ownership of the descriptors an `--adapter-fds` value names
@@ -274,10 +324,19 @@ impl AdapterBackend {
     }
 
     /// Starts the adapter (it has answered `hello`); it dies with the
-    /// thread that started it. For probes that need the adapter's own
+    /// thread that started it (or the next of the store processes handed
+    /// down to this process). For probes that need the adapter's own
     /// refusal kinds (`crate::campaign::probe`).
     pub fn client(&self) -> StoreResult<Client> {
-        self.spawn()
+        match self
+            .inherited
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .pop()
+        {
+            Some(adapter) => Client::inherited(&self.line, adapter, self.options).map_err(err),
+            None => self.spawn(),
+        }
     }
 
     /// A fresh adapter process: forked when the adapter is a fork server
