@@ -411,7 +411,7 @@ def serve(store: Store, stdin: BinaryIO | None = None, stdout: BinaryIO | None =
         problems = [f"unknown capability {c!r}" for c in unknown] + [f"claims {c}" for c in unbacked]
         print(f"{store.name} adapter: {'; '.join(problems)}", file=sys.stderr)
         return 2
-    control = _stdin_socket(stdin)
+    control = _stdin_socket(stdin) if store.forkable else None
     lines: Any = _SocketLines(control) if control is not None else ((line, []) for line in stdin)
     server = Server(store, can_fork=control is not None)
     try:

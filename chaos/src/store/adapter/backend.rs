@@ -251,7 +251,8 @@ fn hand_down(fds: &[i32]) -> std::io::Result<()> {
 }
 
 /// Takes ownership of the descriptors an `--adapter-fds` value names
-/// ([`LifeAdapters::arg`]); each must be open in this process.
+/// ([`LifeAdapters::arg`]), each open in this process, and marks them
+/// close-on-exec.
 pub fn inherited_adapters(spec: &str) -> Result<Vec<InheritedAdapter>, String> {
     use std::os::fd::{FromRawFd, OwnedFd};
     let mut out = Vec::new();
@@ -269,9 +270,12 @@ pub fn inherited_adapters(spec: &str) -> Result<Vec<InheritedAdapter>, String> {
             return Err(bad("does not name three descriptors"));
         };
         for fd in [i, o, e] {
-            // SAFETY: F_GETFD only asks whether the descriptor is open.
+            // SAFETY: F_SETFD on a descriptor number: it fails (-1) when
+            // none is open. Close-on-exec: an adapter this process starts
+            // later must not inherit the others' pipes.
             #[allow(unsafe_code)]
-            let open = unsafe { nix::libc::fcntl(fd, nix::libc::F_GETFD) } != -1;
+            let open =
+                unsafe { nix::libc::fcntl(fd, nix::libc::F_SETFD, nix::libc::FD_CLOEXEC) } != -1;
             if !open || !seen.insert(fd) {
                 return Err(bad(&format!(
                     "names descriptor {fd}, which is not open or named twice"
