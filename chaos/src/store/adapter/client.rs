@@ -754,7 +754,7 @@ impl Client {
         let hello: Hello = self.call(Request::Hello { protocol })?;
         if hello.protocol != protocol {
             let reason = format!(
-                "the adapter speaks protocol {}, the harness sent {protocol}",
+                "the adapter speaks protocol {}, this harness speaks {protocol}",
                 hello.protocol
             );
             return Err(self.shape_after_the_fact("hello", reason).into());
