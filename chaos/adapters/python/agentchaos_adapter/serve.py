@@ -284,6 +284,12 @@ class Server:
             fds, self.fds = self.fds, []
             raise ForkedChild(fds)
         self.children.add(pid)
+        # The child makes itself a group leader too; doing it here as well
+        # means its group exists before the harness learns its pid.
+        try:
+            os.setpgid(pid, pid)
+        except OSError:  # the child got there first (EACCES) or died
+            pass
         return {"pid": pid}
 
     def kill_children(self) -> None:

@@ -200,8 +200,11 @@ impl LifeAdapters {
                 }
             }
             for group in groups {
-                let group = nix::unistd::Pid::from_raw(group as i32);
-                let _ = nix::sys::signal::killpg(group, nix::sys::signal::Signal::SIGKILL);
+                use nix::sys::signal::{kill, killpg, Signal};
+                let pid = nix::unistd::Pid::from_raw(group as i32);
+                if killpg(pid, Signal::SIGKILL).is_err() {
+                    let _ = kill(pid, Signal::SIGKILL);
+                }
             }
         }))
     }
