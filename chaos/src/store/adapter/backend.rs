@@ -128,11 +128,11 @@ pub struct AdapterBackend {
     inherited: Arc<Mutex<Vec<InheritedAdapter>>>,
 }
 
-/// Store processes forked for one agent life (protocol version 2). The
-/// agent gets their pipe ends ([`LifeAdapters::fds`], described by
-/// [`LifeAdapters::arg`]); this process keeps its own ends open until the
-/// life has ended, and dropping it kills every one's process group and
-/// reaps it, whether or not the agent used it.
+/// Store processes forked for one agent life or probe child (protocol
+/// version 2). The child gets their pipe ends ([`LifeAdapters::hand_down`]);
+/// this process keeps its own ends open until the child has ended, and
+/// dropping it kills every one's process group and reaps it, whether or
+/// not the child used it.
 #[derive(Debug)]
 pub struct LifeAdapters {
     processes: Vec<ForkedProcess>,
@@ -209,7 +209,7 @@ impl LifeAdapters {
         }))
     }
 
-    /// The child's `--adapter-fds` value once [`LifeAdapters::fds`] are its
+    /// The child's `--adapter-fds` value once the pipe ends are its
     /// descriptors `first`, `first + 1`, …: `PID:IN,OUT,ERR` per process, `;`
     /// between them.
     pub fn arg(&self, first: i32) -> String {
