@@ -408,7 +408,13 @@ impl AdapterBackend {
                     let _ = server.shutdown();
                     return Ok(None);
                 }
-                Err(e) if e.refusal_kind() == Some(ErrorKind::Unsupported) => {
+                // Not negotiated as a fork server (by this thread or
+                // another one): any answer but a fork server's to
+                // `hello` 2 (`unsupported`, as the protocol asks, or a
+                // version 1 adapter that ignores the version and breaks the
+                // conversation) means version 1, which then reports any
+                // real problem of the adapter itself.
+                Err(_) if forking.get() != Some(&true) => {
                     let _ = forking.set(false);
                     return Ok(None);
                 }
