@@ -22,6 +22,7 @@ use agentchaos::nemesis::powerloss::Model;
 use agentchaos::nemesis::{Nemeses, Plan, Restarts};
 use agentchaos::report::{self, Context};
 use agentchaos::scenario::{self, InputError};
+use agentchaos::store::adapter::backend::inherited_adapters;
 use agentchaos::store::adapter::AdapterBackend;
 use agentchaos::store::{ReferenceBackend, SessionSpec, StoreBackend};
 use agentstore::fault::Fault;
@@ -216,6 +217,10 @@ struct AgentCli {
     life: u32,
     #[arg(long)]
     adapter: Option<String>,
+    /// Store processes the harness forked for this life (`PID:IN,OUT,ERR;…`,
+    /// descriptors open in this process), used by the `open`s in order.
+    #[arg(long, requires = "adapter")]
+    adapter_fds: Option<String>,
     #[arg(long, default_value = "sync")]
     durability: Durability,
 }
@@ -234,6 +239,9 @@ struct ProbeCli {
     events: Option<PathBuf>,
     #[arg(long)]
     adapter: Option<String>,
+    /// Store processes the harness forked for this probe (as `agent --adapter-fds`).
+    #[arg(long, requires = "adapter")]
+    adapter_fds: Option<String>,
     #[arg(long, default_value = "sync")]
     durability: Durability,
 }
@@ -380,19 +388,7 @@ fn main() -> ExitCode {
         }
         Command::Scenarios(s) => scenarios(s),
         Command::Agent(a) => run_agent(a),
-        Command::Probe(p) => {
-            agentchaos::campaign::probe::run_child(&agentchaos::campaign::probe::ChildArgs {
-                what: p.what,
-                root: p.root,
-                session: p.session,
-                workspace: p.workspace,
-                events: p.events,
-                adapter: p.adapter,
-                durability: p.durability,
-            })
-            .map(|()| ExitCode::SUCCESS)
-            .map_err(|e| Failure::Store(format!("probe: {e}")))
-        }
+        Command::Probe(p) => run_probe(p),
         Command::ReferenceAdapter(a) => {
             let options = agentstore::adapter::ServeOptions {
                 durability: a.durability,
@@ -434,7 +430,17 @@ fn run_agent(a: AgentCli) -> Result<ExitCode, Failure> {
         world: a.world,
         life: a.life,
     };
-    let backend = backend(&a.adapter, a.durability).map_err(|e| failed(format!("agent: {e}")))?;
+    // The agent's adapters are its lives: started by itself, or forked for
+    // it by the harness and handed down.
+    let backend: Box<dyn StoreBackend> = match (&a.adapter, &a.adapter_fds) {
+        (Some(line), Some(fds)) => {
+            let adapters = inherited_adapters(fds).map_err(|e| failed(format!("agent: {e}")))?;
+            let backend =
+                AdapterBackend::new(line).map_err(|e| failed(format!("agent: --adapter: {e}")))?;
+            Box::new(backend.with_inherited(adapters))
+        }
+        _ => backend(&a.adapter, a.durability, false).map_err(|e| failed(format!("agent: {e}")))?,
+    };
     // A store's failure (a refused or broken request) ends the life for the
     // checker to judge; a failure on the harness's side ends it with the
     // harness's exit code, which makes the trial an error, never a finding.
@@ -445,17 +451,54 @@ fn run_agent(a: AgentCli) -> Result<ExitCode, Failure> {
     Ok(ExitCode::SUCCESS)
 }
 
-/// The store under test: agentstore in-process, or the one behind `--adapter`.
+/// `agentchaos probe`: one probe of the store, driven by this process.
+fn run_probe(p: ProbeCli) -> Result<ExitCode, Failure> {
+    let adapter = match (&p.adapter, &p.adapter_fds) {
+        (None, _) => None,
+        (Some(line), fds) => {
+            let backend = AdapterBackend::new(line)
+                .map_err(|e| Failure::Store(format!("probe: --adapter: {e}")))?;
+            let inherited = match fds {
+                Some(fds) => {
+                    inherited_adapters(fds).map_err(|e| Failure::Store(format!("probe: {e}")))?
+                }
+                None => Vec::new(),
+            };
+            Some(backend.with_inherited(inherited))
+        }
+    };
+    agentchaos::campaign::probe::run_child(&agentchaos::campaign::probe::ChildArgs {
+        what: p.what,
+        root: p.root,
+        session: p.session,
+        workspace: p.workspace,
+        events: p.events,
+        adapter,
+        durability: p.durability,
+    })
+    .map(|()| ExitCode::SUCCESS)
+    .map_err(|e| Failure::Store(format!("probe: {e}")))
+}
+
+/// The store under test: agentstore in-process, or the one behind
+/// `--adapter` (in the harness, `forking`: its observations are forked
+/// from a fork server when the adapter is one).
 fn backend(
     adapter: &Option<String>,
     durability: Durability,
+    forking: bool,
 ) -> Result<Box<dyn StoreBackend>, Failure> {
-    match adapter {
-        None => Ok(Box::new(ReferenceBackend { durability })),
-        Some(line) => Ok(Box::new(
-            AdapterBackend::new(line).map_err(|e| bad_input(format!("--adapter: {e}")))?,
-        )),
-    }
+    let Some(line) = adapter else {
+        return Ok(Box::new(ReferenceBackend { durability }));
+    };
+    let backend = if forking {
+        AdapterBackend::forking(line)
+    } else {
+        AdapterBackend::new(line)
+    };
+    Ok(Box::new(
+        backend.map_err(|e| bad_input(format!("--adapter: {e}")))?,
+    ))
 }
 
 fn check_fault(name: &Option<String>) -> Result<(), Failure> {
@@ -588,7 +631,7 @@ fn writable_output(flag: &str, path: &Option<PathBuf>) -> Result<(), Failure> {
 fn run(args: RunArgs) -> Result<ExitCode, Failure> {
     writable_output("--json", &args.json)?;
     writable_output("--junit", &args.junit)?;
-    let backend = backend(&args.common.adapter, args.common.durability)?;
+    let backend = backend(&args.common.adapter, args.common.durability, true)?;
     let mode = match args.trials {
         Some(0) => return Err(bad_input("--trials must be at least 1")),
         Some(n) => Mode::Sampled(n),
@@ -775,7 +818,7 @@ fn syscall_supported() -> Result<(), Failure> {
 }
 
 fn replay(args: ReplayArgs) -> Result<ExitCode, Failure> {
-    let backend = backend(&args.common.adapter, args.common.durability)?;
+    let backend = backend(&args.common.adapter, args.common.durability, true)?;
     let mut cfg = config(&args.common, backend.as_ref(), Mode::Exhaustive, 0)?;
     // A trial's plan, or a probe's (`probe:…`).
     enum What {

@@ -27,6 +27,7 @@ mod differential;
 mod earned_verdicts;
 mod exit_codes;
 mod faults;
+mod fork_server;
 mod harness_alone;
 mod langgraph_adapter;
 mod layout;

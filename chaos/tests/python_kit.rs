@@ -97,7 +97,8 @@ fn the_hello_store_passes_the_self_test() {
 
 /// The self-test passes the reference store (so its checks are the
 /// protocol's, not the kit's) and fails a hand-written store that accepts
-/// protocol 2, a session id escaping its root and `events` before `open`.
+/// protocol 3 (a version no adapter speaks), a session id escaping its
+/// root and `events` before `open`.
 #[test]
 fn the_self_test_passes_agentstore_and_catches_a_sloppy_store() {
     if !python::kit_available("the_self_test_passes_agentstore_and_catches_a_sloppy_store") {
@@ -112,7 +113,7 @@ fn the_self_test_passes_agentstore_and_catches_a_sloppy_store() {
     let (out, text) = selftest(&["python3", sloppy.to_str().unwrap()]);
     assert_eq!(out.status.code(), Some(1), "{text}");
     for line in [
-        "FAIL check_hello_names_the_store_and_known_claims: hello {'protocol': 2} was accepted",
+        "FAIL check_hello_names_the_store_and_known_claims: hello {'protocol': 3} was accepted",
         "FAIL check_open_answers_not_found_exists_and_invalid: open {",
         "FAIL check_bad_requests_are_refused_and_write_nothing: events {} was accepted",
     ] {

@@ -1,4 +1,4 @@
-//! The agentchaos adapter protocol, version 1 (`chaos/PROTOCOL.md`),
+//! The agentchaos adapter protocol, versions 1 and 2 (`chaos/PROTOCOL.md`),
 //! defined once: the event vocabulary ([`event`]), every request and reply
 //! ([`message`]), the projection a store serves ([`view`]) and the JSON
 //! Schema derived from them ([`schema`], committed at
@@ -15,5 +15,7 @@ pub mod schema;
 pub mod view;
 
 pub use event::{BlobRef, Body, Event, EventId, Record, Seq};
-pub use message::{Capability, ErrorKind, Refusal, Request, PROTOCOL_VERSION};
+pub use message::{
+    Capability, ErrorKind, Refusal, Request, FORK_PROTOCOL_VERSION, PROTOCOL_VERSION,
+};
 pub use view::{CallView, Plan, ProjectionView};

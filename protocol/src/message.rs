@@ -16,8 +16,13 @@ use serde_json::Value;
 
 use crate::event::{BlobRef, Body, Effect, Event, EventId, Phase, Record, Redaction, Seq};
 
-/// The protocol version this crate defines.
+/// The protocol version every adapter speaks (version 1).
 pub const PROTOCOL_VERSION: u64 = 1;
+
+/// Version 2: version 1 plus the optional fork server (`fork`, `reap`;
+/// `chaos/PROTOCOL.md`, section 8). Negotiated in `hello`: an adapter that
+/// answers `hello` 2 with `unsupported` speaks version 1 only.
+pub const FORK_PROTOCOL_VERSION: u64 = 2;
 
 /// What a store promises. The scorecard scores each claimed capability and
 /// reports the others as not supported, never as passed.
@@ -196,6 +201,13 @@ pub enum Request {
     GetBlob(BlobRef),
     /// Reply: [`Closed`].
     Close,
+    /// Version 2, a fork server only: forks a fresh adapter process whose
+    /// stdin, stdout and stderr are the three descriptors sent with this
+    /// line (`SCM_RIGHTS` on the server's stdin, a Unix socket). Reply: [`Forked`].
+    Fork,
+    /// Version 2, a fork server only: waits for a forked process to end
+    /// (the harness has killed it) and releases its pid. Reply: [`Reaped`].
+    Reap { pid: u32 },
 }
 
 impl Request {
@@ -214,12 +226,14 @@ impl Request {
             Request::PutBlob { .. } => "put_blob",
             Request::GetBlob(_) => "get_blob",
             Request::Close => "close",
+            Request::Fork => "fork",
+            Request::Reap { .. } => "reap",
         }
     }
 
     /// Every operation, each with the name of its `ok` body's type (the
     /// schema's `$defs` key), in the order of `chaos/PROTOCOL.md`.
-    pub const REPLIES: [(&'static str, &'static str); 12] = [
+    pub const REPLIES: [(&'static str, &'static str); 14] = [
         ("hello", "Hello"),
         ("open", "Opened"),
         ("append", "Ack"),
@@ -232,6 +246,8 @@ impl Request {
         ("put_blob", "BlobRef"),
         ("get_blob", "BlobBytes"),
         ("close", "Closed"),
+        ("fork", "Forked"),
+        ("reap", "Reaped"),
     ];
 }
 
@@ -319,6 +335,23 @@ pub struct Hello {
     /// Equal to the request's.
     pub protocol: u64,
     pub capabilities: Vec<Capability>,
+    /// Version 2: this process is a fork server (it serves `fork` and `reap`).
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub fork: bool,
+}
+
+/// `fork`: the forked process, leader of its own process group; its pid
+/// names it until the server is asked to `reap` it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
+pub struct Forked {
+    pub pid: u32,
+}
+
+/// `reap`: how the forked process ended.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
+pub struct Reaped {
+    /// The raw wait status (`waitpid`).
+    pub status: i32,
 }
 
 /// `open`: where the log continues.
@@ -632,6 +665,8 @@ mod tests {
                 size: 0,
             }),
             Request::Close,
+            Request::Fork,
+            Request::Reap { pid: 1 },
         ];
         let named: Vec<&str> = requests.iter().map(Request::op).collect();
         assert_eq!(named, ops);

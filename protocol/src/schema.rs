@@ -7,11 +7,11 @@ use schemars::generate::SchemaSettings;
 use serde_json::{json, Map, Value};
 
 use crate::message::{
-    Ack, BlobBytes, CheckpointReply, Closed, ContextReply, EventsReply, Hello, IntentAck, Opened,
-    RecoveryState, ReplyLine, Request, RequestLine,
+    Ack, BlobBytes, CheckpointReply, Closed, ContextReply, EventsReply, Forked, Hello, IntentAck,
+    Opened, Reaped, RecoveryState, ReplyLine, Request, RequestLine,
 };
 use crate::view::ProjectionView;
-use crate::{BlobRef, PROTOCOL_VERSION};
+use crate::{BlobRef, FORK_PROTOCOL_VERSION, PROTOCOL_VERSION};
 
 /// Where the committed schema lives, relative to this crate's root.
 pub const COMMITTED_PATH: &str = "schema/protocol.schema.json";
@@ -37,6 +37,8 @@ pub fn document() -> Value {
     generator.subschema_for::<BlobRef>();
     generator.subschema_for::<BlobBytes>();
     generator.subschema_for::<Closed>();
+    generator.subschema_for::<Forked>();
+    generator.subschema_for::<Reaped>();
     let defs: Map<String, Value> = generator.take_definitions(true).into_iter().collect();
     let replies: Map<String, Value> = Request::REPLIES
         .iter()
@@ -44,7 +46,7 @@ pub fn document() -> Value {
         .collect();
     json!({
         "$schema": "https://json-schema.org/draft/2020-12/schema",
-        "title": format!("agentchaos adapter protocol, version {PROTOCOL_VERSION}"),
+        "title": format!("agentchaos adapter protocol, versions {PROTOCOL_VERSION} and {FORK_PROTOCOL_VERSION}"),
         "description": "Generated from the crate agentchaos-protocol (UPDATE_SCHEMA=1 cargo test -p agentchaos-protocol); chaos/PROTOCOL.md explains the semantics. A request line fits $defs/RequestLine, a reply line $defs/ReplyLine, and the ok body of a reply fits the entry of `replies` named by the request's op.",
         "anyOf": [request, reply],
         "replies": replies,

@@ -219,6 +219,7 @@ impl Server {
     }
 
     fn dispatch(&mut self, req: Request) -> std::result::Result<Value, Refusal> {
+        let req_op = req.op();
         match req {
             Request::Hello { protocol } => {
                 if protocol != PROTOCOL_VERSION {
@@ -232,6 +233,7 @@ impl Server {
                     version: Some(env!("CARGO_PKG_VERSION").to_string()),
                     protocol: PROTOCOL_VERSION,
                     capabilities: self.claims.clone(),
+                    fork: false,
                 })
             }
             Request::Open(agentchaos_protocol::message::OpenArgs {
@@ -341,6 +343,13 @@ impl Server {
                 self.session = None;
                 body(&Closed {})
             }
+            Request::Fork | Request::Reap { .. } => Err(Refusal::new(
+                ErrorKind::Unsupported,
+                format!(
+                    "{} is protocol 2; this adapter speaks protocol {PROTOCOL_VERSION}",
+                    req_op
+                ),
+            )),
         }
     }
 }

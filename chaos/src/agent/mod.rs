@@ -107,6 +107,18 @@ fn close(store: Box<dyn SessionStore>) -> Result<(), AgentError> {
         .map_err(|e| AgentError::Store(format!("cannot close the session: {e}")))
 }
 
+/// How many times life `life` opens the session: once in the first life;
+/// after a restart three times (the recovery, the second recovery, the
+/// resumed work), each time with a fresh adapter. The harness forks that
+/// many store processes ahead for a life it can fork for.
+pub fn opens(life: u32) -> usize {
+    if life == 0 {
+        1
+    } else {
+        3
+    }
+}
+
 /// Runs the agent to completion (or until the nemesis kills it).
 pub fn run(args: &AgentArgs, backend: &dyn StoreBackend) -> Result<(), AgentError> {
     let scenario =

@@ -212,7 +212,7 @@ pub fn record(cfg: &Config, source: &ScenarioSource, dir: &Path) -> Result<Recor
         session: SESSION.to_string(),
         workspace: ws.clone(),
     };
-    let records = AdapterBackend::new(&cfg.adapter)?
+    let records = AdapterBackend::forking(&cfg.adapter)?
         .observe(&spec)
         .map_err(|e| format!("cannot read the recorded session: {e}"))?
         .records;
@@ -313,7 +313,7 @@ impl<'a> Judge<'a> {
         let serves_projection = client.claims(Capability::CheckpointProjection);
         let _ = client.shutdown();
         Ok(Judge {
-            backend: AdapterBackend::new(adapter)?,
+            backend: AdapterBackend::forking(adapter)?,
             agentstore_files,
             serves_projection,
             recording,

@@ -1177,6 +1177,10 @@ fn child_with_events(
     )
 }
 
+/// The most times a probe child opens the session (the rule probe: to
+/// replay and append, then again to read the log back).
+const PROBE_OPENS: usize = 2;
+
 /// Runs `agentchaos probe` with the store's flags and parses its reply.
 fn child(
     setup: &ProbeSetup<'_>,
@@ -1191,6 +1195,14 @@ fn child(
         .arg(root)
         .args(extra)
         .args(setup.backend.agent_args());
+    // A probe opens the session at most twice, never crashes, never is traced.
+    let adapters = setup
+        .backend
+        .fork_life(PROBE_OPENS)
+        .map_err(|e| format!("cannot fork the store processes of the {what} probe: {e}"))?;
+    if let Some(adapters) = &adapters {
+        adapters.hand_down(&mut cmd)?;
+    }
     if let Some(ws) = workspace {
         cmd.arg("--workspace").arg(ws);
     }
@@ -1208,7 +1220,10 @@ fn child(
     }
     let out = cmd
         .output()
-        .map_err(|e| format!("cannot start the probe {}: {e}", setup.agent_exe.display()))?;
+        .map_err(|e| format!("cannot start the probe {}: {e}", setup.agent_exe.display()));
+    // The probe is gone: kill and reap its store processes.
+    drop(adapters);
+    let out = out?;
     let stdout = String::from_utf8_lossy(&out.stdout);
     if !out.status.success() {
         let stderr = String::from_utf8_lossy(&out.stderr);
@@ -1357,7 +1372,7 @@ enum Target {
 impl Target {
     fn open(args: &ChildArgs, workspace: Option<&Path>) -> Result<Target, ChildError> {
         let (root, session) = (args.root.as_path(), args.session.as_str());
-        match args.adapter.as_deref() {
+        match args.adapter.as_ref() {
             None => {
                 let id = SessionId::new(session)?;
                 let options = || SessionOptions {
@@ -1373,8 +1388,7 @@ impl Target {
                     session: Box::new(session),
                 })
             }
-            Some(line) => {
-                let backend = AdapterBackend::new(line).map_err(ChildError::Failed)?;
+            Some(backend) => {
                 let mut client = backend
                     .client()
                     .map_err(|e| ChildError::Failed(e.message))?;
@@ -1441,7 +1455,9 @@ pub struct ChildArgs {
     pub workspace: Option<PathBuf>,
     /// Ledger and rule: the events to replay and append, as JSON.
     pub events: Option<PathBuf>,
-    pub adapter: Option<String>,
+    /// The store behind `--adapter` (with the store processes the harness
+    /// forked for this probe, if it did), or agentstore in this process.
+    pub adapter: Option<AdapterBackend>,
     /// The reference store's durability (no adapter).
     pub durability: agentstore::Durability,
 }

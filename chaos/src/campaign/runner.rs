@@ -203,6 +203,9 @@ pub struct CampaignResult {
     pub power_loss: Option<crate::campaign::powercampaign::CampaignReport>,
     /// Scenarios not run on this store, and why.
     pub skipped: Vec<(ScenarioSource, String)>,
+    /// The adapter processes the harness itself started (observations,
+    /// probes, power-loss recoveries; each life is its agent's own).
+    pub adapter_processes: crate::store::adapter::ProcessCounts,
 }
 
 impl CampaignResult {
@@ -302,6 +305,7 @@ pub fn run(cfg: &Config<'_>, sources: Vec<ScenarioSource>) -> Result<CampaignRes
         capabilities,
         power_loss,
         skipped,
+        adapter_processes: crate::store::adapter::process_counts(),
     })
 }
 

@@ -19,6 +19,13 @@
 //! life its plan does not crash. A process that goes on after an injected
 //! error and then gives up (exits non-zero) is restarted like a killed
 //! one; a fault that was not injected as planned is an error of the trial.
+//!
+//! Through an adapter that is a fork server (protocol version 2), a life
+//! that is not traced and that a crash point kills, or nothing kills, gets
+//! its store processes forked ahead ([`StoreBackend::fork_life`]) and handed
+//! down to the agent; they are SIGKILLed as soon as the agent has ended and
+//! reaped once it is (every other life starts its own adapters, as in
+//! version 1).
 
 use std::collections::BTreeMap;
 use std::io::{BufRead, BufReader, Write};
@@ -36,6 +43,7 @@ use crate::nemesis::syscall::{
     self, FaultOutcome, FaultPlan, FaultReport, Monitor, TraceConfig, Traced,
 };
 use crate::nemesis::{self, Crash, Plan};
+use crate::store::adapter::backend::LifeAdapters;
 use crate::store::{Observation, SessionSpec, StoreBackend};
 
 /// Why a trial could not be carried out as planned, and whose fault that is.
@@ -165,6 +173,9 @@ pub fn run(
                 env: &env,
                 timer,
                 syscall: trace_config(&plan, kind, index, &spec)?,
+                // A kill at a crash point lands between two requests, where
+                // a forked store child waits idle for its SIGKILL.
+                forkable: matches!(crash, None | Some(Crash::Kill { .. })),
             },
             &observe,
         )?;
@@ -381,6 +392,8 @@ struct LifeSpec<'a> {
     timer: Option<Duration>,
     /// Run it under the syscall tracer.
     syscall: Option<TraceConfig>,
+    /// Its store processes may be forked ahead (when it is not traced).
+    forkable: bool,
 }
 
 type TracerThread = std::thread::JoinHandle<Result<syscall::Outcome, syscall::Error>>;
@@ -442,7 +455,16 @@ fn run_life(
         ..
     } = *life_spec;
     let stderr_path = td.stderr(index);
-    let cmd = agent_command(setup, td, life_spec, &stderr_path)?;
+    let adapters = if life_spec.forkable && syscall.is_none() {
+        let opens = agent::opens(index);
+        setup.backend.fork_life(opens).map_err(|e| TrialError {
+            message: format!("cannot fork the store processes of life {index}: {e}"),
+            store_fault: e.store_fault(),
+        })?
+    } else {
+        None
+    };
+    let cmd = agent_command(setup, td, life_spec, &stderr_path, adapters.as_ref())?;
     let started = Instant::now();
     let Started {
         mut stdin,
@@ -450,6 +472,25 @@ fn run_life(
         killer,
         running,
     } = start(cmd, syscall.clone(), setup.agent_exe)?;
+    let store_killer = match (&adapters, &running) {
+        (Some(adapters), Running::Child(child)) => {
+            let agent = child.lock().unwrap_or_else(|p| p.into_inner()).id();
+            match adapters.kill_with(agent) {
+                Ok(thread) => Some(thread),
+                Err(e) => {
+                    killer.kill();
+                    let _ = wait(
+                        running,
+                        None,
+                        &mut Life::started(index, kill_at),
+                        Vec::new(),
+                    );
+                    return Err(format!("cannot watch the agent of life {index}: {e}").into());
+                }
+            }
+        }
+        _ => None,
+    };
     let (timer_tx, timer_thread) = arm_timer(killer.clone(), timer.unwrap_or(WATCHDOG));
     let mut life = Life::started(index, kill_at);
     let reading = follow(stdout, &mut stdin, &mut life, observe);
@@ -460,6 +501,12 @@ fn run_life(
     drop(timer_tx);
     let timer_fired = timer_thread.join().unwrap_or(false);
     let (code, signal) = wait(running, syscall.as_ref(), &mut life, reading.acks)?;
+    // The agent is gone, and so are its store processes (SIGKILLed as it
+    // ended, idle, their pipes held open here): reap them.
+    if let Some(thread) = store_killer {
+        let _ = thread.join();
+    }
+    drop(adapters);
     life.micros = started.elapsed().as_micros() as u64;
     life.end = match (code, signal) {
         (_, Some(9)) if timer_fired && timer.is_none() => LifeEnd::Hung,
@@ -490,6 +537,7 @@ fn agent_command(
     td: &TrialDir,
     life_spec: &LifeSpec<'_>,
     stderr_path: &Path,
+    adapters: Option<&LifeAdapters>,
 ) -> Result<Command, TrialError> {
     let spec = td.spec();
     let stderr = std::fs::File::create(stderr_path)
@@ -520,6 +568,9 @@ fn agent_command(
     }
     for (k, v) in life_spec.env {
         cmd.env(k, v);
+    }
+    if let Some(adapters) = adapters {
+        adapters.hand_down(&mut cmd)?;
     }
     Ok(cmd)
 }

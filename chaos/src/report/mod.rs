@@ -384,6 +384,7 @@ pub fn json(result: &CampaignResult, ctx: &Context<'_>) -> Value {
         "trials": result.trials,
         "elapsed_seconds": result.elapsed.as_secs_f64(),
         "trials_per_second": result.trials_per_second(),
+        "adapter_processes": json!({"spawned": result.adapter_processes.spawned, "forked": result.adapter_processes.forked}),
         "violation_count": result.violation_count(),
         "error_count": result.error_count(),
         "scenarios": scenarios,

@@ -290,6 +290,12 @@ pub trait StoreBackend: Send + Sync + std::fmt::Debug {
     fn observe(&self, spec: &SessionSpec) -> StoreResult<Observation>;
     /// Arguments the child agent needs to open this same store.
     fn agent_args(&self) -> Vec<String>;
+    /// Store processes forked ahead for an agent life that will open the
+    /// session `opens` times (an adapter that is a fork server, protocol
+    /// version 2), or `None`: the life starts its own.
+    fn fork_life(&self, _opens: usize) -> StoreResult<Option<adapter::backend::LifeAdapters>> {
+        Ok(None)
+    }
     /// The adapter command line, for a store behind one (the power-loss
     /// nemesis recovers its states through it).
     fn adapter_line(&self) -> Option<&str> {

@@ -226,7 +226,7 @@ class Checks:
         a = self.spawn()
         hello = a.hello()
         assert hello["protocol"] == 1 and hello["name"], hello
-        assert a.refusal("hello", protocol=2) == "unsupported", "protocol 2 must be refused with unsupported"
+        assert a.refusal("hello", protocol=3) == "unsupported", "an unknown protocol version must be refused with unsupported"
         assert a.shutdown() == 0, "the adapter must exit 0 when stdin ends"
 
     def check_open_answers_not_found_exists_and_invalid(self) -> None:

@@ -1,4 +1,4 @@
-"""The serve loop: protocol version 1 (chaos/PROTOCOL.md) over a `Store`.
+"""The serve loop: protocol versions 1 and 2 (chaos/PROTOCOL.md) over a `Store`.
 
 One JSON request per stdin line, one JSON reply per stdout line, flushed
 before the next request is read; nothing else ever goes to stdout. Every
@@ -6,6 +6,14 @@ request is checked against the schema first (`bad_request`, naming the
 field). A `StoreError` a store raises is its `error` reply; any other
 exception is a bug: one line on stderr naming it and where, exit code 2,
 and the harness reports the adapter's death as a protocol error.
+
+Version 2 adds the fork server (PROTOCOL.md, section 8): when stdin is a
+Unix socket and the harness says `hello` 2, this process answers
+`fork: true` and serves `fork` (a fresh adapter process per request, on the
+three descriptors sent with it, forked from this process's memory: the
+imports are done, no session was ever opened here) and `reap`. A process
+that has opened a session never forks, and a forked process never forks
+again: a child must start from a state no session has touched.
 """
 
 from __future__ import annotations
@@ -13,6 +21,9 @@ from __future__ import annotations
 import hashlib
 import json
 import os
+import signal
+import socket
+import stat
 import sys
 import traceback
 from datetime import datetime, timezone
@@ -24,7 +35,10 @@ from .model import Broken, Model
 from .store import Record, Store, unbacked_claims
 
 PROTOCOL = 1
+FORK_PROTOCOL = 2
+PROTOCOLS = (PROTOCOL, FORK_PROTOCOL)
 MAX_SESSION_ID = 128
+PR_SET_PDEATHSIG = 1
 
 
 def _no_constants(name: str) -> Any:
@@ -70,13 +84,47 @@ def fold(records: list[Any], model: Model, where: str) -> None:
         raise Damaged(f"{where}: record 0 is not session_created")
 
 
+class ForkedChild(BaseException):
+    """Raised in a child `fork` made, to leave the server's loop: the child
+    serves on `fds` (stdin, stdout, stderr) from a fresh `Server`."""
+
+    def __init__(self, fds: list[int]) -> None:
+        super().__init__("forked")
+        self.fds = fds
+
+
+def _die_with_parent() -> Any:
+    """A function the forked child calls first: SIGKILL when the server dies
+    (prctl through ctypes; loaded here, in the server, once)."""
+    try:
+        import ctypes
+
+        prctl = ctypes.CDLL(None, use_errno=True).prctl
+    except (ImportError, OSError, AttributeError):
+        prctl = None
+    parent = os.getpid()
+
+    def arm() -> None:
+        if prctl is not None:
+            prctl(PR_SET_PDEATHSIG, int(signal.SIGKILL), 0, 0, 0)
+        if os.getppid() != parent:  # the server died before the prctl took effect
+            os._exit(1)
+
+    return arm
+
+
 class Server:
     """Dispatches requests that fit the schema to one `Store`."""
 
-    def __init__(self, store: Store) -> None:
+    def __init__(self, store: Store, can_fork: bool = False) -> None:
         self.store = store
         self.open = False
         self.broken: str | None = None
+        # A fork server: stdin is a Unix socket and no session was ever opened.
+        self.can_fork = can_fork
+        self.children: set[int] = set()
+        self.fds: list[int] = []
+        self.arm_child: Any = None
 
     @property
     def model(self) -> Model:
@@ -86,8 +134,18 @@ class Server:
             raise IoFailed(f"the session is unusable after a failed write ({self.broken}); close and open it again")
         return self.store.model
 
-    def handle(self, line: bytes) -> bytes:
-        """The reply line (with its newline) to one request line."""
+    def handle(self, line: bytes, fds: list[int] | None = None) -> bytes:
+        """The reply line (with its newline) to one request line; `fds` are
+        the descriptors that came with it (only `fork` takes any)."""
+        self.fds = list(fds or [])
+        try:
+            return self._handle(line)
+        finally:
+            for fd in self.fds:  # not taken by a fork
+                os.close(fd)
+            self.fds = []
+
+    def _handle(self, line: bytes) -> bytes:
         req_id: Any = None
         try:
             try:
@@ -138,12 +196,25 @@ class Server:
         """Serves a request that fits the schema."""
         op = req["op"]
         if op == "hello":
-            if req["protocol"] != PROTOCOL:
-                raise Unsupported(f"this adapter speaks protocol {PROTOCOL}, not {req['protocol']}")
+            version = req["protocol"]
+            if version not in PROTOCOLS:
+                raise Unsupported(f"this adapter speaks protocols {PROTOCOL} and {FORK_PROTOCOL}, not {version}")
             hello: dict[str, Any] = {"name": self.store.name}
             if self.store.version is not None:
                 hello["version"] = self.store.version
-            return {**hello, "protocol": PROTOCOL, "capabilities": self.store.capabilities()}
+            hello.update(protocol=version, capabilities=self.store.capabilities())
+            if version == FORK_PROTOCOL and self.can_fork:
+                hello["fork"] = True
+            return hello
+        if op == "fork":
+            return self.op_fork()
+        if op == "reap":
+            pid = req["pid"]
+            if pid not in self.children:
+                raise BadRequest(f"reap: pid {pid} is not a process this server forked and has not reaped")
+            _, status = os.waitpid(pid, 0)
+            self.children.discard(pid)
+            return {"status": status}
         if op == "open":
             return self.op_open(req["root"], req["session"], req.get("workspace"), req["create"])
         if op == "append":
@@ -195,9 +266,46 @@ class Server:
             return {}
         raise Unsupported(f"{op} is not supported by this adapter")
 
+    def op_fork(self) -> dict[str, Any]:
+        if not self.can_fork:
+            raise Unsupported(
+                "fork: this process is not a fork server (its stdin is not a Unix socket, it was "
+                "forked itself, or it has opened a session)"
+            )
+        if len(self.fds) != 3:
+            raise BadRequest(f"fork needs 3 descriptors sent with it (stdin, stdout, stderr), got {len(self.fds)}")
+        if self.arm_child is None:
+            self.arm_child = _die_with_parent()
+        sys.stdout.flush()
+        sys.stderr.flush()
+        pid = os.fork()
+        if pid == 0:
+            self.arm_child()
+            fds, self.fds = self.fds, []
+            raise ForkedChild(fds)
+        self.children.add(pid)
+        # The child makes itself a group leader too; doing it here as well
+        # means its group exists before the harness learns its pid.
+        try:
+            os.setpgid(pid, pid)
+        except OSError:  # the child got there first (EACCES) or died
+            pass
+        return {"pid": pid}
+
+    def kill_children(self) -> None:
+        """SIGKILL and reap every forked process not reaped yet."""
+        for pid in sorted(self.children):
+            try:
+                os.kill(pid, signal.SIGKILL)
+                os.waitpid(pid, 0)
+            except (ProcessLookupError, ChildProcessError):
+                pass
+        self.children.clear()
+
     def op_open(self, root: str, session: str, workspace: str | None, create: bool) -> dict[str, Any]:
         if self.open:
             raise BadRequest("a session is already open; close it first")
+        self.can_fork = False  # a child must never start from a session's state
         if create and workspace is None:
             raise BadRequest("open with create needs a workspace")
         check_session_id(session)
@@ -245,9 +353,62 @@ class Server:
         self.store.close()
 
 
+class _SocketLines:
+    """Request lines from a Unix socket, each with the descriptors that came
+    with it (one request at a time, so the descriptors read while a line
+    arrives are that line's)."""
+
+    def __init__(self, sock: socket.socket) -> None:
+        self.sock = sock
+        self.buf = b""
+        self.fds: list[int] = []
+
+    def __iter__(self) -> Any:
+        while True:
+            while b"\n" not in self.buf:
+                data, fds, _, _ = socket.recv_fds(self.sock, 1 << 16, 8)
+                self.fds.extend(fds)
+                if not data:
+                    if self.buf:
+                        yield self.take(self.buf)
+                    for fd in self.fds:
+                        os.close(fd)
+                    return
+                self.buf += data
+            line, _, self.buf = self.buf.partition(b"\n")
+            yield self.take(line)
+
+    def take(self, line: bytes) -> tuple[bytes, list[int]]:
+        fds, self.fds = self.fds, []
+        return line, fds
+
+
+def _stdin_socket(stdin: BinaryIO) -> socket.socket | None:
+    """The socket on fd 0 when `stdin` is the process's stdin and a Unix socket."""
+    try:
+        if stdin.fileno() != 0 or not stat.S_ISSOCK(os.fstat(0).st_mode):
+            return None
+        return socket.socket(fileno=0)
+    except (OSError, ValueError, AttributeError):
+        return None
+
+
+def _become_child(fds: list[int], control: socket.socket | None) -> tuple[BinaryIO, BinaryIO]:
+    """In a forked child: its own process group, the three descriptors as
+    stdin, stdout and stderr, the server's socket closed."""
+    os.setpgid(0, 0)
+    if control is not None:
+        control.detach()
+    for target, fd in enumerate(fds):
+        os.dup2(fd, target)
+        os.close(fd)
+    return open(0, "rb", closefd=False), sys.stdout.buffer
+
+
 def serve(store: Store, stdin: BinaryIO | None = None, stdout: BinaryIO | None = None) -> int:
     """Serves `store` until stdin ends; returns the exit code:
-    `sys.exit(serve(MyStore()))`."""
+    `sys.exit(serve(MyStore()))`. On a Unix socket as stdin, it is also a
+    fork server (protocol version 2)."""
     stdin = stdin or sys.stdin.buffer
     stdout = stdout or sys.stdout.buffer
     unknown = [c for c in store.capabilities() if c not in schema.CAPABILITIES]
@@ -256,16 +417,35 @@ def serve(store: Store, stdin: BinaryIO | None = None, stdout: BinaryIO | None =
         problems = [f"unknown capability {c!r}" for c in unknown] + [f"claims {c}" for c in unbacked]
         print(f"{store.name} adapter: {'; '.join(problems)}", file=sys.stderr)
         return 2
-    server = Server(store)
-    for line in stdin:
+    control = _stdin_socket(stdin) if store.forkable else None
+    lines: Any = _SocketLines(control) if control is not None else ((line, []) for line in stdin)
+    server = Server(store, can_fork=control is not None)
+    try:
+        return _loop(server, lines, stdout)
+    except ForkedChild as child:
+        server.children.clear()  # the siblings are the server's, never this child's
+        stdin, stdout = _become_child(child.fds, control)
+        code = _loop(Server(store), ((line, []) for line in stdin), stdout)
+        # The interpreter's finalization (and the author's atexit handlers)
+        # belong to the server: a child ends here, its session closed.
+        sys.stdout.flush()
+        sys.stderr.flush()
+        os._exit(code)
+    finally:
+        if server.children:
+            server.kill_children()
+
+
+def _loop(server: Server, lines: Any, stdout: BinaryIO) -> int:
+    for line, fds in lines:
         try:
-            reply = server.handle(line.rstrip(b"\r\n"))
+            reply = server.handle(line.rstrip(b"\r\n"), fds)
         except Exception as e:
             # A bug, not an answer: one line on stderr, and the harness sees
             # the adapter end (a protocol error quoting this line).
             frame = traceback.extract_tb(e.__traceback__)[-1]
             where = f"{frame.filename}:{frame.lineno}"
-            print(f"{store.name} adapter: internal error ({type(e).__name__}: {e}) at {where}", file=sys.stderr)
+            print(f"{server.store.name} adapter: internal error ({type(e).__name__}: {e}) at {where}", file=sys.stderr)
             return 2
         stdout.write(reply)
         stdout.flush()

@@ -43,6 +43,11 @@ class Store:
     version: str | None = None
     # Capability names (chaos/PROTOCOL.md, section 2) this store keeps.
     claims: tuple[str, ...] = ()
+    # Whether the kit may serve it as a fork server (protocol version 2):
+    # False for a store whose imports or constructor start threads or open
+    # handles a forked child must not share; it is then served as version 1
+    # (a process per life and per observation).
+    forkable = True
     # The fold the kit keeps; subclass `Model` to relax or reword it.
     model_class: type[Model] = Model
     # The open session's fold, set by the kit: the records before the ones

@@ -104,6 +104,7 @@ fn handle(
     request: Request,
     early: &mut dyn FnMut(&Value) -> std::io::Result<()>,
 ) -> Result<Value, Refusal> {
+    let req_op = request.op();
     match request {
         Request::Hello { protocol } => {
             if protocol != PROTOCOL_VERSION {
@@ -117,6 +118,7 @@ fn handle(
                 version: Some(env!("CARGO_PKG_VERSION").to_string()),
                 protocol: PROTOCOL_VERSION,
                 capabilities: CAPABILITIES.to_vec(),
+                fork: false,
             })
         }
         Request::Open(OpenArgs {
@@ -228,5 +230,12 @@ fn handle(
             *store = None;
             body(&Closed {})
         }
+        Request::Fork | Request::Reap { .. } => Err(Refusal::new(
+            ErrorKind::Unsupported,
+            format!(
+                "{} is protocol 2; this adapter speaks protocol {PROTOCOL_VERSION}",
+                req_op
+            ),
+        )),
     }
 }

@@ -1,13 +1,39 @@
 //! The harness's store traits over the adapter protocol: `--adapter 'CMD ARGS…'`.
 //!
 //! [`AdapterBackend`] opens a session by starting the adapter as a child of
-//! the calling process (the agent), and observes one by starting a *fresh*
-//! adapter in the harness: `open` without `create`, then `events` and
+//! the calling process (the agent), and observes one with a *fresh*
+//! adapter process in the harness: `open` without `create`, then `events` and
 //! `projection`, then `close`. It owns how an opaque store is seen; it must
 //! never judge what it sees (that is the checker's job), and it must never
 //! let an adapter outlive the agent that started it: the adapter gets
 //! `PR_SET_PDEATHSIG(SIGKILL)`, so a SIGKILL of the agent is a SIGKILL of the
 //! store (an adapter left to read EOF and exit cleanly would not be a crash).
+//!
+//! In the harness ([`AdapterBackend::forking`]), a fresh adapter process is
+//! forked, not started, when the adapter speaks protocol version 2 as a fork
+//! server (`chaos/PROTOCOL.md`, section 8; negotiated once per backend, a
+//! version 1 adapter is started as before): each harness thread keeps one
+//! fork server per adapter command line, which has done its imports and
+//! never opens a session, and every observation, probe and power-loss
+//! recovery gets a child forked from it. An observer is never reused: a
+//! forked child's memory is the server's, untouched by any session, so
+//! what it serves comes from the disk (a process that had read the session
+//! before could serve a cached copy and hide lost events).
+//!
+//! A life the nemesis kills at one of the agent's crash points (or does not
+//! kill) gets its store processes forked too ([`StoreBackend::fork_life`]):
+//! the harness forks one per `open` the life will make, hands the agent
+//! their pipe ends (`agent --adapter-fds`, [`AdapterBackend::with_inherited`])
+//! and keeps its own ends open, so a store child whose agent died neither
+//! reads EOF nor writes into a closed pipe: it waits, idle, for the SIGKILL
+//! the harness sends its process group as soon as the agent has ended
+//! ([`LifeAdapters::kill_with`]). That is
+//! the crash an exec'd adapter gets from `PR_SET_PDEATHSIG` when the kill
+//! lands between requests, which is where every crash point is. Lives
+//! under the syscall tracer (the tracer follows the agent's descendants
+//! only), lives killed by a timer (the kill may land while the store
+//! serves, and a forked child would finish the request) and the power-loss
+//! recorder's run are started with `exec`, as in protocol version 1.
 //!
 //! Whitebox crash points do not exist inside a foreign store. The agent's
 //! side of every mutating request has two instead: `adapter.<op>` before the
@@ -23,7 +49,9 @@
 //! returns) and the snapshot (only the projection the store serves is
 //! compared with the harness's fold of its events).
 
+use std::cell::RefCell;
 use std::os::unix::process::CommandExt;
+use std::sync::{Arc, Mutex, OnceLock};
 use std::time::{Duration, Instant};
 
 use agentchaos_protocol::event::{BlobRef, Event, Record, Seq};
@@ -32,7 +60,9 @@ use agentchaos_protocol::{Capability, ErrorKind, ProjectionView};
 use agentstore::crashpoint;
 use serde_json::Value;
 
-use super::client::{AdapterCommand, Client, ClientError, ClientOptions};
+use super::client::{
+    AdapterCommand, Client, ClientError, ClientOptions, ForkedProcess, InheritedAdapter,
+};
 use crate::nemesis::{ADAPTER_APPEND, ADAPTER_APPEND_REPLIED, ADAPTER_OPEN};
 use crate::store::{
     Ack, NotApplicable, Observation, Recovered, SessionSpec, SessionStore, StoreBackend,
@@ -76,6 +106,13 @@ const NOT_APPLICABLE: &[NotApplicable] = &[
     },
 ];
 
+thread_local! {
+    /// This thread's fork servers, by adapter command line. A fork server
+    /// dies with the thread that started it (`PR_SET_PDEATHSIG`), so it is
+    /// only ever used by that thread.
+    static FORK_SERVERS: RefCell<Vec<(String, Arc<Mutex<Client>>)>> = const { RefCell::new(Vec::new()) };
+}
+
 /// A store behind an adapter program.
 #[derive(Debug, Clone)]
 pub struct AdapterBackend {
@@ -83,27 +120,313 @@ pub struct AdapterBackend {
     /// The command line as given (for reports and the agent's arguments).
     line: String,
     options: ClientOptions,
+    /// In the harness: whether the adapter is a fork server (protocol
+    /// version 2), once asked. `None`: always start adapters with `exec`.
+    forking: Option<Arc<OnceLock<bool>>>,
+    /// In an agent: store processes the harness forked for this life, one
+    /// per `open`, first first; an `open` past them starts its own.
+    inherited: Arc<Mutex<Vec<InheritedAdapter>>>,
+}
+
+/// Store processes forked for one agent life or probe child (protocol
+/// version 2). The child gets their pipe ends ([`LifeAdapters::hand_down`]);
+/// this process keeps its own ends open until the child has ended, and
+/// dropping it kills every one's process group and reaps it, whether or
+/// not the child used it.
+#[derive(Debug)]
+pub struct LifeAdapters {
+    processes: Vec<ForkedProcess>,
+}
+
+impl LifeAdapters {
+    /// The descriptors to hand down, three per process (stdin's write end,
+    /// stdout's and stderr's read ends).
+    fn fds(&self) -> Vec<std::os::fd::RawFd> {
+        self.processes.iter().flat_map(|p| p.raw_ends()).collect()
+    }
+
+    /// Hands the processes down to the child `cmd` starts (an agent, a
+    /// probe): their pipe ends become its descriptors 3, 4, … and
+    /// `--adapter-fds` names them ([`LifeAdapters::arg`]).
+    pub fn hand_down(&self, cmd: &mut std::process::Command) -> Result<(), String> {
+        let fds = self.fds();
+        if fds.len() > MAX_HANDED_DOWN_FDS {
+            return Err(format!("cannot hand down {} descriptors", fds.len()));
+        }
+        cmd.arg("--adapter-fds").arg(self.arg(FIRST_HANDED_DOWN_FD));
+        // SAFETY: between fork and exec this only calls async-signal-safe
+        // functions (fcntl, dup2) and allocates nothing.
+        #[allow(unsafe_code)]
+        unsafe {
+            cmd.pre_exec(move || hand_down(&fds));
+        }
+        Ok(())
+    }
+
+    /// Kills every process's group as soon as `agent` has ended, as
+    /// `PR_SET_PDEATHSIG` would kill an adapter the agent had started (a
+    /// session the dead agent left open must not stay locked): a thread
+    /// polls the agent's pidfd. `agent` must be this process's child, not
+    /// yet reaped; the thread ends when the agent does, and the processes
+    /// are reaped only when this is dropped, so no pid it signals is reused.
+    pub fn kill_with(&self, agent: u32) -> std::io::Result<std::thread::JoinHandle<()>> {
+        use nix::libc;
+        use std::os::fd::{AsRawFd, FromRawFd, OwnedFd};
+        let pid = i32::try_from(agent).map_err(std::io::Error::other)?;
+        // SAFETY: pidfd_open takes a pid and flags and returns a new descriptor.
+        #[allow(unsafe_code)]
+        let fd = unsafe { libc::syscall(libc::SYS_pidfd_open, pid, 0) };
+        if fd < 0 {
+            return Err(std::io::Error::last_os_error());
+        }
+        // SAFETY: the descriptor was just returned to this process and is owned here only.
+        #[allow(unsafe_code)]
+        let pidfd = unsafe { OwnedFd::from_raw_fd(fd as i32) };
+        let groups: Vec<u32> = self.processes.iter().map(ForkedProcess::pid).collect();
+        Ok(std::thread::spawn(move || {
+            loop {
+                let mut poll = libc::pollfd {
+                    fd: pidfd.as_raw_fd(),
+                    events: libc::POLLIN,
+                    revents: 0,
+                };
+                // SAFETY: one valid pollfd, no timeout.
+                #[allow(unsafe_code)]
+                let ready = unsafe { libc::poll(&mut poll, 1, -1) };
+                if ready > 0
+                    || std::io::Error::last_os_error().kind() != std::io::ErrorKind::Interrupted
+                {
+                    break;
+                }
+            }
+            for group in groups {
+                use nix::sys::signal::{kill, killpg, Signal};
+                let pid = nix::unistd::Pid::from_raw(group as i32);
+                if killpg(pid, Signal::SIGKILL).is_err() {
+                    let _ = kill(pid, Signal::SIGKILL);
+                }
+            }
+        }))
+    }
+
+    /// The child's `--adapter-fds` value once the pipe ends are its
+    /// descriptors `first`, `first + 1`, …: `PID:IN,OUT,ERR` per process, `;`
+    /// between them.
+    pub fn arg(&self, first: i32) -> String {
+        let each = self.processes.iter().enumerate().map(|(i, p)| {
+            let fd = first + 3 * i as i32;
+            format!("{}:{},{},{}", p.pid(), fd, fd + 1, fd + 2)
+        });
+        each.collect::<Vec<_>>().join(";")
+    }
+}
+
+/// The first descriptor a child gets its forked store processes' pipes on.
+const FIRST_HANDED_DOWN_FD: i32 = 3;
+/// At most this many descriptors are handed down (three per process).
+const MAX_HANDED_DOWN_FDS: usize = 16;
+
+/// In the child between fork and exec: `fds` become its descriptors 3, 4,
+/// … (without close-on-exec), by way of copies above them so that no
+/// target overwrites a source not yet copied.
+fn hand_down(fds: &[i32]) -> std::io::Result<()> {
+    use nix::libc;
+    const SCRATCH: i32 = 64;
+    let mut scratch = [0i32; MAX_HANDED_DOWN_FDS];
+    for (i, &fd) in fds.iter().enumerate() {
+        // SAFETY: plain descriptor calls on descriptors this process holds.
+        #[allow(unsafe_code)]
+        let copy = unsafe { libc::fcntl(fd, libc::F_DUPFD_CLOEXEC, SCRATCH) };
+        if copy < 0 {
+            return Err(std::io::Error::last_os_error());
+        }
+        scratch[i] = copy;
+    }
+    for (i, &copy) in scratch[..fds.len()].iter().enumerate() {
+        // SAFETY: as above; the target is below SCRATCH, never a copy.
+        #[allow(unsafe_code)]
+        let done = unsafe { libc::dup2(copy, FIRST_HANDED_DOWN_FD + i as i32) };
+        if done < 0 {
+            return Err(std::io::Error::last_os_error());
+        }
+    }
+    Ok(())
+}
+
+/// Takes ownership of the descriptors an `--adapter-fds` value names
+/// ([`LifeAdapters::arg`]), each open in this process, and marks them
+/// close-on-exec.
+pub fn inherited_adapters(spec: &str) -> Result<Vec<InheritedAdapter>, String> {
+    use std::os::fd::{FromRawFd, OwnedFd};
+    let mut out = Vec::new();
+    let mut seen = std::collections::BTreeSet::new();
+    for part in spec.split(';') {
+        let bad = |why: &str| format!("--adapter-fds {spec:?}: {part:?} {why} (PID:IN,OUT,ERR)");
+        let (pid, fds) = part.split_once(':').ok_or_else(|| bad("has no ':'"))?;
+        let pid: u32 = pid.parse().map_err(|_| bad("has no pid"))?;
+        let fds: Vec<i32> = fds
+            .split(',')
+            .map(|f| f.parse::<i32>().ok().filter(|&f| f > 2))
+            .collect::<Option<_>>()
+            .ok_or_else(|| bad("has a descriptor that is not a number above 2"))?;
+        let [i, o, e] = fds[..] else {
+            return Err(bad("does not name three descriptors"));
+        };
+        for fd in [i, o, e] {
+            // SAFETY: F_SETFD on a descriptor number: it fails (-1) when
+            // none is open. Close-on-exec: an adapter this process starts
+            // later must not inherit the others' pipes.
+            #[allow(unsafe_code)]
+            let open =
+                unsafe { nix::libc::fcntl(fd, nix::libc::F_SETFD, nix::libc::FD_CLOEXEC) } != -1;
+            if !open || !seen.insert(fd) {
+                return Err(bad(&format!(
+                    "names descriptor {fd}, which is not open or named twice"
+                )));
+            }
+        }
+        // SAFETY: each descriptor is open and named once, and nothing else
+        // in this process owns it (the harness handed it down for this).
+        #[allow(unsafe_code)]
+        let owned = |fd| unsafe { OwnedFd::from_raw_fd(fd) };
+        out.push(InheritedAdapter {
+            pid,
+            stdin: owned(i),
+            stdout: owned(o),
+            stderr: owned(e),
+        });
+    }
+    Ok(out)
 }
 
 impl AdapterBackend {
     /// `line` is the `--adapter` value, split like a shell would split it.
+    /// Every adapter process is started with `exec` (protocol version 1):
+    /// the agent's backend, whose adapters are its lives.
     pub fn new(line: &str) -> Result<AdapterBackend, String> {
         Ok(AdapterBackend {
             command: AdapterCommand::parse(line)?,
             line: line.to_string(),
             options: ClientOptions::default(),
+            forking: None,
+            inherited: Arc::default(),
         })
     }
 
-    /// Starts the adapter (it has answered `hello`); it dies with the
-    /// thread that started it. For probes that need the adapter's own
-    /// refusal kinds (`crate::campaign::probe`).
-    pub fn client(&self) -> StoreResult<Client> {
-        self.spawn()
+    /// An agent's backend whose `open`s talk to `adapters` (forked by the
+    /// harness for this life), in order, before starting any of its own.
+    pub fn with_inherited(self, mut adapters: Vec<InheritedAdapter>) -> AdapterBackend {
+        adapters.reverse();
+        *self.inherited.lock().unwrap_or_else(|p| p.into_inner()) = adapters;
+        self
     }
 
-    /// Starts the adapter; it dies with the thread that started it.
+    /// The harness's backend: like [`AdapterBackend::new`], but an adapter
+    /// that is a fork server (protocol version 2) has its processes forked
+    /// from a per-thread server instead of started.
+    pub fn forking(line: &str) -> Result<AdapterBackend, String> {
+        let mut backend = AdapterBackend::new(line)?;
+        backend.forking = Some(Arc::new(OnceLock::new()));
+        Ok(backend)
+    }
+
+    /// Starts the adapter (it has answered `hello`); it dies with the
+    /// thread that started it (or the next of the store processes handed
+    /// down to this process). For probes that need the adapter's own
+    /// refusal kinds (`crate::campaign::probe`).
+    pub fn client(&self) -> StoreResult<Client> {
+        match self
+            .inherited
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .pop()
+        {
+            Some(adapter) => Client::inherited(&self.line, adapter, self.options).map_err(err),
+            None => self.spawn(),
+        }
+    }
+
+    /// A fresh adapter process: forked when the adapter is a fork server
+    /// and this is the harness's backend, else started; either way it dies
+    /// with the thread that asked for it.
     fn spawn(&self) -> StoreResult<Client> {
+        if let Some(client) = self.fork()? {
+            return Ok(client);
+        }
+        Client::spawn(self.command(), self.options).map_err(err)
+    }
+
+    /// A process forked by this thread's fork server, or `None` when the
+    /// adapter is none (it speaks only protocol version 1, or cannot fork).
+    fn fork(&self) -> StoreResult<Option<Client>> {
+        let Some(server) = self.fork_server()? else {
+            return Ok(None);
+        };
+        Client::fork(&server)
+            .map(Some)
+            .map_err(|e| self.broken(&server, e))
+    }
+
+    /// Forgets `server` after `e`: the next fork starts a new one.
+    fn broken(&self, server: &Arc<Mutex<Client>>, e: ClientError) -> StoreError {
+        FORK_SERVERS.with(|servers| {
+            servers
+                .borrow_mut()
+                .retain(|(_, s)| !Arc::ptr_eq(s, server))
+        });
+        err(e)
+    }
+
+    /// This thread's fork server for the adapter (started now if it has
+    /// none), or `None` when the adapter is none or this backend never forks.
+    fn fork_server(&self) -> StoreResult<Option<Arc<Mutex<Client>>>> {
+        let Some(forking) = &self.forking else {
+            return Ok(None);
+        };
+        if forking.get() == Some(&false) {
+            return Ok(None);
+        }
+        let server = FORK_SERVERS.with(|servers| {
+            let servers = servers.borrow();
+            let found = servers.iter().find(|(line, _)| *line == self.line);
+            found.map(|(_, server)| Arc::clone(server))
+        });
+        let server = match server {
+            Some(server) => server,
+            None => match Client::spawn_fork_server(self.command(), self.options) {
+                Ok(server) if server.hello().fork => {
+                    let _ = forking.set(true);
+                    let server = Arc::new(Mutex::new(server));
+                    FORK_SERVERS.with(|servers| {
+                        let mut servers = servers.borrow_mut();
+                        servers.push((self.line.clone(), Arc::clone(&server)))
+                    });
+                    server
+                }
+                Ok(server) => {
+                    let _ = forking.set(false);
+                    let _ = server.shutdown();
+                    return Ok(None);
+                }
+                // Not negotiated as a fork server (by this thread or
+                // another one): any answer but a fork server's to
+                // `hello` 2 (`unsupported`, as the protocol asks, or a
+                // version 1 adapter that ignores the version and breaks the
+                // conversation) means version 1, which then reports any
+                // real problem of the adapter itself.
+                Err(_) if forking.get() != Some(&true) => {
+                    let _ = forking.set(false);
+                    return Ok(None);
+                }
+                Err(e) => return Err(err(e)),
+            },
+        };
+        Ok(Some(server))
+    }
+
+    /// The adapter's command, without the nemesis's variables, dying with
+    /// the thread that starts it.
+    fn command(&self) -> std::process::Command {
         let mut cmd = self.command.to_command();
         for var in NEMESIS_ENV {
             cmd.env_remove(var);
@@ -124,7 +447,7 @@ impl AdapterBackend {
                 Ok(())
             });
         }
-        Client::spawn(cmd, self.options).map_err(err)
+        cmd
     }
 }
 
@@ -180,9 +503,29 @@ impl StoreBackend for AdapterBackend {
         Ok(claimed)
     }
 
+    fn fork_life(&self, opens: usize) -> StoreResult<Option<LifeAdapters>> {
+        let Some(server) = self.fork_server()? else {
+            return Ok(None);
+        };
+        let mut processes = Vec::with_capacity(opens);
+        for _ in 0..opens {
+            let forked = ForkedProcess::fork(&server).map_err(|e| self.broken(&server, e))?;
+            processes.push(forked);
+        }
+        Ok(Some(LifeAdapters { processes }))
+    }
+
     fn open(&self, spec: &SessionSpec) -> StoreResult<Box<dyn SessionStore>> {
         crashpoint::hit(ADAPTER_OPEN);
-        let mut client = self.spawn()?;
+        let inherited = self
+            .inherited
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .pop();
+        let mut client = match inherited {
+            Some(adapter) => Client::inherited(&self.line, adapter, self.options).map_err(err)?,
+            None => self.spawn()?,
+        };
         client.on_reply(replied);
         let mut args = OpenArgs {
             root: spec.root.clone(),

@@ -13,22 +13,38 @@
 //! The adapter leads its own process group, and every kill is a SIGKILL of
 //! that whole group: a hung adapter's children (a shell script's `sleep`,
 //! a store's helper processes) die with it instead of being orphaned.
+//!
+//! An adapter is either spawned ([`Client::spawn`], protocol version 1) or,
+//! in protocol version 2, forked by a fork server ([`Client::spawn_fork_server`],
+//! then [`Client::fork`]): the server's stdin is a Unix socket, and each
+//! `fork` request carries the child's three pipe ends (`SCM_RIGHTS`). A
+//! forked child leads its own process group too; the server keeps it as a
+//! zombie until the client asks it to `reap`, so its pid cannot name
+//! another process while the client may still signal it. The client never
+//! lets a forked child outlive it: dropping it kills the child's group and
+//! reaps it. [`process_counts`] says how many adapters this process
+//! spawned and how many it had forked (so a test can see which path ran).
 
 use std::fmt;
-use std::io::{BufRead, BufReader, Read, Write};
-use std::os::unix::process::CommandExt;
-use std::process::{Child, ChildStdin, Command, ExitStatus, Stdio};
+use std::fs::File;
+use std::io::{BufRead, BufReader, IoSlice, Read, Write};
+use std::os::fd::{AsRawFd, OwnedFd, RawFd};
+use std::os::unix::net::UnixStream;
+use std::os::unix::process::{CommandExt, ExitStatusExt};
+use std::process::{Child, Command, ExitStatus, Stdio};
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::mpsc::{self, Receiver, RecvTimeoutError};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use agentchaos_protocol::event::{event_id, BlobRef, Event, Record, Seq};
 use agentchaos_protocol::message::{
-    from_hex, to_hex, Ack, BlobBytes, CheckpointReply, Closed, ContextReply, EventsReply, Hello,
-    IntentAck, OpenArgs, Opened, RecoveryState, RequestLine,
+    from_hex, to_hex, Ack, BlobBytes, CheckpointReply, Closed, ContextReply, EventsReply, Forked,
+    Hello, IntentAck, OpenArgs, Opened, Reaped, RecoveryState, RequestLine,
 };
 use agentchaos_protocol::{
-    Capability, ErrorKind, ProjectionView, Refusal, Request, PROTOCOL_VERSION,
+    Capability, ErrorKind, ProjectionView, Refusal, Request, FORK_PROTOCOL_VERSION,
+    PROTOCOL_VERSION,
 };
 use serde::de::DeserializeOwned;
 use serde_json::Value;
@@ -41,6 +57,27 @@ const STDERR_TAIL_BYTES: usize = 64 * 1024;
 const SHOWN_LINE_BYTES: usize = 300;
 /// How long to wait for the adapter to exit (and its stderr to end) after its stdout closed.
 const EXIT_GRACE: Duration = Duration::from_millis(1000);
+
+/// Adapter processes this process spawned, and had forked by a fork server.
+static SPAWNED: AtomicU64 = AtomicU64::new(0);
+static FORKED: AtomicU64 = AtomicU64::new(0);
+
+/// How many adapter processes this process has started so far.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub struct ProcessCounts {
+    /// Started with `exec` (an interpreter start-up each, for a script).
+    pub spawned: u64,
+    /// Forked by a fork server (protocol version 2).
+    pub forked: u64,
+}
+
+/// The adapter processes this process has started so far.
+pub fn process_counts() -> ProcessCounts {
+    ProcessCounts {
+        spawned: SPAWNED.load(Ordering::Relaxed),
+        forked: FORKED.load(Ordering::Relaxed),
+    }
+}
 
 /// An adapter command line, split like a POSIX shell would split it but run
 /// without a shell, so the process the harness kills is the adapter itself.
@@ -359,12 +396,188 @@ fn read_stderr(mut stderr: impl Read, tail: Arc<Mutex<StderrTail>>) {
     }
 }
 
+/// The adapter process a client talks to.
+#[derive(Debug)]
+enum Proc {
+    /// Started by this process.
+    Spawned(Child),
+    /// Forked by `server`, which keeps it as a zombie until it is reaped.
+    Forked {
+        pid: u32,
+        server: Arc<Mutex<Client>>,
+        status: Option<ExitStatus>,
+    },
+    /// Forked for another process (the harness), which reaps it after this
+    /// one has ended: its pid is safe to signal, its status not ours to
+    /// know (one that ended reads as exit status 0).
+    Inherited { pid: u32 },
+}
+
+impl Proc {
+    fn id(&self) -> u32 {
+        match self {
+            Proc::Spawned(child) => child.id(),
+            Proc::Forked { pid, .. } | Proc::Inherited { pid } => *pid,
+        }
+    }
+
+    /// How it ended, if it has (a forked child: once it is a zombie, reaped now).
+    fn try_wait(&mut self) -> std::io::Result<Option<ExitStatus>> {
+        match self {
+            Proc::Spawned(child) => child.try_wait(),
+            Proc::Forked {
+                status: Some(s), ..
+            } => Ok(Some(*s)),
+            Proc::Forked { pid, .. } => {
+                if ended(*pid) {
+                    self.wait().map(Some)
+                } else {
+                    Ok(None)
+                }
+            }
+            Proc::Inherited { pid } => Ok(ended(*pid).then(|| ExitStatus::from_raw(0))),
+        }
+    }
+
+    /// Waits for it to end (a forked child: the server reaps it).
+    fn wait(&mut self) -> std::io::Result<ExitStatus> {
+        match self {
+            Proc::Spawned(child) => child.wait(),
+            Proc::Inherited { pid } => {
+                let deadline = Instant::now() + EXIT_GRACE;
+                while !ended(*pid) && Instant::now() < deadline {
+                    std::thread::sleep(Duration::from_millis(1));
+                }
+                Ok(ExitStatus::from_raw(0))
+            }
+            Proc::Forked {
+                status: Some(s), ..
+            } => Ok(*s),
+            Proc::Forked {
+                pid,
+                server,
+                status,
+            } => {
+                let mut server = server.lock().unwrap_or_else(|p| p.into_inner());
+                let reaped: Reaped = server
+                    .call(Request::Reap { pid: *pid })
+                    .map_err(std::io::Error::other)?;
+                let s = ExitStatus::from_raw(reaped.status);
+                *status = Some(s);
+                Ok(s)
+            }
+        }
+    }
+}
+
+/// A fork server's label and timeout, for the processes it forks.
+fn server_label(server: &Arc<Mutex<Client>>) -> (String, ClientOptions) {
+    let s = server.lock().unwrap_or_else(|p| p.into_inner());
+    let options = ClientOptions { timeout: s.timeout };
+    (format!("{} (forked)", s.label), options)
+}
+
+/// An adapter process a fork server forked, with this process's ends of
+/// its stdin, stdout and stderr pipes. Until it is dropped, this process
+/// holds the pipes open (so the child never reads EOF nor writes into a
+/// closed pipe, whoever else talks to it), and dropping it kills the
+/// child's process group and has the server reap it.
+#[derive(Debug)]
+pub struct ForkedProcess {
+    pid: u32,
+    server: Arc<Mutex<Client>>,
+    /// stdin's write end, stdout's and stderr's read ends.
+    ends: Option<(OwnedFd, OwnedFd, OwnedFd)>,
+}
+
+impl ForkedProcess {
+    /// Has `server` fork a child on three new pipes.
+    pub fn fork(server: &Arc<Mutex<Client>>) -> Result<ForkedProcess, ClientError> {
+        let pipes = || -> std::io::Result<[(OwnedFd, OwnedFd); 3]> {
+            let flags = nix::fcntl::OFlag::O_CLOEXEC;
+            Ok([
+                nix::unistd::pipe2(flags)?,
+                nix::unistd::pipe2(flags)?,
+                nix::unistd::pipe2(flags)?,
+            ])
+        };
+        let [(in_r, in_w), (out_r, out_w), (err_r, err_w)] =
+            pipes().map_err(|source| ClientError::Spawn {
+                command: server_label(server).0,
+                source,
+            })?;
+        let forked: Forked = {
+            let mut s = server.lock().unwrap_or_else(|p| p.into_inner());
+            let fds = [in_r.as_raw_fd(), out_w.as_raw_fd(), err_w.as_raw_fd()];
+            s.call_with(Request::Fork, &fds)?
+        };
+        // The child has its own copies of these now.
+        drop((in_r, out_w, err_w));
+        FORKED.fetch_add(1, Ordering::Relaxed);
+        Ok(ForkedProcess {
+            pid: forked.pid,
+            server: Arc::clone(server),
+            ends: Some((in_w, out_r, err_r)),
+        })
+    }
+
+    /// Its pid (its process group's id too).
+    pub fn pid(&self) -> u32 {
+        self.pid
+    }
+
+    /// Raw descriptors of this process's ends: stdin's write end, stdout's
+    /// and stderr's read ends (to hand down to another process).
+    pub fn raw_ends(&self) -> [RawFd; 3] {
+        match &self.ends {
+            Some((i, o, e)) => [i.as_raw_fd(), o.as_raw_fd(), e.as_raw_fd()],
+            None => [-1; 3],
+        }
+    }
+}
+
+impl Drop for ForkedProcess {
+    fn drop(&mut self) {
+        if self.pid == 0 {
+            return;
+        }
+        let mut child = Proc::Forked {
+            pid: self.pid,
+            server: Arc::clone(&self.server),
+            status: None,
+        };
+        let _ = kill_group(&mut child);
+        let _ = child.wait();
+    }
+}
+
+/// An adapter process handed down to this one: its pid and this
+/// process's ends of its pipes (`Client::inherited`).
+#[derive(Debug)]
+pub struct InheritedAdapter {
+    pub pid: u32,
+    pub stdin: OwnedFd,
+    pub stdout: OwnedFd,
+    pub stderr: OwnedFd,
+}
+
+/// Whether process `pid` has ended (a zombie, or gone).
+fn ended(pid: u32) -> bool {
+    match std::fs::read_to_string(format!("/proc/{pid}/stat")) {
+        // The state follows the command name, which is in parentheses.
+        Ok(stat) => stat
+            .rsplit_once(") ")
+            .is_some_and(|(_, rest)| rest.starts_with('Z') || rest.starts_with('X')),
+        Err(_) => true,
+    }
+}
+
 /// A running adapter and the conversation with it.
 #[derive(Debug)]
 pub struct Client {
     label: String,
-    child: Child,
-    stdin: Option<ChildStdin>,
+    child: Proc,
+    stdin: Option<File>,
     replies: Receiver<Incoming>,
     stderr: Arc<Mutex<StderrTail>>,
     timeout: Duration,
@@ -393,11 +606,86 @@ fn label_of(cmd: &Command) -> String {
 impl Client {
     /// Starts the adapter with piped stdin, stdout and stderr, and sends
     /// `hello`. The adapter must speak [`PROTOCOL_VERSION`].
-    pub fn spawn(mut cmd: Command, options: ClientOptions) -> Result<Client, ClientError> {
+    pub fn spawn(cmd: Command, options: ClientOptions) -> Result<Client, ClientError> {
+        let mut client = Client::start(cmd, options, None)?;
+        client.greet(PROTOCOL_VERSION)?;
+        Ok(client)
+    }
+
+    /// Starts the adapter as a fork server: its stdin is a Unix socket, and
+    /// it is greeted with protocol version 2. An adapter that speaks only
+    /// version 1 refuses the `hello` (`unsupported`: [`ClientError::refusal_kind`]);
+    /// one that speaks version 2 but cannot fork says `fork: false` in its
+    /// [`Client::hello`].
+    pub fn spawn_fork_server(cmd: Command, options: ClientOptions) -> Result<Client, ClientError> {
         let label = label_of(&cmd);
+        let (ours, theirs) = UnixStream::pair().map_err(|source| ClientError::Spawn {
+            command: label,
+            source,
+        })?;
+        let mut client = Client::start(cmd, options, Some((ours, theirs)))?;
+        client.greet(FORK_PROTOCOL_VERSION)?;
+        Ok(client)
+    }
+
+    /// Has the fork server `server` fork a fresh adapter process and greets
+    /// it (protocol version 2). The child starts with the server's memory
+    /// as it was before any session was opened, without an interpreter
+    /// start-up; it is killed and reaped when the returned client ends.
+    pub fn fork(server: &Arc<Mutex<Client>>) -> Result<Client, ClientError> {
+        let (label, options) = server_label(server);
+        let mut forked = ForkedProcess::fork(server)?;
+        let child = Proc::Forked {
+            pid: forked.pid,
+            server: Arc::clone(&forked.server),
+            status: None,
+        };
+        // The client kills and reaps it from now on.
+        forked.pid = 0;
+        let (stdin, stdout, stderr) = forked.ends.take().expect("a fresh fork has its ends");
+        let mut client = Client::over(label, child, File::from(stdin), stdout, stderr, options);
+        client.greet(FORK_PROTOCOL_VERSION)?;
+        Ok(client)
+    }
+
+    /// A client of an adapter process this process did not start: one
+    /// the harness had forked for this agent's life, on the descriptors it
+    /// passed down. Its group is this client's to kill, never to reap (the
+    /// harness reaps it once the life has ended, so the pid stays its until then).
+    pub fn inherited(
+        label: &str,
+        adapter: InheritedAdapter,
+        options: ClientOptions,
+    ) -> Result<Client, ClientError> {
+        let label = format!("{label} (forked for this life)");
+        let child = Proc::Inherited { pid: adapter.pid };
+        let stdin = File::from(adapter.stdin);
+        let mut client = Client::over(label, child, stdin, adapter.stdout, adapter.stderr, options);
+        client.greet(FORK_PROTOCOL_VERSION)?;
+        Ok(client)
+    }
+
+    /// Spawns `cmd` in its own process group with piped stdout and stderr,
+    /// and stdin piped or, with `socket`, the second of a socket pair.
+    fn start(
+        mut cmd: Command,
+        options: ClientOptions,
+        socket: Option<(UnixStream, UnixStream)>,
+    ) -> Result<Client, ClientError> {
+        let label = label_of(&cmd);
+        let stdin = match &socket {
+            Some((_, theirs)) => {
+                let fd = theirs.try_clone().map_err(|source| ClientError::Spawn {
+                    command: label.clone(),
+                    source,
+                })?;
+                Stdio::from(OwnedFd::from(fd))
+            }
+            None => Stdio::piped(),
+        };
         let mut child = cmd
             .process_group(0)
-            .stdin(Stdio::piped())
+            .stdin(stdin)
             .stdout(Stdio::piped())
             .stderr(Stdio::piped())
             .spawn()
@@ -405,19 +693,46 @@ impl Client {
                 command: label.clone(),
                 source,
             })?;
-        let (tx, replies) = mpsc::channel();
-        let stdout = child.stdout.take().expect("stdout is piped");
-        std::thread::spawn(move || read_stdout(stdout, tx));
-        let stderr = Arc::new(Mutex::new(StderrTail::default()));
-        let child_stderr = child.stderr.take().expect("stderr is piped");
-        let tail = Arc::clone(&stderr);
-        std::thread::spawn(move || read_stderr(child_stderr, tail));
-        let mut client = Client {
+        SPAWNED.fetch_add(1, Ordering::Relaxed);
+        let stdin = match socket {
+            Some((ours, _theirs)) => File::from(OwnedFd::from(ours)),
+            None => File::from(OwnedFd::from(child.stdin.take().expect("stdin is piped"))),
+        };
+        let stdout = OwnedFd::from(child.stdout.take().expect("stdout is piped"));
+        let stderr = OwnedFd::from(child.stderr.take().expect("stderr is piped"));
+        Ok(Client::over(
             label,
-            stdin: child.stdin.take(),
+            Proc::Spawned(child),
+            stdin,
+            stdout,
+            stderr,
+            options,
+        ))
+    }
+
+    /// A client over a started process's stdin, stdout and stderr (reader
+    /// threads for the last two); not greeted yet.
+    fn over(
+        label: String,
+        child: Proc,
+        stdin: File,
+        stdout: OwnedFd,
+        stderr: OwnedFd,
+        options: ClientOptions,
+    ) -> Client {
+        let (tx, replies) = mpsc::channel();
+        let stdout = File::from(stdout);
+        std::thread::spawn(move || read_stdout(stdout, tx));
+        let tail = Arc::new(Mutex::new(StderrTail::default()));
+        let child_stderr = File::from(stderr);
+        let theirs = Arc::clone(&tail);
+        std::thread::spawn(move || read_stderr(child_stderr, theirs));
+        Client {
+            label,
+            stdin: Some(stdin),
             child,
             replies,
-            stderr,
+            stderr: tail,
             timeout: options.timeout,
             next_id: 1,
             lines: 0,
@@ -428,21 +743,24 @@ impl Client {
                 version: None,
                 protocol: 0,
                 capabilities: Vec::new(),
+                fork: false,
             },
             on_reply: None,
-        };
-        let hello: Hello = client.call(Request::Hello {
-            protocol: PROTOCOL_VERSION,
-        })?;
-        if hello.protocol != PROTOCOL_VERSION {
+        }
+    }
+
+    /// Sends `hello` with `protocol`; the adapter must answer with the same version.
+    fn greet(&mut self, protocol: u64) -> Result<(), ClientError> {
+        let hello: Hello = self.call(Request::Hello { protocol })?;
+        if hello.protocol != protocol {
             let reason = format!(
-                "the adapter speaks protocol {}, this harness speaks {PROTOCOL_VERSION}",
+                "the adapter speaks protocol {}, this harness speaks {protocol}",
                 hello.protocol
             );
-            return Err(client.shape_after_the_fact("hello", reason).into());
+            return Err(self.shape_after_the_fact("hello", reason).into());
         }
-        client.hello = hello;
-        Ok(client)
+        self.hello = hello;
+        Ok(())
     }
 
     /// What the adapter said in `hello`.
@@ -473,6 +791,11 @@ impl Client {
     pub fn stderr(&self) -> String {
         let t = self.stderr.lock().unwrap_or_else(|p| p.into_inner());
         String::from_utf8_lossy(&t.bytes).into_owned()
+    }
+
+    /// Whether the adapter is still running (a forked one that ended is reaped now).
+    pub fn running(&mut self) -> bool {
+        matches!(self.child.try_wait(), Ok(None))
     }
 
     /// Opens (or creates) a session.
@@ -574,9 +897,46 @@ impl Client {
     }
 
     /// Ends the conversation cleanly: closes stdin and waits for the adapter
-    /// to exit (killing it if it is still running after the timeout).
+    /// to exit (killing it if it is still running after the timeout). A
+    /// forked adapter is killed once it has closed its stdout: it has no
+    /// session open (or it would still be serving), so nothing is lost.
     pub fn shutdown(mut self) -> Result<ExitStatus, ClientError> {
         drop(self.stdin.take());
+        if matches!(self.child, Proc::Inherited { .. }) {
+            // Its stdin stays open in the harness, which kills it when the life ends.
+            return Ok(ExitStatus::from_raw(0));
+        }
+        if matches!(self.child, Proc::Forked { .. }) {
+            let eof = loop {
+                match self.replies.recv_timeout(self.timeout) {
+                    Ok(Incoming::Line(_)) => continue,
+                    Ok(_) | Err(RecvTimeoutError::Disconnected) => break true,
+                    Err(RecvTimeoutError::Timeout) => break false,
+                }
+            };
+            let _ = kill_group(&mut self.child);
+            let status = self.child.wait();
+            if eof {
+                return status.map_err(|e| {
+                    let request = RequestRef {
+                        id: self.next_id,
+                        op: "reap",
+                    };
+                    let exit = format!("reaping it failed: {e}");
+                    let lines = self.lines;
+                    self.fail(request, Problem::Eof { lines, exit }).into()
+                });
+            }
+            let request = RequestRef {
+                id: self.next_id,
+                op: "shutdown",
+            };
+            let problem = Problem::Timeout {
+                after: self.timeout,
+                lines: self.lines,
+            };
+            return Err(self.fail(request, problem).into());
+        }
         let deadline = Instant::now() + self.timeout;
         // An adapter usually exits within a millisecond of its EOF: poll
         // fast first, then back off to 5 ms.
@@ -647,6 +1007,9 @@ impl Client {
             std::thread::sleep(Duration::from_millis(2));
         }
         match status {
+            Some(_) if matches!(self.child, Proc::Inherited { .. }) => {
+                "the adapter ended (its status is the harness's, which forked it)".to_string()
+            }
             Some(s) => format!("the adapter exited ({s})"),
             None => {
                 let _ = kill_group(&mut self.child);
@@ -684,6 +1047,16 @@ impl Client {
 
     /// Sends `request` and reads its reply body.
     fn call<T: DeserializeOwned>(&mut self, request: Request) -> Result<T, ClientError> {
+        self.call_with(request, &[])
+    }
+
+    /// Sends `request` with the descriptors `fds` attached (`SCM_RIGHTS`;
+    /// stdin must be a socket) and reads its reply body.
+    fn call_with<T: DeserializeOwned>(
+        &mut self,
+        request: Request,
+        fds: &[RawFd],
+    ) -> Result<T, ClientError> {
         if let Some(e) = &self.failed {
             return Err(e.clone().into());
         }
@@ -698,7 +1071,8 @@ impl Client {
         bytes.push(b'\n');
         let req = RequestRef { id, op };
         let sent = match self.stdin.as_mut() {
-            Some(stdin) => stdin.write_all(&bytes).and_then(|()| stdin.flush()),
+            Some(stdin) if fds.is_empty() => stdin.write_all(&bytes).and_then(|()| stdin.flush()),
+            Some(stdin) => send_with_fds(stdin, &bytes, fds),
             None => Err(std::io::Error::other("stdin is closed")),
         };
         if let Err(e) = sent {
@@ -816,8 +1190,8 @@ impl Drop for Client {
 /// adapter and every process it started that did not leave the group.
 /// Only while the adapter is not reaped (a zombie still holds its group's
 /// id; once reaped, the id may name someone else's group).
-fn kill_group(child: &mut Child) -> std::io::Result<()> {
-    use nix::sys::signal::{killpg, Signal};
+fn kill_group(child: &mut Proc) -> std::io::Result<()> {
+    use nix::sys::signal::{kill, killpg, Signal};
     use nix::unistd::Pid;
     if child.try_wait()?.is_some() {
         return Ok(());
@@ -825,6 +1199,26 @@ fn kill_group(child: &mut Child) -> std::io::Result<()> {
     let group = i32::try_from(child.id()).map_err(std::io::Error::other)?;
     match killpg(Pid::from_raw(group), Signal::SIGKILL) {
         Ok(()) => Ok(()),
-        Err(_) => child.kill(),
+        Err(_) => match child {
+            Proc::Spawned(c) => c.kill(),
+            Proc::Forked { .. } | Proc::Inherited { .. } => {
+                kill(Pid::from_raw(group), Signal::SIGKILL).map_err(std::io::Error::from)
+            }
+        },
     }
+}
+
+/// Writes `bytes` to the socket `stdin` with `fds` attached to the first byte.
+fn send_with_fds(stdin: &mut File, bytes: &[u8], fds: &[RawFd]) -> std::io::Result<()> {
+    use nix::sys::socket::{sendmsg, ControlMessage, MsgFlags};
+    let cmsg = [ControlMessage::ScmRights(fds)];
+    let sent = sendmsg::<()>(
+        stdin.as_raw_fd(),
+        &[IoSlice::new(bytes)],
+        &cmsg,
+        MsgFlags::empty(),
+        None,
+    )?;
+    stdin.write_all(&bytes[sent..])?;
+    stdin.flush()
 }

@@ -1,5 +1,5 @@
 //! Stores under test as separate programs: the client that drives an
-//! adapter process over the adapter protocol (version 1,
+//! adapter process over the adapter protocol (versions 1 and 2,
 //! `chaos/PROTOCOL.md`; its shapes are the crate `agentchaos_protocol`).
 //!
 //! [`client`] spawns the adapter and validates every reply. It speaks in
@@ -13,4 +13,7 @@ pub mod client;
 pub use agentchaos_protocol::message::OpenArgs;
 pub use agentchaos_protocol::{Capability, ErrorKind, ProjectionView};
 pub use backend::AdapterBackend;
-pub use client::{AdapterCommand, Client, ClientError, ClientOptions, ProtocolError};
+pub use client::{
+    process_counts, AdapterCommand, Client, ClientError, ClientOptions, ProcessCounts,
+    ProtocolError,
+};

@@ -1,0 +1,203 @@
+//! Protocol version 2, the fork server (`chaos/PROTOCOL.md`, section 8):
+//! a version 1 adapter is still started per process and passes; the Python
+//! kit's hello store, a fork server, passes a sampled campaign with its
+//! observations and its crash-point lives forked (the report counts how
+//! the harness's adapter processes started); a forked child the harness
+//! kills is really dead, also one whose agent died, and none is left over.
+//!
+//! The kit's tests skip, saying so on stderr, when `python3` cannot import
+//! the kit (it needs `jsonschema`); they fail under `CI=true`.
+
+use crate::campaign;
+use crate::python;
+use crate::support;
+
+use std::path::{Path, PathBuf};
+use std::process::Command;
+use std::sync::{Arc, Mutex};
+
+use crate::campaign::row;
+use agentchaos::store::adapter::{AdapterBackend, Client, ClientOptions, ErrorKind, OpenArgs};
+use agentchaos::store::{SessionSpec, StoreBackend};
+
+fn fixture() -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/fixtures/small.json")
+}
+
+fn hello_store() -> String {
+    python::adapter_command(&python::kit_dir().join("examples/hello_store.py"), &[])
+}
+
+/// The hello store as a command the client can start.
+fn hello_command() -> Command {
+    let mut cmd = python::python3();
+    cmd.arg(python::kit_dir().join("examples/hello_store.py"));
+    cmd
+}
+
+/// `/proc/PID/stat`'s state letter, or `None` once the process is gone (reaped).
+fn state(pid: u32) -> Option<char> {
+    let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).ok()?;
+    stat.rsplit_once(") ")?.1.chars().next()
+}
+
+fn spec(dir: &Path) -> SessionSpec {
+    let workspace = dir.join("ws");
+    std::fs::create_dir_all(&workspace).unwrap();
+    SessionSpec {
+        root: dir.join("root"),
+        session: "s".into(),
+        workspace,
+    }
+}
+
+fn open_args(spec: &SessionSpec, create: bool) -> OpenArgs {
+    OpenArgs {
+        root: spec.root.clone(),
+        session: spec.session.clone(),
+        workspace: Some(spec.workspace.clone()),
+        create,
+    }
+}
+
+#[test]
+fn a_version_1_adapter_is_started_for_every_process_and_passes() {
+    let adapter = format!(
+        "{} adapter",
+        support::workspace_bin("agentstore", "agentstore").display()
+    );
+    let (code, report, stdout) = campaign::run(
+        &fixture(),
+        &[
+            "--adapter",
+            &adapter,
+            "--nemesis",
+            "points",
+            "--trials",
+            "4",
+        ],
+    );
+    assert_eq!(code, 0, "{stdout}");
+    assert_eq!(report["error_count"], 0, "{stdout}");
+    assert_eq!(row(&report, "outcome")["verdict"], "pass", "{stdout}");
+    let processes = &report["adapter_processes"];
+    assert_eq!(processes["forked"], 0, "{processes}");
+    assert!(processes["spawned"].as_u64().unwrap() > 4, "{processes}");
+}
+
+#[test]
+fn the_hello_store_forks_its_observers_and_lives_and_passes() {
+    if !python::kit_available("the_hello_store_forks_its_observers_and_lives_and_passes") {
+        return;
+    }
+    let adapter = hello_store();
+    let (code, report, stdout) = campaign::run(
+        &fixture(),
+        &[
+            "--adapter",
+            &adapter,
+            "--nemesis",
+            "points",
+            "--trials",
+            "4",
+        ],
+    );
+    assert_eq!(code, 0, "{stdout}");
+    assert_eq!(report["error_count"], 0, "{stdout}");
+    for key in ["orphan_marking", "effect_ledger", "writer_lock", "outcome"] {
+        assert_eq!(row(&report, key)["verdict"], "pass", "{key}:\n{stdout}");
+    }
+    // Started with exec: the hello that negotiates version 2 (it is the
+    // first fork server), one fork server per worker thread, the power-loss
+    // judge's hello; everything else is forked.
+    let processes = &report["adapter_processes"];
+    let spawned = processes["spawned"].as_u64().unwrap();
+    let forked = processes["forked"].as_u64().unwrap();
+    let trials = report["trials"].as_u64().unwrap();
+    assert!(spawned <= 8 && spawned * 4 < forked, "{processes}");
+    // Every trial observes at least twice (after the kill, at the end) and
+    // forks at least one life's store process.
+    assert!(forked >= 3 * trials, "{processes} for {trials} trials");
+}
+
+#[test]
+fn a_forked_child_is_killed_for_real_and_its_lock_released() {
+    if !python::kit_available("a_forked_child_is_killed_for_real_and_its_lock_released") {
+        return;
+    }
+    let dir = tempfile::tempdir().unwrap();
+    let spec = spec(dir.path());
+    let server = Client::spawn_fork_server(hello_command(), ClientOptions::default()).unwrap();
+    assert!(server.hello().fork, "{:?}", server.hello());
+    let server = Arc::new(Mutex::new(server));
+
+    let mut writer = Client::fork(&server).unwrap();
+    assert!(!writer.hello().fork, "a forked child never forks");
+    writer.open(&open_args(&spec, true)).unwrap();
+    let pid = writer.pid();
+    assert_eq!(state(pid).map(|s| s != 'Z'), Some(true), "pid {pid} runs");
+    // A second child is refused while the first holds the session.
+    let mut second = Client::fork(&server).unwrap();
+    let refused = second.open(&open_args(&spec, false)).unwrap_err();
+    assert_eq!(refused.refusal_kind(), Some(ErrorKind::Locked), "{refused}");
+    second.shutdown().unwrap();
+
+    // SIGKILL, then reaped by the server: gone, and its lock with it.
+    let status = writer.kill().unwrap();
+    assert_eq!(
+        std::os::unix::process::ExitStatusExt::signal(&status),
+        Some(9)
+    );
+    assert_eq!(state(pid), None, "pid {pid} is still there");
+    let mut reader = Client::fork(&server).unwrap();
+    reader.open(&open_args(&spec, false)).unwrap();
+    assert_eq!(reader.events(None).unwrap().len(), 1);
+    reader.close().unwrap();
+    let reader_pid = reader.pid();
+    reader.shutdown().unwrap();
+    assert_eq!(state(reader_pid), None, "a shut-down child is reaped");
+}
+
+#[test]
+fn the_store_processes_of_a_life_die_with_its_agent() {
+    if !python::kit_available("the_store_processes_of_a_life_die_with_its_agent") {
+        return;
+    }
+    let backend = AdapterBackend::forking(&hello_store()).unwrap();
+    let adapters = backend
+        .fork_life(3)
+        .unwrap()
+        .expect("the hello store is a fork server");
+    let pids: Vec<u32> = adapters
+        .arg(3)
+        .split(';')
+        .map(|p| p.split_once(':').unwrap().0.parse().unwrap())
+        .collect();
+    assert_eq!(pids.len(), 3);
+    // An agent stand-in that would outlive the test: killed below.
+    let mut agent = Command::new("sleep").arg("600").spawn().unwrap();
+    let watcher = adapters.kill_with(agent.id()).unwrap();
+    for &pid in &pids {
+        assert!(matches!(state(pid), Some(s) if s != 'Z'), "pid {pid} runs");
+    }
+    agent.kill().unwrap();
+    // The watcher ends once it has killed them; they stay zombies (the
+    // server reaps them only when asked), so their pids are still theirs.
+    watcher.join().unwrap();
+    for &pid in &pids {
+        // SIGKILL is delivered asynchronously: the process may still be
+        // exiting (the bound only turns a kill that never lands into a failure).
+        let bound = std::time::Instant::now() + std::time::Duration::from_secs(30);
+        let mut s = state(pid);
+        while matches!(s, Some(c) if c != 'Z') && std::time::Instant::now() < bound {
+            std::thread::yield_now();
+            s = state(pid);
+        }
+        assert_eq!(s, Some('Z'), "pid {pid} did not die");
+    }
+    agent.wait().unwrap();
+    drop(adapters);
+    for &pid in &pids {
+        assert_eq!(state(pid), None, "pid {pid} was not reaped");
+    }
+}
