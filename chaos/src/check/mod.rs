@@ -1908,7 +1908,8 @@ mod tests {
                 "blob-readable",
                 "context-window",
                 "rule-refused",
-                "quarantine-recorded"
+                "quarantine-recorded",
+                "tail-rules"
             ]
         );
         for i in Invariant::ALL {
