@@ -79,6 +79,8 @@ const EXPECTED: &[(&str, &[&str])] = &[
     ("skip-operation-id-rule", &["rule-refused"]),
     ("unrecorded-quarantine", &["quarantine-recorded"]),
     ("quarantine-overwrite", &["quarantine-recorded"]),
+    ("tail-bound-exclusive", &["tail-rules"]),
+    ("zeros-to-newline-torn", &["damage-refused"]),
 ];
 
 /// Faults the small fixture cannot show: it has no compaction, no branch
@@ -280,6 +282,44 @@ fn quarantine_overwrite_is_caught_only_by_a_second_tear_at_the_same_offset() {
         "quarantine-overwrite",
         "without restarted-life tears no cut lands twice at one offset",
     );
+}
+
+/// The one violation of `invariant` in `report`, from the probe whose
+/// replay names `plan`; its `found`.
+fn only_probe_violation(report: &Value, invariant: &str, plan: &str) -> String {
+    assert_eq!(campaign::count(report, invariant), 1, "only that probe");
+    let v = report["violations"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|v| v["invariant"] == invariant)
+        .unwrap();
+    assert!(
+        v["replay"]
+            .as_str()
+            .unwrap()
+            .contains(&format!("--plan probe:{plan}")),
+        "{v}"
+    );
+    v["found"].as_str().unwrap().to_string()
+}
+
+/// No crash tears a whole group of lines: only the tail probe appends
+/// exactly 64 torn lines (and the one with 65 still passes).
+#[test]
+fn tail_bound_exclusive_is_caught_by_tail_rules() {
+    let report = assert_caught("tail-bound-exclusive");
+    let found = only_probe_violation(&report, "tail-rules", "tail@sessions/");
+    assert!(found.contains("`damage` refusal at open"), "{found}");
+}
+
+/// The damage probe's zeros over the last three lines are refused either
+/// way; only the last line zeroed alone, newline kept, is cut as torn.
+#[test]
+fn zeros_to_newline_torn_is_caught_by_damage_refused() {
+    let report = assert_caught("zeros-to-newline-torn");
+    let found = only_probe_violation(&report, "damage-refused", "zeros@sessions/");
+    assert!(found.contains("is gone (a silent skip)"), "{found}");
 }
 
 #[test]

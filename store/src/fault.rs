@@ -72,6 +72,10 @@ pub enum Fault {
     UnrecordedQuarantine,
     /// A second cut at the offset of an earlier one overwrites the earlier one's quarantine file.
     QuarantineOverwrite,
+    /// A torn tail of exactly the most lines one write can leave is refused as damage (the bound off by one).
+    TailBoundExclusive,
+    /// Zeros from the start of a final segment up to a newline are taken for a lost sector and cut.
+    ZerosToNewlineTorn,
 }
 
 impl Fault {
@@ -222,6 +226,16 @@ impl Fault {
             Fault::QuarantineOverwrite,
             "quarantine-overwrite",
             "a cut never destroys the bytes an earlier cut at the same offset kept",
+        ),
+        (
+            Fault::TailBoundExclusive,
+            "tail-bound-exclusive",
+            "a torn tail one write could leave (up to a whole group's lines) is cut, not refused",
+        ),
+        (
+            Fault::ZerosToNewlineTorn,
+            "zeros-to-newline-torn",
+            "an acknowledged line zeroed with its newline kept is damage, not a torn tail",
         ),
     ];
 

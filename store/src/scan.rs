@@ -408,7 +408,12 @@ impl<R: BufRead> Scanner<R> {
                     "{reason}; then more unreadable bytes at byte offset {at}: a log with no valid line can be torn by one write only (its session_created)"
                 )));
             }
-            if pieces > TORN_TAIL_MAX_LINES || total > TORN_TAIL_MAX_BYTES {
+            // Broken on purpose with the fault: one line fewer than a group.
+            let most = TORN_TAIL_MAX_LINES
+                - u64::from(crate::fault::active(
+                    crate::fault::Fault::TailBoundExclusive,
+                ));
+            if pieces > most || total > TORN_TAIL_MAX_BYTES {
                 return Err(self.damage(format!(
                     "{reason}; the bad bytes go on past byte offset {at}, more than one write could leave (at most {TORN_TAIL_MAX_LINES} lines, {TORN_TAIL_MAX_BYTES} bytes)"
                 )));
@@ -475,7 +480,12 @@ fn misplaced_zeros(body: &[u8], at: u64, segment: u64, at_end: bool) -> Option<(
         let run = body[i..].iter().take_while(|&&b| b == 0).count();
         let (from, to) = (at + i as u64, at + (i + run) as u64);
         let starts_ok = from == segment || from.is_multiple_of(SECTOR_BYTES);
-        let ends_ok = (at_end && i + run == body.len()) || to.is_multiple_of(SECTOR_BYTES);
+        let ends_body = i + run == body.len();
+        // Broken on purpose with the fault: a run that stops at a newline
+        // (a whole line zeroed, its newline kept) passes for a lost write.
+        let ends_ok = (ends_body
+            && (at_end || crate::fault::active(crate::fault::Fault::ZerosToNewlineTorn)))
+            || to.is_multiple_of(SECTOR_BYTES);
         if !(starts_ok && ends_ok) {
             return Some((from, to));
         }

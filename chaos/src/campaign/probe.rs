@@ -6,13 +6,24 @@
 //!   half of each of its files, and, in a line-based file (one that ends
 //!   with a newline), in the middle of its last complete line.
 //! - `zeros@FILE:OFFSET+LEN` (`damage_refusal`): the same, with LEN bytes
-//!   from OFFSET overwritten with zeros; in a line-based file of at least
-//!   four lines, over the last three complete lines, newlines kept. Neither
-//!   is what a torn write leaves (a torn write loses the end of one write;
-//!   it does not flip a bit inside a whole line, nor zero whole lines and
-//!   keep their newlines), and every event was acknowledged before the
-//!   store closed, so a store that cuts them as a "torn tail" loses
-//!   acknowledged events.
+//!   from OFFSET overwritten with zeros, newlines kept: in a line-based
+//!   file of at least two lines, over its last line alone (unless that
+//!   line's newline sits at a [`SECTOR_BYTES`] boundary: zeros up to there
+//!   are what a lost sector reads as), and in one of at least four lines,
+//!   over the last three. Neither is what a torn write leaves (a torn
+//!   write loses the end of one write; it does not flip a bit inside a
+//!   whole line, nor zero whole lines and keep their newlines), and every
+//!   event was acknowledged before the store closed, so a store that cuts
+//!   them as a "torn tail" loses acknowledged events.
+//! - `cut@LOG:LEN` and `cut-unreadable-snapshot@LOG:LEN`
+//!   (`damage_refusal`, in-process: where the harness reads agentstore's
+//!   `snapshot.json`): agentstore's log cut to LEN bytes, inside the last
+//!   line the snapshot covers; the second also puts an empty directory in
+//!   the snapshot's place, so reading it fails. The snapshot says that
+//!   line was acknowledged, so it is no torn tail: a store that ignores the
+//!   snapshot's word, or takes a snapshot it cannot read for none, cuts
+//!   it. Judged as the damage probes are; where the snapshot is
+//!   unreadable, an `io` refusal passes too.
 //!
 //!   Both pass when a fresh store opening the copy refuses with `damage` (at
 //!   open or while reading) or serves exactly the undamaged events
@@ -44,6 +55,16 @@
 //!   opened again, the log holds no more events than before it; an
 //!   acknowledgement, another refusal kind or a grown log is
 //!   `rule-refused`.
+//! - `tail@LOG:lines-N`, `tail@LOG:zeros-N` (`torn_tail_repair`,
+//!   in-process: the bytes are agentstore's log format): [`Tail`] appended
+//!   after the last line of agentstore's log, at the bounds of its tail
+//!   rules as the harness states them ([`TAIL_MAX_LINES`],
+//!   [`TAIL_MAX_LINE_BYTES`]): a whole group of torn lines and one more,
+//!   zeros to the end of the file as long as one line and one byte more.
+//!   Within the rules it passes when the store opens and serves every
+//!   acknowledged event unchanged (its own `tail_quarantined` after them
+//!   allowed); past them, when it refuses with `damage`; anything else is
+//!   `tail-rules`.
 //! - `lock` (`writer_lock`): a copy of the crash-free run's store is opened
 //!   for writing, and, while that first open holds it, opened again (a
 //!   second `Session::open` in-process, a second adapter process). It
@@ -66,6 +87,7 @@ use std::str::FromStr;
 use agentchaos_protocol::event::{BlobRef, Event, Record, Seq};
 use agentstore::{LogPosition, Scanner, Session, SessionId, SessionOptions, SessionPaths};
 use serde::{Deserialize, Serialize};
+use serde_json::Value;
 
 use crate::campaign::config::Config;
 use crate::campaign::prepare::Prepared;
@@ -77,6 +99,9 @@ use crate::store::{SessionSpec, StoreBackend};
 
 /// Bytes damaged per file, one probe each.
 pub const DAMAGE_POSITIONS: usize = 3;
+
+/// The unit a disk writes atomically: a lost sector reads as zeros.
+pub const SECTOR_BYTES: u64 = 512;
 
 /// One probe, as `agentchaos replay --plan probe:<this>` names it.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -100,6 +125,118 @@ pub enum Probe {
     Rule { case: RuleCase, operation: String },
     /// Open the session a second time while a first open holds it.
     Lock,
+    /// Append `tail` to `file`, agentstore's log, after its last
+    /// acknowledged line: a torn tail at or just past the bounds of
+    /// agentstore's tail rules.
+    Tail { file: PathBuf, tail: Tail },
+    /// Cut `file`, agentstore's log, to `len` bytes, inside the last line
+    /// its `snapshot.json` covers; with `unreadable_snapshot`, an empty
+    /// directory takes `snapshot.json`'s place, so reading it fails.
+    Cut {
+        file: PathBuf,
+        len: u64,
+        unreadable_snapshot: bool,
+    },
+}
+
+/// What the probes know of agentstore's files, read in-process.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct AgentstoreFiles {
+    /// The session's log, relative to the store's root.
+    pub log: PathBuf,
+    /// The byte offset of the log its `snapshot.json` covers (its JSON's
+    /// `offset`), if one is readable.
+    pub covered: Option<u64>,
+}
+
+/// agentstore's files of `spec`'s session (`None` for a session name
+/// agentstore refuses).
+pub fn agentstore_files(spec: &SessionSpec) -> Option<AgentstoreFiles> {
+    let id = SessionId::new(&spec.session).ok()?;
+    let paths = SessionPaths::new(&spec.root, &id);
+    let log = paths.events().strip_prefix(&spec.root).ok()?.to_path_buf();
+    // Read here, not through agentstore's reader: a store that mistakes
+    // its snapshot for none must not hide the probes that catch it.
+    let covered = std::fs::read(paths.snapshot()).ok().and_then(|bytes| {
+        let snapshot: Value = serde_json::from_slice(bytes.strip_suffix(b"\n")?).ok()?;
+        snapshot.get("offset")?.as_u64()
+    });
+    Some(AgentstoreFiles { log, covered })
+}
+
+/// What a tail probe appends to agentstore's log.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Tail {
+    /// This many newline-terminated pieces, each the first
+    /// [`TAIL_PIECE_BYTES`] bytes of the log's last line: lines cut short
+    /// before their checksum ends, what a weak disk may leave of a group
+    /// write.
+    Lines(u64),
+    /// This many zero bytes and no newline: a write lost after it grew the
+    /// file.
+    Zeros(u64),
+}
+
+/// agentstore's tail rules (`store/src/scan.rs`, its module doc), as the
+/// harness states them for its tail probes: one write leaves at most this
+/// many torn lines (one `Batch` group)…
+pub const TAIL_MAX_LINES: u64 = 64;
+/// …and a piece with no newline this long that does not end the file is
+/// damage (one line's limit, 4 MiB).
+pub const TAIL_MAX_LINE_BYTES: u64 = 4 * 1024 * 1024;
+/// The bytes of the log's last line each [`Tail::Lines`] piece keeps:
+/// fewer than a line's `{"crc":"XXXXXXXX",` header, so no piece is a
+/// well-formed line with a wrong checksum (which the rules call damage).
+pub const TAIL_PIECE_BYTES: usize = 12;
+
+impl Tail {
+    /// Whether the rules say one write could leave it: a torn tail the
+    /// store cuts, not damage it refuses.
+    pub fn within_rules(self) -> bool {
+        match self {
+            Tail::Lines(n) => n <= TAIL_MAX_LINES,
+            Tail::Zeros(n) => n <= TAIL_MAX_LINE_BYTES,
+        }
+    }
+
+    /// Appends it to `bytes`, a log ending with a complete line; says what it appended.
+    fn append(self, file: &Path, bytes: &mut Vec<u8>) -> Result<String, String> {
+        let at = bytes.len();
+        match self {
+            Tail::Lines(n) => {
+                let last = complete_lines(bytes).pop().ok_or_else(|| {
+                    format!("{} does not end with a complete line", file.display())
+                })?;
+                let line = &bytes[last.start as usize..last.end as usize - 1];
+                let mut piece = line[..line.len().min(TAIL_PIECE_BYTES)].to_vec();
+                piece.push(b'\n');
+                for _ in 0..n {
+                    bytes.extend_from_slice(&piece);
+                }
+                Ok(format!(
+                    "{}, from byte offset {at}: {n} line(s) appended, each the first {} byte(s) of its last line",
+                    file.display(),
+                    piece.len() - 1
+                ))
+            }
+            Tail::Zeros(n) => {
+                bytes.resize(at + n as usize, 0);
+                Ok(format!(
+                    "{}, from byte offset {at}: {n} zero bytes appended, no newline",
+                    file.display()
+                ))
+            }
+        }
+    }
+}
+
+impl fmt::Display for Tail {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            Tail::Lines(n) => write!(f, "lines-{n}"),
+            Tail::Zeros(n) => write!(f, "zeros-{n}"),
+        }
+    }
 }
 
 /// A session rule the rules probe breaks, each one that keeps an effect
@@ -163,9 +300,12 @@ impl Probe {
     /// The capability the probe is evidence for.
     pub fn capability(&self) -> Capability {
         match self {
-            Probe::Damage { .. } | Probe::Zeros { .. } => Capability::DamageRefusal,
+            Probe::Damage { .. } | Probe::Zeros { .. } | Probe::Cut { .. } => {
+                Capability::DamageRefusal
+            }
             Probe::Ledger { .. } | Probe::Rule { .. } => Capability::EffectLedger,
             Probe::Lock => Capability::WriterLock,
+            Probe::Tail { .. } => Capability::TornTailRepair,
         }
     }
 
@@ -195,6 +335,19 @@ impl fmt::Display for Probe {
             } => write!(f, "ledger-retry@{operation}"),
             Probe::Rule { case, operation } => write!(f, "rule-{}@{operation}", case.name()),
             Probe::Lock => f.write_str("lock"),
+            Probe::Tail { file, tail } => write!(f, "tail@{}:{tail}", file.display()),
+            Probe::Cut {
+                file,
+                len,
+                unreadable_snapshot,
+            } => {
+                let kind = if *unreadable_snapshot {
+                    "cut-unreadable-snapshot"
+                } else {
+                    "cut"
+                };
+                write!(f, "{kind}@{}:{len}", file.display())
+            }
         }
     }
 }
@@ -205,7 +358,7 @@ impl FromStr for Probe {
     fn from_str(s: &str) -> Result<Probe, String> {
         let bad = || {
             format!(
-                "probe {s:?} is not damage@FILE:OFFSET, zeros@FILE:OFFSET+LEN, ledger@OPERATION, ledger-retry@OPERATION, rule-CASE@OPERATION (CASE: {}) or lock",
+                "probe {s:?} is not damage@FILE:OFFSET, zeros@FILE:OFFSET+LEN, tail@FILE:lines-N, tail@FILE:zeros-N, cut@FILE:LEN, cut-unreadable-snapshot@FILE:LEN, ledger@OPERATION, ledger-retry@OPERATION, rule-CASE@OPERATION (CASE: {}) or lock",
                 RuleCase::ALL.map(RuleCase::name).join(", ")
             )
         };
@@ -241,6 +394,27 @@ impl FromStr for Probe {
                     _ => Err(bad()),
                 }
             }
+            Some((kind @ ("cut" | "cut-unreadable-snapshot"), arg)) => {
+                let (file, len) = file_and(arg)?;
+                Ok(Probe::Cut {
+                    file,
+                    len: len.parse().map_err(|_| bad())?,
+                    unreadable_snapshot: kind == "cut-unreadable-snapshot",
+                })
+            }
+            Some(("tail", arg)) => {
+                let (file, tail) = file_and(arg)?;
+                let count = |n: &str| n.parse::<u64>().ok().filter(|n| *n > 0);
+                let tail = match tail.split_once('-') {
+                    Some(("lines", n)) => count(n).map(Tail::Lines),
+                    Some(("zeros", n)) => count(n).map(Tail::Zeros),
+                    _ => None,
+                };
+                Ok(Probe::Tail {
+                    file,
+                    tail: tail.ok_or_else(bad)?,
+                })
+            }
             Some((kind @ ("ledger" | "ledger-retry"), op)) if !op.is_empty() => Ok(Probe::Ledger {
                 operation: op.to_string(),
                 another_call: kind == "ledger-retry",
@@ -265,6 +439,7 @@ impl FromStr for Probe {
 pub fn plan(
     claimed: &[Capability],
     root: &Path,
+    agentstore: Option<&AgentstoreFiles>,
     reference: &[Record],
     rng: &mut Rng,
 ) -> Result<Vec<Probe>, String> {
@@ -290,6 +465,19 @@ pub fn plan(
                 file: file.clone(),
                 offset,
             }));
+            // The last line alone, unless its newline sits at a sector
+            // boundary: zeros from a line's start to there are what a lost
+            // sector reads as, and a store may cut them as a torn tail.
+            if let Some(last) = lines
+                .last()
+                .filter(|l| lines.len() >= 2 && (l.end - 1) % SECTOR_BYTES != 0)
+            {
+                probes.push(Probe::Zeros {
+                    file: file.clone(),
+                    offset: last.start,
+                    len: last.end - last.start,
+                });
+            }
             if lines.len() >= 4 {
                 let from = lines[lines.len() - 3].start;
                 probes.push(Probe::Zeros {
@@ -298,6 +486,42 @@ pub fn plan(
                     len: len - from,
                 });
             }
+        }
+    }
+    let tails = [Capability::TornTailRepair, Capability::DamageRefusal]
+        .iter()
+        .all(|c| claimed.contains(c));
+    if let Some(AgentstoreFiles { log, covered }) = agentstore {
+        let bytes = std::fs::read(root.join(log))
+            .map_err(|e| format!("cannot read {}: {e}", log.display()))?;
+        let lines = complete_lines(&bytes);
+        // Cut inside the last line the snapshot covers: the snapshot says
+        // that line was acknowledged, so it is no torn tail.
+        let under = lines
+            .iter()
+            .find(|l| Some(l.end) == *covered && l.end - l.start > 1);
+        if let Some(line) = under.filter(|_| claimed.contains(&Capability::DamageRefusal)) {
+            for unreadable_snapshot in [false, true] {
+                probes.push(Probe::Cut {
+                    file: log.clone(),
+                    len: (line.start + line.end) / 2,
+                    unreadable_snapshot,
+                });
+            }
+        }
+        if tails && !lines.is_empty() {
+            probes.extend(
+                [
+                    Tail::Lines(TAIL_MAX_LINES),
+                    Tail::Lines(TAIL_MAX_LINES + 1),
+                    Tail::Zeros(TAIL_MAX_LINE_BYTES),
+                    Tail::Zeros(TAIL_MAX_LINE_BYTES + 1),
+                ]
+                .map(|tail| Probe::Tail {
+                    file: log.to_path_buf(),
+                    tail,
+                }),
+            );
         }
     }
     if claimed.contains(&Capability::WriterLock) {
@@ -402,8 +626,13 @@ pub enum ProbeReply {
         #[serde(default)]
         events_after: Option<u64>,
     },
-    /// Damage: the store opened and served these records ([`record_key`]).
-    Served { records: Vec<String> },
+    /// Damage: the store opened and served these records ([`record_key`]),
+    /// with their type names.
+    Served {
+        records: Vec<String>,
+        #[serde(default)]
+        types: Vec<String>,
+    },
     /// Damage: the store died on the damaged copy (a panic in-process, an
     /// adapter that broke the protocol or exited) instead of refusing it.
     Crashed { at: String, message: String },
@@ -486,6 +715,12 @@ pub fn run(setup: &ProbeSetup<'_>, probe: &Probe, dir: &Path) -> ProbeOutcome {
             } => ledger(setup, operation, *another_call, dir),
             Probe::Rule { case, operation } => rule(setup, *case, operation, dir),
             Probe::Lock => lock(setup, dir),
+            Probe::Tail { file, tail } => torn_tail(setup, file, *tail, dir),
+            Probe::Cut {
+                file,
+                len,
+                unreadable_snapshot,
+            } => cut(setup, file, *len, *unreadable_snapshot, dir),
         });
     match result {
         Ok((told, violations, skipped)) => ProbeOutcome {
@@ -514,7 +749,7 @@ fn tell(reply: &ProbeReply) -> String {
         ProbeReply::Refused {
             at, kind, message, ..
         } => format!("{at} refused with `{kind}`: {message}"),
-        ProbeReply::Served { records } => {
+        ProbeReply::Served { records, .. } => {
             format!("it opened and served {} event(s)", records.len())
         }
         ProbeReply::Accepted { seq } => format!("it acknowledged the probe's append at seq {seq}"),
@@ -598,6 +833,191 @@ fn damage(
     ))
 }
 
+fn torn_tail(
+    setup: &ProbeSetup<'_>,
+    file: &Path,
+    tail: Tail,
+    dir: &Path,
+) -> Result<(String, Vec<Violation>, bool), String> {
+    let root = dir.join("root");
+    crate::campaign::scratch::copy_dir(&setup.spec.root, &root)
+        .map_err(|e| format!("cannot copy the store's root: {e}"))?;
+    let path = root.join(file);
+    let mut bytes = std::fs::read(&path).map_err(|e| format!("{}: {e}", path.display()))?;
+    let what = tail.append(file, &mut bytes)?;
+    std::fs::write(&path, &bytes).map_err(|e| format!("{}: {e}", path.display()))?;
+    let reply = child(setup, "damage", &root, &setup.spec.session, None, &[])?;
+    let told = format!("{what}; {}", tell(&reply));
+    Ok((
+        told,
+        judge_tail(&what, tail, setup.reference, &reply)?
+            .into_iter()
+            .collect(),
+        false,
+    ))
+}
+
+fn cut(
+    setup: &ProbeSetup<'_>,
+    file: &Path,
+    len: u64,
+    unreadable_snapshot: bool,
+    dir: &Path,
+) -> Result<(String, Vec<Violation>, bool), String> {
+    let root = dir.join("root");
+    crate::campaign::scratch::copy_dir(&setup.spec.root, &root)
+        .map_err(|e| format!("cannot copy the store's root: {e}"))?;
+    let path = root.join(file);
+    let was = std::fs::metadata(&path)
+        .map_err(|e| format!("{}: {e}", path.display()))?
+        .len();
+    if len >= was {
+        return Err(format!(
+            "{} has {was} bytes: no cut to {len}",
+            file.display()
+        ));
+    }
+    std::fs::OpenOptions::new()
+        .write(true)
+        .open(&path)
+        .and_then(|f| f.set_len(len))
+        .map_err(|e| format!("{}: {e}", path.display()))?;
+    let mut what = format!(
+        "{} cut from {was} to {len} bytes, inside the last line snapshot.json covers",
+        file.display()
+    );
+    if unreadable_snapshot {
+        let id = SessionId::new(&setup.spec.session).map_err(|e| e.to_string())?;
+        let snapshot = SessionPaths::new(&root, &id).snapshot();
+        std::fs::remove_file(&snapshot)
+            .and_then(|()| std::fs::create_dir(&snapshot))
+            .map_err(|e| format!("{}: {e}", snapshot.display()))?;
+        what.push_str(
+            ", and snapshot.json replaced by a directory (reading it fails, so an `io` refusal passes too)",
+        );
+    }
+    let reply = child(setup, "damage", &root, &setup.spec.session, None, &[])?;
+    let told = format!("{what}; {}", tell(&reply));
+    // A store that cannot read its own snapshot may say so (`io`).
+    let io = matches!(&reply, ProbeReply::Refused { kind, .. } if kind == ErrorKind::Io.name());
+    let verdict = if unreadable_snapshot && io {
+        None
+    } else {
+        judge_damage(&what, setup.reference, &reply)?
+    };
+    Ok((told, verdict.into_iter().collect(), false))
+}
+
+/// What is wrong with `records`, served for the acknowledged `reference`
+/// without a refusal: the first event gone (with those around it), an
+/// event the store never had, or the order; `None` when they are the same.
+fn served_problem(reference: &[Record], records: &[String]) -> Option<(String, Vec<String>)> {
+    let want: Vec<String> = reference.iter().map(record_key).collect();
+    if want == records {
+        return None;
+    }
+    let served: std::collections::BTreeSet<&String> = records.iter().collect();
+    let near = |i: usize| -> Vec<String> {
+        reference[i.saturating_sub(1)..(i + 2).min(reference.len())]
+            .iter()
+            .map(describe_record)
+            .collect()
+    };
+    Some(match want.iter().position(|k| !served.contains(k)) {
+        Some(i) => (
+            format!(
+                "it served {} of {} events without refusing: {} is gone (a silent skip)",
+                records.len(),
+                want.len(),
+                describe_record(&reference[i])
+            ),
+            near(i),
+        ),
+        None => match records.iter().find(|k| !want.contains(k)) {
+            Some(extra) => (
+                format!("it served a record the undamaged store does not have: {extra:?}"),
+                vec![],
+            ),
+            None => (
+                "it served the same records in another order".to_string(),
+                vec![],
+            ),
+        },
+    })
+}
+
+/// The tail verdict: `what` says what was appended. Within the rules the
+/// store must open and serve every acknowledged event (the tail cut);
+/// past them it must refuse with `damage`. Losing or changing an
+/// acknowledged event fails either way.
+pub fn judge_tail(
+    what: &str,
+    tail: Tail,
+    reference: &[Record],
+    reply: &ProbeReply,
+) -> Result<Option<Violation>, String> {
+    let rule = match tail {
+        Tail::Lines(_) => format!("at most {TAIL_MAX_LINES} torn lines"),
+        Tail::Zeros(_) => format!(
+            "a piece without a newline ends the file or is at most {TAIL_MAX_LINE_BYTES} bytes"
+        ),
+    };
+    let within = tail.within_rules();
+    let violation = |found: String, events: Vec<String>| Violation {
+        invariant: Invariant::TailRules,
+        when: "after the crash-free run, on a copy of its store with bytes appended to the log"
+            .into(),
+        expected: if within {
+            format!(
+                "{what}: one write could leave that ({rule}), so open cuts it as a torn tail and the store serves the {} acknowledged events unchanged",
+                reference.len()
+            )
+        } else {
+            format!(
+                "{what}: more than one write can leave ({rule}), so opening refuses with `damage`"
+            )
+        },
+        found,
+        events,
+    };
+    match reply {
+        ProbeReply::Refused { kind, .. } if !within && kind == ErrorKind::Damage.name() => Ok(None),
+        ProbeReply::Refused {
+            at, kind, message, ..
+        } => Ok(Some(violation(
+            format!("a `{kind}` refusal at {at}: {message}"),
+            vec![],
+        ))),
+        ProbeReply::Crashed { at, message } => Ok(Some(violation(
+            format!("the store died at {at}: {message}"),
+            vec![],
+        ))),
+        ProbeReply::Served { records, types } => {
+            // The store's own record of its cut may follow the events.
+            let n = reference.len();
+            let recorded = records.len() > n
+                && types.len() == records.len()
+                && types[n..].iter().all(|t| t == "tail_quarantined");
+            let records = if recorded {
+                &records[..n]
+            } else {
+                &records[..]
+            };
+            match served_problem(reference, records) {
+                Some((found, events)) => Ok(Some(violation(found, events))),
+                None if within => Ok(None),
+                None => Ok(Some(violation(
+                    "it cut the appended bytes as a torn tail and served every event".into(),
+                    vec![],
+                ))),
+            }
+        }
+        ProbeReply::Accepted { .. } | ProbeReply::NotReplayed { .. } | ProbeReply::SecondOpened => {
+            Err("the tail probe got another probe's reply".into())
+        }
+    }
+}
+
 /// The damage verdict: `what` says which byte was flipped.
 pub fn judge_damage(
     what: &str,
@@ -628,40 +1048,8 @@ pub fn judge_damage(
             format!("the store died at {at} instead of refusing: {message}"),
             vec![],
         ))),
-        ProbeReply::Served { records } => {
-            let want: Vec<String> = reference.iter().map(record_key).collect();
-            if &want == records {
-                return Ok(None);
-            }
-            let served: std::collections::BTreeSet<&String> = records.iter().collect();
-            let near = |i: usize| -> Vec<String> {
-                reference[i.saturating_sub(1)..(i + 2).min(reference.len())]
-                    .iter()
-                    .map(describe_record)
-                    .collect()
-            };
-            let found = match want.iter().position(|k| !served.contains(k)) {
-                Some(i) => (
-                    format!(
-                        "it served {} of {} events without refusing: {} is gone (a silent skip)",
-                        records.len(),
-                        want.len(),
-                        describe_record(&reference[i])
-                    ),
-                    near(i),
-                ),
-                None => match records.iter().find(|k| !want.contains(k)) {
-                    Some(extra) => (
-                        format!("it served a record the undamaged store does not have: {extra:?}"),
-                        vec![],
-                    ),
-                    None => (
-                        "it served the same records in another order".to_string(),
-                        vec![],
-                    ),
-                },
-            };
-            Ok(Some(violation(found.0, found.1)))
+        ProbeReply::Served { records, .. } => {
+            Ok(served_problem(reference, records).map(|(found, events)| violation(found, events)))
         }
         ProbeReply::Accepted { .. } | ProbeReply::NotReplayed { .. } | ProbeReply::SecondOpened => {
             Err("the damage probe got another probe's reply".into())
@@ -1518,6 +1906,10 @@ fn child_damage(args: &ChildArgs) -> Result<ProbeReply, String> {
         match target.events() {
             Ok(records) => Ok(ProbeReply::Served {
                 records: records.iter().map(record_key).collect(),
+                types: records
+                    .iter()
+                    .map(|r| r.body.type_name().to_string())
+                    .collect(),
             }),
             Err(e) => died("events", e),
         }
@@ -1708,6 +2100,10 @@ mod tests {
             "rule-no-operation-id@op-deploy-1",
             "rule-restart-unreconciled@op:with:colons",
             "lock",
+            "tail@sessions/s/events.jsonl:lines-64",
+            "tail@sessions/s/events.jsonl:zeros-4194305",
+            "cut@sessions/s/events.jsonl:77",
+            "cut-unreadable-snapshot@sessions/s/events.jsonl:77",
         ] {
             let p: Probe = s.parse().unwrap();
             assert_eq!(p.to_string(), s);
@@ -1725,6 +2121,13 @@ mod tests {
             "rule-no-operation-id@",
             "rule-zap@op",
             "rule@op",
+            "tail@x:lines-0",
+            "tail@x:lines",
+            "tail@x:ones-3",
+            "tail@x:zeros-x",
+            "tail@../x:zeros-1",
+            "cut@x:",
+            "cut@x:-1",
         ] {
             assert!(bad.parse::<Probe>().is_err(), "{bad}");
         }
@@ -1736,6 +2139,7 @@ mod tests {
         let all: Vec<String> = reference.iter().map(record_key).collect();
         let served = |n: usize| ProbeReply::Served {
             records: all[..n].to_vec(),
+            types: vec![],
         };
         assert!(judge_damage("f", &reference, &served(3)).unwrap().is_none());
         let refused = |kind: &str| ProbeReply::Refused {
@@ -1765,6 +2169,94 @@ mod tests {
         };
         let died = judge_damage("f", &reference, &died).unwrap().unwrap();
         assert!(died.found.contains("died at open"), "{}", died.found);
+    }
+
+    #[test]
+    fn a_tail_within_the_rules_must_be_cut_and_one_past_them_refused() {
+        let reference = log();
+        let all: Vec<String> = reference.iter().map(record_key).collect();
+        let served = |n: usize| ProbeReply::Served {
+            records: all[..n].to_vec(),
+            types: vec![],
+        };
+        let damage = ProbeReply::Refused {
+            at: "open".into(),
+            kind: "damage".into(),
+            message: "m".into(),
+            events_before: None,
+            events_after: None,
+        };
+        let group = Tail::Lines(TAIL_MAX_LINES);
+        let past = Tail::Zeros(TAIL_MAX_LINE_BYTES + 1);
+        assert!(group.within_rules() && !past.within_rules());
+        assert!(judge_tail("t", group, &reference, &served(3))
+            .unwrap()
+            .is_none());
+        // The store's record of its cut after the events is its own.
+        let mut types: Vec<String> = reference
+            .iter()
+            .map(|r| r.body.type_name().to_string())
+            .collect();
+        types.push("tail_quarantined".into());
+        let mut records = all.clone();
+        records.push("3 e3 quarantined".into());
+        let recorded = ProbeReply::Served { records, types };
+        assert!(judge_tail("t", group, &reference, &recorded)
+            .unwrap()
+            .is_none());
+        assert!(judge_tail("t", past, &reference, &damage)
+            .unwrap()
+            .is_none());
+        // A store whose bound is one line short refuses the whole group.
+        let strict = judge_tail("t, 64 line(s)", group, &reference, &damage)
+            .unwrap()
+            .expect("a refused torn tail is caught");
+        assert_eq!(strict.invariant, Invariant::TailRules);
+        assert!(
+            strict.found.contains("`damage` refusal"),
+            "{}",
+            strict.found
+        );
+        assert!(strict.expected.contains("cuts it as a torn tail"));
+        // One past the rules, cut without a word.
+        let cut = judge_tail("t", past, &reference, &served(3))
+            .unwrap()
+            .unwrap();
+        assert!(
+            cut.found.contains("cut the appended bytes"),
+            "{}",
+            cut.found
+        );
+        assert!(cut.expected.contains("refuses with `damage`"));
+        // Losing an acknowledged event fails either way.
+        for tail in [group, past] {
+            let lost = judge_tail("t", tail, &reference, &served(2))
+                .unwrap()
+                .unwrap();
+            assert!(lost.found.contains("is gone"), "{}", lost.found);
+        }
+    }
+
+    #[test]
+    fn a_tail_is_appended_after_the_last_line() {
+        let text = b"{\"crc\":\"0123abcd\",\"seq\":0}\n".to_vec();
+        let mut bytes = text.clone();
+        let what = Tail::Lines(2).append(Path::new("log"), &mut bytes).unwrap();
+        assert_eq!(&bytes[text.len()..], b"{\"crc\":\"0123\n{\"crc\":\"0123\n");
+        assert!(what.contains("2 line(s)"), "{what}");
+        let mut bytes = text.clone();
+        Tail::Zeros(5).append(Path::new("log"), &mut bytes).unwrap();
+        assert_eq!(&bytes[text.len()..], &[0; 5]);
+        assert!(Tail::Lines(1)
+            .append(Path::new("log"), &mut b"no newline".to_vec())
+            .is_err());
+        // The harness's statement of agentstore's rules is agentstore's.
+        assert_eq!(TAIL_MAX_LINES, agentstore::scan::TORN_TAIL_MAX_LINES);
+        assert_eq!(
+            TAIL_MAX_LINE_BYTES,
+            agentstore::framing::MAX_LINE_BYTES as u64
+        );
+        assert_eq!(SECTOR_BYTES, agentstore::scan::SECTOR_BYTES);
     }
 
     #[test]
@@ -1859,6 +2351,7 @@ mod tests {
         let probes = plan(
             &[Capability::EffectLedger],
             dir.path(),
+            None,
             &reference,
             &mut Rng::new(1),
         )
@@ -1880,6 +2373,7 @@ mod tests {
         let none = plan(
             &[Capability::DamageRefusal],
             dir.path(),
+            None,
             &reference,
             &mut Rng::new(1),
         )
@@ -1965,8 +2459,51 @@ mod tests {
         ];
         let text = lines.concat();
         std::fs::write(dir.path().join("log"), &text).unwrap();
-        let probes = plan(&Capability::ALL, dir.path(), &[], &mut Rng::new(1)).unwrap();
+        let covered = (text.len() - lines[4].len()) as u64;
+        let files = AgentstoreFiles {
+            log: "log".into(),
+            covered: Some(covered),
+        };
+        let probes = plan(
+            &Capability::ALL,
+            dir.path(),
+            Some(&files),
+            &[],
+            &mut Rng::new(1),
+        )
+        .unwrap();
         let last_start = (text.len() - lines[4].len()) as u64;
+        assert!(
+            probes.contains(&Probe::Zeros {
+                file: "log".into(),
+                offset: last_start,
+                len: lines[4].len() as u64,
+            }),
+            "the last line zeroed alone: {probes:?}"
+        );
+        for tail in [
+            Tail::Lines(TAIL_MAX_LINES),
+            Tail::Lines(TAIL_MAX_LINES + 1),
+            Tail::Zeros(TAIL_MAX_LINE_BYTES),
+            Tail::Zeros(TAIL_MAX_LINE_BYTES + 1),
+        ] {
+            assert!(probes.contains(&Probe::Tail {
+                file: "log".into(),
+                tail
+            }));
+        }
+        // Cut inside the fourth line, the last the snapshot covers.
+        let fourth = covered - lines[3].len() as u64;
+        for unreadable_snapshot in [false, true] {
+            assert!(
+                probes.contains(&Probe::Cut {
+                    file: "log".into(),
+                    len: (fourth + covered) / 2,
+                    unreadable_snapshot,
+                }),
+                "{probes:?}"
+            );
+        }
         assert!(
             probes
                 .iter()
@@ -2009,7 +2546,15 @@ mod tests {
         std::fs::write(dir.path().join("s/log"), vec![b'x'; 100]).unwrap();
         std::fs::write(dir.path().join("empty"), b"").unwrap();
         let reference = log();
-        let all = plan(&Capability::ALL, dir.path(), &reference, &mut Rng::new(1)).unwrap();
+        let all = plan(
+            &Capability::ALL,
+            dir.path(),
+            None,
+            &reference,
+            &mut Rng::new(1),
+        )
+        .unwrap();
+        assert!(!all.iter().any(|p| matches!(p, Probe::Tail { .. })));
         let damage: Vec<&Probe> = all
             .iter()
             .filter(|p| matches!(p, Probe::Damage { .. }))
@@ -2031,6 +2576,10 @@ mod tests {
         let none = plan(
             &[Capability::DurableAppend],
             dir.path(),
+            Some(&AgentstoreFiles {
+                log: "s/log".into(),
+                covered: Some(100),
+            }),
             &reference,
             &mut Rng::new(1),
         )

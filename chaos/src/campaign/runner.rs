@@ -48,7 +48,21 @@ fn run_probes(
     }
     .spec();
     let mut rng = Rng::derive(cfg.seed, &prepared.source.scenario.name, 1);
-    let probes = match probe::plan(claimed, &spec.root, &prepared.reference.records, &mut rng) {
+    // The tail and cut probes know agentstore's files: in-process only.
+    let agentstore = cfg
+        .backend
+        .adapter_line()
+        .is_none()
+        .then(|| probe::agentstore_files(&spec))
+        .flatten();
+    let planned = probe::plan(
+        claimed,
+        &spec.root,
+        agentstore.as_ref(),
+        &prepared.reference.records,
+        &mut rng,
+    );
+    let probes = match planned {
         Ok(p) => p,
         Err(e) => {
             return vec![ProbeOutcome {

@@ -52,10 +52,12 @@ pub enum Invariant {
     /// A probe, not a trial check (`crate::campaign::probe`).
     RuleRefused,
     QuarantineRecorded,
+    /// A probe, not a trial check (`crate::campaign::probe`).
+    TailRules,
 }
 
 impl Invariant {
-    pub const ALL: [Invariant; 16] = [
+    pub const ALL: [Invariant; 17] = [
         Invariant::OrphanMarkedUncertain,
         Invariant::EffectAtMostOnce,
         Invariant::AckedDurable,
@@ -72,6 +74,7 @@ impl Invariant {
         Invariant::ContextWindow,
         Invariant::RuleRefused,
         Invariant::QuarantineRecorded,
+        Invariant::TailRules,
     ];
 
     pub fn name(self) -> &'static str {
@@ -92,6 +95,7 @@ impl Invariant {
             Invariant::ContextWindow => "context-window",
             Invariant::RuleRefused => "rule-refused",
             Invariant::QuarantineRecorded => "quarantine-recorded",
+            Invariant::TailRules => "tail-rules",
         }
     }
 
@@ -113,6 +117,7 @@ impl Invariant {
             Invariant::ContextWindow => "the context after a recovery shows the active compaction's summary, then the messages of the active branch inside the compaction window in order, and nothing from before the window or from another branch; a budget drops the oldest messages first, never the summary or the recovery lines",
             Invariant::RuleRefused => "an append the session rules forbid (a side effect without an operation id, a committed operation called again, a commit before its intent, a committed or unreconciled call started again) is refused with `rule` and is not in the log after reopening",
             Invariant::QuarantineRecorded => "after a recovery, every torn tail seen after an earlier crash is kept whole in a quarantine file of the session directory that a durable tail_quarantined names at the offset it was cut from, and every quarantine file there is named by one (where the harness reads the session directory)",
+            Invariant::TailRules => "bytes after the log's last acknowledged line are cut as a torn tail exactly when agentstore's tail rules say one write could leave them (at most 64 torn lines; a piece without a newline ends the file or is at most one 4 MiB line), else opening refuses with `damage`; never an acknowledged event lost (where the harness knows the log's format: in-process)",
             Invariant::FailedSyncNotAcked => "after a write fails (ENOSPC) or an fsync fails (EIO), nothing is acknowledged until the file is written again and synced: a retried fsync proves nothing, the kernel may have dropped the unsynced pages",
         }
     }
@@ -1903,7 +1908,8 @@ mod tests {
                 "blob-readable",
                 "context-window",
                 "rule-refused",
-                "quarantine-recorded"
+                "quarantine-recorded",
+                "tail-rules"
             ]
         );
         for i in Invariant::ALL {

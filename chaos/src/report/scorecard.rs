@@ -103,7 +103,7 @@ pub fn row_of(invariant: Invariant) -> Row {
         | Invariant::RecoveryIdempotent => Row::Capability(C::OrphanMarking),
         Invariant::CheckpointProjection => Row::Capability(C::CheckpointProjection),
         // A cut that keeps or records nothing of what it cut is the repair's.
-        Invariant::QuarantineRecorded => Row::Capability(C::TornTailRepair),
+        Invariant::QuarantineRecorded | Invariant::TailRules => Row::Capability(C::TornTailRepair),
         Invariant::DamageRefused => Row::Capability(C::DamageRefusal),
         // The rules the probe tries are those that keep an effect from
         // running twice: the ledger's.

@@ -97,6 +97,10 @@ const NOT_APPLICABLE: &[NotApplicable] = &[
         check: "every cut torn tail kept in a file of the session directory that a durable event names: the store's files are its own (the power-loss campaign reads them only for an adapter that says it is agentstore); its torn-tail report at open and the events it serves are judged instead (log-prefix)",
     },
     NotApplicable {
+        invariant: "tail-rules",
+        check: "the tail probes, bytes appended to agentstore's log at the bounds of its tail rules (64 torn lines, a 4 MiB line): another store's log format and its bounds are its own; its torn-tail repair is judged by the tears (log-prefix)",
+    },
+    NotApplicable {
         invariant: "checkpoint-projection",
         check: "the snapshot on disk (its offset, its projection, snapshot + tail): the store keeps it to itself; only the projection it serves (when it claims checkpoint_projection) is compared with the fold of its events",
     },
