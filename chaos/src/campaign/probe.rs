@@ -809,28 +809,47 @@ impl Change {
     }
 }
 
+/// Copies the store's root into `dir`, lets `alter` change the copy (it
+/// returns what it did, in words), and opens the altered copy in a probe
+/// child: what was done, and the child's reply.
+fn open_altered(
+    setup: &ProbeSetup<'_>,
+    dir: &Path,
+    alter: impl FnOnce(&Path) -> Result<String, String>,
+) -> Result<(String, ProbeReply), String> {
+    let root = dir.join("root");
+    crate::campaign::scratch::copy_dir(&setup.spec.root, &root)
+        .map_err(|e| format!("cannot copy the store's root: {e}"))?;
+    let what = alter(&root)?;
+    let reply = child(setup, "damage", &root, &setup.spec.session, None, &[])?;
+    Ok((what, reply))
+}
+
+/// Rewrites `file` under `root` with `edit` (which says what it did).
+fn rewrite(
+    root: &Path,
+    file: &Path,
+    edit: impl FnOnce(&mut Vec<u8>) -> Result<String, String>,
+) -> Result<String, String> {
+    let path = root.join(file);
+    let mut bytes = std::fs::read(&path).map_err(|e| format!("{}: {e}", path.display()))?;
+    let what = edit(&mut bytes)?;
+    std::fs::write(&path, &bytes).map_err(|e| format!("{}: {e}", path.display()))?;
+    Ok(what)
+}
+
 fn damage(
     setup: &ProbeSetup<'_>,
     file: &Path,
     change: &Change,
     dir: &Path,
 ) -> Result<(String, Vec<Violation>, bool), String> {
-    let root = dir.join("root");
-    crate::campaign::scratch::copy_dir(&setup.spec.root, &root)
-        .map_err(|e| format!("cannot copy the store's root: {e}"))?;
-    let path = root.join(file);
-    let mut bytes = std::fs::read(&path).map_err(|e| format!("{}: {e}", path.display()))?;
-    let what = change.apply(file, &mut bytes)?;
-    std::fs::write(&path, &bytes).map_err(|e| format!("{}: {e}", path.display()))?;
-    let reply = child(setup, "damage", &root, &setup.spec.session, None, &[])?;
+    let (what, reply) = open_altered(setup, dir, |root| {
+        rewrite(root, file, |bytes| change.apply(file, bytes))
+    })?;
     let told = format!("{what}; {}", tell(&reply));
-    Ok((
-        told,
-        judge_damage(&what, setup.reference, &reply)?
-            .into_iter()
-            .collect(),
-        false,
-    ))
+    let verdict = judge_damage(&what, setup.reference, &reply)?;
+    Ok((told, verdict.into_iter().collect(), false))
 }
 
 fn torn_tail(
@@ -839,22 +858,12 @@ fn torn_tail(
     tail: Tail,
     dir: &Path,
 ) -> Result<(String, Vec<Violation>, bool), String> {
-    let root = dir.join("root");
-    crate::campaign::scratch::copy_dir(&setup.spec.root, &root)
-        .map_err(|e| format!("cannot copy the store's root: {e}"))?;
-    let path = root.join(file);
-    let mut bytes = std::fs::read(&path).map_err(|e| format!("{}: {e}", path.display()))?;
-    let what = tail.append(file, &mut bytes)?;
-    std::fs::write(&path, &bytes).map_err(|e| format!("{}: {e}", path.display()))?;
-    let reply = child(setup, "damage", &root, &setup.spec.session, None, &[])?;
+    let (what, reply) = open_altered(setup, dir, |root| {
+        rewrite(root, file, |bytes| tail.append(file, bytes))
+    })?;
     let told = format!("{what}; {}", tell(&reply));
-    Ok((
-        told,
-        judge_tail(&what, tail, setup.reference, &reply)?
-            .into_iter()
-            .collect(),
-        false,
-    ))
+    let verdict = judge_tail(&what, tail, setup.reference, &reply)?;
+    Ok((told, verdict.into_iter().collect(), false))
 }
 
 fn cut(
@@ -864,39 +873,38 @@ fn cut(
     unreadable_snapshot: bool,
     dir: &Path,
 ) -> Result<(String, Vec<Violation>, bool), String> {
-    let root = dir.join("root");
-    crate::campaign::scratch::copy_dir(&setup.spec.root, &root)
-        .map_err(|e| format!("cannot copy the store's root: {e}"))?;
-    let path = root.join(file);
-    let was = std::fs::metadata(&path)
-        .map_err(|e| format!("{}: {e}", path.display()))?
-        .len();
-    if len >= was {
-        return Err(format!(
-            "{} has {was} bytes: no cut to {len}",
+    let (what, reply) = open_altered(setup, dir, |root| {
+        let path = root.join(file);
+        let was = std::fs::metadata(&path)
+            .map_err(|e| format!("{}: {e}", path.display()))?
+            .len();
+        if len >= was {
+            return Err(format!(
+                "{} has {was} bytes: no cut to {len}",
+                file.display()
+            ));
+        }
+        std::fs::OpenOptions::new()
+            .write(true)
+            .open(&path)
+            .and_then(|f| f.set_len(len))
+            .map_err(|e| format!("{}: {e}", path.display()))?;
+        let mut what = format!(
+            "{} cut from {was} to {len} bytes, inside the last line snapshot.json covers",
             file.display()
-        ));
-    }
-    std::fs::OpenOptions::new()
-        .write(true)
-        .open(&path)
-        .and_then(|f| f.set_len(len))
-        .map_err(|e| format!("{}: {e}", path.display()))?;
-    let mut what = format!(
-        "{} cut from {was} to {len} bytes, inside the last line snapshot.json covers",
-        file.display()
-    );
-    if unreadable_snapshot {
-        let id = SessionId::new(&setup.spec.session).map_err(|e| e.to_string())?;
-        let snapshot = SessionPaths::new(&root, &id).snapshot();
-        std::fs::remove_file(&snapshot)
-            .and_then(|()| std::fs::create_dir(&snapshot))
-            .map_err(|e| format!("{}: {e}", snapshot.display()))?;
-        what.push_str(
-            ", and snapshot.json replaced by a directory (reading it fails, so an `io` refusal passes too)",
         );
-    }
-    let reply = child(setup, "damage", &root, &setup.spec.session, None, &[])?;
+        if unreadable_snapshot {
+            let id = SessionId::new(&setup.spec.session).map_err(|e| e.to_string())?;
+            let snapshot = SessionPaths::new(root, &id).snapshot();
+            std::fs::remove_file(&snapshot)
+                .and_then(|()| std::fs::create_dir(&snapshot))
+                .map_err(|e| format!("{}: {e}", snapshot.display()))?;
+            what.push_str(
+                ", and snapshot.json replaced by a directory (reading it fails, so an `io` refusal passes too)",
+            );
+        }
+        Ok(what)
+    })?;
     let told = format!("{what}; {}", tell(&reply));
     // A store that cannot read its own snapshot may say so (`io`).
     let io = matches!(&reply, ProbeReply::Refused { kind, .. } if kind == ErrorKind::Io.name());
