@@ -26,17 +26,13 @@ use agentchaos_protocol::Record;
 use serde_json::json;
 
 fn adapter_dir() -> PathBuf {
-    Path::new(env!("CARGO_MANIFEST_DIR")).join("adapters/langgraph")
+    python::store_adapter_dir("langgraph")
 }
 
 /// Whether LangGraph and the kit can be imported; if not, says so on
 /// stderr (or fails, under CI).
 fn langgraph_available(test: &str) -> bool {
-    python::available(
-        test,
-        "import langgraph.checkpoint.sqlite, agentchaos_adapter",
-        "python3 -m pip install ./chaos/adapters/python -r chaos/adapters/langgraph/requirements.txt",
-    )
+    python::store_available(test, "langgraph", "import langgraph.checkpoint.sqlite")
 }
 
 fn spawn(args: &[&str]) -> Client {

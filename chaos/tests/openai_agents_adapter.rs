@@ -14,15 +14,11 @@ use crate::campaign::{self, row};
 use crate::python;
 
 fn adapter_dir() -> PathBuf {
-    Path::new(env!("CARGO_MANIFEST_DIR")).join("adapters/openai_agents")
+    python::store_adapter_dir("openai_agents")
 }
 
 fn available(test: &str) -> bool {
-    python::available(
-        test,
-        "import agents.memory, agentchaos_adapter",
-        "python3 -m pip install ./chaos/adapters/python -r chaos/adapters/openai_agents/requirements.txt",
-    )
+    python::store_available(test, "openai_agents", "import agents.memory")
 }
 
 /// Two plans per nemesis and two power-loss crash points on the small

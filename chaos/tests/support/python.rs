@@ -77,3 +77,23 @@ pub fn kit_available(test: &str) -> bool {
         "python3 -m pip install ./chaos/adapters/python",
     )
 }
+
+/// `chaos/adapters/NAME`, a third-party store's adapter on the kit.
+pub fn store_adapter_dir(name: &str) -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR"))
+        .join("adapters")
+        .join(name)
+}
+
+/// Whether the kit and the store behind `chaos/adapters/NAME` import
+/// (`probe` imports the store's module): what `.ci/run` installs from its
+/// `requirements.txt`.
+pub fn store_available(test: &str, name: &str, probe: &str) -> bool {
+    available(
+        test,
+        &format!("{probe}; import agentchaos_adapter"),
+        &format!(
+            "python3 -m pip install ./chaos/adapters/python -r chaos/adapters/{name}/requirements.txt"
+        ),
+    )
+}
