@@ -169,8 +169,9 @@ pub struct TracedCall {
     /// `fdatasync(fd 5 = ROOT/sessions/s/events.jsonl)`.
     pub text: String,
     /// The call without byte counts (which may differ from run to run:
-    /// the workspace path is in `session_created`): what must match for a
-    /// fault to have hit the planned call.
+    /// the workspace path is in `session_created`) and without the random
+    /// part of a temporary file's name ([`comparable_path`]): what must
+    /// match for a fault to have hit the planned call.
     pub key: String,
     /// Writes: the byte count.
     pub write_len: Option<u64>,
@@ -190,7 +191,12 @@ impl TracedCall {
             Call::Truncate { fd: Some(fd), .. } => format!("fd {fd} "),
             _ => String::new(),
         };
-        let paths: Vec<String> = e.call.paths().into_iter().map(|p| rel(p)).collect();
+        let paths: Vec<String> = e
+            .call
+            .paths()
+            .into_iter()
+            .map(|p| comparable_path(&rel(p)))
+            .collect();
         TracedCall {
             sysno: e.sysno,
             text: e.call_text().replace(&root, "ROOT"),
@@ -202,6 +208,44 @@ impl TracedCall {
             is_sync: matches!(e.call, Call::Sync { .. }),
         }
     }
+}
+
+/// `path` with the random part of a temporary file's name left out, so
+/// that a store naming its temporary files with `mkstemp` makes the same
+/// calls from run to run (`…/.strands_wwtnge70.tmp` and
+/// `…/.strands_9i_t3070.tmp` are both `…/.*.tmp`). A temporary file is
+/// one whose name says so (`tmp` or `temp` in it, any case); in its
+/// name, every run of six or more letters, digits and `_` is the random
+/// part. Every other name is compared whole: `message_5.json` is not
+/// `message_13.json`.
+pub fn comparable_path(path: &str) -> String {
+    match path.rsplit_once('/') {
+        Some((dir, name)) => format!("{dir}/{}", comparable_name(name)),
+        None => comparable_name(path),
+    }
+}
+
+fn comparable_name(name: &str) -> String {
+    let lower = name.to_ascii_lowercase();
+    if !(lower.contains("tmp") || lower.contains("temp")) {
+        return name.to_string();
+    }
+    fn flush(run: &mut String, out: &mut String) {
+        out.push_str(if run.len() >= 6 { "*" } else { run.as_str() });
+        run.clear();
+    }
+    let mut out = String::new();
+    let mut run = String::new();
+    for c in name.chars() {
+        if c.is_ascii_alphanumeric() || c == '_' {
+            run.push(c);
+        } else {
+            flush(&mut run, &mut out);
+            out.push(c);
+        }
+    }
+    flush(&mut run, &mut out);
+    out
 }
 
 /// What a crash-free traced run of the first process made: its counted
@@ -1002,6 +1046,23 @@ pub fn sample(trace: &Trace, n: usize, rng: &mut Rng) -> Vec<Plan> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_temporary_files_random_name_is_not_compared() {
+        let strands = |n: &str| comparable_path(&format!("ROOT/s/messages/.strands_{n}.tmp"));
+        assert_eq!(strands("wwtnge70"), "ROOT/s/messages/.*.tmp");
+        assert_eq!(strands("wwtnge70"), strands("9i_t3070"));
+        assert_eq!(comparable_path("tmpab12cd34"), "*");
+        // Names that do not say they are temporary are compared whole.
+        assert_ne!(
+            comparable_path("ROOT/s/message_5.json"),
+            comparable_path("ROOT/s/message_13.json")
+        );
+        assert_eq!(
+            comparable_path("ROOT/sessions/s/events.jsonl"),
+            "ROOT/sessions/s/events.jsonl"
+        );
+    }
 
     #[test]
     fn plans_round_trip_through_their_string_form() {
