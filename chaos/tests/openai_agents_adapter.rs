@@ -52,32 +52,34 @@ fn a_sampled_campaign_scores_what_it_claims() {
     );
     assert_eq!(code, 0, "{stdout}");
     assert_eq!(report["error_count"], 0, "{stdout}");
-    for key in [
-        "durable_append_power_loss",
-        "orphan_marking",
-        "effect_ledger",
-        "outcome",
-    ] {
-        assert_eq!(row(&report, key)["verdict"], "pass", "{key}:\n{stdout}");
-    }
+    campaign::assert_rows(
+        &report,
+        "pass",
+        &[
+            "durable_append_power_loss",
+            "orphan_marking",
+            "effect_ledger",
+            "outcome",
+        ],
+        &stdout,
+    );
     assert_eq!(
         row(&report, "durable_append")["verdict"],
         "not exercised",
         "{stdout}"
     );
-    for key in [
-        "writer_lock",
-        "damage_refusal",
-        "torn_tail_repair",
-        "checkpoint_projection",
-        "blobs",
-    ] {
-        assert_eq!(
-            row(&report, key)["verdict"],
-            "not supported",
-            "{key}:\n{stdout}"
-        );
-    }
+    campaign::assert_rows(
+        &report,
+        "not supported",
+        &[
+            "writer_lock",
+            "damage_refusal",
+            "torn_tail_repair",
+            "checkpoint_projection",
+            "blobs",
+        ],
+        &stdout,
+    );
 }
 
 /// `findings/skipped_row.py`: exit 1 while `get_items` drops a row whose

@@ -16,8 +16,6 @@ use crate::support;
 use std::path::{Path, PathBuf};
 use std::process::{Command, Output};
 
-use crate::campaign::row;
-
 fn hello_store() -> PathBuf {
     python::kit_dir().join("examples/hello_store.py")
 }
@@ -58,24 +56,26 @@ fn the_hello_store_passes_a_sampled_campaign() {
     assert_eq!(code, 0, "{stdout}");
     assert_eq!(report["error_count"], 0, "{stdout}");
     assert!(report["trials"].as_u64().unwrap() >= 8, "{stdout}");
-    for key in [
-        "durable_append",
-        "durable_append_power_loss",
-        "orphan_marking",
-        "effect_ledger",
-        "writer_lock",
-        "outcome",
-    ] {
-        assert_eq!(row(&report, key)["verdict"], "pass", "{key}:\n{stdout}");
-    }
+    campaign::assert_rows(
+        &report,
+        "pass",
+        &[
+            "durable_append",
+            "durable_append_power_loss",
+            "orphan_marking",
+            "effect_ledger",
+            "writer_lock",
+            "outcome",
+        ],
+        &stdout,
+    );
     // What the hello store does not keep, it does not claim.
-    for key in ["damage_refusal", "checkpoint_projection", "blobs"] {
-        assert_eq!(
-            row(&report, key)["verdict"],
-            "not supported",
-            "{key}:\n{stdout}"
-        );
-    }
+    campaign::assert_rows(
+        &report,
+        "not supported",
+        &["damage_refusal", "checkpoint_projection", "blobs"],
+        &stdout,
+    );
 }
 
 #[test]

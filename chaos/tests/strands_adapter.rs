@@ -71,21 +71,23 @@ fn a_sampled_campaign_fails_the_power_row_and_the_outcome() {
         stdout.contains("Session session already exists"),
         "{stdout}"
     );
-    for key in ["durable_append", "orphan_marking", "effect_ledger"] {
-        assert_eq!(row(&report, key)["verdict"], "pass", "{key}:\n{stdout}");
-    }
-    for key in [
-        "writer_lock",
-        "damage_refusal",
-        "checkpoint_projection",
-        "blobs",
-    ] {
-        assert_eq!(
-            row(&report, key)["verdict"],
-            "not supported",
-            "{key}:\n{stdout}"
-        );
-    }
+    campaign::assert_rows(
+        &report,
+        "pass",
+        &["durable_append", "orphan_marking", "effect_ledger"],
+        &stdout,
+    );
+    campaign::assert_rows(
+        &report,
+        "not supported",
+        &[
+            "writer_lock",
+            "damage_refusal",
+            "checkpoint_projection",
+            "blobs",
+        ],
+        &stdout,
+    );
 }
 
 /// `findings/no_fsync.py` and `findings/wedged_session.py`: each exits 1

@@ -54,6 +54,15 @@ pub fn row<'a>(report: &'a Value, key: &str) -> &'a Value {
         .unwrap_or_else(|| panic!("no scorecard row {key}"))
 }
 
+/// Asserts that the scorecard row of each of `keys` reads `verdict`
+/// (`pass`, `fail`, `not supported`, `not exercised`), showing `stdout`
+/// when one does not.
+pub fn assert_rows(report: &Value, verdict: &str, keys: &[&str], stdout: &str) {
+    for key in keys {
+        assert_eq!(row(report, key)["verdict"], verdict, "{key}:\n{stdout}");
+    }
+}
+
 /// Violations of `invariant` in the first scenario of `report`.
 pub fn count(report: &Value, invariant: &str) -> u64 {
     report["scenarios"][0]["violations_by_invariant"][invariant]
