@@ -114,12 +114,7 @@ fn assert_caught(fault: &str) -> Value {
             "{fault}: the terminal report names {inv}"
         );
     }
-    let v = report["violations"]
-        .as_array()
-        .unwrap()
-        .iter()
-        .find(|v| v["invariant"] == invariants[0])
-        .unwrap();
+    let v = campaign::first_violation(&report, invariants[0]);
     let replay = v["replay"].as_str().unwrap();
     assert!(
         replay.starts_with("agentchaos replay --scenario ")
@@ -228,12 +223,7 @@ fn ledger_per_call_is_caught_by_ledger_refuses_double_commit() {
 #[test]
 fn skip_operation_id_rule_is_caught_by_rule_refused() {
     let report = assert_caught("skip-operation-id-rule");
-    let v = report["violations"]
-        .as_array()
-        .unwrap()
-        .iter()
-        .find(|v| v["invariant"] == "rule-refused")
-        .unwrap();
+    let v = campaign::first_violation(&report, "rule-refused");
     assert!(
         v["replay"]
             .as_str()
@@ -266,12 +256,7 @@ fn unrecorded_quarantine_is_caught_by_quarantine_recorded() {
 #[test]
 fn quarantine_overwrite_is_caught_only_by_a_second_tear_at_the_same_offset() {
     let report = assert_caught("quarantine-overwrite");
-    let v = report["violations"]
-        .as_array()
-        .unwrap()
-        .iter()
-        .find(|v| v["invariant"] == "quarantine-recorded")
-        .unwrap();
+    let v = campaign::first_violation(&report, "quarantine-recorded");
     assert!(v["found"].as_str().unwrap().contains("other bytes"), "{v}");
     let replay = v["replay"].as_str().unwrap();
     assert!(
@@ -288,12 +273,7 @@ fn quarantine_overwrite_is_caught_only_by_a_second_tear_at_the_same_offset() {
 /// replay names `plan`; its `found`.
 fn only_probe_violation(report: &Value, invariant: &str, plan: &str) -> String {
     assert_eq!(campaign::count(report, invariant), 1, "only that probe");
-    let v = report["violations"]
-        .as_array()
-        .unwrap()
-        .iter()
-        .find(|v| v["invariant"] == invariant)
-        .unwrap();
+    let v = campaign::first_violation(report, invariant);
     assert!(
         v["replay"]
             .as_str()

@@ -130,12 +130,7 @@ fn sqlite_double_commit_fails_effect_ledger_and_its_probe_replays() {
             "outcome",
         ],
     });
-    let v = report["violations"]
-        .as_array()
-        .unwrap()
-        .iter()
-        .find(|v| v["invariant"] == "ledger-refuses-double-commit")
-        .unwrap();
+    let v = campaign::first_violation(&report, "ledger-refuses-double-commit");
     assert!(
         v["found"].as_str().unwrap().contains("committed twice"),
         "{v}"
@@ -168,12 +163,7 @@ fn sqlite_rerun_committed_fails_effect_ledger_by_the_rules_probe() {
             "outcome",
         ],
     });
-    let v = report["violations"]
-        .as_array()
-        .unwrap()
-        .iter()
-        .find(|v| v["invariant"] == "rule-refused")
-        .unwrap();
+    let v = campaign::first_violation(&report, "rule-refused");
     let command = v["replay"].as_str().unwrap();
     assert!(
         command.contains("probe:rule-restart-committed-call@"),
@@ -323,12 +313,7 @@ fn agentstore_skip_damaged_lines_fails_damage_refusal_and_its_probe_replays() {
             "outcome",
         ],
     });
-    let v = report["violations"]
-        .as_array()
-        .unwrap()
-        .iter()
-        .find(|v| v["invariant"] == "damage-refused")
-        .unwrap();
+    let v = campaign::first_violation(&report, "damage-refused");
     // Plain words: which file, which byte, what went missing.
     let expected = v["expected"].as_str().unwrap();
     assert!(

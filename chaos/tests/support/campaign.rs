@@ -63,6 +63,17 @@ pub fn assert_rows(report: &Value, verdict: &str, keys: &[&str], stdout: &str) {
     }
 }
 
+/// The first violation of `invariant` in `report`; a test failure naming
+/// the invariant when there is none.
+pub fn first_violation<'a>(report: &'a Value, invariant: &str) -> &'a Value {
+    report["violations"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|v| v["invariant"] == invariant)
+        .unwrap_or_else(|| panic!("no {invariant} violation in the report"))
+}
+
 /// Violations of `invariant` in the first scenario of `report`.
 pub fn count(report: &Value, invariant: &str) -> u64 {
     report["scenarios"][0]["violations_by_invariant"][invariant]
