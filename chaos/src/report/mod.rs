@@ -249,16 +249,21 @@ pub fn table(result: &CampaignResult, ctx: &Context<'_>) -> String {
         }
     }
     if let Some(p) = &result.power_loss {
-        let failing: usize = p.scenarios.iter().map(|s| s.failures.len()).sum();
-        let refused: usize = p
-            .scenarios
-            .iter()
-            .flat_map(|s| &s.models)
-            .map(|(_, m)| m.refused)
-            .sum();
+        let models = || p.scenarios.iter().flat_map(|s| &s.models).map(|(_, m)| m);
+        let failing: usize = models().map(|m| m.failed).sum();
+        let refused: usize = models().map(|m| m.refused).sum();
+        // One finding per broken invariant and scenario (its first crash
+        // point) is printed; the count says how many states failed.
+        let reported: usize = p.scenarios.iter().map(|s| s.failures.len()).sum();
+        let failing = match failing {
+            0 => "0 failing states".to_string(),
+            n => format!(
+                "{n} failing state(s) ({reported} reported: the first per broken invariant)"
+            ),
+        };
         let _ = writeln!(
             out,
-            "power-loss nemesis: {} states ({} distinct) at {} crash points under {}, at most {} per crash point and model: {failing} failing state(s), {refused} refused with damage (no acknowledged event lost), {:.1}s",
+            "power-loss nemesis: {} states ({} distinct) at {} crash points under {}, at most {} per crash point and model: {failing}, {refused} refused with damage (no acknowledged event lost), {:.1}s",
             p.states(),
             p.judged(),
             p.scenarios.iter().map(|s| s.crash_points).sum::<usize>(),
