@@ -29,6 +29,7 @@ mod exit_codes;
 mod faults;
 mod fork_server;
 mod harness_alone;
+mod langchain_file_adapter;
 mod langgraph_adapter;
 mod layout;
 mod mutants;
