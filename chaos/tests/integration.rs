@@ -31,6 +31,7 @@ mod fork_server;
 mod harness_alone;
 mod langchain_file_adapter;
 mod langgraph_adapter;
+mod langgraphjs_adapter;
 mod layout;
 mod mutants;
 mod node_kit;

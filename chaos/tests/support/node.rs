@@ -26,13 +26,49 @@ pub fn adapter_command(script: &Path) -> String {
 /// if not, fails the test under CI and otherwise says why on stderr and
 /// returns false.
 pub fn kit_available(test: &str) -> bool {
-    let probe = "await import(process.argv[1])";
     let index = kit_dir().join("src/index.js");
-    let out = Command::new("node")
-        .args(["--input-type=module", "-e", probe])
-        .arg(&index)
-        .output();
-    let why = match out {
+    let mut probe = Command::new("node");
+    probe
+        .args(["--input-type=module", "-e", "await import(process.argv[1])"])
+        .arg(&index);
+    loads(
+        test,
+        probe,
+        "the Node kit",
+        "npm ci --prefix chaos/adapters/node",
+    )
+}
+
+/// `chaos/adapters/<name>`, a Node store's adapter directory (its own
+/// `package.json` and `package-lock.json`).
+pub fn store_adapter_dir(name: &str) -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR"))
+        .join("adapters")
+        .join(name)
+}
+
+/// Whether the Node kit and the store's pinned packages load: `node -e
+/// PROBE` (CommonJS, so `require` resolves from the adapter's directory)
+/// run in `chaos/adapters/<name>`; if not, as [`kit_available`].
+pub fn store_available(test: &str, name: &str, probe: &str) -> bool {
+    if !kit_available(test) {
+        return false;
+    }
+    let mut cmd = Command::new("node");
+    cmd.args(["-e", probe]).current_dir(store_adapter_dir(name));
+    loads(
+        test,
+        cmd,
+        &format!("the {name} adapter's packages"),
+        &format!("npm ci --prefix chaos/adapters/{name}"),
+    )
+}
+
+/// Runs `probe`: true when it succeeds; otherwise fails the test under CI
+/// and elsewhere says why on stderr (past the test harness's capture, so
+/// a skip shows in logs) and returns false.
+fn loads(test: &str, mut probe: Command, what: &str, install: &str) -> bool {
+    let why = match probe.output() {
         Ok(o) if o.status.success() => return true,
         Ok(o) => String::from_utf8_lossy(&o.stderr)
             .lines()
@@ -41,9 +77,7 @@ pub fn kit_available(test: &str) -> bool {
             .to_string(),
         Err(e) => format!("cannot run node: {e}"),
     };
-    let message = format!(
-        "{test}: the Node kit does not load ({why}); install with: npm ci --prefix chaos/adapters/node"
-    );
+    let message = format!("{test}: {what} failed to load ({why}); install with: {install}");
     assert!(!in_ci(), "CI=true and {message}");
     let _ = writeln!(std::io::stderr(), "SKIP {message}");
     false
