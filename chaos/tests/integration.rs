@@ -20,6 +20,7 @@ mod support;
 
 mod adapter_client;
 mod adapter_run;
+mod adk_adapter;
 mod builtin_scenarios;
 mod cli;
 mod conformance;

@@ -5,7 +5,7 @@
 //! and passes on a dev machine, and fails under `CI=true`, where `.ci/run`
 //! installs them.
 
-use std::ffi::OsString;
+use std::ffi::{OsStr, OsString};
 use std::io::Write;
 use std::path::{Path, PathBuf};
 use std::process::Command;
@@ -27,7 +27,13 @@ pub fn pythonpath() -> OsString {
 
 /// `python3` with the kit's source on its path.
 pub fn python3() -> Command {
-    let mut cmd = Command::new("python3");
+    python("python3")
+}
+
+/// The interpreter `program` (`python3`, or a virtual environment's
+/// `bin/python`) with the kit's source on its path.
+pub fn python(program: impl AsRef<OsStr>) -> Command {
+    let mut cmd = Command::new(program);
     cmd.env("PYTHONPATH", pythonpath());
     cmd
 }
@@ -35,10 +41,17 @@ pub fn python3() -> Command {
 /// An adapter command line for `agentchaos run --adapter`: `env
 /// PYTHONPATH=… python3 SCRIPT ARGS…`, quoted as the harness splits it.
 pub fn adapter_command(script: &Path, args: &[&str]) -> String {
+    adapter_command_with(Path::new("python3"), script, args)
+}
+
+/// [`adapter_command`] with another interpreter (a virtual environment's).
+pub fn adapter_command_with(python: &Path, script: &Path, args: &[&str]) -> String {
     let path = pythonpath();
     let assignment = format!("PYTHONPATH={}", path.to_str().expect("a UTF-8 path"));
-    let mut words = vec!["env".to_string(), assignment, "python3".into()];
-    words.push(script.to_str().expect("a UTF-8 path").into());
+    let mut words = vec!["env".to_string(), assignment];
+    for word in [python, script] {
+        words.push(word.to_str().expect("a UTF-8 path").into());
+    }
     words.extend(args.iter().map(|a| a.to_string()));
     shlex::try_join(words.iter().map(String::as_str)).expect("no NUL in the command")
 }
@@ -53,7 +66,12 @@ pub fn in_ci() -> bool {
 /// fails the test under CI and otherwise says why on stderr (past the
 /// test harness's capture, so a skip shows in logs) and returns false.
 pub fn available(test: &str, probe: &str, install: &str) -> bool {
-    let out = python3().args(["-c", probe]).output();
+    available_with(test, Path::new("python3"), probe, install)
+}
+
+/// [`available`] with another interpreter.
+fn available_with(test: &str, python3: &Path, probe: &str, install: &str) -> bool {
+    let out = python(python3).args(["-c", probe]).output();
     let why = match out {
         Ok(o) if o.status.success() => return true,
         Ok(o) => String::from_utf8_lossy(&o.stderr)
@@ -61,9 +79,12 @@ pub fn available(test: &str, probe: &str, install: &str) -> bool {
             .last()
             .unwrap_or("no error output")
             .to_string(),
-        Err(e) => format!("cannot run python3: {e}"),
+        Err(e) => format!("cannot run {}: {e}", python3.display()),
     };
-    let message = format!("{test}: `python3 -c '{probe}'` failed ({why}); install with: {install}");
+    let message = format!(
+        "{test}: `{} -c '{probe}'` failed ({why}); install with: {install}",
+        python3.display()
+    );
     assert!(!in_ci(), "CI=true and {message}");
     let _ = writeln!(std::io::stderr(), "SKIP {message}");
     false
@@ -94,6 +115,25 @@ pub fn store_available(test: &str, name: &str, probe: &str) -> bool {
         &format!("{probe}; import agentchaos_adapter"),
         &format!(
             "python3 -m pip install ./chaos/adapters/python -r chaos/adapters/{name}/requirements.txt"
+        ),
+    )
+}
+
+/// `chaos/adapters/NAME/.venv/bin/python`: the interpreter of a store
+/// whose pins clash with the other stores' (`.ci/run` makes the
+/// environment and installs the kit and the store's `requirements.txt`).
+pub fn venv_python(name: &str) -> PathBuf {
+    store_adapter_dir(name).join(".venv/bin/python")
+}
+
+/// [`store_available`] for a store in its own virtual environment.
+pub fn store_available_in_venv(test: &str, name: &str, probe: &str) -> bool {
+    available_with(
+        test,
+        &venv_python(name),
+        &format!("{probe}; import agentchaos_adapter"),
+        &format!(
+            "python3 -m venv chaos/adapters/{name}/.venv && chaos/adapters/{name}/.venv/bin/python -m pip install ./chaos/adapters/python -r chaos/adapters/{name}/requirements.txt"
         ),
     )
 }
