@@ -120,6 +120,36 @@ fn the_hello_store_forks_its_observers_and_lives_and_passes() {
     assert!(forked >= 3 * trials, "{processes} for {trials} trials");
 }
 
+/// The SQLite store's adapter, written in Rust, is a fork server through
+/// `agentchaos_protocol::fork_server`: the same campaign, its processes
+/// forked, the same verdicts as version 1.
+#[test]
+fn the_rust_sqlite_adapter_forks_its_observers_and_lives_and_passes() {
+    let adapter = support::workspace_bin("agentchaos-sqlite-store", "agentchaos-sqlite-adapter");
+    let (code, report, stdout) = campaign::run(
+        &fixture(),
+        &[
+            "--adapter",
+            adapter.to_str().unwrap(),
+            "--nemesis",
+            "points",
+            "--trials",
+            "4",
+        ],
+    );
+    assert_eq!(code, 0, "{stdout}");
+    assert_eq!(report["error_count"], 0, "{stdout}");
+    for key in ["orphan_marking", "effect_ledger", "writer_lock", "outcome"] {
+        assert_eq!(row(&report, key)["verdict"], "pass", "{key}:\n{stdout}");
+    }
+    let processes = &report["adapter_processes"];
+    let spawned = processes["spawned"].as_u64().unwrap();
+    let forked = processes["forked"].as_u64().unwrap();
+    let trials = report["trials"].as_u64().unwrap();
+    assert!(spawned <= 8 && spawned * 4 < forked, "{processes}");
+    assert!(forked >= 3 * trials, "{processes} for {trials} trials");
+}
+
 #[test]
 fn a_forked_child_is_killed_for_real_and_its_lock_released() {
     if !python::kit_available("a_forked_child_is_killed_for_real_and_its_lock_released") {

@@ -7,9 +7,13 @@
 //! Every store and the harness use these types: agentstore (which
 //! re-exports [`event`] as `agentstore::event`), the SQLite store, and
 //! agentchaos's client and oracle. This crate owns shapes and their
-//! conversions only; it never does I/O and never holds a store's rules.
+//! conversions only; it never does I/O and never holds a store's rules,
+//! but for [`fork_server`] (feature `fork-server`): version 2's transport
+//! for an adapter written in Rust.
 
 pub mod event;
+#[cfg(feature = "fork-server")]
+pub mod fork_server;
 pub mod message;
 pub mod schema;
 pub mod view;

@@ -14,7 +14,9 @@ use agentchaos_protocol::message::{
     from_hex, to_hex, Ack, BlobBytes, CheckpointReply, Closed, ContextReply, EventsReply, Hello,
     IntentAck, OpenArgs, Opened, RecoveryState, ReplyLine, UncertainCall, WireRecord,
 };
-use agentchaos_protocol::{Capability, ErrorKind, Refusal, Request, PROTOCOL_VERSION};
+use agentchaos_protocol::{
+    Capability, ErrorKind, Refusal, Request, FORK_PROTOCOL_VERSION, PROTOCOL_VERSION,
+};
 use serde::Serialize;
 use serde_json::Value;
 
@@ -97,6 +99,18 @@ fn open_store(store: &mut Option<SqliteStore>) -> Result<&mut SqliteStore, Refus
         .ok_or_else(|| bad("no session is open (send open first)"))
 }
 
+/// The reply to `hello` at `protocol` (1, or 2 in a forked child); the
+/// fork server sets `fork` on its own.
+pub fn hello(protocol: u64) -> Hello {
+    Hello {
+        name: "agentchaos-sqlite-store".to_string(),
+        version: Some(env!("CARGO_PKG_VERSION").to_string()),
+        protocol,
+        capabilities: CAPABILITIES.to_vec(),
+        fork: false,
+    }
+}
+
 /// `early` sends a reply before the request is done (only the
 /// ack-before-write mutant uses it).
 fn handle(
@@ -107,19 +121,15 @@ fn handle(
     let req_op = request.op();
     match request {
         Request::Hello { protocol } => {
-            if protocol != PROTOCOL_VERSION {
+            if protocol != PROTOCOL_VERSION && protocol != FORK_PROTOCOL_VERSION {
                 return Err(Refusal::new(
                     ErrorKind::Unsupported,
-                    format!("protocol {protocol} is not spoken here (only {PROTOCOL_VERSION})"),
+                    format!(
+                        "protocol {protocol} is not spoken here (only {PROTOCOL_VERSION} and {FORK_PROTOCOL_VERSION})"
+                    ),
                 ));
             }
-            body(&Hello {
-                name: "agentchaos-sqlite-store".to_string(),
-                version: Some(env!("CARGO_PKG_VERSION").to_string()),
-                protocol: PROTOCOL_VERSION,
-                capabilities: CAPABILITIES.to_vec(),
-                fork: false,
-            })
+            body(&hello(protocol))
         }
         Request::Open(OpenArgs {
             root,
@@ -232,10 +242,7 @@ fn handle(
         }
         Request::Fork | Request::Reap { .. } => Err(Refusal::new(
             ErrorKind::Unsupported,
-            format!(
-                "{} is protocol 2; this adapter speaks protocol {PROTOCOL_VERSION}",
-                req_op
-            ),
+            format!("{req_op}: this process is not a fork server (its stdin is not a Unix socket)"),
         )),
     }
 }
