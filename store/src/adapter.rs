@@ -84,7 +84,11 @@ pub struct ServeOptions {
 impl Default for ServeOptions {
     fn default() -> Self {
         ServeOptions {
-            claims: Capability::ALL.to_vec(),
+            // Leases are not served yet (`renew_lease` and `open` with a lease are refused).
+            claims: Capability::ALL
+                .into_iter()
+                .filter(|c| *c != Capability::Lease)
+                .collect(),
             request_cap: MAX_REQUEST_LINE,
             durability: Durability::Sync,
         }
@@ -241,10 +245,17 @@ impl Server {
                 session,
                 workspace,
                 create,
+                lease,
             }) => {
                 if self.session.is_some() {
                     return Err(Refusal::bad_request(
                         "a session is already open; close it first",
+                    ));
+                }
+                if lease.is_some() {
+                    return Err(Refusal::new(
+                        ErrorKind::Unsupported,
+                        "leases are not implemented yet (this store does not claim `lease`)",
                     ));
                 }
                 let id = SessionId::new(&session)?;
@@ -264,6 +275,8 @@ impl Server {
                 let reply = Opened {
                     next_seq: s.projection().next_seq(),
                     repaired: repaired.as_ref().map(TornTailReport::from),
+                    lease: None,
+                    recovery: None,
                 };
                 self.session = Some(s);
                 body(&reply)
@@ -343,6 +356,10 @@ impl Server {
                 self.session = None;
                 body(&Closed {})
             }
+            Request::RenewLease => Err(Refusal::new(
+                ErrorKind::Unsupported,
+                "leases are not implemented yet (this store does not claim `lease`)",
+            )),
             Request::Fork | Request::Reap { .. } => Err(Refusal::new(
                 ErrorKind::Unsupported,
                 format!(

@@ -1793,6 +1793,7 @@ impl Target {
                     session: session.to_string(),
                     workspace: workspace.map(Path::to_path_buf),
                     create: workspace.is_some(),
+                    lease: None,
                 })?;
                 Ok(Target::Adapter(Box::new(client)))
             }

@@ -536,6 +536,7 @@ impl StoreBackend for AdapterBackend {
             session: spec.session.clone(),
             workspace: Some(spec.workspace.clone()),
             create: false,
+            lease: None,
         };
         match client.open(&args) {
             Ok(_) => {}
@@ -554,6 +555,7 @@ impl StoreBackend for AdapterBackend {
             session: spec.session.clone(),
             workspace: None,
             create: false,
+            lease: None,
         };
         let deadline = Instant::now() + LOCK_WAIT;
         loop {
