@@ -1736,6 +1736,8 @@ impl From<agentstore::Error> for ChildError {
             E::InvalidSessionId { .. } | E::EventTooLarge { .. } | E::Invalid(_) => {
                 ErrorKind::Invalid
             }
+            E::LeaseHeld { .. } => ErrorKind::LeaseHeld,
+            E::Fenced { .. } => ErrorKind::Fenced,
         };
         ChildError::Refused {
             kind,
