@@ -233,8 +233,9 @@ struct AgentCli {
 
 #[derive(Args, Debug)]
 struct WorkersCli {
-    /// One plan (`pause@K`, `kill@K`, `none`); without it, a pause and a kill after every
-    /// step of the first session's owner.
+    /// One plan: `none`, or strikes `pause@K`, `kill@K` joined by `+` (each at the first
+    /// session's owner of the moment, after its K-th write since its grant); without it, a
+    /// pause and a kill after every write, and two kills of an heir in its second life.
     #[arg(long, value_name = "PLAN")]
     plan: Option<String>,
     /// Worker processes (at least 2: one to lose a session, one to take it over).
@@ -545,11 +546,12 @@ fn run_workers(w: WorkersCli) -> Result<ExitCode, Failure> {
     let mut violations = 0;
     let mut by_invariant = std::collections::BTreeMap::new();
     for plan in &plans {
-        let trial =
-            workers::trial(&cfg, backend.as_ref(), *plan, &scratch).map_err(|e| match e {
+        let trial = workers::trial(&cfg, backend.as_ref(), plan.clone(), &scratch).map_err(
+            |e| match e {
                 WorkersError::Harness(m) => failed(format!("workers {plan}: {m}")),
                 WorkersError::Store(m) => Failure::Store(format!("workers {plan}: {m}")),
-            })?;
+            },
+        )?;
         let takeovers = trial
             .history
             .iter()
@@ -583,7 +585,7 @@ fn run_workers(w: WorkersCli) -> Result<ExitCode, Failure> {
             for e in &v.events {
                 println!("  event:    {e}");
             }
-            println!("  replay:   {}", cfg.replay(*plan));
+            println!("  replay:   {}", cfg.replay(plan));
         }
     }
     let counts: Vec<String> = agentchaos::check::workers::WorkerInvariant::ALL

@@ -118,6 +118,24 @@ fn through_the_adapter_the_same_store_passes_and_its_fault_is_caught() {
 }
 
 #[test]
+fn a_takeover_after_the_heir_was_killed_in_its_second_life_marks_its_orphans_again() {
+    // The first owner is killed after its intent; the heir reconciles the
+    // call (not applied), writes the intent of its re-run and is killed
+    // there; a fresh worker takes both sessions over.
+    let out = caught(
+        "takeover-without-recovery",
+        "kill@3+kill@3",
+        "takeover-marks-orphans",
+        &[],
+    );
+    assert!(out.contains("before w1 acts at epoch 2"), "{out}");
+    let (code, passed) = workers(&["--plan", "kill@3+kill@3"]);
+    assert_eq!(code, 0, "{passed}");
+    // s0 twice (epochs 2 and 3), and s1 once when its owner, the heir, dies.
+    assert!(passed.contains("kill@3+kill@3 3 takeover(s)"), "{passed}");
+}
+
+#[test]
 fn bad_usage_is_one_line_and_exit_2() {
     for (args, says) in [
         (vec!["--plan", "stop@1"], "--plan: worker plan \"stop@1\""),

@@ -25,7 +25,7 @@ use nix::unistd::Pid;
 use crate::agent::worker::{read_effects, AppliedEffect, WorkerCommand, WorkerReply};
 use crate::check::workers::{check, WorkerViolation};
 use crate::history::WorkerEvent;
-use crate::nemesis::workers::WorkerPlan;
+use crate::nemesis::workers::{Strike, WorkerPlan};
 use crate::shell::word;
 use crate::store::{SessionSpec, StoreBackend};
 
@@ -52,7 +52,7 @@ pub struct WorkersConfig {
 
 impl WorkersConfig {
     /// The one-line command that replays `plan`.
-    pub fn replay(&self, plan: WorkerPlan) -> String {
+    pub fn replay(&self, plan: &WorkerPlan) -> String {
         let mut line = format!(
             "agentchaos workers --plan {plan} --workers {} --sessions {} --ttl-ms {}",
             self.workers, self.sessions, self.ttl_ms
@@ -93,16 +93,23 @@ pub fn steps_per_session() -> usize {
 }
 
 /// Every plan the default campaign runs: a pause and a kill after each
-/// step of the first session's owner.
+/// step of the first session's owner, then a kill and a pause whose heir
+/// is killed in its own second life of the session.
 pub fn every_plan() -> Vec<WorkerPlan> {
-    (0..steps_per_session())
+    let mut plans: Vec<WorkerPlan> = (0..steps_per_session())
         .flat_map(|k| {
             [
-                WorkerPlan::Pause { after_step: k },
-                WorkerPlan::Kill { after_step: k },
+                WorkerPlan::one(Strike::Pause, k),
+                WorkerPlan::one(Strike::Kill, k),
             ]
         })
-        .collect()
+        .collect();
+    // Step 3 of an heir after a kill at 3: its intent of the re-run, whose
+    // orphan the next takeover must mark again.
+    for first in [Strike::Kill, Strike::Pause] {
+        plans.push(WorkerPlan::one(first, 3).then(Strike::Kill, 3));
+    }
+    plans
 }
 
 struct Worker {
@@ -280,16 +287,19 @@ fn trial_in(
             WorkersError::Store(format!("cannot close session {}: {e}", spec.session))
         })?;
     }
-    let mut workers = (0..cfg.workers)
+    let workers = (0..cfg.workers)
         .map(|i| Worker::start(cfg, &dirs, i))
         .collect::<Result<Vec<_>, _>>()?;
     let mut run = Run {
+        cfg,
+        dirs: &dirs,
         history: Vec::new(),
-        workers: &mut workers,
+        states: vec![State::Running; workers.len()],
+        workers,
     };
-    let result = run.drive(cfg, plan);
+    let result = run.drive(&plan);
     let history = std::mem::take(&mut run.history);
-    for w in &mut workers {
+    for w in &mut run.workers {
         // A stopped worker must see its SIGKILL; a live one its EOF.
         let _ = w.child.kill();
         let _ = w.child.wait();
@@ -306,9 +316,20 @@ fn trial_in(
     })
 }
 
+/// Where a worker process is.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum State {
+    Running,
+    Paused,
+    Killed,
+}
+
 struct Run<'a> {
+    cfg: &'a WorkersConfig,
+    dirs: &'a Dirs,
     history: Vec<WorkerEvent>,
-    workers: &'a mut Vec<Worker>,
+    workers: Vec<Worker>,
+    states: Vec<State>,
 }
 
 impl Run<'_> {
@@ -394,19 +415,23 @@ impl Run<'_> {
         )))
     }
 
-    fn drive(&mut self, cfg: &WorkersConfig, plan: WorkerPlan) -> Result<(), WorkersError> {
-        let mut sessions: Vec<Served> = (0..cfg.sessions)
+    fn drive(&mut self, plan: &WorkerPlan) -> Result<(), WorkersError> {
+        let ttl_ms = self.cfg.ttl_ms;
+        let mut sessions: Vec<Served> = (0..self.cfg.sessions)
             .map(|i| Served {
                 name: session_name(i),
-                owner: i % cfg.workers,
+                owner: i % self.cfg.workers,
                 steps: 0,
                 finished: false,
             })
             .collect();
         for s in &sessions {
-            self.acquire(s.owner, &s.name, false, cfg.ttl_ms)?;
+            self.acquire(s.owner, &s.name, false, ttl_ms)?;
         }
-        let mut struck = plan.after_step().is_none();
+        let mut strikes = plan.strikes().iter().copied();
+        let mut next = strikes.next();
+        // Paused owners of the first session, woken once it is finished.
+        let mut zombies = Vec::new();
         let mut rounds = 0;
         while sessions.iter().any(|s| !s.finished) {
             rounds += 1;
@@ -416,36 +441,65 @@ impl Run<'_> {
                 )));
             }
             for i in 0..sessions.len() {
-                if sessions[i].finished {
+                // A paused worker's other sessions wait for it.
+                if sessions[i].finished || self.states[sessions[i].owner] != State::Running {
                     continue;
                 }
-                if i == 0 && !struck && Some(sessions[0].steps) == plan.after_step() {
-                    struck = true;
-                    self.strike(cfg, plan, &mut sessions)?;
+                if let Some((strike, _)) = next.filter(|&(_, k)| i == 0 && sessions[0].steps == k) {
+                    next = strikes.next();
+                    if let Some(zombie) = self.strike(strike, &mut sessions)? {
+                        zombies.push(zombie);
+                    }
                     continue;
                 }
                 let (owner, name) = (sessions[i].owner, sessions[i].name.clone());
                 let more = self.step(owner, &name)?;
                 sessions[i].steps += 1;
                 sessions[i].finished = !more;
+                if i == 0 && !more {
+                    // The zombie writers go on where they were paused.
+                    for zombie in std::mem::take(&mut zombies) {
+                        self.workers[zombie].signal(Signal::SIGCONT)?;
+                        self.states[zombie] = State::Running;
+                        self.history.push(WorkerEvent::Resumed {
+                            worker: self.workers[zombie].id.clone(),
+                        });
+                        self.finish(zombie, &name)?;
+                    }
+                }
             }
         }
         Ok(())
     }
 
-    /// Carries out the nemesis on the first session's owner.
+    /// The worker that takes over from `victim`: the next one running, or
+    /// a fresh process when none is.
+    fn heir(&mut self, victim: usize) -> Result<usize, WorkersError> {
+        let n = self.workers.len();
+        if let Some(h) = (1..n)
+            .map(|d| (victim + d) % n)
+            .find(|&h| self.states[h] == State::Running)
+        {
+            return Ok(h);
+        }
+        let fresh = Worker::start(self.cfg, self.dirs, n)?;
+        self.workers.push(fresh);
+        self.states.push(State::Running);
+        Ok(n)
+    }
+
+    /// Carries out one strike on the first session's owner; a paused owner
+    /// is returned, to be woken once the session is finished.
     fn strike(
         &mut self,
-        cfg: &WorkersConfig,
-        plan: WorkerPlan,
+        strike: Strike,
         sessions: &mut [Served],
-    ) -> Result<(), WorkersError> {
+    ) -> Result<Option<usize>, WorkersError> {
+        let ttl_ms = self.cfg.ttl_ms;
         let victim = sessions[0].owner;
-        let heir = (victim + 1) % cfg.workers;
         let name = sessions[0].name.clone();
-        match plan {
-            WorkerPlan::None => Ok(()),
-            WorkerPlan::Pause { .. } => {
+        match strike {
+            Strike::Pause => {
                 // Renewed now, so the lease is surely live when the heir first asks.
                 let reply = self.workers[victim].call(&WorkerCommand::Renew {
                     session: name.clone(),
@@ -456,36 +510,34 @@ impl Run<'_> {
                     reply,
                 });
                 self.workers[victim].signal(Signal::SIGSTOP)?;
+                self.states[victim] = State::Paused;
                 self.history.push(WorkerEvent::Paused {
                     worker: self.workers[victim].id.clone(),
                 });
-                self.acquire(heir, &name, true, cfg.ttl_ms)?;
-                self.finish(heir, &name)?;
-                self.workers[victim].signal(Signal::SIGCONT)?;
-                self.history.push(WorkerEvent::Resumed {
-                    worker: self.workers[victim].id.clone(),
-                });
-                // The zombie writer goes on where it was paused.
-                self.finish(victim, &name)?;
-                sessions[0].finished = true;
-                Ok(())
+                let heir = self.heir(victim)?;
+                self.acquire(heir, &name, true, ttl_ms)?;
+                sessions[0].owner = heir;
+                sessions[0].steps = 0;
+                Ok(Some(victim))
             }
-            WorkerPlan::Kill { .. } => {
+            Strike::Kill => {
                 let w = &mut self.workers[victim];
                 w.signal(Signal::SIGKILL)?;
                 let _ = w.child.wait();
+                self.states[victim] = State::Killed;
                 self.history.push(WorkerEvent::Killed {
                     worker: w.id.clone(),
                 });
+                let heir = self.heir(victim)?;
                 for s in sessions
                     .iter_mut()
                     .filter(|s| s.owner == victim && !s.finished)
                 {
-                    self.acquire(heir, &s.name, true, cfg.ttl_ms)?;
+                    self.acquire(heir, &s.name, true, ttl_ms)?;
                     s.owner = heir;
                     s.steps = 0;
                 }
-                Ok(())
+                Ok(None)
             }
         }
     }

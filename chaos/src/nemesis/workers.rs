@@ -3,58 +3,77 @@
 //! plans; the campaign (`crate::campaign::workers`) carries them out with
 //! real signals, and it must never judge what they did.
 //!
-//! - `pause@K`: after the owner's K-th step on the session, the harness has
-//!   it renew its lease, SIGSTOPs it, lets another worker take the session
-//!   over once the lease has expired by the store's clock (the other
-//!   worker's `open` is refused with `lease_held` until then) and finish
-//!   the session, then SIGCONTs it: the zombie writer's next write must be
-//!   fenced.
-//! - `kill@K`: after the owner's K-th step, SIGKILL (between two of its
-//!   requests, so in the middle of a tool call when K lands inside one);
-//!   another worker takes over every session it owned after expiry.
+//! A plan is a sequence of strikes, each at the session's owner of the
+//! moment, after its K-th step since it was granted the session:
+//! - `pause@K`: the harness has the owner renew its lease, SIGSTOPs it and
+//!   lets another worker take the session over once the lease has expired
+//!   by the store's clock (the other worker's `open` is refused with
+//!   `lease_held` until then); once the session is finished, it SIGCONTs
+//!   the paused owner: the zombie writer's next write must be fenced.
+//! - `kill@K`: SIGKILL between two of its requests (in the middle of a
+//!   tool call when K lands inside one); another worker (a fresh process
+//!   when none is left) takes over every session it owned after expiry.
 //!
-//! Both are ordered by observed states (replies, grants), never by sleeps:
-//! a plan replays the same.
+//! `kill@3+kill@2` kills the first owner, then the worker that took over,
+//! in its own second life of the session. Strikes are ordered by observed
+//! states (replies, grants), never by sleeps: a plan replays the same.
 
 use std::fmt;
 use std::str::FromStr;
 
-/// What the nemesis does to the first session's owner.
+/// What one strike does to the session's owner.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum WorkerPlan {
-    /// Nothing: every worker serves its sessions to the end.
-    None,
-    Pause {
-        after_step: usize,
-    },
-    Kill {
-        after_step: usize,
-    },
+pub enum Strike {
+    Pause,
+    Kill,
+}
+
+/// The strikes, in order; none: every worker serves its sessions to the end.
+#[derive(Debug, Clone, PartialEq, Eq, Default)]
+pub struct WorkerPlan {
+    strikes: Vec<(Strike, usize)>,
 }
 
 impl WorkerPlan {
-    /// The step after which the nemesis acts, if it does.
-    pub fn after_step(self) -> Option<usize> {
-        match self {
-            WorkerPlan::None => None,
-            WorkerPlan::Pause { after_step } | WorkerPlan::Kill { after_step } => Some(after_step),
+    /// One strike after the owner's `after_step`-th step.
+    pub fn one(strike: Strike, after_step: usize) -> WorkerPlan {
+        WorkerPlan {
+            strikes: vec![(strike, after_step)],
         }
+    }
+
+    /// This plan, then `strike` at the next owner after its `after_step`-th step.
+    pub fn then(mut self, strike: Strike, after_step: usize) -> WorkerPlan {
+        self.strikes.push((strike, after_step));
+        self
+    }
+
+    /// Each strike with the step of the owner of the moment it follows.
+    pub fn strikes(&self) -> &[(Strike, usize)] {
+        &self.strikes
     }
 }
 
 impl fmt::Display for WorkerPlan {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        match self {
-            WorkerPlan::None => f.write_str("none"),
-            WorkerPlan::Pause { after_step } => write!(f, "pause@{after_step}"),
-            WorkerPlan::Kill { after_step } => write!(f, "kill@{after_step}"),
+        if self.strikes.is_empty() {
+            return f.write_str("none");
         }
+        for (i, (strike, k)) in self.strikes.iter().enumerate() {
+            let name = match strike {
+                Strike::Pause => "pause",
+                Strike::Kill => "kill",
+            };
+            let sep = if i == 0 { "" } else { "+" };
+            write!(f, "{sep}{name}@{k}")?;
+        }
+        Ok(())
     }
 }
 
 /// A plan that does not parse, said in one line.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
-#[error("worker plan {0:?} is not none, pause@K or kill@K (K: a step of the first session's owner, 0 = right after its grant)")]
+#[error("worker plan {0:?} is not none or strikes pause@K, kill@K joined by + (K: a step of the session's owner since its grant, 0 = right after it)")]
 pub struct BadWorkerPlan(String);
 
 impl FromStr for WorkerPlan {
@@ -63,15 +82,21 @@ impl FromStr for WorkerPlan {
     fn from_str(s: &str) -> Result<WorkerPlan, BadWorkerPlan> {
         let bad = || BadWorkerPlan(s.to_string());
         if s == "none" {
-            return Ok(WorkerPlan::None);
+            return Ok(WorkerPlan::default());
         }
-        let (kind, step) = s.split_once('@').ok_or_else(bad)?;
-        let after_step = step.parse().map_err(|_| bad())?;
-        match kind {
-            "pause" => Ok(WorkerPlan::Pause { after_step }),
-            "kill" => Ok(WorkerPlan::Kill { after_step }),
-            _ => Err(bad()),
-        }
+        let strikes = s
+            .split('+')
+            .map(|one| {
+                let (kind, step) = one.split_once('@').ok_or_else(bad)?;
+                let after_step = step.parse().map_err(|_| bad())?;
+                match kind {
+                    "pause" => Ok((Strike::Pause, after_step)),
+                    "kill" => Ok((Strike::Kill, after_step)),
+                    _ => Err(bad()),
+                }
+            })
+            .collect::<Result<Vec<_>, _>>()?;
+        Ok(WorkerPlan { strikes })
     }
 }
 
@@ -81,10 +106,26 @@ mod tests {
 
     #[test]
     fn plans_round_trip_and_bad_ones_are_named() {
-        for p in ["none", "pause@0", "pause@7", "kill@12"] {
+        for p in [
+            "none",
+            "pause@0",
+            "pause@7",
+            "kill@12",
+            "kill@3+kill@2",
+            "pause@3+kill@0",
+        ] {
             assert_eq!(p.parse::<WorkerPlan>().unwrap().to_string(), p);
         }
-        for bad in ["", "pause", "pause@", "kill@x", "stop@1", "pause@-1"] {
+        for bad in [
+            "",
+            "pause",
+            "pause@",
+            "kill@x",
+            "stop@1",
+            "pause@-1",
+            "kill@1+",
+            "none+kill@1",
+        ] {
             let e = bad.parse::<WorkerPlan>().unwrap_err();
             assert!(e.to_string().contains(&format!("{bad:?}")), "{e}");
         }
