@@ -47,3 +47,4 @@ mod strands_adapter;
 mod syscall_record;
 mod syscall_run;
 mod syscall_trace;
+mod workers;

@@ -52,6 +52,7 @@
 
 pub mod powerloss;
 pub mod syscall;
+pub mod workers;
 
 use std::collections::BTreeMap;
 use std::fmt;

@@ -1,0 +1,133 @@
+//! The many-workers nemeses (`agentchaos workers`): what happens to the
+//! owner of the first session, and when. This module names and parses
+//! plans; the campaign (`crate::campaign::workers`) carries them out with
+//! real signals, and it must never judge what they did.
+//!
+//! A plan is a sequence of strikes, each at the session's owner of the
+//! moment, after its K-th step since it was granted the session:
+//! - `pause@K`: the harness has the owner renew its lease, SIGSTOPs it and
+//!   lets another worker take the session over once the lease has expired
+//!   by the store's clock (the other worker's `open` is refused with
+//!   `lease_held` until then); once the session is finished, it SIGCONTs
+//!   the paused owner: the zombie writer's next write must be fenced.
+//! - `kill@K`: SIGKILL between two of its requests (in the middle of a
+//!   tool call when K lands inside one); another worker (a fresh process
+//!   when none is left) takes over every session it owned after expiry.
+//!
+//! `kill@3+kill@2` kills the first owner, then the worker that took over,
+//! in its own second life of the session. Strikes are ordered by observed
+//! states (replies, grants), never by sleeps: a plan replays the same.
+
+use std::fmt;
+use std::str::FromStr;
+
+/// What one strike does to the session's owner.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Strike {
+    Pause,
+    Kill,
+}
+
+/// The strikes, in order; none: every worker serves its sessions to the end.
+#[derive(Debug, Clone, PartialEq, Eq, Default)]
+pub struct WorkerPlan {
+    strikes: Vec<(Strike, usize)>,
+}
+
+impl WorkerPlan {
+    /// One strike after the owner's `after_step`-th step.
+    pub fn one(strike: Strike, after_step: usize) -> WorkerPlan {
+        WorkerPlan {
+            strikes: vec![(strike, after_step)],
+        }
+    }
+
+    /// This plan, then `strike` at the next owner after its `after_step`-th step.
+    pub fn then(mut self, strike: Strike, after_step: usize) -> WorkerPlan {
+        self.strikes.push((strike, after_step));
+        self
+    }
+
+    /// Each strike with the step of the owner of the moment it follows.
+    pub fn strikes(&self) -> &[(Strike, usize)] {
+        &self.strikes
+    }
+}
+
+impl fmt::Display for WorkerPlan {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        if self.strikes.is_empty() {
+            return f.write_str("none");
+        }
+        for (i, (strike, k)) in self.strikes.iter().enumerate() {
+            let name = match strike {
+                Strike::Pause => "pause",
+                Strike::Kill => "kill",
+            };
+            let sep = if i == 0 { "" } else { "+" };
+            write!(f, "{sep}{name}@{k}")?;
+        }
+        Ok(())
+    }
+}
+
+/// A plan that does not parse, said in one line.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error("worker plan {0:?} is not none or strikes pause@K, kill@K joined by + (K: a step of the session's owner since its grant, 0 = right after it)")]
+pub struct BadWorkerPlan(String);
+
+impl FromStr for WorkerPlan {
+    type Err = BadWorkerPlan;
+
+    fn from_str(s: &str) -> Result<WorkerPlan, BadWorkerPlan> {
+        let bad = || BadWorkerPlan(s.to_string());
+        if s == "none" {
+            return Ok(WorkerPlan::default());
+        }
+        let strikes = s
+            .split('+')
+            .map(|one| {
+                let (kind, step) = one.split_once('@').ok_or_else(bad)?;
+                let after_step = step.parse().map_err(|_| bad())?;
+                match kind {
+                    "pause" => Ok((Strike::Pause, after_step)),
+                    "kill" => Ok((Strike::Kill, after_step)),
+                    _ => Err(bad()),
+                }
+            })
+            .collect::<Result<Vec<_>, _>>()?;
+        Ok(WorkerPlan { strikes })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn plans_round_trip_and_bad_ones_are_named() {
+        for p in [
+            "none",
+            "pause@0",
+            "pause@7",
+            "kill@12",
+            "kill@3+kill@2",
+            "pause@3+kill@0",
+        ] {
+            assert_eq!(p.parse::<WorkerPlan>().unwrap().to_string(), p);
+        }
+        for bad in [
+            "",
+            "pause",
+            "pause@",
+            "kill@x",
+            "stop@1",
+            "pause@-1",
+            "kill@1+",
+            "none+kill@1",
+        ] {
+            let e = bad.parse::<WorkerPlan>().unwrap_err();
+            assert!(e.to_string().contains(&format!("{bad:?}")), "{e}");
+        }
+    }
+}
