@@ -64,7 +64,7 @@ fn open_args(spec: &SessionSpec, create: bool) -> OpenArgs {
 #[test]
 fn a_version_1_adapter_is_started_for_every_process_and_passes() {
     let adapter = format!(
-        "{} adapter",
+        "{} adapter --no-fork",
         support::workspace_bin("agentstore", "agentstore").display()
     );
     let (code, report, stdout) = campaign::run(
@@ -121,22 +121,25 @@ fn the_hello_store_forks_its_observers_and_lives_and_passes() {
     assert!(forked >= 3 * trials, "{processes} for {trials} trials");
 }
 
-/// The SQLite store's adapter, written in Rust, is a fork server through
-/// `agentchaos_protocol::fork_server`: the same campaign, its processes
-/// forked, the same verdicts as version 1.
+/// Both adapters written in Rust, agentstore's and the SQLite store's, are
+/// fork servers through `agentchaos_protocol::fork_server`: the same
+/// campaign, its processes forked, the same verdicts as version 1.
 #[test]
-fn the_rust_sqlite_adapter_forks_its_observers_and_lives_and_passes() {
-    let adapter = support::workspace_bin("agentchaos-sqlite-store", "agentchaos-sqlite-adapter");
+fn the_rust_adapters_fork_their_observers_and_lives_and_pass() {
+    let agentstore = format!(
+        "{} adapter",
+        support::workspace_bin("agentstore", "agentstore").display()
+    );
+    let sqlite = support::workspace_bin("agentchaos-sqlite-store", "agentchaos-sqlite-adapter");
+    for adapter in [agentstore.as_str(), sqlite.to_str().unwrap()] {
+        rust_adapter_forks_and_passes(adapter);
+    }
+}
+
+fn rust_adapter_forks_and_passes(adapter: &str) {
     let (code, report, stdout) = campaign::run(
         &fixture(),
-        &[
-            "--adapter",
-            adapter.to_str().unwrap(),
-            "--nemesis",
-            "points",
-            "--trials",
-            "4",
-        ],
+        &["--adapter", adapter, "--nemesis", "points", "--trials", "4"],
     );
     assert_eq!(code, 0, "{stdout}");
     assert_eq!(report["error_count"], 0, "{stdout}");

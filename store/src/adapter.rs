@@ -18,7 +18,9 @@ use agentchaos_protocol::message::{
     IntentAck, Opened, ReplyLine, TornTailReport, WireRecord,
 };
 use agentchaos_protocol::view::{CallView, ProjectionView};
-use agentchaos_protocol::{Capability, ErrorKind, Refusal, Request, PROTOCOL_VERSION};
+use agentchaos_protocol::{
+    Capability, ErrorKind, Refusal, Request, FORK_PROTOCOL_VERSION, PROTOCOL_VERSION,
+};
 use serde::Serialize;
 use serde_json::Value;
 
@@ -90,6 +92,18 @@ impl Default for ServeOptions {
             request_cap: MAX_REQUEST_LINE,
             durability: Durability::Sync,
         }
+    }
+}
+
+/// The reply to `hello` at `protocol` (1; or 2, in a child of the fork
+/// server, which sets `fork` on its own reply).
+pub fn hello(claims: &[Capability], protocol: u64) -> Hello {
+    Hello {
+        name: "agentstore".to_string(),
+        version: Some(env!("CARGO_PKG_VERSION").to_string()),
+        protocol,
+        capabilities: claims.to_vec(),
+        fork: false,
     }
 }
 
@@ -224,19 +238,15 @@ impl Server {
         let req_op = req.op();
         match req {
             Request::Hello { protocol } => {
-                if protocol != PROTOCOL_VERSION {
+                if protocol != PROTOCOL_VERSION && protocol != FORK_PROTOCOL_VERSION {
                     return Err(Refusal::new(
                         ErrorKind::Unsupported,
-                        format!("this adapter speaks protocol {PROTOCOL_VERSION}, not {protocol}"),
+                        format!(
+                            "this adapter speaks protocols {PROTOCOL_VERSION} and {FORK_PROTOCOL_VERSION}, not {protocol}"
+                        ),
                     ));
                 }
-                body(&Hello {
-                    name: "agentstore".to_string(),
-                    version: Some(env!("CARGO_PKG_VERSION").to_string()),
-                    protocol: PROTOCOL_VERSION,
-                    capabilities: self.claims.clone(),
-                    fork: false,
-                })
+                body(&hello(&self.claims, protocol))
             }
             Request::Open(agentchaos_protocol::message::OpenArgs {
                 root,
@@ -379,8 +389,7 @@ impl Server {
             Request::Fork | Request::Reap { .. } => Err(Refusal::new(
                 ErrorKind::Unsupported,
                 format!(
-                    "{} is protocol 2; this adapter speaks protocol {PROTOCOL_VERSION}",
-                    req_op
+                    "{req_op}: this process is not a fork server (its stdin is not a Unix socket)"
                 ),
             )),
         }

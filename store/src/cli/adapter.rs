@@ -17,19 +17,23 @@ pub struct Args {
     /// append) or `batch` (group commit: concurrent appends share one).
     #[arg(long, value_name = "sync|batch", default_value = "sync")]
     durability: agentstore::Durability,
+    /// Never serve as a fork server, even when stdin is a Unix socket: a
+    /// version 1 process per life and per observation, for comparing the
+    /// two (`chaos/PROTOCOL.md`, section 8).
+    #[arg(long)]
+    no_fork: bool,
 }
 
 pub fn run(args: Args) -> Outcome {
     use agentchaos_protocol::Capability;
     use agentstore::adapter::ServeOptions;
-    let stdin = std::io::stdin().lock();
-    let stdout = std::io::stdout().lock();
     let mut options = ServeOptions {
         durability: args.durability,
         ..ServeOptions::default()
     };
+    let fork = !args.no_fork;
     let Some(list) = args.claims else {
-        return agentstore::adapter::serve_with(stdin, stdout, &options).map_err(Failure::Store);
+        return serve(&options, fork);
     };
     options.claims = list
         .split(',')
@@ -45,5 +49,41 @@ pub fn run(args: Args) -> Outcome {
             })
         })
         .collect::<Result<Vec<_>, _>>()?;
-    agentstore::adapter::serve_with(stdin, stdout, &options).map_err(Failure::Store)
+    serve(&options, fork)
+}
+
+/// Serves on stdin and stdout; when stdin is a Unix socket (and `fork`),
+/// as version 2's fork server (`chaos/PROTOCOL.md`, section 8), each
+/// forked child serving as a plain process does.
+fn serve(options: &agentstore::adapter::ServeOptions, fork: bool) -> Outcome {
+    use agentchaos_protocol::{fork_server, FORK_PROTOCOL_VERSION};
+    if !fork || !fork_server::stdin_is_socket() {
+        return serve_stdio(options);
+    }
+    let hello = || agentstore::adapter::hello(&options.claims, FORK_PROTOCOL_VERSION);
+    // A child's exit code, as `finish` gives it for a plain process: only
+    // I/O on its streams fails `serve_with`.
+    let child = || match serve_stdio(options) {
+        Ok(()) => 0,
+        Err(Failure::Store(e)) => {
+            eprintln!(
+                "agentstore: {}",
+                agentstore::error::one_line(&e.to_string())
+            );
+            1
+        }
+        Err(_) => 1,
+    };
+    fork_server::serve(&hello, &child).map_err(|e| {
+        Failure::Store(agentstore::error::Error::io(
+            "serve the fork server on",
+            "stdin",
+        )(e))
+    })
+}
+
+fn serve_stdio(options: &agentstore::adapter::ServeOptions) -> Outcome {
+    let stdin = std::io::stdin().lock();
+    let stdout = std::io::stdout().lock();
+    agentstore::adapter::serve_with(stdin, stdout, options).map_err(Failure::Store)
 }
