@@ -19,7 +19,7 @@ use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
 
-use nix::sys::signal::{kill, killpg, Signal};
+use nix::sys::signal::{kill, Signal};
 use nix::unistd::{Pid, User};
 
 /// How long a starting server may take to accept connections.
@@ -302,7 +302,7 @@ impl Cluster {
             .stdin(Stdio::null())
             .stdout(log)
             .stderr(log_err)
-            // Its own process group: a crash kills the whole server at once.
+            // Its own process group, apart from the harness's terminal.
             .process_group(0);
         let child = cmd.spawn().map_err(io(format!(
             "start {}",
@@ -358,47 +358,54 @@ impl Cluster {
         cmd.arg("-D")
             .arg(self.data_dir())
             .args(["stop", "-m", "immediate", "-w"]);
+        let children = self.children()?;
         run(cmd, "pg_ctl stop -m immediate")?;
-        self.reap("pg_ctl stop -m immediate")
+        self.reap(&children, "pg_ctl stop -m immediate")
     }
 
     /// SIGKILL of every process of the server (postmaster and backends),
     /// as an OOM kill or a crash of the server's host would: no process of
-    /// it writes anything after the signal.
+    /// it writes anything after the signal. The postmaster is stopped
+    /// first, so it cannot fork a child the kill would miss (each child
+    /// is the leader of its own session: a group kill does not reach it).
     pub fn kill(&mut self) -> Result<(), ClusterError> {
-        let pid = self.pid().ok_or(ClusterError::NotRunning)?;
-        let _ = killpg(Pid::from_raw(pid), Signal::SIGKILL);
-        self.reap("SIGKILL")
+        let pid = Pid::from_raw(self.pid().ok_or(ClusterError::NotRunning)?);
+        let _ = kill(pid, Signal::SIGSTOP);
+        let children = self.children()?;
+        for &(child, _) in &children {
+            let _ = kill(Pid::from_raw(child), Signal::SIGKILL);
+        }
+        let _ = kill(pid, Signal::SIGKILL);
+        self.reap(&children, "SIGKILL")
     }
 
-    /// Waits for the postmaster to exit and for every process of its
-    /// group to be gone (a backend outliving it would keep the shared
-    /// memory and refuse the next start).
-    fn reap(&mut self, how: &str) -> Result<(), ClusterError> {
+    /// Waits for the postmaster to exit and for each of `children` to be
+    /// gone (a backend outliving it would keep the shared memory and
+    /// refuse the next start). A zombie is gone: it holds no memory.
+    fn reap(&mut self, children: &[(i32, String)], how: &str) -> Result<(), ClusterError> {
         let mut child = self.server.take().ok_or(ClusterError::NotRunning)?;
         let pid = child.id() as i32;
         child.wait().map_err(io("wait for the postmaster"))?;
         let deadline = Instant::now() + STOP_TIMEOUT;
-        // The group is empty once kill(-pgid, 0) finds no process.
-        while killpg(Pid::from_raw(pid), None).is_ok() {
-            if Instant::now() >= deadline {
-                return Err(ClusterError::Stop {
-                    pid,
-                    how: how.to_string(),
-                    secs: STOP_TIMEOUT.as_secs(),
-                });
+        for &(c, _) in children {
+            while alive(c) {
+                if Instant::now() >= deadline {
+                    return Err(ClusterError::Stop {
+                        pid,
+                        how: format!("{how} (server process {c} still runs)"),
+                        secs: STOP_TIMEOUT.as_secs(),
+                    });
+                }
+                std::thread::sleep(POLL);
             }
-            let _ = killpg(Pid::from_raw(pid), Signal::SIGKILL);
-            std::thread::sleep(POLL);
         }
         Ok(())
     }
 
-    /// Pids of the server's processes other than the postmaster and
-    /// `except` (a backend pid): its background writers, checkpointer,
-    /// autovacuum and other backends.
-    pub fn helper_pids(&self, except: i32) -> Result<Vec<i32>, ClusterError> {
-        let pgid = self.pid().ok_or(ClusterError::NotRunning)?;
+    /// The postmaster's children, with their process titles
+    /// (`postgres: walwriter`, `postgres: postgres postgres [local] idle`).
+    pub fn children(&self) -> Result<Vec<(i32, String)>, ClusterError> {
+        let postmaster = self.pid().ok_or(ClusterError::NotRunning)?;
         let mut out = Vec::new();
         for entry in std::fs::read_dir("/proc").map_err(io("read /proc"))? {
             let Ok(entry) = entry else { continue };
@@ -409,30 +416,38 @@ impl Cluster {
             else {
                 continue;
             };
-            if pid == pgid || pid == except {
+            if stat_field(pid, 1).and_then(|p| p.parse::<i32>().ok()) != Some(postmaster) {
                 continue;
             }
-            let Ok(stat) = std::fs::read_to_string(entry.path().join("stat")) else {
-                continue;
-            };
-            // Fields after the parenthesized command: state, ppid, pgrp.
-            let Some(rest) = stat.rsplit_once(')').map(|(_, r)| r) else {
-                continue;
-            };
-            let fields: Vec<&str> = rest.split_whitespace().collect();
-            if fields.get(2).and_then(|g| g.parse::<i32>().ok()) == Some(pgid) {
-                out.push(pid);
-            }
+            let title = std::fs::read(entry.path().join("cmdline")).unwrap_or_default();
+            let title = String::from_utf8_lossy(&title)
+                .trim_end_matches('\0')
+                .to_string();
+            out.push((pid, title));
         }
         Ok(out)
     }
 
-    /// Stops every process of the server but the postmaster and backend
-    /// `except` with SIGSTOP, so that nothing but that backend can write
-    /// WAL until the server is killed: what an asynchronous commit left in
-    /// the WAL buffers then stays unwritten. Returns the stopped pids.
-    pub fn freeze_helpers(&self, except: i32) -> Result<Vec<i32>, ClusterError> {
-        let pids = self.helper_pids(except)?;
+    /// Pids of the server's background processes (WAL writer, background
+    /// writer, checkpointer, autovacuum launcher, ...): every child of the
+    /// postmaster but the client backends.
+    pub fn background_pids(&self) -> Result<Vec<i32>, ClusterError> {
+        // A client backend's title names its client: `[local]` on the
+        // Unix socket, an address on a port.
+        Ok(self
+            .children()?
+            .into_iter()
+            .filter(|(_, title)| !title.contains("[local]") && !title.contains("127.0.0.1"))
+            .map(|(pid, _)| pid)
+            .collect())
+    }
+
+    /// Stops the server's background processes with SIGSTOP, so that
+    /// nothing but a client backend can write WAL until the server is
+    /// killed ([`Cluster::kill`]; SIGKILL ends stopped processes too):
+    /// what an asynchronous commit left in the WAL buffers stays unwritten.
+    pub fn freeze_background(&self) -> Result<Vec<i32>, ClusterError> {
+        let pids = self.background_pids()?;
         for &p in &pids {
             let _ = kill(Pid::from_raw(p), Signal::SIGSTOP);
         }
@@ -446,6 +461,19 @@ impl Drop for Cluster {
             let _ = self.kill();
         }
     }
+}
+
+/// Field `index` (0: state, 1: ppid, 2: pgrp, ...) after the command of
+/// `/proc/PID/stat`.
+fn stat_field(pid: i32, index: usize) -> Option<String> {
+    let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).ok()?;
+    let (_, rest) = stat.rsplit_once(')')?;
+    rest.split_whitespace().nth(index).map(str::to_string)
+}
+
+/// Whether process `pid` exists and is not a zombie.
+fn alive(pid: i32) -> bool {
+    stat_field(pid, 0).is_some_and(|state| state != "Z")
 }
 
 fn run(mut cmd: Command, name: &str) -> Result<(), ClusterError> {

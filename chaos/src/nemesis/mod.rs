@@ -46,10 +46,15 @@
 //! After an injected error the first process may finish or give up; either
 //! way the trial goes on as after a kill (restart, recover, finish).
 //!
+//! [`database`] crashes the database server under a store whose events
+//! live in one (`agentchaos db-crash`: `pg_ctl stop -m immediate`, SIGKILL
+//! of the server, SIGKILL with its background writers frozen).
+//!
 //! This module owns plan syntax, the environment a plan gives each
 //! process, the power cut itself, and which plans a campaign runs. It must
 //! never decide whether a trial passed.
 
+pub mod database;
 pub mod powerloss;
 pub mod syscall;
 
