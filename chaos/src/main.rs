@@ -731,7 +731,13 @@ fn run(args: RunArgs) -> Result<ExitCode, Failure> {
     cfg.nemesis = nemesis;
     // A fault this nemesis set cannot reveal would pass unseen: say so first.
     let unseen_fault = cfg.store_fault.as_deref().and_then(|name| {
-        let by = agentchaos::nemesis::revealing(Fault::from_name(name)?);
+        let fault = Fault::from_name(name)?;
+        if Fault::LEASE.contains(&fault) {
+            return Some(format!(
+                "--store-fault {name}: only many workers reveal this fault (agentchaos workers --store-fault {name}); a pass of `run` says nothing about it"
+            ));
+        }
+        let by = agentchaos::nemesis::revealing(fault);
         (!nemesis.overlaps(by)).then(|| {
             format!(
                 "--store-fault {name}: only the {by} nemesis reveals this fault and this campaign runs {nemesis}: a pass says nothing about it (add --nemesis {by})"

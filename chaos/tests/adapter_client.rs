@@ -62,6 +62,7 @@ fn open_args() -> OpenArgs {
         session: "s".into(),
         workspace: None,
         create: false,
+        lease: None,
     }
 }
 

@@ -77,6 +77,7 @@ fn open(root: &Path, workspace: Option<&Path>, create: bool) -> OpenArgs {
         session: "conformance".into(),
         workspace: workspace.map(Path::to_path_buf),
         create,
+        lease: None,
     }
 }
 

@@ -206,6 +206,7 @@ impl Store {
                 session: "diff".into(),
                 workspace: create.then(|| workspace.to_path_buf()),
                 create,
+                lease: None,
             })
             .unwrap_or_else(|e| panic!("{}: {e}", self.name));
         self.client = Some(client);

@@ -57,6 +57,7 @@ fn open_args(spec: &SessionSpec, create: bool) -> OpenArgs {
         session: spec.session.clone(),
         workspace: Some(spec.workspace.clone()),
         create,
+        lease: None,
     }
 }
 

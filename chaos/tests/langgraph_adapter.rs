@@ -50,6 +50,7 @@ fn open(root: &Path, workspace: Option<&Path>, create: bool) -> OpenArgs {
         session: "lg".into(),
         workspace: workspace.map(Path::to_path_buf),
         create,
+        lease: None,
     }
 }
 

@@ -382,7 +382,7 @@ fn the_unmodified_reference_store_fails_no_row() {
         }
     }
     assert!(
-        stdout.contains("scorecard (10 of 10 capabilities claimed)"),
+        stdout.contains("scorecard (11 of 11 capabilities claimed)"),
         "{stdout}"
     );
 }

@@ -51,11 +51,14 @@ pub enum Capability {
     WriterLock,
     /// `put_blob` stores bytes durably and `get_blob` serves them back.
     Blobs,
+    /// A run is owned through a lease (`open` with `lease`, `renew_lease`):
+    /// a taken-over owner's appends are refused (kind `fenced`).
+    Lease,
 }
 
 impl Capability {
     /// Every capability of version 1, in scorecard order.
-    pub const ALL: [Capability; 10] = [
+    pub const ALL: [Capability; 11] = [
         Capability::DurableAppend,
         Capability::TornTailRepair,
         Capability::DamageRefusal,
@@ -66,6 +69,7 @@ impl Capability {
         Capability::Compaction,
         Capability::WriterLock,
         Capability::Blobs,
+        Capability::Lease,
     ];
 
     /// The wire name.
@@ -81,6 +85,7 @@ impl Capability {
             Capability::Compaction => "compaction",
             Capability::WriterLock => "writer_lock",
             Capability::Blobs => "blobs",
+            Capability::Lease => "lease",
         }
     }
 
@@ -118,6 +123,12 @@ pub enum ErrorKind {
     BadRequest,
     /// The store does not implement this operation or protocol version.
     Unsupported,
+    /// Another owner's lease on the session is live: `open` with a lease
+    /// (or a plain `open`) must wait until it expires by the store's clock.
+    LeaseHeld,
+    /// The session's lease epoch moved past this connection's: another
+    /// owner took over, and nothing of this request was written.
+    Fenced,
 }
 
 impl ErrorKind {
@@ -133,6 +144,8 @@ impl ErrorKind {
             ErrorKind::Invalid => "invalid",
             ErrorKind::BadRequest => "bad_request",
             ErrorKind::Unsupported => "unsupported",
+            ErrorKind::LeaseHeld => "lease_held",
+            ErrorKind::Fenced => "fenced",
         }
     }
 }
@@ -154,6 +167,34 @@ pub struct OpenArgs {
     #[serde(default)]
     pub workspace: Option<PathBuf>,
     pub create: bool,
+    /// Open as a lease owner (`chaos/PROTOCOL.md`, "Leases and fencing"):
+    /// refused with `lease_held` while another owner's lease is live.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub lease: Option<LeaseRequest>,
+}
+
+/// What an owner asks for when it opens a session with a lease.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
+pub struct LeaseRequest {
+    /// Who asks: stable for a worker process, unique among the workers.
+    pub worker_id: String,
+    /// How long the lease lasts from each grant or renewal, in milliseconds
+    /// of the store's clock.
+    pub ttl_ms: u64,
+}
+
+/// A lease the store granted or renewed. Times are the store's clock
+/// (milliseconds since the Unix epoch), never the worker's.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
+pub struct LeaseGrant {
+    pub worker_id: String,
+    /// 1 for the session's first owner; each takeover adds one.
+    pub epoch: u64,
+    /// The store's clock when it granted or renewed this lease.
+    pub granted_at_ms: u64,
+    /// `granted_at_ms` + the requested ttl: after this instant (by the
+    /// store's clock) another worker may take the session over.
+    pub expires_at_ms: u64,
 }
 
 /// One request, without its id. Each variant names the body of its `ok` reply.
@@ -199,8 +240,12 @@ pub enum Request {
     },
     /// Reply: [`BlobBytes`].
     GetBlob(BlobRef),
-    /// Reply: [`Closed`].
+    /// Reply: [`Closed`]. On a leased connection, also ends the lease
+    /// (it expires now), so that another worker may take over at once.
     Close,
+    /// Extends this connection's lease by its ttl. Reply: [`LeaseGrant`],
+    /// or `fenced` when another owner took the session over.
+    RenewLease,
     /// Version 2, a fork server only: forks a fresh adapter process whose
     /// stdin, stdout and stderr are the three descriptors sent with this
     /// line (`SCM_RIGHTS` on the server's stdin, a Unix socket). Reply: [`Forked`].
@@ -226,6 +271,7 @@ impl Request {
             Request::PutBlob { .. } => "put_blob",
             Request::GetBlob(_) => "get_blob",
             Request::Close => "close",
+            Request::RenewLease => "renew_lease",
             Request::Fork => "fork",
             Request::Reap { .. } => "reap",
         }
@@ -233,7 +279,7 @@ impl Request {
 
     /// Every operation, each with the name of its `ok` body's type (the
     /// schema's `$defs` key), in the order of `chaos/PROTOCOL.md`.
-    pub const REPLIES: [(&'static str, &'static str); 14] = [
+    pub const REPLIES: [(&'static str, &'static str); 15] = [
         ("hello", "Hello"),
         ("open", "Opened"),
         ("append", "Ack"),
@@ -246,6 +292,7 @@ impl Request {
         ("put_blob", "BlobRef"),
         ("get_blob", "BlobBytes"),
         ("close", "Closed"),
+        ("renew_lease", "LeaseGrant"),
         ("fork", "Forked"),
         ("reap", "Reaped"),
     ];
@@ -355,13 +402,20 @@ pub struct Reaped {
 }
 
 /// `open`: where the log continues.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, JsonSchema)]
 pub struct Opened {
     /// The seq the next appended event gets.
     pub next_seq: Seq,
     /// A torn tail the store cut while opening.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub repaired: Option<TornTailReport>,
+    /// With a lease request: the grant.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub lease: Option<LeaseGrant>,
+    /// With a lease request: the recovery the store ran under the new
+    /// epoch before it replied (durable), as `recover` would report it.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub recovery: Option<RecoveryState>,
 }
 
 /// A torn tail a store cut.
@@ -583,6 +637,14 @@ mod tests {
             session: "s".into(),
             workspace: None,
             create: false,
+            lease: None,
+        };
+        let leased = OpenArgs {
+            lease: Some(LeaseRequest {
+                worker_id: "w1".into(),
+                ttl_ms: 500,
+            }),
+            ..open.clone()
         };
         let cases = [
             (
@@ -601,6 +663,11 @@ mod tests {
                 Request::Open(open),
                 r#"{"id":7,"op":"open","root":"/r","session":"s","workspace":null,"create":false}"#,
             ),
+            (
+                Request::Open(leased),
+                r#"{"id":7,"op":"open","root":"/r","session":"s","workspace":null,"create":false,"lease":{"worker_id":"w1","ttl_ms":500}}"#,
+            ),
+            (Request::RenewLease, r#"{"id":7,"op":"renew_lease"}"#),
             (
                 Request::Append {
                     event: Event::RunStarted { run_id: "r".into() },
@@ -644,6 +711,7 @@ mod tests {
                 session: "s".into(),
                 workspace: None,
                 create: true,
+                lease: None,
             }),
             Request::Append {
                 event: Event::RunStarted { run_id: "r".into() },
@@ -665,6 +733,7 @@ mod tests {
                 size: 0,
             }),
             Request::Close,
+            Request::RenewLease,
             Request::Fork,
             Request::Reap { pid: 1 },
         ];
@@ -750,7 +819,12 @@ mod tests {
             assert_eq!(Capability::from_name(c.name()), Some(c));
         }
         assert_eq!(Capability::from_name("telepathy"), None);
-        for k in [ErrorKind::NotFound, ErrorKind::BadRequest] {
+        for k in [
+            ErrorKind::NotFound,
+            ErrorKind::BadRequest,
+            ErrorKind::LeaseHeld,
+            ErrorKind::Fenced,
+        ] {
             assert_eq!(serde_json::to_value(k).unwrap(), json!(k.name()));
         }
     }

@@ -8,7 +8,7 @@ use serde_json::{json, Map, Value};
 
 use crate::message::{
     Ack, BlobBytes, CheckpointReply, Closed, ContextReply, EventsReply, Forked, Hello, IntentAck,
-    Opened, Reaped, RecoveryState, ReplyLine, Request, RequestLine,
+    LeaseGrant, Opened, Reaped, RecoveryState, ReplyLine, Request, RequestLine,
 };
 use crate::view::ProjectionView;
 use crate::{BlobRef, FORK_PROTOCOL_VERSION, PROTOCOL_VERSION};
@@ -37,6 +37,7 @@ pub fn document() -> Value {
     generator.subschema_for::<BlobRef>();
     generator.subschema_for::<BlobBytes>();
     generator.subschema_for::<Closed>();
+    generator.subschema_for::<LeaseGrant>();
     generator.subschema_for::<Forked>();
     generator.subschema_for::<Reaped>();
     let defs: Map<String, Value> = generator.take_definitions(true).into_iter().collect();

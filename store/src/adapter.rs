@@ -48,6 +48,8 @@ impl From<Error> for Refusal {
             Error::InvalidSessionId { .. } | Error::EventTooLarge { .. } | Error::Invalid(_) => {
                 ErrorKind::Invalid
             }
+            Error::LeaseHeld { .. } => ErrorKind::LeaseHeld,
+            Error::Fenced { .. } => ErrorKind::Fenced,
         };
         Refusal::new(kind, e.to_string())
     }
@@ -241,6 +243,7 @@ impl Server {
                 session,
                 workspace,
                 create,
+                lease,
             }) => {
                 if self.session.is_some() {
                     return Err(Refusal::bad_request(
@@ -248,22 +251,42 @@ impl Server {
                     ));
                 }
                 let id = SessionId::new(&session)?;
-                let (s, repaired) = if create {
-                    let workspace = workspace.ok_or_else(|| {
-                        Refusal::bad_request("open with create needs a workspace")
-                    })?;
-                    create_or_finish(&root, &id, &workspace, self.durability)?
-                } else {
-                    let options = SessionOptions {
-                        workspace,
-                        durability: self.durability,
-                    };
-                    let (s, report) = Session::open(&root, &id, options)?;
-                    (s, report.repaired)
+                let options = SessionOptions {
+                    workspace: workspace.clone(),
+                    durability: self.durability,
+                };
+                let (s, repaired, takeover) = match (create, &lease) {
+                    (true, _) => {
+                        let workspace = workspace.ok_or_else(|| {
+                            Refusal::bad_request("open with create needs a workspace")
+                        })?;
+                        let (mut s, repaired) =
+                            create_or_finish(&root, &id, &workspace, self.durability)?;
+                        let takeover = match &lease {
+                            Some(request) => Some(s.acquire_lease(request)?),
+                            None => None,
+                        };
+                        (s, repaired, takeover)
+                    }
+                    (false, Some(request)) => {
+                        let (s, report, takeover) =
+                            Session::open_leased(&root, &id, options, request)?;
+                        (s, report.repaired, Some(takeover))
+                    }
+                    (false, None) => {
+                        let (s, report) = Session::open(&root, &id, options)?;
+                        (s, report.repaired, None)
+                    }
+                };
+                let (lease, recovery) = match takeover {
+                    Some(t) => (Some(t.grant), Some(t.recovery)),
+                    None => (None, None),
                 };
                 let reply = Opened {
                     next_seq: s.projection().next_seq(),
                     repaired: repaired.as_ref().map(TornTailReport::from),
+                    lease,
+                    recovery,
                 };
                 self.session = Some(s);
                 body(&reply)
@@ -339,9 +362,19 @@ impl Server {
                 })
             }
             Request::Close => {
-                self.session()?;
+                self.session()?.release_lease()?;
                 self.session = None;
                 body(&Closed {})
+            }
+            Request::RenewLease => {
+                let session = self.session()?;
+                if session.lease_grant().is_none() {
+                    return Err(Refusal::bad_request(
+                        "renew_lease on a session opened without a lease",
+                    ));
+                }
+                let grant = session.renew_lease()?;
+                body(&grant)
             }
             Request::Fork | Request::Reap { .. } => Err(Refusal::new(
                 ErrorKind::Unsupported,

@@ -84,6 +84,26 @@ pub enum Error {
     /// Input that is not what it should be (CLI input, snapshot, metadata).
     #[error("{0}")]
     Invalid(String),
+
+    /// Another owner's lease on the session is live (by this machine's clock).
+    #[error("session {id:?} is leased to worker {} at epoch {epoch} until {expires_at_ms} ms since the epoch, {} ms from now by this machine's clock", quote(worker_id), expires_at_ms.saturating_sub(*now_ms))]
+    LeaseHeld {
+        id: String,
+        worker_id: String,
+        epoch: u64,
+        expires_at_ms: u64,
+        now_ms: u64,
+    },
+
+    /// The session's lease epoch moved past the one this handle holds:
+    /// another owner took it over. Nothing was written.
+    #[error("session {id:?} was taken over: this writer holds lease epoch {held}, the session is at epoch {current} (worker {}); nothing was written", quote(worker_id))]
+    Fenced {
+        id: String,
+        held: u64,
+        current: u64,
+        worker_id: String,
+    },
 }
 
 /// How many characters of user input or file contents an error message quotes.

@@ -76,6 +76,12 @@ pub enum Fault {
     TailBoundExclusive,
     /// Zeros from the start of a final segment up to a newline are taken for a lost sector and cut.
     ZerosToNewlineTorn,
+    /// A leased writer's epoch is never compared with the session's: a taken-over owner's appends, intents, commits and renewals are accepted.
+    NoEpochCheck,
+    /// A takeover grants the next epoch but runs no recovery: the previous owner's orphans stay unmarked.
+    TakeoverWithoutRecovery,
+    /// Acquiring a lease never looks at the current one's expiry: a second worker takes over a live lease.
+    LeaseIgnoresExpiry,
 }
 
 impl Fault {
@@ -237,6 +243,29 @@ impl Fault {
             "zeros-to-newline-torn",
             "an acknowledged line zeroed with its newline kept is damage, not a torn tail",
         ),
+        (
+            Fault::NoEpochCheck,
+            "no-epoch-check",
+            "a taken-over lease holder's writes are refused (fenced) (agentchaos workers)",
+        ),
+        (
+            Fault::TakeoverWithoutRecovery,
+            "takeover-without-recovery",
+            "a takeover marks the previous owner's orphans before the new owner acts (agentchaos workers)",
+        ),
+        (
+            Fault::LeaseIgnoresExpiry,
+            "lease-ignores-expiry",
+            "a live lease is never taken over (agentchaos workers)",
+        ),
+    ];
+
+    /// The faults only the many-workers campaign (`agentchaos workers`)
+    /// reveals: a single agent never has its lease taken over.
+    pub const LEASE: &'static [Fault] = &[
+        Fault::NoEpochCheck,
+        Fault::TakeoverWithoutRecovery,
+        Fault::LeaseIgnoresExpiry,
     ];
 
     /// The faults the power-loss nemesis (`agentchaos run --nemesis powerloss`) catches and kill campaigns do

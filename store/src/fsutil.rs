@@ -199,6 +199,7 @@ fn crash_points(what: &'static str) -> (&'static str, &'static str, &'static str
         "snapshot" => ("snapshot.write", "snapshot.fsync", "snapshot.rename"),
         "meta" => ("meta.write", "meta.fsync", "meta.rename"),
         "blob" => ("blob.write", "blob.fsync", "blob.rename"),
+        "lease" => ("lease.write", "lease.fsync", "lease.rename"),
         _ => ("file.write", "file.fsync", "file.rename"),
     }
 }

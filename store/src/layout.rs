@@ -133,6 +133,10 @@ impl SessionPaths {
     pub fn snapshot(&self) -> PathBuf {
         self.dir.join(SNAPSHOT_FILE)
     }
+    /// The lease record of a leased session ([`crate::lease`]).
+    pub fn lease(&self) -> PathBuf {
+        self.dir.join("lease.json")
+    }
     pub fn blobs(&self) -> PathBuf {
         self.dir.join(BLOBS_DIR)
     }

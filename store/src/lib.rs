@@ -8,6 +8,8 @@
 //! - [`create`], [`fsck`], [`repair`]: making, checking and fixing sessions;
 //! - [`layout`], [`lock`], [`meta`], [`fsutil`]: where files live and how
 //!   they are created and replaced durably;
+//! - [`lease`]: a session owned by one worker at a time, its writes fenced
+//!   by epoch;
 //! - [`projection`], [`nodes`], [`session`], [`recovery`], [`checkpoint`], [`context`],
 //!   [`blob`]: what makes the log an agent session (part 2);
 //! - [`adapter`]: the agentchaos adapter protocol served over a session;
@@ -36,6 +38,7 @@ pub mod fsutil;
 pub mod index;
 pub mod interrupt;
 pub mod layout;
+pub mod lease;
 pub mod lock;
 pub mod log;
 pub mod meta;

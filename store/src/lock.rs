@@ -5,6 +5,10 @@
 //! crashed writer never leaves a stale lock. Readers never take it.
 //! Taking it first refuses a session directory that is or holds a symlink
 //! (see [`crate::fsutil`]), so no writer starts in one.
+//!
+//! A leased session ([`crate::lease`]) holds the lock only while it writes:
+//! it releases it between requests and waits for it before the next one,
+//! so a paused lease holder never keeps another worker from taking over.
 
 use std::fs::{File, OpenOptions};
 use std::io::Read;
@@ -17,7 +21,8 @@ use crate::layout::SessionPaths;
 /// Proof that this process is the session's only writer. Released on drop.
 #[derive(Debug)]
 pub struct WriterLock {
-    _file: File,
+    file: File,
+    path: std::path::PathBuf,
 }
 
 impl WriterLock {
@@ -62,6 +67,27 @@ impl WriterLock {
         file.set_len(0).map_err(Error::io("truncate lock", &path))?;
         file.write_all_at(pid.as_bytes(), 0)
             .map_err(Error::io("write lock", &path))?;
-        Ok(WriterLock { _file: file })
+        Ok(WriterLock { file, path })
+    }
+
+    /// Lets other processes take the lock until [`WriterLock::retake`].
+    pub(crate) fn release(&self) -> Result<()> {
+        if crate::fault::active(crate::fault::Fault::NoWriterLock) {
+            return Ok(());
+        }
+        self.file
+            .unlock()
+            .map_err(Error::io("unlock", self.path.clone()))
+    }
+
+    /// Waits until this process holds the lock again (another writer holds
+    /// it only for the length of one write).
+    pub(crate) fn retake(&self) -> Result<()> {
+        if crate::fault::active(crate::fault::Fault::NoWriterLock) {
+            return Ok(());
+        }
+        self.file
+            .lock()
+            .map_err(Error::io("flock", self.path.clone()))
     }
 }

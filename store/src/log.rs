@@ -78,7 +78,7 @@ pub struct EventLog {
     /// Batch mode: appenders that called `append` and wait for the state
     /// lock. A group leader waits for these, and only for these.
     arriving: AtomicUsize,
-    _lock: WriterLock,
+    lock: WriterLock,
 }
 
 /// Copies the torn bytes `t` of the log `file` at `path` into a new file
@@ -281,8 +281,14 @@ impl EventLog {
             }),
             synced: Condvar::new(),
             arriving: AtomicUsize::new(0),
-            _lock: lock,
+            lock,
         }
+    }
+
+    /// The session's writer lock, which this log holds (a leased session
+    /// releases it between writes: [`crate::lease`]).
+    pub(crate) fn writer_lock(&self) -> &WriterLock {
+        &self.lock
     }
 
     /// Path of `events.jsonl`.

@@ -60,6 +60,10 @@ impl From<&TornTail> for TornTailReport {
 impl Session {
     /// Recovers the session after a crash (idempotent, crash-safe).
     pub fn recover(&mut self) -> Result<RecoveryState> {
+        self.fenced(Session::recover_unfenced)
+    }
+
+    fn recover_unfenced(&mut self) -> Result<RecoveryState> {
         crashpoint::hit("recovery.begin");
         self.verify_whole_log()?;
         let mut appended = 0;

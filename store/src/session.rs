@@ -91,6 +91,11 @@ pub struct Session {
     index: SparseIndex,
     meta: SessionMeta,
     repaired: Option<TornTail>,
+    /// The lease this handle owns the session through (`crate::lease`).
+    pub(crate) lease: Option<crate::lease::HeldLease>,
+    /// Whether this handle holds the writer lock now: always, unless
+    /// leased (a leased handle takes it for each write).
+    pub(crate) lock_held: bool,
 }
 
 fn workspace_string(workspace: &Path) -> Result<String> {
@@ -128,7 +133,7 @@ impl Session {
         if !paths.events().exists() {
             return Ok((Session::create(root, id, workspace, options)?, None));
         }
-        let (session, report) = Session::open_inner(paths, options, Some(workspace))?;
+        let (session, report) = Session::open_inner(paths, options, Some(workspace), None)?;
         Ok((session, Some(report)))
     }
 
@@ -145,6 +150,8 @@ impl Session {
             index: SparseIndex::default(),
             meta: init.meta,
             repaired,
+            lease: None,
+            lock_held: true,
         };
         session.index.note(LogPosition {
             offset: init.acked.offset(),
@@ -168,13 +175,17 @@ impl Session {
         id: &SessionId,
         options: SessionOptions,
     ) -> Result<(Session, ResumeReport)> {
-        Session::open_inner(SessionPaths::new(root, id), options, None)
+        Session::open_inner(SessionPaths::new(root, id), options, None, None)
     }
 
-    fn open_inner(
+    /// Opens for writing; with `lease`, as its owner (`crate::lease`). The
+    /// lease is decided right after the log is opened (the writer lock
+    /// taken), before anything is written.
+    pub(crate) fn open_inner(
         paths: SessionPaths,
         options: SessionOptions,
         create_in: Option<&Path>,
+        lease: Option<&agentchaos_protocol::message::LeaseRequest>,
     ) -> Result<(Session, ResumeReport)> {
         let (snapshot, mut snapshot_use) = match checkpoint::read_snapshot(&paths) {
             Ok(Some(s)) => match confirm_snapshot(&paths, s.position()) {
@@ -262,6 +273,7 @@ impl Session {
             }
             Err(e) => return Err(e),
         };
+        let held = crate::lease::decide(&paths, lease)?;
         if projection.next_seq() == 0 {
             // The creation was interrupted before session_created was durable.
             let Some(workspace) = create_in else {
@@ -277,6 +289,7 @@ impl Session {
             };
             let init = create::initialize(&paths, &log, &workspace_string(workspace)?)?;
             let mut session = Session::from_initialized(paths, log, init, report.repaired.clone())?;
+            session.lease = held;
             session.record_quarantines()?;
             return Ok((session, report));
         }
@@ -298,6 +311,8 @@ impl Session {
             index,
             meta,
             repaired: report.repaired.clone(),
+            lease: held,
+            lock_held: true,
         };
         session.record_quarantines()?;
         let rebound_from = session.bind_workspace(options.workspace.as_deref())?;
@@ -415,8 +430,10 @@ impl Session {
 
     /// Appends an event with a redaction level after checking the session rules.
     pub fn append_redacted(&mut self, event: Event, redaction: Redaction) -> Result<Acked> {
-        self.check(&event)?;
-        self.write_and_fold(event, redaction)
+        self.fenced(|s| {
+            s.check(&event)?;
+            s.write_and_fold(event, redaction)
+        })
     }
 
     /// Appends without checking the rules. Only the `mark-twice` fault uses it.
@@ -445,6 +462,10 @@ impl Session {
     /// Records the intent of `call_id` (`tool_started`), durable before the
     /// tool runs. The returned [`Intent`] is what allows running it.
     pub fn start_tool(&mut self, call_id: &str) -> Result<Intent> {
+        self.fenced(|s| s.start_tool_unfenced(call_id))
+    }
+
+    fn start_tool_unfenced(&mut self, call_id: &str) -> Result<Intent> {
         let event = Event::ToolStarted {
             call_id: call_id.to_string(),
         };
@@ -500,10 +521,12 @@ impl Session {
     /// Writes a checkpoint of the current projection, covering only what
     /// is durable (the log is synced first).
     pub fn checkpoint(&mut self) -> Result<Checkpoint> {
-        crashpoint::hit("checkpoint.begin");
-        self.log.sync()?;
-        let end = self.log.end();
-        checkpoint::write_snapshot(&self.paths, &self.projection, end, &self.index)
+        self.fenced(|s| {
+            crashpoint::hit("checkpoint.begin");
+            s.log.sync()?;
+            let end = s.log.end();
+            checkpoint::write_snapshot(&s.paths, &s.projection, end, &s.index)
+        })
     }
 
     /// Renders the model's view of the active branch (see `context`).

@@ -1736,6 +1736,8 @@ impl From<agentstore::Error> for ChildError {
             E::InvalidSessionId { .. } | E::EventTooLarge { .. } | E::Invalid(_) => {
                 ErrorKind::Invalid
             }
+            E::LeaseHeld { .. } => ErrorKind::LeaseHeld,
+            E::Fenced { .. } => ErrorKind::Fenced,
         };
         ChildError::Refused {
             kind,
@@ -1793,6 +1795,7 @@ impl Target {
                     session: session.to_string(),
                     workspace: workspace.map(Path::to_path_buf),
                     create: workspace.is_some(),
+                    lease: None,
                 })?;
                 Ok(Target::Adapter(Box::new(client)))
             }

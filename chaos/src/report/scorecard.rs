@@ -188,6 +188,8 @@ fn exercised(row: Row, result: &CampaignResult) -> (usize, &'static str) {
         ),
         Row::Capability(C::WriterLock) => (probes(C::WriterLock), "second-writer probes"),
         Row::Capability(C::Blobs) => (trials(|e| e.blobs_read), "crash trials read blobs back"),
+        // Leases need many workers: `agentchaos workers` scores them, never a trial here.
+        Row::Capability(C::Lease) => (0, "lease takeovers"),
         Row::PowerLoss => (
             result.power_loss.as_ref().map_or(0, |p| p.judged()),
             "power-loss states recovered",
@@ -228,6 +230,9 @@ fn why_not(row: Row, adapter: bool) -> &'static str {
             "no second-writer probe ran (no crash-free run, or another --shard runs the probes)"
         }
         Row::Capability(C::Blobs) => "no crash left a log that references a blob",
+        Row::Capability(C::Lease) => {
+            "leases need many workers: `agentchaos workers` pauses, kills and takes over lease holders"
+        }
         Row::PowerLoss => {
             "the power-loss nemesis did not run or judged no state (not in --nemesis, another --shard runs it, or no ptrace on this platform)"
         }
@@ -516,11 +521,13 @@ mod tests {
     fn every_invariant_has_a_row_and_every_capability_is_evidenced() {
         let rows: Vec<Row> = Invariant::ALL.into_iter().map(row_of).collect();
         for c in Capability::ALL {
-            // Torn tails, branches and compaction are reached by attribute's refinements.
+            // Torn tails, branches and compaction are reached by attribute's
+            // refinements; leases by the many-workers campaign's own checks.
             let refined = [
                 Capability::TornTailRepair,
                 Capability::Branches,
                 Capability::Compaction,
+                Capability::Lease,
             ];
             assert!(
                 rows.contains(&Row::Capability(c)) || refined.contains(&c),
@@ -629,7 +636,7 @@ mod tests {
         };
         let t = text(&card);
         assert!(
-            t.contains("scorecard (3 of 10 capabilities claimed)"),
+            t.contains("scorecard (3 of 11 capabilities claimed)"),
             "{t}"
         );
         assert!(

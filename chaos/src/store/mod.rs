@@ -20,7 +20,7 @@ pub mod adapter;
 use std::path::PathBuf;
 
 use agentchaos_protocol::event::{BlobRef, Event, Phase, Record, Seq};
-use agentchaos_protocol::message::RecoveryState;
+use agentchaos_protocol::message::{ErrorKind, LeaseGrant, LeaseRequest, RecoveryState};
 use agentchaos_protocol::Capability;
 use agentstore::projection::{Projection, SeenNodes};
 use agentstore::{
@@ -41,6 +41,9 @@ pub struct StoreError {
     /// The harness's side failed, not the store: its adapter could not be
     /// started, or a request could not be encoded.
     pub harness: bool,
+    /// The protocol's kind of the store's refusal, when it refused
+    /// (`fenced`, `lease_held`, …); None for a failure that is no refusal.
+    pub kind: Option<ErrorKind>,
 }
 
 impl StoreError {
@@ -50,6 +53,7 @@ impl StoreError {
             message,
             io: false,
             harness: false,
+            kind: None,
         }
     }
 
@@ -71,13 +75,13 @@ impl std::error::Error for StoreError {}
 
 impl From<agentstore::Error> for StoreError {
     fn from(e: agentstore::Error) -> Self {
+        // The kind the reference adapter would refuse with, and its message.
+        let refusal = agentchaos_protocol::Refusal::from(e);
         StoreError {
-            io: matches!(
-                e,
-                agentstore::Error::Io { .. } | agentstore::Error::Poisoned { .. }
-            ),
+            io: refusal.kind == ErrorKind::Io,
             harness: false,
-            message: e.to_string(),
+            kind: Some(refusal.kind),
+            message: refusal.message,
         }
     }
 }
@@ -148,8 +152,27 @@ pub trait SessionStore {
     fn projection(&mut self) -> StoreResult<Value>;
     /// Stores a large payload durably.
     fn put_blob(&mut self, bytes: &[u8]) -> StoreResult<BlobRef>;
-    /// Closes the session (releases its lock).
+    /// Closes the session (releases its lock; on a leased session, its lease).
     fn close(self: Box<Self>) -> StoreResult<()>;
+    /// Extends the lease of a session opened with [`StoreBackend::open_leased`].
+    fn renew_lease(&mut self) -> StoreResult<LeaseGrant>;
+}
+
+/// A session opened as its lease owner: the grant, and the recovery the
+/// store ran under it before it replied.
+pub struct LeasedOpen {
+    pub store: Box<dyn SessionStore>,
+    pub grant: LeaseGrant,
+    pub recovery: RecoveryState,
+}
+
+impl std::fmt::Debug for LeasedOpen {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("LeasedOpen")
+            .field("grant", &self.grant)
+            .field("recovery", &self.recovery)
+            .finish_non_exhaustive()
+    }
 }
 
 /// What a snapshot on disk says, next to what the log says it should say.
@@ -285,6 +308,10 @@ pub trait StoreBackend: Send + Sync + std::fmt::Debug {
     fn describe(&self) -> String;
     /// Opens the session for writing, creating it if it does not exist.
     fn open(&self, spec: &SessionSpec) -> StoreResult<Box<dyn SessionStore>>;
+    /// Opens an existing session as its lease owner (capability `lease`,
+    /// `chaos/PROTOCOL.md` section 9); refused (`lease_held`) while
+    /// another owner's lease is live.
+    fn open_leased(&self, spec: &SessionSpec, lease: &LeaseRequest) -> StoreResult<LeasedOpen>;
     /// Reads the session's durable state, with the writer gone or paused
     /// (agentstore: from disk, no lock, no repair, no writes).
     fn observe(&self, spec: &SessionSpec) -> StoreResult<Observation>;
@@ -347,6 +374,20 @@ impl StoreBackend for ReferenceBackend {
 
     fn capabilities(&self) -> StoreResult<Vec<Capability>> {
         Ok(Capability::ALL.to_vec())
+    }
+
+    fn open_leased(&self, spec: &SessionSpec, lease: &LeaseRequest) -> StoreResult<LeasedOpen> {
+        let options = SessionOptions {
+            durability: self.durability,
+            ..SessionOptions::default()
+        };
+        let (session, _, takeover) =
+            Session::open_leased(&spec.root, &session_id(spec)?, options, lease)?;
+        Ok(LeasedOpen {
+            store: Box::new(ReferenceStore { session }),
+            grant: takeover.grant,
+            recovery: takeover.recovery,
+        })
     }
 
     fn open(&self, spec: &SessionSpec) -> StoreResult<Box<dyn SessionStore>> {
@@ -552,9 +593,14 @@ impl SessionStore for ReferenceStore {
         Ok(self.session.put_blob(bytes)?)
     }
 
-    fn close(self: Box<Self>) -> StoreResult<()> {
+    fn close(mut self: Box<Self>) -> StoreResult<()> {
+        self.session.release_lease()?;
         drop(self.session);
         Ok(())
+    }
+
+    fn renew_lease(&mut self) -> StoreResult<LeaseGrant> {
+        Ok(self.session.renew_lease()?)
     }
 }
 

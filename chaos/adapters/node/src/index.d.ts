@@ -23,7 +23,8 @@ export type Capability =
   | "branches"
   | "compaction"
   | "writer_lock"
-  | "blobs";
+  | "blobs"
+  | "lease";
 
 export type Phase = "requested" | "started" | "committed";
 

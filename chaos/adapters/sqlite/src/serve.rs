@@ -126,9 +126,16 @@ fn handle(
             session,
             workspace,
             create,
+            lease,
         }) => {
             if store.is_some() {
                 return Err(bad("a session is already open; close it first"));
+            }
+            if lease.is_some() {
+                return Err(Refusal::new(
+                    ErrorKind::Unsupported,
+                    "this store has no leases (it does not claim `lease`)",
+                ));
             }
             let opened = if create {
                 let ws = workspace.ok_or_else(|| bad("open with create needs a workspace"))?;
@@ -141,6 +148,8 @@ fn handle(
             body(&Opened {
                 next_seq,
                 repaired: None,
+                lease: None,
+                recovery: None,
             })
         }
         Request::Append { event } => {
@@ -230,6 +239,10 @@ fn handle(
             *store = None;
             body(&Closed {})
         }
+        Request::RenewLease => Err(Refusal::new(
+            ErrorKind::Unsupported,
+            "this store has no leases (it does not claim `lease`)",
+        )),
         Request::Fork | Request::Reap { .. } => Err(Refusal::new(
             ErrorKind::Unsupported,
             format!(

@@ -55,7 +55,7 @@ use std::sync::{Arc, Mutex, OnceLock};
 use std::time::{Duration, Instant};
 
 use agentchaos_protocol::event::{BlobRef, Event, Record, Seq};
-use agentchaos_protocol::message::OpenArgs;
+use agentchaos_protocol::message::{LeaseGrant, LeaseRequest, OpenArgs};
 use agentchaos_protocol::{Capability, ErrorKind, ProjectionView};
 use agentstore::crashpoint;
 use serde_json::Value;
@@ -65,8 +65,8 @@ use super::client::{
 };
 use crate::nemesis::{ADAPTER_APPEND, ADAPTER_APPEND_REPLIED, ADAPTER_OPEN};
 use crate::store::{
-    Ack, NotApplicable, Observation, Recovered, SessionSpec, SessionStore, StoreBackend,
-    StoreError, StoreResult,
+    Ack, LeasedOpen, NotApplicable, Observation, Recovered, SessionSpec, SessionStore,
+    StoreBackend, StoreError, StoreResult,
 };
 
 /// Environment variables of the harness's in-process nemesis: an adapter
@@ -457,6 +457,7 @@ impl AdapterBackend {
 
 fn err(e: ClientError) -> StoreError {
     StoreError {
+        kind: e.refusal_kind(),
         io: e.refusal_kind() == Some(ErrorKind::Io),
         harness: matches!(e, ClientError::Spawn { .. } | ClientError::Encode { .. }),
         message: e.to_string(),
@@ -536,6 +537,7 @@ impl StoreBackend for AdapterBackend {
             session: spec.session.clone(),
             workspace: Some(spec.workspace.clone()),
             create: false,
+            lease: None,
         };
         match client.open(&args) {
             Ok(_) => {}
@@ -548,12 +550,45 @@ impl StoreBackend for AdapterBackend {
         Ok(Box::new(AdapterStore { client }))
     }
 
+    fn open_leased(&self, spec: &SessionSpec, lease: &LeaseRequest) -> StoreResult<LeasedOpen> {
+        let mut client = self.spawn()?;
+        if !client.claims(Capability::Lease) {
+            let _ = client.shutdown();
+            return Err(StoreError::other(format!(
+                "{} does not claim `lease`: it cannot serve many workers",
+                self.line
+            )));
+        }
+        let opened = client
+            .open(&OpenArgs {
+                root: spec.root.clone(),
+                session: spec.session.clone(),
+                workspace: None,
+                create: false,
+                lease: Some(lease.clone()),
+            })
+            .map_err(err)?;
+        let (Some(grant), Some(recovery)) = (opened.lease, opened.recovery) else {
+            let _ = client.kill();
+            return Err(StoreError::other(format!(
+                "{}: open with a lease replied without its grant and recovery (chaos/PROTOCOL.md, section 9)",
+                self.line
+            )));
+        };
+        Ok(LeasedOpen {
+            store: Box::new(AdapterStore { client }),
+            grant,
+            recovery,
+        })
+    }
+
     fn observe(&self, spec: &SessionSpec) -> StoreResult<Observation> {
         let args = OpenArgs {
             root: spec.root.clone(),
             session: spec.session.clone(),
             workspace: None,
             create: false,
+            lease: None,
         };
         let deadline = Instant::now() + LOCK_WAIT;
         loop {
@@ -694,5 +729,9 @@ impl SessionStore for AdapterStore {
         self.client.close().map_err(err)?;
         self.client.shutdown().map_err(err)?;
         Ok(())
+    }
+
+    fn renew_lease(&mut self) -> StoreResult<LeaseGrant> {
+        self.client.renew_lease().map_err(err)
     }
 }

@@ -40,7 +40,7 @@ use std::time::{Duration, Instant};
 use agentchaos_protocol::event::{event_id, BlobRef, Event, Record, Seq};
 use agentchaos_protocol::message::{
     from_hex, to_hex, Ack, BlobBytes, CheckpointReply, Closed, ContextReply, EventsReply, Forked,
-    Hello, IntentAck, OpenArgs, Opened, Reaped, RecoveryState, RequestLine,
+    Hello, IntentAck, LeaseGrant, OpenArgs, Opened, Reaped, RecoveryState, RequestLine,
 };
 use agentchaos_protocol::{
     Capability, ErrorKind, ProjectionView, Refusal, Request, FORK_PROTOCOL_VERSION,
@@ -882,6 +882,11 @@ impl Client {
             let reason = "hex is not pairs of hex digits".to_string();
             self.shape_after_the_fact("get_blob", reason).into()
         })
+    }
+
+    /// Extends the lease of a session opened with one.
+    pub fn renew_lease(&mut self) -> Result<LeaseGrant, ClientError> {
+        self.call(Request::RenewLease)
     }
 
     /// Closes the session (the adapter keeps running).

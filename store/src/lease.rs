@@ -1,0 +1,445 @@
+//! Leases and fencing on one machine (`chaos/PROTOCOL.md`, section 9): a
+//! session owned by one worker at a time, across processes.
+//!
+//! The lease is a durable record beside the log, `lease.json`
+//! (`{worker_id, epoch, granted_at_ms, expires_at_ms}`), replaced
+//! atomically (temp file, fsync, rename, directory fsync) under the
+//! session's writer lock. A file of its own rather than an event in the
+//! log: a heartbeat renews it every few hundred milliseconds, and the log
+//! is the session's history, which the model reads and the fold replays.
+//!
+//! A leased [`Session`] holds the writer lock only while it writes
+//! (`crate::lock`): each write waits for the lock, reads the record and
+//! goes on only if the session is still at the handle's epoch, so a
+//! taken-over owner is refused ([`Error::Fenced`]) with nothing written,
+//! and the handle's cached end of the log is valid whenever the check
+//! passes (no one else can have written at its epoch). A takeover
+//! ([`Session::open_leased`] after expiry) makes the next epoch durable
+//! first, then runs recovery under it, before it returns.
+//!
+//! Expiry is judged by this machine's real-time clock only ([`now_ms`]):
+//! every worker of an agentstore root runs on the machine that holds its
+//! files. This module must never take a time from its caller.
+
+use std::time::{Duration, SystemTime, UNIX_EPOCH};
+
+use agentchaos_protocol::message::{LeaseGrant, LeaseRequest};
+use serde::{Deserialize, Serialize};
+
+use crate::error::{Error, Result};
+use crate::fault::{self, Fault};
+use crate::fsutil;
+use crate::layout::{SessionId, SessionPaths};
+use crate::recovery::{RecoveryState, TornTailReport};
+use crate::session::{ResumeReport, Session, SessionOptions};
+
+/// How long a leased open waits for the writer lock that another worker
+/// holds for the length of one write, in attempts of [`LOCK_POLL`].
+const LOCK_ATTEMPTS: u32 = 5_000;
+const LOCK_POLL: Duration = Duration::from_millis(2);
+
+/// The store's clock: milliseconds since the Unix epoch, by this machine.
+pub fn now_ms() -> u64 {
+    SystemTime::now()
+        .duration_since(UNIX_EPOCH)
+        .map_or(0, |d| d.as_millis() as u64)
+}
+
+/// The session's lease as `lease.json` records it.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct LeaseRecord {
+    /// Empty after a plain (unleased) open fenced the last owner.
+    pub worker_id: String,
+    pub epoch: u64,
+    pub granted_at_ms: u64,
+    pub expires_at_ms: u64,
+}
+
+impl LeaseRecord {
+    /// The record, or None for a session that was never leased.
+    pub fn read(paths: &SessionPaths) -> Result<Option<LeaseRecord>> {
+        let path = paths.lease();
+        let bytes = match std::fs::read(&path) {
+            Ok(b) => b,
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(None),
+            Err(e) => return Err(Error::io("read", path)(e)),
+        };
+        serde_json::from_slice(&bytes)
+            .map(Some)
+            .map_err(|e| Error::Damage {
+                path,
+                line: 1,
+                offset: 0,
+                reason: format!("the lease record does not parse: {e}"),
+            })
+    }
+
+    fn write(&self, paths: &SessionPaths) -> Result<()> {
+        let bytes = serde_json::to_vec(self).expect("a lease record serializes");
+        fsutil::replace_atomic(&paths.lease(), &bytes, "lease")
+    }
+
+    /// Live until `expires_at_ms`, by the store's clock.
+    pub fn is_live(&self, now_ms: u64) -> bool {
+        now_ms < self.expires_at_ms
+    }
+
+    fn grant(&self) -> LeaseGrant {
+        LeaseGrant {
+            worker_id: self.worker_id.clone(),
+            epoch: self.epoch,
+            granted_at_ms: self.granted_at_ms,
+            expires_at_ms: self.expires_at_ms,
+        }
+    }
+}
+
+/// The lease a session handle holds.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(crate) struct HeldLease {
+    record: LeaseRecord,
+    ttl_ms: u64,
+}
+
+/// What a leased open got: the grant and the recovery it ran under it.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Takeover {
+    pub grant: LeaseGrant,
+    pub recovery: RecoveryState,
+}
+
+/// Decides the lease while the opener holds the writer lock, before it
+/// writes anything. A live lease refuses everyone. Otherwise a leased open
+/// gets the next epoch, durable before anything else is written; a plain
+/// open of a session that was leased fences the last owner (the epoch goes
+/// up, held by no one) and holds no lease itself.
+pub(crate) fn decide(
+    paths: &SessionPaths,
+    request: Option<&LeaseRequest>,
+) -> Result<Option<HeldLease>> {
+    let now = now_ms();
+    let current = LeaseRecord::read(paths)?;
+    if let Some(c) = &current {
+        // lease-ignores-expiry: broken on purpose, a leased open takes over a live lease.
+        let ignore = request.is_some() && fault::active(Fault::LeaseIgnoresExpiry);
+        if c.is_live(now) && !ignore {
+            return Err(Error::LeaseHeld {
+                id: paths.id().to_string(),
+                worker_id: c.worker_id.clone(),
+                epoch: c.epoch,
+                expires_at_ms: c.expires_at_ms,
+                now_ms: now,
+            });
+        }
+    }
+    let epoch = current.as_ref().map_or(1, |c| c.epoch + 1);
+    match request {
+        Some(r) => {
+            let record = LeaseRecord {
+                worker_id: r.worker_id.clone(),
+                epoch,
+                granted_at_ms: now,
+                expires_at_ms: now.saturating_add(r.ttl_ms),
+            };
+            record.write(paths)?;
+            Ok(Some(HeldLease {
+                record,
+                ttl_ms: r.ttl_ms,
+            }))
+        }
+        None => {
+            if current.is_some() {
+                LeaseRecord {
+                    worker_id: String::new(),
+                    epoch,
+                    granted_at_ms: now,
+                    expires_at_ms: now,
+                }
+                .write(paths)?;
+            }
+            Ok(None)
+        }
+    }
+}
+
+impl Session {
+    /// Opens the session as its lease owner: refused with
+    /// [`Error::LeaseHeld`] while another owner's lease is live; otherwise
+    /// the next epoch is made durable, recovery runs under it (the
+    /// previous owner's interrupted run closed, its orphans marked), and
+    /// only then does this return. Waits (up to about 10 s) for the writer
+    /// lock another worker holds for one write.
+    pub fn open_leased(
+        root: &std::path::Path,
+        id: &SessionId,
+        options: SessionOptions,
+        request: &LeaseRequest,
+    ) -> Result<(Session, ResumeReport, Takeover)> {
+        let mut attempts = 0;
+        let (mut session, report) = loop {
+            let paths = SessionPaths::new(root, id);
+            match Session::open_inner(paths, options.clone(), None, Some(request)) {
+                Err(Error::SessionLocked { .. }) if attempts < LOCK_ATTEMPTS => {
+                    attempts += 1;
+                    std::thread::sleep(LOCK_POLL);
+                }
+                other => break other?,
+            }
+        };
+        let takeover = session.recover_after_grant()?;
+        Ok((session, report, takeover))
+    }
+
+    /// Takes the lease of a session this handle just created (it holds the
+    /// writer lock): epoch 1, unless an earlier incarnation left a record.
+    pub fn acquire_lease(&mut self, request: &LeaseRequest) -> Result<Takeover> {
+        self.lease = decide(self.paths(), Some(request))?;
+        self.recover_after_grant()
+    }
+
+    /// Recovery under the new epoch, durable before the owner acts; then
+    /// the writer lock is released until the owner's next write.
+    fn recover_after_grant(&mut self) -> Result<Takeover> {
+        let grant = self.lease_grant().expect("a lease was just granted");
+        let recovery = if fault::active(Fault::TakeoverWithoutRecovery) {
+            // Broken on purpose: the new owner acts on unmarked orphans.
+            RecoveryState {
+                repaired: self.repaired_on_open().map(TornTailReport::from),
+                interrupted_runs: self.projection().interrupted_runs().to_vec(),
+                uncertain: Vec::new(),
+                appended: 0,
+            }
+        } else {
+            self.recover()?
+        };
+        self.lock_held = false;
+        self.log().writer_lock().release()?;
+        Ok(Takeover { grant, recovery })
+    }
+
+    /// The lease this handle holds, as last granted or renewed.
+    pub fn lease_grant(&self) -> Option<LeaseGrant> {
+        self.lease.as_ref().map(|h| h.record.grant())
+    }
+
+    /// Extends the lease by its ttl from now; [`Error::Fenced`] when
+    /// another owner took the session over. A lease that lapsed but was not
+    /// taken over is renewed: no one else can have written since.
+    pub fn renew_lease(&mut self) -> Result<LeaseGrant> {
+        let Some(held) = self.lease.clone() else {
+            return Err(Error::Invalid(format!(
+                "session {} was not opened with a lease: nothing to renew",
+                self.paths().id()
+            )));
+        };
+        self.fenced(|s| {
+            let now = now_ms();
+            let record = LeaseRecord {
+                granted_at_ms: now,
+                expires_at_ms: now.saturating_add(held.ttl_ms),
+                ..held.record.clone()
+            };
+            record.write(s.paths())?;
+            let grant = record.grant();
+            s.lease = Some(HeldLease {
+                record,
+                ttl_ms: held.ttl_ms,
+            });
+            Ok(grant)
+        })
+    }
+
+    /// Ends the lease now (expires it, epoch kept) so the next owner need
+    /// not wait; a handle that was fenced has nothing to release. Like a
+    /// lapsed lease, a released one still writes until someone takes over.
+    pub fn release_lease(&mut self) -> Result<()> {
+        let Some(held) = self.lease.clone() else {
+            return Ok(());
+        };
+        let released = self.fenced(|s| {
+            let now = now_ms();
+            LeaseRecord {
+                expires_at_ms: now,
+                ..held.record.clone()
+            }
+            .write(s.paths())
+        });
+        // The handle keeps its epoch: it writes on only until a takeover.
+        match released {
+            Err(Error::Fenced { .. }) => Ok(()),
+            other => other,
+        }
+    }
+
+    /// Runs one write of a leased handle: waits for the writer lock, checks
+    /// that the session is still at this handle's epoch, writes, releases
+    /// the lock. Unleased handles (and writes nested in one) just write.
+    pub(crate) fn fenced<T>(&mut self, write: impl FnOnce(&mut Session) -> Result<T>) -> Result<T> {
+        let Some(held) = self.lease.as_ref() else {
+            return write(self);
+        };
+        if self.lock_held {
+            return write(self);
+        }
+        let epoch = held.record.epoch;
+        self.log().writer_lock().retake()?;
+        self.lock_held = true;
+        let result = self.check_epoch(epoch).and_then(|()| write(self));
+        self.lock_held = false;
+        let released = self.log().writer_lock().release();
+        let value = result?;
+        released?;
+        Ok(value)
+    }
+
+    fn check_epoch(&self, held: u64) -> Result<()> {
+        if fault::active(Fault::NoEpochCheck) {
+            return Ok(()); // Broken on purpose: a taken-over owner writes on.
+        }
+        let current = LeaseRecord::read(self.paths())?;
+        match current {
+            Some(c) if c.epoch == held => Ok(()),
+            other => Err(Error::Fenced {
+                id: self.paths().id().to_string(),
+                held,
+                current: other.as_ref().map_or(0, |c| c.epoch),
+                worker_id: other.map(|c| c.worker_id).unwrap_or_default(),
+            }),
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::event::Event;
+
+    fn request(worker: &str, ttl_ms: u64) -> LeaseRequest {
+        LeaseRequest {
+            worker_id: worker.into(),
+            ttl_ms,
+        }
+    }
+
+    fn created(root: &std::path::Path, ws: &std::path::Path) -> SessionId {
+        let id = SessionId::new("s").unwrap();
+        let mut s = Session::create(root, &id, ws, SessionOptions::default()).unwrap();
+        s.append(Event::RunStarted {
+            run_id: "r1".into(),
+        })
+        .unwrap();
+        drop(s);
+        id
+    }
+
+    #[test]
+    fn a_live_lease_is_refused_and_an_expired_one_taken_over_with_recovery() {
+        let dir = tempfile::tempdir().unwrap();
+        let id = created(dir.path(), dir.path());
+        let (mut first, _, t1) = Session::open_leased(
+            dir.path(),
+            &id,
+            SessionOptions::default(),
+            &request("a", 60_000),
+        )
+        .unwrap();
+        assert_eq!(t1.grant.epoch, 1);
+        // The first owner's recovery closed the run the creator left open.
+        assert_eq!(t1.recovery.appended, 1);
+        let held = Session::open_leased(
+            dir.path(),
+            &id,
+            SessionOptions::default(),
+            &request("b", 10),
+        )
+        .unwrap_err();
+        assert!(matches!(held, Error::LeaseHeld { epoch: 1, .. }), "{held}");
+        // A plain open is refused while the lease is live, too.
+        assert!(matches!(
+            Session::open(dir.path(), &id, SessionOptions::default()).unwrap_err(),
+            Error::LeaseHeld { .. }
+        ));
+        first
+            .append(Event::RunStarted {
+                run_id: "r2".into(),
+            })
+            .unwrap();
+        first.release_lease().unwrap();
+        let (mut second, _, t2) = Session::open_leased(
+            dir.path(),
+            &id,
+            SessionOptions::default(),
+            &request("b", 60_000),
+        )
+        .unwrap();
+        assert_eq!(t2.grant.epoch, 2);
+        assert_eq!(t2.recovery.interrupted_runs, vec!["r2".to_string()]);
+        // The first handle is fenced: nothing it sends is written.
+        let before = second.projection().next_seq();
+        let fenced = first
+            .append(Event::RunStarted {
+                run_id: "r3".into(),
+            })
+            .unwrap_err();
+        assert!(
+            matches!(
+                fenced,
+                Error::Fenced {
+                    held: 1,
+                    current: 2,
+                    ..
+                }
+            ),
+            "{fenced}"
+        );
+        assert!(matches!(first.renew_lease(), Err(Error::Fenced { .. })));
+        // The new owner writes on where it left off, and renews.
+        second
+            .append(Event::RunStarted {
+                run_id: "r3".into(),
+            })
+            .unwrap();
+        assert_eq!(second.projection().next_seq(), before + 1);
+        let renewed = second.renew_lease().unwrap();
+        assert_eq!(renewed.epoch, 2);
+        assert!(renewed.expires_at_ms >= t2.grant.expires_at_ms);
+    }
+
+    #[test]
+    fn a_plain_open_after_the_lease_ended_fences_its_last_owner() {
+        let dir = tempfile::tempdir().unwrap();
+        let id = created(dir.path(), dir.path());
+        let (mut owner, _, _) =
+            Session::open_leased(dir.path(), &id, SessionOptions::default(), &request("a", 0))
+                .unwrap();
+        // ttl 0: expired at once, never taken over, so still writing.
+        owner.renew_lease().unwrap();
+        let (plain, _) = Session::open(dir.path(), &id, SessionOptions::default()).unwrap();
+        drop(plain);
+        assert!(matches!(
+            owner.append(Event::RunStarted { run_id: "x".into() }),
+            Err(Error::Fenced {
+                held: 1,
+                current: 2,
+                ..
+            })
+        ));
+    }
+
+    #[test]
+    fn a_damaged_lease_record_is_refused_with_its_path() {
+        let dir = tempfile::tempdir().unwrap();
+        let id = created(dir.path(), dir.path());
+        let paths = SessionPaths::new(dir.path(), &id);
+        std::fs::write(paths.lease(), b"{\"epoch\":").unwrap();
+        let e = Session::open_leased(
+            dir.path(),
+            &id,
+            SessionOptions::default(),
+            &request("a", 10),
+        )
+        .unwrap_err();
+        assert!(e.is_damage(), "{e}");
+        assert!(e.to_string().contains("lease.json"), "{e}");
+    }
+}
