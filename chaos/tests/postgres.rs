@@ -10,6 +10,10 @@
 
 use std::path::{Path, PathBuf};
 
+use agentchaos::store::adapter::{AdapterCommand, Client, ClientOptions};
+use agentchaos_protocol::event::{Effect, Event, Phase};
+use agentchaos_protocol::message::{LeaseRequest, OpenArgs};
+use agentchaos_protocol::ErrorKind;
 use agentstore_pg::cluster::{self, Cluster, ClusterError, ClusterOptions};
 
 use crate::campaign;
@@ -173,4 +177,137 @@ fn asynchronous_commit_is_caught_by_a_crash_with_the_wal_writer_frozen() {
     let (code, again) = campaign::replay(replay);
     assert_eq!(code, 1, "the replay reproduces the loss:\n{again}");
     assert!(again.contains("VIOLATION acked-durable"), "{again}");
+}
+
+/// A fresh adapter process of `adapter` with `env` set.
+fn adapter_process(adapter: &str, env: &[(&str, &str)]) -> Client {
+    let mut cmd = AdapterCommand::parse(adapter).unwrap().to_command();
+    cmd.envs(env.iter().copied());
+    Client::spawn(cmd, ClientOptions::default()).unwrap()
+}
+
+fn leased_open(root: &Path, ws: &Path, create: bool, worker: &str, ttl_ms: u64) -> OpenArgs {
+    OpenArgs {
+        root: root.to_path_buf(),
+        session: "leased".into(),
+        workspace: Some(ws.to_path_buf()),
+        create,
+        lease: Some(LeaseRequest {
+            worker_id: worker.into(),
+            ttl_ms,
+        }),
+    }
+}
+
+/// The lease contract through the adapter, in three deterministic steps
+/// (no sleeps: a lease of ttl 0 has expired by the next request, one of
+/// 10 minutes is live for the whole test). Returns every broken promise,
+/// each with expected and found; the replay is this test's own command.
+fn lease_problems(adapter: &str) -> Vec<String> {
+    let dir = tempfile::tempdir().unwrap();
+    let ws = dir.path().join("ws");
+    std::fs::create_dir(&ws).unwrap();
+    let mut problems = Vec::new();
+
+    // Worker a owns the session with a lease that lapses at once, starts a
+    // side effect and is taken over by b.
+    let root = dir.path().join("takeover");
+    let mut a = adapter_process(adapter, &[]);
+    a.open(&leased_open(&root, &ws, true, "a", 0)).unwrap();
+    a.append(&Event::RunStarted {
+        run_id: "r1".into(),
+    })
+    .unwrap();
+    a.append(&Event::ToolCall {
+        parent: None,
+        call_id: "c1".into(),
+        tool: "deploy".into(),
+        args: serde_json::json!({"v": 2}),
+        effect: Effect::SideEffect,
+        operation_id: Some("op-c1".into()),
+        target: Some("prod".into()),
+        needs_approval: false,
+    })
+    .unwrap();
+    a.start_tool("c1").unwrap();
+    let mut b = adapter_process(adapter, &[]);
+    let opened = b
+        .open(&leased_open(&root, &ws, false, "b", 600_000))
+        .unwrap();
+    let epoch = opened.lease.as_ref().map(|g| g.epoch);
+    if epoch != Some(2) {
+        problems.push(format!("takeover: expected epoch 2, found {epoch:?}"));
+    }
+    let marked: Vec<(String, Phase)> = opened
+        .recovery
+        .iter()
+        .flat_map(|r| r.uncertain.iter().map(|u| (u.call_id.clone(), u.phase)))
+        .collect();
+    if marked != [("c1".to_string(), Phase::Started)] {
+        problems.push(format!(
+            "takeover-marks-orphans: expected c1 marked uncertain with phase started before b acts, found {marked:?}"
+        ));
+    }
+
+    // The zombie wakes up: its commit must be refused, nothing written.
+    let zombie = a.append(&Event::EffectCommitted {
+        call_id: "c1".into(),
+        operation_id: "op-c1".into(),
+        external_ref: "zombie".into(),
+    });
+    match zombie {
+        Err(e) if e.refusal_kind() == Some(ErrorKind::Fenced) => {}
+        other => problems.push(format!(
+            "fenced-epoch-refused: expected the epoch-1 owner's effect_committed refused with fenced after the takeover, found {other:?}"
+        )),
+    }
+    let _ = a.kill();
+    let _ = b.kill();
+
+    // Two workers whose clocks disagree by 20 minutes: b's runs ahead.
+    let root = dir.path().join("clocks");
+    let mut a = adapter_process(adapter, &[]);
+    a.open(&leased_open(&root, &ws, true, "a", 600_000))
+        .unwrap();
+    let mut b = adapter_process(adapter, &[("AGENTSTORE_PG_CLOCK_SKEW_MS", "1200000")]);
+    match b.open(&leased_open(&root, &ws, false, "b", 600_000)) {
+        Err(e) if e.refusal_kind() == Some(ErrorKind::LeaseHeld) => {}
+        other => problems.push(format!(
+            "one-live-owner: expected lease_held while a's 10-minute lease is live by the database's clock, found {other:?}"
+        )),
+    }
+    let _ = a.kill();
+    let _ = b.kill();
+    problems
+}
+
+const LEASE_REPLAY: &str =
+    "cargo test -p agentchaos --test integration postgres::lease_ (its problems name the broken promise)";
+
+#[test]
+fn lease_the_postgres_store_keeps_its_lease_contract() {
+    let Some(cluster) = private_cluster() else {
+        return;
+    };
+    let problems = lease_problems(&pg_adapter(&cluster, None));
+    assert!(problems.is_empty(), "{problems:#?}\nreplay: {LEASE_REPLAY}");
+}
+
+/// Each lease fault is caught, by the check its broken promise belongs to.
+#[test]
+fn lease_faults_are_each_caught() {
+    let Some(cluster) = private_cluster() else {
+        return;
+    };
+    for (fault, caught_by) in [
+        ("no-epoch-check", "fenced-epoch-refused"),
+        ("lease-by-worker-clock", "one-live-owner"),
+        ("takeover-without-recovery", "takeover-marks-orphans"),
+    ] {
+        let problems = lease_problems(&pg_adapter(&cluster, Some(fault)));
+        assert!(
+            problems.iter().any(|p| p.starts_with(caught_by)),
+            "fault {fault} not caught by {caught_by}: {problems:#?}\nreplay: {LEASE_REPLAY}"
+        );
+    }
 }

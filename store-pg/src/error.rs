@@ -26,6 +26,13 @@ pub enum StoreError {
     /// Unusable input (a bad session id, a moved workspace).
     #[error("{0}")]
     Invalid(String),
+    /// Another owner's lease on the session is live (by the database's clock).
+    #[error("{0}")]
+    LeaseHeld(String),
+    /// The session's lease epoch moved past this connection's: another
+    /// owner took over; nothing was written.
+    #[error("{0}")]
+    Fenced(String),
 }
 
 impl StoreError {
@@ -38,6 +45,8 @@ impl StoreError {
             StoreError::NotFound(_) => ErrorKind::NotFound,
             StoreError::Exists(_) => ErrorKind::Exists,
             StoreError::Invalid(_) => ErrorKind::Invalid,
+            StoreError::LeaseHeld(_) => ErrorKind::LeaseHeld,
+            StoreError::Fenced(_) => ErrorKind::Fenced,
         }
     }
 

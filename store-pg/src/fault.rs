@@ -18,6 +18,16 @@ pub enum Fault {
     /// returns before its WAL is flushed, so a database crash right after
     /// an acknowledgement can lose it.
     SynchronousCommitOff,
+    /// Appends, commits and renewals of a taken-over owner are not
+    /// checked against the session's epoch: the zombie writes on.
+    NoEpochCheck,
+    /// Lease times are the worker's clock (this process's real-time clock
+    /// plus `AGENTSTORE_PG_CLOCK_SKEW_MS`), not the database's: a worker
+    /// whose clock runs ahead takes over a live lease.
+    LeaseByWorkerClock,
+    /// A takeover grants the next epoch without recovery: the new owner
+    /// acts on the previous owner's unmarked orphans.
+    TakeoverWithoutRecovery,
 }
 
 impl Fault {
@@ -32,6 +42,21 @@ impl Fault {
             Fault::SynchronousCommitOff,
             "synchronous-commit-off",
             "an acknowledged append survives a database crash (synchronous_commit = on)",
+        ),
+        (
+            Fault::NoEpochCheck,
+            "no-epoch-check",
+            "a taken-over owner's writes are refused (fenced)",
+        ),
+        (
+            Fault::LeaseByWorkerClock,
+            "lease-by-worker-clock",
+            "a lease expires by the database's clock, never a worker's",
+        ),
+        (
+            Fault::TakeoverWithoutRecovery,
+            "takeover-without-recovery",
+            "a takeover marks the previous owner's orphans before the new owner acts",
         ),
     ];
 

@@ -1,8 +1,11 @@
 //! The tables of the PostgreSQL store and how a connection is set up.
 //!
-//! - `sessions`: one row per (root, session), its key, its `next_seq`. An
-//!   append locks this row (`FOR UPDATE`), so appends to one session are
-//!   serialized however many processes write it;
+//! - `sessions`: one row per (root, session), its key, its `next_seq` and
+//!   its lease (`lease_worker`, `lease_epoch`: 0 when never leased,
+//!   `lease_granted_ms`, `lease_expires_ms`: the database's clock). Every
+//!   write locks this row (`FOR UPDATE`), so writes to one session are
+//!   serialized however many processes write it, and each checks the
+//!   lease epoch in its own transaction;
 //! - `events`: the source of truth, keyed by `(session_key, seq)`, the
 //!   event as JSON text (byte for byte what was acknowledged);
 //! - `effects`: the effect ledger, `UNIQUE (session_key, operation_id)`:
@@ -47,6 +50,11 @@ CREATE TABLE IF NOT EXISTS {schema}.sessions (
     next_seq bigint NOT NULL,
     UNIQUE (root, session)
 );
+ALTER TABLE {schema}.sessions
+    ADD COLUMN IF NOT EXISTS lease_worker text NOT NULL DEFAULT '',
+    ADD COLUMN IF NOT EXISTS lease_epoch bigint NOT NULL DEFAULT 0,
+    ADD COLUMN IF NOT EXISTS lease_granted_ms bigint NOT NULL DEFAULT 0,
+    ADD COLUMN IF NOT EXISTS lease_expires_ms bigint NOT NULL DEFAULT 0;
 CREATE TABLE IF NOT EXISTS {schema}.events (
     session_key bigint NOT NULL REFERENCES {schema}.sessions (key),
     seq bigint NOT NULL,

@@ -23,7 +23,8 @@ use crate::store::PgStore;
 /// `damage_refusal` (the store has no files of its own; PostgreSQL's WAL
 /// and page checksums are the server's, not tested here), `writer_lock`
 /// (two processes may write one session: the session row serializes
-/// their appends, each checked against the other's).
+/// their appends, each checked against the other's; ownership is the
+/// lease's, `lease`).
 pub const CAPABILITIES: &[Capability] = &[
     Capability::DurableAppend,
     Capability::OrphanMarking,
@@ -32,6 +33,7 @@ pub const CAPABILITIES: &[Capability] = &[
     Capability::Branches,
     Capability::Compaction,
     Capability::Blobs,
+    Capability::Lease,
 ];
 
 impl From<StoreError> for Refusal {
@@ -104,21 +106,28 @@ fn handle(dsn: &str, store: &mut Option<PgStore>, request: Request) -> Result<Va
             session,
             workspace,
             create,
+            lease,
         }) => {
             if store.is_some() {
                 return Err(bad("a session is already open; close it first"));
             }
-            let opened = if create {
+            let (opened, takeover) = if create {
                 let ws = workspace.ok_or_else(|| bad("open with create needs a workspace"))?;
-                PgStore::create(dsn, &root, &session, &ws)?
+                PgStore::create(dsn, &root, &session, &ws, lease.as_ref())?
             } else {
-                PgStore::open(dsn, &root, &session, workspace.as_deref())?
+                PgStore::open(dsn, &root, &session, workspace.as_deref(), lease.as_ref())?
             };
             let next_seq = opened.projection().next_seq();
             *store = Some(opened);
+            let (lease, recovery) = match takeover {
+                Some(t) => (Some(t.grant), Some(t.recovery)),
+                None => (None, None),
+            };
             body(&Opened {
                 next_seq,
                 repaired: None,
+                lease,
+                recovery,
             })
         }
         Request::Append { event } => {
@@ -188,9 +197,16 @@ fn handle(dsn: &str, store: &mut Option<PgStore>, request: Request) -> Result<Va
             })
         }
         Request::Close => {
-            open_store(store)?;
+            open_store(store)?.release_lease()?;
             *store = None;
             body(&Closed {})
+        }
+        Request::RenewLease => {
+            let s = open_store(store)?;
+            if s.lease_grant().is_none() {
+                return Err(bad("renew_lease on a session opened without a lease"));
+            }
+            body(&s.renew_lease()?)
         }
         Request::Fork | Request::Reap { .. } => Err(Refusal::new(
             ErrorKind::Unsupported,

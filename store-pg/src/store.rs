@@ -19,13 +19,14 @@
 use std::path::Path;
 
 use agentchaos_protocol::event::{BlobRef, Event, RecoveryStatus, Seq};
-use agentchaos_protocol::message::{RecoveryState, UncertainCall};
+use agentchaos_protocol::message::{LeaseGrant, LeaseRequest, RecoveryState, UncertainCall};
 use agentstore::projection::{node_of_event, Node, NodeSource, OpenCall, Projection};
 use agentstore::SessionId;
 use postgres::Client;
 use sha2::{Digest, Sha256};
 
 use crate::error::{Result, StoreError};
+use crate::fault::{self, Fault};
 use crate::schema;
 
 /// One stored event, as read back.
@@ -45,6 +46,169 @@ pub struct PgStore {
     /// Events `0..projection.next_seq()`, as this process last saw them.
     events: Vec<Event>,
     projection: Projection,
+    /// The lease this connection holds, as last granted or renewed.
+    lease: Option<HeldLease>,
+}
+
+/// A lease this connection was granted, and the ttl it renews by.
+#[derive(Debug, Clone, PartialEq, Eq)]
+struct HeldLease {
+    grant: LeaseGrant,
+    ttl_ms: u64,
+}
+
+/// The session row's lease columns, as a write transaction reads them
+/// under the row lock.
+#[derive(Debug, Clone, PartialEq, Eq)]
+struct LeaseRow {
+    worker_id: String,
+    /// 0: never leased.
+    epoch: u64,
+    granted_at_ms: u64,
+    expires_at_ms: u64,
+}
+
+impl LeaseRow {
+    fn grant(&self) -> LeaseGrant {
+        LeaseGrant {
+            worker_id: self.worker_id.clone(),
+            epoch: self.epoch,
+            granted_at_ms: self.granted_at_ms,
+            expires_at_ms: self.expires_at_ms,
+        }
+    }
+
+    fn is_live(&self, now_ms: u64) -> bool {
+        self.epoch > 0 && now_ms < self.expires_at_ms
+    }
+}
+
+/// What a write transaction does with the session's lease, under the row
+/// lock and before anything else it writes.
+#[derive(Debug, Clone, Copy)]
+enum LeaseStep<'a> {
+    /// A write of a connection opened without a lease: no check.
+    Unleased,
+    /// A write of a leased connection: refused (`fenced`) unless the
+    /// session is still at `epoch`.
+    Fence { epoch: u64 },
+    /// A leased open: refused (`lease_held`) while a lease is live, else
+    /// the next epoch for `request`'s worker.
+    Acquire(&'a LeaseRequest),
+    /// A plain open: refused while a lease is live; a session that was
+    /// leased gets the next epoch, held by no one, which fences its last owner.
+    PlainOpen,
+    /// `renew_lease`: fenced as a write, then `expires = now + ttl`.
+    Renew { epoch: u64, ttl_ms: u64 },
+    /// `close` of a leased connection: fenced as a write, then `expires = now`.
+    Release { epoch: u64 },
+}
+
+/// The worker's clock, which only the `lease-by-worker-clock` fault reads:
+/// this process's real-time clock plus `AGENTSTORE_PG_CLOCK_SKEW_MS`, a
+/// stand-in for a worker on a machine whose clock runs ahead (or behind).
+fn worker_clock_ms() -> u64 {
+    let real = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map_or(0, |d| d.as_millis() as i64);
+    let skew = std::env::var("AGENTSTORE_PG_CLOCK_SKEW_MS")
+        .ok()
+        .and_then(|v| v.parse::<i64>().ok())
+        .unwrap_or(0);
+    real.saturating_add(skew).max(0) as u64
+}
+
+/// Applies `step` to `lease` at `now_ms`; returns the grant a leased open
+/// or a renewal replies with.
+fn apply_lease_step(
+    session: &str,
+    step: LeaseStep<'_>,
+    lease: &mut LeaseRow,
+    now_ms: u64,
+) -> Result<Option<LeaseGrant>> {
+    let fence = |lease: &LeaseRow, epoch: u64| {
+        if lease.epoch == epoch || fault::active(Fault::NoEpochCheck) {
+            return Ok(());
+        }
+        Err(StoreError::Fenced(format!(
+            "session {session:?} was taken over: this connection holds lease epoch {epoch}, the session is at epoch {} (worker {:?}); nothing was written",
+            lease.epoch, lease.worker_id
+        )))
+    };
+    let held = |lease: &LeaseRow| {
+        StoreError::LeaseHeld(format!(
+            "session {session:?} is leased to worker {:?} (epoch {}) until {} ms, {} ms from now by the database's clock",
+            lease.worker_id,
+            lease.epoch,
+            lease.expires_at_ms,
+            lease.expires_at_ms.saturating_sub(now_ms)
+        ))
+    };
+    match step {
+        LeaseStep::Unleased => Ok(None),
+        LeaseStep::Fence { epoch } => fence(lease, epoch).map(|()| None),
+        LeaseStep::Acquire(request) => {
+            if lease.is_live(now_ms) {
+                return Err(held(lease));
+            }
+            *lease = LeaseRow {
+                worker_id: request.worker_id.clone(),
+                epoch: lease.epoch + 1,
+                granted_at_ms: now_ms,
+                expires_at_ms: now_ms.saturating_add(request.ttl_ms),
+            };
+            Ok(Some(lease.grant()))
+        }
+        LeaseStep::PlainOpen => {
+            if lease.is_live(now_ms) {
+                return Err(held(lease));
+            }
+            if lease.epoch > 0 {
+                *lease = LeaseRow {
+                    worker_id: String::new(),
+                    epoch: lease.epoch + 1,
+                    granted_at_ms: now_ms,
+                    expires_at_ms: now_ms,
+                };
+            }
+            Ok(None)
+        }
+        LeaseStep::Renew { epoch, ttl_ms } => {
+            fence(lease, epoch)?;
+            lease.granted_at_ms = now_ms;
+            lease.expires_at_ms = now_ms.saturating_add(ttl_ms);
+            Ok(Some(lease.grant()))
+        }
+        LeaseStep::Release { epoch } => {
+            fence(lease, epoch)?;
+            lease.expires_at_ms = now_ms;
+            Ok(None)
+        }
+    }
+}
+
+/// The marks recovery appends on `p`: `run_interrupted` for the open run,
+/// one `tool_recovery` per call without a result and without a mark, in
+/// call order, with how far it got.
+fn recovery_marks(p: &Projection) -> Vec<Event> {
+    let mut marks = Vec::new();
+    if let Some(run_id) = p.open_run() {
+        marks.push(Event::RunInterrupted {
+            run_id: run_id.to_string(),
+        });
+    }
+    let mut calls: Vec<&OpenCall> = p
+        .open_calls()
+        .values()
+        .filter(|c| c.recovery.is_none())
+        .collect();
+    calls.sort_by_key(|c| c.seq);
+    marks.extend(calls.into_iter().map(|c| Event::ToolRecovery {
+        call_id: c.call_id.clone(),
+        status: RecoveryStatus::Uncertain,
+        phase: c.phase(),
+    }));
+    marks
 }
 
 impl std::fmt::Debug for PgStore {
@@ -109,11 +273,26 @@ fn uncertain_call(call: &OpenCall) -> UncertainCall {
     }
 }
 
+/// What a leased open was granted, and the recovery it ran under the
+/// new epoch in the same transaction.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Takeover {
+    pub grant: LeaseGrant,
+    pub recovery: RecoveryState,
+}
+
 impl PgStore {
     /// Creates session `session` under `root` with `session_created` as
-    /// event 0. A session row left without events by a crash between the
-    /// two transactions is no session to `open` and is finished here.
-    pub fn create(dsn: &str, root: &Path, session: &str, workspace: &Path) -> Result<PgStore> {
+    /// event 0; with `lease`, then takes its lease (epoch 1). A session row
+    /// left without events by a crash between the two transactions is no
+    /// session to `open` and is finished here.
+    pub fn create(
+        dsn: &str,
+        root: &Path,
+        session: &str,
+        workspace: &Path,
+        lease: Option<&LeaseRequest>,
+    ) -> Result<(PgStore, Option<Takeover>)> {
         SessionId::new(session)?;
         let root = root_key(root)?;
         let workspace = absolute_workspace(workspace)?;
@@ -158,24 +337,30 @@ impl PgStore {
             session: session.to_string(),
             events: Vec::new(),
             projection: Projection::default(),
+            lease: None,
         };
-        store.append(&Event::SessionCreated {
+        let created = Event::SessionCreated {
             session_id: session.to_string(),
             schema_version: agentchaos_protocol::event::SCHEMA_VERSION,
             workspace,
-        })?;
-        Ok(store)
+        };
+        store.transact(LeaseStep::PlainOpen, move |_| Ok(vec![created]))?;
+        let takeover = lease.map(|r| store.take_over(r)).transpose()?;
+        Ok((store, takeover))
     }
 
-    /// Opens an existing session and reads it. With `workspace`, a
-    /// different path rebinds the session (`workspace_rebound`); without,
-    /// the recorded workspace must still exist.
+    /// Opens an existing session and reads it; with `lease`, as its lease
+    /// owner ([`PgStore::take_over`]). Either is refused with `lease_held`
+    /// while another owner's lease is live. With `workspace`, a different
+    /// path rebinds the session (`workspace_rebound`); without, the
+    /// recorded workspace must still exist.
     pub fn open(
         dsn: &str,
         root: &Path,
         session: &str,
         workspace: Option<&Path>,
-    ) -> Result<PgStore> {
+        lease: Option<&LeaseRequest>,
+    ) -> Result<(PgStore, Option<Takeover>)> {
         SessionId::new(session)?;
         let root = root_key(root)?;
         let mut client = schema::connect(dsn)?;
@@ -200,8 +385,15 @@ impl PgStore {
             session: session.to_string(),
             events: Vec::new(),
             projection: Projection::default(),
+            lease: None,
         };
-        store.catch_up_outside()?;
+        let takeover = match lease {
+            Some(r) => Some(store.take_over(r)?),
+            None => {
+                store.transact(LeaseStep::PlainOpen, |_| Ok(Vec::new()))?;
+                None
+            }
+        };
         let recorded = store
             .projection
             .workspace()
@@ -228,7 +420,81 @@ impl PgStore {
                 )))
             }
         }
-        Ok(store)
+        Ok((store, takeover))
+    }
+
+    /// Takes the session's lease: in one transaction, refused while a
+    /// lease is live by the database's clock, else the next epoch and the
+    /// recovery under it (the previous owner's run closed, its orphans
+    /// marked), so both are durable before the new owner acts.
+    fn take_over(&mut self, request: &LeaseRequest) -> Result<Takeover> {
+        let (seqs, grant) = self.transact(LeaseStep::Acquire(request), |p| {
+            if fault::active(Fault::TakeoverWithoutRecovery) {
+                return Ok(Vec::new()); // Broken on purpose: orphans left unmarked.
+            }
+            Ok(recovery_marks(p))
+        })?;
+        let grant = grant.expect("an acquired lease has a grant");
+        self.lease = Some(HeldLease {
+            grant: grant.clone(),
+            ttl_ms: request.ttl_ms,
+        });
+        Ok(Takeover {
+            grant,
+            recovery: self.recovery_state(seqs.len() as u64),
+        })
+    }
+
+    /// The lease step of an ordinary write of this connection.
+    fn write_step(&self) -> LeaseStep<'static> {
+        match &self.lease {
+            Some(h) => LeaseStep::Fence {
+                epoch: h.grant.epoch,
+            },
+            None => LeaseStep::Unleased,
+        }
+    }
+
+    /// Extends this connection's lease by its ttl from now (the database's
+    /// clock); `fenced` when another owner took the session over.
+    pub fn renew_lease(&mut self) -> Result<LeaseGrant> {
+        let Some(held) = self.lease.clone() else {
+            return Err(StoreError::Invalid(format!(
+                "session {:?} was not opened with a lease: nothing to renew",
+                self.session
+            )));
+        };
+        let step = LeaseStep::Renew {
+            epoch: held.grant.epoch,
+            ttl_ms: held.ttl_ms,
+        };
+        let (_, grant) = self.transact(step, |_| Ok(Vec::new()))?;
+        let grant = grant.expect("a renewal has a grant");
+        self.lease = Some(HeldLease {
+            grant: grant.clone(),
+            ttl_ms: held.ttl_ms,
+        });
+        Ok(grant)
+    }
+
+    /// Ends this connection's lease now (epoch kept), so the next owner
+    /// need not wait; a connection that was fenced has nothing to release.
+    pub fn release_lease(&mut self) -> Result<()> {
+        let Some(held) = self.lease.clone() else {
+            return Ok(());
+        };
+        let step = LeaseStep::Release {
+            epoch: held.grant.epoch,
+        };
+        match self.transact(step, |_| Ok(Vec::new())) {
+            Ok(_) | Err(StoreError::Fenced(_)) => Ok(()),
+            Err(e) => Err(e),
+        }
+    }
+
+    /// The lease this connection holds, as last granted or renewed.
+    pub fn lease_grant(&self) -> Option<&LeaseGrant> {
+        self.lease.as_ref().map(|h| &h.grant)
     }
 
     /// The session id.
@@ -253,11 +519,11 @@ impl PgStore {
         fetch_and_fold(&mut self.client, self.key, events, projection)
     }
 
-    /// Appends `event` after checking the rules; returns its seq once the
-    /// transaction committed.
+    /// Appends `event` after checking the rules (and, on a leased
+    /// connection, the epoch); returns its seq once the transaction committed.
     pub fn append(&mut self, event: &Event) -> Result<Seq> {
         let event = event.clone();
-        let seqs = self.transact(move |_| Ok(vec![event]))?;
+        let (seqs, _) = self.transact(self.write_step(), move |_| Ok(vec![event]))?;
         Ok(seqs[0])
     }
 
@@ -279,28 +545,13 @@ impl PgStore {
     /// all in one transaction (a crash leaves all marks or none; a second
     /// recovery appends nothing).
     pub fn recover(&mut self) -> Result<RecoveryState> {
-        let seqs = self.transact(|p| {
-            let mut marks = Vec::new();
-            if let Some(run_id) = p.open_run() {
-                marks.push(Event::RunInterrupted {
-                    run_id: run_id.to_string(),
-                });
-            }
-            let mut calls: Vec<&OpenCall> = p
-                .open_calls()
-                .values()
-                .filter(|c| c.recovery.is_none())
-                .collect();
-            calls.sort_by_key(|c| c.seq);
-            marks.extend(calls.into_iter().map(|c| Event::ToolRecovery {
-                call_id: c.call_id.clone(),
-                status: RecoveryStatus::Uncertain,
-                phase: c.phase(),
-            }));
-            Ok(marks)
-        })?;
+        let (seqs, _) = self.transact(self.write_step(), |p| Ok(recovery_marks(p)))?;
+        Ok(self.recovery_state(seqs.len() as u64))
+    }
+
+    fn recovery_state(&self, appended: u64) -> RecoveryState {
         let p = &self.projection;
-        Ok(RecoveryState {
+        RecoveryState {
             repaired: None,
             interrupted_runs: p.interrupted_runs().to_vec(),
             uncertain: p
@@ -308,27 +559,47 @@ impl PgStore {
                 .into_iter()
                 .map(uncertain_call)
                 .collect(),
-            appended: seqs.len() as u64,
-        })
+            appended,
+        }
     }
 
-    /// One write transaction: lock the session row, fold what others
-    /// appended, let `build` decide the events from the current fold,
-    /// check and insert each, commit. On success this process's fold
-    /// includes them; on any error nothing of them was written (or, when
-    /// the commit's answer was lost, the next transaction folds whatever
-    /// the database kept).
+    /// One write transaction: lock the session row, apply `step` to its
+    /// lease (the epoch check of every write), fold what others appended,
+    /// let `build` decide the events from the current fold, check and
+    /// insert each, write the lease and `next_seq`, commit. On success this
+    /// process's fold includes them; on any error nothing of them was
+    /// written (or, when the commit's answer was lost, the next transaction
+    /// folds whatever the database kept). Returns the seqs and, for an
+    /// acquired or renewed lease, its grant.
     fn transact(
         &mut self,
+        step: LeaseStep<'_>,
         build: impl FnOnce(&Projection) -> Result<Vec<Event>>,
-    ) -> Result<Vec<Seq>> {
+    ) -> Result<(Vec<Seq>, Option<LeaseGrant>)> {
         let s = schema::schema_name();
         let mut tx = self.client.transaction().map_err(StoreError::pg("begin"))?;
-        tx.query_one(
-            &format!("SELECT next_seq FROM {s}.sessions WHERE key = $1 FOR UPDATE"),
-            &[&self.key],
-        )
-        .map_err(StoreError::pg("lock the session"))?;
+        let row = tx
+            .query_one(
+                &format!(
+                    "SELECT lease_worker, lease_epoch, lease_granted_ms, lease_expires_ms,
+                        (extract(epoch FROM clock_timestamp()) * 1000)::bigint
+                     FROM {s}.sessions WHERE key = $1 FOR UPDATE"
+                ),
+                &[&self.key],
+            )
+            .map_err(StoreError::pg("lock the session"))?;
+        let mut lease = LeaseRow {
+            worker_id: row.get(0),
+            epoch: row.get::<_, i64>(1) as u64,
+            granted_at_ms: row.get::<_, i64>(2) as u64,
+            expires_at_ms: row.get::<_, i64>(3) as u64,
+        };
+        let now_ms = if fault::active(Fault::LeaseByWorkerClock) {
+            worker_clock_ms() // Broken on purpose: the worker's clock, not the database's.
+        } else {
+            row.get::<_, i64>(4) as u64
+        };
+        let grant = apply_lease_step(&self.session, step, &mut lease, now_ms)?;
         fetch_and_fold(&mut tx, self.key, &mut self.events, &mut self.projection)?;
         let events = build(&self.projection)?;
         let mut projection = self.projection.clone();
@@ -337,10 +608,21 @@ impl PgStore {
         let written = write_checked(&mut tx, self.key, &events, &mut projection, &mut held);
         let written = written.and_then(|seqs| {
             tx.execute(
-                &format!("UPDATE {s}.sessions SET next_seq = $2 WHERE key = $1"),
-                &[&self.key, &(projection.next_seq() as i64)],
+                &format!(
+                    "UPDATE {s}.sessions SET next_seq = $2, lease_worker = $3, lease_epoch = $4,
+                        lease_granted_ms = $5, lease_expires_ms = $6
+                     WHERE key = $1"
+                ),
+                &[
+                    &self.key,
+                    &(projection.next_seq() as i64),
+                    &lease.worker_id,
+                    &(lease.epoch as i64),
+                    &(lease.granted_at_ms as i64),
+                    &(lease.expires_at_ms as i64),
+                ],
             )
-            .map_err(StoreError::pg("advance next_seq"))?;
+            .map_err(StoreError::pg("advance next_seq and the lease"))?;
             tx.commit().map_err(StoreError::pg("commit"))?;
             Ok(seqs)
         });
@@ -348,7 +630,7 @@ impl PgStore {
             Ok(seqs) => {
                 self.events = held;
                 self.projection = projection;
-                Ok(seqs)
+                Ok((seqs, grant))
             }
             Err(e) => {
                 held.truncate(before);
@@ -433,7 +715,8 @@ impl PgStore {
     /// written and fsynced, so crash recovery starts from here); returns the
     /// seq the checkpoint covers up to (exclusive).
     pub fn checkpoint(&mut self) -> Result<Seq> {
-        self.catch_up_outside()?;
+        // A write like any other: fenced on a taken-over connection.
+        self.transact(self.write_step(), |_| Ok(Vec::new()))?;
         // CHECKPOINT needs superuser or pg_checkpoint; without it the WAL
         // alone still holds every committed event.
         self.client

@@ -3,6 +3,7 @@
 //! keeps agentstore's rules with the ledger as a unique constraint.
 
 use agentchaos_protocol::event::{Effect, Event, Phase};
+use agentchaos_protocol::message::LeaseRequest;
 use agentstore_pg::cluster::{self, Cluster, ClusterError, ClusterOptions};
 use agentstore_pg::{PgStore, StoreError};
 
@@ -94,7 +95,7 @@ fn the_ledger_constraint_refuses_a_second_commit_and_recovery_marks_orphans_once
     let Some(c) = cluster() else { return };
     let ws = tempfile::tempdir().expect("workspace");
     let root = ws.path().join("root");
-    let mut s = PgStore::create(&c.dsn(), &root, "s1", ws.path()).expect("create");
+    let (mut s, _) = PgStore::create(&c.dsn(), &root, "s1", ws.path(), None).expect("create");
     s.append(&Event::RunStarted {
         run_id: "r1".into(),
     })
@@ -116,7 +117,7 @@ fn the_ledger_constraint_refuses_a_second_commit_and_recovery_marks_orphans_once
     );
     drop(s);
 
-    let mut s = PgStore::open(&c.dsn(), &root, "s1", None).expect("reopen");
+    let (mut s, _) = PgStore::open(&c.dsn(), &root, "s1", None, None).expect("reopen");
     let r = s.recover().expect("recover");
     assert_eq!(r.interrupted_runs, vec!["r1".to_string()]);
     let phases: Vec<(String, Phase)> = r
@@ -134,11 +135,73 @@ fn the_ledger_constraint_refuses_a_second_commit_and_recovery_marks_orphans_once
     assert_eq!(r.appended, 3);
     assert_eq!(s.recover().expect("second recover").appended, 0);
     assert!(matches!(
-        PgStore::create(&c.dsn(), &root, "s1", ws.path()),
+        PgStore::create(&c.dsn(), &root, "s1", ws.path(), None),
         Err(StoreError::Exists(_))
     ));
     assert!(matches!(
-        PgStore::open(&c.dsn(), &ws.path().join("other-root"), "s1", None),
+        PgStore::open(&c.dsn(), &ws.path().join("other-root"), "s1", None, None),
         Err(StoreError::NotFound(_))
     ));
+}
+
+fn lease(worker: &str, ttl_ms: u64) -> LeaseRequest {
+    LeaseRequest {
+        worker_id: worker.into(),
+        ttl_ms,
+    }
+}
+
+/// A lease of ttl 0 has expired by the time anyone else asks (the
+/// database's clock does not run back), so a takeover needs no waiting.
+#[test]
+fn a_takeover_after_expiry_fences_the_old_owner_and_marks_its_orphans() {
+    let Some(c) = cluster() else { return };
+    let ws = tempfile::tempdir().expect("workspace");
+    let root = ws.path().join("root");
+    let (mut a, t) = PgStore::create(&c.dsn(), &root, "s", ws.path(), Some(&lease("a", 0)))
+        .expect("create with a lease");
+    assert_eq!(t.expect("a grant").grant.epoch, 1);
+    a.append(&Event::RunStarted {
+        run_id: "r1".into(),
+    })
+    .expect("a lapsed lease not taken over still writes");
+    a.append(&call("c1", "op-1")).expect("call");
+    a.start_tool("c1").expect("intent");
+
+    let (mut b, t) = PgStore::open(&c.dsn(), &root, "s", None, Some(&lease("b", 600_000)))
+        .expect("take over an expired lease");
+    let t = t.expect("a grant");
+    assert_eq!((t.grant.worker_id.as_str(), t.grant.epoch), ("b", 2));
+    assert_eq!(t.recovery.interrupted_runs, vec!["r1".to_string()]);
+    assert_eq!(t.recovery.uncertain.len(), 1);
+    assert_eq!(t.recovery.uncertain[0].phase, Phase::Started);
+    assert_eq!(t.recovery.appended, 2);
+
+    let before = b.projection().next_seq();
+    for (what, refused) in [
+        ("append", a.append(&commit("c1", "op-1")).err()),
+        ("renew", a.renew_lease().err()),
+        ("recover", a.recover().err()),
+    ] {
+        assert!(
+            matches!(refused, Some(StoreError::Fenced(_))),
+            "the zombie's {what} was not fenced: {refused:?}"
+        );
+    }
+    a.release_lease()
+        .expect("a fenced owner has nothing to release");
+    b.refresh().expect("refresh");
+    assert_eq!(b.projection().next_seq(), before, "nothing of the zombie's");
+
+    for l in [Some(lease("c", 1_000)), None] {
+        assert!(matches!(
+            PgStore::open(&c.dsn(), &root, "s", None, l.as_ref()),
+            Err(StoreError::LeaseHeld(_))
+        ));
+    }
+    b.renew_lease().expect("the owner renews");
+    b.release_lease().expect("release");
+    let (_, t) = PgStore::open(&c.dsn(), &root, "s", None, Some(&lease("c", 1_000)))
+        .expect("a released lease is taken over at once");
+    assert_eq!(t.expect("a grant").grant.epoch, 3);
 }

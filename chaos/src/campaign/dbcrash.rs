@@ -169,6 +169,7 @@ fn run_trial(
         session: "db-crash".into(),
         workspace: Some(workspace.clone()),
         create,
+        lease: None,
     };
     let mut client = spawn(adapter, cluster)?;
     client
