@@ -350,7 +350,7 @@ impl PgStore {
     }
 
     /// Opens an existing session and reads it; with `lease`, as its lease
-    /// owner ([`PgStore::take_over`]). Either is refused with `lease_held`
+    /// owner (see `take_over`). Either is refused with `lease_held`
     /// while another owner's lease is live. With `workspace`, a different
     /// path rebinds the session (`workspace_rebound`); without, the
     /// recorded workspace must still exist.
