@@ -10,11 +10,12 @@
 
 use std::path::{Path, PathBuf};
 
+use agentchaos::nemesis::partition::{self, Partition};
 use agentchaos::store::adapter::{AdapterCommand, Client, ClientOptions};
 use agentchaos_protocol::event::{Effect, Event, Phase};
 use agentchaos_protocol::message::{LeaseRequest, OpenArgs};
 use agentchaos_protocol::ErrorKind;
-use agentstore_pg::cluster::{self, Cluster, ClusterError, ClusterOptions};
+use agentstore_pg::cluster::{self, Cluster, ClusterError, ClusterOptions, Listen};
 
 use crate::campaign;
 use crate::support;
@@ -310,4 +311,124 @@ fn lease_faults_are_each_caught() {
             "fault {fault} not caught by {caught_by}: {problems:#?}\nreplay: {LEASE_REPLAY}"
         );
     }
+}
+
+/// The database in a network namespace of its own, worker a in another,
+/// joined by a veth pair: a starts a side effect, the link is cut, a's
+/// lease lapses by the database's clock and worker b (on the database's
+/// side) takes over; after the link heals, a's connection still works
+/// and its effect commit is refused with `fenced`, nothing written. b
+/// polls for a's expiry: the outcome does not depend on how long it takes.
+#[test]
+fn a_partitioned_owner_is_fenced_once_the_link_heals() {
+    if !partition::available() {
+        assert!(
+            !cluster::required(),
+            "network namespaces need root and iproute2 (CI=true)"
+        );
+        eprintln!("skipped: no network namespaces here");
+        return;
+    }
+    if cluster::find_bindir().is_none() {
+        assert!(
+            !cluster::required(),
+            "PostgreSQL is not installed (CI=true)"
+        );
+        eprintln!("skipped: PostgreSQL is not installed");
+        return;
+    }
+    let net = Partition::create(&format!("ac{}", std::process::id())).unwrap();
+    let cluster = Cluster::start(ClusterOptions {
+        listen: Listen::Tcp {
+            addr: partition::DATABASE_ADDR,
+            port: 5432,
+        },
+        netns: Some(net.database_ns().to_string()),
+        settings: Vec::new(),
+    })
+    .unwrap();
+    let dir = tempfile::tempdir().unwrap();
+    let ws = dir.path().join("ws");
+    std::fs::create_dir(&ws).unwrap();
+    let root = dir.path().join("root");
+
+    let bin = support::workspace_bin("agentstore-pg", "agentstore-pg");
+    let over_tcp = [
+        "adapter".to_string(),
+        "--dsn".to_string(),
+        cluster.tcp_dsn().unwrap(),
+    ];
+    let cmd = net.in_workers(bin.to_str().unwrap(), &over_tcp);
+    let mut a = Client::spawn(cmd, ClientOptions::default()).unwrap();
+    a.open(&leased_open(&root, &ws, true, "a", 1_000)).unwrap();
+    a.append(&Event::RunStarted {
+        run_id: "r1".into(),
+    })
+    .unwrap();
+    a.append(&Event::ToolCall {
+        parent: None,
+        call_id: "c1".into(),
+        tool: "deploy".into(),
+        args: serde_json::json!({"v": 2}),
+        effect: Effect::SideEffect,
+        operation_id: Some("op-c1".into()),
+        target: Some("prod".into()),
+        needs_approval: false,
+    })
+    .unwrap();
+    a.start_tool("c1").unwrap();
+
+    net.cut().unwrap();
+    // The cut is real: a new connection from the workers' side cannot reach the server.
+    let cut_off = [
+        "adapter".to_string(),
+        "--dsn".to_string(),
+        format!("{} connect_timeout=2", cluster.tcp_dsn().unwrap()),
+    ];
+    let cmd = net.in_workers(bin.to_str().unwrap(), &cut_off);
+    let mut c = Client::spawn(cmd, ClientOptions::default()).unwrap();
+    let reached = c.open(&leased_open(&root, &ws, false, "c", 1_000));
+    assert!(
+        matches!(&reached, Err(e) if e.refusal_kind() == Some(ErrorKind::Io)),
+        "a worker reached the database across the cut: {reached:?}"
+    );
+    let _ = c.kill();
+    let mut b = adapter_process(&pg_adapter(&cluster, None), &[]);
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(60);
+    let opened = loop {
+        match b.open(&leased_open(&root, &ws, false, "b", 600_000)) {
+            Ok(o) => break o,
+            Err(e)
+                if e.refusal_kind() == Some(ErrorKind::LeaseHeld)
+                    && std::time::Instant::now() < deadline =>
+            {
+                std::thread::sleep(std::time::Duration::from_millis(50));
+            }
+            Err(e) => panic!("b could not take over after a's lease lapsed: {e}"),
+        }
+    };
+    assert_eq!(opened.lease.as_ref().map(|g| g.epoch), Some(2));
+    let marked = opened.recovery.as_ref().map(|r| r.uncertain.len());
+    assert_eq!(marked, Some(1), "b's takeover marks a's orphan c1");
+    let next_seq = b.projection().unwrap().next_seq;
+
+    net.heal().unwrap();
+    let zombie = a.append(&Event::EffectCommitted {
+        call_id: "c1".into(),
+        operation_id: "op-c1".into(),
+        external_ref: "zombie".into(),
+    });
+    match zombie {
+        Err(e) if e.refusal_kind() == Some(ErrorKind::Fenced) => {}
+        other => panic!(
+            "expected the partitioned owner's commit refused with fenced after the heal, found {other:?}\nreplay: cargo test -p agentchaos --test integration postgres::a_partitioned_owner"
+        ),
+    }
+    assert_eq!(
+        b.projection().unwrap().next_seq,
+        next_seq,
+        "nothing of the zombie's was written"
+    );
+    let _ = a.kill();
+    let _ = b.kill();
 }

@@ -76,14 +76,20 @@ fn io(what: impl Into<String>) -> impl FnOnce(std::io::Error) -> ClusterError {
 pub enum Listen {
     /// Only the Unix socket in the scratch directory (`listen_addresses=''`).
     UnixSocket,
-    /// The Unix socket and `127.0.0.1:PORT`.
-    Loopback { port: u16 },
+    /// The Unix socket and `ADDR:PORT` (`127.0.0.1` for the loopback, or
+    /// the address of a test's own network namespace), with password-less
+    /// access from any address that reaches it.
+    Tcp { addr: std::net::Ipv4Addr, port: u16 },
 }
 
 /// How a cluster is set up.
 #[derive(Debug, Clone)]
 pub struct ClusterOptions {
     pub listen: Listen,
+    /// A network namespace (`ip netns`) the server runs in, for tests that
+    /// partition it from its clients; its Unix socket stays reachable by
+    /// path from every namespace.
+    pub netns: Option<String>,
     /// Extra `postgresql.conf` settings, `(name, value)` with the value as
     /// PostgreSQL writes it (quoted where it is a string).
     pub settings: Vec<(String, String)>,
@@ -93,6 +99,7 @@ impl Default for ClusterOptions {
     fn default() -> Self {
         ClusterOptions {
             listen: Listen::UnixSocket,
+            netns: None,
             settings: Vec::new(),
         }
     }
@@ -161,6 +168,7 @@ pub struct Cluster {
     bindir: PathBuf,
     run_as: Option<RunAs>,
     listen: Listen,
+    netns: Option<String>,
     server: Option<Child>,
 }
 
@@ -182,6 +190,7 @@ impl Cluster {
             bindir,
             run_as,
             listen: options.listen,
+            netns: options.netns.clone(),
             server: None,
         };
         cluster.initdb(&options)?;
@@ -214,11 +223,21 @@ impl Cluster {
         )
     }
 
+    /// A DSN over TCP, for a cluster listening on an address.
+    pub fn tcp_dsn(&self) -> Option<String> {
+        match self.listen {
+            Listen::UnixSocket => None,
+            Listen::Tcp { addr, port } => Some(format!(
+                "host={addr} port={port} user={SUPERUSER} dbname=postgres connect_timeout=10"
+            )),
+        }
+    }
+
     /// The port (the Unix socket's name carries it too).
     pub fn port(&self) -> u16 {
         match self.listen {
             Listen::UnixSocket => 5432,
-            Listen::Loopback { port } => port,
+            Listen::Tcp { port, .. } => port,
         }
     }
 
@@ -268,7 +287,7 @@ impl Cluster {
         run(cmd, "initdb")?;
         let listen_addresses = match self.listen {
             Listen::UnixSocket => "''".to_string(),
-            Listen::Loopback { .. } => "'127.0.0.1'".to_string(),
+            Listen::Tcp { addr, .. } => format!("'{addr}'"),
         };
         let mut conf = format!(
             "\n# agentstore-pg private cluster\nlisten_addresses = {listen_addresses}\nport = {}\nunix_socket_directories = '{}'\nfsync = on\nsynchronous_commit = on\nfull_page_writes = on\nlogging_collector = off\n",
@@ -281,7 +300,15 @@ impl Cluster {
         let path = self.data_dir().join("postgresql.conf");
         let mut text = std::fs::read_to_string(&path).map_err(io("read postgresql.conf"))?;
         text.push_str(&conf);
-        std::fs::write(&path, text).map_err(io("write postgresql.conf"))
+        std::fs::write(&path, text).map_err(io("write postgresql.conf"))?;
+        if let Listen::Tcp { .. } = self.listen {
+            // Only the test's own address reaches it; the cluster is scratch.
+            let hba = self.data_dir().join("pg_hba.conf");
+            let mut text = std::fs::read_to_string(&hba).map_err(io("read pg_hba.conf"))?;
+            text.push_str("host all all 0.0.0.0/0 trust\n");
+            std::fs::write(&hba, text).map_err(io("write pg_hba.conf"))?;
+        }
+        Ok(())
     }
 
     /// Starts the server (after a stop or a crash it runs crash recovery)
@@ -296,7 +323,23 @@ impl Cluster {
             .open(self.log_path())
             .map_err(io("open the server log"))?;
         let log_err = log.try_clone().map_err(io("open the server log"))?;
-        let mut cmd = self.command("postgres");
+        let mut cmd = match &self.netns {
+            // `ip netns exec` enters the namespace and execs in place (same pid).
+            Some(ns) => {
+                let inner = self.command("postgres");
+                let mut c = Command::new("ip");
+                c.args(["netns", "exec", ns]).arg(inner.get_program());
+                c.args(inner.get_args());
+                for (k, v) in inner.get_envs() {
+                    match v {
+                        Some(v) => c.env(k, v),
+                        None => c.env_remove(k),
+                    };
+                }
+                c
+            }
+            None => self.command("postgres"),
+        };
         cmd.arg("-D")
             .arg(self.data_dir())
             .stdin(Stdio::null())
