@@ -150,3 +150,33 @@ impl History {
         self.lives.last().expect("a trial has at least one life")
     }
 }
+
+/// One thing the many-workers campaign observed, in the order it observed
+/// it. The harness sends one command at a time and waits for its reply,
+/// so this order is the order in which the store served the requests.
+#[derive(Debug, Clone, PartialEq)]
+pub enum WorkerEvent {
+    /// `worker` got the lease of `session`; `records` are the events the
+    /// store served right after the grant (its recovery included).
+    Granted {
+        worker: String,
+        session: String,
+        grant: agentchaos_protocol::message::LeaseGrant,
+        records: Vec<agentchaos_protocol::event::Record>,
+    },
+    /// `worker`'s reply to a step or renewal of `session`.
+    Replied {
+        worker: String,
+        session: String,
+        reply: crate::agent::worker::WorkerReply,
+    },
+    Paused {
+        worker: String,
+    },
+    Resumed {
+        worker: String,
+    },
+    Killed {
+        worker: String,
+    },
+}

@@ -56,9 +56,15 @@ enum Command {
     DbCrash(DbCrashArgs),
     /// List the built-in scenarios (the shipped scenarios/, compiled in), or export them.
     Scenarios(ScenariosCli),
+    /// Many workers, one store: pause and kill lease holders, take their sessions over, and
+    /// check the fencing (a store that claims `lease`; chaos/PROTOCOL.md section 9).
+    Workers(WorkersCli),
     /// The child agent (started by the harness).
     #[command(hide = true)]
     Agent(AgentCli),
+    /// A worker of the many-workers campaign (started by the harness).
+    #[command(hide = true)]
+    Worker(WorkerCli),
     /// A probe's child (started by the harness): drives the store, prints one JSON line.
     #[command(hide = true)]
     Probe(ProbeCli),
@@ -242,6 +248,48 @@ struct AgentCli {
     adapter_fds: Option<String>,
     #[arg(long, default_value = "sync")]
     durability: Durability,
+}
+
+#[derive(Args, Debug)]
+struct WorkersCli {
+    /// One plan (`pause@K`, `kill@K`, `none`); without it, a pause and a kill after every
+    /// step of the first session's owner.
+    #[arg(long, value_name = "PLAN")]
+    plan: Option<String>,
+    /// Worker processes (at least 2: one to lose a session, one to take it over).
+    #[arg(long, default_value_t = 2)]
+    workers: usize,
+    /// Sessions they serve, spread round-robin over the workers.
+    #[arg(long, default_value_t = 2)]
+    sessions: usize,
+    /// The lease's ttl, in milliseconds of the store's clock.
+    #[arg(long, default_value_t = 300)]
+    ttl_ms: u64,
+    /// Run the reference store with this fault profile (see `agentchaos faults`).
+    #[arg(long, value_name = "NAME", conflicts_with = "adapter")]
+    store_fault: Option<String>,
+    /// The store behind this adapter program (it must claim `lease`) instead of agentstore in-process.
+    #[arg(long, value_name = "'CMD ARGS…'")]
+    adapter: Option<String>,
+    /// Where the trials' scratch directories go (default: the system's temporary directory).
+    #[arg(long, value_name = "DIR")]
+    scratch: Option<PathBuf>,
+}
+
+#[derive(Args, Debug)]
+struct WorkerCli {
+    #[arg(long)]
+    root: PathBuf,
+    #[arg(long)]
+    workspace: PathBuf,
+    #[arg(long)]
+    world: PathBuf,
+    #[arg(long)]
+    worker_id: String,
+    #[arg(long)]
+    ttl_ms: u64,
+    #[arg(long)]
+    adapter: Option<String>,
 }
 
 #[derive(Args, Debug)]
@@ -458,6 +506,8 @@ fn main() -> ExitCode {
         Command::Scenarios(s) => scenarios(s),
         Command::DbCrash(args) => db_crash(args),
         Command::Agent(a) => run_agent(a),
+        Command::Worker(w) => run_worker(w),
+        Command::Workers(w) => run_workers(w),
         Command::Probe(p) => run_probe(p),
         Command::ReferenceAdapter(a) => {
             let options = agentstore::adapter::ServeOptions {
@@ -487,6 +537,136 @@ fn main() -> ExitCode {
             ExitCode::from(f.code())
         }
     }
+}
+
+fn run_worker(w: WorkerCli) -> Result<ExitCode, Failure> {
+    let args = agentchaos::agent::worker::WorkerArgs {
+        root: w.root,
+        workspace: w.workspace,
+        world: w.world,
+        worker_id: w.worker_id,
+        ttl_ms: w.ttl_ms,
+    };
+    let backend =
+        backend(&w.adapter, Durability::Sync, false).map_err(|e| failed(format!("worker: {e}")))?;
+    agentchaos::agent::worker::Worker::new(&args, backend.as_ref())
+        .serve(std::io::stdin().lock(), std::io::stdout().lock())
+        .map_err(|e| {
+            failed(format!(
+                "worker {}: the harness's pipe failed: {e}",
+                args.worker_id
+            ))
+        })?;
+    Ok(ExitCode::SUCCESS)
+}
+
+fn run_workers(w: WorkersCli) -> Result<ExitCode, Failure> {
+    use agentchaos::campaign::workers::{self, WorkersConfig, WorkersError};
+    use agentchaos::nemesis::workers::WorkerPlan;
+    check_fault(&w.store_fault)?;
+    if w.workers < 2 || w.sessions < 1 {
+        return Err(bad_input(
+            "--workers must be at least 2 and --sessions at least 1",
+        ));
+    }
+    let plans = match &w.plan {
+        Some(p) => vec![p
+            .parse::<WorkerPlan>()
+            .map_err(|e| bad_input(format!("--plan: {e}")))?],
+        None => workers::every_plan(),
+    };
+    let backend = backend(&w.adapter, Durability::Sync, false)?;
+    let claims = backend
+        .capabilities()
+        .map_err(|e| Failure::Store(format!("workers: {e}")))?;
+    if !claims.contains(&agentchaos_protocol::Capability::Lease) {
+        return Err(bad_input(format!(
+            "{} does not claim `lease`: many workers cannot share it (chaos/PROTOCOL.md, section 9)",
+            backend.describe()
+        )));
+    }
+    let cfg = WorkersConfig {
+        exe: std::env::current_exe()
+            .map_err(|e| failed(format!("cannot find my own binary: {e}")))?,
+        workers: w.workers,
+        sessions: w.sessions,
+        ttl_ms: w.ttl_ms,
+        store_fault: w.store_fault.clone(),
+        adapter: w.adapter.clone(),
+    };
+    let scratch = w.scratch.unwrap_or_else(std::env::temp_dir);
+    println!(
+        "store: {}{} · {} workers, {} sessions, lease ttl {} ms · {} plan(s)",
+        backend.describe(),
+        w.store_fault
+            .as_deref()
+            .map(|f| format!(" (fault {f})"))
+            .unwrap_or_default(),
+        cfg.workers,
+        cfg.sessions,
+        cfg.ttl_ms,
+        plans.len()
+    );
+    let started = std::time::Instant::now();
+    let mut violations = 0;
+    let mut by_invariant = std::collections::BTreeMap::new();
+    for plan in &plans {
+        let trial =
+            workers::trial(&cfg, backend.as_ref(), *plan, &scratch).map_err(|e| match e {
+                WorkersError::Harness(m) => failed(format!("workers {plan}: {m}")),
+                WorkersError::Store(m) => Failure::Store(format!("workers {plan}: {m}")),
+            })?;
+        let takeovers = trial
+            .history
+            .iter()
+            .filter(|e| matches!(e, agentchaos::history::WorkerEvent::Granted { grant, .. } if grant.epoch > 1))
+            .count();
+        let fenced = trial
+            .history
+            .iter()
+            .filter(|e| {
+                matches!(
+                    e,
+                    agentchaos::history::WorkerEvent::Replied {
+                        reply: agentchaos::agent::worker::WorkerReply::Fenced { .. },
+                        ..
+                    }
+                )
+            })
+            .count();
+        println!(
+            "{plan:<10} {takeovers} takeover(s), {fenced} write(s) fenced, {} effect(s) applied, {} violation(s)",
+            trial.effects.len(),
+            trial.violations.len()
+        );
+        for v in &trial.violations {
+            *by_invariant.entry(v.invariant.name()).or_insert(0) += 1;
+            violations += 1;
+            println!("VIOLATION {} · session {}", v.invariant.name(), v.session);
+            println!("  plan:     {plan}");
+            println!("  expected: {}", v.expected);
+            println!("  found:    {}", v.found);
+            for e in &v.events {
+                println!("  event:    {e}");
+            }
+            println!("  replay:   {}", cfg.replay(*plan));
+        }
+    }
+    let counts: Vec<String> = agentchaos::check::workers::WorkerInvariant::ALL
+        .iter()
+        .map(|i| format!("{} {}", i.name(), by_invariant.get(i.name()).unwrap_or(&0)))
+        .collect();
+    println!(
+        "total: {} trial(s), {violations} violation(s), {:.1}s · by invariant: {}",
+        plans.len(),
+        started.elapsed().as_secs_f64(),
+        counts.join(" · ")
+    );
+    Ok(if violations == 0 {
+        ExitCode::SUCCESS
+    } else {
+        ExitCode::from(EXIT_STORE)
+    })
 }
 
 fn run_agent(a: AgentCli) -> Result<ExitCode, Failure> {

@@ -45,3 +45,4 @@ mod strands_adapter;
 mod syscall_record;
 mod syscall_run;
 mod syscall_trace;
+mod workers;

@@ -25,6 +25,7 @@
 
 pub mod tools;
 pub mod wire;
+pub mod worker;
 pub mod world;
 
 use std::collections::{BTreeMap, HashMap};

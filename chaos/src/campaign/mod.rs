@@ -21,3 +21,4 @@ pub mod runner;
 pub mod scratch;
 pub mod shrink;
 pub mod trial;
+pub mod workers;

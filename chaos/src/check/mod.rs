@@ -13,6 +13,7 @@
 //! command. This module must never perform I/O.
 
 pub mod evidence;
+pub mod workers;
 
 use std::collections::BTreeMap;
 use std::fmt;

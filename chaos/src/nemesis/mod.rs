@@ -60,6 +60,7 @@ pub mod database;
 pub mod partition;
 pub mod powerloss;
 pub mod syscall;
+pub mod workers;
 
 use std::collections::BTreeMap;
 use std::fmt;

@@ -1,0 +1,366 @@
+//! The many-workers invariants: what a store that claims `lease` owes
+//! when its owners are paused, killed and taken over
+//! (`chaos/PROTOCOL.md`, section 9). Each judges the campaign's history
+//! ([`WorkerEvent`]s, in the order the store served them) and the world's
+//! record of applied effects; none runs anything.
+
+use std::collections::BTreeMap;
+
+use agentchaos_protocol::event::Phase;
+use agentchaos_protocol::message::LeaseGrant;
+
+use crate::agent::worker::{AppliedEffect, WorkerReply};
+use crate::history::WorkerEvent;
+
+/// The invariants, by stable name.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash)]
+pub enum WorkerInvariant {
+    /// No event, intent, effect commit or renewal of a fenced epoch is
+    /// accepted after a takeover.
+    FencedEpochRefused,
+    /// At most one live owner per session at any instant, by the grants
+    /// and renewals the store itself issued (its clock).
+    OneLiveOwner,
+    /// Every effect applied at most once across all workers.
+    EffectOnceAcrossWorkers,
+    /// Every takeover marks the previous owner's orphans uncertain (with
+    /// their phase) and closes its run before the new owner acts.
+    TakeoverMarksOrphans,
+}
+
+impl WorkerInvariant {
+    pub const ALL: [WorkerInvariant; 4] = [
+        WorkerInvariant::FencedEpochRefused,
+        WorkerInvariant::OneLiveOwner,
+        WorkerInvariant::EffectOnceAcrossWorkers,
+        WorkerInvariant::TakeoverMarksOrphans,
+    ];
+
+    pub fn name(self) -> &'static str {
+        match self {
+            WorkerInvariant::FencedEpochRefused => "fenced-epoch-refused",
+            WorkerInvariant::OneLiveOwner => "one-live-owner",
+            WorkerInvariant::EffectOnceAcrossWorkers => "effect-once-across-workers",
+            WorkerInvariant::TakeoverMarksOrphans => "takeover-marks-orphans",
+        }
+    }
+}
+
+/// One broken promise, explained.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct WorkerViolation {
+    pub invariant: WorkerInvariant,
+    pub session: String,
+    pub expected: String,
+    pub found: String,
+    /// The observations it rests on, one line each.
+    pub events: Vec<String>,
+}
+
+/// Every violation the history shows.
+pub fn check(history: &[WorkerEvent], effects: &[AppliedEffect]) -> Vec<WorkerViolation> {
+    let mut out = fenced_epoch_refused(history);
+    out.extend(one_live_owner(history));
+    out.extend(effect_once_across_workers(effects));
+    out.extend(takeover_marks_orphans(history));
+    out
+}
+
+fn phase_name(phase: Phase) -> &'static str {
+    match phase {
+        Phase::Requested => "requested",
+        Phase::Started => "started",
+        Phase::Committed => "committed",
+    }
+}
+
+fn grant_line(worker: &str, g: &LeaseGrant) -> String {
+    format!(
+        "{worker} holds epoch {} from {} to {} ms (store clock)",
+        g.epoch, g.granted_at_ms, g.expires_at_ms
+    )
+}
+
+fn fenced_epoch_refused(history: &[WorkerEvent]) -> Vec<WorkerViolation> {
+    // The latest takeover of each session: (epoch, who, line).
+    let mut latest: BTreeMap<&str, (u64, String)> = BTreeMap::new();
+    let mut out: Vec<WorkerViolation> = Vec::new();
+    // One violation per fenced owner: its first accepted write, the rest counted.
+    let mut reported: BTreeMap<(&str, &str, u64), usize> = BTreeMap::new();
+    for event in history {
+        match event {
+            WorkerEvent::Granted {
+                worker,
+                session,
+                grant,
+                ..
+            } => {
+                let newer = latest
+                    .get(session.as_str())
+                    .is_none_or(|(e, _)| grant.epoch > *e);
+                if newer {
+                    latest.insert(session, (grant.epoch, grant_line(worker, grant)));
+                }
+            }
+            WorkerEvent::Replied {
+                worker,
+                session,
+                reply,
+            } => {
+                let accepted = match reply {
+                    WorkerReply::Acked { epoch, seq, what } => {
+                        Some((*epoch, format!("acknowledged {what} at seq {seq}")))
+                    }
+                    WorkerReply::Renewed { grant } => {
+                        Some((grant.epoch, "renewed its lease".to_string()))
+                    }
+                    WorkerReply::Applied {
+                        epoch,
+                        operation_id,
+                        ..
+                    } => Some((
+                        *epoch,
+                        format!("renewed its lease, and the worker applied {operation_id}"),
+                    )),
+                    _ => None,
+                };
+                let (Some((epoch, what)), Some((current, taken))) =
+                    (accepted, latest.get(session.as_str()))
+                else {
+                    continue;
+                };
+                if epoch < *current {
+                    if let Some(&at) = reported.get(&(session.as_str(), worker.as_str(), epoch)) {
+                        out[at].events.push(format!("then {worker}: {what}"));
+                        continue;
+                    }
+                    reported.insert((session, worker, epoch), out.len());
+                    out.push(WorkerViolation {
+                        invariant: WorkerInvariant::FencedEpochRefused,
+                        session: session.clone(),
+                        expected: format!(
+                            "every write of {worker} at epoch {epoch} refused with fenced once session {session} was taken over at epoch {current}"
+                        ),
+                        found: format!("the store {what} for {worker} at epoch {epoch}"),
+                        events: vec![format!("takeover: {taken}"), format!("then {worker}: {what}")],
+                    });
+                }
+            }
+            _ => {}
+        }
+    }
+    out
+}
+
+fn one_live_owner(history: &[WorkerEvent]) -> Vec<WorkerViolation> {
+    // Every interval the store granted, per session: (worker, grant).
+    let mut held: BTreeMap<&str, Vec<(&str, &LeaseGrant)>> = BTreeMap::new();
+    for event in history {
+        let (worker, session, grant) = match event {
+            WorkerEvent::Granted {
+                worker,
+                session,
+                grant,
+                ..
+            } => (worker, session, grant),
+            WorkerEvent::Replied {
+                worker,
+                session,
+                reply: WorkerReply::Renewed { grant } | WorkerReply::Applied { renewed: grant, .. },
+            } => (worker, session, grant),
+            _ => continue,
+        };
+        held.entry(session).or_default().push((worker, grant));
+    }
+    let mut out = Vec::new();
+    for (session, grants) in held {
+        'pairs: for (i, (wa, a)) in grants.iter().enumerate() {
+            for (wb, b) in &grants[i + 1..] {
+                let overlap =
+                    a.granted_at_ms < b.expires_at_ms && b.granted_at_ms < a.expires_at_ms;
+                if a.epoch != b.epoch && overlap {
+                    let (first, second) = if a.epoch < b.epoch {
+                        ((wa, a), (wb, b))
+                    } else {
+                        ((wb, b), (wa, a))
+                    };
+                    out.push(WorkerViolation {
+                        invariant: WorkerInvariant::OneLiveOwner,
+                        session: session.to_string(),
+                        expected: format!(
+                            "epoch {} of session {session} live only after epoch {}'s lease expired ({} ms by the store's clock)",
+                            second.1.epoch, first.1.epoch, first.1.expires_at_ms
+                        ),
+                        found: format!(
+                            "two live owners from {} to {} ms",
+                            a.granted_at_ms.max(b.granted_at_ms),
+                            a.expires_at_ms.min(b.expires_at_ms)
+                        ),
+                        events: vec![grant_line(first.0, first.1), grant_line(second.0, second.1)],
+                    });
+                    break 'pairs;
+                }
+            }
+        }
+    }
+    out
+}
+
+fn effect_once_across_workers(effects: &[AppliedEffect]) -> Vec<WorkerViolation> {
+    let mut by_op: BTreeMap<&str, Vec<&AppliedEffect>> = BTreeMap::new();
+    for e in effects {
+        by_op.entry(&e.operation_id).or_default().push(e);
+    }
+    by_op
+        .into_iter()
+        .filter(|(_, applied)| applied.len() > 1)
+        .map(|(op, applied)| WorkerViolation {
+            invariant: WorkerInvariant::EffectOnceAcrossWorkers,
+            session: applied[0].session.clone(),
+            expected: format!("operation {op} applied to the world at most once"),
+            found: format!("applied {} times", applied.len()),
+            events: applied
+                .iter()
+                .map(|e| format!("{} applied {op} at epoch {}", e.worker_id, e.epoch))
+                .collect(),
+        })
+        .collect()
+}
+
+fn takeover_marks_orphans(history: &[WorkerEvent]) -> Vec<WorkerViolation> {
+    let mut out = Vec::new();
+    for event in history {
+        let WorkerEvent::Granted {
+            worker,
+            session,
+            grant,
+            records,
+        } = event
+        else {
+            continue;
+        };
+        let view = crate::model::oracle::projection(records);
+        let at = |what: String| WorkerViolation {
+            invariant: WorkerInvariant::TakeoverMarksOrphans,
+            session: session.clone(),
+            expected: String::new(),
+            found: what,
+            events: vec![format!(
+                "{} ({} events served after the grant)",
+                grant_line(worker, grant),
+                records.len()
+            )],
+        };
+        if let Some(run) = &view.open_run {
+            out.push(WorkerViolation {
+                expected: format!(
+                    "run {run}, left open by the previous owner, interrupted before {worker} acts at epoch {}",
+                    grant.epoch
+                ),
+                ..at(format!("run {run} still open after the grant"))
+            });
+        }
+        for call in &view.open_calls {
+            if call.recovery != Some(call.phase) {
+                out.push(WorkerViolation {
+                    expected: format!(
+                        "call {} (no result: an orphan of the previous owner) marked uncertain with phase {} before {worker} acts at epoch {}",
+                        call.call_id,
+                        phase_name(call.phase),
+                        grant.epoch
+                    ),
+                    ..at(match call.recovery {
+                        None => format!("no tool_recovery for call {}", call.call_id),
+                        Some(p) => format!("call {} marked with phase {}", call.call_id, phase_name(p)),
+                    })
+                });
+            }
+        }
+    }
+    out
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn grant(epoch: u64, from: u64, to: u64) -> LeaseGrant {
+        LeaseGrant {
+            worker_id: format!("w{epoch}"),
+            epoch,
+            granted_at_ms: from,
+            expires_at_ms: to,
+        }
+    }
+
+    fn granted(worker: &str, g: LeaseGrant) -> WorkerEvent {
+        WorkerEvent::Granted {
+            worker: worker.into(),
+            session: "s0".into(),
+            grant: g,
+            records: Vec::new(),
+        }
+    }
+
+    fn replied(worker: &str, reply: WorkerReply) -> WorkerEvent {
+        WorkerEvent::Replied {
+            worker: worker.into(),
+            session: "s0".into(),
+            reply,
+        }
+    }
+
+    #[test]
+    fn a_write_of_an_older_epoch_after_a_takeover_is_a_violation_and_before_it_is_not() {
+        let ack = |epoch| WorkerReply::Acked {
+            epoch,
+            seq: 5,
+            what: "effect_committed".into(),
+        };
+        let fine = [
+            granted("w0", grant(1, 0, 10)),
+            replied("w0", ack(1)),
+            granted("w1", grant(2, 20, 30)),
+            replied("w1", ack(2)),
+        ];
+        assert!(fenced_epoch_refused(&fine).is_empty());
+        let mut broken = fine.to_vec();
+        broken.push(replied("w0", ack(1)));
+        let v = fenced_epoch_refused(&broken);
+        assert_eq!(v.len(), 1);
+        assert!(
+            v[0].found
+                .contains("acknowledged effect_committed at seq 5"),
+            "{v:?}"
+        );
+    }
+
+    #[test]
+    fn overlapping_grants_of_two_epochs_are_two_live_owners() {
+        let apart = [
+            granted("w0", grant(1, 0, 10)),
+            granted("w1", grant(2, 10, 20)),
+        ];
+        assert!(one_live_owner(&apart).is_empty());
+        let overlapping = [
+            granted("w0", grant(1, 0, 10)),
+            granted("w1", grant(2, 9, 20)),
+        ];
+        let v = one_live_owner(&overlapping);
+        assert_eq!(v.len(), 1);
+        assert!(v[0].found.contains("from 9 to 10 ms"), "{v:?}");
+    }
+
+    #[test]
+    fn an_operation_applied_twice_names_both_workers() {
+        let e = |w: &str, epoch| AppliedEffect {
+            session: "s0".into(),
+            operation_id: "op-s0-1".into(),
+            worker_id: w.into(),
+            epoch,
+        };
+        assert!(effect_once_across_workers(&[e("w0", 1)]).is_empty());
+        let v = effect_once_across_workers(&[e("w0", 1), e("w1", 2)]);
+        assert_eq!(v[0].events.len(), 2);
+    }
+}

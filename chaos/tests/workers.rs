@@ -1,0 +1,135 @@
+//! The many-workers campaign (`agentchaos workers`): each invariant is
+//! shown catching a broken store (a fault of agentstore's) and passing on
+//! the unmodified store under the same plan, and a printed replay command
+//! reproduces its violation.
+
+use std::process::Command;
+
+fn workers(args: &[&str]) -> (i32, String) {
+    let out = Command::new(env!("CARGO_BIN_EXE_agentchaos"))
+        .arg("workers")
+        .args(args)
+        .output()
+        .unwrap();
+    let stdout = String::from_utf8_lossy(&out.stdout).into_owned();
+    let stderr = String::from_utf8_lossy(&out.stderr).into_owned();
+    (out.status.code().unwrap(), format!("{stdout}{stderr}"))
+}
+
+/// The fault is caught under `plan` by `invariant`, with a replay command
+/// naming the fault; the unmodified store passes the same plan.
+fn caught(fault: &str, plan: &str, invariant: &str, extra: &[&str]) -> String {
+    let mut args = vec!["--plan", plan, "--store-fault", fault];
+    args.extend_from_slice(extra);
+    let (code, out) = workers(&args);
+    assert_eq!(code, 1, "{out}");
+    assert!(out.contains(&format!("VIOLATION {invariant} ")), "{out}");
+    assert!(
+        out.contains(&format!("replay:   agentchaos workers --plan {plan} ")),
+        "{out}"
+    );
+    assert!(out.contains(&format!("--store-fault {fault}")), "{out}");
+    let mut clean = vec!["--plan", plan];
+    clean.extend_from_slice(extra);
+    let (code, passed) = workers(&clean);
+    assert_eq!(code, 0, "{passed}");
+    assert!(passed.contains("0 violation(s)"), "{passed}");
+    out
+}
+
+#[test]
+fn the_unmodified_store_fences_the_zombie_writer_at_its_next_write() {
+    // Paused before its effect (its renewal is refused) and before its commit.
+    for plan in ["pause@3", "pause@4"] {
+        let (code, out) = workers(&["--plan", plan]);
+        assert_eq!(code, 0, "{out}");
+        let line = out.lines().find(|l| l.starts_with(plan)).unwrap();
+        assert!(line.contains("1 takeover(s), 1 write(s) fenced"), "{out}");
+    }
+}
+
+#[test]
+fn no_epoch_check_is_caught_by_fenced_epoch_refused_and_replays() {
+    let out = caught("no-epoch-check", "pause@4", "fenced-epoch-refused", &[]);
+    assert!(
+        out.contains(
+            "found:    the store acknowledged effect_committed at seq 4 for w0 at epoch 1"
+        ),
+        "{out}"
+    );
+    let replay = out
+        .lines()
+        .find_map(|l| l.trim().strip_prefix("replay:   agentchaos workers "))
+        .unwrap();
+    let (code, again) = workers(&replay.split(' ').collect::<Vec<_>>());
+    assert_eq!(code, 1, "{again}");
+    assert!(again.contains("VIOLATION fenced-epoch-refused "), "{again}");
+}
+
+#[test]
+fn no_epoch_check_is_caught_by_effect_once_across_workers() {
+    // Paused between its intent and its effect: the heir reconciles (not
+    // applied) and applies it; the zombie's renewal must be refused.
+    let out = caught(
+        "no-epoch-check",
+        "pause@3",
+        "effect-once-across-workers",
+        &[],
+    );
+    assert!(out.contains("w1 applied op-s0-0 at epoch 2"), "{out}");
+    assert!(out.contains("w0 applied op-s0-0 at epoch 1"), "{out}");
+}
+
+#[test]
+fn takeover_without_recovery_is_caught_by_takeover_marks_orphans() {
+    // Killed after its intent: the call is the orphan the takeover must mark.
+    let out = caught(
+        "takeover-without-recovery",
+        "kill@3",
+        "takeover-marks-orphans",
+        &[],
+    );
+    assert!(out.contains("no tool_recovery for call c0"), "{out}");
+}
+
+#[test]
+fn lease_ignores_expiry_is_caught_by_one_live_owner() {
+    // A long lease, renewed right before the pause: the heir asks while it
+    // is surely live, however slow the machine.
+    caught(
+        "lease-ignores-expiry",
+        "pause@2",
+        "one-live-owner",
+        &["--ttl-ms", "5000"],
+    );
+}
+
+#[test]
+fn through_the_adapter_the_same_store_passes_and_its_fault_is_caught() {
+    let exe = env!("CARGO_BIN_EXE_agentchaos");
+    let adapter = format!("{exe} reference-adapter");
+    let (code, out) = workers(&["--plan", "pause@4", "--adapter", &adapter]);
+    assert_eq!(code, 0, "{out}");
+    assert!(out.contains("1 write(s) fenced"), "{out}");
+    let broken = format!("env AGENTSTORE_FAULT=no-epoch-check {adapter}");
+    let (code, out) = workers(&["--plan", "pause@4", "--adapter", &broken]);
+    assert_eq!(code, 1, "{out}");
+    assert!(out.contains("VIOLATION fenced-epoch-refused "), "{out}");
+}
+
+#[test]
+fn bad_usage_is_one_line_and_exit_2() {
+    for (args, says) in [
+        (vec!["--plan", "stop@1"], "--plan: worker plan \"stop@1\""),
+        (vec!["--workers", "1"], "--workers must be at least 2"),
+        (
+            vec!["--store-fault", "nope"],
+            "--store-fault \"nope\" names no fault",
+        ),
+    ] {
+        let (code, out) = workers(&args);
+        assert_eq!(code, 2, "{args:?}: {out}");
+        assert!(out.contains(says), "{args:?}: {out}");
+        assert_eq!(out.trim().lines().count(), 1, "{out}");
+    }
+}
