@@ -492,7 +492,11 @@ fn main() -> ExitCode {
         Command::Replay(args) => replay(args),
         Command::Faults => {
             for (fault, name, promise) in Fault::ALL {
-                let by = agentchaos::nemesis::revealing(*fault);
+                let by = if Fault::LEASE.contains(fault) {
+                    "workers".to_string()
+                } else {
+                    agentchaos::nemesis::revealing(*fault).to_string()
+                };
                 println!("{name:<30} revealed by: {by:<9}  breaks: {promise}");
             }
             Ok(ExitCode::SUCCESS)

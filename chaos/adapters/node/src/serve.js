@@ -163,6 +163,10 @@ export class Server {
         return { ...hello, protocol: PROTOCOL, capabilities: store.capabilities() };
       }
       case "open":
+        if (req.lease != null) {
+          // The kit keeps no lease record (chaos/PROTOCOL.md, section 9).
+          throw new Unsupported("open with a lease: this store does not claim `lease`");
+        }
         return this.open(req.root, req.session, req.workspace ?? null, req.create);
       case "append": {
         if (req.event.type === "tool_started") {

@@ -216,6 +216,9 @@ class Server:
             self.children.discard(pid)
             return {"status": status}
         if op == "open":
+            if req.get("lease") is not None:
+                # The kit keeps no lease record (chaos/PROTOCOL.md, section 9).
+                raise Unsupported("open with a lease: this store does not claim `lease`")
             return self.op_open(req["root"], req["session"], req.get("workspace"), req["create"])
         if op == "append":
             if req["event"]["type"] == "tool_started":
