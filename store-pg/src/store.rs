@@ -838,3 +838,96 @@ fn check(projection: &Projection, held: &[Event], event: &Event) -> Result<()> {
     }
     Ok(())
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn row(worker: &str, epoch: u64, expires_at_ms: u64) -> LeaseRow {
+        LeaseRow {
+            worker_id: worker.into(),
+            epoch,
+            granted_at_ms: 0,
+            expires_at_ms,
+        }
+    }
+
+    fn request(worker: &str, ttl_ms: u64) -> LeaseRequest {
+        LeaseRequest {
+            worker_id: worker.into(),
+            ttl_ms,
+        }
+    }
+
+    #[test]
+    fn a_live_lease_refuses_every_opener_and_an_expired_one_goes_to_the_next_epoch() {
+        let mut lease = row("a", 1, 1_000);
+        for step in [LeaseStep::Acquire(&request("b", 10)), LeaseStep::PlainOpen] {
+            assert!(matches!(
+                apply_lease_step("s", step, &mut lease, 999),
+                Err(StoreError::LeaseHeld(_))
+            ));
+        }
+        assert_eq!(lease, row("a", 1, 1_000), "a refusal changes nothing");
+        let grant = apply_lease_step(
+            "s",
+            LeaseStep::Acquire(&request("b", 10)),
+            &mut lease,
+            1_000,
+        )
+        .unwrap()
+        .unwrap();
+        assert_eq!((grant.worker_id.as_str(), grant.epoch), ("b", 2));
+        assert_eq!((grant.granted_at_ms, grant.expires_at_ms), (1_000, 1_010));
+    }
+
+    #[test]
+    fn a_plain_open_of_a_leased_session_fences_its_last_owner() {
+        let mut never = row("", 0, 0);
+        apply_lease_step("s", LeaseStep::PlainOpen, &mut never, 5).unwrap();
+        assert_eq!(never.epoch, 0, "a session never leased stays so");
+        let mut lapsed = row("a", 3, 10);
+        apply_lease_step("s", LeaseStep::PlainOpen, &mut lapsed, 20).unwrap();
+        assert_eq!((lapsed.worker_id.as_str(), lapsed.epoch), ("", 4));
+        assert!(matches!(
+            apply_lease_step("s", LeaseStep::Fence { epoch: 3 }, &mut lapsed, 21),
+            Err(StoreError::Fenced(_))
+        ));
+    }
+
+    #[test]
+    fn writes_renewals_and_releases_of_an_older_epoch_are_fenced() {
+        let mut lease = row("b", 2, 100);
+        for step in [
+            LeaseStep::Fence { epoch: 1 },
+            LeaseStep::Renew {
+                epoch: 1,
+                ttl_ms: 50,
+            },
+            LeaseStep::Release { epoch: 1 },
+        ] {
+            assert!(matches!(
+                apply_lease_step("s", step, &mut lease, 50),
+                Err(StoreError::Fenced(_))
+            ));
+        }
+        assert_eq!(lease, row("b", 2, 100));
+        // A lapsed lease not taken over still writes and renews.
+        apply_lease_step("s", LeaseStep::Fence { epoch: 2 }, &mut lease, 500).unwrap();
+        let renewed = apply_lease_step(
+            "s",
+            LeaseStep::Renew {
+                epoch: 2,
+                ttl_ms: 50,
+            },
+            &mut lease,
+            500,
+        )
+        .unwrap()
+        .unwrap();
+        assert_eq!(renewed.expires_at_ms, 550);
+        apply_lease_step("s", LeaseStep::Release { epoch: 2 }, &mut lease, 510).unwrap();
+        assert_eq!(lease.expires_at_ms, 510);
+        assert!(!lease.is_live(510));
+    }
+}
