@@ -120,7 +120,7 @@ fn a_reply_of_the_wrong_shape() {
     let fake = Fake::new(r#"read l; echo '{"id":1,"error":{"kind":"exploded","message":"m"}}'"#);
     assert_eq!(
         fake.spawn_error(),
-        r#"adapter protocol error (FAKE): stdout line 1 (reply to hello, request 1) does not fit the hello reply (error: unknown variant `exploded`, expected one of `rule`, `io`, `damage`, `locked`, `not_found`, `exists`, `invalid`, `bad_request`, `unsupported`): {"id":1,"error":{"kind":"exploded","message":"m"}}"#
+        r#"adapter protocol error (FAKE): stdout line 1 (reply to hello, request 1) does not fit the hello reply (error: unknown variant `exploded`, expected one of `rule`, `io`, `damage`, `locked`, `not_found`, `exists`, `invalid`, `bad_request`, `unsupported`, `lease_held`, `fenced`): {"id":1,"error":{"kind":"exploded","message":"m"}}"#
     );
 }
 
