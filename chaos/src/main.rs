@@ -50,6 +50,10 @@ enum Command {
     Faults,
     /// List the invariants and their promises.
     Invariants,
+    /// Crash a private PostgreSQL cluster under a database-backed store right after each
+    /// acknowledged append of a short session, restart it, and check every acknowledged event
+    /// survived (the adapter gets the cluster's DSN in AGENTSTORE_PG_DSN).
+    DbCrash(DbCrashArgs),
     /// List the built-in scenarios (the shipped scenarios/, compiled in), or export them.
     Scenarios(ScenariosCli),
     /// Many workers, one store: pause and kill lease holders, take their sessions over, and
@@ -183,6 +187,21 @@ struct RunArgs {
     quiet: bool,
     #[command(flatten)]
     common: Common,
+}
+
+#[derive(Args, Debug)]
+struct DbCrashArgs {
+    /// The store's adapter command (e.g. 'agentstore-pg adapter'), split like a shell would.
+    #[arg(long, value_name = "CMD")]
+    adapter: String,
+    /// Crash models, comma-separated: immediate (pg_ctl stop -m immediate), kill (SIGKILL of
+    /// every server process), kill-frozen (the same, the background writers stopped since
+    /// before the first append). Default: all three.
+    #[arg(long, value_name = "LIST", value_delimiter = ',')]
+    crash: Vec<String>,
+    /// Crash right after the K-th acknowledged append only (1 to 8). Default: after each.
+    #[arg(long, value_name = "K")]
+    after: Option<usize>,
 }
 
 #[derive(Args, Debug)]
@@ -392,6 +411,56 @@ fn verdict(violations: usize, store_errors: usize, errors: usize) -> ExitCode {
     }
 }
 
+fn db_crash(args: DbCrashArgs) -> Result<ExitCode, Failure> {
+    use agentchaos::campaign::dbcrash::{self, Trial};
+    use agentchaos::nemesis::database::DatabaseCrash;
+    let adapter =
+        agentchaos::store::adapter::AdapterCommand::parse(&args.adapter).map_err(bad_input)?;
+    let crashes: Vec<DatabaseCrash> = if args.crash.is_empty() {
+        DatabaseCrash::ALL.to_vec()
+    } else {
+        args.crash
+            .iter()
+            .map(|c| {
+                c.parse::<DatabaseCrash>()
+                    .map_err(|e| bad_input(format!("--crash: {e}")))
+            })
+            .collect::<Result<_, _>>()?
+    };
+    let appends = dbcrash::session_events().len();
+    let afters: Vec<usize> = match args.after {
+        Some(k) if (1..=appends).contains(&k) => vec![k],
+        Some(k) => return Err(bad_input(format!("--after {k}: must be 1 to {appends}"))),
+        None => (1..=appends).collect(),
+    };
+    let trials: Vec<Trial> = crashes
+        .iter()
+        .flat_map(|&crash| afters.iter().map(move |&after| Trial { crash, after }))
+        .collect();
+    let outcomes = dbcrash::run(&adapter, &trials).map_err(|e| Failure::Harness(e.to_string()))?;
+    let mut violations = 0;
+    for o in &outcomes {
+        for v in &o.violations {
+            violations += 1;
+            let point = format!("{}@{}", o.trial.crash, o.trial.after);
+            print!(
+                "{}",
+                agentchaos::check::explain(v, "db-crash", &point, &o.trial.replay(&adapter))
+            );
+        }
+    }
+    println!(
+        "db-crash: {} trial(s), {} acknowledged append(s) before the crashes, {violations} violation(s)",
+        outcomes.len(),
+        outcomes.iter().map(|o| o.acked).sum::<usize>()
+    );
+    Ok(if violations > 0 {
+        ExitCode::from(EXIT_STORE)
+    } else {
+        ExitCode::SUCCESS
+    })
+}
+
 fn main() -> ExitCode {
     let cli = match Cli::try_parse() {
         Ok(cli) => cli,
@@ -440,6 +509,7 @@ fn main() -> ExitCode {
             Ok(ExitCode::SUCCESS)
         }
         Command::Scenarios(s) => scenarios(s),
+        Command::DbCrash(args) => db_crash(args),
         Command::Agent(a) => run_agent(a),
         Command::Worker(w) => run_worker(w),
         Command::Workers(w) => run_workers(w),

@@ -37,6 +37,7 @@ mod layout;
 mod mutants;
 mod node_kit;
 mod openai_agents_adapter;
+mod postgres;
 mod powerloss_campaign;
 mod powerloss_states;
 mod python_kit;

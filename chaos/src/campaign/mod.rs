@@ -5,9 +5,11 @@
 //! pool; [`powercampaign`] recovers every crash state a power loss allows;
 //! [`probe`] probes a finished store (damage, double commits, the writer
 //! lock); [`shrink`] minimizes a failing random scenario; [`replay`] re-runs
-//! one trial from its replay command. Nothing here formats a report.
+//! one trial from its replay command; [`dbcrash`] crashes the database
+//! server under a database-backed store. Nothing here formats a report.
 
 pub mod config;
+pub mod dbcrash;
 pub mod describe;
 pub mod execute;
 pub mod pool;

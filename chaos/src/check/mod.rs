@@ -180,6 +180,58 @@ fn v(
     }
 }
 
+/// `acked-durable` across a crash of the database server under the store
+/// (`crate::nemesis::database`): every event in `acked` (seq and event,
+/// as the harness sent it and the store acknowledged it before the
+/// crash) must be served at its seq with the same content by a fresh
+/// adapter after the server restarted. `served` is `None` when the store
+/// answered that the session does not exist.
+pub fn acked_survived_database_crash(
+    acked: &[(Seq, Event)],
+    served: Option<&[Record]>,
+    when: &str,
+) -> Vec<Violation> {
+    let Some(served) = served else {
+        return match acked.last() {
+            None => Vec::new(),
+            Some((last, _)) => vec![v(
+                Invariant::AckedDurable,
+                when,
+                format!(
+                    "the session with {} acknowledged event(s), up to seq {last}",
+                    acked.len()
+                ),
+                "the store says the session does not exist (not_found)".into(),
+                acked
+                    .iter()
+                    .map(|(seq, e)| format!("seq {seq} {}", crate::model::describe_event(e)))
+                    .collect(),
+            )],
+        };
+    };
+    let mut out = Vec::new();
+    for (seq, event) in acked {
+        let found = served.iter().find(|r| r.seq == *seq);
+        let same = found.and_then(|r| r.event()).is_some_and(|e| e == event);
+        if !same {
+            out.push(v(
+                Invariant::AckedDurable,
+                when,
+                format!("seq {seq} {}", crate::model::describe_event(event)),
+                match found {
+                    None => format!(
+                        "no event at seq {seq} (the store serves {} event(s))",
+                        served.len()
+                    ),
+                    Some(r) => crate::model::describe_record(r),
+                },
+                vec![format!("seq {seq} {}", crate::model::describe_event(event))],
+            ));
+        }
+    }
+    out
+}
+
 /// Checks every invariant on one trial. `reference` is `None` for the trace run itself.
 pub fn check(h: &History, reference: Option<&Reference>) -> Vec<Violation> {
     let mut out = Vec::new();

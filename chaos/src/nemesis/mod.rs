@@ -46,10 +46,18 @@
 //! After an injected error the first process may finish or give up; either
 //! way the trial goes on as after a kill (restart, recover, finish).
 //!
+//! [`database`] crashes the database server under a store whose events
+//! live in one (`agentchaos db-crash`: `pg_ctl stop -m immediate`, SIGKILL
+//! of the server, SIGKILL with its background writers frozen);
+//! [`partition`] puts the database and the workers in network namespaces
+//! of their own, joined by a veth pair it cuts and heals.
+//!
 //! This module owns plan syntax, the environment a plan gives each
 //! process, the power cut itself, and which plans a campaign runs. It must
 //! never decide whether a trial passed.
 
+pub mod database;
+pub mod partition;
 pub mod powerloss;
 pub mod syscall;
 pub mod workers;

@@ -1,0 +1,487 @@
+//! The PostgreSQL store (`store-pg`, `agentstore-pg adapter`) under the
+//! harness, on a private cluster each test starts itself: the kills of a
+//! campaign with 0 violations, and its faults caught with their replay
+//! commands.
+//!
+//! The syscall nemesis does not apply: it faults the file-mutating
+//! syscalls under the trial's store root, and this store writes no file
+//! (its I/O is the database's socket). Power loss models a file system
+//! under the store, not a database server.
+
+use std::path::{Path, PathBuf};
+
+use agentchaos::nemesis::partition::{self, Partition};
+use agentchaos::store::adapter::{AdapterCommand, Client, ClientOptions};
+use agentchaos_protocol::event::{Effect, Event, Phase};
+use agentchaos_protocol::message::{LeaseRequest, OpenArgs};
+use agentchaos_protocol::ErrorKind;
+use agentstore_pg::cluster::{self, Cluster, ClusterError, ClusterOptions, Listen};
+
+use crate::campaign;
+use crate::support;
+
+/// A started private cluster, or `None` (a skip) without PostgreSQL on a
+/// dev machine; under `CI=true` a missing PostgreSQL fails.
+fn private_cluster() -> Option<Cluster> {
+    match Cluster::start(ClusterOptions::default()) {
+        Ok(c) => Some(c),
+        Err(e @ ClusterError::NotInstalled) if !cluster::required() => {
+            eprintln!("skipped: {e}");
+            None
+        }
+        Err(e) => panic!("cannot start a private PostgreSQL cluster: {e}"),
+    }
+}
+
+fn fixture() -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/fixtures/small.json")
+}
+
+/// The adapter command line for `cluster`, with `--fault` when given.
+fn pg_adapter(cluster: &Cluster, fault: Option<&str>) -> String {
+    let bin = support::workspace_bin("agentstore-pg", "agentstore-pg");
+    let mut words = vec![
+        bin.display().to_string(),
+        "adapter".into(),
+        "--dsn".into(),
+        cluster.dsn(),
+    ];
+    if let Some(f) = fault {
+        words.extend(["--fault".into(), f.to_string()]);
+    }
+    shlex::try_join(words.iter().map(String::as_str)).expect("no NUL in the command")
+}
+
+#[test]
+fn the_postgres_store_passes_the_kills_of_a_campaign() {
+    let Some(cluster) = private_cluster() else {
+        return;
+    };
+    let adapter = pg_adapter(&cluster, None);
+    let (code, report, stdout) =
+        campaign::run(&fixture(), &["--adapter", &adapter, "--nemesis", "points"]);
+    assert_eq!(code, 0, "the PostgreSQL store must pass:\n{stdout}");
+    assert_eq!(report["error_count"], 0, "{stdout}");
+    assert!(report["trials"].as_u64().unwrap() > 20, "{stdout}");
+    let s = &report["scenarios"][0];
+    assert_eq!(
+        s["crash_points_covered"], s["crash_points_total"],
+        "{stdout}"
+    );
+    for r in ["orphan_marking", "effect_ledger", "checkpoint_projection"] {
+        assert_eq!(
+            campaign::row(&report, r)["verdict"],
+            "pass",
+            "{r}:\n{stdout}"
+        );
+    }
+    // Kills between requests cannot land inside the store's writes, and
+    // the syscall nemesis has no file of this store to fault: its
+    // durability is the database crash's to show (below), never passed here.
+    assert_eq!(
+        campaign::row(&report, "durable_append")["verdict"],
+        "not exercised",
+        "{stdout}"
+    );
+    for r in ["torn_tail_repair", "damage_refusal", "writer_lock"] {
+        assert_eq!(
+            campaign::row(&report, r)["verdict"],
+            "not supported",
+            "{r}:\n{stdout}"
+        );
+    }
+}
+
+#[test]
+fn a_ledger_without_its_unique_constraint_is_caught_and_replayed() {
+    let Some(cluster) = private_cluster() else {
+        return;
+    };
+    let adapter = pg_adapter(&cluster, Some("ledger-without-unique"));
+    let (code, report, stdout) =
+        campaign::run(&fixture(), &["--adapter", &adapter, "--nemesis", "points"]);
+    assert_eq!(
+        code, 1,
+        "the broken ledger must fail the campaign:\n{stdout}"
+    );
+    assert_eq!(
+        campaign::row(&report, "effect_ledger")["verdict"],
+        "fail",
+        "{stdout}"
+    );
+    let v = campaign::first_violation(&report, "ledger-refuses-double-commit");
+    let replay = v["replay"].as_str().unwrap();
+    assert!(replay.contains("ledger-without-unique"), "{replay}");
+    let (code, out) = campaign::replay(replay);
+    assert_eq!(code, 1, "the replay reproduces the violation:\n{out}");
+    assert!(out.contains("VIOLATION"), "{out}");
+}
+
+/// `agentchaos db-crash` with `args`: exit code and stdout. `None` (a
+/// skip) without PostgreSQL on a dev machine.
+fn db_crash(fault: Option<&str>, args: &[&str]) -> Option<(i32, String)> {
+    if cluster::find_bindir().is_none() {
+        assert!(
+            !cluster::required(),
+            "PostgreSQL is not installed (CI=true)"
+        );
+        eprintln!("skipped: PostgreSQL is not installed");
+        return None;
+    }
+    let bin = support::workspace_bin("agentstore-pg", "agentstore-pg");
+    let mut adapter = format!("{} adapter", bin.display());
+    if let Some(f) = fault {
+        adapter.push_str(&format!(" --fault {f}"));
+    }
+    let out = std::process::Command::new(env!("CARGO_BIN_EXE_agentchaos"))
+        .args(["db-crash", "--adapter", &adapter])
+        .args(args)
+        .output()
+        .unwrap();
+    let stdout = String::from_utf8_lossy(&out.stdout).into_owned();
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    Some((out.status.code().unwrap_or(-1), format!("{stdout}{stderr}")))
+}
+
+#[test]
+fn acknowledged_events_survive_every_database_crash() {
+    let Some((code, out)) = db_crash(None, &[]) else {
+        return;
+    };
+    assert_eq!(code, 0, "{out}");
+    assert!(
+        out.contains(
+            "db-crash: 24 trial(s), 108 acknowledged append(s) before the crashes, 0 violation(s)"
+        ),
+        "{out}"
+    );
+}
+
+#[test]
+fn asynchronous_commit_is_caught_by_a_crash_with_the_wal_writer_frozen() {
+    let Some((code, out)) = db_crash(
+        Some("synchronous-commit-off"),
+        &["--crash", "kill-frozen", "--after", "3"],
+    ) else {
+        return;
+    };
+    assert_eq!(code, 1, "{out}");
+    assert!(out.contains("VIOLATION acked-durable"), "{out}");
+    let replay = out
+        .lines()
+        .find_map(|l| l.trim().strip_prefix("replay:   "))
+        .unwrap_or_else(|| panic!("no replay line:\n{out}"));
+    assert!(
+        replay.contains("--fault synchronous-commit-off"),
+        "{replay}"
+    );
+    let (code, again) = campaign::replay(replay);
+    assert_eq!(code, 1, "the replay reproduces the loss:\n{again}");
+    assert!(again.contains("VIOLATION acked-durable"), "{again}");
+}
+
+/// A fresh adapter process of `adapter` with `env` set.
+fn adapter_process(adapter: &str, env: &[(&str, &str)]) -> Client {
+    let mut cmd = AdapterCommand::parse(adapter).unwrap().to_command();
+    cmd.envs(env.iter().copied());
+    Client::spawn(cmd, ClientOptions::default()).unwrap()
+}
+
+fn leased_open(root: &Path, ws: &Path, create: bool, worker: &str, ttl_ms: u64) -> OpenArgs {
+    OpenArgs {
+        root: root.to_path_buf(),
+        session: "leased".into(),
+        workspace: Some(ws.to_path_buf()),
+        create,
+        lease: Some(LeaseRequest {
+            worker_id: worker.into(),
+            ttl_ms,
+        }),
+    }
+}
+
+/// The lease contract through the adapter, in three deterministic steps
+/// (no sleeps: a lease of ttl 0 has expired by the next request, one of
+/// 10 minutes is live for the whole test). Returns every broken promise,
+/// each with expected and found; the replay is this test's own command.
+fn lease_problems(adapter: &str) -> Vec<String> {
+    let dir = tempfile::tempdir().unwrap();
+    let ws = dir.path().join("ws");
+    std::fs::create_dir(&ws).unwrap();
+    let mut problems = Vec::new();
+
+    // Worker a owns the session with a lease that lapses at once, starts a
+    // side effect and is taken over by b.
+    let root = dir.path().join("takeover");
+    let mut a = adapter_process(adapter, &[]);
+    a.open(&leased_open(&root, &ws, true, "a", 0)).unwrap();
+    a.append(&Event::RunStarted {
+        run_id: "r1".into(),
+    })
+    .unwrap();
+    a.append(&Event::ToolCall {
+        parent: None,
+        call_id: "c1".into(),
+        tool: "deploy".into(),
+        args: serde_json::json!({"v": 2}),
+        effect: Effect::SideEffect,
+        operation_id: Some("op-c1".into()),
+        target: Some("prod".into()),
+        needs_approval: false,
+    })
+    .unwrap();
+    a.start_tool("c1").unwrap();
+    let mut b = adapter_process(adapter, &[]);
+    let opened = b
+        .open(&leased_open(&root, &ws, false, "b", 600_000))
+        .unwrap();
+    let epoch = opened.lease.as_ref().map(|g| g.epoch);
+    if epoch != Some(2) {
+        problems.push(format!("takeover: expected epoch 2, found {epoch:?}"));
+    }
+    let marked: Vec<(String, Phase)> = opened
+        .recovery
+        .iter()
+        .flat_map(|r| r.uncertain.iter().map(|u| (u.call_id.clone(), u.phase)))
+        .collect();
+    if marked != [("c1".to_string(), Phase::Started)] {
+        problems.push(format!(
+            "takeover-marks-orphans: expected c1 marked uncertain with phase started before b acts, found {marked:?}"
+        ));
+    }
+
+    // The zombie wakes up: its commit must be refused, nothing written.
+    let zombie = a.append(&Event::EffectCommitted {
+        call_id: "c1".into(),
+        operation_id: "op-c1".into(),
+        external_ref: "zombie".into(),
+    });
+    match zombie {
+        Err(e) if e.refusal_kind() == Some(ErrorKind::Fenced) => {}
+        other => problems.push(format!(
+            "fenced-epoch-refused: expected the epoch-1 owner's effect_committed refused with fenced after the takeover, found {other:?}"
+        )),
+    }
+    let _ = a.kill();
+    let _ = b.kill();
+
+    // Two workers whose clocks disagree by 20 minutes: b's runs ahead.
+    let root = dir.path().join("clocks");
+    let mut a = adapter_process(adapter, &[]);
+    a.open(&leased_open(&root, &ws, true, "a", 600_000))
+        .unwrap();
+    let mut b = adapter_process(adapter, &[("AGENTSTORE_PG_CLOCK_SKEW_MS", "1200000")]);
+    match b.open(&leased_open(&root, &ws, false, "b", 600_000)) {
+        Err(e) if e.refusal_kind() == Some(ErrorKind::LeaseHeld) => {}
+        other => problems.push(format!(
+            "one-live-owner: expected lease_held while a's 10-minute lease is live by the database's clock, found {other:?}"
+        )),
+    }
+    let _ = a.kill();
+    let _ = b.kill();
+    problems
+}
+
+const LEASE_REPLAY: &str =
+    "cargo test -p agentchaos --test integration postgres::lease_ (its problems name the broken promise)";
+
+#[test]
+fn lease_the_postgres_store_keeps_its_lease_contract() {
+    let Some(cluster) = private_cluster() else {
+        return;
+    };
+    let problems = lease_problems(&pg_adapter(&cluster, None));
+    assert!(problems.is_empty(), "{problems:#?}\nreplay: {LEASE_REPLAY}");
+}
+
+/// Each lease fault is caught, by the check its broken promise belongs to.
+#[test]
+fn lease_faults_are_each_caught() {
+    let Some(cluster) = private_cluster() else {
+        return;
+    };
+    for (fault, caught_by) in [
+        ("no-epoch-check", "fenced-epoch-refused"),
+        ("lease-by-worker-clock", "one-live-owner"),
+        ("takeover-without-recovery", "takeover-marks-orphans"),
+    ] {
+        let problems = lease_problems(&pg_adapter(&cluster, Some(fault)));
+        assert!(
+            problems.iter().any(|p| p.starts_with(caught_by)),
+            "fault {fault} not caught by {caught_by}: {problems:#?}\nreplay: {LEASE_REPLAY}"
+        );
+    }
+}
+
+/// The database in a network namespace of its own, worker a in another,
+/// joined by a veth pair: a starts a side effect, the link is cut, a's
+/// lease lapses by the database's clock and worker b (on the database's
+/// side) takes over; after the link heals, a's connection still works
+/// and its effect commit is refused with `fenced`, nothing written. b
+/// polls for a's expiry: the outcome does not depend on how long it takes.
+#[test]
+fn a_partitioned_owner_is_fenced_once_the_link_heals() {
+    if !partition::available() {
+        assert!(
+            !cluster::required(),
+            "network namespaces need root and iproute2 (CI=true)"
+        );
+        eprintln!("skipped: no network namespaces here");
+        return;
+    }
+    if cluster::find_bindir().is_none() {
+        assert!(
+            !cluster::required(),
+            "PostgreSQL is not installed (CI=true)"
+        );
+        eprintln!("skipped: PostgreSQL is not installed");
+        return;
+    }
+    let net = Partition::create(&format!("ac{}", std::process::id())).unwrap();
+    let cluster = Cluster::start(ClusterOptions {
+        listen: Listen::Tcp {
+            addr: partition::DATABASE_ADDR,
+            port: 5432,
+        },
+        netns: Some(net.database_ns().to_string()),
+        settings: Vec::new(),
+    })
+    .unwrap();
+    let dir = tempfile::tempdir().unwrap();
+    let ws = dir.path().join("ws");
+    std::fs::create_dir(&ws).unwrap();
+    let root = dir.path().join("root");
+
+    let bin = support::workspace_bin("agentstore-pg", "agentstore-pg");
+    let over_tcp = [
+        "adapter".to_string(),
+        "--dsn".to_string(),
+        cluster.tcp_dsn().unwrap(),
+    ];
+    let cmd = net.in_workers(bin.to_str().unwrap(), &over_tcp);
+    let mut a = Client::spawn(cmd, ClientOptions::default()).unwrap();
+    a.open(&leased_open(&root, &ws, true, "a", 1_000)).unwrap();
+    a.append(&Event::RunStarted {
+        run_id: "r1".into(),
+    })
+    .unwrap();
+    a.append(&Event::ToolCall {
+        parent: None,
+        call_id: "c1".into(),
+        tool: "deploy".into(),
+        args: serde_json::json!({"v": 2}),
+        effect: Effect::SideEffect,
+        operation_id: Some("op-c1".into()),
+        target: Some("prod".into()),
+        needs_approval: false,
+    })
+    .unwrap();
+    a.start_tool("c1").unwrap();
+
+    net.cut().unwrap();
+    // The cut is real: a new connection from the workers' side cannot reach the server.
+    let cut_off = [
+        "adapter".to_string(),
+        "--dsn".to_string(),
+        format!("{} connect_timeout=2", cluster.tcp_dsn().unwrap()),
+    ];
+    let cmd = net.in_workers(bin.to_str().unwrap(), &cut_off);
+    let mut c = Client::spawn(cmd, ClientOptions::default()).unwrap();
+    let reached = c.open(&leased_open(&root, &ws, false, "c", 1_000));
+    assert!(
+        matches!(&reached, Err(e) if e.refusal_kind() == Some(ErrorKind::Io)),
+        "a worker reached the database across the cut: {reached:?}"
+    );
+    let _ = c.kill();
+    let mut b = adapter_process(&pg_adapter(&cluster, None), &[]);
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(60);
+    let opened = loop {
+        match b.open(&leased_open(&root, &ws, false, "b", 600_000)) {
+            Ok(o) => break o,
+            Err(e)
+                if e.refusal_kind() == Some(ErrorKind::LeaseHeld)
+                    && std::time::Instant::now() < deadline =>
+            {
+                std::thread::sleep(std::time::Duration::from_millis(50));
+            }
+            Err(e) => panic!("b could not take over after a's lease lapsed: {e}"),
+        }
+    };
+    assert_eq!(opened.lease.as_ref().map(|g| g.epoch), Some(2));
+    let marked = opened.recovery.as_ref().map(|r| r.uncertain.len());
+    assert_eq!(marked, Some(1), "b's takeover marks a's orphan c1");
+    let next_seq = b.projection().unwrap().next_seq;
+
+    net.heal().unwrap();
+    let zombie = a.append(&Event::EffectCommitted {
+        call_id: "c1".into(),
+        operation_id: "op-c1".into(),
+        external_ref: "zombie".into(),
+    });
+    match zombie {
+        Err(e) if e.refusal_kind() == Some(ErrorKind::Fenced) => {}
+        other => panic!(
+            "expected the partitioned owner's commit refused with fenced after the heal, found {other:?}\nreplay: cargo test -p agentchaos --test integration postgres::a_partitioned_owner"
+        ),
+    }
+    assert_eq!(
+        b.projection().unwrap().next_seq,
+        next_seq,
+        "nothing of the zombie's was written"
+    );
+    let _ = a.kill();
+    let _ = b.kill();
+}
+
+/// `agentchaos workers --adapter ADAPTER ARGS…`: exit code and output.
+fn workers(adapter: &str, args: &[&str]) -> (i32, String) {
+    let out = std::process::Command::new(env!("CARGO_BIN_EXE_agentchaos"))
+        .args(["workers", "--adapter", adapter])
+        .args(args)
+        .output()
+        .unwrap();
+    let stdout = String::from_utf8_lossy(&out.stdout).into_owned();
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    (out.status.code().unwrap_or(-1), format!("{stdout}{stderr}"))
+}
+
+/// The many-workers campaign (a pause and a kill of a lease holder after
+/// every write) passes on PostgreSQL, and two of the store's lease faults
+/// fail it with a replay command. (`no-epoch-check` survives `pause@4`
+/// here, where agentstore's is caught: the zombie's commit is refused by
+/// the rules anyway, since every write folds the heir's events under the
+/// row lock first and the heir finished the call; `pause@3`, a renewal
+/// and an effect commit of the zombie's, catches it.)
+#[test]
+fn the_many_workers_campaign_passes_and_catches_lease_faults() {
+    let Some(cluster) = private_cluster() else {
+        return;
+    };
+    let (code, out) = workers(&pg_adapter(&cluster, None), &[]);
+    assert_eq!(code, 0, "{out}");
+    assert!(out.contains("total: 34 trial(s), 0 violation(s)"), "{out}");
+    for (fault, plan, invariant) in [
+        ("no-epoch-check", "pause@3", "fenced-epoch-refused"),
+        (
+            "takeover-without-recovery",
+            "kill@3",
+            "takeover-marks-orphans",
+        ),
+    ] {
+        let adapter = pg_adapter(&cluster, Some(fault));
+        let (code, out) = workers(&adapter, &["--plan", plan]);
+        assert_eq!(code, 1, "{fault}: {out}");
+        assert!(out.contains(&format!("VIOLATION {invariant} ")), "{out}");
+        let replay = out
+            .lines()
+            .find_map(|l| l.trim().strip_prefix("replay:   "))
+            .unwrap_or_else(|| panic!("no replay line:\n{out}"));
+        assert!(replay.contains(&format!("--fault {fault}")), "{replay}");
+        let (code, again) = campaign::replay(replay);
+        assert_eq!(code, 1, "the replay reproduces it:\n{again}");
+        assert!(
+            again.contains(&format!("VIOLATION {invariant} ")),
+            "{again}"
+        );
+    }
+}
