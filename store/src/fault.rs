@@ -76,6 +76,8 @@ pub enum Fault {
     TailBoundExclusive,
     /// Zeros from the start of a final segment up to a newline are taken for a lost sector and cut.
     ZerosToNewlineTorn,
+    /// Opening for writing takes the file's size for the end of the log: appends land after the pre-allocated zeros, which then sit between acknowledged lines.
+    AppendAfterPreallocation,
 }
 
 impl Fault {
@@ -236,6 +238,11 @@ impl Fault {
             Fault::ZerosToNewlineTorn,
             "zeros-to-newline-torn",
             "an acknowledged line zeroed with its newline kept is damage, not a torn tail",
+        ),
+        (
+            Fault::AppendAfterPreallocation,
+            "append-after-preallocation",
+            "a reopened log is appended at its last line, not after the zeros pre-allocated past it",
         ),
     ];
 
