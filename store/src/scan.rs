@@ -731,6 +731,39 @@ mod tests {
         }
     }
 
+    proptest::proptest! {
+        /// Whatever a writer leaves in format 2 (whole lines, the last one
+        /// cut after any byte, then any zeros within the bound) ends the
+        /// log exactly after the last whole line: a cut line is a torn
+        /// tail there, zeros alone are not.
+        #[test]
+        fn the_logical_end_is_exact_before_any_zeros(
+            n in 1u64..6,
+            keep_frac in 0.0f64..1.0,
+            zeros in 0usize..70_000,
+        ) {
+            let (full, starts) = log_bytes(n);
+            let last = *starts.last().unwrap() as usize;
+            let mut whole = full.clone();
+            whole.resize(full.len() + zeros, 0);
+            let (seqs, end, free) = scan_end(&whole, 0).unwrap();
+            proptest::prop_assert_eq!(seqs.len() as u64, n);
+            proptest::prop_assert_eq!((end, free), (full.len() as u64, zeros as u64));
+            let keep = ((full.len() - last) as f64 * keep_frac) as usize;
+            let mut cut = full[..last + keep].to_vec();
+            cut.resize(last + keep + zeros, 0);
+            let (seqs, outcome) = scan(&cut);
+            proptest::prop_assert_eq!(seqs.len() as u64, n - 1);
+            let torn = outcome.unwrap();
+            if keep == 0 {
+                proptest::prop_assert!(torn.is_none(), "{:?}", torn);
+            } else {
+                let torn = torn.expect("a cut line is torn");
+                proptest::prop_assert_eq!((torn.offset, torn.len), (last as u64, (keep + zeros) as u64));
+            }
+        }
+    }
+
     #[test]
     fn a_torn_line_before_the_pre_allocated_zeros_is_a_torn_tail() {
         let (mut bytes, starts) = log_bytes(3);
