@@ -73,7 +73,7 @@ fn a_built_in_scenario_runs_and_replays_from_any_directory() {
             "--scenario",
             "builtin:approval-gated",
             "--plan",
-            "powercut@19",
+            "powercut@20",
             "--store-fault",
             "ack-before-fsync",
         ],

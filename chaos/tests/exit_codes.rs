@@ -65,7 +65,7 @@ fn a_violation_exits_1() {
         "--scenario",
         &scenario,
         "--plan",
-        "powercut@19",
+        "powercut@20",
         "--store-fault",
         "ack-before-fsync",
     ]);

@@ -81,6 +81,7 @@ const EXPECTED: &[(&str, &[&str])] = &[
     ("quarantine-overwrite", &["quarantine-recorded"]),
     ("tail-bound-exclusive", &["tail-rules"]),
     ("zeros-to-newline-torn", &["damage-refused"]),
+    ("append-after-preallocation", &["log-prefix"]),
 ];
 
 /// Faults the small fixture cannot show: it has no compaction, no branch
@@ -300,6 +301,17 @@ fn zeros_to_newline_torn_is_caught_by_damage_refused() {
     let report = assert_caught("zeros-to-newline-torn");
     let found = only_probe_violation(&report, "damage-refused", "zeros@sessions/");
     assert!(found.contains("is gone (a silent skip)"), "{found}");
+}
+
+/// A restart after a kill finds the zeros pre-allocated past the last
+/// line and appends after them: the next reader finds zeros fused to a
+/// valid line, damage, where every acknowledged line should be whole.
+#[test]
+fn append_after_preallocation_is_caught_by_log_prefix() {
+    let report = assert_caught("append-after-preallocation");
+    let v = campaign::first_violation(&report, "log-prefix");
+    let found = v["found"].as_str().unwrap();
+    assert!(found.contains("a valid line starts"), "{found}");
 }
 
 #[test]

@@ -229,6 +229,26 @@ fn overwrites_and_appends_are_lost_independently() {
     insta::assert_snapshot!(every_model(&tree(&[("db", "AAAAAAAA")], &[]), &log, &[2]));
 }
 
+/// agentstore's log format 2: a zero fill grows the file (a size change
+/// and the zeros: one growth write), then lines overwrite the zeros, each
+/// its own op; only an fdatasync makes them durable. States after the zero
+/// fill, after the first overwrite, and after its fdatasync and a second,
+/// un-synced overwrite.
+#[test]
+fn a_pre_allocated_zero_fill_and_the_overwrites_into_it() {
+    let log = OpLog::from_ops([
+        write("log", 6, &[0; 1018]),
+        write("log", 6, b"line2\n"),
+        Op::Fdatasync { path: p("log") },
+        write("log", 12, b"line3\n"),
+    ]);
+    insta::assert_snapshot!(every_model(
+        &tree(&[("log", "line1\n")], &[]),
+        &log,
+        &[1, 2, 4]
+    ));
+}
+
 #[test]
 fn directory_operations_and_half_done_renames() {
     let (initial, log) = cross_dir_log();

@@ -82,6 +82,8 @@ pub enum Fault {
     TakeoverWithoutRecovery,
     /// Acquiring a lease never looks at the current one's expiry: a second worker takes over a live lease.
     LeaseIgnoresExpiry,
+    /// Opening for writing takes the file's size for the end of the log: appends land after the pre-allocated zeros, which then sit between acknowledged lines.
+    AppendAfterPreallocation,
 }
 
 impl Fault {
@@ -257,6 +259,11 @@ impl Fault {
             Fault::LeaseIgnoresExpiry,
             "lease-ignores-expiry",
             "a live lease is never taken over (agentchaos workers)",
+        ),
+        (
+            Fault::AppendAfterPreallocation,
+            "append-after-preallocation",
+            "a reopened log is appended at its last line, not after the zeros pre-allocated past it",
         ),
     ];
 

@@ -14,7 +14,7 @@ use std::path::Path;
 use crate::error::{Error, Result};
 use crate::event::SCHEMA_VERSION;
 use crate::layout::{sessions_dir, SessionId, SessionPaths, EVENTS_FILE};
-use crate::meta::SessionMeta;
+use crate::meta::{SessionMeta, LOG_FORMAT};
 use crate::scan::{LogPosition, Scanner, TornTail};
 
 /// Why a log is not valid to its end.
@@ -222,6 +222,10 @@ fn check_meta(paths: &SessionPaths) -> Option<String> {
         Ok(meta) if meta.schema_version > SCHEMA_VERSION => Some(format!(
             "schema version {} is newer than this build's {SCHEMA_VERSION}",
             meta.schema_version
+        )),
+        Ok(meta) if meta.log_format > LOG_FORMAT => Some(format!(
+            "log format {} is newer than this build's {LOG_FORMAT}",
+            meta.log_format
         )),
         Ok(_) => None,
     }

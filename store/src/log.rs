@@ -7,6 +7,21 @@
 //! (by the tail rules of [`crate::scan`], with `snapshot.json`'s offset as
 //! the floor), and only after copying it to a quarantine file.
 //!
+//! Pre-allocation: before a line would pass the file's end, the log grows
+//! the file with real zero bytes (never `fallocate`: an unwritten extent
+//! still costs a metadata commit on its first write) to a multiple of its
+//! step, so each append overwrites written, allocated blocks and its
+//! fdatasync commits no size change. The zeros are made durable once, by
+//! the next fdatasync of the log (the append that grew the file pays the
+//! size commit for the whole step): a separate fdatasync of them would
+//! add a sync and remove none, and, beside a `Batch` group leader's, two
+//! syncs of one file could race on the outcome of a failed one. The step
+//! starts at [`PREALLOC_MIN_STEP`] and doubles with each growth up to
+//! [`PREALLOC_MAX_BYTES`], so a short-lived writer zero-fills little.
+//! The zeros after the last line are the scanner's pre-allocated region,
+//! not a torn tail; dropping the handle cuts them off, so a log closed
+//! cleanly ends exactly at its last line.
+//!
 //! Failure rules:
 //! - a failed write is rolled back to where that line started;
 //! - a failed `fdatasync` rolls back to the last durable length and poisons
@@ -32,7 +47,10 @@ use crate::fsutil;
 use crate::index::SparseIndex;
 use crate::layout::SessionPaths;
 use crate::lock::WriterLock;
-use crate::scan::{LogPosition, Scanner, TornTail};
+use crate::scan::{LogPosition, Scanner, TornTail, PREALLOC_MAX_BYTES};
+
+/// The first pre-allocation step of a handle (see the module doc).
+pub const PREALLOC_MIN_STEP: u64 = 64 * 1024;
 
 /// How to open a log for writing.
 #[derive(Debug, Clone, Copy, Default)]
@@ -58,6 +76,10 @@ pub struct OpenReport {
 struct WriteState {
     /// Where the next line goes (written, maybe not yet durable).
     end: LogPosition,
+    /// The file's length: `end` and the zeros pre-allocated after it.
+    allocated: u64,
+    /// How far the next pre-allocation grows the file at least.
+    step: u64,
     durable: DurablePosition,
     /// Events written since the last sync began (batch mode).
     pending: usize,
@@ -78,6 +100,9 @@ pub struct EventLog {
     /// Batch mode: appenders that called `append` and wait for the state
     /// lock. A group leader waits for these, and only for these.
     arriving: AtomicUsize,
+    /// The offset `snapshot.json` covered at open: zeros under it are
+    /// damage to the scanner, so no pre-allocation starts below it.
+    floor: u64,
     lock: WriterLock,
 }
 
@@ -244,7 +269,17 @@ impl EventLog {
                 crashpoint::synced(&events, t.offset);
             }
         }
-        let log = EventLog::from_parts(events, file, options.durability, lock, end, index);
+        let allocated = file.metadata().map_err(Error::io("stat", &events))?.len();
+        if fault::active(Fault::AppendAfterPreallocation) {
+            // Broken on purpose: the file's size taken for the end of the log.
+            end.offset = allocated;
+        }
+        let mut log = EventLog::from_parts(events, file, options.durability, lock, end, index);
+        log.state
+            .get_mut()
+            .unwrap_or_else(|p| p.into_inner())
+            .allocated = allocated;
+        log.floor = floor;
         Ok((
             log,
             OpenReport {
@@ -269,6 +304,8 @@ impl EventLog {
             durability,
             state: Mutex::new(WriteState {
                 end,
+                allocated: end.offset,
+                step: PREALLOC_MIN_STEP,
                 durable: DurablePosition {
                     len: end.offset,
                     next_seq: end.seq,
@@ -281,6 +318,7 @@ impl EventLog {
             }),
             synced: Condvar::new(),
             arriving: AtomicUsize::new(0),
+            floor: 0,
             lock,
         }
     }
@@ -388,17 +426,27 @@ impl EventLog {
                 limit: MAX_LINE_BYTES,
             });
         }
-        let written = if fault::active(Fault::RewriteWholeLog) {
+        let line_len = buf.len() as u64;
+        let rewrite = fault::active(Fault::RewriteWholeLog);
+        if !rewrite && start.offset >= self.floor && start.offset + line_len > st.allocated {
+            if let Err(e) = self.preallocate(&mut st, start.offset + line_len) {
+                st.buf = buf;
+                return Err(e);
+            }
+        }
+        let written = if rewrite {
             self.rewrite_whole(&buf, start.offset)
         } else {
             crashpoint::write_at("log.write", &self.file, &buf, start.offset)
         };
-        let line_len = buf.len() as u64;
         st.buf = buf;
         if let Err(e) = written {
             // Never leave a fragment the next append would fuse with.
-            if let Err(t) = self.file.set_len(start.offset) {
-                st.poisoned = Some(format!("write failed ({e}) and rollback failed ({t})"));
+            match self.file.set_len(start.offset) {
+                Ok(()) => st.allocated = start.offset,
+                Err(t) => {
+                    st.poisoned = Some(format!("write failed ({e}) and rollback failed ({t})"))
+                }
             }
             return Err(Error::io("write", &self.path)(e));
         }
@@ -406,6 +454,8 @@ impl EventLog {
             offset: start.offset + line_len,
             seq: start.seq + 1,
         };
+        // Past the zeros if they could not be written.
+        st.allocated = st.allocated.max(st.end.offset);
         st.index.note(start);
         let acked = Acked {
             seq: start.seq,
@@ -434,6 +484,36 @@ impl EventLog {
                 self.synced.notify_all();
                 self.wait_group_commit(st, acked, max_delay, group_size(max_events))
             }
+        }
+    }
+
+    /// Grows the file with zero bytes from its end to the next multiple of
+    /// the step at or past `need` (see the module doc). Pre-allocation only
+    /// saves time: if the zeros cannot be written (a disk too full for a
+    /// step may still hold the line), they are cut back and the line is
+    /// appended to the file as it is. Fails only if that cut fails, which
+    /// poisons the handle.
+    fn preallocate(&self, st: &mut WriteState, need: u64) -> Result<()> {
+        let from = st.allocated;
+        let to = need.next_multiple_of(st.step);
+        let zeros = vec![0u8; (to - from) as usize];
+        match crashpoint::write_at("log.preallocate", &self.file, &zeros, from) {
+            Ok(()) => {
+                st.allocated = to;
+                st.step = (st.step * 2).min(PREALLOC_MAX_BYTES);
+                Ok(())
+            }
+            Err(e) => match self.file.set_len(from) {
+                Ok(()) => Ok(()),
+                Err(t) => {
+                    let reason = format!("pre-allocation failed ({e}) and its cut failed ({t})");
+                    st.poisoned = Some(reason.clone());
+                    Err(Error::Poisoned {
+                        path: self.path.clone(),
+                        reason,
+                    })
+                }
+            },
         }
     }
 
@@ -484,6 +564,7 @@ impl EventLog {
                 let durable = st.durable;
                 // Everything after the durable end may be lost: cut it, never re-sync it.
                 let _ = self.file.set_len(durable.len);
+                st.allocated = durable.len;
                 st.end = LogPosition {
                     offset: durable.len,
                     seq: durable.next_seq,
@@ -564,10 +645,83 @@ impl EventLog {
     }
 }
 
+impl Drop for EventLog {
+    /// A log closed cleanly ends at its last line: the pre-allocated zeros
+    /// are cut (without a sync: a crash may keep them, and then they read
+    /// as the pre-allocated region they are).
+    fn drop(&mut self) {
+        let st = self.state.get_mut().unwrap_or_else(|p| p.into_inner());
+        if st.allocated > st.end.offset {
+            let _ = self.file.set_len(st.end.offset);
+        }
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
     use crate::layout::SessionId;
+
+    fn run_started(i: u64) -> Event {
+        Event::RunStarted {
+            run_id: format!("r{i}"),
+        }
+    }
+
+    fn file_len(paths: &SessionPaths) -> u64 {
+        std::fs::metadata(paths.events()).unwrap().len()
+    }
+
+    #[test]
+    fn appends_overwrite_pre_allocated_zeros_and_a_clean_close_cuts_them() {
+        let dir = tempfile::tempdir().unwrap();
+        let paths = SessionPaths::new(dir.path(), &SessionId::new("s").unwrap());
+        let log = EventLog::create(&paths, Durability::Sync).unwrap();
+        let first = log.append(&run_started(0)).unwrap();
+        assert_eq!(file_len(&paths), PREALLOC_MIN_STEP);
+        let second = log.append(&run_started(1)).unwrap();
+        assert_eq!(
+            (second.offset(), file_len(&paths)),
+            (first.end(), PREALLOC_MIN_STEP)
+        );
+        assert_eq!(log.durable().len(), second.end());
+        // A crash (no drop) leaves the zeros: the next writer finds the
+        // logical end, nothing torn, and appends there.
+        let crashed = std::fs::read(paths.events()).unwrap();
+        drop(log);
+        assert_eq!(file_len(&paths), second.end());
+        std::fs::write(paths.events(), &crashed).unwrap();
+        let (log, report) = EventLog::open(&paths, LogOptions::default(), |_, _| Ok(())).unwrap();
+        assert_eq!((report.end.offset, report.repaired), (second.end(), None));
+        assert_eq!(log.append(&run_started(2)).unwrap().offset(), second.end());
+        let end = log.end().offset;
+        drop(log);
+        assert_eq!(file_len(&paths), end);
+    }
+
+    #[test]
+    fn pre_allocation_steps_double_up_to_the_bound() {
+        let dir = tempfile::tempdir().unwrap();
+        let paths = SessionPaths::new(dir.path(), &SessionId::new("s").unwrap());
+        let log = EventLog::create(&paths, Durability::None).unwrap();
+        let big = Event::RunStarted {
+            run_id: "x".repeat(60 * 1024),
+        };
+        let mut lens = Vec::new();
+        while lens.len() < 8 {
+            log.append(&big).unwrap();
+            let len = file_len(&paths);
+            if lens.last() != Some(&len) {
+                lens.push(len);
+            }
+        }
+        // Each growth reaches the next multiple of its step past the line.
+        let steps: Vec<u64> = lens.windows(2).map(|w| w[1] - w[0]).collect();
+        assert_eq!(lens[0], PREALLOC_MIN_STEP);
+        assert!(steps.iter().all(|&s| s <= PREALLOC_MAX_BYTES), "{lens:?}");
+        assert!(steps.contains(&PREALLOC_MAX_BYTES), "{lens:?}");
+        assert!(file_len(&paths) - log.end().offset < PREALLOC_MAX_BYTES);
+    }
 
     #[test]
     fn a_trusted_prefix_off_a_line_boundary_is_refused() {

@@ -14,6 +14,13 @@ use crate::event::{now_ts, SCHEMA_VERSION};
 use crate::fsutil;
 use crate::layout::SessionPaths;
 
+/// The log format this build writes (see [`SessionMeta::log_format`]).
+pub const LOG_FORMAT: u32 = 2;
+
+fn log_format_1() -> u32 {
+    1
+}
+
 /// Whether a session is in use.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "snake_case")]
@@ -27,6 +34,11 @@ pub enum SessionStatus {
 pub struct SessionMeta {
     pub id: String,
     pub schema_version: u32,
+    /// The on-disk format of `events.jsonl` (README, "The on-disk format"):
+    /// 1, a file that ends at its last line; 2, a file that may go on
+    /// with pre-allocated zero bytes. Absent (a session made before 2) is 1.
+    #[serde(default = "log_format_1")]
+    pub log_format: u32,
     pub workspace: String,
     /// The git HEAD of the workspace when the session started, if it is a repository.
     #[serde(default, skip_serializing_if = "Option::is_none")]
@@ -43,6 +55,7 @@ impl SessionMeta {
         SessionMeta {
             id: paths.id().to_string(),
             schema_version: SCHEMA_VERSION,
+            log_format: LOG_FORMAT,
             workspace: workspace.to_string(),
             git_head,
             status: SessionStatus::Active,
@@ -63,6 +76,26 @@ impl SessionMeta {
         })
     }
 
+    /// Before a writer appends: a log of format 1 is every byte a log of
+    /// format 2 (a format 1 log never has zeros after its last line), so it
+    /// is converted by saying so here, before the first pre-allocation: a
+    /// build that knows only format 1 cuts such zeros as a torn tail, and
+    /// this build reads both alike. A format newer than this build's is
+    /// refused: its rules are not known here.
+    pub fn migrate_log_format(&mut self, paths: &SessionPaths) -> Result<()> {
+        match self.log_format {
+            LOG_FORMAT => Ok(()),
+            newer if newer > LOG_FORMAT => Err(Error::Invalid(format!(
+                "{}: log format {newer} is newer than this build's {LOG_FORMAT}",
+                paths.meta().display()
+            ))),
+            _ => {
+                self.log_format = LOG_FORMAT;
+                self.write(paths)
+            }
+        }
+    }
+
     /// Replaces `session.json` atomically, stamping `updated`.
     pub fn write(&mut self, paths: &SessionPaths) -> Result<()> {
         self.write_at(&paths.meta())
@@ -75,5 +108,38 @@ impl SessionMeta {
         let mut bytes = serde_json::to_vec_pretty(self).expect("metadata serializes");
         bytes.push(b'\n');
         fsutil::replace_atomic(path, &bytes, "meta")
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::layout::SessionId;
+    use crate::session::{Session, SessionOptions};
+
+    #[test]
+    fn a_format_1_session_is_migrated_by_its_next_writer_and_a_newer_one_refused() {
+        let dir = tempfile::tempdir().unwrap();
+        let id = SessionId::new("s").unwrap();
+        let paths = SessionPaths::new(dir.path(), &id);
+        drop(Session::create(dir.path(), &id, dir.path(), SessionOptions::default()).unwrap());
+        assert_eq!(SessionMeta::read(&paths).unwrap().log_format, LOG_FORMAT);
+        // A session made before format 2: no log_format in session.json.
+        let mut old: serde_json::Value =
+            serde_json::from_slice(&std::fs::read(paths.meta()).unwrap()).unwrap();
+        old.as_object_mut().unwrap().remove("log_format");
+        std::fs::write(paths.meta(), old.to_string()).unwrap();
+        assert_eq!(SessionMeta::read(&paths).unwrap().log_format, 1);
+        let log = std::fs::read(paths.events()).unwrap();
+        drop(Session::open(dir.path(), &id, SessionOptions::default()).unwrap());
+        assert_eq!(SessionMeta::read(&paths).unwrap().log_format, LOG_FORMAT);
+        // Its lines are unchanged: a format 1 log is a format 2 log.
+        assert_eq!(std::fs::read(paths.events()).unwrap(), log);
+        old["log_format"] = (LOG_FORMAT + 1).into();
+        std::fs::write(paths.meta(), old.to_string()).unwrap();
+        match Session::open(dir.path(), &id, SessionOptions::default()) {
+            Err(Error::Invalid(m)) => assert!(m.contains("log format 3 is newer"), "{m}"),
+            other => panic!("a newer format opened: {:?}", other.map(|_| ())),
+        }
     }
 }

@@ -11,6 +11,17 @@
 //! line whose fields do not fit is damage. No second parser decides where a
 //! log ends.
 //!
+//! The logical end. A writer pre-allocates space ahead of itself (see
+//! `log`): the file may go on past the last line with zero bytes. A final
+//! segment that is nothing but zero bytes to the end of the file, at most
+//! [`ZERO_TAIL_MAX_BYTES`] of them, is that *pre-allocated region*: the log
+//! ends where it starts, and it is neither torn nor damage (a lost write
+//! into it reads as the same zeros and was never acknowledged). It must
+//! start at or after the durable floor (below): zeros where a snapshot says
+//! lines were are damage, and a writer never pre-allocates there. Longer
+//! runs of zeros are damage. A torn tail may end in such zeros too: a piece without a newline
+//! may run past [`MAX_LINE_BYTES`] only with zeros to the end of the file.
+//!
 //! The tail rules. The *final segment* is everything after the last
 //! newline-terminated valid line, to the end of the file; it is split into
 //! *pieces* (each up to and including a newline, the last one possibly
@@ -26,7 +37,8 @@
 //!   or lacks a newline (the last piece), or does not parse as a frame; and
 //!   every run of zero bytes in it is what a lost sector reads as: it
 //!   starts at the segment's start or at a [`SECTOR_BYTES`] boundary of the
-//!   file, and ends at the end of the file or at such a boundary. Zeros
+//!   file, and ends at such a boundary; or it runs to the end of the file,
+//!   from anywhere (the pre-allocated zeros a torn write did not reach). Zeros
 //!   that start or stop inside a sector (say, whole lines zeroed with their
 //!   newlines kept) were written there: damage. A
 //!   complete, newline-terminated, well-formed frame whose checksum does not
@@ -146,6 +158,17 @@ pub const SECTOR_BYTES: u64 = 512;
 /// at most [`MAX_LINE_BYTES`] each.
 pub const TORN_TAIL_MAX_BYTES: u64 = TORN_TAIL_MAX_LINES * MAX_LINE_BYTES as u64;
 
+/// The most zero bytes a writer pre-allocates past the end of its last
+/// line in one step (see `log`): the zero-filled region it leaves is below
+/// this many bytes.
+pub const PREALLOC_MAX_BYTES: u64 = 1 << 20;
+
+/// The longest run of zero bytes that may end the file after the last
+/// valid line: one lost line of [`MAX_LINE_BYTES`] (a `Sync` append that
+/// overwrote pre-allocated zeros and never reached the disk) followed by
+/// the pre-allocated rest. Longer is damage.
+pub const ZERO_TAIL_MAX_BYTES: u64 = MAX_LINE_BYTES as u64 + PREALLOC_MAX_BYTES;
+
 /// Buffer size for sequential reads.
 const READ_BUF: usize = 256 * 1024;
 
@@ -159,6 +182,8 @@ pub struct Scanner<R> {
     torn: Option<TornTail>,
     /// No torn tail may start before this offset (what a snapshot covers).
     floor: u64,
+    /// The zero bytes after the logical end, once the stream has ended.
+    preallocated: u64,
     done: bool,
 }
 
@@ -189,6 +214,7 @@ impl<R: BufRead> Scanner<R> {
             buf: Vec::with_capacity(4096),
             torn: None,
             floor: 0,
+            preallocated: 0,
             done: false,
         }
     }
@@ -208,6 +234,13 @@ impl<R: BufRead> Scanner<R> {
     /// The torn tail found at the end, once the stream has ended.
     pub fn torn(&self) -> Option<&TornTail> {
         self.torn.as_ref()
+    }
+
+    /// How many zero bytes follow the logical end to the end of the file
+    /// (the pre-allocated region), once the stream has ended without a
+    /// torn tail.
+    pub fn preallocated(&self) -> u64 {
+        self.preallocated
     }
 
     fn at_eof(&mut self) -> Result<bool> {
@@ -289,11 +322,11 @@ impl<R: BufRead> Scanner<R> {
             return Ok(None);
         };
         if self.buf.last() != Some(&b'\n') {
-            let reason = if self.buf.iter().all(|&b| b == 0) {
-                format!("{n} zero byte(s) after the last complete line")
-            } else {
-                "final line has no trailing newline (interrupted write)".to_string()
-            };
+            if self.buf.iter().all(|&b| b == 0) {
+                self.zero_region(n as u64)?;
+                return Ok(None);
+            }
+            let reason = "final line has no trailing newline (interrupted write)".to_string();
             self.final_segment(n, reason)?;
             return Ok(None);
         }
@@ -360,6 +393,11 @@ impl<R: BufRead> Scanner<R> {
     /// of the file) into `buf`: its length, or `None` at the end of the file.
     /// A piece with no newline within [`MAX_LINE_BYTES`] that does not end
     /// the file is damage.
+    ///
+    /// A piece that ends in zero bytes at the limit goes on while only zeros
+    /// follow: if they reach the end of the file within
+    /// [`ZERO_TAIL_MAX_BYTES`] of zeros, the piece is all of it (`buf` holds
+    /// its first [`MAX_LINE_BYTES`]; the returned length counts the rest).
     fn read_piece(&mut self) -> Result<Option<usize>> {
         self.buf.clear();
         let n = (&mut self.reader)
@@ -370,12 +408,58 @@ impl<R: BufRead> Scanner<R> {
             return Ok(None);
         }
         if self.buf.last() != Some(&b'\n') && n == MAX_LINE_BYTES && !self.at_eof()? {
+            if self.buf.last() == Some(&0) {
+                let run = self.buf.iter().rev().take_while(|&&b| b == 0).count() as u64;
+                if let Some(more) = self.zeros_to_eof(ZERO_TAIL_MAX_BYTES - run)? {
+                    return Ok(Some(n + more as usize));
+                }
+            }
             self.done = true;
             return Err(self.damage(format!(
-                "no newline within {MAX_LINE_BYTES} bytes (line longer than the limit)"
+                "no newline within {MAX_LINE_BYTES} bytes (line longer than the limit, and not zeros to the end of the file within {ZERO_TAIL_MAX_BYTES} bytes)"
             )));
         }
         Ok(Some(n))
+    }
+
+    /// Consumes the zero bytes that follow: their count if only zeros, at
+    /// most `most` of them, remain to the end of the file; `None` otherwise.
+    fn zeros_to_eof(&mut self, most: u64) -> Result<Option<u64>> {
+        let mut count = 0u64;
+        loop {
+            let chunk = self
+                .reader
+                .fill_buf()
+                .map_err(Error::io("read", &self.path))?;
+            if chunk.is_empty() {
+                return Ok(Some(count));
+            }
+            let zeros = chunk.iter().take_while(|&&b| b == 0).count();
+            let all = zeros == chunk.len();
+            self.reader.consume(zeros);
+            count += zeros as u64;
+            if !all || count > most {
+                return Ok(None);
+            }
+        }
+    }
+
+    /// The final segment is `len` zero bytes to the end of the file (at
+    /// most [`ZERO_TAIL_MAX_BYTES`]: [`Scanner::read_piece`] bounds it): the
+    /// region a writer pre-allocated, or the lost, unacknowledged writes
+    /// into it, not a line. The log ends at its start, nothing torn, unless
+    /// it starts under the durable floor, where lines were durable: damage
+    /// (a writer never pre-allocates there). Ends the stream.
+    fn zero_region(&mut self, len: u64) -> Result<()> {
+        self.done = true;
+        if self.pos.offset < self.floor {
+            return Err(self.damage(format!(
+                "{len} zero byte(s) to the end of the file; snapshot.json covers the log up to byte offset {}, so this is damage, not pre-allocated space",
+                self.floor
+            )));
+        }
+        self.preallocated = len;
+        Ok(())
     }
 
     /// Decides whether the bad piece in `buf` (`len` bytes at `pos`, bad
@@ -479,12 +563,16 @@ fn misplaced_zeros(body: &[u8], at: u64, segment: u64, at_end: bool) -> Option<(
         }
         let run = body[i..].iter().take_while(|&&b| b == 0).count();
         let (from, to) = (at + i as u64, at + (i + run) as u64);
-        let starts_ok = from == segment || from.is_multiple_of(SECTOR_BYTES);
         let ends_body = i + run == body.len();
+        if ends_body && at_end {
+            // Zeros to the end of the file after a torn write: the
+            // pre-allocated region it did not reach, or lost sectors.
+            break;
+        }
+        let starts_ok = from == segment || from.is_multiple_of(SECTOR_BYTES);
         // Broken on purpose with the fault: a run that stops at a newline
         // (a whole line zeroed, its newline kept) passes for a lost write.
-        let ends_ok = (ends_body
-            && (at_end || crate::fault::active(crate::fault::Fault::ZerosToNewlineTorn)))
+        let ends_ok = (ends_body && crate::fault::active(crate::fault::Fault::ZerosToNewlineTorn))
             || to.is_multiple_of(SECTOR_BYTES);
         if !(starts_ok && ends_ok) {
             return Some((from, to));
@@ -582,17 +670,134 @@ mod tests {
         }
     }
 
+    /// Scans `bytes` to its end: the seqs read, the logical end, the
+    /// pre-allocated zeros after it, or the error.
+    fn scan_end(bytes: &[u8], floor: u64) -> Result<(Vec<Seq>, u64, u64)> {
+        let mut s =
+            Scanner::new(bytes, Path::new("events.jsonl"), LogPosition::START).durable_floor(floor);
+        let mut seqs = Vec::new();
+        while let Some((_, rec)) = s.next_record()? {
+            seqs.push(rec.seq);
+        }
+        assert!(s.torn().is_none(), "{:?}", s.torn());
+        Ok((seqs, s.position().offset, s.preallocated()))
+    }
+
     #[test]
-    fn a_final_line_whose_write_was_lost_is_a_torn_tail() {
-        // The file grew, the data never reached the disk: zeros from the
-        // line's start to the end of the file.
+    fn a_final_line_whose_write_was_lost_reads_as_the_end_of_the_log() {
+        // The file grew (or the line overwrote pre-allocated zeros), the
+        // data never reached the disk: zeros from the line's start to the
+        // end of the file. Nothing was acknowledged there: the log ends at
+        // the line's start, and nothing is torn.
         let (mut bytes, starts) = log_bytes(3);
         bytes[starts[2] as usize..].fill(0);
+        let (seqs, end, zeros) = scan_end(&bytes, 0).unwrap();
+        assert_eq!(seqs, vec![0, 1]);
+        assert_eq!((end, zeros), (starts[2], bytes.len() as u64 - starts[2]));
+    }
+
+    #[test]
+    fn the_pre_allocated_zeros_are_the_end_of_the_log_not_a_torn_tail() {
+        let (mut bytes, _) = log_bytes(3);
+        let end = bytes.len() as u64;
+        bytes.resize(bytes.len() + PREALLOC_MAX_BYTES as usize, 0);
+        assert_eq!(
+            scan_end(&bytes, end).unwrap(),
+            (vec![0, 1, 2], end, PREALLOC_MAX_BYTES)
+        );
+        // A log with no line yet: the creation's first append never reached
+        // the pre-allocated region.
+        let zeros = vec![0u8; 4096];
+        assert_eq!(scan_end(&zeros, 0).unwrap(), (vec![], 0, 4096));
+    }
+
+    #[test]
+    fn zeros_past_the_pre_allocation_bound_or_under_the_floor_are_damage() {
+        let (mut bytes, starts) = log_bytes(3);
+        let end = bytes.len();
+        bytes.resize(end + ZERO_TAIL_MAX_BYTES as usize, 0);
+        assert_eq!(scan_end(&bytes, 0).unwrap().1, end as u64);
+        bytes.push(0);
+        match scan_end(&bytes, 0) {
+            Err(Error::Damage { line, offset, .. }) => assert_eq!((line, offset), (4, end as u64)),
+            other => panic!("expected damage at line 4, got {other:?}"),
+        }
+        // Zeros where snapshot.json says lines were are damage.
+        let (mut bytes, _) = log_bytes(3);
+        bytes[starts[2] as usize..].fill(0);
+        match scan_end(&bytes, starts[2] + 1) {
+            Err(Error::Damage { line, offset, .. }) => assert_eq!((line, offset), (3, starts[2])),
+            other => panic!("expected damage at line 3, got {other:?}"),
+        }
+    }
+
+    proptest::proptest! {
+        /// Whatever a writer leaves in format 2 (whole lines, the last one
+        /// cut after any byte, then any zeros within the bound) ends the
+        /// log exactly after the last whole line: a cut line is a torn
+        /// tail there, zeros alone are not.
+        #[test]
+        fn the_logical_end_is_exact_before_any_zeros(
+            n in 1u64..6,
+            keep_frac in 0.0f64..1.0,
+            zeros in 0usize..70_000,
+        ) {
+            let (full, starts) = log_bytes(n);
+            let last = *starts.last().unwrap() as usize;
+            let mut whole = full.clone();
+            whole.resize(full.len() + zeros, 0);
+            let (seqs, end, free) = scan_end(&whole, 0).unwrap();
+            proptest::prop_assert_eq!(seqs.len() as u64, n);
+            proptest::prop_assert_eq!((end, free), (full.len() as u64, zeros as u64));
+            let keep = ((full.len() - last) as f64 * keep_frac) as usize;
+            let mut cut = full[..last + keep].to_vec();
+            cut.resize(last + keep + zeros, 0);
+            let (seqs, outcome) = scan(&cut);
+            proptest::prop_assert_eq!(seqs.len() as u64, n - 1);
+            let torn = outcome.unwrap();
+            if keep == 0 {
+                proptest::prop_assert!(torn.is_none(), "{:?}", torn);
+            } else {
+                let torn = torn.expect("a cut line is torn");
+                proptest::prop_assert_eq!((torn.offset, torn.len), (last as u64, (keep + zeros) as u64));
+            }
+        }
+    }
+
+    #[test]
+    fn a_torn_line_before_the_pre_allocated_zeros_is_a_torn_tail() {
+        let (mut bytes, starts) = log_bytes(3);
+        let last = starts[2] as usize;
+        // The overwrite of the last line reached the disk only up to a
+        // sector boundary; the rest still reads as pre-allocated zeros,
+        // longer together than one line may be.
+        let sector = (last as u64 / SECTOR_BYTES + 1) * SECTOR_BYTES;
+        bytes.resize(last + MAX_LINE_BYTES + 4096, 0);
+        let mut line = Vec::new();
+        let big = Event::RunStarted {
+            run_id: "x".repeat(MAX_LINE_BYTES / 2),
+        };
+        framing::encode_into(&mut line, 2, &event_id(2), "t", Redaction::Public, &big);
+        let keep = (sector as usize - last).max(1);
+        bytes[last..last + keep].copy_from_slice(&line[..keep]);
         let (seqs, outcome) = scan(&bytes);
         assert_eq!(seqs, vec![0, 1]);
         let torn = outcome.unwrap().expect("torn tail");
-        assert_eq!(torn.offset, starts[2]);
-        assert_eq!(torn.len, bytes.len() as u64 - starts[2]);
+        assert_eq!(
+            (torn.offset, torn.len),
+            (starts[2], (bytes.len() - last) as u64)
+        );
+        // A write killed after any byte count leaves its prefix, then the
+        // pre-allocated zeros from wherever it stopped.
+        let (mut killed, _) = log_bytes(3);
+        killed.truncate(last + 13);
+        killed.resize(last + 4096, 0);
+        let torn = scan(&killed).1.unwrap().expect("torn tail");
+        assert_eq!((torn.offset, torn.len), (starts[2], 4096));
+        // Garbage (not zeros) past the limit is damage as before.
+        let n = bytes.len();
+        bytes[n - 1] = b'x';
+        assert!(matches!(scan(&bytes).1, Err(Error::Damage { line: 3, .. })));
     }
 
     #[test]

@@ -293,7 +293,7 @@ impl Session {
             session.record_quarantines()?;
             return Ok((session, report));
         }
-        let meta = match SessionMeta::read(&paths) {
+        let mut meta = match SessionMeta::read(&paths) {
             Ok(m) => m,
             Err(_) if projection.session_id().is_some() => {
                 // session.json was lost to a crash during creation: rebuild it from the log.
@@ -304,6 +304,7 @@ impl Session {
             }
             Err(e) => return Err(e),
         };
+        meta.migrate_log_format(&paths)?;
         let mut session = Session {
             paths,
             log,
@@ -692,6 +693,8 @@ fn confirm_snapshot(paths: &SessionPaths, at: LogPosition) -> Result<(), String>
     let mut scanner = Scanner::open(&paths.events(), at).map_err(|e| e.to_string())?;
     match scanner.next_record() {
         Ok(Some(_)) => Ok(()),
+        // The log ends there, pre-allocated zeros after it.
+        Ok(None) if scanner.torn().is_none() => Ok(()),
         // Only the full replay may decide what is torn: never cut from a snapshot's word.
         Ok(None) => Err(format!(
             "no complete event {} at the snapshot's offset {}",

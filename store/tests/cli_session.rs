@@ -170,13 +170,14 @@ fn read_only_commands_work_while_a_writer_holds_the_lock_and_write_nothing() {
 
     // A line the writer is still writing: context shows what is complete
     // and leaves the bytes alone.
-    use std::io::Write;
+    // It lands at the log's end, over the zeros pre-allocated after it.
+    use std::os::unix::fs::FileExt;
     let events = agentstore::SessionPaths::new(&root, &id).events();
     std::fs::OpenOptions::new()
-        .append(true)
+        .write(true)
         .open(&events)
         .unwrap()
-        .write_all(b"{\"crc\":\"0000")
+        .write_all_at(b"{\"crc\":\"0000", writer.log().end().offset)
         .unwrap();
     let before = listing(&root);
     let (code, out, err) = agentstore(&["context", root_s, "s1"]);
@@ -185,7 +186,11 @@ fn read_only_commands_work_while_a_writer_holds_the_lock_and_write_nothing() {
     assert_eq!(listing(&root), before);
 
     // The library view too, with the lock still held and a snapshot to use.
+    // The writer dies (no clean close, which would cut its zeros and the
+    // fragment in them): the file stays as it is.
+    let crashed = std::fs::read(&events).unwrap();
     drop(writer);
+    std::fs::write(&events, crashed).unwrap();
     let mut writer = Session::open(&root, &id, SessionOptions::default())
         .unwrap()
         .0;

@@ -1,8 +1,9 @@
 //! Torn tails: cut the log at every byte offset inside its last lines, or
 //! pad it with zeros. Opening for writing must cut exactly the bytes after
 //! the last complete line, say where, and leave a log the next append
-//! extends; zeros no lost write could leave (starting or stopping inside a
-//! sector) are damage.
+//! extends; zeros to the end of the file after the last line are the
+//! pre-allocated region (nothing cut), and zeros no lost write could leave
+//! (stopping inside a sector before the end of the file) are damage.
 
 mod common;
 
@@ -86,8 +87,36 @@ fn every_cut_inside_the_last_three_lines_repairs_to_the_complete_prefix() {
     }
 }
 
+/// Writes `bytes`, `complete` whole lines ending at `boundary` and zeros
+/// to the end of the file, as the log; opening for writing must find its
+/// end at `boundary`, cut nothing (the zeros are the pre-allocated region,
+/// log format 2), and append there, over the zeros.
+fn open_and_append_over_zeros(paths: &SessionPaths, bytes: &[u8], complete: u64, boundary: u64) {
+    std::fs::write(paths.events(), bytes).unwrap();
+    let (log, report) = EventLog::open(paths, LogOptions::default(), |_, _| Ok(())).unwrap();
+    assert_eq!(report.repaired, None, "zeros to the end are not torn");
+    assert_eq!(
+        report.end,
+        LogPosition {
+            offset: boundary,
+            seq: complete
+        }
+    );
+    assert_eq!(
+        std::fs::metadata(paths.events()).unwrap().len(),
+        bytes.len() as u64
+    );
+    let acked = log.append(&sample_event(complete)).unwrap();
+    assert_eq!((acked.seq(), acked.offset()), (complete, boundary));
+    drop(log);
+    let verified = scan::verify(&paths.events(), LogPosition::START, |_, _| Ok(())).unwrap();
+    assert_eq!((verified.end.seq, verified.torn), (complete + 1, None));
+    let after = std::fs::read(paths.events()).unwrap();
+    assert_eq!(&after[..boundary as usize], &bytes[..boundary as usize]);
+}
+
 #[test]
-fn trailing_zero_bytes_are_a_torn_tail() {
+fn trailing_zero_bytes_are_the_end_of_the_log_and_after_a_partial_line_a_torn_tail() {
     let dir = scratch();
     let paths = paths(dir.path(), "zeros");
     let full = build_log(&paths, 4);
@@ -95,23 +124,18 @@ fn trailing_zero_bytes_are_a_torn_tail() {
     let n = starts.len() as u64;
     let last_start = *starts.last().unwrap();
     for zeros in [1usize, 7, 4096] {
-        // After a newline: the file grew but the data never came.
+        // After a newline: the pre-allocated region, or a lost write into
+        // it (the file grew, or zeros were overwritten, the data never came).
         let mut bytes = full.clone();
         bytes.resize(full.len() + zeros, 0);
-        open_cut_and_append(&paths, &bytes, n, full.len() as u64);
+        open_and_append_over_zeros(&paths, &bytes, n, full.len() as u64);
 
-        // Right after a partial line (no newline before the zeros): the
-        // zeros start inside a sector, which no lost write leaves (it reads
-        // as whole sectors of zeros), so they were written: damage.
+        // Right after a partial line (no newline before the zeros): a write
+        // into the pre-allocated zeros killed after any byte: torn.
         let mut bytes = full[..full.len() - 1].to_vec();
         bytes.resize(full.len() - 1 + zeros, 0);
-        std::fs::write(paths.events(), &bytes).unwrap();
-        let refused = EventLog::open(&paths, LogOptions::default(), |_, _| Ok(()));
-        assert!(
-            matches!(refused, Err(agentstore::Error::Damage { offset, .. }) if offset == last_start),
-            "{zeros} zeros after a partial line: {:?}",
-            refused.err()
-        );
+        open_cut_and_append(&paths, &bytes, n - 1, last_start);
+
         // The same write lost from the sector boundary on is torn.
         let sector = (last_start / 512 + 1) * 512;
         if sector < full.len() as u64 {

@@ -59,8 +59,9 @@
 //!   in-process: the bytes are agentstore's log format): [`Tail`] appended
 //!   after the last line of agentstore's log, at the bounds of its tail
 //!   rules as the harness states them ([`TAIL_MAX_LINES`],
-//!   [`TAIL_MAX_LINE_BYTES`]): a whole group of torn lines and one more,
-//!   zeros to the end of the file as long as one line and one byte more.
+//!   [`TAIL_MAX_ZERO_BYTES`]): a whole group of torn lines and one more,
+//!   zeros to the end of the file as long as one line and a pre-allocation
+//!   step (log format 2) and one byte more.
 //!   Within the rules it passes when the store opens and serves every
 //!   acknowledged event unchanged (its own `tail_quarantined` after them
 //!   allowed); past them, when it refuses with `damage`; anything else is
@@ -184,6 +185,9 @@ pub const TAIL_MAX_LINES: u64 = 64;
 /// …and a piece with no newline this long that does not end the file is
 /// damage (one line's limit, 4 MiB).
 pub const TAIL_MAX_LINE_BYTES: u64 = 4 * 1024 * 1024;
+/// …and zeros to the end of the file longer than this are damage (log
+/// format 2: one lost line of 4 MiB, then a pre-allocated step of 1 MiB).
+pub const TAIL_MAX_ZERO_BYTES: u64 = TAIL_MAX_LINE_BYTES + 1024 * 1024;
 /// The bytes of the log's last line each [`Tail::Lines`] piece keeps:
 /// fewer than a line's `{"crc":"XXXXXXXX",` header, so no piece is a
 /// well-formed line with a wrong checksum (which the rules call damage).
@@ -195,7 +199,7 @@ impl Tail {
     pub fn within_rules(self) -> bool {
         match self {
             Tail::Lines(n) => n <= TAIL_MAX_LINES,
-            Tail::Zeros(n) => n <= TAIL_MAX_LINE_BYTES,
+            Tail::Zeros(n) => n <= TAIL_MAX_ZERO_BYTES,
         }
     }
 
@@ -514,8 +518,8 @@ pub fn plan(
                 [
                     Tail::Lines(TAIL_MAX_LINES),
                     Tail::Lines(TAIL_MAX_LINES + 1),
-                    Tail::Zeros(TAIL_MAX_LINE_BYTES),
-                    Tail::Zeros(TAIL_MAX_LINE_BYTES + 1),
+                    Tail::Zeros(TAIL_MAX_ZERO_BYTES),
+                    Tail::Zeros(TAIL_MAX_ZERO_BYTES + 1),
                 ]
                 .map(|tail| Probe::Tail {
                     file: log.to_path_buf(),
@@ -967,7 +971,7 @@ pub fn judge_tail(
     let rule = match tail {
         Tail::Lines(_) => format!("at most {TAIL_MAX_LINES} torn lines"),
         Tail::Zeros(_) => format!(
-            "a piece without a newline ends the file or is at most {TAIL_MAX_LINE_BYTES} bytes"
+            "zeros to the end of the file are at most {TAIL_MAX_ZERO_BYTES} bytes (a lost line and a pre-allocated step)"
         ),
     };
     let within = tail.within_rules();
@@ -2198,7 +2202,7 @@ mod tests {
             events_after: None,
         };
         let group = Tail::Lines(TAIL_MAX_LINES);
-        let past = Tail::Zeros(TAIL_MAX_LINE_BYTES + 1);
+        let past = Tail::Zeros(TAIL_MAX_ZERO_BYTES + 1);
         assert!(group.within_rules() && !past.within_rules());
         assert!(judge_tail("t", group, &reference, &served(3))
             .unwrap()
@@ -2268,6 +2272,7 @@ mod tests {
             agentstore::framing::MAX_LINE_BYTES as u64
         );
         assert_eq!(SECTOR_BYTES, agentstore::scan::SECTOR_BYTES);
+        assert_eq!(TAIL_MAX_ZERO_BYTES, agentstore::scan::ZERO_TAIL_MAX_BYTES);
     }
 
     #[test]
@@ -2495,8 +2500,8 @@ mod tests {
         for tail in [
             Tail::Lines(TAIL_MAX_LINES),
             Tail::Lines(TAIL_MAX_LINES + 1),
-            Tail::Zeros(TAIL_MAX_LINE_BYTES),
-            Tail::Zeros(TAIL_MAX_LINE_BYTES + 1),
+            Tail::Zeros(TAIL_MAX_ZERO_BYTES),
+            Tail::Zeros(TAIL_MAX_ZERO_BYTES + 1),
         ] {
             assert!(probes.contains(&Probe::Tail {
                 file: "log".into(),

@@ -263,7 +263,8 @@ pub fn referenced_blobs(records: &[Record]) -> impl Iterator<Item = (Seq, &BlobR
     })
 }
 
-/// Length and CRC32C of a log file's bytes.
+/// Length and CRC32C of a log's bytes (to its logical end, or through the
+/// torn tail or damage that ends it).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct LogBytes {
     pub len: u64,
@@ -427,6 +428,10 @@ fn observe_reference(paths: &SessionPaths) -> StoreResult<Observation> {
     let mut damage = None;
     let mut torn_bytes = None;
     let mut end = 0;
+    // The log's bytes are what the scanner reads as the log: without the
+    // zeros pre-allocated after its last line (log format 2), which a clean
+    // close cuts and a crash leaves.
+    let mut logical = bytes.len();
     if !bytes.is_empty() {
         let mut scanner = Scanner::new(&bytes[..], &events, LogPosition::START);
         loop {
@@ -448,6 +453,7 @@ fn observe_reference(paths: &SessionPaths) -> StoreResult<Observation> {
             (t.offset, bytes[t.offset as usize..end as usize].to_vec())
         });
         end = scanner.position().offset;
+        logical -= scanner.preallocated() as usize;
     }
     let ends: Vec<u64> = offsets
         .iter()
@@ -513,8 +519,8 @@ fn observe_reference(paths: &SessionPaths) -> StoreResult<Observation> {
         quarantine: Some(quarantine_files(paths)?),
         damage,
         bytes: Some(LogBytes {
-            len: bytes.len() as u64,
-            crc: crc32c::crc32c(&bytes),
+            len: logical as u64,
+            crc: crc32c::crc32c(&bytes[..logical]),
         }),
         checkpoint,
     })

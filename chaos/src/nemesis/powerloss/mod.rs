@@ -47,6 +47,19 @@
 //!   done: both names exist, or neither (or the target keeps the file it
 //!   replaced).
 //!
+//! # Pre-allocation
+//! A store that pre-allocates (agentstore's log format 2) makes three kinds
+//! of op, and each model treats each as what it is on the disk: the zero
+//! fill is a *growth* write (the size change and the zeros together: in
+//! `weak` the grown range may read as zeros, as garbage, which is the
+//! size change kept without the zeros, or be torn at a sector; in
+//! `ext4-ordered` it persists as a prefix, as an append does); a line
+//! written into the zeros is an *overwrite* (kept or dropped on its own,
+//! torn at a sector in `weak`), so a lost line reads as the zeros it
+//! overwrote; and a cut of the zeros (agentstore's clean close) is a
+//! truncate. A zero fill by `fallocate` is not recorded (a file that
+//! grows without a write is not modelled); agentstore writes its zeros.
+//!
 //! Every state lists its [`Loss`]es: which operation is lost, torn or
 //! garbled, and the missing fsync that allows it, so a violation found in
 //! that state names the persistence assumption the store relied on.
