@@ -93,17 +93,7 @@ fn a_kill_inside_table_creation_wedges_the_database() {
         &adapter_dir().join("adapter.py"),
         &[],
     );
-    let words = [
-        "agentchaos",
-        "replay",
-        "--scenario",
-        fixture.to_str().unwrap(),
-        "--plan",
-        "sys-kill-before@19",
-        "--adapter",
-        &adapter,
-    ];
-    let (code, stdout) = campaign::replay(&shlex::try_join(words).unwrap());
+    let (code, stdout) = campaign::replay_plan(&fixture, "sys-kill-before@19", &adapter);
     assert_eq!(code, 1, "{stdout}");
     assert!(
         stdout.contains("VIOLATION exactly-once-outcome"),
@@ -125,34 +115,18 @@ fn the_findings_reproduce() {
     if !available("the_findings_reproduce") {
         return;
     }
-    let out = python::python(python::venv_python("adk"))
-        .arg(adapter_dir().join("findings/journal_unlink_not_synced.py"))
-        .output()
-        .unwrap();
-    let text = String::from_utf8_lossy(&out.stdout);
-    assert_eq!(
-        out.status.code(),
-        Some(1),
-        "the finding no longer reproduces (update README.md's Findings): {text}"
-    );
-    assert!(
-        text.starts_with(
-            "append_event committed with journal_mode=delete and synchronous=2 (FULL)"
+    for (script, says) in [
+        (
+            "journal_unlink_not_synced.py",
+            "append_event committed with journal_mode=delete and synchronous=2 (FULL)",
         ),
-        "{text}"
-    );
-    let out = python::python(python::venv_python("adk"))
-        .arg(adapter_dir().join("findings/interrupted_table_creation.py"))
-        .output()
-        .unwrap();
-    let text = String::from_utf8_lossy(&out.stdout);
-    assert_eq!(
-        out.status.code(),
-        Some(1),
-        "the finding no longer reproduces (update README.md's Findings): {text}"
-    );
-    assert!(
-        text.starts_with("after a SIGKILL inside the first create_session, every call raises"),
-        "{text}"
-    );
+        (
+            "interrupted_table_creation.py",
+            "after a SIGKILL inside the first create_session, every call raises",
+        ),
+    ] {
+        let mut cmd = python::python(python::venv_python("adk"));
+        cmd.arg(adapter_dir().join("findings").join(script));
+        campaign::assert_finding_reproduces(cmd, says);
+    }
 }

@@ -109,18 +109,7 @@ fn a_kill_after_the_truncating_open_loses_every_acknowledged_message() {
         return;
     }
     let adapter = python::adapter_command(&adapter_dir().join("adapter.py"), &[]);
-    let fixture = fixture();
-    let words = [
-        "agentchaos",
-        "replay",
-        "--scenario",
-        fixture.to_str().unwrap(),
-        "--plan",
-        "sys-kill-after@30",
-        "--adapter",
-        &adapter,
-    ];
-    let (code, stdout) = campaign::replay(&shlex::try_join(words).unwrap());
+    let (code, stdout) = campaign::replay_plan(&fixture(), "sys-kill-after@30", &adapter);
     assert_eq!(code, 1, "{stdout}");
     assert!(
         stdout.contains("openat(ROOT/session.json, O_WRONLY|O_CREAT|O_TRUNC"),
@@ -151,16 +140,8 @@ fn the_findings_reproduce() {
             "add_message returned after 0 fsync/fdatasync/sync calls",
         ),
     ] {
-        let out = python::python3()
-            .arg(adapter_dir().join("findings").join(script))
-            .output()
-            .unwrap();
-        let text = String::from_utf8_lossy(&out.stdout);
-        assert_eq!(
-            out.status.code(),
-            Some(1),
-            "{script} no longer reproduces its finding (update README.md's Findings): {text}"
-        );
-        assert!(text.starts_with(says), "{script}: {text}");
+        let mut cmd = python::python3();
+        cmd.arg(adapter_dir().join("findings").join(script));
+        campaign::assert_finding_reproduces(cmd, says);
     }
 }

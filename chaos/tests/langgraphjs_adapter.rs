@@ -90,18 +90,7 @@ fn a_power_cut_loses_acknowledged_checkpoints() {
         return;
     }
     let adapter = node::adapter_command(&adapter_dir().join("adapter.mjs"));
-    let fixture = fixture();
-    let words = [
-        "agentchaos",
-        "replay",
-        "--scenario",
-        fixture.to_str().unwrap(),
-        "--plan",
-        "powerloss:strict:53:1.1",
-        "--adapter",
-        &adapter,
-    ];
-    let (code, stdout) = campaign::replay(&shlex::try_join(words).unwrap());
+    let (code, stdout) = campaign::replay_plan(&fixture(), "powerloss:strict:53:1.1", &adapter);
     assert_eq!(code, 1, "{stdout}");
     assert!(stdout.contains("VIOLATION acked-durable"), "{stdout}");
     assert!(
@@ -118,19 +107,11 @@ fn the_finding_reproduces() {
     if !available("the_finding_reproduces") {
         return;
     }
-    let out = Command::new("node")
-        .arg(adapter_dir().join("findings/wal_without_sync.mjs"))
-        .current_dir(adapter_dir())
-        .output()
-        .unwrap();
-    let text = String::from_utf8_lossy(&out.stdout);
-    assert_eq!(
-        out.status.code(),
-        Some(1),
-        "the finding no longer reproduces (update README.md's Findings): {text}"
-    );
-    assert!(
-        text.starts_with("put resolved with journal_mode=wal and synchronous=1 (NORMAL)"),
-        "{text}"
+    let mut cmd = Command::new("node");
+    cmd.arg(adapter_dir().join("findings/wal_without_sync.mjs"))
+        .current_dir(adapter_dir());
+    campaign::assert_finding_reproduces(
+        cmd,
+        "put resolved with journal_mode=wal and synchronous=1 (NORMAL)",
     );
 }

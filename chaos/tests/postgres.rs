@@ -459,7 +459,7 @@ fn the_many_workers_campaign_passes_and_catches_lease_faults() {
     };
     let (code, out) = workers(&pg_adapter(&cluster, None), &[]);
     assert_eq!(code, 0, "{out}");
-    assert!(out.contains("total: 34 trial(s), 0 violation(s)"), "{out}");
+    assert!(out.contains("total: 36 trial(s), 0 violation(s)"), "{out}");
     for (fault, plan, invariant) in [
         ("no-epoch-check", "pause@3", "fenced-epoch-refused"),
         (

@@ -107,16 +107,8 @@ fn the_findings_reproduce() {
             "FileSessionManager('conversation') raised: Session conversation already exists",
         ),
     ] {
-        let out = python::python3()
-            .arg(adapter_dir().join("findings").join(script))
-            .output()
-            .unwrap();
-        let text = String::from_utf8_lossy(&out.stdout);
-        assert_eq!(
-            out.status.code(),
-            Some(1),
-            "{script} no longer reproduces its finding (update README.md's Findings): {text}"
-        );
-        assert!(text.starts_with(says), "{script}: {text}");
+        let mut cmd = python::python3();
+        cmd.arg(adapter_dir().join("findings").join(script));
+        campaign::assert_finding_reproduces(cmd, says);
     }
 }

@@ -49,31 +49,8 @@ pub fn write(
     index: &SparseIndex,
     budget_tokens: Option<u64>,
 ) -> Result<()> {
-    let mut head = String::new();
     // Broken on purpose: the model never sees what the compaction summarized.
-    let summary = projection
-        .compaction()
-        .filter(|_| !fault::active(Fault::ContextDropsSummary));
-    if let Some(c) = summary {
-        let _ = writeln!(
-            head,
-            "<summary tokens_before=\"{}\">\n{}\n</summary>",
-            c.tokens_before, c.summary
-        );
-    }
-    if let Some(plan) = projection.plan() {
-        let _ = writeln!(head, "<plan goal={:?}>", plan.goal);
-        for step in &plan.steps {
-            let status = match &step.status {
-                StepStatus::Pending => "pending".to_string(),
-                StepStatus::InProgress => "in progress".to_string(),
-                StepStatus::Done => "done".to_string(),
-                StepStatus::Blocked(why) => format!("blocked: {why}"),
-            };
-            let _ = writeln!(head, "- [{status}] {} {}", step.id, step.title);
-        }
-        let _ = writeln!(head, "</plan>");
-    }
+    let mut head = head(projection, !fault::active(Fault::ContextDropsSummary));
     let mut recovery = if fault::active(Fault::DropRecoveryBlock) {
         String::new() // Broken on purpose: the model never hears of the crash.
     } else {
@@ -163,7 +140,37 @@ fn for_each_entry(
     Ok(())
 }
 
-fn render_entry(event: &Event) -> Option<String> {
+/// The context's opening: the compaction summary (when `summary` and the
+/// branch has one), then the plan. Every store rendering agentstore's
+/// context shape starts with it (the PostgreSQL store does).
+pub fn head(projection: &Projection, summary: bool) -> String {
+    let mut head = String::new();
+    if let Some(c) = projection.compaction().filter(|_| summary) {
+        let _ = writeln!(
+            head,
+            "<summary tokens_before=\"{}\">\n{}\n</summary>",
+            c.tokens_before, c.summary
+        );
+    }
+    if let Some(plan) = projection.plan() {
+        let _ = writeln!(head, "<plan goal={:?}>", plan.goal);
+        for step in &plan.steps {
+            let status = match &step.status {
+                StepStatus::Pending => "pending".to_string(),
+                StepStatus::InProgress => "in progress".to_string(),
+                StepStatus::Done => "done".to_string(),
+                StepStatus::Blocked(why) => format!("blocked: {why}"),
+            };
+            let _ = writeln!(head, "- [{status}] {} {}", step.id, step.title);
+        }
+        let _ = writeln!(head, "</plan>");
+    }
+    head
+}
+
+/// One entry of the window as the context shows it (messages, tool calls
+/// and results; other events show nothing).
+pub fn render_entry(event: &Event) -> Option<String> {
     Some(match event {
         Event::UserMessage { text, .. } => format!("[user] {text}\n"),
         Event::AssistantMessage { text, .. } => format!("[assistant] {text}\n"),

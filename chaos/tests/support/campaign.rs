@@ -95,3 +95,33 @@ pub fn replay(command: &str) -> (i32, String) {
         String::from_utf8_lossy(&out.stdout).into_owned(),
     )
 }
+
+/// `agentchaos replay --scenario SCENARIO --plan PLAN --adapter ADAPTER`
+/// with this build's binary: the exit code and stdout.
+pub fn replay_plan(scenario: &Path, plan: &str, adapter: &str) -> (i32, String) {
+    let out = Command::new(env!("CARGO_BIN_EXE_agentchaos"))
+        .arg("replay")
+        .arg("--scenario")
+        .arg(scenario)
+        .args(["--plan", plan, "--adapter", adapter])
+        .output()
+        .unwrap();
+    (
+        out.status.code().unwrap_or(-1),
+        String::from_utf8_lossy(&out.stdout).into_owned(),
+    )
+}
+
+/// Runs a finding's standalone reproduction (`cmd`, the script and its
+/// interpreter) and asserts it still reproduces: exit code 1 and a first
+/// line starting with `says`.
+pub fn assert_finding_reproduces(mut cmd: Command, says: &str) {
+    let out = cmd.output().unwrap();
+    let text = String::from_utf8_lossy(&out.stdout);
+    assert_eq!(
+        out.status.code(),
+        Some(1),
+        "{cmd:?} no longer reproduces its finding (update README.md's Findings): {text}"
+    );
+    assert!(text.starts_with(says), "{cmd:?}: {text}");
+}
