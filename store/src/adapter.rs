@@ -710,7 +710,7 @@ mod tests {
     #[test]
     fn bad_requests_get_an_error_reply_not_a_crash() {
         let replies = run(&[
-            json!({"id": 1, "op": "hello", "protocol": 2}),
+            json!({"id": 1, "op": "hello", "protocol": 3}),
             json!({"id": 2, "op": "fly"}),
             json!({"id": 3, "op": "append", "event": {"type": "nope"}}),
         ]);
