@@ -215,22 +215,7 @@ fn lease_problems(adapter: &str) -> Vec<String> {
     let root = dir.path().join("takeover");
     let mut a = adapter_process(adapter, &[]);
     a.open(&leased_open(&root, &ws, true, "a", 0)).unwrap();
-    a.append(&Event::RunStarted {
-        run_id: "r1".into(),
-    })
-    .unwrap();
-    a.append(&Event::ToolCall {
-        parent: None,
-        call_id: "c1".into(),
-        tool: "deploy".into(),
-        args: serde_json::json!({"v": 2}),
-        effect: Effect::SideEffect,
-        operation_id: Some("op-c1".into()),
-        target: Some("prod".into()),
-        needs_approval: false,
-    })
-    .unwrap();
-    a.start_tool("c1").unwrap();
+    start_side_effect(&mut a);
     let mut b = adapter_process(adapter, &[]);
     let opened = b
         .open(&leased_open(&root, &ws, false, "b", 600_000))
@@ -361,22 +346,7 @@ fn a_partitioned_owner_is_fenced_once_the_link_heals() {
     let cmd = net.in_workers(bin.to_str().unwrap(), &over_tcp);
     let mut a = Client::spawn(cmd, ClientOptions::default()).unwrap();
     a.open(&leased_open(&root, &ws, true, "a", 1_000)).unwrap();
-    a.append(&Event::RunStarted {
-        run_id: "r1".into(),
-    })
-    .unwrap();
-    a.append(&Event::ToolCall {
-        parent: None,
-        call_id: "c1".into(),
-        tool: "deploy".into(),
-        args: serde_json::json!({"v": 2}),
-        effect: Effect::SideEffect,
-        operation_id: Some("op-c1".into()),
-        target: Some("prod".into()),
-        needs_approval: false,
-    })
-    .unwrap();
-    a.start_tool("c1").unwrap();
+    start_side_effect(&mut a);
 
     net.cut().unwrap();
     // The cut is real: a new connection from the workers' side cannot reach the server.
@@ -484,4 +454,27 @@ fn the_many_workers_campaign_passes_and_catches_lease_faults() {
             "{again}"
         );
     }
+}
+
+/// Starts run `r1` and its side-effecting call `c1` (operation `op-c1`) up
+/// to its intent: the orphan a takeover must mark.
+fn start_side_effect(client: &mut Client) {
+    client
+        .append(&Event::RunStarted {
+            run_id: "r1".into(),
+        })
+        .unwrap();
+    client
+        .append(&Event::ToolCall {
+            parent: None,
+            call_id: "c1".into(),
+            tool: "deploy".into(),
+            args: serde_json::json!({"v": 2}),
+            effect: Effect::SideEffect,
+            operation_id: Some("op-c1".into()),
+            target: Some("prod".into()),
+            needs_approval: false,
+        })
+        .unwrap();
+    client.start_tool("c1").unwrap();
 }
