@@ -16,10 +16,14 @@ pub enum Durability {
     Sync,
     /// Group commit: concurrent appenders share one `fdatasync`. The first
     /// waiter leads: it waits for the appenders already inside `append`
-    /// (at most `max_delay`, or until `max_events` are pending), syncs once,
-    /// and wakes everyone its sync covered. It never waits for appenders
-    /// that have not called `append` yet, so a lone appender pays one
-    /// `fdatasync` and no delay. Each append still returns only once its own
+    /// (at most `max_delay`, or until `max_events` are pending), and, while
+    /// its group is smaller than the previous one, up to one more sync's
+    /// duration for the appenders that sync just woke (they are likely on
+    /// their way back); it syncs once and wakes everyone its sync covered.
+    /// It never waits longer than one sync for appenders that have not
+    /// called `append` yet, and a lone appender's groups are of one, so it
+    /// pays one `fdatasync` and no delay. Each append still returns only
+    /// once its own
     /// bytes are durable. `max_events` is taken as `1..=`[`MAX_GROUP_EVENTS`],
     /// and it also bounds the lines written but not yet durable: an append
     /// that would exceed it waits for the running sync first, so a power cut

@@ -83,7 +83,15 @@ struct WriteState {
     durable: DurablePosition,
     /// Events written since the last sync began (batch mode).
     pending: usize,
+    /// Events the last group sync covered (batch mode; 1 before the first):
+    /// how many the next leader expects back.
+    last_group: usize,
+    /// How long the last group sync took (batch mode; zero before the
+    /// first): how long a leader waits for the rest of the last group.
+    last_sync: std::time::Duration,
     sync_running: bool,
+    /// Successful fdatasyncs of this handle (what a group commit saves).
+    syncs: u64,
     poisoned: Option<String>,
     buf: Vec<u8>,
     index: SparseIndex,
@@ -96,7 +104,13 @@ pub struct EventLog {
     file: File,
     durability: Durability,
     state: Mutex<WriteState>,
+    /// Woken when a sync finishes: appenders waiting for their ack or for
+    /// room in the group.
     synced: Condvar,
+    /// Batch mode: woken when an appender has written, for the one group
+    /// leader gathering them. Apart from `synced` so that each write wakes
+    /// the leader alone, not every appender already waiting for the sync.
+    arrived: Condvar,
     /// Batch mode: appenders that called `append` and wait for the state
     /// lock. A group leader waits for these, and only for these.
     arriving: AtomicUsize,
@@ -311,12 +325,16 @@ impl EventLog {
                     next_seq: end.seq,
                 },
                 pending: 0,
+                last_group: 1,
+                last_sync: std::time::Duration::ZERO,
                 sync_running: false,
+                syncs: 0,
                 poisoned: None,
                 buf: Vec::with_capacity(1024),
                 index,
             }),
             synced: Condvar::new(),
+            arrived: Condvar::new(),
             arriving: AtomicUsize::new(0),
             floor: 0,
             lock,
@@ -342,6 +360,12 @@ impl EventLog {
     /// The durable end of the log.
     pub fn durable(&self) -> DurablePosition {
         self.lock_state().durable
+    }
+
+    /// How many fdatasyncs of the log this handle has completed: in Batch
+    /// mode, the events appended divided by this is the mean group size.
+    pub fn syncs(&self) -> u64 {
+        self.lock_state().syncs
     }
 
     /// The end of the log (where the next line goes).
@@ -481,7 +505,7 @@ impl EventLog {
                 max_events,
             } => {
                 st.pending += 1;
-                self.synced.notify_all();
+                self.arrived.notify_one();
                 self.wait_group_commit(st, acked, max_delay, group_size(max_events))
             }
         }
@@ -546,6 +570,7 @@ impl EventLog {
     ) -> Result<()> {
         match result {
             Ok(()) => {
+                st.syncs += 1;
                 if target.offset > st.durable.len {
                     st.durable = DurablePosition {
                         len: target.offset,
@@ -601,28 +626,45 @@ impl EventLog {
                 st = self.synced.wait(st).unwrap_or_else(|p| p.into_inner());
                 continue;
             }
-            // Lead this group: gather the appenders already on their way in
-            // (for up to max_delay), never wait for ones that may not come.
-            // A lone appender thus pays one fdatasync and no delay.
+            // Lead this group. Wait (up to max_delay) for the appenders
+            // already on their way in. Then, if the last group was larger
+            // than this one so far, wait up to one more sync's time for the
+            // rest of it: woken by its sync, they are likely coming back,
+            // and syncing the first of them alone would halve every group.
+            // Nobody is waited for who may not come for longer than that
+            // one sync, and a lone appender's groups are of one: no delay.
             st.sync_running = true;
-            let deadline = Instant::now() + max_delay;
-            while st.pending < max_events && self.arriving.load(Ordering::SeqCst) > 0 {
+            let start = Instant::now();
+            let deadline = start + max_delay;
+            let returners_deadline = start + st.last_sync.min(max_delay);
+            let expected = st.last_group.min(max_events);
+            while st.pending < max_events {
+                let until = if self.arriving.load(Ordering::SeqCst) > 0 {
+                    deadline
+                } else if st.pending < expected {
+                    returners_deadline
+                } else {
+                    break;
+                };
                 let now = Instant::now();
-                if now >= deadline {
+                if now >= until {
                     break;
                 }
                 st = self
-                    .synced
-                    .wait_timeout(st, deadline - now)
+                    .arrived
+                    .wait_timeout(st, until - now)
                     .unwrap_or_else(|p| p.into_inner())
                     .0;
             }
             let target = st.end;
+            st.last_group = st.pending.max(1);
             st.pending = 0;
             drop(st);
             crashpoint::hit("log.fdatasync");
+            let began = Instant::now();
             let result = self.fdatasync();
             st = self.lock_state();
+            st.last_sync = began.elapsed();
             st.sync_running = false;
             let outcome = self.finish_sync(&mut st, target, result);
             self.synced.notify_all();

@@ -1,7 +1,9 @@
 //! Batch mode (group commit): every append returns only once its own bytes
-//! are durable, and a group leader never waits for appenders that are not
-//! coming. The latter is checked with a one-hour `max_delay`: a leader that
-//! waited out its delay would hang the test instead of finishing it.
+//! are durable, and a group leader never waits out its `max_delay` for
+//! appenders that are not coming (at most one sync's time for the rest of
+//! the last group). The latter is checked with a one-hour `max_delay`: a
+//! leader that waited out its delay would hang the test instead of
+//! finishing it.
 
 use std::time::Duration;
 

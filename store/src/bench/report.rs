@@ -142,6 +142,8 @@ pub struct GroupRow {
     pub summary: Summary,
     /// Events/s divided by Sync mode's.
     pub vs_sync: f64,
+    /// Events appended per fdatasync of the log: the mean group size.
+    pub events_per_sync: f64,
 }
 
 impl GroupSection {
@@ -149,14 +151,15 @@ impl GroupSection {
         batch_max_delay_us: u64,
         batch_max_events: usize,
         sync: Summary,
-        measured: Vec<(usize, Summary)>,
+        measured: Vec<(usize, Summary, f64)>,
     ) -> GroupSection {
         let rows = measured
             .into_iter()
-            .map(|(appenders, summary)| GroupRow {
+            .map(|(appenders, summary, events_per_sync)| GroupRow {
                 appenders,
                 summary,
                 vs_sync: ratio(summary.ops_per_s, sync.ops_per_s),
+                events_per_sync,
             })
             .collect();
         GroupSection {
@@ -382,22 +385,23 @@ impl Report {
         );
         let _ = writeln!(
             out,
-            "{:<32} {:>9} {:>9} {:>9} {:>9}",
-            "", "events/s", "x Sync", "p50 µs", "p99 µs"
+            "{:<32} {:>9} {:>9} {:>9} {:>9} {:>9}",
+            "", "events/s", "x Sync", "p50 µs", "p99 µs", "ev/sync"
         );
         let _ = writeln!(
             out,
-            "{:<32} {:>9} {:>9} {:>9} {:>9}",
+            "{:<32} {:>9} {:>9} {:>9} {:>9} {:>9}",
             "Sync, 1 appender",
             rate(g.sync.ops_per_s),
             times(1.0),
             us(g.sync.p50_us),
-            us(g.sync.p99_us)
+            us(g.sync.p99_us),
+            "1.0"
         );
         for r in &g.rows {
             let _ = writeln!(
                 out,
-                "{:<32} {:>9} {:>9} {:>9} {:>9}",
+                "{:<32} {:>9} {:>9} {:>9} {:>9} {:>9.1}",
                 format!(
                     "Batch, {} appender{}",
                     r.appenders,
@@ -406,7 +410,8 @@ impl Report {
                 rate(r.summary.ops_per_s),
                 times(r.vs_sync),
                 us(r.summary.p50_us),
-                us(r.summary.p99_us)
+                us(r.summary.p99_us),
+                r.events_per_sync
             );
         }
         let _ = writeln!(out, "\nGoals (issues 7 and 15), ratios from this run");
@@ -476,8 +481,8 @@ pub(crate) mod tests {
             64,
             summary(310.0, 520.0, 3100.0),
             vec![
-                (1, summary(1400.0, 1600.0, 700.0)),
-                (8, summary(1400.0, 1700.0, 20_000.0)),
+                (1, summary(1400.0, 1600.0, 700.0), 1.0),
+                (8, summary(1400.0, 1700.0, 20_000.0), 7.9),
             ],
         );
         let goals = goals(&store, &group);

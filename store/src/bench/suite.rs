@@ -323,7 +323,9 @@ impl<'a> Suite<'a> {
         };
         drop(sync_log);
         remove(&sync_dir)?;
+        let mut events_per_sync = Vec::new();
         for (dir, log) in batch_logs {
+            events_per_sync.push(log.end().seq as f64 / log.syncs().max(1) as f64);
             drop(log);
             remove(&dir)?;
         }
@@ -335,6 +337,8 @@ impl<'a> Suite<'a> {
         let rows = APPENDERS
             .into_iter()
             .zip(lats.map(|l| l.summary()))
+            .zip(events_per_sync)
+            .map(|((appenders, summary), per_sync)| (appenders, summary, per_sync))
             .collect();
         Ok(GroupSection::new(
             u64::try_from(max_delay.as_micros()).unwrap_or(u64::MAX),
