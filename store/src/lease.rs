@@ -162,6 +162,25 @@ pub(crate) fn decide(
     }
 }
 
+/// The `takeover-truncates-tail` fault's damage: the log cut at the start
+/// of its last complete line (any pre-allocated zeros after it go too).
+fn drop_last_line(events: &std::path::Path) -> Result<()> {
+    let bytes = std::fs::read(events).map_err(Error::io("read the log", events))?;
+    let end = bytes.iter().rposition(|&b| b == b'\n');
+    let Some(end) = end else {
+        return Ok(());
+    };
+    let start = bytes[..end]
+        .iter()
+        .rposition(|&b| b == b'\n')
+        .map_or(0, |i| i + 1);
+    std::fs::OpenOptions::new()
+        .write(true)
+        .open(events)
+        .and_then(|f| f.set_len(start as u64))
+        .map_err(Error::io("truncate the log", events))
+}
+
 impl Session {
     /// Opens the session as its lease owner: refused with
     /// [`Error::LeaseHeld`] while another owner's lease is live; otherwise
@@ -175,6 +194,13 @@ impl Session {
         options: SessionOptions,
         request: &LeaseRequest,
     ) -> Result<(Session, ResumeReport, Takeover)> {
+        if fault::active(Fault::TakeoverTruncatesTail) {
+            let paths = SessionPaths::new(root, id);
+            if LeaseRecord::read(&paths)?.is_some_and(|c| !c.is_live(now_ms())) {
+                // Broken on purpose: the previous owner's last acknowledged line goes.
+                drop_last_line(&paths.events())?;
+            }
+        }
         let mut attempts = 0;
         let (mut session, report) = loop {
             let paths = SessionPaths::new(root, id);

@@ -228,7 +228,18 @@ fn plan(
                     Action::Commit(i),
                     Action::Result(id),
                 ]),
-                Some(Phase::Started) => todo.push_back(Action::Reconcile(i)),
+                // Reconciled under this mark by an owner that lost the
+                // session before it went on: what it learned stands.
+                Some(Phase::Started) => match call.reconciled {
+                    None => todo.push_back(Action::Reconcile(i)),
+                    Some(ReconcileOutcome::Applied) => todo.push_back(Action::Result(id)),
+                    Some(ReconcileOutcome::NotApplied) => todo.extend([
+                        Action::Intent(id.clone()),
+                        Action::Effect(i),
+                        Action::Commit(i),
+                        Action::Result(id),
+                    ]),
+                },
                 Some(Phase::Committed) => todo.push_back(Action::Result(id)),
             },
         }
