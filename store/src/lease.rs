@@ -453,6 +453,43 @@ mod tests {
     }
 
     #[test]
+    fn a_taken_over_handle_dropped_leaves_the_next_owners_events() {
+        // Found by `agentchaos workers` (acked-survive-takeover) once its
+        // workers shut down instead of being killed: the zombie's log cut
+        // its pre-allocated zeros at its own, stale, end on drop.
+        let dir = tempfile::tempdir().unwrap();
+        let id = created(dir.path(), dir.path());
+        let open = |worker| {
+            Session::open_leased(
+                dir.path(),
+                &id,
+                SessionOptions::default(),
+                &request(worker, 0),
+            )
+            .unwrap()
+            .0
+        };
+        let zombie = open("a");
+        let mut heir = open("b");
+        heir.append(Event::RunStarted { run_id: "h".into() })
+            .unwrap();
+        heir.append(Event::UserMessage {
+            parent: None,
+            text: "the heir's".into(),
+        })
+        .unwrap();
+        let served = heir.projection().next_seq();
+        drop(heir);
+        drop(zombie);
+        let (after, _) = Session::open(dir.path(), &id, SessionOptions::default()).unwrap();
+        assert!(
+            after.projection().next_seq() >= served,
+            "the heir's events were cut: {} < {served}",
+            after.projection().next_seq()
+        );
+    }
+
+    #[test]
     fn a_damaged_lease_record_is_refused_with_its_path() {
         let dir = tempfile::tempdir().unwrap();
         let id = created(dir.path(), dir.path());
