@@ -291,8 +291,22 @@ impl<'a> Worker<'a> {
         }
     }
 
-    /// Serves commands until stdin ends.
+    /// Serves commands until stdin ends, then closes every session it
+    /// still owns (releasing its leases, as a worker shutting down does).
     pub fn serve(&mut self, input: impl BufRead, mut output: impl Write) -> std::io::Result<()> {
+        self.serve_commands(input, &mut output)?;
+        for (_, owned) in std::mem::take(&mut self.owned) {
+            // A fenced or dead connection has nothing to release.
+            let _ = owned.store.close();
+        }
+        Ok(())
+    }
+
+    fn serve_commands(
+        &mut self,
+        input: impl BufRead,
+        mut output: impl Write,
+    ) -> std::io::Result<()> {
         for line in input.lines() {
             let line = line?;
             let reply = match serde_json::from_str::<WorkerCommand>(&line) {

@@ -324,6 +324,27 @@ impl Worker {
         })
     }
 
+    /// Closes its stdin and waits for it to exit (it closes its sessions
+    /// first), killing it if it has not within [`REPLY_TIMEOUT`].
+    fn shut_down(self) {
+        let Worker {
+            mut child, stdin, ..
+        } = self;
+        drop(stdin);
+        let deadline = Instant::now() + REPLY_TIMEOUT;
+        while matches!(child.try_wait(), Ok(None)) && Instant::now() < deadline {
+            std::thread::sleep(ACQUIRE_POLL);
+        }
+        let _ = child.kill();
+        let _ = child.wait();
+    }
+
+    /// SIGKILL (a stopped worker sees it too) and reap.
+    fn kill(mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+
     fn pid(&self) -> Pid {
         Pid::from_raw(self.child.id() as i32)
     }
@@ -503,10 +524,14 @@ fn trial_in(
     };
     let result = run.drive(&plan);
     let mut history = std::mem::take(&mut run.history);
-    for w in &mut run.workers {
-        // A stopped worker must see its SIGKILL; a live one its EOF.
-        let _ = w.child.kill();
-        let _ = w.child.wait();
+    let states = std::mem::take(&mut run.states);
+    for (w, state) in std::mem::take(&mut run.workers).into_iter().zip(states) {
+        if result.is_ok() && state == State::Running {
+            // Shut down as a service does: EOF, and it releases its leases.
+            w.shut_down();
+        } else {
+            w.kill();
+        }
     }
     result?;
     for i in 0..cfg.sessions {
