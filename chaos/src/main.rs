@@ -56,8 +56,9 @@ enum Command {
     DbCrash(DbCrashArgs),
     /// List the built-in scenarios (the shipped scenarios/, compiled in), or export them.
     Scenarios(ScenariosCli),
-    /// Many workers, one store: pause and kill lease holders, take their sessions over, and
-    /// check the fencing (a store that claims `lease`; chaos/PROTOCOL.md section 9).
+    /// Many workers, one store: pause, kill and (with --postgres) partition lease holders,
+    /// crash the database under them, take their sessions over, and check the fencing and
+    /// what survives (a store that claims `lease`; chaos/PROTOCOL.md section 9).
     Workers(WorkersCli),
     /// The child agent (started by the harness).
     #[command(hide = true)]
