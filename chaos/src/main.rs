@@ -650,10 +650,9 @@ fn run_workers(w: WorkersCli) -> Result<ExitCode, Failure> {
             None => netns,
         };
         let bin = agentstore_pg_bin()?;
-        Some(
-            Database::start(&bin, w.store_fault.as_deref(), wants_network)
-                .map_err(|e| failed(format!("workers --postgres: {e}")))?,
-        )
+        let db = Database::start(&bin, w.store_fault.as_deref(), wants_network)
+            .map_err(|e| failed(format!("workers --postgres: {e}")))?;
+        Some((db, bin))
     } else {
         None
     };
@@ -662,7 +661,7 @@ fn run_workers(w: WorkersCli) -> Result<ExitCode, Failure> {
         None => {
             let mut plans = workers::every_plan();
             match &database {
-                Some(db) => {
+                Some((db, _)) => {
                     plans.extend(workers::database_plans(db.has_network()));
                     if !db.has_network() {
                         println!("partition strikes left out: no network namespaces here (they need root and iproute2)");
@@ -676,10 +675,10 @@ fn run_workers(w: WorkersCli) -> Result<ExitCode, Failure> {
         }
     };
     let (adapter, store) = match (&database, &w.adapter) {
-        (Some(db), _) => (
+        (Some((db, bin)), _) => (
             Some(db.adapter()),
             SharedStore::Postgres {
-                bin: agentstore_pg_bin()?,
+                bin: bin.clone(),
                 fault: w.store_fault.clone(),
             },
         ),
@@ -722,7 +721,7 @@ fn run_workers(w: WorkersCli) -> Result<ExitCode, Failure> {
             .map(|f| format!(" (fault {f})"))
             .unwrap_or_default(),
         match &database {
-            Some(db) if db.has_network() => ", every worker in a network namespace of its own",
+            Some((db, _)) if db.has_network() => ", every worker in a network namespace of its own",
             _ => "",
         },
         cfg.workers,
@@ -739,7 +738,7 @@ fn run_workers(w: WorkersCli) -> Result<ExitCode, Failure> {
             backend.as_ref(),
             plan.clone(),
             &scratch,
-            database.as_mut(),
+            database.as_mut().map(|(db, _)| db),
         )
         .map_err(|e| match e {
             WorkersError::Harness(m) => failed(format!("workers {plan}: {m}")),

@@ -110,19 +110,10 @@ pub struct Database {
 impl Database {
     /// Starts the cluster; `network`: in a namespace of its own, on
     /// [`partition::DATABASE_ADDR`], for the partition strikes.
-    pub fn start(
-        bin: &Path,
-        fault: Option<&str>,
-        network: bool,
-    ) -> Result<Database, agentstore_pg::cluster::ClusterError> {
+    pub fn start(bin: &Path, fault: Option<&str>, network: bool) -> Result<Database, WorkersError> {
         let net = if network {
             let tag = format!("acw{}", std::process::id());
-            Some(
-                Partition::create(&tag).map_err(|e| agentstore_pg::cluster::ClusterError::Io {
-                    what: "make the database's network namespace".into(),
-                    source: std::io::Error::other(e.to_string()),
-                })?,
-            )
+            Some(Partition::create(&tag).map_err(net_err)?)
         } else {
             None
         };
@@ -138,7 +129,7 @@ impl Database {
             None => ClusterOptions::default(),
         };
         Ok(Database {
-            cluster: Cluster::start(options)?,
+            cluster: Cluster::start(options).map_err(cluster_err)?,
             network: net,
             bin: bin.to_path_buf(),
             fault: fault.map(str::to_string),
