@@ -179,4 +179,33 @@ pub enum WorkerEvent {
     Killed {
         worker: String,
     },
+    /// The database server was crashed (`model`: a
+    /// [`crate::nemesis::database::DatabaseCrash`]'s name) and restarted.
+    DatabaseCrashed {
+        model: String,
+    },
+    /// `worker`'s link to the database was cut.
+    Partitioned {
+        worker: String,
+    },
+    /// `worker`'s link to the database was healed.
+    Healed {
+        worker: String,
+    },
+    /// `session`'s log as the store served it after the trial, every
+    /// worker gone and its last lease expired.
+    Final {
+        session: String,
+        log: FinalLog,
+    },
+}
+
+/// What the store served of a session after a many-workers trial.
+#[derive(Debug, Clone, PartialEq)]
+pub enum FinalLog {
+    Served(Vec<agentchaos_protocol::event::Record>),
+    /// The store has no such session any more (`not_found`).
+    Missing,
+    /// The store refused to open or read it: its message.
+    Unreadable(String),
 }

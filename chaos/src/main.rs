@@ -56,8 +56,9 @@ enum Command {
     DbCrash(DbCrashArgs),
     /// List the built-in scenarios (the shipped scenarios/, compiled in), or export them.
     Scenarios(ScenariosCli),
-    /// Many workers, one store: pause and kill lease holders, take their sessions over, and
-    /// check the fencing (a store that claims `lease`; chaos/PROTOCOL.md section 9).
+    /// Many workers, one store: pause, kill and (with --postgres) partition lease holders,
+    /// crash the database under them, take their sessions over, and check the fencing and
+    /// what survives (a store that claims `lease`; chaos/PROTOCOL.md section 9).
     Workers(WorkersCli),
     /// The child agent (started by the harness).
     #[command(hide = true)]
@@ -252,9 +253,13 @@ struct AgentCli {
 
 #[derive(Args, Debug)]
 struct WorkersCli {
-    /// One plan: `none`, or strikes `pause@K`, `kill@K` joined by `+` (each at the first
-    /// session's owner of the moment, after its K-th write since its grant); without it, a
-    /// pause and a kill after every write, and two kills of an heir in its second life.
+    /// One plan: `none`, or strikes joined by `+`, each at the first session's owner of the
+    /// moment, after its K-th write since its grant: `pause@K`, `kill@K`; with --postgres also
+    /// `db-crash:MODEL@K` (crash the database server, MODEL immediate, kill or kill-frozen, and
+    /// restart it) and `partition@K` (cut the owner's own link to the database until another
+    /// worker took over; needs root and iproute2). Without it: a pause and a kill after every
+    /// write, two kills of an heir in its second life, and with --postgres a sample of database
+    /// crashes and partitions.
     #[arg(long, value_name = "PLAN")]
     plan: Option<String>,
     /// Worker processes (at least 2: one to lose a session, one to take it over).
@@ -266,12 +271,18 @@ struct WorkersCli {
     /// The lease's ttl, in milliseconds of the store's clock.
     #[arg(long, default_value_t = 300)]
     ttl_ms: u64,
-    /// Run the reference store with this fault profile (see `agentchaos faults`).
+    /// Run the store with this fault: agentstore's (see `agentchaos faults`), or with
+    /// --postgres the PostgreSQL store's (`agentstore-pg adapter --fault NAME`).
     #[arg(long, value_name = "NAME", conflicts_with = "adapter")]
     store_fault: Option<String>,
     /// The store behind this adapter program (it must claim `lease`) instead of agentstore in-process.
     #[arg(long, value_name = "'CMD ARGS…'")]
     adapter: Option<String>,
+    /// The PostgreSQL store (`agentstore-pg`, next to this binary or on PATH) on a private
+    /// cluster this campaign starts (initdb into a scratch directory, never another server),
+    /// with network namespaces for the partitions when run as root with iproute2.
+    #[arg(long, conflicts_with = "adapter")]
+    postgres: bool,
     /// Where the trials' scratch directories go (default: the system's temporary directory).
     #[arg(long, value_name = "DIR")]
     scratch: Option<PathBuf>,
@@ -565,22 +576,121 @@ fn run_worker(w: WorkerCli) -> Result<ExitCode, Failure> {
     Ok(ExitCode::SUCCESS)
 }
 
+/// The `agentstore-pg` binary: beside this one (cargo builds both into
+/// one target directory), else on PATH.
+fn agentstore_pg_bin() -> Result<PathBuf, Failure> {
+    let beside = std::env::current_exe()
+        .ok()
+        .and_then(|e| e.parent().map(|d| d.join("agentstore-pg")));
+    let on_path = std::env::var_os("PATH")
+        .into_iter()
+        .flat_map(|p| std::env::split_paths(&p).collect::<Vec<_>>())
+        .map(|d| d.join("agentstore-pg"));
+    beside
+        .into_iter()
+        .chain(on_path)
+        .find(|p| p.is_file())
+        .ok_or_else(|| {
+            failed("--postgres: no agentstore-pg beside agentchaos or on PATH (cargo build -p agentstore-pg)")
+        })
+}
+
 fn run_workers(w: WorkersCli) -> Result<ExitCode, Failure> {
-    use agentchaos::campaign::workers::{self, WorkersConfig, WorkersError};
-    use agentchaos::nemesis::workers::WorkerPlan;
-    check_fault(&w.store_fault)?;
+    use agentchaos::campaign::workers::{self, Database, SharedStore, WorkersConfig, WorkersError};
+    use agentchaos::nemesis::workers::{Needs, WorkerPlan};
+    if w.postgres {
+        if let Some(n) = &w.store_fault {
+            if agentstore_pg::fault::Fault::from_name(n).is_none() {
+                let names: Vec<&str> = agentstore_pg::fault::Fault::ALL
+                    .iter()
+                    .map(|(_, n, _)| *n)
+                    .collect();
+                return Err(bad_input(format!(
+                    "--store-fault {n:?} names no fault of the PostgreSQL store; known: {}",
+                    names.join(", ")
+                )));
+            }
+        }
+    } else {
+        check_fault(&w.store_fault)?;
+    }
     if w.workers < 2 || w.sessions < 1 {
         return Err(bad_input(
             "--workers must be at least 2 and --sessions at least 1",
         ));
     }
-    let plans = match &w.plan {
-        Some(p) => vec![p
-            .parse::<WorkerPlan>()
-            .map_err(|e| bad_input(format!("--plan: {e}")))?],
-        None => workers::every_plan(),
+    let explicit = match &w.plan {
+        Some(p) => Some(
+            p.parse::<WorkerPlan>()
+                .map_err(|e| bad_input(format!("--plan: {e}")))?,
+        ),
+        None => None,
     };
-    let backend = backend(&w.adapter, Durability::Sync, false)?;
+    if let Some(plan) = &explicit {
+        if plan.needs() > Needs::Processes && !w.postgres {
+            return Err(bad_input(format!(
+                "--plan {plan}: database crashes and partitions need a database server the harness started (--postgres)"
+            )));
+        }
+    }
+    let netns = agentchaos::nemesis::partition::available();
+    let mut database = if w.postgres {
+        let wants_network = match &explicit {
+            Some(plan) if plan.needs() == Needs::Network && !netns => {
+                return Err(failed(format!(
+                    "--plan {plan}: a partition needs network namespaces: run as root, with iproute2"
+                )))
+            }
+            Some(plan) => plan.needs() == Needs::Network,
+            None if !netns && agentstore_pg::cluster::required() => {
+                return Err(failed(
+                    "workers --postgres: no network namespaces here (root and iproute2), so no partitions (CI=true)",
+                ))
+            }
+            None => netns,
+        };
+        let bin = agentstore_pg_bin()?;
+        let db = Database::start(&bin, w.store_fault.as_deref(), wants_network)
+            .map_err(|e| failed(format!("workers --postgres: {e}")))?;
+        Some((db, bin))
+    } else {
+        None
+    };
+    let plans = match explicit {
+        Some(p) => vec![p],
+        None => {
+            let mut plans = workers::every_plan();
+            match &database {
+                Some((db, _)) => {
+                    plans.extend(workers::database_plans(db.has_network()));
+                    if !db.has_network() {
+                        println!("partition strikes left out: no network namespaces here (they need root and iproute2)");
+                    }
+                }
+                None => println!(
+                    "database crashes and partitions left out: this store has no database server the harness started (--postgres has)"
+                ),
+            }
+            plans
+        }
+    };
+    let (adapter, store) = match (&database, &w.adapter) {
+        (Some((db, bin)), _) => (
+            Some(db.adapter()),
+            SharedStore::Postgres {
+                bin: bin.clone(),
+                fault: w.store_fault.clone(),
+            },
+        ),
+        (None, Some(a)) => (Some(a.clone()), SharedStore::Adapter(a.clone())),
+        (None, None) => (
+            None,
+            SharedStore::InProcess {
+                fault: w.store_fault.clone(),
+            },
+        ),
+    };
+    let backend = backend(&adapter, Durability::Sync, false)?;
     let claims = backend
         .capabilities()
         .map_err(|e| Failure::Store(format!("workers: {e}")))?;
@@ -596,17 +706,24 @@ fn run_workers(w: WorkersCli) -> Result<ExitCode, Failure> {
         workers: w.workers,
         sessions: w.sessions,
         ttl_ms: w.ttl_ms,
-        store_fault: w.store_fault.clone(),
-        adapter: w.adapter.clone(),
+        store,
     };
     let scratch = w.scratch.unwrap_or_else(std::env::temp_dir);
     println!(
-        "store: {}{} · {} workers, {} sessions, lease ttl {} ms · {} plan(s)",
-        backend.describe(),
+        "store: {}{}{} · {} workers, {} sessions, lease ttl {} ms · {} plan(s)",
+        if w.postgres {
+            "PostgreSQL (agentstore-pg) on a private cluster".to_string()
+        } else {
+            backend.describe()
+        },
         w.store_fault
             .as_deref()
             .map(|f| format!(" (fault {f})"))
             .unwrap_or_default(),
+        match &database {
+            Some((db, _)) if db.has_network() => ", every worker in a network namespace of its own",
+            _ => "",
+        },
         cfg.workers,
         cfg.sessions,
         cfg.ttl_ms,
@@ -616,12 +733,17 @@ fn run_workers(w: WorkersCli) -> Result<ExitCode, Failure> {
     let mut violations = 0;
     let mut by_invariant = std::collections::BTreeMap::new();
     for plan in &plans {
-        let trial = workers::trial(&cfg, backend.as_ref(), plan.clone(), &scratch).map_err(
-            |e| match e {
-                WorkersError::Harness(m) => failed(format!("workers {plan}: {m}")),
-                WorkersError::Store(m) => Failure::Store(format!("workers {plan}: {m}")),
-            },
-        )?;
+        let trial = workers::trial(
+            &cfg,
+            backend.as_ref(),
+            plan.clone(),
+            &scratch,
+            database.as_mut().map(|(db, _)| db),
+        )
+        .map_err(|e| match e {
+            WorkersError::Harness(m) => failed(format!("workers {plan}: {m}")),
+            WorkersError::Store(m) => Failure::Store(format!("workers {plan}: {m}")),
+        })?;
         let takeovers = trial
             .history
             .iter()

@@ -322,13 +322,14 @@ fn a_partitioned_owner_is_fenced_once_the_link_heals() {
         eprintln!("skipped: PostgreSQL is not installed");
         return;
     }
-    let net = Partition::create(&format!("ac{}", std::process::id())).unwrap();
+    let mut net = Partition::create(&format!("ac{}", std::process::id())).unwrap();
+    net.add_worker(0).unwrap();
     let cluster = Cluster::start(ClusterOptions {
         listen: Listen::Tcp {
             addr: partition::DATABASE_ADDR,
             port: 5432,
         },
-        netns: Some(net.database_ns().to_string()),
+        netns: Some(net.database_ns()),
         settings: Vec::new(),
     })
     .unwrap();
@@ -343,19 +344,19 @@ fn a_partitioned_owner_is_fenced_once_the_link_heals() {
         "--dsn".to_string(),
         cluster.tcp_dsn().unwrap(),
     ];
-    let cmd = net.in_workers(bin.to_str().unwrap(), &over_tcp);
+    let cmd = net.in_worker(0, bin.to_str().unwrap(), &over_tcp);
     let mut a = Client::spawn(cmd, ClientOptions::default()).unwrap();
     a.open(&leased_open(&root, &ws, true, "a", 1_000)).unwrap();
     start_side_effect(&mut a);
 
-    net.cut().unwrap();
+    net.cut(0).unwrap();
     // The cut is real: a new connection from the workers' side cannot reach the server.
     let cut_off = [
         "adapter".to_string(),
         "--dsn".to_string(),
         format!("{} connect_timeout=2", cluster.tcp_dsn().unwrap()),
     ];
-    let cmd = net.in_workers(bin.to_str().unwrap(), &cut_off);
+    let cmd = net.in_worker(0, bin.to_str().unwrap(), &cut_off);
     let mut c = Client::spawn(cmd, ClientOptions::default()).unwrap();
     let reached = c.open(&leased_open(&root, &ws, false, "c", 1_000));
     assert!(
@@ -382,7 +383,7 @@ fn a_partitioned_owner_is_fenced_once_the_link_heals() {
     assert_eq!(marked, Some(1), "b's takeover marks a's orphan c1");
     let next_seq = b.projection().unwrap().next_seq;
 
-    net.heal().unwrap();
+    net.heal(0).unwrap();
     let zombie = a.append(&Event::EffectCommitted {
         call_id: "c1".into(),
         operation_id: "op-c1".into(),
@@ -403,33 +404,104 @@ fn a_partitioned_owner_is_fenced_once_the_link_heals() {
     let _ = b.kill();
 }
 
-/// `agentchaos workers --adapter ADAPTER ARGS…`: exit code and output.
-fn workers(adapter: &str, args: &[&str]) -> (i32, String) {
+/// `agentchaos workers --postgres ARGS…` (a private cluster the campaign
+/// starts itself): exit code and output. `None` (a skip) without
+/// PostgreSQL on a dev machine; under `CI=true` a missing PostgreSQL fails.
+fn workers_pg(args: &[&str]) -> Option<(i32, String)> {
+    if cluster::find_bindir().is_none() {
+        assert!(
+            !cluster::required(),
+            "PostgreSQL is not installed (CI=true)"
+        );
+        eprintln!("skipped: PostgreSQL is not installed");
+        return None;
+    }
+    // Built beside agentchaos, where `--postgres` looks for it.
+    support::workspace_bin("agentstore-pg", "agentstore-pg");
     let out = std::process::Command::new(env!("CARGO_BIN_EXE_agentchaos"))
-        .args(["workers", "--adapter", adapter])
+        .args(["workers", "--postgres"])
         .args(args)
         .output()
         .unwrap();
     let stdout = String::from_utf8_lossy(&out.stdout).into_owned();
     let stderr = String::from_utf8_lossy(&out.stderr);
-    (out.status.code().unwrap_or(-1), format!("{stdout}{stderr}"))
+    Some((out.status.code().unwrap_or(-1), format!("{stdout}{stderr}")))
 }
 
-/// The many-workers campaign (a pause and a kill of a lease holder after
-/// every write) passes on PostgreSQL, and two of the store's lease faults
-/// fail it with a replay command. (`no-epoch-check` survives `pause@4`
-/// here, where agentstore's is caught: the zombie's commit is refused by
-/// the rules anyway, since every write folds the heir's events under the
-/// row lock first and the heir finished the call; `pause@3`, a renewal
-/// and an effect commit of the zombie's, catches it.)
+/// Whether the partition strikes can run here: under `CI=true` they must.
+fn partitions_here() -> bool {
+    let here = partition::available();
+    assert!(
+        here || !cluster::required(),
+        "network namespaces need root and iproute2 (CI=true)"
+    );
+    here
+}
+
+/// `fault` fails `plan` by `invariant`; the printed replay (`--postgres`,
+/// a cluster of its own) reproduces it; the unmodified store passes `plan`.
+fn pg_caught(fault: &str, plan: &str, invariant: &str) -> Option<String> {
+    let (code, out) = workers_pg(&["--store-fault", fault, "--plan", plan])?;
+    assert_eq!(code, 1, "{fault} under {plan}: {out}");
+    assert!(out.contains(&format!("VIOLATION {invariant} ")), "{out}");
+    let replay = out
+        .lines()
+        .find_map(|l| l.trim().strip_prefix("replay:   "))
+        .unwrap_or_else(|| panic!("no replay line:\n{out}"));
+    assert!(
+        replay.contains(&format!("--postgres --store-fault {fault}")),
+        "{replay}"
+    );
+    let (code, again) = campaign::replay(replay);
+    assert_eq!(code, 1, "the replay reproduces it:\n{again}");
+    assert!(
+        again.contains(&format!("VIOLATION {invariant} ")),
+        "{again}"
+    );
+    let (code, clean) = workers_pg(&["--plan", plan])?;
+    assert_eq!(code, 0, "the unmodified store passes {plan}: {clean}");
+    Some(out)
+}
+
+/// The many-workers campaign with every strike (a pause and a kill of a
+/// lease holder after every write, database crashes of each model, and
+/// with network namespaces partitions) passes on PostgreSQL with 0
+/// violations.
 #[test]
-fn the_many_workers_campaign_passes_and_catches_lease_faults() {
-    let Some(cluster) = private_cluster() else {
+fn the_many_workers_campaign_with_every_strike_passes() {
+    let network = partitions_here();
+    let Some((code, out)) = workers_pg(&[]) else {
         return;
     };
-    let (code, out) = workers(&pg_adapter(&cluster, None), &[]);
     assert_eq!(code, 0, "{out}");
-    assert!(out.contains("total: 36 trial(s), 0 violation(s)"), "{out}");
+    let trials = if network { 45 } else { 41 };
+    assert!(
+        out.contains(&format!("total: {trials} trial(s), 0 violation(s)")),
+        "{out}"
+    );
+    for model in ["immediate", "kill", "kill-frozen"] {
+        assert!(out.contains(&format!("db-crash:{model}@")), "{out}");
+    }
+    // Every session is finished after each crash: 3 effects per session.
+    for line in out.lines().filter(|l| l.contains("db-crash:")) {
+        assert!(line.contains("6 effect(s) applied"), "{line}\n{out}");
+    }
+    if network {
+        let line = out.lines().find(|l| l.starts_with("partition@4")).unwrap();
+        assert!(line.contains("1 takeover(s), 1 write(s) fenced"), "{out}");
+    } else {
+        assert!(out.contains("partition strikes left out"), "{out}");
+    }
+}
+
+/// Two of the store's lease faults fail the campaign with a replay
+/// command. (`no-epoch-check` survives `pause@4` here, where agentstore's
+/// is caught: the zombie's commit is refused by the rules anyway, since
+/// every write folds the heir's events under the row lock first and the
+/// heir finished the call; `pause@3`, a renewal and an effect commit of
+/// the zombie's, catches it.)
+#[test]
+fn the_many_workers_campaign_catches_lease_faults() {
     for (fault, plan, invariant) in [
         ("no-epoch-check", "pause@3", "fenced-epoch-refused"),
         (
@@ -438,20 +510,49 @@ fn the_many_workers_campaign_passes_and_catches_lease_faults() {
             "takeover-marks-orphans",
         ),
     ] {
-        let adapter = pg_adapter(&cluster, Some(fault));
-        let (code, out) = workers(&adapter, &["--plan", plan]);
-        assert_eq!(code, 1, "{fault}: {out}");
-        assert!(out.contains(&format!("VIOLATION {invariant} ")), "{out}");
-        let replay = out
-            .lines()
-            .find_map(|l| l.trim().strip_prefix("replay:   "))
-            .unwrap_or_else(|| panic!("no replay line:\n{out}"));
-        assert!(replay.contains(&format!("--fault {fault}")), "{replay}");
-        let (code, again) = campaign::replay(replay);
-        assert_eq!(code, 1, "the replay reproduces it:\n{again}");
+        if pg_caught(fault, plan, invariant).is_none() {
+            return;
+        }
+    }
+}
+
+/// An asynchronous commit loses what the store acknowledged when the
+/// server crashes with its WAL writer frozen: the workers' acknowledged
+/// events are missing from the log after the restart.
+#[test]
+fn asynchronous_commit_is_caught_by_acked_survive_takeover_under_a_db_crash() {
+    let Some(out) = pg_caught(
+        "synchronous-commit-off",
+        "db-crash:kill-frozen@4",
+        "acked-survive-takeover",
+    ) else {
+        return;
+    };
+    assert!(
+        out.contains("expected: run_started at seq 1, acknowledged to w0 at epoch 1"),
+        "{out}"
+    );
+    assert!(
+        out.contains("event:    the database server crashed (kill-frozen) and restarted"),
+        "{out}"
+    );
+}
+
+/// The partition strike: the owner cut off from the database (its own
+/// link; the other worker keeps its own) is taken over once its lease
+/// lapsed by the database's clock; after the heal its next write must be
+/// fenced, and a store without the epoch check accepts it.
+#[test]
+fn a_partitioned_owner_without_an_epoch_check_is_caught() {
+    if !partitions_here() {
+        eprintln!("skipped: no network namespaces here");
+        return;
+    }
+    if let Some(out) = pg_caught("no-epoch-check", "partition@4", "fenced-epoch-refused") {
         assert!(
-            again.contains(&format!("VIOLATION {invariant} ")),
-            "{again}"
+            out.contains("found:    the store acknowledged effect_committed at seq")
+                && out.contains("for w0 at epoch 1"),
+            "{out}"
         );
     }
 }

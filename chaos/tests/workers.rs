@@ -136,9 +136,52 @@ fn a_takeover_after_the_heir_was_killed_in_its_second_life_marks_its_orphans_aga
 }
 
 #[test]
+fn takeover_truncates_tail_is_caught_by_acked_survive_takeover_and_replays() {
+    // Killed right after its effect commit: the takeover cuts that line.
+    let out = caught(
+        "takeover-truncates-tail",
+        "kill@5",
+        "acked-survive-takeover",
+        &[],
+    );
+    assert!(
+        out.contains("expected: effect_committed at seq 4, acknowledged to w0 at epoch 1"),
+        "{out}"
+    );
+    let replay = out
+        .lines()
+        .find_map(|l| l.trim().strip_prefix("replay:   "))
+        .unwrap();
+    let (code, again) = crate::campaign::replay(replay);
+    assert_eq!(code, 1, "{again}");
+    assert!(
+        again.contains("VIOLATION acked-survive-takeover "),
+        "{again}"
+    );
+}
+
+#[test]
 fn bad_usage_is_one_line_and_exit_2() {
     for (args, says) in [
         (vec!["--plan", "stop@1"], "--plan: worker plan \"stop@1\""),
+        (
+            vec!["--postgres", "--plan", "db-crash@3"],
+            "--plan: worker plan \"db-crash@3\"",
+        ),
+        (
+            vec!["--postgres", "--plan", "db-crash:stop@3"],
+            "MODEL: immediate, kill or kill-frozen",
+        ),
+        (vec!["--postgres", "--plan", "partition@x"], "partition@K"),
+        (
+            vec!["--plan", "partition@2"],
+            "--plan partition@2: database crashes and partitions need",
+        ),
+        (
+            vec!["--postgres", "--store-fault", "no-fdatasync"],
+            "names no fault of the PostgreSQL store",
+        ),
+        (vec!["--postgres", "--adapter", "x"], "cannot be used with"),
         (vec!["--workers", "1"], "--workers must be at least 2"),
         (
             vec!["--store-fault", "nope"],

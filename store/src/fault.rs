@@ -82,6 +82,8 @@ pub enum Fault {
     TakeoverWithoutRecovery,
     /// Acquiring a lease never looks at the current one's expiry: a second worker takes over a live lease.
     LeaseIgnoresExpiry,
+    /// A takeover cuts the log's last line (the previous owner's last acknowledged event) before its recovery.
+    TakeoverTruncatesTail,
     /// Opening for writing takes the file's size for the end of the log: appends land after the pre-allocated zeros, which then sit between acknowledged lines.
     AppendAfterPreallocation,
 }
@@ -261,6 +263,11 @@ impl Fault {
             "a live lease is never taken over (agentchaos workers)",
         ),
         (
+            Fault::TakeoverTruncatesTail,
+            "takeover-truncates-tail",
+            "every event acknowledged to the previous owner survives a takeover (agentchaos workers)",
+        ),
+        (
             Fault::AppendAfterPreallocation,
             "append-after-preallocation",
             "a reopened log is appended at its last line, not after the zeros pre-allocated past it",
@@ -273,6 +280,7 @@ impl Fault {
         Fault::NoEpochCheck,
         Fault::TakeoverWithoutRecovery,
         Fault::LeaseIgnoresExpiry,
+        Fault::TakeoverTruncatesTail,
     ];
 
     /// The faults the power-loss nemesis (`agentchaos run --nemesis powerloss`) catches and kill campaigns do

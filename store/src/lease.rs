@@ -162,6 +162,25 @@ pub(crate) fn decide(
     }
 }
 
+/// The `takeover-truncates-tail` fault's damage: the log cut at the start
+/// of its last complete line (any pre-allocated zeros after it go too).
+fn drop_last_line(events: &std::path::Path) -> Result<()> {
+    let bytes = std::fs::read(events).map_err(Error::io("read the log", events))?;
+    let end = bytes.iter().rposition(|&b| b == b'\n');
+    let Some(end) = end else {
+        return Ok(());
+    };
+    let start = bytes[..end]
+        .iter()
+        .rposition(|&b| b == b'\n')
+        .map_or(0, |i| i + 1);
+    std::fs::OpenOptions::new()
+        .write(true)
+        .open(events)
+        .and_then(|f| f.set_len(start as u64))
+        .map_err(Error::io("truncate the log", events))
+}
+
 impl Session {
     /// Opens the session as its lease owner: refused with
     /// [`Error::LeaseHeld`] while another owner's lease is live; otherwise
@@ -175,6 +194,13 @@ impl Session {
         options: SessionOptions,
         request: &LeaseRequest,
     ) -> Result<(Session, ResumeReport, Takeover)> {
+        if fault::active(Fault::TakeoverTruncatesTail) {
+            let paths = SessionPaths::new(root, id);
+            if LeaseRecord::read(&paths)?.is_some_and(|c| !c.is_live(now_ms())) {
+                // Broken on purpose: the previous owner's last acknowledged line goes.
+                drop_last_line(&paths.events())?;
+            }
+        }
         let mut attempts = 0;
         let (mut session, report) = loop {
             let paths = SessionPaths::new(root, id);
@@ -424,6 +450,43 @@ mod tests {
                 ..
             })
         ));
+    }
+
+    #[test]
+    fn a_taken_over_handle_dropped_leaves_the_next_owners_events() {
+        // Found by `agentchaos workers` (acked-survive-takeover) once its
+        // workers shut down instead of being killed: the zombie's log cut
+        // its pre-allocated zeros at its own, stale, end on drop.
+        let dir = tempfile::tempdir().unwrap();
+        let id = created(dir.path(), dir.path());
+        let open = |worker| {
+            Session::open_leased(
+                dir.path(),
+                &id,
+                SessionOptions::default(),
+                &request(worker, 0),
+            )
+            .unwrap()
+            .0
+        };
+        let zombie = open("a");
+        let mut heir = open("b");
+        heir.append(Event::RunStarted { run_id: "h".into() })
+            .unwrap();
+        heir.append(Event::UserMessage {
+            parent: None,
+            text: "the heir's".into(),
+        })
+        .unwrap();
+        let served = heir.projection().next_seq();
+        drop(heir);
+        drop(zombie);
+        let (after, _) = Session::open(dir.path(), &id, SessionOptions::default()).unwrap();
+        assert!(
+            after.projection().next_seq() >= served,
+            "the heir's events were cut: {} < {served}",
+            after.projection().next_seq()
+        );
     }
 
     #[test]

@@ -23,6 +23,8 @@ use crate::layout::SessionPaths;
 pub struct WriterLock {
     file: File,
     path: std::path::PathBuf,
+    /// False between [`WriterLock::release`] and [`WriterLock::retake`].
+    held: std::sync::atomic::AtomicBool,
 }
 
 impl WriterLock {
@@ -67,17 +69,28 @@ impl WriterLock {
         file.set_len(0).map_err(Error::io("truncate lock", &path))?;
         file.write_all_at(pid.as_bytes(), 0)
             .map_err(Error::io("write lock", &path))?;
-        Ok(WriterLock { file, path })
+        Ok(WriterLock {
+            file,
+            path,
+            held: std::sync::atomic::AtomicBool::new(true),
+        })
     }
 
     /// Lets other processes take the lock until [`WriterLock::retake`].
     pub(crate) fn release(&self) -> Result<()> {
+        self.held.store(false, std::sync::atomic::Ordering::SeqCst);
         if crate::fault::active(crate::fault::Fault::NoWriterLock) {
             return Ok(());
         }
         self.file
             .unlock()
             .map_err(Error::io("unlock", self.path.clone()))
+    }
+
+    /// Whether this handle holds the lock now (not released for another
+    /// writer's turn): only then is the file as this handle last saw it.
+    pub(crate) fn is_held(&self) -> bool {
+        self.held.load(std::sync::atomic::Ordering::SeqCst)
     }
 
     /// Waits until this process holds the lock again (another writer holds
@@ -88,6 +101,8 @@ impl WriterLock {
         }
         self.file
             .lock()
-            .map_err(Error::io("flock", self.path.clone()))
+            .map_err(Error::io("flock", self.path.clone()))?;
+        self.held.store(true, std::sync::atomic::Ordering::SeqCst);
+        Ok(())
     }
 }

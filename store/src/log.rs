@@ -690,10 +690,13 @@ impl EventLog {
 impl Drop for EventLog {
     /// A log closed cleanly ends at its last line: the pre-allocated zeros
     /// are cut (without a sync: a crash may keep them, and then they read
-    /// as the pre-allocated region they are).
+    /// as the pre-allocated region they are). Only by a handle holding the
+    /// writer lock: a leased one between writes (released, perhaps taken
+    /// over) knows no end of the log, and cutting at its stale end would
+    /// destroy what the next owner appended since.
     fn drop(&mut self) {
         let st = self.state.get_mut().unwrap_or_else(|p| p.into_inner());
-        if st.allocated > st.end.offset {
+        if st.allocated > st.end.offset && self.lock.is_held() {
             let _ = self.file.set_len(st.end.offset);
         }
     }

@@ -228,7 +228,18 @@ fn plan(
                     Action::Commit(i),
                     Action::Result(id),
                 ]),
-                Some(Phase::Started) => todo.push_back(Action::Reconcile(i)),
+                // Reconciled under this mark by an owner that lost the
+                // session before it went on: what it learned stands.
+                Some(Phase::Started) => match call.reconciled {
+                    None => todo.push_back(Action::Reconcile(i)),
+                    Some(ReconcileOutcome::Applied) => todo.push_back(Action::Result(id)),
+                    Some(ReconcileOutcome::NotApplied) => todo.extend([
+                        Action::Intent(id.clone()),
+                        Action::Effect(i),
+                        Action::Commit(i),
+                        Action::Result(id),
+                    ]),
+                },
                 Some(Phase::Committed) => todo.push_back(Action::Result(id)),
             },
         }
@@ -280,8 +291,22 @@ impl<'a> Worker<'a> {
         }
     }
 
-    /// Serves commands until stdin ends.
+    /// Serves commands until stdin ends, then closes every session it
+    /// still owns (releasing its leases, as a worker shutting down does).
     pub fn serve(&mut self, input: impl BufRead, mut output: impl Write) -> std::io::Result<()> {
+        self.serve_commands(input, &mut output)?;
+        for (_, owned) in std::mem::take(&mut self.owned) {
+            // A fenced or dead connection has nothing to release.
+            let _ = owned.store.close();
+        }
+        Ok(())
+    }
+
+    fn serve_commands(
+        &mut self,
+        input: impl BufRead,
+        mut output: impl Write,
+    ) -> std::io::Result<()> {
         for line in input.lines() {
             let line = line?;
             let reply = match serde_json::from_str::<WorkerCommand>(&line) {

@@ -6,7 +6,10 @@
 //! [`probe`] probes a finished store (damage, double commits, the writer
 //! lock); [`shrink`] minimizes a failing random scenario; [`replay`] re-runs
 //! one trial from its replay command; [`dbcrash`] crashes the database
-//! server under a database-backed store. Nothing here formats a report.
+//! server under a database-backed store; [`workers`] runs many worker
+//! processes on one store's sessions, pausing, killing and cutting off
+//! lease holders and crashing the database under them. Nothing here
+//! formats a report.
 
 pub mod config;
 pub mod dbcrash;

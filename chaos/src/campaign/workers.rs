@@ -1,9 +1,15 @@
 //! The many-workers campaign (`agentchaos workers`): N worker processes
 //! (`agentchaos worker`, real children, each with its own store handles)
 //! serve M sessions of one store through leases; the nemesis
-//! ([`WorkerPlan`]) pauses or kills the first session's owner and another
-//! worker takes over; the checker ([`crate::check::workers`]) judges what
-//! the store accepted.
+//! ([`WorkerPlan`]) pauses, kills or cuts off the first session's owner,
+//! or crashes the database server under it, and another worker (or the
+//! same, after a crash) takes over; the checker
+//! ([`crate::check::workers`]) judges what the store accepted.
+//!
+//! For the PostgreSQL store the campaign starts a private cluster itself
+//! ([`Database`]); with network namespaces the database and every worker
+//! each get a namespace of their own ([`Partition`]), and the workers
+//! reach the database over their own link.
 //!
 //! The harness is the only scheduler: it sends one command at a time to
 //! one worker and waits for its reply, round-robin over the sessions, so
@@ -24,10 +30,14 @@ use nix::unistd::Pid;
 
 use crate::agent::worker::{read_effects, AppliedEffect, WorkerCommand, WorkerReply};
 use crate::check::workers::{check, WorkerViolation};
-use crate::history::WorkerEvent;
-use crate::nemesis::workers::{Strike, WorkerPlan};
+use crate::history::{FinalLog, WorkerEvent};
+use crate::nemesis::database::DatabaseCrash;
+use crate::nemesis::partition::{self, Partition};
+use crate::nemesis::workers::{Needs, Strike, WorkerPlan};
 use crate::shell::word;
 use crate::store::{SessionSpec, StoreBackend};
+use agentchaos_protocol::ErrorKind;
+use agentstore_pg::cluster::{Cluster, ClusterOptions, Listen};
 
 /// How long the harness waits for one reply of a worker that is running.
 const REPLY_TIMEOUT: Duration = Duration::from_secs(60);
@@ -35,6 +45,19 @@ const REPLY_TIMEOUT: Duration = Duration::from_secs(60);
 const ACQUIRE_POLL: Duration = Duration::from_millis(10);
 /// Steps after which a session that never reports done is a harness error.
 const MAX_STEPS: usize = 200;
+
+/// The store the workers share.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum SharedStore {
+    /// agentstore in-process, with a fault of its own (`AGENTSTORE_FAULT`
+    /// of every worker).
+    InProcess { fault: Option<String> },
+    /// The store behind this adapter command.
+    Adapter(String),
+    /// The PostgreSQL store (`agentstore-pg adapter` at `bin`, with
+    /// `--fault` when given) on a private cluster the campaign starts.
+    Postgres { bin: PathBuf, fault: Option<String> },
+}
 
 /// What a many-workers campaign runs.
 #[derive(Debug, Clone)]
@@ -44,10 +67,7 @@ pub struct WorkersConfig {
     pub workers: usize,
     pub sessions: usize,
     pub ttl_ms: u64,
-    /// A fault of the reference store (`AGENTSTORE_FAULT` of every worker).
-    pub store_fault: Option<String>,
-    /// The store behind an adapter, or None for agentstore in-process.
-    pub adapter: Option<String>,
+    pub store: SharedStore,
 }
 
 impl WorkersConfig {
@@ -57,13 +77,93 @@ impl WorkersConfig {
             "agentchaos workers --plan {plan} --workers {} --sessions {} --ttl-ms {}",
             self.workers, self.sessions, self.ttl_ms
         );
-        if let Some(f) = &self.store_fault {
-            line.push_str(&format!(" --store-fault {}", word(f)));
-        }
-        if let Some(a) = &self.adapter {
-            line.push_str(&format!(" --adapter {}", word(a)));
+        match &self.store {
+            SharedStore::InProcess { fault } => {
+                if let Some(f) = fault {
+                    line.push_str(&format!(" --store-fault {}", word(f)));
+                }
+            }
+            SharedStore::Adapter(a) => line.push_str(&format!(" --adapter {}", word(a))),
+            SharedStore::Postgres { fault, .. } => {
+                line.push_str(" --postgres");
+                if let Some(f) = fault {
+                    line.push_str(&format!(" --store-fault {}", word(f)));
+                }
+            }
         }
         line
+    }
+}
+
+/// The private PostgreSQL cluster of a `--postgres` campaign, shared by
+/// its trials (each has its own store root, so never a session), and,
+/// with network namespaces, the namespaces it and the workers run in.
+#[derive(Debug)]
+pub struct Database {
+    // Dropped in this order: the server stops before its namespace goes.
+    cluster: Cluster,
+    network: Option<Partition>,
+    bin: PathBuf,
+    fault: Option<String>,
+}
+
+impl Database {
+    /// Starts the cluster; `network`: in a namespace of its own, on
+    /// [`partition::DATABASE_ADDR`], for the partition strikes.
+    pub fn start(bin: &Path, fault: Option<&str>, network: bool) -> Result<Database, WorkersError> {
+        let net = if network {
+            let tag = format!("acw{}", std::process::id());
+            Some(Partition::create(&tag).map_err(net_err)?)
+        } else {
+            None
+        };
+        let options = match &net {
+            Some(n) => ClusterOptions {
+                listen: Listen::Tcp {
+                    addr: partition::DATABASE_ADDR,
+                    port: 5432,
+                },
+                netns: Some(n.database_ns()),
+                settings: Vec::new(),
+            },
+            None => ClusterOptions::default(),
+        };
+        Ok(Database {
+            cluster: Cluster::start(options).map_err(cluster_err)?,
+            network: net,
+            bin: bin.to_path_buf(),
+            fault: fault.map(str::to_string),
+        })
+    }
+
+    /// Whether its workers run in network namespaces (partitions possible).
+    pub fn has_network(&self) -> bool {
+        self.network.is_some()
+    }
+
+    fn command(&self, dsn: String) -> String {
+        let mut words = vec![
+            self.bin.display().to_string(),
+            "adapter".into(),
+            "--dsn".into(),
+            dsn,
+        ];
+        if let Some(f) = &self.fault {
+            words.extend(["--fault".into(), f.clone()]);
+        }
+        shlex::try_join(words.iter().map(String::as_str)).expect("no NUL in the command")
+    }
+
+    /// The adapter command the harness itself uses (the cluster's Unix
+    /// socket, reachable from every namespace).
+    pub fn adapter(&self) -> String {
+        self.command(self.cluster.dsn())
+    }
+
+    /// The adapter command of the workers: over their links when they run
+    /// in namespaces.
+    fn worker_adapter(&self) -> String {
+        self.command(self.cluster.tcp_dsn().unwrap_or_else(|| self.cluster.dsn()))
     }
 }
 
@@ -112,6 +212,30 @@ pub fn every_plan() -> Vec<WorkerPlan> {
     plans
 }
 
+/// The default plans a store behind a database the campaign started adds
+/// to [`every_plan`]: each crash model at a few steps (an intent, an
+/// effect commit, a result), one of them after a kill; and, with network
+/// namespaces (`network`), a partition before an effect, before its
+/// commit and before a result.
+pub fn database_plans(network: bool) -> Vec<WorkerPlan> {
+    let mut plans = vec![
+        WorkerPlan::one(Strike::DbCrash(DatabaseCrash::Immediate), 3),
+        WorkerPlan::one(Strike::DbCrash(DatabaseCrash::Kill), 4),
+        WorkerPlan::one(Strike::DbCrash(DatabaseCrash::Kill), 5),
+        WorkerPlan::one(Strike::DbCrash(DatabaseCrash::KillFrozen), 4),
+        WorkerPlan::one(Strike::Kill, 3).then(Strike::DbCrash(DatabaseCrash::Immediate), 2),
+    ];
+    if network {
+        plans.extend([
+            WorkerPlan::one(Strike::Partition, 3),
+            WorkerPlan::one(Strike::Partition, 4),
+            WorkerPlan::one(Strike::Partition, 5),
+            WorkerPlan::one(Strike::Partition, 3).then(Strike::DbCrash(DatabaseCrash::Kill), 2),
+        ]);
+    }
+    plans
+}
+
 struct Worker {
     id: String,
     child: Child,
@@ -121,29 +245,52 @@ struct Worker {
 }
 
 impl Worker {
-    fn start(cfg: &WorkersConfig, dirs: &Dirs, index: usize) -> Result<Worker, WorkersError> {
+    fn start(
+        cfg: &WorkersConfig,
+        dirs: &Dirs,
+        db: Option<&mut Database>,
+        index: usize,
+    ) -> Result<Worker, WorkersError> {
         let id = format!("w{index}");
         let stderr_path = dirs.scratch.join(format!("{id}.stderr"));
         let stderr = std::fs::File::create(&stderr_path).map_err(|e| {
             WorkersError::Harness(format!("cannot create {}: {e}", stderr_path.display()))
         })?;
-        let mut cmd = Command::new(&cfg.exe);
-        cmd.arg("worker")
-            .arg("--root")
-            .arg(&dirs.root)
-            .arg("--workspace")
-            .arg(&dirs.workspace)
-            .arg("--world")
-            .arg(&dirs.world)
-            .args(["--worker-id", &id, "--ttl-ms", &cfg.ttl_ms.to_string()])
-            .stdin(Stdio::piped())
+        let mut args: Vec<String> = vec!["worker".into(), "--root".into()];
+        args.push(dirs.root.display().to_string());
+        args.push("--workspace".into());
+        args.push(dirs.workspace.display().to_string());
+        args.push("--world".into());
+        args.push(dirs.world.display().to_string());
+        args.extend(["--worker-id".into(), id.clone()]);
+        args.extend(["--ttl-ms".into(), cfg.ttl_ms.to_string()]);
+        let adapter = match (&cfg.store, &db) {
+            (SharedStore::Adapter(a), _) => Some(a.clone()),
+            (_, Some(db)) => Some(db.worker_adapter()),
+            _ => None,
+        };
+        if let Some(a) = adapter {
+            args.extend(["--adapter".into(), a]);
+        }
+        let exe = cfg.exe.display().to_string();
+        let mut cmd = match db.and_then(|d| d.network.as_mut()) {
+            Some(net) => {
+                net.add_worker(index).map_err(|e| {
+                    WorkersError::Harness(format!("cannot make worker {id}'s namespace: {e}"))
+                })?;
+                net.in_worker(index, &exe, &args)
+            }
+            None => {
+                let mut c = Command::new(&cfg.exe);
+                c.args(&args);
+                c
+            }
+        };
+        cmd.stdin(Stdio::piped())
             .stdout(Stdio::piped())
             .stderr(stderr)
             .env_remove(agentstore::fault::FAULT_ENV);
-        if let Some(a) = &cfg.adapter {
-            cmd.args(["--adapter", a]);
-        }
-        if let Some(f) = &cfg.store_fault {
+        if let SharedStore::InProcess { fault: Some(f) } = &cfg.store {
             cmd.env(agentstore::fault::FAULT_ENV, f);
         }
         let mut child = cmd
@@ -166,6 +313,27 @@ impl Worker {
             lines,
             stderr: stderr_path,
         })
+    }
+
+    /// Closes its stdin and waits for it to exit (it closes its sessions
+    /// first), killing it if it has not within [`REPLY_TIMEOUT`].
+    fn shut_down(self) {
+        let Worker {
+            mut child, stdin, ..
+        } = self;
+        drop(stdin);
+        let deadline = Instant::now() + REPLY_TIMEOUT;
+        while matches!(child.try_wait(), Ok(None)) && Instant::now() < deadline {
+            std::thread::sleep(ACQUIRE_POLL);
+        }
+        let _ = child.kill();
+        let _ = child.wait();
+    }
+
+    /// SIGKILL (a stopped worker sees it too) and reap.
+    fn kill(mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
     }
 
     fn pid(&self) -> Pid {
@@ -239,22 +407,64 @@ struct Served {
     finished: bool,
 }
 
-/// Runs one trial of `plan` in a fresh scratch directory under `scratch`.
+/// Runs one trial of `plan` in a fresh scratch directory under `scratch`;
+/// `db`: the cluster of a `--postgres` campaign, which the database
+/// strikes crash and cut off.
 pub fn trial(
     cfg: &WorkersConfig,
     backend: &dyn StoreBackend,
     plan: WorkerPlan,
     scratch: &Path,
+    db: Option<&mut Database>,
 ) -> Result<WorkersTrial, WorkersError> {
     if cfg.workers < 2 || cfg.sessions < 1 {
         return Err(WorkersError::Harness(
             "a takeover needs at least 2 workers and 1 session".into(),
         ));
     }
+    let has = match &db {
+        None => Needs::Processes,
+        Some(d) if d.has_network() => Needs::Network,
+        Some(_) => Needs::Database,
+    };
+    if plan.needs() > has {
+        return Err(WorkersError::Harness(match plan.needs() {
+            Needs::Network if has == Needs::Database => format!(
+                "plan {plan}: a partition needs network namespaces (root and iproute2)"
+            ),
+            _ => format!(
+                "plan {plan}: a database strike needs a database server the harness started (agentchaos workers --postgres)"
+            ),
+        }));
+    }
     let dir = crate::campaign::scratch::campaign_dir(scratch).map_err(WorkersError::Harness)?;
-    let outcome = trial_in(cfg, backend, plan, &dir);
+    let outcome = trial_in(cfg, backend, plan, &dir, db);
     let _ = std::fs::remove_dir_all(&dir);
     outcome
+}
+
+fn cluster_err(e: agentstore_pg::cluster::ClusterError) -> WorkersError {
+    WorkersError::Harness(format!("the database server: {e}"))
+}
+
+fn net_err(e: partition::PartitionError) -> WorkersError {
+    WorkersError::Harness(format!("the network: {e}"))
+}
+
+/// Before the first write the next `kill-frozen` crash would lose:
+/// freezes the server's background writers (the other models need nothing).
+fn prepare(db: Option<&Database>, next: Option<Strike>) -> Result<(), WorkersError> {
+    if let (Some(db), Some(Strike::DbCrash(model))) = (db, next) {
+        model.prepare(&db.cluster).map_err(cluster_err)?;
+    }
+    Ok(())
+}
+
+fn first_crash(strikes: &[(Strike, usize)]) -> Option<Strike> {
+    strikes
+        .iter()
+        .map(|&(s, _)| s)
+        .find(|s| matches!(s, Strike::DbCrash(_)))
 }
 
 fn trial_in(
@@ -262,7 +472,12 @@ fn trial_in(
     backend: &dyn StoreBackend,
     plan: WorkerPlan,
     dir: &Path,
+    mut db: Option<&mut Database>,
 ) -> Result<WorkersTrial, WorkersError> {
+    if let Some(net) = db.as_deref().and_then(|d| d.network.as_ref()) {
+        net.heal_all().map_err(net_err)?;
+    }
+    prepare(db.as_deref(), first_crash(plan.strikes()))?;
     let dirs = Dirs {
         scratch: dir.to_path_buf(),
         root: dir.join("root"),
@@ -288,23 +503,31 @@ fn trial_in(
         })?;
     }
     let workers = (0..cfg.workers)
-        .map(|i| Worker::start(cfg, &dirs, i))
+        .map(|i| Worker::start(cfg, &dirs, db.as_deref_mut(), i))
         .collect::<Result<Vec<_>, _>>()?;
     let mut run = Run {
         cfg,
         dirs: &dirs,
+        db,
         history: Vec::new(),
         states: vec![State::Running; workers.len()],
         workers,
     };
     let result = run.drive(&plan);
-    let history = std::mem::take(&mut run.history);
-    for w in &mut run.workers {
-        // A stopped worker must see its SIGKILL; a live one its EOF.
-        let _ = w.child.kill();
-        let _ = w.child.wait();
+    let mut history = std::mem::take(&mut run.history);
+    let states = std::mem::take(&mut run.states);
+    for (w, state) in std::mem::take(&mut run.workers).into_iter().zip(states) {
+        if result.is_ok() && state == State::Running {
+            // Shut down as a service does: EOF, and it releases its leases.
+            w.shut_down();
+        } else {
+            w.kill();
+        }
     }
     result?;
+    for i in 0..cfg.sessions {
+        history.push(final_log(cfg, backend, &dirs, &session_name(i)));
+    }
     let effects = read_effects(&dirs.world)
         .map_err(|e| WorkersError::Harness(format!("cannot read the world's effects: {e}")))?;
     let violations = check(&history, &effects);
@@ -314,6 +537,43 @@ fn trial_in(
         effects,
         violations,
     })
+}
+
+/// `session`'s log once every worker is gone: a plain open, asked again
+/// while the last owner's lease is live by the store's clock. A refusal
+/// is recorded, for the checker: the log is what the store owes.
+fn final_log(
+    cfg: &WorkersConfig,
+    backend: &dyn StoreBackend,
+    dirs: &Dirs,
+    session: &str,
+) -> WorkerEvent {
+    let spec = SessionSpec {
+        root: dirs.root.clone(),
+        session: session.to_string(),
+        workspace: dirs.workspace.clone(),
+    };
+    let deadline = Instant::now() + Duration::from_millis(cfg.ttl_ms) + REPLY_TIMEOUT;
+    let final_log = |log| WorkerEvent::Final {
+        session: session.to_string(),
+        log,
+    };
+    let mut store = loop {
+        match backend.open(&spec) {
+            Ok(store) => break store,
+            Err(e) if e.kind == Some(ErrorKind::NotFound) => return final_log(FinalLog::Missing),
+            Err(e) if e.kind == Some(ErrorKind::LeaseHeld) && Instant::now() < deadline => {
+                std::thread::sleep(ACQUIRE_POLL)
+            }
+            Err(e) => return final_log(FinalLog::Unreadable(format!("open: {e}"))),
+        }
+    };
+    let log = match store.events(None) {
+        Ok(records) => FinalLog::Served(records),
+        Err(e) => FinalLog::Unreadable(format!("events: {e}")),
+    };
+    let _ = store.close();
+    final_log(log)
 }
 
 /// Where a worker process is.
@@ -327,12 +587,15 @@ enum State {
 struct Run<'a> {
     cfg: &'a WorkersConfig,
     dirs: &'a Dirs,
+    db: Option<&'a mut Database>,
     history: Vec<WorkerEvent>,
     workers: Vec<Worker>,
     states: Vec<State>,
 }
 
 impl Run<'_> {
+    /// `worker` takes `session`'s lease; a refusal other than `lease_held`
+    /// (or `lease_held` when not `wait`ing) is the store's failure.
     fn acquire(
         &mut self,
         worker: usize,
@@ -340,6 +603,25 @@ impl Run<'_> {
         wait: bool,
         ttl_ms: u64,
     ) -> Result<(), WorkersError> {
+        self.acquire_or_refused(worker, session, wait, ttl_ms)?
+            .map_err(|other| {
+                WorkersError::Store(format!(
+                    "worker {}: the store did not grant session {session} a lease: {other:?}",
+                    self.workers[worker].id
+                ))
+            })
+    }
+
+    /// As [`Run::acquire`], a refusal other than `lease_held` returned
+    /// (and recorded) instead: after a database crash a store that lost
+    /// the session refuses it, and the final log says what was lost.
+    fn acquire_or_refused(
+        &mut self,
+        worker: usize,
+        session: &str,
+        wait: bool,
+        ttl_ms: u64,
+    ) -> Result<Result<(), WorkerReply>, WorkersError> {
         let deadline = Instant::now() + Duration::from_millis(ttl_ms) + REPLY_TIMEOUT;
         loop {
             let w = &mut self.workers[worker];
@@ -356,14 +638,19 @@ impl Run<'_> {
                         .into_iter()
                         .map(|r| r.into_record())
                         .collect::<Result<Vec<_>, _>>()
-                        .map_err(|e| WorkersError::Store(format!("worker {}: the store served a record that does not fit: {e}", w.id)))?;
+                        .map_err(|e| {
+                            WorkersError::Store(format!(
+                                "worker {}: the store served a record that does not fit: {e}",
+                                w.id
+                            ))
+                        })?;
                     self.history.push(WorkerEvent::Granted {
                         worker: w.id.clone(),
                         session: session.to_string(),
                         grant,
                         records,
                     });
-                    return Ok(());
+                    return Ok(Ok(()));
                 }
                 WorkerReply::Held { message } if wait => {
                     if Instant::now() >= deadline {
@@ -376,10 +663,12 @@ impl Run<'_> {
                     std::thread::sleep(ACQUIRE_POLL);
                 }
                 other => {
-                    return Err(WorkersError::Store(format!(
-                        "worker {}: the store did not grant session {session} a lease at the start: {other:?}",
-                        w.id
-                    )))
+                    self.history.push(WorkerEvent::Replied {
+                        worker: w.id.clone(),
+                        session: session.to_string(),
+                        reply: other.clone(),
+                    });
+                    return Ok(Err(other));
                 }
             }
         }
@@ -428,8 +717,8 @@ impl Run<'_> {
         for s in &sessions {
             self.acquire(s.owner, &s.name, false, ttl_ms)?;
         }
-        let mut strikes = plan.strikes().iter().copied();
-        let mut next = strikes.next();
+        let mut strikes = plan.strikes().iter();
+        let mut next = strikes.next().copied();
         // Paused owners of the first session, woken once it is finished.
         let mut zombies = Vec::new();
         let mut rounds = 0;
@@ -446,8 +735,9 @@ impl Run<'_> {
                     continue;
                 }
                 if let Some((strike, _)) = next.filter(|&(_, k)| i == 0 && sessions[0].steps == k) {
-                    next = strikes.next();
-                    if let Some(zombie) = self.strike(strike, &mut sessions)? {
+                    next = strikes.next().copied();
+                    let later = first_crash(strikes.as_slice());
+                    if let Some(zombie) = self.strike(strike, later, &mut sessions)? {
                         zombies.push(zombie);
                     }
                     continue;
@@ -482,7 +772,7 @@ impl Run<'_> {
         {
             return Ok(h);
         }
-        let fresh = Worker::start(self.cfg, self.dirs, n)?;
+        let fresh = Worker::start(self.cfg, self.dirs, self.db.as_deref_mut(), n)?;
         self.workers.push(fresh);
         self.states.push(State::Running);
         Ok(n)
@@ -490,9 +780,11 @@ impl Run<'_> {
 
     /// Carries out one strike on the first session's owner; a paused owner
     /// is returned, to be woken once the session is finished.
+    /// `later`: the next database crash of the plan after this strike.
     fn strike(
         &mut self,
         strike: Strike,
+        later: Option<Strike>,
         sessions: &mut [Served],
     ) -> Result<Option<usize>, WorkersError> {
         let ttl_ms = self.cfg.ttl_ms;
@@ -501,14 +793,7 @@ impl Run<'_> {
         match strike {
             Strike::Pause => {
                 // Renewed now, so the lease is surely live when the heir first asks.
-                let reply = self.workers[victim].call(&WorkerCommand::Renew {
-                    session: name.clone(),
-                })?;
-                self.history.push(WorkerEvent::Replied {
-                    worker: self.workers[victim].id.clone(),
-                    session: name.clone(),
-                    reply,
-                });
+                self.renew(victim, &name)?;
                 self.workers[victim].signal(Signal::SIGSTOP)?;
                 self.states[victim] = State::Paused;
                 self.history.push(WorkerEvent::Paused {
@@ -539,6 +824,77 @@ impl Run<'_> {
                 }
                 Ok(None)
             }
+            Strike::DbCrash(model) => {
+                let db = self
+                    .db
+                    .as_deref_mut()
+                    .expect("checked: a database strike has one");
+                model.apply(&mut db.cluster).map_err(cluster_err)?;
+                db.cluster.restart().map_err(cluster_err)?;
+                prepare(Some(db), later)?;
+                self.history.push(WorkerEvent::DatabaseCrashed {
+                    model: model.name().to_string(),
+                });
+                // Every connection died with the server: each owner's next
+                // write shows it, and the owner asks for its session again.
+                for s in sessions.iter_mut() {
+                    if s.finished || self.states[s.owner] != State::Running {
+                        continue;
+                    }
+                    if self.step(s.owner, &s.name)? {
+                        // A store that reconnected by itself goes on.
+                        s.steps += 1;
+                        continue;
+                    }
+                    match self.acquire_or_refused(s.owner, &s.name, true, ttl_ms)? {
+                        Ok(()) => s.steps = 0,
+                        // The store lost the session: nothing more to do there.
+                        Err(_) => s.finished = true,
+                    }
+                }
+                Ok(None)
+            }
+            Strike::Partition => {
+                self.renew(victim, &name)?;
+                let net = self
+                    .db
+                    .as_deref()
+                    .and_then(|d| d.network.as_ref())
+                    .expect("checked: a partition strike has a network");
+                net.cut(victim).map_err(net_err)?;
+                self.history.push(WorkerEvent::Partitioned {
+                    worker: self.workers[victim].id.clone(),
+                });
+                let heir = self.heir(victim)?;
+                self.acquire(heir, &name, true, ttl_ms)?;
+                let net = self
+                    .db
+                    .as_deref()
+                    .and_then(|d| d.network.as_ref())
+                    .expect("checked: a partition strike has a network");
+                net.heal(victim).map_err(net_err)?;
+                self.history.push(WorkerEvent::Healed {
+                    worker: self.workers[victim].id.clone(),
+                });
+                // The cut-off owner writes on: its next write must be fenced.
+                self.finish(victim, &name)?;
+                sessions[0].owner = heir;
+                sessions[0].steps = 0;
+                Ok(None)
+            }
         }
+    }
+
+    /// `worker` renews its lease of `session` (recorded).
+    fn renew(&mut self, worker: usize, session: &str) -> Result<(), WorkersError> {
+        let reply = self.workers[worker].call(&WorkerCommand::Renew {
+            session: session.to_string(),
+        })?;
+        self.history.push(WorkerEvent::Replied {
+            worker: self.workers[worker].id.clone(),
+            session: session.to_string(),
+            reply,
+        });
+        Ok(())
     }
 }

@@ -6,11 +6,11 @@
 
 use std::collections::BTreeMap;
 
-use agentchaos_protocol::event::Phase;
+use agentchaos_protocol::event::{Phase, Record};
 use agentchaos_protocol::message::LeaseGrant;
 
 use crate::agent::worker::{AppliedEffect, WorkerReply};
-use crate::history::WorkerEvent;
+use crate::history::{FinalLog, WorkerEvent};
 
 /// The invariants, by stable name.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash)]
@@ -26,14 +26,20 @@ pub enum WorkerInvariant {
     /// Every takeover marks the previous owner's orphans uncertain (with
     /// their phase) and closes its run before the new owner acts.
     TakeoverMarksOrphans,
+    /// Every event (effect commits included) acknowledged to a worker
+    /// under the session's current epoch is in the log at its seq, in
+    /// order, at every later grant and in the final log: after every
+    /// takeover and every database crash.
+    AckedSurviveTakeover,
 }
 
 impl WorkerInvariant {
-    pub const ALL: [WorkerInvariant; 4] = [
+    pub const ALL: [WorkerInvariant; 5] = [
         WorkerInvariant::FencedEpochRefused,
         WorkerInvariant::OneLiveOwner,
         WorkerInvariant::EffectOnceAcrossWorkers,
         WorkerInvariant::TakeoverMarksOrphans,
+        WorkerInvariant::AckedSurviveTakeover,
     ];
 
     pub fn name(self) -> &'static str {
@@ -42,6 +48,7 @@ impl WorkerInvariant {
             WorkerInvariant::OneLiveOwner => "one-live-owner",
             WorkerInvariant::EffectOnceAcrossWorkers => "effect-once-across-workers",
             WorkerInvariant::TakeoverMarksOrphans => "takeover-marks-orphans",
+            WorkerInvariant::AckedSurviveTakeover => "acked-survive-takeover",
         }
     }
 }
@@ -63,6 +70,7 @@ pub fn check(history: &[WorkerEvent], effects: &[AppliedEffect]) -> Vec<WorkerVi
     out.extend(one_live_owner(history));
     out.extend(effect_once_across_workers(effects));
     out.extend(takeover_marks_orphans(history));
+    out.extend(acked_survive_takeover(history));
     out
 }
 
@@ -280,6 +288,127 @@ fn takeover_marks_orphans(history: &[WorkerEvent]) -> Vec<WorkerViolation> {
     out
 }
 
+/// One acknowledgement the store owes: `what` at `seq`, to `worker` under `epoch`.
+struct Owed<'a> {
+    worker: &'a str,
+    epoch: u64,
+    seq: u64,
+    what: &'a str,
+}
+
+/// The first acknowledged event `records` does not hold at its seq.
+fn first_missing<'a, 'o>(
+    owed: &'o [Owed<'a>],
+    records: &[Record],
+) -> Option<(&'o Owed<'a>, String)> {
+    owed.iter().find_map(|o| {
+        match records
+            .iter()
+            .find(|r| r.seq == o.seq)
+            .map(|r| r.body.type_name())
+        {
+            Some(what) if what == o.what => None,
+            Some(what) => Some((o, format!("{what} at seq {}", o.seq))),
+            None => Some((
+                o,
+                format!("nothing at seq {} ({} records)", o.seq, records.len()),
+            )),
+        }
+    })
+}
+
+fn acked_survive_takeover(history: &[WorkerEvent]) -> Vec<WorkerViolation> {
+    let mut current: BTreeMap<&str, u64> = BTreeMap::new();
+    let mut owed: BTreeMap<&str, Vec<Owed>> = BTreeMap::new();
+    // What happened to the session since its first acknowledgement, for the report.
+    let mut story: BTreeMap<&str, Vec<String>> = BTreeMap::new();
+    let mut broken: std::collections::BTreeSet<&str> = std::collections::BTreeSet::new();
+    let mut out = Vec::new();
+    // `log`: the records served, or what was found instead of any.
+    let judge = |session: &str,
+                 log: Result<&[Record], String>,
+                 when: String,
+                 owed: &BTreeMap<&str, Vec<Owed>>,
+                 story: &BTreeMap<&str, Vec<String>>| {
+        let owed = owed.get(session)?;
+        let (o, found) = match log {
+            Ok(records) => first_missing(owed, records)?,
+            Err(found) => (owed.first()?, found),
+        };
+        let mut events = story.get(session).cloned().unwrap_or_default();
+        events.push(when.clone());
+        Some(WorkerViolation {
+            invariant: WorkerInvariant::AckedSurviveTakeover,
+            session: session.to_string(),
+            expected: format!(
+                "{} at seq {}, acknowledged to {} at epoch {} (then current), in the log {when}",
+                o.what, o.seq, o.worker, o.epoch
+            ),
+            found: format!("{found}; {} acknowledged event(s) owed in all", owed.len()),
+            events,
+        })
+    };
+    for event in history {
+        match event {
+            WorkerEvent::Granted {
+                worker,
+                session,
+                grant,
+                records,
+            } => {
+                let e = current.entry(session).or_insert(0);
+                *e = (*e).max(grant.epoch);
+                if !broken.contains(session.as_str()) {
+                    let when = format!("served to {worker} at its grant of epoch {}", grant.epoch);
+                    if let Some(v) = judge(session, Ok(records), when, &owed, &story) {
+                        broken.insert(session);
+                        out.push(v);
+                    }
+                }
+                story
+                    .entry(session)
+                    .or_default()
+                    .push(grant_line(worker, grant));
+            }
+            WorkerEvent::Replied {
+                worker,
+                session,
+                reply: WorkerReply::Acked { epoch, seq, what },
+            } if current.get(session.as_str()) == Some(epoch) => {
+                owed.entry(session).or_default().push(Owed {
+                    worker,
+                    epoch: *epoch,
+                    seq: *seq,
+                    what,
+                });
+            }
+            WorkerEvent::DatabaseCrashed { model } => {
+                for lines in story.values_mut() {
+                    lines.push(format!(
+                        "the database server crashed ({model}) and restarted"
+                    ));
+                }
+            }
+            WorkerEvent::Final { session, log } if !broken.contains(session.as_str()) => {
+                let log = match log {
+                    FinalLog::Served(records) => Ok(records.as_slice()),
+                    FinalLog::Missing => Err("no such session".to_string()),
+                    FinalLog::Unreadable(why) => {
+                        Err(format!("the store cannot serve the log: {why}"))
+                    }
+                };
+                let when = "at the end (every worker gone, its lease expired)".to_string();
+                if let Some(v) = judge(session, log, when, &owed, &story) {
+                    broken.insert(session);
+                    out.push(v);
+                }
+            }
+            _ => {}
+        }
+    }
+    out
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -362,5 +491,70 @@ mod tests {
         assert!(effect_once_across_workers(&[e("w0", 1)]).is_empty());
         let v = effect_once_across_workers(&[e("w0", 1), e("w1", 2)]);
         assert_eq!(v[0].events.len(), 2);
+    }
+
+    #[test]
+    fn an_acknowledged_event_missing_after_a_takeover_is_a_violation() {
+        use agentchaos_protocol::event::{event_id, Body, Event};
+        let record = |seq, event| Record {
+            seq,
+            id: event_id(seq),
+            ts: String::new(),
+            redaction: Default::default(),
+            body: Body::Known(event),
+        };
+        let started = Event::RunStarted {
+            run_id: "r1".into(),
+        };
+        let ack = |epoch, seq| WorkerReply::Acked {
+            epoch,
+            seq,
+            what: "run_started".into(),
+        };
+        let kept = vec![record(1, started.clone())];
+        let history = |records: Vec<Record>| {
+            vec![
+                granted("w0", grant(1, 0, 10)),
+                replied("w0", ack(1, 1)),
+                WorkerEvent::DatabaseCrashed {
+                    model: "kill".into(),
+                },
+                WorkerEvent::Granted {
+                    worker: "w0".into(),
+                    session: "s0".into(),
+                    grant: grant(2, 20, 30),
+                    records,
+                },
+            ]
+        };
+        assert!(acked_survive_takeover(&history(kept.clone())).is_empty());
+        let v = acked_survive_takeover(&history(Vec::new()));
+        assert_eq!(v.len(), 1, "{v:?}");
+        assert!(v[0].found.starts_with("nothing at seq 1"), "{v:?}");
+        assert!(
+            v[0].events.iter().any(|e| e.contains("crashed (kill)")),
+            "{v:?}"
+        );
+        // A fenced epoch's ack is fenced-epoch-refused's to report, not owed.
+        let mut fenced = history(kept);
+        fenced.push(replied("w1", ack(1, 2)));
+        fenced.push(WorkerEvent::Final {
+            session: "s0".into(),
+            log: FinalLog::Served(vec![record(1, started)]),
+        });
+        assert!(acked_survive_takeover(&fenced).is_empty());
+        let mut gone = history(vec![record(
+            1,
+            Event::RunStarted {
+                run_id: "r1".into(),
+            },
+        )]);
+        gone.push(WorkerEvent::Final {
+            session: "s0".into(),
+            log: FinalLog::Missing,
+        });
+        assert!(acked_survive_takeover(&gone)[0]
+            .found
+            .starts_with("no such session"));
     }
 }

@@ -47,10 +47,13 @@
 //! way the trial goes on as after a kill (restart, recover, finish).
 //!
 //! [`database`] crashes the database server under a store whose events
-//! live in one (`agentchaos db-crash`: `pg_ctl stop -m immediate`, SIGKILL
-//! of the server, SIGKILL with its background writers frozen);
-//! [`partition`] puts the database and the workers in network namespaces
-//! of their own, joined by a veth pair it cuts and heals.
+//! live in one (`agentchaos db-crash`, and the `db-crash:MODEL@K` strike
+//! of `agentchaos workers`: `pg_ctl stop -m immediate`, SIGKILL of the
+//! server, SIGKILL with its background writers frozen); [`partition`]
+//! puts the database and each worker in a network namespace of its own,
+//! every worker joined to the database by its own veth pair, which it
+//! cuts and heals (`partition@K`); [`workers`] names the many-workers
+//! strikes.
 //!
 //! This module owns plan syntax, the environment a plan gives each
 //! process, the power cut itself, and which plans a campaign runs. It must

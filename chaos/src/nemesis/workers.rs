@@ -14,6 +14,20 @@
 //!   tool call when K lands inside one); another worker (a fresh process
 //!   when none is left) takes over every session it owned after expiry.
 //!
+//! - `db-crash:MODEL@K` (a store whose events live in a database server
+//!   the harness started, `agentchaos workers --postgres`): the harness
+//!   crashes the server with MODEL (a [`DatabaseCrash`]: `immediate`,
+//!   `kill`, `kill-frozen`) and restarts it; every worker's connection is
+//!   dead, so each session's owner sees its next write fail (`io`), asks
+//!   for the session again and is granted it, by the database's clock,
+//!   once its own lease has expired: a takeover, with its recovery.
+//! - `partition@K` (the same, with network namespaces: root and
+//!   iproute2): the harness has the owner renew its lease, cuts the
+//!   owner's own link to the database (the other workers keep theirs),
+//!   lets another worker take the session over once the lease has expired
+//!   by the database's clock, heals the link, and has the cut-off owner
+//!   write on: its next write must be fenced.
+//!
 //! `kill@3+kill@2` kills the first owner, then the worker that took over,
 //! in its own second life of the session. Strikes are ordered by observed
 //! states (replies, grants), never by sleeps: a plan replays the same.
@@ -21,11 +35,38 @@
 use std::fmt;
 use std::str::FromStr;
 
+use crate::nemesis::database::DatabaseCrash;
+
 /// What one strike does to the session's owner.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Strike {
     Pause,
     Kill,
+    DbCrash(DatabaseCrash),
+    Partition,
+}
+
+impl Strike {
+    /// What the store under test must have for this strike: a database
+    /// server the harness started, and for a partition network namespaces.
+    pub fn needs(self) -> Needs {
+        match self {
+            Strike::Pause | Strike::Kill => Needs::Processes,
+            Strike::DbCrash(_) => Needs::Database,
+            Strike::Partition => Needs::Network,
+        }
+    }
+}
+
+/// What a strike needs of the store under test, weakest first.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord)]
+pub enum Needs {
+    /// Worker processes only: every store.
+    Processes,
+    /// A database server the harness started and may crash.
+    Database,
+    /// The database and the workers in network namespaces.
+    Network,
 }
 
 /// The strikes, in order; none: every worker serves its sessions to the end.
@@ -52,6 +93,15 @@ impl WorkerPlan {
     pub fn strikes(&self) -> &[(Strike, usize)] {
         &self.strikes
     }
+
+    /// What its strikes need, at most.
+    pub fn needs(&self) -> Needs {
+        self.strikes
+            .iter()
+            .map(|(s, _)| s.needs())
+            .max()
+            .unwrap_or(Needs::Processes)
+    }
 }
 
 impl fmt::Display for WorkerPlan {
@@ -60,12 +110,13 @@ impl fmt::Display for WorkerPlan {
             return f.write_str("none");
         }
         for (i, (strike, k)) in self.strikes.iter().enumerate() {
-            let name = match strike {
-                Strike::Pause => "pause",
-                Strike::Kill => "kill",
-            };
             let sep = if i == 0 { "" } else { "+" };
-            write!(f, "{sep}{name}@{k}")?;
+            match strike {
+                Strike::Pause => write!(f, "{sep}pause@{k}")?,
+                Strike::Kill => write!(f, "{sep}kill@{k}")?,
+                Strike::DbCrash(model) => write!(f, "{sep}db-crash:{model}@{k}")?,
+                Strike::Partition => write!(f, "{sep}partition@{k}")?,
+            }
         }
         Ok(())
     }
@@ -73,7 +124,7 @@ impl fmt::Display for WorkerPlan {
 
 /// A plan that does not parse, said in one line.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
-#[error("worker plan {0:?} is not none or strikes pause@K, kill@K joined by + (K: a step of the session's owner since its grant, 0 = right after it)")]
+#[error("worker plan {0:?} is not none or strikes pause@K, kill@K, db-crash:MODEL@K (MODEL: immediate, kill or kill-frozen), partition@K joined by + (K: a step of the session's owner since its grant, 0 = right after it)")]
 pub struct BadWorkerPlan(String);
 
 impl FromStr for WorkerPlan {
@@ -89,11 +140,14 @@ impl FromStr for WorkerPlan {
             .map(|one| {
                 let (kind, step) = one.split_once('@').ok_or_else(bad)?;
                 let after_step = step.parse().map_err(|_| bad())?;
-                match kind {
-                    "pause" => Ok((Strike::Pause, after_step)),
-                    "kill" => Ok((Strike::Kill, after_step)),
-                    _ => Err(bad()),
-                }
+                let strike = match kind.split_once(':') {
+                    None if kind == "pause" => Strike::Pause,
+                    None if kind == "kill" => Strike::Kill,
+                    None if kind == "partition" => Strike::Partition,
+                    Some(("db-crash", model)) => Strike::DbCrash(model.parse().map_err(|_| bad())?),
+                    _ => return Err(bad()),
+                };
+                Ok((strike, after_step))
             })
             .collect::<Result<Vec<_>, _>>()?;
         Ok(WorkerPlan { strikes })
@@ -113,6 +167,9 @@ mod tests {
             "kill@12",
             "kill@3+kill@2",
             "pause@3+kill@0",
+            "db-crash:immediate@4",
+            "db-crash:kill-frozen@0+partition@3",
+            "partition@2",
         ] {
             assert_eq!(p.parse::<WorkerPlan>().unwrap().to_string(), p);
         }
@@ -125,9 +182,16 @@ mod tests {
             "pause@-1",
             "kill@1+",
             "none+kill@1",
+            "db-crash@3",
+            "db-crash:stop@3",
+            "partition:kill@1",
         ] {
             let e = bad.parse::<WorkerPlan>().unwrap_err();
             assert!(e.to_string().contains(&format!("{bad:?}")), "{e}");
         }
+        let needs = |p: &str| p.parse::<WorkerPlan>().unwrap().needs();
+        assert_eq!(needs("none"), Needs::Processes);
+        assert_eq!(needs("kill@1+db-crash:kill@2"), Needs::Database);
+        assert_eq!(needs("partition@1+pause@0"), Needs::Network);
     }
 }
