@@ -68,6 +68,13 @@ impl From<String> for TrialError {
     }
 }
 
+/// A trial the pool could not run (a panic, a signal): the harness's.
+impl From<crate::campaign::pool::PoolError> for TrialError {
+    fn from(e: crate::campaign::pool::PoolError) -> TrialError {
+        TrialError::from(e.to_string())
+    }
+}
+
 impl From<TrialError> for String {
     fn from(e: TrialError) -> String {
         e.message

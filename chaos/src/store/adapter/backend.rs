@@ -455,6 +455,14 @@ impl AdapterBackend {
     }
 }
 
+/// A client's failure as the store's: blamed on the harness when the
+/// adapter could not be started or a request not encoded.
+impl From<ClientError> for StoreError {
+    fn from(e: ClientError) -> StoreError {
+        err(e)
+    }
+}
+
 fn err(e: ClientError) -> StoreError {
     StoreError {
         kind: e.refusal_kind(),
