@@ -319,18 +319,27 @@ struct ProbeCli {
 #[derive(Debug, Clone)]
 struct Models(Vec<Model>);
 
-fn parse_models(s: &str) -> Result<Models, String> {
+/// A flag's value clap's parsers refuse: bad usage (exit 2).
+#[derive(Debug, thiserror::Error)]
+enum BadFlag {
+    #[error("{0} or all")]
+    Model(agentchaos::nemesis::powerloss::UnknownModel),
+    #[error("{0:?} is not K/N with 1 <= K <= N")]
+    Shard(String),
+}
+
+fn parse_models(s: &str) -> Result<Models, BadFlag> {
     if s == "all" {
         return Ok(Models(Model::ALL.to_vec()));
     }
     s.split(',')
-        .map(|m| m.trim().parse::<Model>().map_err(|e| format!("{e} or all")))
+        .map(|m| m.trim().parse::<Model>().map_err(BadFlag::Model))
         .collect::<Result<_, _>>()
         .map(Models)
 }
 
-fn parse_shard(s: &str) -> Result<(usize, usize), String> {
-    let bad = || format!("{s:?} is not K/N with 1 <= K <= N");
+fn parse_shard(s: &str) -> Result<(usize, usize), BadFlag> {
+    let bad = || BadFlag::Shard(s.to_string());
     let (k, n) = s.split_once('/').ok_or_else(bad)?;
     let (k, n): (usize, usize) = (k.parse().map_err(|_| bad())?, n.parse().map_err(|_| bad())?);
     if k == 0 || n == 0 || k > n {

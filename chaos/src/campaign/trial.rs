@@ -577,7 +577,9 @@ fn agent_command(
         cmd.env(k, v);
     }
     if let Some(adapters) = adapters {
-        adapters.hand_down(&mut cmd)?;
+        adapters
+            .hand_down(&mut cmd)
+            .map_err(|e| TrialError::from(e.to_string()))?;
     }
     Ok(cmd)
 }
