@@ -324,9 +324,7 @@ fn placed_appends(stdout: &[u8], log: &OpLog) -> Result<Vec<RecordedAppend>, Pow
                 end - 1
             ))
         })?;
-        let line = parse_line(text).map_err(|e| {
-            PowerLossError::Harness(format!("the recorded agent's stdout line {text:?}: {e}"))
-        })?;
+        let line = parse_line(text).map_err(|e| PowerLossError::Harness(e.to_string()))?;
         match line {
             ChildLine::Append { t, h } => out.push(RecordedAppend {
                 type_name: t,

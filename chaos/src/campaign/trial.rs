@@ -656,7 +656,7 @@ fn follow(
         let parsed = match parse_line(&line) {
             Ok(p) => p,
             Err(e) => {
-                reading.protocol_error = Some(e);
+                reading.protocol_error = Some(e.to_string());
                 continue;
             }
         };
