@@ -416,7 +416,7 @@ enum Running {
 fn spawn_traced(
     cmd: Command,
     config: TraceConfig,
-) -> Result<(Option<ChildStdin>, ChildStdout, Monitor, TracerThread), String> {
+) -> Result<(Option<ChildStdin>, ChildStdout, Monitor, TracerThread), TrialError> {
     let (tx, rx) = mpsc::channel();
     let thread = std::thread::spawn(move || {
         let mut traced = match Traced::spawn(cmd, config) {
@@ -435,16 +435,18 @@ fn spawn_traced(
         Ok(Ok((_, None, monitor))) => {
             monitor.kill();
             let _ = thread.join();
-            Err("the traced agent has no stdout pipe".to_string())
+            Err(TrialError::from(
+                "the traced agent has no stdout pipe".to_string(),
+            ))
         }
         Ok(Err(e)) => {
             let _ = thread.join();
-            Err(e)
+            Err(TrialError::from(e))
         }
-        Err(_) => Err(match thread.join() {
+        Err(_) => Err(TrialError::from(match thread.join() {
             Err(_) => "the tracer thread panicked".to_string(),
             Ok(r) => format!("the tracer stopped before the agent started: {r:?}"),
-        }),
+        })),
     }
 }
 
