@@ -43,22 +43,6 @@ pub fn copy_dir(from: &Path, to: &Path) -> std::io::Result<()> {
     Ok(())
 }
 
-/// A directory or file of the harness's own that it could not make: the
-/// harness's failure (exit 3), naming the path.
-#[derive(Debug, thiserror::Error)]
-pub enum ScratchError {
-    #[error("cannot create {}: {source}", path.display())]
-    Create {
-        path: PathBuf,
-        source: std::io::Error,
-    },
-    #[error("cannot write {}: {source}", path.display())]
-    Write {
-        path: PathBuf,
-        source: std::io::Error,
-    },
-}
-
 /// A fresh, unique campaign directory under `base`.
 pub fn campaign_dir(base: &Path) -> Result<PathBuf, String> {
     let nanos = std::time::SystemTime::now()
