@@ -1118,6 +1118,27 @@ mod tests {
     use super::*;
 
     #[test]
+    fn an_adapter_failure_is_the_stores_unless_it_is_io_or_the_harnesss() {
+        let broke = StoreError::other("adapter protocol error: not JSON".into());
+        let io = StoreError {
+            io: true,
+            ..broke.clone()
+        };
+        let spawn = StoreError {
+            harness: true,
+            ..broke.clone()
+        };
+        let blame = |e: &StoreError| PowerLossError::of_store(e, "hello").store_fault();
+        assert!(blame(&broke));
+        assert!(!blame(&io));
+        assert!(!blame(&spawn));
+        assert_eq!(
+            PowerLossError::of_store(&broke, "hello").to_string(),
+            "the store under test failed: hello: adapter protocol error: not JSON"
+        );
+    }
+
+    #[test]
     fn state_ids_round_trip_and_bad_ones_say_why() {
         for s in ["weak:12:0.1.0.7", "strict:0:-", "ext4-ordered:3:1"] {
             let id: StateId = s.parse().unwrap();

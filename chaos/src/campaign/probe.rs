@@ -2587,6 +2587,22 @@ mod tests {
     }
 
     #[test]
+    fn what_the_child_meets_is_the_stores_fault_unless_io_or_its_own() {
+        let refused = |kind| ChildError::Refused {
+            kind,
+            message: "no".into(),
+        };
+        assert!(refused(ErrorKind::Locked).at("first open").store_fault());
+        assert!(!refused(ErrorKind::Io).at("first open").store_fault());
+        assert!(ChildError::Broken("EOF".into()).at("open").store_fault());
+        assert!(!ChildError::Harness("spawn".into()).at("open").store_fault());
+        assert_eq!(
+            refused(ErrorKind::Locked).at("first open").to_string(),
+            "the store under test failed: first open refused with `locked`: no"
+        );
+    }
+
+    #[test]
     fn a_second_writer_let_in_is_a_violation_and_locked_is_not() {
         let refused = |kind: &str| ProbeReply::Refused {
             at: "second open".into(),
