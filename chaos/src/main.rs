@@ -14,6 +14,7 @@ use std::time::Duration;
 use agentchaos::agent::{self, AgentArgs, AgentError};
 use agentchaos::campaign::config::{Config, Mode, PowerLossLimits, ScenarioSource};
 use agentchaos::campaign::powercampaign::{self, StateId, Verdict};
+use agentchaos::campaign::probe::ProbeError;
 use agentchaos::campaign::runner;
 use agentchaos::campaign::shrink;
 use agentchaos::campaign::trial::TrialError;
@@ -329,18 +330,27 @@ struct ProbeCli {
 #[derive(Debug, Clone)]
 struct Models(Vec<Model>);
 
-fn parse_models(s: &str) -> Result<Models, String> {
+/// A flag's value clap's parsers refuse: bad usage (exit 2).
+#[derive(Debug, thiserror::Error)]
+enum BadFlag {
+    #[error("{0} or all")]
+    Model(agentchaos::nemesis::powerloss::UnknownModel),
+    #[error("{0:?} is not K/N with 1 <= K <= N")]
+    Shard(String),
+}
+
+fn parse_models(s: &str) -> Result<Models, BadFlag> {
     if s == "all" {
         return Ok(Models(Model::ALL.to_vec()));
     }
     s.split(',')
-        .map(|m| m.trim().parse::<Model>().map_err(|e| format!("{e} or all")))
+        .map(|m| m.trim().parse::<Model>().map_err(BadFlag::Model))
         .collect::<Result<_, _>>()
         .map(Models)
 }
 
-fn parse_shard(s: &str) -> Result<(usize, usize), String> {
-    let bad = || format!("{s:?} is not K/N with 1 <= K <= N");
+fn parse_shard(s: &str) -> Result<(usize, usize), BadFlag> {
+    let bad = || BadFlag::Shard(s.to_string());
     let (k, n) = s.split_once('/').ok_or_else(bad)?;
     let (k, n): (usize, usize) = (k.parse().map_err(|_| bad())?, n.parse().map_err(|_| bad())?);
     if k == 0 || n == 0 || k > n {
@@ -383,12 +393,12 @@ impl Failure {
     }
 }
 
-fn bad_input(message: impl Into<String>) -> Failure {
-    Failure::BadInput(message.into())
+fn bad_input(message: impl std::fmt::Display) -> Failure {
+    Failure::BadInput(message.to_string())
 }
 
-fn failed(message: impl Into<String>) -> Failure {
-    Failure::Harness(message.into())
+fn failed(message: impl std::fmt::Display) -> Failure {
+    Failure::Harness(message.to_string())
 }
 
 impl From<InputError> for Failure {
@@ -834,12 +844,11 @@ fn run_probe(p: ProbeCli) -> Result<ExitCode, Failure> {
     let adapter = match (&p.adapter, &p.adapter_fds) {
         (None, _) => None,
         (Some(line), fds) => {
-            let backend = AdapterBackend::new(line)
-                .map_err(|e| Failure::Store(format!("probe: --adapter: {e}")))?;
+            // The harness wrote both for this child: a failure is its own.
+            let backend =
+                AdapterBackend::new(line).map_err(|e| failed(format!("probe: --adapter: {e}")))?;
             let inherited = match fds {
-                Some(fds) => {
-                    inherited_adapters(fds).map_err(|e| Failure::Store(format!("probe: {e}")))?
-                }
+                Some(fds) => inherited_adapters(fds).map_err(|e| failed(format!("probe: {e}")))?,
                 None => Vec::new(),
             };
             Some(backend.with_inherited(inherited))
@@ -855,7 +864,10 @@ fn run_probe(p: ProbeCli) -> Result<ExitCode, Failure> {
         durability: p.durability,
     })
     .map(|()| ExitCode::SUCCESS)
-    .map_err(|e| Failure::Store(format!("probe: {e}")))
+    .map_err(|e| match e {
+        ProbeError::Store(m) => Failure::Store(format!("probe: {m}")),
+        ProbeError::Harness(m) => Failure::Harness(format!("probe: {m}")),
+    })
 }
 
 /// The store under test: agentstore in-process, or the one behind
@@ -1237,7 +1249,6 @@ fn replay(args: ReplayArgs) -> Result<ExitCode, Failure> {
         }
         What::Probe(probe) => {
             agentchaos::campaign::probe::replay(&cfg, source, &probe, args.keep.as_deref())
-                .map_err(TrialError::from)
         }
     }?;
     print!("{}", r.narrative);
@@ -1253,7 +1264,12 @@ fn replay(args: ReplayArgs) -> Result<ExitCode, Failure> {
             format!("result: {n} violation(s)")
         }
     );
-    Ok(verdict(n, 0, usize::from(r.error.is_some())))
+    let store_error = r.error.as_ref().is_some_and(|e| e.store_fault);
+    Ok(verdict(
+        n,
+        usize::from(store_error),
+        usize::from(r.error.is_some()),
+    ))
 }
 
 /// Rebuilds one power-loss state of the scenario, recovers it and judges it.
@@ -1269,7 +1285,8 @@ fn replay_power_loss(
         random_seed: None,
     };
     let pcfg = powercampaign::Config::of_campaign(cfg);
-    let out = powercampaign::replay(&pcfg, &source, id, args.keep.as_deref()).map_err(failed)?;
+    let out = powercampaign::replay(&pcfg, &source, id, args.keep.as_deref())
+        .map_err(TrialError::from)?;
     println!(
         "state {id} of {}: power lost {}",
         source.scenario.name,

@@ -287,11 +287,13 @@ fn adapter_commands_split_like_a_shell_without_one() {
     assert_eq!(c.args, ["my adapter.py", "--db", "a b", "x y"]);
     assert_eq!(c.to_string(), "python3 'my adapter.py' --db 'a b' 'x y'");
     assert_eq!(
-        AdapterCommand::parse("python3 'oops").unwrap_err(),
+        AdapterCommand::parse("python3 'oops")
+            .unwrap_err()
+            .to_string(),
         r#"cannot split adapter command "python3 'oops": unbalanced quotes or a trailing backslash"#
     );
     assert_eq!(
-        AdapterCommand::parse("  ").unwrap_err(),
+        AdapterCommand::parse("  ").unwrap_err().to_string(),
         r#"adapter command "  " is empty"#
     );
 }

@@ -1,6 +1,7 @@
 //! Each exit code of `agentchaos`, shown on the built binary: 0 clean, 1
 //! the store failed (a violation, or an adapter protocol error that is the
-//! store's), 2 bad usage or input, 3 the harness itself failed.
+//! store's, in a trial or a probe), 2 bad usage or input, 3 the harness
+//! itself failed.
 
 use crate::support;
 
@@ -90,6 +91,64 @@ fn an_adapter_protocol_error_of_the_store_exits_1() {
         stderr.contains("adapter protocol error") && stderr.contains("reply to events"),
         "{stderr}"
     );
+}
+
+/// A probe the store's adapter fails (it dies when the lock probe opens
+/// the copy of the store) is the store's failure, not the harness's.
+#[test]
+fn a_probe_the_store_adapter_fails_exits_1_naming_the_store() {
+    let store = support::workspace_bin("agentstore", "agentstore");
+    let adapter = format!(
+        "python3 {} {} adapter",
+        fixture("tests/fixtures/dying_probe_store.py"),
+        store.display()
+    );
+    let out = agentchaos(&[
+        "replay",
+        "--scenario",
+        &small(),
+        "--plan",
+        "probe:lock",
+        "--adapter",
+        &adapter,
+    ]);
+    let (code, stderr) = code_and_stderr(&out);
+    assert_eq!(code, Some(1), "{stderr}");
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    let error = stdout
+        .lines()
+        .find(|l| l.starts_with("ERROR: "))
+        .unwrap_or_else(|| panic!("no ERROR line: {stdout}"));
+    assert!(
+        error.contains("the store under test failed")
+            && error.contains("first open")
+            && error.contains("adapter protocol error")
+            && error.contains("the adapter exited"),
+        "{error}"
+    );
+    assert!(stdout.contains("result: no violations"), "{stdout}");
+}
+
+/// A probe the harness cannot carry out as planned (a damaged byte past
+/// the end of the file) is the harness's failure, whatever the store.
+#[test]
+fn a_probe_the_harness_cannot_carry_out_exits_3() {
+    let out = agentchaos(&[
+        "replay",
+        "--scenario",
+        &small(),
+        "--plan",
+        "probe:damage@sessions/session/events.jsonl:99999999",
+    ]);
+    let (code, stderr) = code_and_stderr(&out);
+    assert_eq!(code, Some(3), "{stderr}");
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    assert!(
+        stdout.contains("ERROR: sessions/session/events.jsonl has ")
+            && stdout.contains("bytes: no byte offset 99999999"),
+        "{stdout}"
+    );
+    assert!(!stdout.contains("the store under test failed"), "{stdout}");
 }
 
 #[test]

@@ -10,6 +10,8 @@
 //! A module's imports are the `crate::a::b` paths in its code (comment
 //! lines are skipped: a doc link is not an import), resolved to the
 //! longest module path that exists.
+//!
+//! And the errors stay typed: no `Result<_, String>` in `chaos/src`.
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::path::Path;
@@ -215,4 +217,121 @@ fn the_circle_finder_finds_a_planted_circle() {
     let mut acyclic = mods.clone();
     acyclic.insert("check".into(), "// crate::report::scorecard".into());
     assert_eq!(find_circle(&import_graph(&acyclic)), None);
+}
+
+/// The `Result<_, String>`s of `chaos/src` another branch owns, as the file
+/// and the function they are in, until it merges: the database-crash
+/// nemesis's parser (`nemesis/database.rs`), and `campaign_dir`, whose
+/// error the workers campaign (`campaign/workers.rs`) passes to its
+/// `WorkersError::Harness(String)`. The scan names any other as a failure.
+const STRING_ERRORS_OWNED_ELSEWHERE: &[(&str, &str)] = &[
+    ("nemesis/database.rs", "fn from_str("),
+    ("campaign/scratch.rs", "fn campaign_dir("),
+];
+
+/// The line (1-based) of every `Result<T, String>` type in `code`:
+/// comment lines are skipped, and a `Result` with one parameter
+/// (`io::Result<String>`) is not one.
+fn string_errors(code: &str) -> Vec<usize> {
+    let mut out = Vec::new();
+    for (i, line) in code.lines().enumerate() {
+        if line.trim_start().starts_with("//") {
+            continue;
+        }
+        // A type may run over several lines: read on from each `Result<`.
+        let rest: String = code.lines().skip(i).take(8).collect::<Vec<_>>().join(" ");
+        let mut from = 0;
+        while let Some(at) = line[from..].find("Result<") {
+            let start = from + at;
+            from = start + "Result<".len();
+            let word_start = line[..start]
+                .chars()
+                .last()
+                .is_some_and(|c| c.is_alphanumeric() || c == '_');
+            if word_start {
+                continue;
+            }
+            // The top-level parameters, up to the matching `>`.
+            let mut depth = 0;
+            let mut params = vec![String::new()];
+            for c in rest[start + "Result<".len()..].chars() {
+                match c {
+                    '<' | '(' | '[' => depth += 1,
+                    '>' | ')' | ']' if depth == 0 => break,
+                    '>' | ')' | ']' => depth -= 1,
+                    ',' if depth == 0 => {
+                        params.push(String::new());
+                        continue;
+                    }
+                    _ => {}
+                }
+                params.last_mut().unwrap().push(c);
+            }
+            let params: Vec<&str> = params
+                .iter()
+                .map(|p| p.trim())
+                .filter(|p| !p.is_empty())
+                .collect();
+            if params.len() == 2 && params[1] == "String" {
+                out.push(i + 1);
+            }
+        }
+    }
+    out
+}
+
+/// Chaos's errors are typed (issue 13): a caller decides whose fault an
+/// error is (the store's, exit 1, or the harness's, exit 3) and how to
+/// report it from its type, never from a message, so no `Result<_, String>`
+/// comes back into `chaos/src`. A `String` inside a typed variant is fine.
+#[test]
+fn no_result_in_chaos_src_has_a_string_error() {
+    let root = Path::new(env!("CARGO_MANIFEST_DIR")).join("src");
+    let mut found = Vec::new();
+    let mut stack = vec![root.clone()];
+    while let Some(dir) = stack.pop() {
+        for entry in std::fs::read_dir(&dir).unwrap() {
+            let path = entry.unwrap().path();
+            if path.is_dir() {
+                stack.push(path);
+                continue;
+            }
+            if path.extension().is_none_or(|e| e != "rs") {
+                continue;
+            }
+            let rel = path.strip_prefix(&root).unwrap().display().to_string();
+            let code = std::fs::read_to_string(&path).unwrap();
+            let lines: Vec<&str> = code.lines().collect();
+            for line in string_errors(&code) {
+                let owned = STRING_ERRORS_OWNED_ELSEWHERE
+                    .iter()
+                    .any(|(file, f)| *file == rel && lines[line - 1].contains(f));
+                if !owned {
+                    found.push((rel.clone(), line));
+                }
+            }
+        }
+    }
+    found.sort();
+    let found: Vec<String> = found
+        .iter()
+        .map(|(file, line)| format!("chaos/src/{file}:{line}"))
+        .collect();
+    assert!(
+        found.is_empty(),
+        "Result<_, String> is back (give it a typed error, thiserror): {}",
+        found.join(", ")
+    );
+}
+
+#[test]
+fn the_string_error_scan_finds_one_over_lines_and_skips_one_parameter_results() {
+    let code = "fn a() -> Result<(), String> {}\n\
+                // fn b() -> Result<(), String>\n\
+                fn c() -> std::io::Result<String> {}\n\
+                fn d() -> Result<\n    (u8, Vec<String>),\n    String,\n> {}\n\
+                fn e() -> Result<String, Error> {}\n\
+                fn f() -> StoreResult<String> {}\n\
+                fn g() -> Vec<Option<Result<Vec<u8>, String>>> {}\n";
+    assert_eq!(string_errors(code), vec![1, 4, 10]);
 }

@@ -217,6 +217,12 @@ pub enum AgentError {
     Harness(String),
 }
 
+impl From<tools::ToolError> for AgentError {
+    fn from(e: tools::ToolError) -> AgentError {
+        AgentError::Harness(e.to_string())
+    }
+}
+
 impl From<PipeError> for AgentError {
     fn from(e: PipeError) -> AgentError {
         AgentError::Harness(e.to_string())
@@ -541,8 +547,7 @@ impl Agent<'_> {
         })?;
         crashpoint::hit(BEFORE_EFFECT);
         let op = inv.operation_id.as_deref();
-        let ran =
-            tools::run(&mut self.ctx(), inv.kind, &inv.args, op).map_err(AgentError::Harness)?;
+        let ran = tools::run(&mut self.ctx(), inv.kind, &inv.args, op)?;
         if let (Some(op), Effect::SideEffect) = (op, inv.kind.effect()) {
             let external_ref = ran.external_ref.clone().ok_or_else(|| {
                 AgentError::Harness(format!("{} left no external reference", inv.call_id))
@@ -559,8 +564,8 @@ impl Agent<'_> {
     /// Asks the tool whether the uncertain call happened, records the answer, acts on it.
     fn reconcile(&mut self, inv: &ToolInvocation) -> Result<(), AgentError> {
         let op = inv.operation_id.as_deref();
-        let found = tools::reconcile(&mut self.ctx(), inv.kind, &inv.args, op)
-            .map_err(AgentError::Harness)?;
+        let found =
+            tools::reconcile(&mut self.ctx(), inv.kind, &inv.args, op).map_err(AgentError::from)?;
         self.append(Event::ToolReconciled {
             call_id: inv.call_id.clone(),
             outcome: found.outcome,
@@ -585,7 +590,7 @@ impl Agent<'_> {
             let external_ref = match external_ref {
                 Some(r) => r,
                 None => tools::reconcile(&mut self.ctx(), inv.kind, &inv.args, Some(op))
-                    .map_err(AgentError::Harness)?
+                    .map_err(AgentError::from)?
                     .external_ref
                     // The store's durable record says applied; the world disagrees.
                     .ok_or_else(|| {

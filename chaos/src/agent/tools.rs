@@ -24,7 +24,7 @@ use std::path::{Path, PathBuf};
 use agentchaos_protocol::event::{ReconcileOutcome, ResultStatus};
 use serde_json::Value;
 
-use crate::agent::world::WorldClient;
+use crate::agent::world::{WorldClient, WorldError};
 use crate::scenario::{TestSpec, ToolKind};
 
 /// Where the tools act.
@@ -63,13 +63,28 @@ pub struct Reconciliation {
     pub external_ref: Option<String>,
 }
 
-fn arg<'v>(args: &'v Value, key: &str) -> Result<&'v str, String> {
-    args.get(key)
-        .and_then(Value::as_str)
-        .ok_or_else(|| format!("tool argument {key:?} is missing or not a string in {args}"))
+/// A tool that could not run or be asked in the workspace: a missing
+/// argument, the workspace's files, the world. The harness's side of the
+/// agent, never the store's.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error("{0}")]
+pub struct ToolError(String);
+
+impl From<WorldError> for ToolError {
+    fn from(e: WorldError) -> ToolError {
+        ToolError(e.to_string())
+    }
 }
 
-fn in_workspace(ctx: &ToolContext<'_>, args: &Value) -> Result<(String, PathBuf), String> {
+fn arg<'v>(args: &'v Value, key: &str) -> Result<&'v str, ToolError> {
+    args.get(key).and_then(Value::as_str).ok_or_else(|| {
+        ToolError(format!(
+            "tool argument {key:?} is missing or not a string in {args}"
+        ))
+    })
+}
+
+fn in_workspace(ctx: &ToolContext<'_>, args: &Value) -> Result<(String, PathBuf), ToolError> {
     let rel = arg(args, "path")?.to_string();
     let full = ctx.workspace.join(&rel);
     Ok((rel, full))
@@ -108,13 +123,14 @@ pub fn run(
     kind: ToolKind,
     args: &Value,
     operation_id: Option<&str>,
-) -> Result<Ran, String> {
+) -> Result<Ran, ToolError> {
     let inline = |status, v: Value| Ran {
         status,
         output: Output::Inline(v),
         external_ref: None,
     };
-    let need_op = || operation_id.ok_or_else(|| format!("{} needs an operation id", kind.name()));
+    let need_op =
+        || operation_id.ok_or_else(|| ToolError(format!("{} needs an operation id", kind.name())));
     match kind {
         ToolKind::ReadFile => {
             let (rel, full) = in_workspace(ctx, args)?;
@@ -139,9 +155,10 @@ pub fn run(
             let (rel, full) = in_workspace(ctx, args)?;
             let content = arg(args, "content")?;
             if let Some(dir) = full.parent() {
-                std::fs::create_dir_all(dir).map_err(|e| format!("mkdir for {rel}: {e}"))?;
+                std::fs::create_dir_all(dir)
+                    .map_err(|e| ToolError(format!("mkdir for {rel}: {e}")))?;
             }
-            std::fs::write(&full, content).map_err(|e| format!("write {rel}: {e}"))?;
+            std::fs::write(&full, content).map_err(|e| ToolError(format!("write {rel}: {e}")))?;
             Ok(inline(
                 ResultStatus::Ok,
                 Value::String(format!("wrote {} bytes to {rel}", content.len())),
@@ -152,16 +169,17 @@ pub fn run(
             let (rel, full) = in_workspace(ctx, args)?;
             let line = format!("{}{}\n", arg(args, "line")?, line_tag(op));
             if let Some(dir) = full.parent() {
-                std::fs::create_dir_all(dir).map_err(|e| format!("mkdir for {rel}: {e}"))?;
+                std::fs::create_dir_all(dir)
+                    .map_err(|e| ToolError(format!("mkdir for {rel}: {e}")))?;
             }
             let mut f = std::fs::OpenOptions::new()
                 .create(true)
                 .append(true)
                 .open(&full)
-                .map_err(|e| format!("open {rel}: {e}"))?;
+                .map_err(|e| ToolError(format!("open {rel}: {e}")))?;
             // One write call: the line lands whole or not at all.
             f.write_all(line.as_bytes())
-                .map_err(|e| format!("append to {rel}: {e}"))?;
+                .map_err(|e| ToolError(format!("append to {rel}: {e}")))?;
             Ok(Ran {
                 status: ResultStatus::Ok,
                 output: Output::Inline(Value::String(format!("appended a line to {rel}"))),
@@ -173,9 +191,9 @@ pub fn run(
             let service = arg(args, "service")?;
             let action = arg(args, "action")?;
             let reply = ctx.world.apply(op, service, action, ctx.life)?;
-            let external_ref = reply
-                .external_ref
-                .ok_or("the world applied the operation but returned no reference")?;
+            let external_ref = reply.external_ref.ok_or_else(|| {
+                ToolError("the world applied the operation but returned no reference".into())
+            })?;
             Ok(Ran {
                 status: ResultStatus::Ok,
                 output: Output::Inline(Value::String(format!(
@@ -185,10 +203,9 @@ pub fn run(
             })
         }
         ToolKind::LargeOutput => {
-            let bytes = args
-                .get("bytes")
-                .and_then(Value::as_u64)
-                .ok_or_else(|| format!("tool argument \"bytes\" is missing in {args}"))?;
+            let bytes = args.get("bytes").and_then(Value::as_u64).ok_or_else(|| {
+                ToolError(format!("tool argument \"bytes\" is missing in {args}"))
+            })?;
             Ok(Ran {
                 status: ResultStatus::Ok,
                 output: Output::Blob(large_output(bytes)),
@@ -204,7 +221,7 @@ pub fn reconcile(
     kind: ToolKind,
     args: &Value,
     operation_id: Option<&str>,
-) -> Result<Reconciliation, String> {
+) -> Result<Reconciliation, ToolError> {
     let not_applied = |evidence: String| Reconciliation {
         outcome: ReconcileOutcome::NotApplied,
         evidence,
@@ -231,7 +248,8 @@ pub fn reconcile(
             })
         }
         ToolKind::AppendLine => {
-            let op = operation_id.ok_or("append_line needs an operation id")?;
+            let op = operation_id
+                .ok_or_else(|| ToolError("append_line needs an operation id".into()))?;
             let (rel, full) = in_workspace(ctx, args)?;
             let text = std::fs::read_to_string(&full).unwrap_or_default();
             let n = text
@@ -249,7 +267,8 @@ pub fn reconcile(
             })
         }
         ToolKind::Remote => {
-            let op = operation_id.ok_or("remote needs an operation id")?;
+            let op =
+                operation_id.ok_or_else(|| ToolError("remote needs an operation id".into()))?;
             let reply = ctx.world.status(op)?;
             Ok(if reply.count > 0 {
                 Reconciliation {

@@ -101,10 +101,20 @@ pub fn wait_for_harness(input: &mut impl BufRead) -> Result<(), PipeError> {
         .map_err(|e| PipeError(format!("cannot read the harness's go-ahead: {e}")))
 }
 
+/// A line of the agent's stdout that is not a [`ChildLine`], named.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error("the agent wrote an unreadable line {line:?}: {reason}")]
+pub struct UnreadableLine {
+    pub line: String,
+    pub reason: String,
+}
+
 /// Parses one line from the child; the error names the line.
-pub fn parse_line(line: &str) -> Result<ChildLine, String> {
-    serde_json::from_str(line)
-        .map_err(|e| format!("the agent wrote an unreadable line {line:?}: {e}"))
+pub fn parse_line(line: &str) -> Result<ChildLine, UnreadableLine> {
+    serde_json::from_str(line).map_err(|e| UnreadableLine {
+        line: line.to_string(),
+        reason: e.to_string(),
+    })
 }
 
 #[cfg(test)]

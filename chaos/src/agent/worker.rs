@@ -162,6 +162,12 @@ struct Owned {
     stopped: Option<String>,
 }
 
+/// A session this worker cannot resume: the store's recovery left a run
+/// open or a call unmarked. Why it stops sending, in words.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error("{0}")]
+struct NotResumable(String);
+
 /// The actions left of a session's workload, from its events (a fresh
 /// session, or one the recovery of this takeover just marked).
 fn plan(
@@ -169,7 +175,7 @@ fn plan(
     records: &[Record],
     epoch: u64,
     calls: &mut BTreeMap<String, EventId>,
-) -> Result<VecDeque<Action>, String> {
+) -> Result<VecDeque<Action>, NotResumable> {
     let view = crate::model::oracle::projection(records);
     let mut results = std::collections::BTreeSet::new();
     for r in records {
@@ -185,9 +191,9 @@ fn plan(
     }
     let mut todo = VecDeque::new();
     if let Some(run) = &view.open_run {
-        return Err(format!(
+        return Err(NotResumable(format!(
             "run {run} is still open after the grant: the store's recovery did not close it"
-        ));
+        )));
     }
     todo.push_back(Action::Append(Event::RunStarted {
         run_id: format!("r{epoch}"),
@@ -218,9 +224,9 @@ fn plan(
             }
             Some(call) => match call.recovery {
                 None => {
-                    return Err(format!(
+                    return Err(NotResumable(format!(
                         "call {id} has no result and no recovery mark after the grant: the store's recovery did not mark it"
-                    ))
+                    )))
                 }
                 Some(Phase::Requested) => todo.extend([
                     Action::Intent(id.clone()),
@@ -371,7 +377,7 @@ impl<'a> Worker<'a> {
         let mut calls = BTreeMap::new();
         let (todo, stopped) = match plan(&session, &records, epoch, &mut calls) {
             Ok(todo) => (todo, None),
-            Err(why) => (VecDeque::new(), Some(why)),
+            Err(why) => (VecDeque::new(), Some(why.to_string())),
         };
         let reply = WorkerReply::Granted {
             grant: opened.grant,

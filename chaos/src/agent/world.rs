@@ -195,6 +195,12 @@ fn serve(listener: UnixListener, state: &Mutex<State>, stop: &AtomicBool) {
     }
 }
 
+/// The world could not be asked: its socket, a reply that is not one, or a
+/// request it refused. The harness's side of the agent, never the store's.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error("{0}")]
+pub struct WorldError(String);
+
 /// The agent's side: one connection, opened on first use.
 #[derive(Debug)]
 pub struct WorldClient {
@@ -210,11 +216,17 @@ impl WorldClient {
         }
     }
 
-    fn call(&mut self, req: &Request) -> Result<Reply, String> {
+    fn call(&mut self, req: &Request) -> Result<Reply, WorldError> {
         if self.conn.is_none() {
-            let s = UnixStream::connect(&self.path)
-                .map_err(|e| format!("cannot reach the world at {}: {e}", self.path.display()))?;
-            let r = s.try_clone().map_err(|e| format!("world socket: {e}"))?;
+            let s = UnixStream::connect(&self.path).map_err(|e| {
+                WorldError(format!(
+                    "cannot reach the world at {}: {e}",
+                    self.path.display()
+                ))
+            })?;
+            let r = s
+                .try_clone()
+                .map_err(|e| WorldError(format!("world socket: {e}")))?;
             self.conn = Some((BufReader::new(r), s));
         }
         let (reader, writer) = self.conn.as_mut().expect("connected above");
@@ -222,15 +234,15 @@ impl WorldClient {
         bytes.push(b'\n');
         writer
             .write_all(&bytes)
-            .map_err(|e| format!("world request failed: {e}"))?;
+            .map_err(|e| WorldError(format!("world request failed: {e}")))?;
         let mut line = String::new();
         reader
             .read_line(&mut line)
-            .map_err(|e| format!("world reply failed: {e}"))?;
+            .map_err(|e| WorldError(format!("world reply failed: {e}")))?;
         let reply: Reply = serde_json::from_str(&line)
-            .map_err(|e| format!("world reply {line:?} is not valid: {e}"))?;
+            .map_err(|e| WorldError(format!("world reply {line:?} is not valid: {e}")))?;
         match reply.error {
-            Some(e) => Err(format!("world refused the request: {e}")),
+            Some(e) => Err(WorldError(format!("world refused the request: {e}"))),
             None => Ok(reply),
         }
     }
@@ -242,7 +254,7 @@ impl WorldClient {
         service: &str,
         action: &str,
         life: u32,
-    ) -> Result<Reply, String> {
+    ) -> Result<Reply, WorldError> {
         self.call(&Request::Apply {
             id: id.to_string(),
             service: service.to_string(),
@@ -252,7 +264,7 @@ impl WorldClient {
     }
 
     /// How many times operation `id` was applied, without applying it.
-    pub fn status(&mut self, id: &str) -> Result<Reply, String> {
+    pub fn status(&mut self, id: &str) -> Result<Reply, WorldError> {
         self.call(&Request::Status { id: id.to_string() })
     }
 }

@@ -91,17 +91,44 @@ impl Default for PowerLossLimits {
     }
 }
 
+/// The generated scenarios could not be written where the agents read
+/// them: the harness's failure (exit 3), naming the path.
+#[derive(Debug, thiserror::Error)]
+pub enum RandomSourcesError {
+    #[error("cannot create {}: {source}", path.display())]
+    Create {
+        path: PathBuf,
+        source: std::io::Error,
+    },
+    #[error("cannot write {}: {source}", path.display())]
+    Write {
+        path: PathBuf,
+        source: std::io::Error,
+    },
+}
+
 /// `n` generated scenarios (seeded from `seed`), written to `dir` so the
 /// child agents and replay commands can read them.
-pub fn random_sources(dir: &Path, seed: u64, n: usize) -> Result<Vec<ScenarioSource>, String> {
-    std::fs::create_dir_all(dir).map_err(|e| format!("cannot create {}: {e}", dir.display()))?;
+pub fn random_sources(
+    dir: &Path,
+    seed: u64,
+    n: usize,
+) -> Result<Vec<ScenarioSource>, RandomSourcesError> {
+    std::fs::create_dir_all(dir).map_err(|source| RandomSourcesError::Create {
+        path: dir.to_path_buf(),
+        source,
+    })?;
     (0..n)
         .map(|i| {
             let seed = seed.wrapping_mul(1_000_003).wrapping_add(i as u64);
             let scenario = crate::scenario::generate::random_scenario(seed, 6);
             let path = dir.join(format!("{}.json", scenario.name));
-            std::fs::write(&path, scenario.to_json())
-                .map_err(|e| format!("cannot write {}: {e}", path.display()))?;
+            std::fs::write(&path, scenario.to_json()).map_err(|source| {
+                RandomSourcesError::Write {
+                    path: path.clone(),
+                    source,
+                }
+            })?;
             Ok(ScenarioSource {
                 path,
                 scenario,

@@ -21,22 +21,33 @@ pub fn progress_bar(enabled: bool, total: usize, what: &str) -> Option<indicatif
     Some(bar)
 }
 
-/// Why an index of [`parallel`] has no result: SIGINT or SIGTERM arrived
-/// before it started.
+/// Why an index of [`parallel`] has no result; both are the harness's.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum PoolError {
+    /// `f` panicked on it: a harness bug.
+    #[error("harness bug (panic): {0}")]
+    Panicked(String),
+    /// SIGINT or SIGTERM arrived before it started.
+    #[error("{NOT_RUN}")]
+    NotRun,
+}
+
+/// What an item not run says: SIGINT or SIGTERM arrived before it started.
 pub const NOT_RUN: &str = "not run: interrupted by a signal";
 
 /// Runs `f(0..n)` on `jobs` threads; results in index order. A panic in
-/// `f` (a harness bug) becomes that index's `Err`, never a crash of the
+/// `f` (a harness bug) becomes that index's [`PoolError::Panicked`], never a crash of the
 /// campaign. Once SIGINT or SIGTERM arrived ([`agentstore::interrupt`]), no
 /// thread starts another index (those that run finish, their children
-/// waited for) and each index not started is `Err(NOT_RUN)`.
+/// waited for) and each index not started is `Err(PoolError::NotRun)`.
 pub fn parallel<T: Send>(
     jobs: usize,
     n: usize,
     f: impl Fn(usize) -> T + Sync,
-) -> Vec<Result<T, String>> {
+) -> Vec<Result<T, PoolError>> {
     let next = AtomicUsize::new(0);
-    let results: Mutex<Vec<Option<Result<T, String>>>> = Mutex::new((0..n).map(|_| None).collect());
+    let results: Mutex<Vec<Option<Result<T, PoolError>>>> =
+        Mutex::new((0..n).map(|_| None).collect());
     std::thread::scope(|scope| {
         for _ in 0..jobs.clamp(1, n.max(1)) {
             scope.spawn(|| loop {
@@ -51,7 +62,7 @@ pub fn parallel<T: Send>(
                             .cloned()
                             .or_else(|| p.downcast_ref::<&str>().map(|s| s.to_string()))
                             .unwrap_or_else(|| "unknown panic".to_string());
-                        format!("harness bug (panic): {msg}")
+                        PoolError::Panicked(msg)
                     });
                 results.lock().unwrap_or_else(|p| p.into_inner())[i] = Some(r);
             });
@@ -61,7 +72,7 @@ pub fn parallel<T: Send>(
         .into_inner()
         .unwrap_or_else(|p| p.into_inner())
         .into_iter()
-        .map(|r| r.unwrap_or_else(|| Err(NOT_RUN.to_string())))
+        .map(|r| r.unwrap_or(Err(PoolError::NotRun)))
         .collect()
 }
 
@@ -79,6 +90,6 @@ mod tests {
         let out = parallel(2, 3, |i| if i == 1 { panic!("boom") } else { i });
         std::panic::set_hook(hook);
         assert_eq!(out[0], Ok(0));
-        assert!(out[1].as_ref().unwrap_err().contains("boom"));
+        assert_eq!(out[1], Err(PoolError::Panicked("boom".into())));
     }
 }

@@ -35,7 +35,9 @@ use crate::history::{Append, History, Life, LifeEnd, RecoveryReport};
 use crate::nemesis::powerloss::{CrashState, Limits, Loss, Model, OpLog, Simulator, Tree};
 use crate::nemesis::syscall::{Exit, TraceConfig, Traced};
 use crate::store::adapter::{AdapterBackend, AdapterCommand, Capability, Client, ClientOptions};
-use crate::store::{Observation, ReferenceBackend, SessionSpec, StoreBackend};
+use crate::store::{
+    Observation, ReferenceBackend, SessionSpec, StoreBackend, StoreError, StoreResult,
+};
 
 /// The session every recording writes.
 const SESSION: &str = "session";
@@ -97,6 +99,54 @@ impl Config {
     }
 }
 
+/// Why the power-loss nemesis could not judge a scenario (or replay a
+/// state), and whose fault that is: a campaign decides its exit code from
+/// the variant, never from the message. What the store does with a crash
+/// state is never an error: a failed recovery is a finding ([`OPENS`]).
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum PowerLossError {
+    /// The store under test failed the recording or the harness's look at
+    /// it: the recorded agent exited 1 (its store refused or broke the
+    /// adapter protocol), the adapter broke the protocol at `hello`, or it
+    /// refused, for a reason other than I/O, to serve the recorded
+    /// session. The store's failure (exit 1).
+    #[error("the store under test failed: {0}")]
+    Store(String),
+    /// The harness could not: its directories, the world, the tracer
+    /// (ptrace), a recording the model cannot express, a state a replay's
+    /// choice does not name, an adapter that cannot be started. Exit 3.
+    #[error("{0}")]
+    Harness(String),
+}
+
+/// A power-loss campaign that could not run, blamed as its error is.
+impl From<PowerLossError> for crate::campaign::trial::TrialError {
+    fn from(e: PowerLossError) -> Self {
+        crate::campaign::trial::TrialError {
+            store_fault: e.store_fault(),
+            message: e.to_string(),
+        }
+    }
+}
+
+impl PowerLossError {
+    /// Whether the store under test is to blame ([`PowerLossError::Store`]).
+    pub fn store_fault(&self) -> bool {
+        matches!(self, PowerLossError::Store(_))
+    }
+
+    /// A failure of the adapter's: the store's unless the harness's side
+    /// failed ([`crate::store::StoreError::store_fault`]).
+    fn of_store(e: &crate::store::StoreError, what: &str) -> PowerLossError {
+        let message = format!("{what}: {e}");
+        if e.store_fault() {
+            PowerLossError::Store(message)
+        } else {
+            PowerLossError::Harness(message)
+        }
+    }
+}
+
 /// One append of the recorded agent, placed among the ops.
 #[derive(Debug, Clone)]
 pub struct RecordedAppend {
@@ -121,18 +171,28 @@ pub struct Recording {
 }
 
 /// Runs the agent once, crash-free, under the recorder.
-pub fn record(cfg: &Config, source: &ScenarioSource, dir: &Path) -> Result<Recording, String> {
+pub fn record(
+    cfg: &Config,
+    source: &ScenarioSource,
+    dir: &Path,
+) -> Result<Recording, PowerLossError> {
     let root = dir.join("root");
     let ws = dir.join("ws");
-    std::fs::create_dir_all(&root).map_err(|e| format!("cannot create {}: {e}", root.display()))?;
-    crate::agent::tools::populate(&ws, &source.scenario.files)
-        .map_err(|e| format!("cannot populate the workspace {}: {e}", ws.display()))?;
-    let world =
-        World::start(&dir.join("w.sock")).map_err(|e| format!("cannot start the world: {e}"))?;
-    let snapshot = Tree::capture(&root).map_err(|e| e.to_string())?;
+    std::fs::create_dir_all(&root)
+        .map_err(|e| PowerLossError::Harness(format!("cannot create {}: {e}", root.display())))?;
+    crate::agent::tools::populate(&ws, &source.scenario.files).map_err(|e| {
+        PowerLossError::Harness(format!(
+            "cannot populate the workspace {}: {e}",
+            ws.display()
+        ))
+    })?;
+    let world = World::start(&dir.join("w.sock"))
+        .map_err(|e| PowerLossError::Harness(format!("cannot start the world: {e}")))?;
+    let snapshot = Tree::capture(&root).map_err(|e| PowerLossError::Harness(e.to_string()))?;
     let stderr_path = dir.join("agent.stderr");
-    let stderr = std::fs::File::create(&stderr_path)
-        .map_err(|e| format!("cannot create {}: {e}", stderr_path.display()))?;
+    let stderr = std::fs::File::create(&stderr_path).map_err(|e| {
+        PowerLossError::Harness(format!("cannot create {}: {e}", stderr_path.display()))
+    })?;
     let mut cmd = Command::new(&cfg.agent_exe);
     cmd.arg("agent")
         .arg("--scenario")
@@ -163,9 +223,12 @@ pub fn record(cfg: &Config, source: &ScenarioSource, dir: &Path) -> Result<Recor
     // The tracer must stay on the thread that spawned the agent.
     let (tx, rx) = mpsc::channel();
     let tracer = std::thread::spawn(move || {
-        let mut traced = Traced::spawn(cmd, config).map_err(|e| e.to_string())?;
+        let mut traced =
+            Traced::spawn(cmd, config).map_err(|e| PowerLossError::Harness(e.to_string()))?;
         let _ = tx.send((traced.stdout.take(), traced.monitor()));
-        traced.run().map_err(|e| e.to_string())
+        traced
+            .run()
+            .map_err(|e| PowerLossError::Harness(e.to_string()))
     });
     let mut stdout = Vec::new();
     if let Ok((out, monitor)) = rx.recv() {
@@ -183,7 +246,7 @@ pub fn record(cfg: &Config, source: &ScenarioSource, dir: &Path) -> Result<Recor
     }
     let outcome = tracer
         .join()
-        .map_err(|_| "the tracer thread panicked".to_string())??;
+        .map_err(|_| PowerLossError::Harness("the tracer thread panicked".into()))??;
     let last_stderr = std::fs::read_to_string(&stderr_path)
         .unwrap_or_default()
         .lines()
@@ -191,20 +254,29 @@ pub fn record(cfg: &Config, source: &ScenarioSource, dir: &Path) -> Result<Recor
         .unwrap_or_default()
         .to_string();
     if outcome.exit != (Exit::Code { code: 0 }) {
-        return Err(format!(
+        let message = format!(
             "the recorded crash-free run failed ({:?}): {last_stderr}",
             outcome.exit
-        ));
+        );
+        // The agent exits 1 when its store failed it, 3 when its harness
+        // side did (`agentchaos agent`).
+        return Err(if outcome.exit == (Exit::Code { code: 1 }) {
+            PowerLossError::Store(message)
+        } else {
+            PowerLossError::Harness(message)
+        });
     }
-    let log = outcome.oplog.ok_or("the tracer returned no op log")?;
+    let log = outcome
+        .oplog
+        .ok_or_else(|| PowerLossError::Harness("the tracer returned no op log".into()))?;
     if let Some(g) = log.gaps.first() {
-        return Err(format!(
+        return Err(PowerLossError::Harness(format!(
             "the recording has {} gap(s) the model cannot express; first: pid {} syscall #{}: {}",
             log.gaps.len(),
             g.pid,
             g.syscall,
             g.what
-        ));
+        )));
     }
     let appends = placed_appends(&stdout, &log)?;
     let spec = SessionSpec {
@@ -212,9 +284,10 @@ pub fn record(cfg: &Config, source: &ScenarioSource, dir: &Path) -> Result<Recor
         session: SESSION.to_string(),
         workspace: ws.clone(),
     };
-    let records = AdapterBackend::forking(&cfg.adapter)?
+    let records = AdapterBackend::forking(&cfg.adapter)
+        .map_err(|e| PowerLossError::Harness(format!("--adapter: {e}")))?
         .observe(&spec)
-        .map_err(|e| format!("cannot read the recorded session: {e}"))?
+        .map_err(|e| PowerLossError::of_store(&e, "cannot read the recorded session"))?
         .records;
     drop(world);
     Ok(Recording {
@@ -232,20 +305,27 @@ pub fn record(cfg: &Config, source: &ScenarioSource, dir: &Path) -> Result<Recor
 
 /// The agent's append and ack lines, each placed by the stdout offset of
 /// its last byte.
-fn placed_appends(stdout: &[u8], log: &OpLog) -> Result<Vec<RecordedAppend>, String> {
+fn placed_appends(stdout: &[u8], log: &OpLog) -> Result<Vec<RecordedAppend>, PowerLossError> {
     let mut out: Vec<RecordedAppend> = Vec::new();
     let mut end = 0u64;
     for line in stdout.split_inclusive(|&b| b == b'\n') {
         end += line.len() as u64;
         let Some(text) = line.strip_suffix(b"\n") else {
-            return Err("the recorded agent's last stdout line has no newline".into());
+            return Err(PowerLossError::Harness(
+                "the recorded agent's last stdout line has no newline".into(),
+            ));
         };
-        let text = std::str::from_utf8(text)
-            .map_err(|_| "the recorded agent wrote a line that is not UTF-8".to_string())?;
-        let after = log
-            .ops_before_output(end - 1)
-            .ok_or_else(|| format!("stdout byte {} was not seen by the recorder", end - 1))?;
-        match parse_line(text)? {
+        let text = std::str::from_utf8(text).map_err(|_| {
+            PowerLossError::Harness("the recorded agent wrote a line that is not UTF-8".into())
+        })?;
+        let after = log.ops_before_output(end - 1).ok_or_else(|| {
+            PowerLossError::Harness(format!(
+                "stdout byte {} was not seen by the recorder",
+                end - 1
+            ))
+        })?;
+        let line = parse_line(text).map_err(|e| PowerLossError::Harness(e.to_string()))?;
+        match line {
             ChildLine::Append { t, h } => out.push(RecordedAppend {
                 type_name: t,
                 fingerprint: h,
@@ -257,13 +337,17 @@ fn placed_appends(stdout: &[u8], log: &OpLog) -> Result<Vec<RecordedAppend>, Str
                     a.ack = Some((seq, after))
                 }
                 _ => {
-                    return Err(format!(
+                    return Err(PowerLossError::Harness(format!(
                         "the recorded agent acked {t} without announcing it"
-                    ))
+                    )))
                 }
             },
             ChildLine::Done => {}
-            other => return Err(format!("unexpected line from a first life: {other:?}")),
+            other => {
+                return Err(PowerLossError::Harness(format!(
+                    "unexpected line from a first life: {other:?}"
+                )))
+            }
         }
     }
     Ok(out)
@@ -305,28 +389,28 @@ pub struct Judge<'a> {
 }
 
 impl<'a> Judge<'a> {
-    pub fn new(adapter: &str, recording: &'a Recording) -> Result<Judge<'a>, String> {
-        let command = AdapterCommand::parse(adapter)?;
+    pub fn new(adapter: &str, recording: &'a Recording) -> Result<Judge<'a>, PowerLossError> {
+        let command = AdapterCommand::parse(adapter)
+            .map_err(|e| PowerLossError::Harness(format!("--adapter: {e}")))?;
         let client = Client::spawn(command.to_command(), ClientOptions::default())
-            .map_err(|e| format!("--adapter: {e}"))?;
+            .map_err(|e| PowerLossError::of_store(&StoreError::from(e), "--adapter"))?;
         let agentstore_files = client.hello().name == "agentstore";
         let serves_projection = client.claims(Capability::CheckpointProjection);
         let _ = client.shutdown();
         Ok(Judge {
-            backend: AdapterBackend::forking(adapter)?,
+            backend: AdapterBackend::forking(adapter)
+                .map_err(|e| PowerLossError::Harness(format!("--adapter: {e}")))?,
             agentstore_files,
             serves_projection,
             recording,
         })
     }
 
-    fn observe(&self, spec: &SessionSpec) -> Result<Observation, String> {
+    fn observe(&self, spec: &SessionSpec) -> StoreResult<Observation> {
         if !self.agentstore_files {
-            return self.backend.observe(spec).map_err(|e| e.message);
+            return self.backend.observe(spec);
         }
-        let mut obs = ReferenceBackend::default()
-            .observe(spec)
-            .map_err(|e| e.message)?;
+        let mut obs = ReferenceBackend::default().observe(spec)?;
         // A store that serves no projection has nothing to compare the oracle's with.
         if !self.serves_projection {
             obs.fold = None;
@@ -383,7 +467,7 @@ impl<'a> Judge<'a> {
         };
         let before = match self.observe(&spec) {
             Ok(o) => o,
-            Err(e) => return opens_failure("reading the state before recovery", e),
+            Err(e) => return opens_failure("reading the state before recovery", e.message),
         };
         if let Some(damage) = before.damage.clone() {
             let h = History {
@@ -405,19 +489,23 @@ impl<'a> Judge<'a> {
         }
         let first = match self.recover(&spec) {
             Ok(r) => r,
-            Err(e) => return opens_failure("the first recovery", e),
+            Err(e) => return opens_failure("the first recovery", e.message),
         };
         let after1 = match self.observe(&spec) {
             Ok(o) => o,
-            Err(e) => return opens_failure("reading the state after the first recovery", e),
+            Err(e) => {
+                return opens_failure("reading the state after the first recovery", e.message)
+            }
         };
         let again = match self.recover(&spec) {
             Ok((r, _, _)) => r.appended,
-            Err(e) => return opens_failure("the second recovery", e),
+            Err(e) => return opens_failure("the second recovery", e.message),
         };
         let after2 = match self.observe(&spec) {
             Ok(o) => o,
-            Err(e) => return opens_failure("reading the state after the second recovery", e),
+            Err(e) => {
+                return opens_failure("reading the state after the second recovery", e.message)
+            }
         };
         let (report, contexts, projection) = first;
         let life1 = Life {
@@ -463,13 +551,19 @@ impl<'a> Judge<'a> {
     fn recover(
         &self,
         spec: &SessionSpec,
-    ) -> Result<(crate::store::Recovered, Vec<ServedContext>, Value), String> {
-        let mut store = self.backend.open(spec).map_err(|e| format!("open: {e}"))?;
-        let rec = store.recover().map_err(|e| format!("recover: {e}"))?;
-        let contexts =
-            crate::agent::served_contexts(store.as_mut()).map_err(|e| format!("context: {e}"))?;
-        let projection = store.projection().map_err(|e| format!("projection: {e}"))?;
-        store.close().map_err(|e| format!("close: {e}"))?;
+    ) -> StoreResult<(crate::store::Recovered, Vec<ServedContext>, Value)> {
+        // Which request failed, in the message: the finding names it.
+        let at = |op: &'static str| {
+            move |e: StoreError| StoreError {
+                message: format!("{op}: {}", e.message),
+                ..e
+            }
+        };
+        let mut store = self.backend.open(spec).map_err(at("open"))?;
+        let rec = store.recover().map_err(at("recover"))?;
+        let contexts = crate::agent::served_contexts(store.as_mut()).map_err(at("context"))?;
+        let projection = store.projection().map_err(at("projection"))?;
+        store.close().map_err(at("close"))?;
         Ok((rec, contexts, projection))
     }
 }
@@ -556,7 +650,7 @@ pub struct ScenarioReport {
     /// States judged (distinct trees per crash point; shared across models).
     pub judged: usize,
     pub refusals: Vec<String>,
-    pub error: Option<String>,
+    pub error: Option<PowerLossError>,
     pub record_time: Duration,
     pub check_time: Duration,
 }
@@ -580,6 +674,11 @@ impl CampaignReport {
     }
     pub fn errors(&self) -> usize {
         self.scenarios.iter().filter(|s| s.error.is_some()).count()
+    }
+    /// The errors that are the store's fault ([`PowerLossError::Store`]).
+    pub fn store_errors(&self) -> usize {
+        let store = |s: &&ScenarioReport| s.error.as_ref().is_some_and(|e| e.store_fault());
+        self.scenarios.iter().filter(store).count()
     }
     pub fn states(&self) -> usize {
         self.scenarios
@@ -616,9 +715,10 @@ pub fn crash_points(ops: usize, max: Option<usize>, seed: u64, name: &str) -> Ve
 }
 
 /// Runs the campaign over `sources`.
-pub fn run(cfg: &Config, sources: Vec<ScenarioSource>) -> Result<CampaignReport, String> {
+pub fn run(cfg: &Config, sources: Vec<ScenarioSource>) -> Result<CampaignReport, PowerLossError> {
     let started = Instant::now();
-    let dir = crate::campaign::scratch::campaign_dir(&cfg.dir)?;
+    let dir = crate::campaign::scratch::campaign_dir(&cfg.dir)
+        .map_err(|e| PowerLossError::Harness(e.to_string()))?;
     let mut scenarios = Vec::new();
     for (i, source) in sources.into_iter().enumerate() {
         if agentstore::interrupt::requested() {
@@ -628,7 +728,9 @@ pub fn run(cfg: &Config, sources: Vec<ScenarioSource>) -> Result<CampaignReport,
     }
     let _ = std::fs::remove_dir_all(&dir);
     if agentstore::interrupt::requested() {
-        return Err(crate::campaign::pool::NOT_RUN.to_string());
+        return Err(PowerLossError::Harness(
+            crate::campaign::pool::NOT_RUN.into(),
+        ));
     }
     Ok(CampaignReport {
         scenarios,
@@ -639,7 +741,11 @@ pub fn run(cfg: &Config, sources: Vec<ScenarioSource>) -> Result<CampaignReport,
     })
 }
 
-fn empty_report(source: ScenarioSource, error: String, record_time: Duration) -> ScenarioReport {
+fn empty_report(
+    source: ScenarioSource,
+    error: PowerLossError,
+    record_time: Duration,
+) -> ScenarioReport {
     ScenarioReport {
         source,
         ops: 0,
@@ -721,6 +827,7 @@ fn run_scenario(cfg: &Config, source: ScenarioSource, dir: &Path) -> ScenarioRep
     };
     let mut seen: Vec<String> = Vec::new();
     for r in results {
+        let r = r.map_err(|e| PowerLossError::Harness(e.to_string()));
         let outcome = match r.and_then(|x| x) {
             Ok(o) => o,
             Err(e) => {
@@ -772,9 +879,10 @@ fn check_point(
     limits: &Limits,
     k: usize,
     dir: &Path,
-) -> Result<PointOutcome, String> {
+) -> Result<PointOutcome, PowerLossError> {
     let mut sim = Simulator::new(&judge.recording.snapshot, &judge.recording.log);
-    sim.advance_to(k).map_err(|e| e.to_string())?;
+    sim.advance_to(k)
+        .map_err(|e| PowerLossError::Harness(e.to_string()))?;
     let mut cache: HashMap<u64, Vec<(Tree, Verdict)>> = HashMap::new();
     let mut out = PointOutcome {
         stats: Vec::new(),
@@ -795,7 +903,9 @@ fn check_point(
             // A state through a slow adapter takes seconds, a point dozens
             // of them: SIGINT or SIGTERM stops here, not after the point.
             if agentstore::interrupt::requested() {
-                return Err(crate::campaign::pool::NOT_RUN.to_string());
+                return Err(PowerLossError::Harness(
+                    crate::campaign::pool::NOT_RUN.into(),
+                ));
             }
             let mut h = std::collections::hash_map::DefaultHasher::new();
             state.tree.hash(&mut h);
@@ -896,15 +1006,20 @@ impl std::fmt::Display for StateId {
     }
 }
 
+/// A power-loss state's name that is not one (`--plan powerloss:…`): bad input.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error("{0}")]
+pub struct BadStateId(String);
+
 impl std::str::FromStr for StateId {
-    type Err = String;
-    fn from_str(s: &str) -> Result<StateId, String> {
-        let bad = || format!("{s:?} is not MODEL:K:CHOICE (e.g. weak:12:0.1.0)");
+    type Err = BadStateId;
+    fn from_str(s: &str) -> Result<StateId, BadStateId> {
+        let bad = || BadStateId(format!("{s:?} is not MODEL:K:CHOICE (e.g. weak:12:0.1.0)"));
         let mut parts = s.splitn(3, ':');
         let (Some(m), Some(k), Some(c)) = (parts.next(), parts.next(), parts.next()) else {
             return Err(bad());
         };
-        let model: Model = m.parse()?;
+        let model: Model = m.parse::<Model>().map_err(|e| BadStateId(e.to_string()))?;
         let crash_after = k.parse().map_err(|_| bad())?;
         let choice = if c == "-" {
             Vec::new()
@@ -964,21 +1079,25 @@ pub fn replay(
     source: &ScenarioSource,
     id: &StateId,
     keep: Option<&Path>,
-) -> Result<Replayed, String> {
-    let dir = crate::campaign::scratch::campaign_dir(&cfg.dir)?;
+) -> Result<Replayed, PowerLossError> {
+    let dir = crate::campaign::scratch::campaign_dir(&cfg.dir)
+        .map_err(|e| PowerLossError::Harness(e.to_string()))?;
     let result = (|| {
         let recording = record(cfg, source, &dir.join("rec"))?;
         let judge = Judge::new(&cfg.adapter, &recording)?;
         let mut sim = Simulator::new(&recording.snapshot, &recording.log);
-        sim.advance_to(id.crash_after).map_err(|e| e.to_string())?;
+        sim.advance_to(id.crash_after)
+            .map_err(|e| PowerLossError::Harness(e.to_string()))?;
         let state = sim.state(id.model, &id.choice).map_err(|e| {
-            format!(
+            PowerLossError::Harness(format!(
                 "{e} (the recorded run made {} ops; a replay needs the same run)",
                 recording.log.ops.len()
-            )
+            ))
         })?;
         if let Some(k) = keep {
-            state.materialize(k).map_err(|e| e.to_string())?;
+            state
+                .materialize(k)
+                .map_err(|e| PowerLossError::Harness(e.to_string()))?;
         }
         let verdict = judge.judge(&state, &dir.join("state"));
         let op = last_op(&recording.log, id.crash_after);
@@ -997,6 +1116,27 @@ fn last_op(log: &OpLog, k: usize) -> Option<String> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn an_adapter_failure_is_the_stores_unless_it_is_io_or_the_harnesss() {
+        let broke = StoreError::other("adapter protocol error: not JSON".into());
+        let io = StoreError {
+            io: true,
+            ..broke.clone()
+        };
+        let spawn = StoreError {
+            harness: true,
+            ..broke.clone()
+        };
+        let blame = |e: &StoreError| PowerLossError::of_store(e, "hello").store_fault();
+        assert!(blame(&broke));
+        assert!(!blame(&io));
+        assert!(!blame(&spawn));
+        assert_eq!(
+            PowerLossError::of_store(&broke, "hello").to_string(),
+            "the store under test failed: hello: adapter protocol error: not JSON"
+        );
+    }
 
     #[test]
     fn state_ids_round_trip_and_bad_ones_say_why() {

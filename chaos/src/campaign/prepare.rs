@@ -159,7 +159,7 @@ fn trace_restarts(
     source: &ScenarioSource,
     trace: &Trace,
     dir: &Path,
-) -> Result<Vec<LaterTrace>, String> {
+) -> Result<Vec<LaterTrace>, TrialError> {
     let deepest = nemesis::deepest_restart(trace);
     let befores: Vec<Plan> = match cfg.restarts {
         _ if !cfg.nemesis.points && !cfg.nemesis.syscall => Vec::new(),
@@ -215,7 +215,7 @@ pub fn trace_later(
     before: Plan,
     syscalls: bool,
     dir: &Path,
-) -> Result<Option<LaterTrace>, String> {
+) -> Result<Option<LaterTrace>, TrialError> {
     let life = before.crashed_lives();
     let finished =
         |h: &History| h.error.is_none() && h.lives.len() == life + 1 && h.lives[life].done;

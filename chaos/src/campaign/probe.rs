@@ -204,12 +204,15 @@ impl Tail {
     }
 
     /// Appends it to `bytes`, a log ending with a complete line; says what it appended.
-    fn append(self, file: &Path, bytes: &mut Vec<u8>) -> Result<String, String> {
+    fn append(self, file: &Path, bytes: &mut Vec<u8>) -> Result<String, ProbeError> {
         let at = bytes.len();
         match self {
             Tail::Lines(n) => {
                 let last = complete_lines(bytes).pop().ok_or_else(|| {
-                    format!("{} does not end with a complete line", file.display())
+                    ProbeError::Harness(format!(
+                        "{} does not end with a complete line",
+                        file.display()
+                    ))
                 })?;
                 let line = &bytes[last.start as usize..last.end as usize - 1];
                 let mut piece = line[..line.len().min(TAIL_PIECE_BYTES)].to_vec();
@@ -356,18 +359,24 @@ impl fmt::Display for Probe {
     }
 }
 
-impl FromStr for Probe {
-    type Err = String;
+/// A probe's plan that is not one (`agentchaos replay --plan probe:…`):
+/// bad input, naming the plan and every form a plan may take.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error("{0}")]
+pub struct BadProbePlan(String);
 
-    fn from_str(s: &str) -> Result<Probe, String> {
+impl FromStr for Probe {
+    type Err = BadProbePlan;
+
+    fn from_str(s: &str) -> Result<Probe, BadProbePlan> {
         let bad = || {
-            format!(
+            BadProbePlan(format!(
                 "probe {s:?} is not damage@FILE:OFFSET, zeros@FILE:OFFSET+LEN, tail@FILE:lines-N, tail@FILE:zeros-N, cut@FILE:LEN, cut-unreadable-snapshot@FILE:LEN, ledger@OPERATION, ledger-retry@OPERATION, rule-CASE@OPERATION (CASE: {}) or lock",
                 RuleCase::ALL.map(RuleCase::name).join(", ")
-            )
+            ))
         };
         // FILE:REST, FILE relative to the store's root and never out of it.
-        let file_and = |arg: &str| -> Result<(PathBuf, String), String> {
+        let file_and = |arg: &str| -> Result<(PathBuf, String), BadProbePlan> {
             let (file, rest) = arg.rsplit_once(':').ok_or_else(bad)?;
             let file = PathBuf::from(file);
             if file.as_os_str().is_empty()
@@ -446,7 +455,7 @@ pub fn plan(
     agentstore: Option<&AgentstoreFiles>,
     reference: &[Record],
     rng: &mut Rng,
-) -> Result<Vec<Probe>, String> {
+) -> Result<Vec<Probe>, ProbeError> {
     let mut probes = Vec::new();
     if claimed.contains(&Capability::DamageRefusal) {
         for (file, len) in files(root)? {
@@ -458,7 +467,7 @@ pub fn plan(
             };
             let mut offsets: Vec<u64> = (0..DAMAGE_POSITIONS).map(|_| rng.range(lo, hi)).collect();
             let bytes = std::fs::read(root.join(&file))
-                .map_err(|e| format!("cannot read {}: {e}", file.display()))?;
+                .map_err(|e| ProbeError::Harness(format!("cannot read {}: {e}", file.display())))?;
             let lines = complete_lines(&bytes);
             if let Some(last) = lines.last().filter(|l| l.end - l.start > 1) {
                 offsets.push((last.start + last.end - 1) / 2);
@@ -497,7 +506,7 @@ pub fn plan(
         .all(|c| claimed.contains(c));
     if let Some(AgentstoreFiles { log, covered }) = agentstore {
         let bytes = std::fs::read(root.join(log))
-            .map_err(|e| format!("cannot read {}: {e}", log.display()))?;
+            .map_err(|e| ProbeError::Harness(format!("cannot read {}: {e}", log.display())))?;
         let lines = complete_lines(&bytes);
         // Cut inside the last line the snapshot covers: the snapshot says
         // that line was acknowledged, so it is no torn tail.
@@ -582,7 +591,7 @@ fn complete_lines(bytes: &[u8]) -> Vec<std::ops::Range<u64>> {
 }
 
 /// Every non-empty regular file under `root`, relative to it, sorted, with its length.
-fn files(root: &Path) -> Result<Vec<(PathBuf, u64)>, String> {
+fn files(root: &Path) -> Result<Vec<(PathBuf, u64)>, ProbeError> {
     fn walk(root: &Path, dir: &Path, out: &mut Vec<(PathBuf, u64)>) -> std::io::Result<()> {
         for entry in std::fs::read_dir(dir)? {
             let entry = entry?;
@@ -607,7 +616,12 @@ fn files(root: &Path) -> Result<Vec<(PathBuf, u64)>, String> {
     match walk(root, root, &mut out) {
         Ok(()) => {}
         Err(e) if e.kind() == std::io::ErrorKind::NotFound => {}
-        Err(e) => return Err(format!("cannot list {}: {e}", root.display())),
+        Err(e) => {
+            return Err(ProbeError::Harness(format!(
+                "cannot list {}: {e}",
+                root.display()
+            )))
+        }
     }
     out.sort();
     Ok(out)
@@ -660,6 +674,41 @@ pub fn record_key(r: &Record) -> String {
     format!("{} {} {body}", r.seq, r.id)
 }
 
+/// Why a probe could not be carried out, and whose fault that is: a
+/// campaign decides its exit code from the variant, never from the message.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum ProbeError {
+    /// The store under test failed the probe before its check could judge
+    /// anything: its adapter broke the protocol or died, or it refused,
+    /// for a reason other than I/O, what the probe asks of any store
+    /// (opening a fresh session, replaying the crash-free run's own
+    /// events, recovering, serving its events). The store's failure (exit 1).
+    #[error("the store under test failed: {0}")]
+    Store(String),
+    /// The harness could not carry the probe out: its scratch directory,
+    /// the probe child or its files, the store processes it forks, a reply
+    /// it cannot read, an I/O refusal (the machine's). Exit 3.
+    #[error("{0}")]
+    Harness(String),
+}
+
+impl ProbeError {
+    /// Whether the store under test is to blame ([`ProbeError::Store`]).
+    pub fn store_fault(&self) -> bool {
+        matches!(self, ProbeError::Store(_))
+    }
+}
+
+/// A probe replay that could not be carried out, blamed as the probe was.
+impl From<ProbeError> for crate::campaign::trial::TrialError {
+    fn from(e: ProbeError) -> Self {
+        crate::campaign::trial::TrialError {
+            store_fault: e.store_fault(),
+            message: e.to_string(),
+        }
+    }
+}
+
 /// What a probe found.
 #[derive(Debug, Clone)]
 pub struct ProbeOutcome {
@@ -667,8 +716,9 @@ pub struct ProbeOutcome {
     /// What the store did, in words.
     pub told: String,
     pub violations: Vec<Violation>,
-    /// The probe could not be carried out (not a verdict on the store).
-    pub error: Option<String>,
+    /// The probe could not be carried out (not a verdict on the store's
+    /// promise; [`ProbeError::Store`] fails the run all the same).
+    pub error: Option<ProbeError>,
     /// The store refused to replay its own crash-free events, so the
     /// probe had nothing to test (not evidence, not an error: the trials
     /// judge that log).
@@ -707,7 +757,7 @@ pub fn probe_setup<'a>(
 /// Runs one probe in `dir` (a scratch directory it creates; the caller removes it).
 pub fn run(setup: &ProbeSetup<'_>, probe: &Probe, dir: &Path) -> ProbeOutcome {
     let result = std::fs::create_dir_all(dir)
-        .map_err(|e| format!("cannot create {}: {e}", dir.display()))
+        .map_err(|e| ProbeError::Harness(format!("cannot create {}: {e}", dir.display())))
         .and_then(|()| match probe {
             Probe::Damage { file, offset } => damage(setup, file, &Change::Flip(*offset), dir),
             Probe::Zeros { file, offset, len } => {
@@ -774,14 +824,14 @@ enum Change {
 
 impl Change {
     /// Applies the change to `bytes` of `file`; says what it did.
-    fn apply(&self, file: &Path, bytes: &mut [u8]) -> Result<String, String> {
+    fn apply(&self, file: &Path, bytes: &mut [u8]) -> Result<String, ProbeError> {
         let short = |end: u64| {
-            format!(
+            ProbeError::Harness(format!(
                 "{} has {} bytes: no byte offset {}",
                 file.display(),
                 bytes.len(),
                 end
-            )
+            ))
         };
         match *self {
             Change::Flip(offset) => {
@@ -819,11 +869,11 @@ impl Change {
 fn open_altered(
     setup: &ProbeSetup<'_>,
     dir: &Path,
-    alter: impl FnOnce(&Path) -> Result<String, String>,
-) -> Result<(String, ProbeReply), String> {
+    alter: impl FnOnce(&Path) -> Result<String, ProbeError>,
+) -> Result<(String, ProbeReply), ProbeError> {
     let root = dir.join("root");
     crate::campaign::scratch::copy_dir(&setup.spec.root, &root)
-        .map_err(|e| format!("cannot copy the store's root: {e}"))?;
+        .map_err(|e| ProbeError::Harness(format!("cannot copy the store's root: {e}")))?;
     let what = alter(&root)?;
     let reply = child(setup, "damage", &root, &setup.spec.session, None, &[])?;
     Ok((what, reply))
@@ -833,12 +883,14 @@ fn open_altered(
 fn rewrite(
     root: &Path,
     file: &Path,
-    edit: impl FnOnce(&mut Vec<u8>) -> Result<String, String>,
-) -> Result<String, String> {
+    edit: impl FnOnce(&mut Vec<u8>) -> Result<String, ProbeError>,
+) -> Result<String, ProbeError> {
     let path = root.join(file);
-    let mut bytes = std::fs::read(&path).map_err(|e| format!("{}: {e}", path.display()))?;
+    let mut bytes = std::fs::read(&path)
+        .map_err(|e| ProbeError::Harness(format!("{}: {e}", path.display())))?;
     let what = edit(&mut bytes)?;
-    std::fs::write(&path, &bytes).map_err(|e| format!("{}: {e}", path.display()))?;
+    std::fs::write(&path, &bytes)
+        .map_err(|e| ProbeError::Harness(format!("{}: {e}", path.display())))?;
     Ok(what)
 }
 
@@ -847,7 +899,7 @@ fn damage(
     file: &Path,
     change: &Change,
     dir: &Path,
-) -> Result<(String, Vec<Violation>, bool), String> {
+) -> Result<(String, Vec<Violation>, bool), ProbeError> {
     let (what, reply) = open_altered(setup, dir, |root| {
         rewrite(root, file, |bytes| change.apply(file, bytes))
     })?;
@@ -861,7 +913,7 @@ fn torn_tail(
     file: &Path,
     tail: Tail,
     dir: &Path,
-) -> Result<(String, Vec<Violation>, bool), String> {
+) -> Result<(String, Vec<Violation>, bool), ProbeError> {
     let (what, reply) = open_altered(setup, dir, |root| {
         rewrite(root, file, |bytes| tail.append(file, bytes))
     })?;
@@ -876,33 +928,34 @@ fn cut(
     len: u64,
     unreadable_snapshot: bool,
     dir: &Path,
-) -> Result<(String, Vec<Violation>, bool), String> {
+) -> Result<(String, Vec<Violation>, bool), ProbeError> {
     let (what, reply) = open_altered(setup, dir, |root| {
         let path = root.join(file);
         let was = std::fs::metadata(&path)
-            .map_err(|e| format!("{}: {e}", path.display()))?
+            .map_err(|e| ProbeError::Harness(format!("{}: {e}", path.display())))?
             .len();
         if len >= was {
-            return Err(format!(
+            return Err(ProbeError::Harness(format!(
                 "{} has {was} bytes: no cut to {len}",
                 file.display()
-            ));
+            )));
         }
         std::fs::OpenOptions::new()
             .write(true)
             .open(&path)
             .and_then(|f| f.set_len(len))
-            .map_err(|e| format!("{}: {e}", path.display()))?;
+            .map_err(|e| ProbeError::Harness(format!("{}: {e}", path.display())))?;
         let mut what = format!(
             "{} cut from {was} to {len} bytes, inside the last line snapshot.json covers",
             file.display()
         );
         if unreadable_snapshot {
-            let id = SessionId::new(&setup.spec.session).map_err(|e| e.to_string())?;
+            let id = SessionId::new(&setup.spec.session)
+                .map_err(|e| ProbeError::Harness(e.to_string()))?;
             let snapshot = SessionPaths::new(root, &id).snapshot();
             std::fs::remove_file(&snapshot)
                 .and_then(|()| std::fs::create_dir(&snapshot))
-                .map_err(|e| format!("{}: {e}", snapshot.display()))?;
+                .map_err(|e| ProbeError::Harness(format!("{}: {e}", snapshot.display())))?;
             what.push_str(
                 ", and snapshot.json replaced by a directory (reading it fails, so an `io` refusal passes too)",
             );
@@ -967,7 +1020,7 @@ pub fn judge_tail(
     tail: Tail,
     reference: &[Record],
     reply: &ProbeReply,
-) -> Result<Option<Violation>, String> {
+) -> Result<Option<Violation>, ProbeError> {
     let rule = match tail {
         Tail::Lines(_) => format!("at most {TAIL_MAX_LINES} torn lines"),
         Tail::Zeros(_) => format!(
@@ -1025,7 +1078,9 @@ pub fn judge_tail(
             }
         }
         ProbeReply::Accepted { .. } | ProbeReply::NotReplayed { .. } | ProbeReply::SecondOpened => {
-            Err("the tail probe got another probe's reply".into())
+            Err(ProbeError::Harness(
+                "the tail probe got another probe's reply".into(),
+            ))
         }
     }
 }
@@ -1035,7 +1090,7 @@ pub fn judge_damage(
     what: &str,
     reference: &[Record],
     reply: &ProbeReply,
-) -> Result<Option<Violation>, String> {
+) -> Result<Option<Violation>, ProbeError> {
     let violation = |found: String, events: Vec<String>| {
         Violation {
         invariant: Invariant::DamageRefused,
@@ -1064,7 +1119,9 @@ pub fn judge_damage(
             Ok(served_problem(reference, records).map(|(found, events)| violation(found, events)))
         }
         ProbeReply::Accepted { .. } | ProbeReply::NotReplayed { .. } | ProbeReply::SecondOpened => {
-            Err("the damage probe got another probe's reply".into())
+            Err(ProbeError::Harness(
+                "the damage probe got another probe's reply".into(),
+            ))
         }
     }
 }
@@ -1082,16 +1139,19 @@ fn ledger(
     operation: &str,
     another_call: bool,
     dir: &Path,
-) -> Result<(String, Vec<Violation>, bool), String> {
+) -> Result<(String, Vec<Violation>, bool), ProbeError> {
     let reference = setup.reference;
     let commit = reference
         .iter()
         .position(|r| matches!(r.event(), Some(Event::EffectCommitted { operation_id, .. }) if operation_id == operation))
-        .ok_or_else(|| format!("the crash-free run never commits operation {operation:?}"))?;
+        .ok_or_else(|| ProbeError::Harness(format!("the crash-free run never commits operation {operation:?}")))?;
     let event = |r: &Record| {
-        r.event()
-            .cloned()
-            .ok_or_else(|| format!("{} is not an event the agent writes", describe_record(r)))
+        r.event().cloned().ok_or_else(|| {
+            ProbeError::Harness(format!(
+                "{} is not an event the agent writes",
+                describe_record(r)
+            ))
+        })
     };
     let first = &reference[commit];
     let commit_event = event(first)?;
@@ -1120,7 +1180,11 @@ fn ledger(
                 }) if c == call_id => Some((parent, tool, args, effect, target, *needs_approval)),
                 _ => None,
             })
-            .ok_or_else(|| format!("no tool_call for call {call_id:?} before its commit"))?;
+            .ok_or_else(|| {
+                ProbeError::Harness(format!(
+                    "no tool_call for call {call_id:?} before its commit"
+                ))
+            })?;
         let (parent, tool, args, effect, target, needs_approval) = call;
         let retry = format!("{call_id}-retry");
         let mut then = vec![Event::ToolCall {
@@ -1196,7 +1260,7 @@ pub fn judge_ledger(
     first: &Record,
     another_call: bool,
     reply: &ProbeReply,
-) -> Result<Option<Violation>, String> {
+) -> Result<Option<Violation>, ProbeError> {
     let violation = |found: String| {
         Violation {
         invariant: Invariant::LedgerRefusesDoubleCommit,
@@ -1237,11 +1301,11 @@ struct Situation<'a> {
 }
 
 impl<'a> Situation<'a> {
-    fn find(reference: &'a [Record], operation: &str) -> Result<Situation<'a>, String> {
+    fn find(reference: &'a [Record], operation: &str) -> Result<Situation<'a>, ProbeError> {
         let commit = reference
             .iter()
             .position(|r| matches!(r.event(), Some(Event::EffectCommitted { operation_id, .. }) if operation_id == operation))
-            .ok_or_else(|| format!("the crash-free run never commits operation {operation:?}"))?;
+            .ok_or_else(|| ProbeError::Harness(format!("the crash-free run never commits operation {operation:?}")))?;
         let Some(Event::EffectCommitted { call_id, .. }) = reference[commit].event() else {
             unreachable!("found as an effect_committed")
         };
@@ -1249,14 +1313,22 @@ impl<'a> Situation<'a> {
         let call = reference[..commit]
             .iter()
             .rposition(is_call)
-            .ok_or_else(|| format!("no tool_call for call {call_id:?} before its commit"))?;
+            .ok_or_else(|| {
+                ProbeError::Harness(format!(
+                    "no tool_call for call {call_id:?} before its commit"
+                ))
+            })?;
         let started = reference[call..commit]
             .iter()
             .position(
                 |r| matches!(r.event(), Some(Event::ToolStarted { call_id: c }) if c == call_id),
             )
             .map(|i| call + i)
-            .ok_or_else(|| format!("no tool_started for call {call_id:?} before its commit"))?;
+            .ok_or_else(|| {
+                ProbeError::Harness(format!(
+                    "no tool_started for call {call_id:?} before its commit"
+                ))
+            })?;
         let side_effect = matches!(
             reference[call].event(),
             Some(Event::ToolCall {
@@ -1276,12 +1348,15 @@ impl<'a> Situation<'a> {
     }
 
     /// The crash-free run's events 1..`end` (event 0 is the store's own).
-    fn replay(&self, end: usize) -> Result<Vec<Event>, String> {
+    fn replay(&self, end: usize) -> Result<Vec<Event>, ProbeError> {
         self.reference[1..end]
             .iter()
             .map(|r| {
                 r.event().cloned().ok_or_else(|| {
-                    format!("{} is not an event the agent writes", describe_record(r))
+                    ProbeError::Harness(format!(
+                        "{} is not an event the agent writes",
+                        describe_record(r)
+                    ))
                 })
             })
             .collect()
@@ -1311,7 +1386,7 @@ fn rule(
     case: RuleCase,
     operation: &str,
     dir: &Path,
-) -> Result<(String, Vec<Violation>, bool), String> {
+) -> Result<(String, Vec<Violation>, bool), ProbeError> {
     use agentchaos_protocol::event::{Effect, Phase, ReconcileOutcome};
     let at = Situation::find(setup.reference, operation)?;
     let call_id = at.call_id.clone();
@@ -1462,7 +1537,7 @@ pub fn judge_rule(
     how: &str,
     call: &Record,
     reply: &ProbeReply,
-) -> Result<Option<Violation>, String> {
+) -> Result<Option<Violation>, ProbeError> {
     let violation = |found: String| {
         Violation {
         invariant: Invariant::RuleRefused,
@@ -1493,7 +1568,7 @@ fn not_refused_by_rule(
     reply: &ProbeReply,
     probe: &str,
     accepted: impl FnOnce(u64) -> String,
-) -> Result<Option<String>, String> {
+) -> Result<Option<String>, ProbeError> {
     Ok(match reply {
         ProbeReply::Refused {
             kind,
@@ -1512,15 +1587,15 @@ fn not_refused_by_rule(
         ProbeReply::Accepted { seq } => Some(accepted(*seq)),
         ProbeReply::NotReplayed { .. } => None,
         ProbeReply::Served { .. } | ProbeReply::Crashed { .. } | ProbeReply::SecondOpened => {
-            return Err(format!("{probe} got another probe's reply"))
+            return Err(ProbeError::Harness(format!("{probe} got another probe's reply")))
         }
     })
 }
 
-fn lock(setup: &ProbeSetup<'_>, dir: &Path) -> Result<(String, Vec<Violation>, bool), String> {
+fn lock(setup: &ProbeSetup<'_>, dir: &Path) -> Result<(String, Vec<Violation>, bool), ProbeError> {
     let root = dir.join("root");
     crate::campaign::scratch::copy_dir(&setup.spec.root, &root)
-        .map_err(|e| format!("cannot copy the store's root: {e}"))?;
+        .map_err(|e| ProbeError::Harness(format!("cannot copy the store's root: {e}")))?;
     let reply = child(setup, "lock", &root, &setup.spec.session, None, &[])?;
     let told = format!(
         "the session opened, then opened again while the first held it: {}",
@@ -1530,7 +1605,7 @@ fn lock(setup: &ProbeSetup<'_>, dir: &Path) -> Result<(String, Vec<Violation>, b
 }
 
 /// The lock verdict.
-pub fn judge_lock(reply: &ProbeReply) -> Result<Option<Violation>, String> {
+pub fn judge_lock(reply: &ProbeReply) -> Result<Option<Violation>, ProbeError> {
     let violation = |found: String| Violation {
         invariant: Invariant::SecondWriterRefused,
         when: "after the crash-free run, on a copy of its store opened for writing".into(),
@@ -1548,7 +1623,7 @@ pub fn judge_lock(reply: &ProbeReply) -> Result<Option<Violation>, String> {
         ProbeReply::SecondOpened => Some(violation(
             "the second open succeeded: two writers hold the session, and would append at the same seqs".into(),
         )),
-        _ => return Err("the lock probe got another probe's reply".into()),
+        _ => return Err(ProbeError::Harness("the lock probe got another probe's reply".into())),
     })
 }
 
@@ -1561,12 +1636,13 @@ fn child_with_events(
     kind: &str,
     session: &str,
     events: &impl serde::Serialize,
-) -> Result<ProbeReply, String> {
+) -> Result<ProbeReply, ProbeError> {
     let file = dir.join("events.json");
     std::fs::write(&file, serde_json::to_vec(events).expect("events serialize"))
-        .map_err(|e| format!("{}: {e}", file.display()))?;
+        .map_err(|e| ProbeError::Harness(format!("{}: {e}", file.display())))?;
     let ws = dir.join("ws");
-    std::fs::create_dir_all(&ws).map_err(|e| format!("{}: {e}", ws.display()))?;
+    std::fs::create_dir_all(&ws)
+        .map_err(|e| ProbeError::Harness(format!("{}: {e}", ws.display())))?;
     child(
         setup,
         kind,
@@ -1589,19 +1665,22 @@ fn child(
     session: &str,
     workspace: Option<&Path>,
     extra: &[&std::ffi::OsStr],
-) -> Result<ProbeReply, String> {
+) -> Result<ProbeReply, ProbeError> {
     let mut cmd = Command::new(setup.agent_exe);
     cmd.args(["probe", "--what", what, "--session", session, "--root"])
         .arg(root)
         .args(extra)
         .args(setup.backend.agent_args());
     // A probe opens the session at most twice, never crashes, never is traced.
-    let adapters = setup
-        .backend
-        .fork_life(PROBE_OPENS)
-        .map_err(|e| format!("cannot fork the store processes of the {what} probe: {e}"))?;
+    let adapters = setup.backend.fork_life(PROBE_OPENS).map_err(|e| {
+        ProbeError::Harness(format!(
+            "cannot fork the store processes of the {what} probe: {e}"
+        ))
+    })?;
     if let Some(adapters) = &adapters {
-        adapters.hand_down(&mut cmd)?;
+        adapters
+            .hand_down(&mut cmd)
+            .map_err(|e| ProbeError::Harness(format!("the {what} probe: {e}")))?;
     }
     if let Some(ws) = workspace {
         cmd.arg("--workspace").arg(ws);
@@ -1618,23 +1697,34 @@ fn child(
     if let Some(f) = setup.store_fault {
         cmd.env(agentstore::fault::FAULT_ENV, f);
     }
-    let out = cmd
-        .output()
-        .map_err(|e| format!("cannot start the probe {}: {e}", setup.agent_exe.display()));
+    let out = cmd.output().map_err(|e| {
+        ProbeError::Harness(format!(
+            "cannot start the probe {}: {e}",
+            setup.agent_exe.display()
+        ))
+    });
     // The probe is gone: kill and reap its store processes.
     drop(adapters);
     let out = out?;
     let stdout = String::from_utf8_lossy(&out.stdout);
     if !out.status.success() {
         let stderr = String::from_utf8_lossy(&out.stderr);
-        return Err(format!(
+        let message = format!(
             "the {what} probe failed ({}): {}",
             out.status,
             stderr.lines().last().unwrap_or("(no message)")
-        ));
+        );
+        // The child exits 1 when the store failed it, as the agent does
+        // (`agentchaos probe`); any other failure is the harness's.
+        return Err(if out.status.code() == Some(1) {
+            ProbeError::Store(message)
+        } else {
+            ProbeError::Harness(message)
+        });
     }
-    serde_json::from_str(stdout.trim())
-        .map_err(|e| format!("the {what} probe replied {:?}: {e}", stdout.trim()))
+    serde_json::from_str(stdout.trim()).map_err(|e| {
+        ProbeError::Harness(format!("the {what} probe replied {:?}: {e}", stdout.trim()))
+    })
 }
 
 /// `agentchaos replay --plan probe:…`: the crash-free run again, then the
@@ -1645,7 +1735,7 @@ pub fn replay(
     source: crate::campaign::config::ScenarioSource,
     probe: &Probe,
     keep: Option<&Path>,
-) -> Result<crate::campaign::replay::Replayed, String> {
+) -> Result<crate::campaign::replay::Replayed, crate::campaign::trial::TrialError> {
     let dir = crate::campaign::scratch::campaign_dir(&cfg.dir)?;
     let result = replay_in(cfg, source, probe, keep, &dir);
     let _ = std::fs::remove_dir_all(&dir);
@@ -1658,7 +1748,7 @@ fn replay_in(
     probe: &Probe,
     keep: Option<&Path>,
     dir: &Path,
-) -> Result<crate::campaign::replay::Replayed, String> {
+) -> Result<crate::campaign::replay::Replayed, crate::campaign::trial::TrialError> {
     use std::fmt::Write as _;
     let trace = dir.join("trace");
     let prepared = crate::campaign::prepare::prepare_keeping(cfg, source, &trace)?;
@@ -1672,7 +1762,7 @@ fn replay_in(
         return Ok(crate::campaign::replay::Replayed {
             narrative,
             violations: Vec::new(),
-            error: Some(u.clone()),
+            error: Some(u.clone().into()),
         });
     }
     let spec = crate::campaign::trial::TrialDir { dir: trace.clone() }.spec();
@@ -1709,22 +1799,52 @@ fn replay_in(
     if let Some(keep) = keep {
         let dest = keep.join(&name).join(probe.to_string().replace('/', "_"));
         let _ = std::fs::remove_dir_all(&dest);
-        crate::campaign::scratch::copy_dir(&scratch, &dest)
-            .map_err(|e| format!("cannot keep the probe in {}: {e}", dest.display()))?;
+        crate::campaign::scratch::copy_dir(&scratch, &dest).map_err(|e| {
+            ProbeError::Harness(format!("cannot keep the probe in {}: {e}", dest.display()))
+        })?;
         let _ = writeln!(narrative, "probe directory kept in {}", dest.display());
     }
     Ok(crate::campaign::replay::Replayed {
         narrative,
         violations: outcome.violations,
-        error: outcome.error,
+        error: outcome.error.map(crate::campaign::trial::TrialError::from),
     })
 }
 
-/// A store refusal (with its kind) or a failure to talk to the store.
+/// What the probe child meets from the store: a refusal (with its kind),
+/// the store broken (its adapter broke the protocol or died), or the
+/// child's own side of the conversation failed.
 #[derive(Debug)]
 pub enum ChildError {
-    Refused { kind: ErrorKind, message: String },
-    Failed(String),
+    Refused {
+        kind: ErrorKind,
+        message: String,
+    },
+    /// The store's adapter broke the protocol (a reply that is not JSON,
+    /// the wrong id or shape, EOF, a timeout): the store's fault.
+    Broken(String),
+    /// The adapter could not be started, or a request not encoded.
+    Harness(String),
+}
+
+impl ChildError {
+    /// The probe's error when `at` (the operation) met this where the
+    /// probe needs it to succeed: a refusal other than `io` and a broken
+    /// adapter are the store's, an `io` refusal (the machine's) and the
+    /// child's own failure the harness's.
+    fn at(self, at: &str) -> ProbeError {
+        match self {
+            ChildError::Refused {
+                kind: ErrorKind::Io,
+                message,
+            } => ProbeError::Harness(format!("{at} refused with `io`: {message}")),
+            ChildError::Refused { kind, message } => {
+                ProbeError::Store(format!("{at} refused with `{kind}`: {message}"))
+            }
+            ChildError::Broken(m) => ProbeError::Store(format!("{at}: {m}")),
+            ChildError::Harness(m) => ProbeError::Harness(format!("{at}: {m}")),
+        }
+    }
 }
 
 impl From<agentstore::Error> for ChildError {
@@ -1757,7 +1877,15 @@ impl From<crate::store::adapter::ClientError> for ChildError {
                 kind,
                 message: e.to_string(),
             },
-            None => ChildError::Failed(e.to_string()),
+            None if matches!(
+                e,
+                crate::store::adapter::ClientError::Spawn { .. }
+                    | crate::store::adapter::ClientError::Encode { .. }
+            ) =>
+            {
+                ChildError::Harness(e.to_string())
+            }
+            None => ChildError::Broken(e.to_string()),
         }
     }
 }
@@ -1791,9 +1919,13 @@ impl Target {
                 })
             }
             Some(backend) => {
-                let mut client = backend
-                    .client()
-                    .map_err(|e| ChildError::Failed(e.message))?;
+                let mut client = backend.client().map_err(|e| {
+                    if e.store_fault() {
+                        ChildError::Broken(e.message)
+                    } else {
+                        ChildError::Harness(e.message)
+                    }
+                })?;
                 client.open(&OpenArgs {
                     root: root.to_path_buf(),
                     session: session.to_string(),
@@ -1866,16 +1998,16 @@ pub struct ChildArgs {
 }
 
 /// The child (`agentchaos probe`): drives the store, prints one [`ProbeReply`] line.
-pub fn run_child(args: &ChildArgs) -> Result<(), String> {
+pub fn run_child(args: &ChildArgs) -> Result<(), ProbeError> {
     let reply = match args.what.as_str() {
         "damage" => child_damage(args),
         "ledger" => child_ledger(args),
         "rule" => child_rule(args),
         "lock" => child_lock(args),
         other => {
-            return Err(format!(
+            return Err(ProbeError::Harness(format!(
                 "--what {other:?} is not damage, ledger, rule or lock"
-            ))
+            )))
         }
     }?;
     let mut out = std::io::stdout().lock();
@@ -1885,12 +2017,12 @@ pub fn run_child(args: &ChildArgs) -> Result<(), String> {
         serde_json::to_string(&reply).expect("a reply serializes")
     )
     .and_then(|()| out.flush())
-    .map_err(|e| format!("cannot write the reply: {e}"))
+    .map_err(|e| ProbeError::Harness(format!("cannot write the reply: {e}")))
 }
 
 /// A refusal as the child reports it; `events`: the session's event count
 /// before and after it (ledger).
-fn refused(at: &str, e: ChildError, events: Option<(u64, u64)>) -> Result<ProbeReply, String> {
+fn refused(at: &str, e: ChildError, events: Option<(u64, u64)>) -> Result<ProbeReply, ProbeError> {
     match e {
         ChildError::Refused { kind, message } => Ok(ProbeReply::Refused {
             at: at.to_string(),
@@ -1899,15 +2031,15 @@ fn refused(at: &str, e: ChildError, events: Option<(u64, u64)>) -> Result<ProbeR
             events_before: events.map(|e| e.0),
             events_after: events.map(|e| e.1),
         }),
-        ChildError::Failed(m) => Err(format!("{at}: {m}")),
+        e => Err(e.at(at)),
     }
 }
 
-fn child_damage(args: &ChildArgs) -> Result<ProbeReply, String> {
+fn child_damage(args: &ChildArgs) -> Result<ProbeReply, ProbeError> {
     // Damaged data must be refused, not crash the store: a panic of the
     // in-process store or an adapter that fails the protocol is a finding.
     let died = |at: &str, e: ChildError| match e {
-        ChildError::Failed(message) => Ok(ProbeReply::Crashed {
+        ChildError::Broken(message) => Ok(ProbeReply::Crashed {
             at: at.to_string(),
             message,
         }),
@@ -1942,9 +2074,9 @@ fn child_damage(args: &ChildArgs) -> Result<ProbeReply, String> {
     })
 }
 
-fn child_lock(args: &ChildArgs) -> Result<ProbeReply, String> {
+fn child_lock(args: &ChildArgs) -> Result<ProbeReply, ProbeError> {
     let open = || Target::open(args, None);
-    let _first = open().map_err(|e| format!("first open: {e:?}"))?;
+    let _first = open().map_err(|e| e.at("first open"))?;
     match open() {
         Ok(_second) => Ok(ProbeReply::SecondOpened),
         Err(e) => refused("second open", e, None),
@@ -1952,20 +2084,25 @@ fn child_lock(args: &ChildArgs) -> Result<ProbeReply, String> {
 }
 
 /// The JSON events file of a ledger or rule probe.
-fn read_events<T: serde::de::DeserializeOwned>(args: &ChildArgs) -> Result<T, String> {
-    let file = args.events.as_ref().ok_or("--events is required")?;
-    let text = std::fs::read(file).map_err(|e| format!("{}: {e}", file.display()))?;
-    serde_json::from_slice(&text).map_err(|e| format!("{}: {e}", file.display()))
+fn read_events<T: serde::de::DeserializeOwned>(args: &ChildArgs) -> Result<T, ProbeError> {
+    let file = args
+        .events
+        .as_ref()
+        .ok_or_else(|| ProbeError::Harness("--events is required".into()))?;
+    let text =
+        std::fs::read(file).map_err(|e| ProbeError::Harness(format!("{}: {e}", file.display())))?;
+    serde_json::from_slice(&text)
+        .map_err(|e| ProbeError::Harness(format!("{}: {e}", file.display())))
 }
 
-fn fail(what: &str) -> impl FnOnce(ChildError) -> String + '_ {
-    move |e| format!("{what}: {e:?}")
+fn fail(what: &str) -> impl FnOnce(ChildError) -> ProbeError + '_ {
+    move |e| e.at(what)
 }
 
 /// Appends the crash-free run's `events` (a referenced blob's bytes are
 /// not in the log: any stored blob will do); a refusal is the probe's
 /// situation not reached ([`ProbeReply::NotReplayed`]).
-fn replay_into(target: &mut Target, events: &[Event]) -> Result<Option<ProbeReply>, String> {
+fn replay_into(target: &mut Target, events: &[Event]) -> Result<Option<ProbeReply>, ProbeError> {
     for e in events {
         let e = match e {
             Event::ToolResult {
@@ -1992,16 +2129,19 @@ fn replay_into(target: &mut Target, events: &[Event]) -> Result<Option<ProbeRepl
                 ChildError::Refused { kind, message } => Ok(Some(ProbeReply::NotReplayed {
                     message: format!("{} refused with `{kind}`: {message}", e.type_name()),
                 })),
-                ChildError::Failed(m) => Err(format!("replaying {}: {m}", e.type_name())),
+                err => Err(err.at(&format!("replaying {}", e.type_name()))),
             };
         }
     }
     Ok(None)
 }
 
-fn child_ledger(args: &ChildArgs) -> Result<ProbeReply, String> {
+fn child_ledger(args: &ChildArgs) -> Result<ProbeReply, ProbeError> {
     let events: LedgerEvents = read_events(args)?;
-    let ws = args.workspace.as_deref().ok_or("--workspace is required")?;
+    let ws = args
+        .workspace
+        .as_deref()
+        .ok_or_else(|| ProbeError::Harness("--workspace is required".into()))?;
     let mut target = Target::open(args, Some(ws)).map_err(fail("open"))?;
     if let Some(not_replayed) = replay_into(&mut target, &events.replay)? {
         return Ok(not_replayed);
@@ -2021,13 +2161,16 @@ fn child_ledger(args: &ChildArgs) -> Result<ProbeReply, String> {
             }
         }
     }
-    let seq = last.ok_or("the ledger probe appends nothing")?;
+    let seq = last.ok_or_else(|| ProbeError::Harness("the ledger probe appends nothing".into()))?;
     Ok(ProbeReply::Accepted { seq })
 }
 
-fn child_rule(args: &ChildArgs) -> Result<ProbeReply, String> {
+fn child_rule(args: &ChildArgs) -> Result<ProbeReply, ProbeError> {
     let events: RuleEvents = read_events(args)?;
-    let ws = args.workspace.as_deref().ok_or("--workspace is required")?;
+    let ws = args
+        .workspace
+        .as_deref()
+        .ok_or_else(|| ProbeError::Harness("--workspace is required".into()))?;
     let mut target = Target::open(args, Some(ws)).map_err(fail("open"))?;
     if let Some(not_replayed) = replay_into(&mut target, &events.replay)? {
         return Ok(not_replayed);
@@ -2062,9 +2205,7 @@ fn child_rule(args: &ChildArgs) -> Result<ProbeReply, String> {
                 Some((before, after)),
             )
         }
-        Err(ChildError::Failed(m)) => {
-            Err(format!("append of {}: {m}", events.forbidden.type_name()))
-        }
+        Err(err) => Err(err.at(&format!("append of {}", events.forbidden.type_name()))),
     }
 }
 
@@ -2443,6 +2584,22 @@ mod tests {
             .unwrap()
             .is_none());
         assert!(judge_rule(case, "how", call, &ProbeReply::SecondOpened).is_err());
+    }
+
+    #[test]
+    fn what_the_child_meets_is_the_stores_fault_unless_io_or_its_own() {
+        let refused = |kind| ChildError::Refused {
+            kind,
+            message: "no".into(),
+        };
+        assert!(refused(ErrorKind::Locked).at("first open").store_fault());
+        assert!(!refused(ErrorKind::Io).at("first open").store_fault());
+        assert!(ChildError::Broken("EOF".into()).at("open").store_fault());
+        assert!(!ChildError::Harness("spawn".into()).at("open").store_fault());
+        assert_eq!(
+            refused(ErrorKind::Locked).at("first open").to_string(),
+            "the store under test failed: first open refused with `locked`: no"
+        );
     }
 
     #[test]

@@ -24,7 +24,8 @@ use crate::nemesis::{Crash, Plan};
 pub struct Replayed {
     pub narrative: String,
     pub violations: Vec<Violation>,
-    pub error: Option<String>,
+    /// The trial or probe could not be carried out, and whose fault that is.
+    pub error: Option<TrialError>,
 }
 
 fn story(h: &History) -> String {
@@ -199,7 +200,7 @@ fn replay_in(
         return Ok(Replayed {
             narrative,
             violations,
-            error: prepared.unusable.clone(),
+            error: prepared.unusable.clone().map(TrialError::from),
         });
     }
     let trial_dir = dir.join("trial");
@@ -209,7 +210,8 @@ fn replay_in(
     let error = history
         .error
         .clone()
-        .or_else(|| crate::campaign::describe::syscall_mismatch(&plan, &prepared, &history));
+        .or_else(|| crate::campaign::describe::syscall_mismatch(&plan, &prepared, &history))
+        .map(TrialError::from);
     let _ = writeln!(narrative, "crash: {crash}");
     narrative.push_str(&story(&history));
     let violations = check::check(&history, Some(&prepared.reference));

@@ -72,7 +72,9 @@ fn run_probes(
                 },
                 told: String::new(),
                 violations: Vec::new(),
-                error: Some(format!("cannot plan the probes: {e}")),
+                error: Some(probe::ProbeError::Harness(format!(
+                    "cannot plan the probes: {e}"
+                ))),
                 skipped: false,
             }]
         }
@@ -173,10 +175,10 @@ impl ScenarioResult {
     }
 
     /// Probes that could not be carried out.
-    pub fn probe_errors(&self) -> impl Iterator<Item = (&probe::Probe, &str)> {
+    pub fn probe_errors(&self) -> impl Iterator<Item = (&probe::Probe, &probe::ProbeError)> {
         self.probes
             .iter()
-            .filter_map(|p| p.error.as_deref().map(|e| (&p.probe, e)))
+            .filter_map(|p| p.error.as_ref().map(|e| (&p.probe, e)))
     }
 
     /// Violations by invariant, the probes' included.
@@ -240,15 +242,25 @@ impl CampaignResult {
             .sum::<usize>()
             + self.power_loss.as_ref().map_or(0, |p| p.errors())
     }
-    /// The trial errors that are the store's fault: it broke the adapter
-    /// protocol or refused the harness's observation. They fail a run like
-    /// violations (exit 1); the other errors are the harness's (exit 3).
+    /// The trial, probe and power-loss errors that are the store's fault:
+    /// it broke the adapter protocol, or refused the harness's observation
+    /// or what a probe asks of any store. They fail a run like violations
+    /// (exit 1); the other errors are the harness's (exit 3).
     pub fn store_error_count(&self) -> usize {
-        self.scenarios
+        let trials = self
+            .scenarios
             .iter()
             .flat_map(|s| &s.outcomes)
             .filter(|o| o.error.is_some() && o.store_fault)
-            .count()
+            .count();
+        let probes = self
+            .scenarios
+            .iter()
+            .flat_map(|s| s.probe_errors())
+            .filter(|(_, e)| e.store_fault())
+            .count();
+        let power_loss = self.power_loss.as_ref().map_or(0, |p| p.store_errors());
+        trials + probes + power_loss
     }
     /// Every power-loss finding: the first failing state of each broken
     /// invariant per scenario, with its findings.
@@ -449,7 +461,7 @@ fn run_jobs(
                     plan,
                     crash_point: describe_crash(&plan, &prepared[s], None),
                     violations: Vec::new(),
-                    error: Some(e),
+                    error: Some(e.to_string()),
                     store_fault: false,
                     covered_hit: None,
                     evidence: Evidence::default(),

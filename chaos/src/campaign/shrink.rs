@@ -15,6 +15,7 @@ use std::time::{Duration, Instant};
 use crate::campaign::config::{Config, ScenarioSource};
 use crate::campaign::pool::parallel;
 use crate::campaign::runner;
+use crate::campaign::trial::TrialError;
 use crate::check::Invariant;
 use crate::nemesis::{self, Crash, Plan};
 use crate::scenario::rng::Rng;
@@ -86,9 +87,9 @@ fn reproduce(
     original: &Plan,
     inv: Invariant,
     dir: &Path,
-) -> Result<Option<Plan>, String> {
+) -> Result<Option<Plan>, TrialError> {
     std::fs::write(path, scenario.to_json())
-        .map_err(|e| format!("cannot write {}: {e}", path.display()))?;
+        .map_err(|e| TrialError::from(format!("cannot write {}: {e}", path.display())))?;
     let source = ScenarioSource {
         path: path.to_path_buf(),
         scenario: scenario.clone(),
@@ -141,7 +142,7 @@ pub fn shrink_failing_random(
     result: &runner::CampaignResult,
     dir: &Path,
     budget: Duration,
-) -> Vec<(String, Result<Shrunk, String>)> {
+) -> Vec<(String, Result<Shrunk, TrialError>)> {
     let mut out = Vec::new();
     for s in &result.scenarios {
         if s.prepared.source.random_seed.is_none() {
@@ -173,7 +174,7 @@ pub fn shrink(
     inv: Invariant,
     out: &Path,
     budget: Duration,
-) -> Result<Shrunk, String> {
+) -> Result<Shrunk, TrialError> {
     let started = Instant::now();
     let dir = crate::campaign::scratch::campaign_dir(&cfg.dir)?;
     let work = dir.join("candidate.json");
@@ -181,7 +182,7 @@ pub fn shrink(
     let mut best_plan = plan;
     let mut tried = 0;
     let mut exhausted = false;
-    let result = (|| -> Result<(), String> {
+    let result = (|| -> Result<(), TrialError> {
         'outer: loop {
             for c in candidates(&best) {
                 if started.elapsed() > budget {
@@ -208,7 +209,7 @@ pub fn shrink(
     );
     best.name = format!("{}-shrunk", scenario.name);
     std::fs::write(out, best.to_json())
-        .map_err(|e| format!("cannot write {}: {e}", out.display()))?;
+        .map_err(|e| TrialError::from(format!("cannot write {}: {e}", out.display())))?;
     Ok(Shrunk {
         scenario: best,
         path: out.to_path_buf(),

@@ -68,6 +68,13 @@ impl From<String> for TrialError {
     }
 }
 
+/// A trial the pool could not run (a panic, a signal): the harness's.
+impl From<crate::campaign::pool::PoolError> for TrialError {
+    fn from(e: crate::campaign::pool::PoolError) -> TrialError {
+        TrialError::from(e.to_string())
+    }
+}
+
 impl From<TrialError> for String {
     fn from(e: TrialError) -> String {
         e.message
@@ -409,7 +416,7 @@ enum Running {
 fn spawn_traced(
     cmd: Command,
     config: TraceConfig,
-) -> Result<(Option<ChildStdin>, ChildStdout, Monitor, TracerThread), String> {
+) -> Result<(Option<ChildStdin>, ChildStdout, Monitor, TracerThread), TrialError> {
     let (tx, rx) = mpsc::channel();
     let thread = std::thread::spawn(move || {
         let mut traced = match Traced::spawn(cmd, config) {
@@ -428,16 +435,18 @@ fn spawn_traced(
         Ok(Ok((_, None, monitor))) => {
             monitor.kill();
             let _ = thread.join();
-            Err("the traced agent has no stdout pipe".to_string())
+            Err(TrialError::from(
+                "the traced agent has no stdout pipe".to_string(),
+            ))
         }
         Ok(Err(e)) => {
             let _ = thread.join();
-            Err(e)
+            Err(TrialError::from(e))
         }
-        Err(_) => Err(match thread.join() {
+        Err(_) => Err(TrialError::from(match thread.join() {
             Err(_) => "the tracer thread panicked".to_string(),
             Ok(r) => format!("the tracer stopped before the agent started: {r:?}"),
-        }),
+        })),
     }
 }
 
@@ -570,7 +579,9 @@ fn agent_command(
         cmd.env(k, v);
     }
     if let Some(adapters) = adapters {
-        adapters.hand_down(&mut cmd)?;
+        adapters
+            .hand_down(&mut cmd)
+            .map_err(|e| TrialError::from(e.to_string()))?;
     }
     Ok(cmd)
 }
@@ -647,7 +658,7 @@ fn follow(
         let parsed = match parse_line(&line) {
             Ok(p) => p,
             Err(e) => {
-                reading.protocol_error = Some(e);
+                reading.protocol_error = Some(e.to_string());
                 continue;
             }
         };

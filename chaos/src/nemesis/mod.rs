@@ -386,10 +386,24 @@ impl fmt::Display for Nemeses {
     }
 }
 
-impl FromStr for Nemeses {
-    type Err = String;
+/// A nemesis set, restart policy or plan that is not one: bad input,
+/// naming what was given and every form it may take.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum BadNemesis {
+    #[error(
+        "nemesis {0:?} is not points, syscall, powerloss or all (e.g. --nemesis points,syscall)"
+    )]
+    Nemesis(String),
+    #[error("--restarts {0:?} is not all, deepest or none")]
+    Restarts(String),
+    #[error("plan {0:?} is not one of none, kill@N, tear@N:BYTES, powercut@N, timer@MICROSus, sys-kill-before@N, sys-kill-after@N, sys-tear@N:BYTES, sys-enospc@N, sys-eio@N, optionally followed by up to {LATER_LIVES} crashes of the restarted lives, each +kill@M, +tear@M:BYTES or +sys-…@M")]
+    Plan(String),
+}
 
-    fn from_str(s: &str) -> Result<Nemeses, String> {
+impl FromStr for Nemeses {
+    type Err = BadNemesis;
+
+    fn from_str(s: &str) -> Result<Nemeses, BadNemesis> {
         let mut n = Nemeses {
             points: false,
             syscall: false,
@@ -401,11 +415,7 @@ impl FromStr for Nemeses {
                 "syscall" => n.syscall = true,
                 "powerloss" => n.powerloss = true,
                 "all" => n = Nemeses::every_supported(),
-                other => {
-                    return Err(format!(
-                        "nemesis {other:?} is not points, syscall, powerloss or all (e.g. --nemesis points,syscall)"
-                    ))
-                }
+                other => return Err(BadNemesis::Nemesis(other.to_string())),
             }
         }
         Ok(n)
@@ -479,14 +489,14 @@ impl fmt::Display for Restarts {
 }
 
 impl FromStr for Restarts {
-    type Err = String;
+    type Err = BadNemesis;
 
-    fn from_str(s: &str) -> Result<Restarts, String> {
+    fn from_str(s: &str) -> Result<Restarts, BadNemesis> {
         match s {
             "all" => Ok(Restarts::All),
             "deepest" => Ok(Restarts::Deepest),
             "none" => Ok(Restarts::None),
-            other => Err(format!("--restarts {other:?} is not all, deepest or none")),
+            other => Err(BadNemesis::Restarts(other.to_string())),
         }
     }
 }
@@ -696,14 +706,10 @@ impl FromStr for Crash {
 }
 
 impl FromStr for Plan {
-    type Err = String;
+    type Err = BadNemesis;
 
-    fn from_str(s: &str) -> Result<Plan, String> {
-        let bad = || {
-            format!(
-                "plan {s:?} is not one of none, kill@N, tear@N:BYTES, powercut@N, timer@MICROSus, sys-kill-before@N, sys-kill-after@N, sys-tear@N:BYTES, sys-enospc@N, sys-eio@N, optionally followed by up to {LATER_LIVES} crashes of the restarted lives, each +kill@M, +tear@M:BYTES or +sys-…@M"
-            )
-        };
+    fn from_str(s: &str) -> Result<Plan, BadNemesis> {
+        let bad = || BadNemesis::Plan(s.to_string());
         let mut parts = s.split('+');
         let first = parts.next().unwrap_or_default();
         let mut plan = if first == "none" {

@@ -359,7 +359,7 @@ pub fn json(result: &CampaignResult, ctx: &Context<'_>) -> Value {
                 "trials_per_second": if s.wall.is_zero() { Value::Null } else { json!(s.outcomes.len() as f64 / s.wall.as_secs_f64()) },
                 "violations_by_invariant": by,
                 "errors": s.errors().iter().map(|(p, e)| json!({"plan": p.to_string(), "error": e}))
-                    .chain(s.probe_errors().map(|(p, e)| json!({"plan": p.plan(), "error": e})))
+                    .chain(s.probe_errors().map(|(p, e)| json!({"plan": p.plan(), "error": e.to_string()})))
                     .collect::<Vec<_>>(),
                 "probes": s.probes.len(),
                 "probes_not_carried_out": s.probes.iter().filter(|p| p.skipped).map(|p| json!({"probe": p.probe.plan(), "why": p.told})).collect::<Vec<_>>(),

@@ -142,7 +142,7 @@ pub fn json(report: &CampaignReport, store_flags: &[String]) -> Value {
             "crash_points": sc.crash_points,
             "record_seconds": sc.record_time.as_secs_f64(),
             "check_seconds": sc.check_time.as_secs_f64(),
-            "error": sc.error,
+            "error": sc.error.as_ref().map(ToString::to_string),
             "models": sc.models.iter().map(|(m, st)| (m.to_string(), json!({
                 "points": st.points,
                 "states": st.states,

@@ -387,7 +387,7 @@ impl Scenario {
         }
         for (path, content) in &self.files {
             let at = vec![key("files"), key(path)];
-            check_path(path).map_err(|m| (at.clone(), m))?;
+            check_path(path).map_err(|m| (at.clone(), m.to_string()))?;
             if content.len() > MAX_FILE_BYTES {
                 return Err((at, format!("file is larger than {MAX_FILE_BYTES} bytes")));
             }
@@ -401,7 +401,7 @@ impl Scenario {
                     format!("test name {:?} is empty or repeated", t.name),
                 ));
             }
-            check_path(&t.file).map_err(|m| (at("file"), m))?;
+            check_path(&t.file).map_err(|m| (at("file"), m.to_string()))?;
         }
         if self.runs.is_empty() {
             return Err((
@@ -441,7 +441,7 @@ impl Scenario {
                     Step::ReadFile { path, .. }
                     | Step::WriteFile { path, .. }
                     | Step::AppendLine { path, .. } => {
-                        check_path(path).map_err(|m| (at("path"), m))?
+                        check_path(path).map_err(|m| (at("path"), m.to_string()))?
                     }
                     _ => {}
                 }
@@ -510,8 +510,13 @@ fn is_name(s: &str, max: usize) -> bool {
         })
 }
 
+/// A workspace path that would leave the workspace.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error("path {0:?} must be relative and stay inside the workspace (no '..', no leading '/')")]
+struct PathEscapes(String);
+
 /// A workspace path must stay inside the workspace.
-fn check_path(path: &str) -> Result<(), String> {
+fn check_path(path: &str) -> Result<(), PathEscapes> {
     let p = Path::new(path);
     let ok = !path.is_empty()
         && !path.contains('\0')
@@ -520,9 +525,7 @@ fn check_path(path: &str) -> Result<(), String> {
     if ok {
         Ok(())
     } else {
-        Err(format!(
-            "path {path:?} must be relative and stay inside the workspace (no '..', no leading '/')"
-        ))
+        Err(PathEscapes(path.to_string()))
     }
 }
 

@@ -55,13 +55,18 @@ impl fmt::Display for Model {
     }
 }
 
+/// A persistence model's name that is not one: bad input.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error("unknown persistence model {0:?} (strict, ext4-ordered, weak)")]
+pub struct UnknownModel(String);
+
 impl FromStr for Model {
-    type Err = String;
-    fn from_str(s: &str) -> Result<Model, String> {
+    type Err = UnknownModel;
+    fn from_str(s: &str) -> Result<Model, UnknownModel> {
         Model::ALL
             .into_iter()
             .find(|m| m.name() == s)
-            .ok_or_else(|| format!("unknown persistence model {s:?} (strict, ext4-ordered, weak)"))
+            .ok_or_else(|| UnknownModel(s.to_string()))
     }
 }
 

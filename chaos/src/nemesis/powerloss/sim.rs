@@ -143,6 +143,12 @@ pub(super) enum Effect {
     Garbage,
 }
 
+/// Why an op does not fit the simulated tree (a write to a missing file,
+/// a rename over a non-empty directory): [`Error::Inconsistent`]'s problem.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error("{0}")]
+struct Misfit(String);
+
 /// The file system after the first [`Simulator::applied`] ops of a log.
 #[derive(Debug)]
 pub struct Simulator<'a> {
@@ -209,7 +215,7 @@ impl<'a> Simulator<'a> {
             self.apply(i, op).map_err(|problem| Error::Inconsistent {
                 op: i,
                 text: op.to_string(),
-                problem,
+                problem: problem.to_string(),
             })?;
             self.applied += 1;
         }
@@ -241,12 +247,12 @@ impl<'a> Simulator<'a> {
         self.build(&Selection::default())
     }
 
-    fn apply(&mut self, i: usize, op: &Op) -> Result<(), String> {
+    fn apply(&mut self, i: usize, op: &Op) -> Result<(), Misfit> {
         match op {
             Op::Create { path } | Op::Mkdir { path } => {
                 let (dir, name) = self.parent_and_name(path)?;
                 if self.dir(dir).entries.contains_key(&name) {
-                    return Err(format!("{} already exists", path.display()));
+                    return Err(Misfit(format!("{} already exists", path.display())));
                 }
                 let (inode, kind) = match op {
                     Op::Create { .. } => (
@@ -303,7 +309,7 @@ impl<'a> Simulator<'a> {
             Op::Fsync { path } | Op::Fdatasync { path } => {
                 let ino = self
                     .lookup(path)?
-                    .ok_or_else(|| format!("{} does not exist", path.display()))?;
+                    .ok_or_else(|| Misfit(format!("{} does not exist", path.display())))?;
                 match &mut self.inodes[ino] {
                     Inode::File(f) => f.pending.clear(),
                     Inode::Dir(d) => {
@@ -332,7 +338,7 @@ impl<'a> Simulator<'a> {
                     .dir(fdir)
                     .entries
                     .get(&fname)
-                    .ok_or_else(|| format!("{} does not exist", from.display()))?;
+                    .ok_or_else(|| Misfit(format!("{} does not exist", from.display())))?;
                 let (tdir, tname) = self.parent_and_name(to)?;
                 let replaced = self.dir(tdir).entries.get(&tname).copied();
                 if replaced == Some(ino) {
@@ -360,16 +366,21 @@ impl<'a> Simulator<'a> {
                     .dir(dir)
                     .entries
                     .get(&name)
-                    .ok_or_else(|| format!("{} does not exist", path.display()))?;
+                    .ok_or_else(|| Misfit(format!("{} does not exist", path.display())))?;
                 let kind = match (op, &self.inodes[ino]) {
                     (Op::Unlink { .. }, Inode::File(_)) => MetaKind::Unlink { path: path.clone() },
                     (Op::Rmdir { .. }, Inode::Dir(d)) if d.entries.is_empty() => {
                         MetaKind::Rmdir { path: path.clone() }
                     }
                     (Op::Rmdir { .. }, Inode::Dir(_)) => {
-                        return Err(format!("directory {} is not empty", path.display()))
+                        return Err(Misfit(format!("directory {} is not empty", path.display())))
                     }
-                    _ => return Err(format!("{} has the wrong file type", path.display())),
+                    _ => {
+                        return Err(Misfit(format!(
+                            "{} has the wrong file type",
+                            path.display()
+                        )))
+                    }
                 };
                 self.dir_mut(dir).entries.remove(&name);
                 let side = self.side(dir, path, name, Change::Unlink);
@@ -517,18 +528,18 @@ impl<'a> Simulator<'a> {
         }
     }
 
-    fn file_mut(&mut self, path: &Path) -> Result<&mut FileNode, String> {
+    fn file_mut(&mut self, path: &Path) -> Result<&mut FileNode, Misfit> {
         let ino = self
             .lookup(path)?
-            .ok_or_else(|| format!("{} does not exist", path.display()))?;
+            .ok_or_else(|| Misfit(format!("{} does not exist", path.display())))?;
         match &mut self.inodes[ino] {
             Inode::File(f) => Ok(f),
-            Inode::Dir(_) => Err(format!("{} is a directory", path.display())),
+            Inode::Dir(_) => Err(Misfit(format!("{} is a directory", path.display()))),
         }
     }
 
     /// The inode at a relative path, as the process sees it.
-    fn lookup(&self, path: &Path) -> Result<Option<Ino>, String> {
+    fn lookup(&self, path: &Path) -> Result<Option<Ino>, Misfit> {
         let mut ino = ROOT;
         for name in components(path)? {
             let Inode::Dir(d) = &self.inodes[ino] else {
@@ -543,34 +554,36 @@ impl<'a> Simulator<'a> {
     }
 
     /// The existing parent directory of a path and the path's last name.
-    fn parent_and_name(&self, path: &Path) -> Result<(Ino, OsString), String> {
+    fn parent_and_name(&self, path: &Path) -> Result<(Ino, OsString), Misfit> {
         let names = components(path)?;
         let Some((name, parents)) = names.split_last() else {
-            return Err("the root itself cannot be created, renamed or removed".into());
+            return Err(Misfit(
+                "the root itself cannot be created, renamed or removed".into(),
+            ));
         };
         let parent: PathBuf = parents.iter().collect();
         match self.lookup(&parent)? {
             Some(ino) if matches!(self.inodes[ino], Inode::Dir(_)) => {
                 Ok((ino, name.to_os_string()))
             }
-            _ => Err(format!(
+            _ => Err(Misfit(format!(
                 "the parent directory of {} does not exist",
                 path.display()
-            )),
+            ))),
         }
     }
 }
 
 /// The names of a relative path; `.` and empty mean the root.
-fn components(path: &Path) -> Result<Vec<&std::ffi::OsStr>, String> {
+fn components(path: &Path) -> Result<Vec<&std::ffi::OsStr>, Misfit> {
     path.components()
         .filter(|c| *c != Component::CurDir)
         .map(|c| match c {
             Component::Normal(n) => Ok(n),
-            _ => Err(format!(
+            _ => Err(Misfit(format!(
                 "{} is not a plain path relative to the root",
                 path.display()
-            )),
+            ))),
         })
         .collect()
 }

@@ -366,8 +366,18 @@ fn read_iovecs(pid: Pid, addr: u64, count: u64) -> Option<Vec<RemoteIoVec>> {
     )
 }
 
+/// The tracee's memory could not be read or written (process_vm_readv,
+/// process_vm_writev): the tracer's failure.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error("{0}")]
+pub(super) struct TraceeMemory(String);
+
 /// The first `n` bytes the call wrote, gathered across its buffers.
-pub(super) fn read_written(pid: Pid, buffers: &[RemoteIoVec], n: usize) -> Result<Vec<u8>, String> {
+pub(super) fn read_written(
+    pid: Pid,
+    buffers: &[RemoteIoVec],
+    n: usize,
+) -> Result<Vec<u8>, TraceeMemory> {
     let mut remote = Vec::new();
     let mut left = n;
     for b in buffers {
@@ -388,9 +398,11 @@ pub(super) fn read_written(pid: Pid, buffers: &[RemoteIoVec], n: usize) -> Resul
         return Ok(data);
     }
     let got = process_vm_readv(pid, &mut [IoSliceMut::new(&mut data)], &remote)
-        .map_err(|e| format!("process_vm_readv of {n} written bytes: {e}"))?;
+        .map_err(|e| TraceeMemory(format!("process_vm_readv of {n} written bytes: {e}")))?;
     if got != n {
-        return Err(format!("process_vm_readv read {got} of {n} written bytes"));
+        return Err(TraceeMemory(format!(
+            "process_vm_readv read {got} of {n} written bytes"
+        )));
     }
     Ok(data)
 }
@@ -398,7 +410,7 @@ pub(super) fn read_written(pid: Pid, buffers: &[RemoteIoVec], n: usize) -> Resul
 /// Cuts a write-class call to its first `keep` bytes before it runs:
 /// returns the new count register value, after rewriting the iovec array in
 /// the tracee's memory for writev-style calls.
-pub(super) fn tear(pid: Pid, d: &Decoded, keep: u64) -> Result<u64, String> {
+pub(super) fn tear(pid: Pid, d: &Decoded, keep: u64) -> Result<u64, TraceeMemory> {
     let Some(iov_addr) = d.iov_addr else {
         return Ok(keep);
     };
@@ -412,7 +424,7 @@ pub(super) fn tear(pid: Pid, d: &Decoded, keep: u64) -> Result<u64, String> {
                 &[IoSlice::new(&len)],
                 &[RemoteIoVec { base: at, len: 8 }],
             )
-            .map_err(|e| format!("process_vm_writev of iovec {j}: {e}"))?;
+            .map_err(|e| TraceeMemory(format!("process_vm_writev of iovec {j}: {e}")))?;
             return Ok(j as u64 + 1);
         }
         left -= b.len;

@@ -32,10 +32,15 @@ impl Errno {
     }
 }
 
+/// An errno outside 1..=4095 (what a syscall can return): bad input.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, thiserror::Error)]
+#[error("errno {0} is outside 1..=4095")]
+pub struct ErrnoOutOfRange(i32);
+
 impl TryFrom<i32> for Errno {
-    type Error = String;
-    fn try_from(v: i32) -> Result<Self, String> {
-        Errno::new(v).ok_or_else(|| format!("errno {v} is outside 1..=4095"))
+    type Error = ErrnoOutOfRange;
+    fn try_from(v: i32) -> Result<Self, ErrnoOutOfRange> {
+        Errno::new(v).ok_or(ErrnoOutOfRange(v))
     }
 }
 

@@ -29,6 +29,19 @@ pub(super) struct Recorder {
     log: OpLog,
 }
 
+/// A call the op log cannot express (a gap): a path outside the root or
+/// already unlinked, a descriptor without fdinfo, bytes the tracer could
+/// not read.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error("{0}")]
+pub(super) struct Unmodelled(String);
+
+impl From<super::decode::TraceeMemory> for Unmodelled {
+    fn from(e: super::decode::TraceeMemory) -> Unmodelled {
+        Unmodelled(e.to_string())
+    }
+}
+
 impl Recorder {
     pub fn new(root: PathBuf, stdout: Option<PathBuf>) -> Recorder {
         Recorder {
@@ -82,12 +95,12 @@ impl Recorder {
             Err(what) => self.log.gaps.push(Gap {
                 pid: pid.as_raw(),
                 syscall,
-                what,
+                what: what.to_string(),
             }),
         }
     }
 
-    fn ops_for(&self, pid: Pid, d: &Decoded, result: i64) -> Result<Vec<Op>, String> {
+    fn ops_for(&self, pid: Pid, d: &Decoded, result: i64) -> Result<Vec<Op>, Unmodelled> {
         let rel = |p: &Path| self.rel(p);
         Ok(match &d.call {
             Call::Write {
@@ -98,15 +111,19 @@ impl Recorder {
                     return Ok(Vec::new());
                 }
                 let rel = rel(path)?;
-                let (pos, flags) = decode::fdinfo(pid, *fd)
-                    .ok_or_else(|| format!("no fdinfo for fd {fd} = {}", path.display()))?;
+                let (pos, flags) = decode::fdinfo(pid, *fd).ok_or_else(|| {
+                    Unmodelled(format!("no fdinfo for fd {fd} = {}", path.display()))
+                })?;
                 // On Linux an O_APPEND fd appends even for pwrite.
                 let appends = d.rwf_append || (flags & O_APPEND != 0 && !d.rwf_noappend);
                 let offset = match offset {
                     _ if appends => {
                         let size = fs::metadata(format!("/proc/{pid}/fd/{fd}"))
                             .map_err(|e| {
-                                format!("size of {} after an append: {e}", path.display())
+                                Unmodelled(format!(
+                                    "size of {} after an append: {e}",
+                                    path.display()
+                                ))
                             })?
                             .len();
                         size.checked_sub(n)
@@ -115,10 +132,10 @@ impl Recorder {
                     None => pos.checked_sub(n),
                 }
                 .ok_or_else(|| {
-                    format!(
+                    Unmodelled(format!(
                         "the offset of a {n}-byte write to {} moved under it",
                         path.display()
-                    )
+                    ))
                 })?;
                 let data = decode::read_written(pid, &d.buffers, n as usize)?;
                 let mut ops = vec![Op::Write {
@@ -151,11 +168,11 @@ impl Recorder {
             }],
             Call::Rename { from, to, flags } => {
                 if flags & (RENAME_EXCHANGE | RENAME_WHITEOUT) != 0 {
-                    return Err(format!(
+                    return Err(Unmodelled(format!(
                         "renameat2 with flags {flags:#x} of {} and {} is not modelled",
                         from.display(),
                         to.display()
-                    ));
+                    )));
                 }
                 match (rel(from), rel(to)) {
                     (Ok(from), Ok(to)) => vec![Op::Rename { from, to }],
@@ -163,11 +180,11 @@ impl Recorder {
                         vec![Op::Unlink { path: from }]
                     }
                     _ => {
-                        return Err(format!(
+                        return Err(Unmodelled(format!(
                         "rename of {} to {} moves something into or out of the root; not modelled",
                         from.display(),
                         to.display()
-                    ))
+                    )))
                     }
                 }
             }
@@ -181,10 +198,10 @@ impl Recorder {
             }
             Call::Open { path, flags, .. } => {
                 if flags & O_TMPFILE_BIT != 0 {
-                    return Err(format!(
+                    return Err(Unmodelled(format!(
                         "O_TMPFILE file in {}: its contents and a later linkat are not traced",
                         path.display()
-                    ));
+                    )));
                 }
                 let path = rel(path)?;
                 if !d.existed && flags & O_CREAT != 0 {
@@ -200,17 +217,17 @@ impl Recorder {
     }
 
     /// A path under the root, relative to it (`.` for the root itself).
-    fn rel(&self, p: &Path) -> Result<PathBuf, String> {
+    fn rel(&self, p: &Path) -> Result<PathBuf, Unmodelled> {
         if p.to_string_lossy().ends_with(" (deleted)") {
-            return Err(format!(
+            return Err(Unmodelled(format!(
                 "{} was already unlinked; calls on it are not modelled",
                 p.display()
-            ));
+            )));
         }
         match p.strip_prefix(&self.root) {
             Ok(r) if r.as_os_str().is_empty() => Ok(PathBuf::from(".")),
             Ok(r) => Ok(r.to_path_buf()),
-            Err(_) => Err(format!("{} is outside the root", p.display())),
+            Err(_) => Err(Unmodelled(format!("{} is outside the root", p.display()))),
         }
     }
 }

@@ -212,14 +212,21 @@ enum OnExit {
     Fail(Errno),
 }
 
+/// What the planned call did with its fault.
+#[derive(Debug)]
+enum Hit {
+    Taken,
+    /// It could not take the fault, and why.
+    NotApplicable(String),
+}
+
 #[derive(Debug)]
 struct Engine {
     root: Root,
     main: Pid,
     plan: Option<FaultPlan>,
-    /// Set when the planned call was reached: `Err` says why it could not
-    /// take the fault.
-    hit: Option<Result<(), String>>,
+    /// Set when the planned call was reached.
+    hit: Option<Hit>,
     /// Record mode: bytes the process had written to its stdout when the
     /// planned call entered.
     stdout_before: Option<u64>,
@@ -373,7 +380,7 @@ impl Engine {
             .store(index as u64 + 1, Ordering::SeqCst);
         let mut on_exit = OnExit::Nothing;
         if let Some(plan) = self.plan.filter(|p| p.at == index as u64) {
-            self.hit = Some(Ok(()));
+            self.hit = Some(Hit::Taken);
             self.stdout_before = self.recorder.as_ref().map(Recorder::stream);
             match plan.fault {
                 SyscallFault::KillBefore => {
@@ -387,20 +394,20 @@ impl Engine {
                 SyscallFault::TearWrite { keep } => match decoded.call {
                     Call::Write { len, .. } if keep < len => {
                         regs.rdx =
-                            decode::tear(pid, &decoded, keep).map_err(|what| Error::Tracee {
+                            decode::tear(pid, &decoded, keep).map_err(|e| Error::Tracee {
                                 op: "tear write",
                                 pid: pid.as_raw(),
-                                what,
+                                what: e.to_string(),
                             })?;
                         setregs(pid, regs)?;
                         on_exit = OnExit::Kill;
                     }
                     Call::Write { len, .. } => {
-                        self.hit = Some(Err(format!(
+                        self.hit = Some(Hit::NotApplicable(format!(
                             "the write has {len} bytes, not more than {keep}"
                         )))
                     }
-                    _ => self.hit = Some(Err("only writes can be torn".into())),
+                    _ => self.hit = Some(Hit::NotApplicable("only writes can be torn".into())),
                 },
                 SyscallFault::Fail { errno } => {
                     regs.orig_rax = u64::MAX;
@@ -507,8 +514,10 @@ impl Engine {
         let fault = self.plan.map(|plan| {
             let event = events.get(plan.at as usize).cloned();
             let outcome = match (self.hit.take(), event) {
-                (Some(Ok(())), Some(event)) => FaultOutcome::Injected { event },
-                (Some(Err(reason)), Some(event)) => FaultOutcome::NotApplicable { event, reason },
+                (Some(Hit::Taken), Some(event)) => FaultOutcome::Injected { event },
+                (Some(Hit::NotApplicable(reason)), Some(event)) => {
+                    FaultOutcome::NotApplicable { event, reason }
+                }
                 _ => FaultOutcome::NotReached {
                     counted: events.len() as u64,
                 },

@@ -61,7 +61,8 @@ use agentstore::crashpoint;
 use serde_json::Value;
 
 use super::client::{
-    AdapterCommand, Client, ClientError, ClientOptions, ForkedProcess, InheritedAdapter,
+    AdapterCommand, BadAdapterCommand, Client, ClientError, ClientOptions, ForkedProcess,
+    InheritedAdapter,
 };
 use crate::nemesis::{ADAPTER_APPEND, ADAPTER_APPEND_REPLIED, ADAPTER_OPEN};
 use crate::store::{
@@ -152,10 +153,10 @@ impl LifeAdapters {
     /// Hands the processes down to the child `cmd` starts (an agent, a
     /// probe): their pipe ends become its descriptors 3, 4, … and
     /// `--adapter-fds` names them ([`LifeAdapters::arg`]).
-    pub fn hand_down(&self, cmd: &mut std::process::Command) -> Result<(), String> {
+    pub fn hand_down(&self, cmd: &mut std::process::Command) -> Result<(), HandDownError> {
         let fds = self.fds();
         if fds.len() > MAX_HANDED_DOWN_FDS {
-            return Err(format!("cannot hand down {} descriptors", fds.len()));
+            return Err(HandDownError::TooMany(fds.len()));
         }
         cmd.arg("--adapter-fds").arg(self.arg(FIRST_HANDED_DOWN_FD));
         // SAFETY: between fork and exec this only calls async-signal-safe
@@ -257,15 +258,34 @@ fn hand_down(fds: &[i32]) -> std::io::Result<()> {
     Ok(())
 }
 
+/// Store processes the harness could not hand down to a child, or a child
+/// could not take over: the harness's failure (it wrote both ends).
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum HandDownError {
+    #[error("cannot hand down {0} descriptors")]
+    TooMany(usize),
+    /// An `--adapter-fds` value that does not name open descriptors.
+    #[error("--adapter-fds {spec:?}: {part:?} {why} (PID:IN,OUT,ERR)")]
+    BadFds {
+        spec: String,
+        part: String,
+        why: String,
+    },
+}
+
 /// Takes ownership of the descriptors an `--adapter-fds` value names
 /// ([`LifeAdapters::arg`]), each open in this process, and marks them
 /// close-on-exec.
-pub fn inherited_adapters(spec: &str) -> Result<Vec<InheritedAdapter>, String> {
+pub fn inherited_adapters(spec: &str) -> Result<Vec<InheritedAdapter>, HandDownError> {
     use std::os::fd::{FromRawFd, OwnedFd};
     let mut out = Vec::new();
     let mut seen = std::collections::BTreeSet::new();
     for part in spec.split(';') {
-        let bad = |why: &str| format!("--adapter-fds {spec:?}: {part:?} {why} (PID:IN,OUT,ERR)");
+        let bad = |why: &str| HandDownError::BadFds {
+            spec: spec.to_string(),
+            part: part.to_string(),
+            why: why.to_string(),
+        };
         let (pid, fds) = part.split_once(':').ok_or_else(|| bad("has no ':'"))?;
         let pid: u32 = pid.parse().map_err(|_| bad("has no pid"))?;
         let fds: Vec<i32> = fds
@@ -307,7 +327,7 @@ impl AdapterBackend {
     /// `line` is the `--adapter` value, split like a shell would split it.
     /// Every adapter process is started with `exec` (protocol version 1):
     /// the agent's backend, whose adapters are its lives.
-    pub fn new(line: &str) -> Result<AdapterBackend, String> {
+    pub fn new(line: &str) -> Result<AdapterBackend, BadAdapterCommand> {
         Ok(AdapterBackend {
             command: AdapterCommand::parse(line)?,
             line: line.to_string(),
@@ -328,7 +348,7 @@ impl AdapterBackend {
     /// The harness's backend: like [`AdapterBackend::new`], but an adapter
     /// that is a fork server (protocol version 2) has its processes forked
     /// from a per-thread server instead of started.
-    pub fn forking(line: &str) -> Result<AdapterBackend, String> {
+    pub fn forking(line: &str) -> Result<AdapterBackend, BadAdapterCommand> {
         let mut backend = AdapterBackend::new(line)?;
         backend.forking = Some(Arc::new(OnceLock::new()));
         Ok(backend)
@@ -452,6 +472,14 @@ impl AdapterBackend {
             });
         }
         cmd
+    }
+}
+
+/// A client's failure as the store's: blamed on the harness when the
+/// adapter could not be started or a request not encoded.
+impl From<ClientError> for StoreError {
+    fn from(e: ClientError) -> StoreError {
+        err(e)
     }
 }
 

@@ -97,22 +97,28 @@ fn program_exists(program: &str) -> bool {
         .is_some_and(|paths| std::env::split_paths(&paths).any(|dir| dir.join(program).is_file()))
 }
 
+/// An `--adapter` command line that names no program to run: bad input.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum BadAdapterCommand {
+    #[error("cannot split adapter command {0:?}: unbalanced quotes or a trailing backslash")]
+    Unsplittable(String),
+    #[error("adapter command {0:?} is empty")]
+    Empty(String),
+    #[error("adapter program {0:?} not found (no such file, and not on PATH)")]
+    NotFound(String),
+}
+
 impl AdapterCommand {
     /// Splits `line` (`--adapter 'CMD ARGS…'`): words, single and double quotes, backslashes.
-    pub fn parse(line: &str) -> Result<AdapterCommand, String> {
-        let words = shlex::split(line).ok_or_else(|| {
-            format!(
-                "cannot split adapter command {line:?}: unbalanced quotes or a trailing backslash"
-            )
-        })?;
+    pub fn parse(line: &str) -> Result<AdapterCommand, BadAdapterCommand> {
+        let words =
+            shlex::split(line).ok_or_else(|| BadAdapterCommand::Unsplittable(line.to_string()))?;
         let mut words = words.into_iter();
         let program = words
             .next()
-            .ok_or_else(|| format!("adapter command {line:?} is empty"))?;
+            .ok_or_else(|| BadAdapterCommand::Empty(line.to_string()))?;
         if !program_exists(&program) {
-            return Err(format!(
-                "adapter program {program:?} not found (no such file, and not on PATH)"
-            ));
+            return Err(BadAdapterCommand::NotFound(program));
         }
         Ok(AdapterCommand {
             program,

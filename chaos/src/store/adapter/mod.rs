@@ -12,8 +12,8 @@ pub mod client;
 
 pub use agentchaos_protocol::message::OpenArgs;
 pub use agentchaos_protocol::{Capability, ErrorKind, ProjectionView};
-pub use backend::AdapterBackend;
+pub use backend::{AdapterBackend, HandDownError};
 pub use client::{
-    process_counts, AdapterCommand, Client, ClientError, ClientOptions, ProcessCounts,
-    ProtocolError,
+    process_counts, AdapterCommand, BadAdapterCommand, Client, ClientError, ClientOptions,
+    ProcessCounts, ProtocolError,
 };
