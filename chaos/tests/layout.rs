@@ -219,16 +219,6 @@ fn the_circle_finder_finds_a_planted_circle() {
     assert_eq!(find_circle(&import_graph(&acyclic)), None);
 }
 
-/// The `Result<_, String>`s of `chaos/src` another branch owns, as the file
-/// and the function they are in, until it merges: the database-crash
-/// nemesis's parser (`nemesis/database.rs`), and `campaign_dir`, whose
-/// error the workers campaign (`campaign/workers.rs`) passes to its
-/// `WorkersError::Harness(String)`. The scan names any other as a failure.
-const STRING_ERRORS_OWNED_ELSEWHERE: &[(&str, &str)] = &[
-    ("nemesis/database.rs", "fn from_str("),
-    ("campaign/scratch.rs", "fn campaign_dir("),
-];
-
 /// The line (1-based) of every `Result<T, String>` type in `code`:
 /// comment lines are skipped, and a `Result` with one parameter
 /// (`io::Result<String>`) is not one.
@@ -301,14 +291,8 @@ fn no_result_in_chaos_src_has_a_string_error() {
             }
             let rel = path.strip_prefix(&root).unwrap().display().to_string();
             let code = std::fs::read_to_string(&path).unwrap();
-            let lines: Vec<&str> = code.lines().collect();
             for line in string_errors(&code) {
-                let owned = STRING_ERRORS_OWNED_ELSEWHERE
-                    .iter()
-                    .any(|(file, f)| *file == rel && lines[line - 1].contains(f));
-                if !owned {
-                    found.push((rel.clone(), line));
-                }
+                found.push((rel.clone(), line));
             }
         }
     }

@@ -43,8 +43,17 @@ pub fn copy_dir(from: &Path, to: &Path) -> std::io::Result<()> {
     Ok(())
 }
 
+/// The campaign directory could not be made (the harness's side).
+#[derive(Debug, thiserror::Error)]
+#[error("cannot create the trial directory {}: {source}", dir.display())]
+pub struct CampaignDirError {
+    dir: PathBuf,
+    #[source]
+    source: std::io::Error,
+}
+
 /// A fresh, unique campaign directory under `base`.
-pub fn campaign_dir(base: &Path) -> Result<PathBuf, String> {
+pub fn campaign_dir(base: &Path) -> Result<PathBuf, CampaignDirError> {
     let nanos = std::time::SystemTime::now()
         .duration_since(std::time::UNIX_EPOCH)
         .map(|d| d.subsec_nanos())
@@ -52,9 +61,10 @@ pub fn campaign_dir(base: &Path) -> Result<PathBuf, String> {
     // Fixed width: the workspace path is in `session_created`, so a replay
     // writes the same bytes as the campaign only if its path is as long.
     let dir = base.join(format!("agentchaos-{:010}-{nanos:08x}", std::process::id()));
-    std::fs::create_dir_all(&dir)
-        .map_err(|e| format!("cannot create the trial directory {}: {e}", dir.display()))?;
-    Ok(dir)
+    match std::fs::create_dir_all(&dir) {
+        Ok(()) => Ok(dir),
+        Err(source) => Err(CampaignDirError { dir, source }),
+    }
 }
 
 pub fn keep_trial(

@@ -68,6 +68,13 @@ impl From<String> for TrialError {
     }
 }
 
+/// No campaign directory: the harness's.
+impl From<crate::campaign::scratch::CampaignDirError> for TrialError {
+    fn from(e: crate::campaign::scratch::CampaignDirError) -> TrialError {
+        TrialError::from(e.to_string())
+    }
+}
+
 /// A trial the pool could not run (a panic, a signal): the harness's.
 impl From<crate::campaign::pool::PoolError> for TrialError {
     fn from(e: crate::campaign::pool::PoolError) -> TrialError {

@@ -437,7 +437,8 @@ pub fn trial(
             ),
         }));
     }
-    let dir = crate::campaign::scratch::campaign_dir(scratch).map_err(WorkersError::Harness)?;
+    let dir = crate::campaign::scratch::campaign_dir(scratch)
+        .map_err(|e| WorkersError::Harness(e.to_string()))?;
     let outcome = trial_in(cfg, backend, plan, &dir, db);
     let _ = std::fs::remove_dir_all(&dir);
     outcome

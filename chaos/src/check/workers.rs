@@ -296,6 +296,13 @@ struct Owed<'a> {
     what: &'a str,
 }
 
+/// What the store served of a session's log: its records, or what it
+/// gave instead of any.
+enum Found<'a> {
+    Records(&'a [Record]),
+    NoLog(String),
+}
+
 /// The first acknowledged event `records` does not hold at its seq.
 fn first_missing<'a, 'o>(
     owed: &'o [Owed<'a>],
@@ -326,14 +333,14 @@ fn acked_survive_takeover(history: &[WorkerEvent]) -> Vec<WorkerViolation> {
     let mut out = Vec::new();
     // `log`: the records served, or what was found instead of any.
     let judge = |session: &str,
-                 log: Result<&[Record], String>,
+                 log: Found<'_>,
                  when: String,
                  owed: &BTreeMap<&str, Vec<Owed>>,
                  story: &BTreeMap<&str, Vec<String>>| {
         let owed = owed.get(session)?;
         let (o, found) = match log {
-            Ok(records) => first_missing(owed, records)?,
-            Err(found) => (owed.first()?, found),
+            Found::Records(records) => first_missing(owed, records)?,
+            Found::NoLog(found) => (owed.first()?, found),
         };
         let mut events = story.get(session).cloned().unwrap_or_default();
         events.push(when.clone());
@@ -360,7 +367,7 @@ fn acked_survive_takeover(history: &[WorkerEvent]) -> Vec<WorkerViolation> {
                 *e = (*e).max(grant.epoch);
                 if !broken.contains(session.as_str()) {
                     let when = format!("served to {worker} at its grant of epoch {}", grant.epoch);
-                    if let Some(v) = judge(session, Ok(records), when, &owed, &story) {
+                    if let Some(v) = judge(session, Found::Records(records), when, &owed, &story) {
                         broken.insert(session);
                         out.push(v);
                     }
@@ -391,10 +398,10 @@ fn acked_survive_takeover(history: &[WorkerEvent]) -> Vec<WorkerViolation> {
             }
             WorkerEvent::Final { session, log } if !broken.contains(session.as_str()) => {
                 let log = match log {
-                    FinalLog::Served(records) => Ok(records.as_slice()),
-                    FinalLog::Missing => Err("no such session".to_string()),
+                    FinalLog::Served(records) => Found::Records(records.as_slice()),
+                    FinalLog::Missing => Found::NoLog("no such session".to_string()),
                     FinalLog::Unreadable(why) => {
-                        Err(format!("the store cannot serve the log: {why}"))
+                        Found::NoLog(format!("the store cannot serve the log: {why}"))
                     }
                 };
                 let when = "at the end (every worker gone, its lease expired)".to_string();

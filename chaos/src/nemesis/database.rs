@@ -83,14 +83,19 @@ impl fmt::Display for DatabaseCrash {
     }
 }
 
-impl FromStr for DatabaseCrash {
-    type Err = String;
+/// A crash model that is not one of [`DatabaseCrash::ALL`].
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error("unknown database crash {0:?} (immediate, kill or kill-frozen)")]
+pub struct UnknownDatabaseCrash(pub String);
 
-    fn from_str(s: &str) -> Result<Self, String> {
+impl FromStr for DatabaseCrash {
+    type Err = UnknownDatabaseCrash;
+
+    fn from_str(s: &str) -> Result<Self, UnknownDatabaseCrash> {
         DatabaseCrash::ALL
             .into_iter()
             .find(|c| c.name() == s)
-            .ok_or_else(|| format!("unknown database crash {s:?} (immediate, kill or kill-frozen)"))
+            .ok_or_else(|| UnknownDatabaseCrash(s.to_string()))
     }
 }
 
