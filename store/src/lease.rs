@@ -195,10 +195,19 @@ impl Session {
         request: &LeaseRequest,
     ) -> Result<(Session, ResumeReport, Takeover)> {
         if fault::active(Fault::TakeoverTruncatesTail) {
+            // Broken on purpose: the previous owner's last acknowledged line
+            // goes, once per epoch another worker held. Not judged by expiry:
+            // that clock read would race the lease decision's own.
             let paths = SessionPaths::new(root, id);
-            if LeaseRecord::read(&paths)?.is_some_and(|c| !c.is_live(now_ms())) {
-                // Broken on purpose: the previous owner's last acknowledged line goes.
-                drop_last_line(&paths.events())?;
+            if let Some(c) = LeaseRecord::read(&paths)?.filter(|c| c.worker_id != request.worker_id)
+            {
+                let done = paths
+                    .dir()
+                    .join(format!("fault-takeover-truncated-{}", c.epoch));
+                if !done.exists() {
+                    drop_last_line(&paths.events())?;
+                    std::fs::write(&done, b"").map_err(Error::io("write", &done))?;
+                }
             }
         }
         let mut attempts = 0;
