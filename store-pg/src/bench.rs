@@ -179,6 +179,12 @@ pub struct AppendRow {
     pub events_per_s: f64,
     pub p50_us: f64,
     pub p99_us: f64,
+    /// CPU time of this process (the client: every session's thread) per
+    /// event, during this configuration's slices.
+    pub client_cpu_us_per_event: f64,
+    /// CPU time of the private cluster's processes (backends, WAL writer,
+    /// ...) per event; `None` on a server given by `--dsn`.
+    pub server_cpu_us_per_event: Option<f64>,
     /// Against agentstore `Sync` with one session, in this run.
     pub ratio: Ratios,
 }
@@ -296,6 +302,47 @@ struct Contender {
     hist: Histogram<u64>,
     events: u64,
     busy: Duration,
+    /// CPU time of this process during its slices, in clock ticks.
+    client_ticks: u64,
+    /// CPU time of the private cluster's processes during its slices.
+    server_ticks: u64,
+}
+
+/// Clock ticks per second of `/proc/PID/stat` (`USER_HZ`, fixed at 100 in
+/// Linux's user ABI).
+const USER_HZ: f64 = 100.0;
+
+/// utime + stime of process `pid` in clock ticks (0 once it is gone).
+fn cpu_ticks(pid: &str) -> u64 {
+    let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).unwrap_or_default();
+    let Some((_, rest)) = stat.rsplit_once(')') else {
+        return 0;
+    };
+    // After the command: state, ppid, ... utime is the 12th, stime the 13th.
+    rest.split_whitespace()
+        .skip(11)
+        .take(2)
+        .filter_map(|f| f.parse::<u64>().ok())
+        .sum()
+}
+
+/// Where CPU time is read: this process, and the private cluster's
+/// processes (none on a server given by `--dsn`).
+struct CpuMeters {
+    server: Option<Vec<i32>>,
+}
+
+impl CpuMeters {
+    /// (this process, the server) in clock ticks.
+    fn read(&self) -> (u64, u64) {
+        let server = self
+            .server
+            .iter()
+            .flatten()
+            .map(|p| cpu_ticks(&p.to_string()))
+            .sum();
+        (cpu_ticks("self"), server)
+    }
 }
 
 fn histogram() -> Histogram<u64> {
@@ -388,7 +435,13 @@ impl Env {
 
 /// Runs one slice of `c`: every session appends `event` in its own
 /// thread for `time` (at least once), all started together.
-fn slice(c: &mut Contender, event: &Event, time: Duration) -> Result<(), BenchError> {
+fn slice(
+    c: &mut Contender,
+    event: &Event,
+    time: Duration,
+    cpu: &CpuMeters,
+) -> Result<(), BenchError> {
+    let (client_before, server_before) = cpu.read();
     let barrier = Barrier::new(c.writers.len() + 1);
     let (elapsed, results) = std::thread::scope(|scope| {
         let threads: Vec<_> = c
@@ -420,6 +473,9 @@ fn slice(c: &mut Contender, event: &Event, time: Duration) -> Result<(), BenchEr
         (start.elapsed(), results)
     });
     c.busy += elapsed;
+    let (client_after, server_after) = cpu.read();
+    c.client_ticks += client_after.saturating_sub(client_before);
+    c.server_ticks += server_after.saturating_sub(server_before);
     for result in results {
         let (hist, n) = result.map_err(|_| BenchError::Thread)??;
         c.hist.add(&hist).expect("histograms of the same bounds");
@@ -428,7 +484,11 @@ fn slice(c: &mut Contender, event: &Event, time: Duration) -> Result<(), BenchEr
     Ok(())
 }
 
-fn appends(env: &Env, per_configuration: Duration) -> Result<Vec<AppendRow>, BenchError> {
+fn appends(
+    env: &Env,
+    per_configuration: Duration,
+    cluster: Option<&Cluster>,
+) -> Result<Vec<AppendRow>, BenchError> {
     let mut contenders = Vec::new();
     for target in Target::ALL {
         for sessions in SESSIONS {
@@ -444,15 +504,26 @@ fn appends(env: &Env, per_configuration: Duration) -> Result<Vec<AppendRow>, Ben
                 hist: histogram(),
                 events: 0,
                 busy: Duration::ZERO,
+                client_ticks: 0,
+                server_ticks: 0,
             });
         }
     }
+    // Every connection is open: the server's processes are all there.
+    let cpu = CpuMeters {
+        server: cluster
+            .map(|c| {
+                c.children()
+                    .map(|ch| ch.into_iter().map(|(pid, _)| pid).collect())
+            })
+            .transpose()?,
+    };
     let event = message_of_json_size(EVENT_JSON_BYTES);
     let time = per_configuration / ROUNDS;
     for round in 0..ROUNDS as usize {
         for i in 0..contenders.len() {
             let n = contenders.len();
-            slice(&mut contenders[(i + round) % n], &event, time)?;
+            slice(&mut contenders[(i + round) % n], &event, time, &cpu)?;
         }
     }
     let mut rows: Vec<AppendRow> = contenders
@@ -467,6 +538,11 @@ fn appends(env: &Env, per_configuration: Duration) -> Result<Vec<AppendRow>, Ben
                 events_per_s: c.events as f64 / seconds,
                 p50_us: us(c.hist.value_at_quantile(0.5)),
                 p99_us: us(c.hist.value_at_quantile(0.99)),
+                client_cpu_us_per_event: c.client_ticks as f64 / USER_HZ * 1e6 / c.events as f64,
+                server_cpu_us_per_event: cpu
+                    .server
+                    .as_ref()
+                    .map(|_| c.server_ticks as f64 / USER_HZ * 1e6 / c.events as f64),
                 ratio: Ratios {
                     events_per_s: 1.0,
                     p50: 1.0,
@@ -826,7 +902,7 @@ pub fn run(config: &Config) -> Result<Report, BenchError> {
             env.floor_table
         ))
         .map_err(StoreError::pg("create the floor table"))?;
-    let measured = appends(&env, config.per_configuration)
+    let measured = appends(&env, config.per_configuration, cluster.as_ref())
         .and_then(|a| Ok((a, takeovers(&env, &config.lengths, config.ttl)?)));
     client(&env.dsn)?
         .batch_execute(&format!("DROP TABLE {}", env.floor_table))
@@ -882,12 +958,23 @@ impl Report {
             self.baseline
         ));
         out.push_str(&format!(
-            "{:<18} {:>8} {:>11} {:>10} {:>10} {:>10} {:>8} {:>8}\n",
-            "store", "sessions", "events/s", "p50 µs", "p99 µs", "events/s×", "p50×", "p99×"
+            "{:<18} {:>8} {:>11} {:>10} {:>10} {:>10} {:>8} {:>8} {:>18}\n",
+            "store",
+            "sessions",
+            "events/s",
+            "p50 µs",
+            "p99 µs",
+            "events/s×",
+            "p50×",
+            "p99×",
+            "CPU µs/event c+s"
         ));
         for r in &self.appends {
+            let server = r
+                .server_cpu_us_per_event
+                .map_or_else(|| "-".to_string(), |s| format!("{s:.0}"));
             out.push_str(&format!(
-                "{:<18} {:>8} {:>11.0} {:>10.0} {:>10.0} {:>9.2}x {:>7.2}x {:>7.2}x\n",
+                "{:<18} {:>8} {:>11.0} {:>10.0} {:>10.0} {:>9.2}x {:>7.2}x {:>7.2}x {:>18}\n",
                 r.target.name(),
                 r.sessions,
                 r.events_per_s,
@@ -895,7 +982,8 @@ impl Report {
                 r.p99_us,
                 r.ratio.events_per_s,
                 r.ratio.p50,
-                r.ratio.p99
+                r.ratio.p99,
+                format!("{:.0}+{server}", r.client_cpu_us_per_event)
             ));
         }
         out.push_str(&format!(

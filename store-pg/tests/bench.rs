@@ -79,6 +79,17 @@ fn check_shape(report: &Report, text: &str) {
             assert!(v.is_finite() && v > 0.0, "{what}: {name} is {v}");
         }
         assert!(r.p99_us >= r.p50_us, "{what}: p99 below p50");
+        // CPU is counted in clock ticks: a tiny run may see none.
+        assert!(
+            r.client_cpu_us_per_event.is_finite() && r.client_cpu_us_per_event >= 0.0,
+            "{what}: client CPU {}",
+            r.client_cpu_us_per_event
+        );
+        assert_eq!(
+            r.server_cpu_us_per_event.is_some(),
+            report.server == "private cluster",
+            "{what}: the server's CPU is known on a private cluster only"
+        );
         assert!(text.contains(r.target.name()), "{what} missing in:\n{text}");
     }
     let base = report
