@@ -4,9 +4,11 @@
 //! Two sections:
 //! - **appends**: 1, 8 and 64 concurrent sessions (one thread and one
 //!   connection or log per session, each appending to its own session) on
-//!   the PostgreSQL store, agentstore `Sync` and agentstore `Batch`; p50
-//!   and p99 append latency and total events/s, as ratios against
-//!   agentstore `Sync` with one session. Every append is a real, durable
+//!   the PostgreSQL store, PostgreSQL's floor (one prepared `INSERT`,
+//!   autocommitted), agentstore `Sync` and agentstore `Batch`; p50 and p99
+//!   append latency, total events/s and CPU per append (this process, and
+//!   the private cluster's processes), as ratios against agentstore
+//!   `Sync` with one session. Every store append is a real, durable
 //!   append through the store's library API ([`PgStore::append`] with
 //!   `synchronous_commit = on`, [`Session::append`]) of a `user_message`
 //!   whose JSON is [`EVENT_JSON_BYTES`] bytes. The configurations are
