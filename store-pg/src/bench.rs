@@ -16,9 +16,10 @@
 //!   configuration one slice, in an order rotated per round, so machine
 //!   noise hits all of them alike;
 //! - **takeover**: a worker holding the lease with ttl T appends the start
-//!   of a run and a started tool call, then dies (its handle dropped
-//!   without releasing the lease, as a SIGKILL leaves it: connection
-//!   closed, file lock gone, lease record in place); another worker waits
+//!   of a run and a started tool call in a process of its own
+//!   (`agentstore-pg bench-holder`, [`hold`]), then is SIGKILLed (its
+//!   connection closed, its file lock gone, its lease record in place,
+//!   agentstore's pre-allocated log tail left as it was); another worker waits
 //!   for the expiry, acquires, recovers (the run closed, the call marked
 //!   uncertain) and appends. Reported per session length: the lease wait
 //!   (about T by construction), open + recovery, the first acknowledged
@@ -117,6 +118,10 @@ impl TakeoverStore {
             TakeoverStore::AgentstoreSync => "agentstore-sync",
         }
     }
+
+    pub fn from_name(name: &str) -> Option<TakeoverStore> {
+        TakeoverStore::ALL.into_iter().find(|s| s.name() == name)
+    }
 }
 
 /// Where the server is.
@@ -143,6 +148,9 @@ pub struct Config {
     pub lengths: Vec<u64>,
     /// The dying worker's lease ttl.
     pub ttl: Duration,
+    /// The `agentstore-pg` binary: run as `PROGRAM bench-holder ...`, it
+    /// is the dying worker of the takeover section ([`hold`]).
+    pub holder: PathBuf,
 }
 
 /// Why a run failed.
@@ -267,6 +275,8 @@ struct Env {
     workspace: PathBuf,
     /// The plain table of [`Target::PostgresInsert`], dropped at the end.
     floor_table: String,
+    /// The program run as the dying worker (`bench-holder`).
+    holder: PathBuf,
 }
 
 /// An open session of either store.
@@ -275,6 +285,16 @@ enum Writer {
     PgInsert(Box<postgres::Client>, postgres::Statement, i32),
     Pg(Box<PgStore>),
     Agent(Box<Session>),
+}
+
+impl std::fmt::Debug for Writer {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(match self {
+            Writer::PgInsert(..) => "Writer::PgInsert",
+            Writer::Pg(_) => "Writer::Pg",
+            Writer::Agent(_) => "Writer::Agent",
+        })
+    }
 }
 
 impl Writer {
@@ -654,23 +674,128 @@ fn sleep_until_ms(expires_at_ms: u64) {
     }
 }
 
-fn takeover_pg(env: &Env, name: &str, length: u64, ttl: Duration) -> Result<Taken, BenchError> {
-    let (mut a, _) = PgStore::create(
-        &env.dsn,
-        &env.pg_root,
-        name,
-        &env.workspace,
-        Some(&lease("worker-a", ttl)),
-    )?;
-    a.append_all(&history(length))?;
-    let grant = a.renew_lease()?;
-    for e in dying_run() {
-        a.append(&e)?;
+/// A lease holder of the takeover section, alive until its process is
+/// killed: `agentstore-pg bench-holder` keeps it while it blocks.
+#[derive(Debug)]
+pub struct Held {
+    /// The open, leased session (kept open, never released).
+    _writer: Writer,
+    /// When its lease expires (ms since the Unix epoch; the database's
+    /// clock for the PostgreSQL store).
+    pub expires_at_ms: u64,
+    /// Events in the session after the holder's own.
+    pub session_events: u64,
+}
+
+impl Held {
+    /// The line the holder prints once it holds the lease: `held
+    /// EXPIRES_AT_MS SESSION_EVENTS`.
+    pub fn line(&self) -> String {
+        format!("held {} {}", self.expires_at_ms, self.session_events)
     }
-    let session_events = a.projection().next_seq();
-    drop(a);
+}
+
+/// The dying worker: opens session `session` under `root` (on `dsn` for
+/// the PostgreSQL store) with a lease of `ttl` as `worker-a`, renews it,
+/// appends `run_started`, `tool_call`, `tool_started` and returns holding it all. Run in a
+/// process of its own (`agentstore-pg bench-holder`) that the takeover
+/// section SIGKILLs.
+pub fn hold(
+    store: TakeoverStore,
+    dsn: &str,
+    root: &Path,
+    session: &str,
+    ttl: Duration,
+) -> Result<Held, BenchError> {
+    let request = lease("worker-a", ttl);
+    match store {
+        TakeoverStore::Postgres => {
+            let (mut a, _) = PgStore::open(dsn, root, session, None, Some(&request))?;
+            let grant = a.renew_lease()?;
+            for e in dying_run() {
+                a.append(&e)?;
+            }
+            Ok(Held {
+                session_events: a.projection().next_seq(),
+                expires_at_ms: grant.expires_at_ms,
+                _writer: Writer::Pg(Box::new(a)),
+            })
+        }
+        TakeoverStore::AgentstoreSync => {
+            let id = SessionId::new(session)?;
+            let options = agentstore_options(Durability::Sync);
+            let (mut a, _, _) = Session::open_leased(root, &id, options, &request)?;
+            let grant = a.renew_lease()?;
+            for e in dying_run() {
+                a.append(e)?;
+            }
+            Ok(Held {
+                session_events: a.projection().next_seq(),
+                expires_at_ms: grant.expires_at_ms,
+                _writer: Writer::Agent(Box::new(a)),
+            })
+        }
+    }
+}
+
+/// Runs the holder of `session` in a process of its own, waits for its
+/// line, SIGKILLs it and reaps it; returns its lease's expiry, the
+/// session's length and the instant it was gone.
+fn kill_holder(
+    env: &Env,
+    store: TakeoverStore,
+    root: &Path,
+    session: &str,
+    ttl: Duration,
+) -> Result<(u64, u64, Instant), BenchError> {
+    use std::io::BufRead;
+    use std::process::{Command, Stdio};
+    let failed = |what: String| BenchError::Takeover {
+        store: store.name(),
+        session: session.to_string(),
+        what,
+    };
+    let mut child = Command::new(&env.holder)
+        .arg("bench-holder")
+        .arg(store.name())
+        .arg(&env.dsn)
+        .arg(root)
+        .arg(session)
+        .arg(ttl.as_millis().to_string())
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .map_err(io(format!("run the lease holder {}", env.holder.display())))?;
+    let mut line = String::new();
+    let stdout = child.stdout.take().expect("piped stdout");
+    let read = std::io::BufReader::new(stdout).read_line(&mut line);
+    let parsed = line
+        .strip_prefix("held ")
+        .and_then(|rest| rest.trim().split_once(' '))
+        .and_then(|(e, n)| Some((e.parse::<u64>().ok()?, n.parse::<u64>().ok()?)));
+    let _ = child.kill(); // SIGKILL
+    let output = child
+        .wait_with_output()
+        .map_err(io("wait for the lease holder"))?;
     let death = Instant::now();
-    sleep_until_ms(grant.expires_at_ms);
+    match (read, parsed) {
+        (Ok(_), Some((expires, events))) => Ok((expires, events, death)),
+        _ => Err(failed(format!(
+            "the holder printed {:?}, not \"held EXPIRES EVENTS\"; its stderr: {}",
+            line.trim(),
+            String::from_utf8_lossy(&output.stderr).trim()
+        ))),
+    }
+}
+
+fn takeover_pg(env: &Env, name: &str, length: u64, ttl: Duration) -> Result<Taken, BenchError> {
+    let (mut fill, _) = PgStore::create(&env.dsn, &env.pg_root, name, &env.workspace, None)?;
+    fill.append_all(&history(length))?;
+    drop(fill);
+    let (expires_at_ms, session_events, death) =
+        kill_holder(env, TakeoverStore::Postgres, &env.pg_root, name, ttl)?;
+    sleep_until_ms(expires_at_ms);
     let request = lease("worker-b", ttl);
     let (attempt, (mut b, takeover)) = loop {
         let attempt = Instant::now();
@@ -700,8 +825,8 @@ fn takeover_agentstore(
     ttl: Duration,
 ) -> Result<Taken, BenchError> {
     let id = SessionId::new(name)?;
-    // The history is written without syncs (untimed set-up), then the
-    // dying worker opens it leased, durably.
+    // The history is written without syncs (untimed set-up); the holder
+    // opens it leased, durably.
     let mut fill = Session::create(
         &env.agent_root,
         &id,
@@ -712,21 +837,15 @@ fn takeover_agentstore(
         fill.append(e)?;
     }
     drop(fill);
-    let options = agentstore_options(Durability::Sync);
-    let (mut a, _, _) = Session::open_leased(
+    let (expires_at_ms, session_events, death) = kill_holder(
+        env,
+        TakeoverStore::AgentstoreSync,
         &env.agent_root,
-        &id,
-        options.clone(),
-        &lease("worker-a", ttl),
+        name,
+        ttl,
     )?;
-    let grant = a.renew_lease()?;
-    for e in dying_run() {
-        a.append(e)?;
-    }
-    let session_events = a.projection().next_seq();
-    drop(a);
-    let death = Instant::now();
-    sleep_until_ms(grant.expires_at_ms);
+    sleep_until_ms(expires_at_ms);
+    let options = agentstore_options(Durability::Sync);
     let request = lease("worker-b", ttl);
     let (attempt, (mut b, _, takeover)) = loop {
         let attempt = Instant::now();
@@ -892,6 +1011,7 @@ pub fn run(config: &Config) -> Result<Report, BenchError> {
             crate::schema::schema_name(),
             std::process::id()
         ),
+        holder: config.holder.clone(),
     };
     std::fs::create_dir(&env.agent_root)
         .map_err(io(format!("create {}", env.agent_root.display())))?;
@@ -989,7 +1109,7 @@ impl Report {
             ));
         }
         out.push_str(&format!(
-            "\nTakeover: the holder (lease ttl {} ms) dies after its run's tool_started; medians of {} takeovers, ms\nthe lease wait is about the ttl by construction: recovery (open + recovery + first append) is the number that matters\n",
+            "\nTakeover: the holder (lease ttl {} ms, its own process) is SIGKILLed after its run's tool_started; medians of {} takeovers, ms\nthe lease wait is about the ttl by construction: recovery (open + recovery + first append) is the number that matters\n",
             self.takeover.ttl_ms, self.takeover.rounds
         ));
         out.push_str(&format!(

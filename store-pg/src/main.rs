@@ -6,7 +6,10 @@
 //! `agentstore-pg bench [--dsn DSN] [--dir DIR] [--seconds S] [--json FILE]
 //! [--lengths N,N,...] [--ttl-ms MS]` (feature `bench`, on by default): the
 //! PostgreSQL store against agentstore, see [`agentstore_pg::bench`]. Without
-//! `--dsn` it starts a private cluster of its own.
+//! `--dsn` it starts a private cluster of its own. Its takeover section
+//! runs `agentstore-pg bench-holder STORE DSN ROOT SESSION TTL_MS` as the
+//! worker it kills: it takes the lease, appends, prints `held EXPIRES
+//! EVENTS` and blocks on stdin until killed.
 
 use agentstore_pg::fault::{self, Fault};
 
@@ -33,6 +36,8 @@ fn main() {
         Some("adapter") => adapter(args),
         #[cfg(feature = "bench")]
         Some("bench") => bench(args),
+        #[cfg(feature = "bench")]
+        Some("bench-holder") => bench_holder(args),
         Some(other) => usage_error(&format!("unknown command {other:?}")),
         None => usage_error("no command"),
     }
@@ -76,6 +81,10 @@ fn bench(mut args: impl Iterator<Item = String>) {
         per_configuration: Duration::from_secs(2),
         lengths: bench::DEFAULT_LENGTHS.to_vec(),
         ttl: Duration::from_millis(500),
+        holder: std::env::current_exe().unwrap_or_else(|e| {
+            eprintln!("agentstore-pg: bench: cannot find this program's path: {e}");
+            std::process::exit(3)
+        }),
     };
     let mut json: Option<PathBuf> = None;
     while let Some(arg) = args.next() {
@@ -149,4 +158,38 @@ fn bench(mut args: impl Iterator<Item = String>) {
             std::process::exit(3);
         }
     }
+}
+
+/// The dying worker of `bench`'s takeover section: holds the lease until
+/// it is killed (or its stdin closes).
+#[cfg(feature = "bench")]
+fn bench_holder(args: impl Iterator<Item = String>) {
+    use agentstore_pg::bench::{self, TakeoverStore};
+    use std::io::{Read, Write};
+    use std::time::Duration;
+
+    let args: Vec<String> = args.collect();
+    let [store, dsn, root, session, ttl_ms] = args.as_slice() else {
+        usage_error("bench-holder takes STORE DSN ROOT SESSION TTL_MS")
+    };
+    let Some(store) = TakeoverStore::from_name(store) else {
+        usage_error(&format!("bench-holder: unknown store {store:?}"))
+    };
+    let Ok(ttl_ms) = ttl_ms.parse::<u64>() else {
+        usage_error(&format!("bench-holder: TTL_MS {ttl_ms:?} is not a number"))
+    };
+    let root = std::path::Path::new(root);
+    let held = match bench::hold(store, dsn, root, session, Duration::from_millis(ttl_ms)) {
+        Ok(h) => h,
+        Err(e) => {
+            eprintln!("agentstore-pg: bench-holder: {e}");
+            std::process::exit(3);
+        }
+    };
+    let mut stdout = std::io::stdout().lock();
+    let _ = writeln!(stdout, "{}", held.line());
+    let _ = stdout.flush();
+    // Holds everything until SIGKILL (or until the bench goes away).
+    let _ = std::io::stdin().read_to_end(&mut Vec::new());
+    drop(held);
 }

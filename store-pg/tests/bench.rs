@@ -222,6 +222,18 @@ fn pgbench_bad_arguments_are_one_line_usage_errors() {
             "--json /nonexistent/dir/r.json",
         ),
         (&["bench", "--frobnicate"], "\"--frobnicate\""),
+        (
+            &["bench-holder", "postgres"],
+            "bench-holder takes STORE DSN ROOT SESSION TTL_MS",
+        ),
+        (
+            &["bench-holder", "sqlite", "dsn", "/r", "s", "50"],
+            "unknown store \"sqlite\"",
+        ),
+        (
+            &["bench-holder", "postgres", "dsn", "/r", "s", "soon"],
+            "TTL_MS \"soon\"",
+        ),
     ] {
         let out = run(args);
         let err = String::from_utf8_lossy(&out.stderr);
