@@ -13,8 +13,11 @@
 //! - [`store`]: create, open, append, recover, read back;
 //! - [`context`]: the model's context from the fold;
 //! - [`serve`]: the adapter protocol on stdin/stdout;
-//! - [`fault`]: deliberately broken variants (`--fault NAME`), inert unless selected.
+//! - [`fault`]: deliberately broken variants (`--fault NAME`), inert unless selected;
+//! - `bench` (feature `bench`): `agentstore-pg bench`, against agentstore in one run.
 
+#[cfg(feature = "bench")]
+pub mod bench;
 pub mod cluster;
 pub mod context;
 pub mod error;

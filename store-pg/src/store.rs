@@ -527,6 +527,15 @@ impl PgStore {
         Ok(seqs[0])
     }
 
+    /// Appends `events` in order, all in one transaction (each checked
+    /// against the fold of those before it): all of them are committed or
+    /// none. Returns their seqs once the transaction committed.
+    pub fn append_all(&mut self, events: &[Event]) -> Result<Vec<Seq>> {
+        let events = events.to_vec();
+        let (seqs, _) = self.transact(self.write_step(), move |_| Ok(events))?;
+        Ok(seqs)
+    }
+
     /// Makes the intent of `call_id` durable (`tool_started`); returns its
     /// seq and the operation id the tool must receive.
     pub fn start_tool(&mut self, call_id: &str) -> Result<(Seq, Option<String>)> {
