@@ -33,6 +33,20 @@ fn private_cluster() -> Option<Cluster> {
     }
 }
 
+/// Whether PostgreSQL's server binaries are here: false (the caller
+/// skips) on a dev machine without them; under `CI=true` their absence fails.
+fn postgres_installed() -> bool {
+    if cluster::find_bindir().is_some() {
+        return true;
+    }
+    assert!(
+        !cluster::required(),
+        "PostgreSQL is not installed (CI=true)"
+    );
+    eprintln!("skipped: PostgreSQL is not installed");
+    false
+}
+
 fn fixture() -> PathBuf {
     Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/fixtures/small.json")
 }
@@ -120,12 +134,7 @@ fn a_ledger_without_its_unique_constraint_is_caught_and_replayed() {
 /// `agentchaos db-crash` with `args`: exit code and stdout. `None` (a
 /// skip) without PostgreSQL on a dev machine.
 fn db_crash(fault: Option<&str>, args: &[&str]) -> Option<(i32, String)> {
-    if cluster::find_bindir().is_none() {
-        assert!(
-            !cluster::required(),
-            "PostgreSQL is not installed (CI=true)"
-        );
-        eprintln!("skipped: PostgreSQL is not installed");
+    if !postgres_installed() {
         return None;
     }
     let bin = support::workspace_bin("agentstore-pg", "agentstore-pg");
@@ -314,12 +323,7 @@ fn a_partitioned_owner_is_fenced_once_the_link_heals() {
         eprintln!("skipped: no network namespaces here");
         return;
     }
-    if cluster::find_bindir().is_none() {
-        assert!(
-            !cluster::required(),
-            "PostgreSQL is not installed (CI=true)"
-        );
-        eprintln!("skipped: PostgreSQL is not installed");
+    if !postgres_installed() {
         return;
     }
     let mut net = Partition::create(&format!("ac{}", std::process::id())).unwrap();
@@ -408,12 +412,7 @@ fn a_partitioned_owner_is_fenced_once_the_link_heals() {
 /// starts itself): exit code and output. `None` (a skip) without
 /// PostgreSQL on a dev machine; under `CI=true` a missing PostgreSQL fails.
 fn workers_pg(args: &[&str]) -> Option<(i32, String)> {
-    if cluster::find_bindir().is_none() {
-        assert!(
-            !cluster::required(),
-            "PostgreSQL is not installed (CI=true)"
-        );
-        eprintln!("skipped: PostgreSQL is not installed");
+    if !postgres_installed() {
         return None;
     }
     // Built beside agentchaos, where `--postgres` looks for it.
