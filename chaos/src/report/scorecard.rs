@@ -231,7 +231,7 @@ fn why_not(row: Row, adapter: bool) -> &'static str {
         }
         Row::Capability(C::Blobs) => "no crash left a log that references a blob",
         Row::Capability(C::Lease) => {
-            "leases need many workers: `agentchaos workers` pauses, kills and takes over lease holders"
+            "leases need many workers: `agentchaos workers` pauses, kills and takes over lease holders (`--postgres` also crashes and partitions the database)"
         }
         Row::PowerLoss => {
             "the power-loss nemesis did not run or judged no state (not in --nemesis, another --shard runs it, or no ptrace on this platform)"
