@@ -82,6 +82,7 @@ const EXPECTED: &[(&str, &[&str])] = &[
     ("tail-bound-exclusive", &["tail-rules"]),
     ("zeros-to-newline-torn", &["damage-refused"]),
     ("append-after-preallocation", &["log-prefix"]),
+    ("blob-unchecked-read", &["damage-refused"]),
 ];
 
 /// Faults the small fixture cannot show: it has no compaction, no branch
@@ -93,6 +94,7 @@ const FIXTURES: &[(&str, &str)] = &[
     ("context-drops-summary", "compaction.json"),
     ("context-budget-drops-recovery", "compaction.json"),
     ("context-budget-drops-newest", "compaction.json"),
+    ("blob-unchecked-read", "blob.json"),
 ];
 
 /// Runs the fault's campaign, asserts it is caught as [`EXPECTED`] says,
@@ -134,7 +136,7 @@ fn assert_caught(fault: &str) -> Value {
 
 #[test]
 fn the_unmodified_store_passes_every_fixture() {
-    for fixture in ["compaction.json", "branch.json"] {
+    for fixture in ["compaction.json", "branch.json", "blob.json"] {
         let path = Path::new(env!("CARGO_MANIFEST_DIR"))
             .join("tests/fixtures")
             .join(fixture);
@@ -312,6 +314,20 @@ fn append_after_preallocation_is_caught_by_log_prefix() {
     let v = campaign::first_violation(&report, "log-prefix");
     let found = v["found"].as_str().unwrap();
     assert!(found.contains("a valid line starts"), "{found}");
+}
+
+/// Only the damage probe flips a blob's bytes; the store serves them
+/// changed, and the harness's own digest says so.
+#[test]
+fn blob_unchecked_read_is_caught_by_damage_refused() {
+    let report = assert_caught("blob-unchecked-read");
+    let v = campaign::first_violation(&report, "damage-refused");
+    let found = v["found"].as_str().unwrap();
+    assert!(
+        found.contains("served a damaged blob without refusing"),
+        "{found}"
+    );
+    assert!(v["replay"].as_str().unwrap().contains("/blobs/"), "{v}");
 }
 
 #[test]

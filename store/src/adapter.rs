@@ -366,7 +366,7 @@ impl Server {
                         format!("no blob {}", quote(&reference.digest)),
                     ));
                 }
-                let bytes = crate::blob::get(session.paths(), &reference)?;
+                let bytes = session.get_blob(&reference)?;
                 body(&BlobBytes {
                     hex: to_hex(&bytes),
                 })

@@ -86,6 +86,8 @@ pub enum Fault {
     TakeoverTruncatesTail,
     /// Opening for writing takes the file's size for the end of the log: appends land after the pre-allocated zeros, which then sit between acknowledged lines.
     AppendAfterPreallocation,
+    /// A blob is read back without checking its size and digest: a damaged blob is served as it is.
+    BlobUncheckedRead,
 }
 
 impl Fault {
@@ -271,6 +273,11 @@ impl Fault {
             Fault::AppendAfterPreallocation,
             "append-after-preallocation",
             "a reopened log is appended at its last line, not after the zeros pre-allocated past it",
+        ),
+        (
+            Fault::BlobUncheckedRead,
+            "blob-unchecked-read",
+            "a damaged blob is refused, never served",
         ),
     ];
 

@@ -491,6 +491,11 @@ impl Session {
         blob::put(&self.paths, bytes)
     }
 
+    /// Reads a blob back; `Damage` if its bytes do not match the reference.
+    pub fn get_blob(&self, reference: &BlobRef) -> Result<Vec<u8>> {
+        blob::get(&self.paths, reference)
+    }
+
     /// Reads every line of the log from the start, verifying each (frame,
     /// checksum, seq, id), whatever a snapshot covers; damage is an error
     /// naming line and byte offset. Recovery calls it before appending.

@@ -96,7 +96,7 @@ use crate::check::{Invariant, Violation};
 use crate::model::describe_record;
 use crate::scenario::rng::Rng;
 use crate::store::adapter::{AdapterBackend, Capability, Client, ErrorKind, OpenArgs};
-use crate::store::{SessionSpec, StoreBackend};
+use crate::store::{blob_problem, referenced_blobs, SessionSpec, StoreBackend};
 
 /// Bytes damaged per file, one probe each.
 pub const DAMAGE_POSITIONS: usize = 3;
@@ -168,10 +168,10 @@ pub fn agentstore_files(spec: &SessionSpec) -> Option<AgentstoreFiles> {
 /// What a tail probe appends to agentstore's log.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Tail {
-    /// This many newline-terminated pieces, each the first
-    /// [`TAIL_PIECE_BYTES`] bytes of the log's last line: lines cut short
-    /// before their checksum ends, what a weak disk may leave of a group
-    /// write.
+    /// This many newline-terminated pieces of the log's last line, each a
+    /// prefix of it of 1 to [`TAIL_PIECE_MAX_BYTES`] bytes, the lengths
+    /// taken in turn: lines cut short inside their checksum header, what a
+    /// weak disk may leave of a group write.
     Lines(u64),
     /// This many zero bytes and no newline: a write lost after it grew the
     /// file.
@@ -188,10 +188,12 @@ pub const TAIL_MAX_LINE_BYTES: u64 = 4 * 1024 * 1024;
 /// …and zeros to the end of the file longer than this are damage (log
 /// format 2: one lost line of 4 MiB, then a pre-allocated step of 1 MiB).
 pub const TAIL_MAX_ZERO_BYTES: u64 = TAIL_MAX_LINE_BYTES + 1024 * 1024;
-/// The bytes of the log's last line each [`Tail::Lines`] piece keeps:
-/// fewer than a line's `{"crc":"XXXXXXXX",` header, so no piece is a
-/// well-formed line with a wrong checksum (which the rules call damage).
-pub const TAIL_PIECE_BYTES: usize = 12;
+/// The longest prefix of the log's last line a [`Tail::Lines`] piece
+/// keeps: a line's whole `{"crc":"XXXXXXXX",` header and nothing of its
+/// body, so no piece is a well-formed line with a wrong checksum (which
+/// the rules call damage). Every length from one byte up is tried, each
+/// cut inside the header at another place.
+pub const TAIL_PIECE_MAX_BYTES: usize = 18;
 
 impl Tail {
     /// Whether the rules say one write could leave it: a torn tail the
@@ -214,16 +216,15 @@ impl Tail {
                         file.display()
                     ))
                 })?;
-                let line = &bytes[last.start as usize..last.end as usize - 1];
-                let mut piece = line[..line.len().min(TAIL_PIECE_BYTES)].to_vec();
-                piece.push(b'\n');
-                for _ in 0..n {
-                    bytes.extend_from_slice(&piece);
+                let line = bytes[last.start as usize..last.end as usize - 1].to_vec();
+                let longest = line.len().min(TAIL_PIECE_MAX_BYTES);
+                for k in 0..n as usize {
+                    bytes.extend_from_slice(&line[..1 + k % longest]);
+                    bytes.push(b'\n');
                 }
                 Ok(format!(
-                    "{}, from byte offset {at}: {n} line(s) appended, each the first {} byte(s) of its last line",
+                    "{}, from byte offset {at}: {n} line(s) appended, the first 1, 2, … {longest} byte(s) of its last line in turn",
                     file.display(),
-                    piece.len() - 1
                 ))
             }
             Tail::Zeros(n) => {
@@ -650,6 +651,10 @@ pub enum ProbeReply {
         records: Vec<String>,
         #[serde(default)]
         types: Vec<String>,
+        /// Damage: the blobs it served changed (each described), where a
+        /// `damage` refusal was owed.
+        #[serde(default)]
+        wrong_blobs: Vec<String>,
     },
     /// Damage: the store died on the damaged copy (a panic in-process, an
     /// adapter that broke the protocol or exited) instead of refusing it.
@@ -1057,7 +1062,7 @@ pub fn judge_tail(
             format!("the store died at {at}: {message}"),
             vec![],
         ))),
-        ProbeReply::Served { records, types } => {
+        ProbeReply::Served { records, types, .. } => {
             // The store's own record of its cut may follow the events.
             let n = reference.len();
             let recorded = records.len() > n
@@ -1115,9 +1120,23 @@ pub fn judge_damage(
             format!("the store died at {at} instead of refusing: {message}"),
             vec![],
         ))),
-        ProbeReply::Served { records, .. } => {
-            Ok(served_problem(reference, records).map(|(found, events)| violation(found, events)))
-        }
+        ProbeReply::Served {
+            records,
+            wrong_blobs,
+            ..
+        } => Ok(served_problem(reference, records)
+            .or_else(|| {
+                (!wrong_blobs.is_empty()).then(|| {
+                    (
+                        format!(
+                            "it served a damaged blob without refusing: {}",
+                            wrong_blobs.join("; ")
+                        ),
+                        vec![],
+                    )
+                })
+            })
+            .map(|(found, events)| violation(found, events))),
         ProbeReply::Accepted { .. } | ProbeReply::NotReplayed { .. } | ProbeReply::SecondOpened => {
             Err(ProbeError::Harness(
                 "the damage probe got another probe's reply".into(),
@@ -1965,6 +1984,13 @@ impl Target {
         }
     }
 
+    fn get_blob(&mut self, reference: &BlobRef) -> Result<Vec<u8>, ChildError> {
+        match self {
+            Target::Reference { session, .. } => Ok(session.get_blob(reference)?),
+            Target::Adapter(c) => Ok(c.get_blob(reference)?),
+        }
+    }
+
     fn events(&mut self) -> Result<Vec<Record>, ChildError> {
         match self {
             Target::Reference { paths, .. } => {
@@ -2050,16 +2076,30 @@ fn child_damage(args: &ChildArgs) -> Result<ProbeReply, ProbeError> {
             Ok(t) => t,
             Err(e) => return died("open", e),
         };
-        match target.events() {
-            Ok(records) => Ok(ProbeReply::Served {
-                records: records.iter().map(record_key).collect(),
-                types: records
-                    .iter()
-                    .map(|r| r.body.type_name().to_string())
-                    .collect(),
-            }),
-            Err(e) => died("events", e),
+        let records = match target.events() {
+            Ok(records) => records,
+            Err(e) => return died("events", e),
+        };
+        // Every blob a served event references is read back: a damaged
+        // blob must be refused as damage too, never served changed.
+        let mut wrong_blobs = Vec::new();
+        for (seq, reference) in referenced_blobs(&records) {
+            match target.get_blob(reference) {
+                Ok(bytes) => wrong_blobs.extend(
+                    blob_problem(reference, &bytes)
+                        .map(|p| format!("the blob of event {seq} ({}): {p}", reference.digest)),
+                ),
+                Err(e) => return died("get_blob", e),
+            }
         }
+        Ok(ProbeReply::Served {
+            records: records.iter().map(record_key).collect(),
+            types: records
+                .iter()
+                .map(|r| r.body.type_name().to_string())
+                .collect(),
+            wrong_blobs,
+        })
     });
     caught.unwrap_or_else(|p| {
         let message = p
@@ -2296,6 +2336,7 @@ mod tests {
         let served = |n: usize| ProbeReply::Served {
             records: all[..n].to_vec(),
             types: vec![],
+            wrong_blobs: vec![],
         };
         assert!(judge_damage("f", &reference, &served(3)).unwrap().is_none());
         let refused = |kind: &str| ProbeReply::Refused {
@@ -2325,6 +2366,18 @@ mod tests {
         };
         let died = judge_damage("f", &reference, &died).unwrap().unwrap();
         assert!(died.found.contains("died at open"), "{}", died.found);
+        // The broken store: every event served, a damaged blob too.
+        let changed_blob = ProbeReply::Served {
+            records: all.clone(),
+            types: vec![],
+            wrong_blobs: vec!["the blob of event 2 (ab12): it served 3 bytes".into()],
+        };
+        let blob = judge_damage("f", &reference, &changed_blob)
+            .unwrap()
+            .expect("a damaged blob served is caught");
+        assert_eq!(blob.invariant, Invariant::DamageRefused);
+        assert!(blob.found.contains("damaged blob"), "{}", blob.found);
+        assert!(blob.found.contains("event 2"), "{}", blob.found);
     }
 
     #[test]
@@ -2334,6 +2387,7 @@ mod tests {
         let served = |n: usize| ProbeReply::Served {
             records: all[..n].to_vec(),
             types: vec![],
+            wrong_blobs: vec![],
         };
         let damage = ProbeReply::Refused {
             at: "open".into(),
@@ -2356,7 +2410,11 @@ mod tests {
         types.push("tail_quarantined".into());
         let mut records = all.clone();
         records.push("3 e3 quarantined".into());
-        let recorded = ProbeReply::Served { records, types };
+        let recorded = ProbeReply::Served {
+            records,
+            types,
+            wrong_blobs: vec![],
+        };
         assert!(judge_tail("t", group, &reference, &recorded)
             .unwrap()
             .is_none());
@@ -2397,9 +2455,15 @@ mod tests {
     fn a_tail_is_appended_after_the_last_line() {
         let text = b"{\"crc\":\"0123abcd\",\"seq\":0}\n".to_vec();
         let mut bytes = text.clone();
-        let what = Tail::Lines(2).append(Path::new("log"), &mut bytes).unwrap();
-        assert_eq!(&bytes[text.len()..], b"{\"crc\":\"0123\n{\"crc\":\"0123\n");
-        assert!(what.contains("2 line(s)"), "{what}");
+        let what = Tail::Lines(20)
+            .append(Path::new("log"), &mut bytes)
+            .unwrap();
+        let pieces: Vec<&[u8]> = bytes[text.len()..].split(|&b| b == b'\n').collect();
+        assert_eq!(pieces.len(), 21, "20 newline-terminated pieces");
+        assert_eq!(pieces[0], b"{");
+        assert_eq!(pieces[17], b"{\"crc\":\"0123abcd\",");
+        assert_eq!(pieces[18], b"{", "the lengths start again");
+        assert!(what.contains("20 line(s)"), "{what}");
         let mut bytes = text.clone();
         Tail::Zeros(5).append(Path::new("log"), &mut bytes).unwrap();
         assert_eq!(&bytes[text.len()..], &[0; 5]);
