@@ -20,7 +20,10 @@
 //! [`PREALLOC_MAX_BYTES`], so a short-lived writer zero-fills little.
 //! The zeros after the last line are the scanner's pre-allocated region,
 //! not a torn tail; dropping the handle cuts them off, so a log closed
-//! cleanly ends exactly at its last line.
+//! cleanly ends exactly at its last line. A power cut may turn what is
+//! written and not yet durable into zeros, and the scanner reads only one
+//! line's worth of zeros plus a step there as that region, so a `Batch`
+//! group holds at most [`MAX_LINE_BYTES`] of lines (or one line).
 //!
 //! Failure rules:
 //! - a failed write is rolled back to where that line started;
@@ -417,39 +420,58 @@ impl EventLog {
             // leader waiting for it gives up at its max_delay.
             self.arriving.fetch_sub(1, Ordering::SeqCst);
         }
-        if let Durability::Batch { max_events, .. } = self.durability {
-            // What a power cut can tear is what is written and not yet
-            // durable: keep that to one group (the scanner's tail bound).
-            let group = group_size(max_events) as u64;
-            while st.poisoned.is_none() && st.end.seq - st.durable.next_seq >= group {
-                st = self.synced.wait(st).unwrap_or_else(|p| p.into_inner());
+        let (start, id, buf) = loop {
+            if let Durability::Batch { max_events, .. } = self.durability {
+                // What a power cut can tear is what is written and not yet
+                // durable: keep that to one group (the scanner's tail bound).
+                let group = group_size(max_events) as u64;
+                while st.poisoned.is_none() && st.end.seq - st.durable.next_seq >= group {
+                    st = self.synced.wait(st).unwrap_or_else(|p| p.into_inner());
+                }
             }
-        }
-        if let Some(reason) = &st.poisoned {
-            return Err(Error::Poisoned {
-                path: self.path.clone(),
-                reason: reason.clone(),
-            });
-        }
-        let start = st.end;
-        let early = fault::active(Fault::FdatasyncBeforeWrite)
-            || (fault::active(Fault::AckBeforeFsync) && st.durable.len < start.offset);
-        if early {
-            // Broken on purpose: sync what came before, not this event.
-            self.sync_to(&mut st, start)?;
-        }
-        let id = event_id(start.seq);
-        let ts = now_ts();
-        let mut buf = std::mem::take(&mut st.buf);
-        framing::encode_into(&mut buf, start.seq, &id, &ts, redaction, event);
-        if buf.len() > MAX_LINE_BYTES {
-            let size = buf.len();
-            st.buf = buf;
-            return Err(Error::EventTooLarge {
-                size,
-                limit: MAX_LINE_BYTES,
-            });
-        }
+            if let Some(reason) = &st.poisoned {
+                return Err(Error::Poisoned {
+                    path: self.path.clone(),
+                    reason: reason.clone(),
+                });
+            }
+            let start = st.end;
+            let early = fault::active(Fault::FdatasyncBeforeWrite)
+                || (fault::active(Fault::AckBeforeFsync) && st.durable.len < start.offset);
+            if early {
+                // Broken on purpose: sync what came before, not this event.
+                self.sync_to(&mut st, start)?;
+            }
+            let id = event_id(start.seq);
+            let ts = now_ts();
+            let mut buf = std::mem::take(&mut st.buf);
+            framing::encode_into(&mut buf, start.seq, &id, &ts, redaction, event);
+            if buf.len() > MAX_LINE_BYTES {
+                let size = buf.len();
+                st.buf = buf;
+                return Err(Error::EventTooLarge {
+                    size,
+                    limit: MAX_LINE_BYTES,
+                });
+            }
+            // A power cut may turn everything written and not yet durable
+            // into zeros, and the scanner takes at most one line's worth
+            // (plus a pre-allocation step) of zeros at the end for the
+            // pre-allocated region (`ZERO_TAIL_MAX_BYTES`): a Batch group
+            // holds at most one line's worth of bytes, or one line. Over
+            // that, wait for the group before to be durable and encode
+            // again (the end, and so this line's seq, may have moved).
+            let undurable = start.offset - st.durable.len;
+            if batch && undurable > 0 && undurable + buf.len() as u64 > MAX_LINE_BYTES as u64 {
+                st.buf = buf;
+                // A leader may be waiting for this appender (it counted
+                // as arriving): it is not coming into this group.
+                self.arrived.notify_one();
+                st = self.synced.wait(st).unwrap_or_else(|p| p.into_inner());
+                continue;
+            }
+            break (start, id, buf);
+        };
         let line_len = buf.len() as u64;
         let rewrite = fault::active(Fault::RewriteWholeLog);
         if !rewrite && start.offset >= self.floor && start.offset + line_len > st.allocated {
