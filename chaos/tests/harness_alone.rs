@@ -5,20 +5,28 @@
 //! chaos/mutants/README.md): cargo-mutants mutates agentstore and runs this
 //! file and nothing else, so a mutant is caught only when the harness
 //! itself fails the campaign, never because a store unit test did. In the
-//! ordinary suite it is a sampled main job.
+//! ordinary suite it is a sampled main job; with
+//! `AGENTCHAOS_HARNESS_ALONE=full` it runs the unsampled campaign (every
+//! plan, every restart), as `chaos/mutants/score.sh --full` asks for the
+//! survivors of the sampled one.
 
 use std::path::Path;
 use std::process::Command;
 
 /// `agentchaos run` on the shipped scenarios with every nemesis, 12 plans
 /// per scenario and nemesis, 12 power-loss crash points, the deepest
-/// restart's lives crashed too, and `extra`; asserts a clean pass.
+/// restart's lives crashed too (or, full, every plan of every restart),
+/// and `extra`; asserts a clean pass.
 fn assert_passes(extra: &[&str]) {
     let scenarios = Path::new(env!("CARGO_MANIFEST_DIR")).join("../scenarios");
+    let sample: &[&str] = match std::env::var("AGENTCHAOS_HARNESS_ALONE").as_deref() {
+        Ok("full") => &["--exhaustive"],
+        _ => &["--trials", "12", "--restarts", "deepest"],
+    };
     let out = Command::new(env!("CARGO_BIN_EXE_agentchaos"))
         .args(["run", "--quiet", "--scenario"])
         .arg(&scenarios)
-        .args(["--trials", "12", "--restarts", "deepest"])
+        .args(sample)
         .args(extra)
         .output()
         .unwrap();

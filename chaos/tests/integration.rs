@@ -29,7 +29,6 @@ mod earned_verdicts;
 mod exit_codes;
 mod faults;
 mod fork_server;
-mod harness_alone;
 mod langchain_file_adapter;
 mod langgraph_adapter;
 mod langgraphjs_adapter;
