@@ -1,7 +1,7 @@
 #!/usr/bin/env python3
 """The mutation score of one or more cargo-mutants runs, by file.
 
-Usage: chaos/mutants/summarize.py [--markdown] DIR [DIR ...]
+Usage: chaos/mutants/summarize.py [--markdown] [--current LIST] DIR [DIR ...]
 
 Each DIR is a cargo-mutants output directory (the `mutants.out` that
 chaos/mutants/score.sh leaves, or a directory holding one). A mutant's
@@ -15,6 +15,10 @@ changes only what no promise of chaos/PROTOCOL.md covers, e.g. a CLI tool
 the harness never runs). The score counts them out; the strict score
 does not. A timeout is counted as caught (the harness saw a store that
 never answers) and listed.
+
+--current LIST: count only the mutants LIST names (one per line, as
+`cargo mutants --list` prints them for score.sh's files): outcomes of
+mutants the code no longer has are left out.
 """
 
 import collections
@@ -64,10 +68,21 @@ def read_verdicts():
 
 def main(argv):
     markdown = "--markdown" in argv
-    dirs = [a for a in argv if a != "--markdown"]
+    argv = [a for a in argv if a != "--markdown"]
+    current = None
+    if "--current" in argv:
+        i = argv.index("--current")
+        if i + 1 >= len(argv):
+            sys.exit("summarize.py: --current needs a file")
+        with open(argv[i + 1]) as f:
+            current = {line.strip() for line in f if line.strip()}
+        argv = argv[:i] + argv[i + 2:]
+    dirs = argv
     if not dirs:
         sys.exit(__doc__.strip().splitlines()[2])
     outcome = read_outcomes(dirs)
+    if current is not None:
+        outcome = {n: o for n, o in outcome.items() if n in current}
     verdicts = read_verdicts()
     rows = collections.defaultdict(collections.Counter)
     survivors = []
