@@ -15,9 +15,6 @@ use crate::fault::{self, Fault};
 use crate::fsutil;
 use crate::layout::SessionPaths;
 
-/// Tool outputs larger than this many bytes go to a blob.
-pub const BLOB_THRESHOLD: usize = 16 * 1024;
-
 /// Hex SHA-256 of `bytes`.
 pub fn digest(bytes: &[u8]) -> String {
     let d = Sha256::digest(bytes);
