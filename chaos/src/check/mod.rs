@@ -109,7 +109,9 @@ impl Invariant {
             Invariant::LogPrefix => "the log after a crash is a prefix of what the agent wrote, plus recovery events: no gap, duplicate, reordering, or partial or fused line",
             Invariant::RunsClosed => "every run without a finish is marked interrupted, exactly once",
             Invariant::CheckpointProjection => "the snapshot at k equals the fold of the log up to k, and snapshot + tail equals the full fold",
-            Invariant::RecoveryIdempotent => "a second recovery appends nothing",
+            Invariant::RecoveryIdempotent => {
+                "a second recovery appends nothing; each recovery's `appended` is true"
+            }
             Invariant::ExactlyOnceOutcome => "after resuming to completion, the world and the workspace equal those of a crash-free run",
             Invariant::DamageRefused => "a store file damaged in its middle makes open (or reading) refuse with `damage`, or changes nothing the store serves: never a silent skip",
             Invariant::LedgerRefusesDoubleCommit => "a second effect_committed for an operation id already committed is refused as a rule violation, and leaves nothing behind",
@@ -868,7 +870,41 @@ fn recovery(h: &History, i: usize, life: &Life, out: &mut Vec<Violation>) {
     recovery_contexts(&facts, out);
     open_run_closed(&facts, out);
     resumed_projection(&facts, out);
+    recovery_account_true(&facts, base_life + 1 == i, out);
     second_recovery_changes_nothing(&facts, i, life, out);
+}
+
+/// recovery-idempotent, the first recovery's account: the `appended` it
+/// reports is no more than the log grew by since the crash, and (when no
+/// recovery killed in between left marks of its own there) no less than
+/// the `run_interrupted` and `tool_recovery` events it added. A store may
+/// author other events on open (agentstore's `tail_quarantined`), so only
+/// those two types bound it from below.
+fn recovery_account_true(f: &RecoveryFacts<'_>, own_region: bool, out: &mut Vec<Violation>) {
+    let claimed = f.report.appended;
+    let grown = f.region.len() as u64;
+    let marks = f
+        .region
+        .iter()
+        .filter(|r| {
+            matches!(
+                r.event(),
+                Some(Event::RunInterrupted { .. } | Event::ToolRecovery { .. })
+            )
+        })
+        .count() as u64;
+    let low = if own_region { marks } else { 0 };
+    if claimed < low || claimed > grown {
+        out.push(v(
+            Invariant::RecoveryIdempotent,
+            &f.when,
+            format!(
+                "the recovery's `appended` to count what it appended: from {low} (its run_interrupted and tool_recovery events) to {grown} (all the log grew by since the crash)"
+            ),
+            format!("it says it appended {claimed}"),
+            f.region.iter().map(describe_record).collect(),
+        ));
+    }
 }
 
 /// Every call open at the crash gets exactly one `tool_recovery` mark with
@@ -1847,6 +1883,30 @@ mod tests {
         );
         assert_eq!(rc[0].found, "0 run_interrupted for it");
         assert_eq!(check(&history(true), None), vec![], "the control passes");
+    }
+
+    #[test]
+    fn recovery_idempotent_catches_a_recovery_whose_appended_is_untrue() {
+        let account = |h: &History| -> Vec<Violation> {
+            check(h, None)
+                .into_iter()
+                .filter(|v| v.invariant == Invariant::RecoveryIdempotent)
+                .collect()
+        };
+        // The control: it appended one run_interrupted and says 1.
+        assert_eq!(account(&history(true)), vec![]);
+        for lie in [0, 2, u64::MAX] {
+            let mut h = history(true);
+            h.lives[1].recovered.as_mut().unwrap().appended = lie;
+            let found = account(&h);
+            assert_eq!(found.len(), 1, "appended {lie}: {found:#?}");
+            assert_eq!(found[0].found, format!("it says it appended {lie}"));
+            assert!(
+                found[0].expected.contains("from 1 "),
+                "{}",
+                found[0].expected
+            );
+        }
     }
 
     /// Life 0 wrote the log (#0), its fdatasync failed with EIO (#1), then
