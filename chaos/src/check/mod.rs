@@ -25,7 +25,7 @@ use crate::agent::tools::tagged_operation;
 use crate::agent::world::Application;
 use crate::history::{Append, History, Life, LifeEnd, RecoveryReport};
 use crate::model::oracle::{self, Shown};
-use crate::model::{describe_record, phase_name, store_authored, Model, RunClose};
+use crate::model::{call_of, describe_record, phase_name, store_authored, Model, RunClose};
 use crate::nemesis::powerloss::{LoggedOp, Op};
 use crate::nemesis::syscall::{Call, FaultOutcome, SyscallFault};
 use crate::store::{CheckpointView, Observation};
@@ -1008,6 +1008,35 @@ fn uncertain_reported(f: &RecoveryFacts<'_>, out: &mut Vec<Violation>) {
             ));
         }
     }
+    // And nothing else: a call reported uncertain that is closed, or
+    // already reconciled, invites a second reconciliation or a re-run.
+    for u in &report.uncertain {
+        let open = after_model.open_calls().find(|c| c.call_id == u.call_id);
+        if open.and_then(|c| c.uncertain()).is_none() {
+            let (why, events) = match open {
+                Some(_) => (
+                    "open, but reconciled since its mark",
+                    after
+                        .records
+                        .iter()
+                        .filter(|r| r.event().and_then(call_of) == Some(u.call_id.as_str()))
+                        .map(describe_record)
+                        .collect(),
+                ),
+                None => ("not open: it has a result, or no tool_call", vec![]),
+            };
+            out.push(v(
+                Invariant::OrphanMarkedUncertain,
+                when,
+                format!(
+                    "recovery to report only the calls marked uncertain and not reconciled; call {} is {why}",
+                    u.call_id
+                ),
+                format!("it reported call {} as uncertain, phase {}", u.call_id, phase_name(u.phase)),
+                events,
+            ));
+        }
+    }
 }
 
 /// What the contexts served after the recovery show (the recovery lines,
@@ -1907,6 +1936,29 @@ mod tests {
                 found[0].expected
             );
         }
+    }
+
+    #[test]
+    fn orphan_marked_uncertain_catches_a_call_reported_uncertain_that_is_not() {
+        let mut h = history(true);
+        h.lives[1].recovered.as_mut().unwrap().uncertain = vec![crate::agent::wire::ReportedCall {
+            call_id: "c9".into(),
+            phase: agentchaos_protocol::event::Phase::Started,
+        }];
+        let found: Vec<Violation> = check(&h, None)
+            .into_iter()
+            .filter(|v| v.invariant == Invariant::OrphanMarkedUncertain)
+            .collect();
+        assert_eq!(found.len(), 1, "{found:#?}");
+        assert!(
+            found[0].expected.contains("call c9 is not open"),
+            "{}",
+            found[0].expected
+        );
+        assert_eq!(
+            found[0].found,
+            "it reported call c9 as uncertain, phase started"
+        );
     }
 
     /// Life 0 wrote the log (#0), its fdatasync failed with EIO (#1), then
