@@ -14,14 +14,13 @@ use std::path::Path;
 use std::process::Command;
 
 /// `agentchaos run` on the shipped scenarios with every nemesis, 12 plans
-/// per scenario and nemesis, 12 power-loss crash points, the deepest
-/// restart's lives crashed too (or, full, every plan of every restart),
-/// and `extra`; asserts a clean pass.
+/// per scenario and nemesis and 12 power-loss crash points (or, full,
+/// every plan), and `extra`; asserts a clean pass.
 fn assert_passes(extra: &[&str]) {
     let scenarios = Path::new(env!("CARGO_MANIFEST_DIR")).join("../scenarios");
     let sample: &[&str] = match std::env::var("AGENTCHAOS_HARNESS_ALONE").as_deref() {
         Ok("full") => &["--exhaustive"],
-        _ => &["--trials", "12", "--restarts", "deepest"],
+        _ => &["--trials", "12"],
     };
     let out = Command::new(env!("CARGO_BIN_EXE_agentchaos"))
         .args(["run", "--quiet", "--scenario"])
@@ -45,8 +44,13 @@ fn the_harness_passes_the_reference_store_on_the_shipped_scenarios() {
     assert_passes(&[]);
 }
 
-/// The same against the store's group commit, which Sync never runs.
+/// The same against the store's group commit, which Sync never runs, with
+/// the plans spent on the deepest restart's lives (a second crash after a
+/// re-run, a cut at the offset of an earlier cut): the Sync campaign's
+/// plans spread over every restart, and a sample of 12 drawn over the
+/// deepest alone missed what a crash after a compaction shows (the
+/// context's summary: cargo-mutants' `Projection::compaction -> None`).
 #[test]
 fn the_harness_passes_the_reference_store_in_batch_mode() {
-    assert_passes(&["--durability", "batch"]);
+    assert_passes(&["--durability", "batch", "--restarts", "deepest"]);
 }
