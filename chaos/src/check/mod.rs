@@ -1014,8 +1014,12 @@ fn uncertain_reported(f: &RecoveryFacts<'_>, out: &mut Vec<Violation>) {
         let open = after_model.open_calls().find(|c| c.call_id == u.call_id);
         if open.and_then(|c| c.uncertain()).is_none() {
             let (why, events) = match open {
-                Some(_) => (
-                    "open, but reconciled since its mark",
+                Some(c) => (
+                    if c.mark.is_none() {
+                        "open, but not marked in its current attempt"
+                    } else {
+                        "open, but reconciled since its mark"
+                    },
                     after
                         .records
                         .iter()
