@@ -77,6 +77,7 @@ const EXPECTED: &[(&str, &[&str])] = &[
     ),
     ("context-budget-drops-newest", &["context-window"]),
     ("skip-operation-id-rule", &["rule-refused"]),
+    ("reconcile-reads", &["exactly-once-outcome"]),
     ("unrecorded-quarantine", &["quarantine-recorded"]),
     ("quarantine-overwrite", &["quarantine-recorded"]),
     ("tail-bound-exclusive", &["tail-rules"]),
@@ -95,6 +96,7 @@ const FIXTURES: &[(&str, &str)] = &[
     ("context-budget-drops-recovery", "compaction.json"),
     ("context-budget-drops-newest", "compaction.json"),
     ("blob-unchecked-read", "blob.json"),
+    ("reconcile-reads", "blob.json"),
 ];
 
 /// Runs the fault's campaign, asserts it is caught as [`EXPECTED`] says,
@@ -219,6 +221,22 @@ fn rewrite_whole_log_is_caught_by_acked_durable() {
 #[test]
 fn ledger_per_call_is_caught_by_ledger_refuses_double_commit() {
     assert_caught("ledger-per-call");
+}
+
+/// A store stricter than the session rules refuses a legal append: after
+/// a crash while a read runs, the agent runs it again at once (a read needs
+/// no reconciliation), the store refuses, and the agent cannot finish.
+#[test]
+fn reconcile_reads_is_caught_by_exactly_once_outcome() {
+    let report = assert_caught("reconcile-reads");
+    let v = campaign::first_violation(&report, "exactly-once-outcome");
+    assert!(
+        v["found"]
+            .as_str()
+            .unwrap()
+            .contains("must be reconciled (outcome not_applied) before it runs again"),
+        "{v}"
+    );
 }
 
 /// The agent never sends a side effect without an operation id: only the

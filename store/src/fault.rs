@@ -68,6 +68,8 @@ pub enum Fault {
     ContextBudgetDropsNewest,
     /// A side-effecting tool call without an operation id is accepted: nothing can dedupe its effect.
     SkipOperationIdRule,
+    /// A call without a side effect (a read, an idempotent write) marked `started` must be reconciled before it runs again, which the session rules do not ask: an agent's legal re-run of a read is refused.
+    ReconcileReads,
     /// Opening never records a quarantine file in a `tail_quarantined`: the cut stays silent.
     UnrecordedQuarantine,
     /// A second cut at the offset of an earlier one overwrites the earlier one's quarantine file.
@@ -228,6 +230,11 @@ impl Fault {
             Fault::SkipOperationIdRule,
             "skip-operation-id-rule",
             "a side-effecting call without an operation id is refused",
+        ),
+        (
+            Fault::ReconcileReads,
+            "reconcile-reads",
+            "a read-only call marked started runs again without a reconciliation",
         ),
         (
             Fault::UnrecordedQuarantine,

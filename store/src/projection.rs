@@ -349,7 +349,13 @@ impl Projection {
                 if call.started {
                     let may_rerun = match call.recovery {
                         None => false,
-                        Some(_) if call.effect != Effect::SideEffect => true,
+                        // reconcile-reads: broken on purpose, reads are reconciled too.
+                        Some(_)
+                            if call.effect != Effect::SideEffect
+                                && !fault::active(Fault::ReconcileReads) =>
+                        {
+                            true
+                        }
                         Some(Phase::Requested) => true,
                         Some(_) => call.reconciled == Some(ReconcileOutcome::NotApplied),
                     };

@@ -15,7 +15,10 @@
 //! handled by the phase the store reported. `requested` runs; `started` is
 //! reconciled with its tool first (`tool_reconciled`), then finished
 //! without running (`applied`) or run again with the same operation id
-//! (`not_applied`); `committed` is never run again. An interrupted run is
+//! (`not_applied`), except a read-only call, which runs again at once (as
+//! agents do, and as the session rules allow: a store that asks a read
+//! for a reconciliation refuses a legal append); `committed` is never run
+//! again. An interrupted run is
 //! continued in a new run attempt `<run>~<n>`.
 //!
 //! The agent trusts the store's recovery report, as a real agent would: a
@@ -509,6 +512,7 @@ impl Agent<'_> {
         }
         match self.uncertain.remove(&inv.call_id) {
             Some(Phase::Requested) => self.attempt(inv),
+            Some(Phase::Started) if inv.kind.effect() == Effect::None => self.attempt(inv),
             Some(Phase::Started) => self.reconcile(inv),
             Some(Phase::Committed) => {
                 let call = &self.model.calls[&inv.call_id];
