@@ -78,6 +78,8 @@ const EXPECTED: &[(&str, &[&str])] = &[
     ("context-budget-drops-newest", &["context-window"]),
     ("skip-operation-id-rule", &["rule-refused"]),
     ("reconcile-reads", &["exactly-once-outcome"]),
+    ("skip-parent-rule", &["rule-refused"]),
+    ("compaction-anywhere", &["rule-refused"]),
     ("unrecorded-quarantine", &["quarantine-recorded"]),
     ("quarantine-overwrite", &["quarantine-recorded"]),
     ("tail-bound-exclusive", &["tail-rules"]),
@@ -97,6 +99,7 @@ const FIXTURES: &[(&str, &str)] = &[
     ("context-budget-drops-newest", "compaction.json"),
     ("blob-unchecked-read", "blob.json"),
     ("reconcile-reads", "blob.json"),
+    ("compaction-anywhere", "compaction.json"),
 ];
 
 /// Runs the fault's campaign, asserts it is caught as [`EXPECTED`] says,
@@ -237,6 +240,41 @@ fn reconcile_reads_is_caught_by_exactly_once_outcome() {
             .contains("must be reconciled (outcome not_applied) before it runs again"),
         "{v}"
     );
+}
+
+/// The agent always hangs an entry under one that exists: only the rules
+/// probe names a parent that does not, and its violation is the history
+/// tree's (`branches`), not the ledger's.
+#[test]
+fn skip_parent_rule_is_caught_by_rule_refused_under_branches() {
+    let report = assert_caught("skip-parent-rule");
+    let v = campaign::first_violation(&report, "rule-refused");
+    assert!(
+        v["replay"]
+            .as_str()
+            .unwrap()
+            .contains("--plan probe:rule-parent-missing@"),
+        "{v}"
+    );
+    assert_eq!(campaign::row(&report, "branches")["verdict"], "fail");
+    assert_eq!(campaign::row(&report, "effect_ledger")["verdict"], "pass");
+}
+
+/// The agent compacts under the active leaf: only the rules probe hangs a
+/// compaction elsewhere, scored under `compaction`.
+#[test]
+fn compaction_anywhere_is_caught_by_rule_refused_under_compaction() {
+    let report = assert_caught("compaction-anywhere");
+    let v = campaign::first_violation(&report, "rule-refused");
+    assert!(
+        v["replay"]
+            .as_str()
+            .unwrap()
+            .contains("--plan probe:rule-compaction-off-leaf@"),
+        "{v}"
+    );
+    assert_eq!(campaign::row(&report, "compaction")["verdict"], "fail");
+    assert_eq!(campaign::row(&report, "effect_ledger")["verdict"], "pass");
 }
 
 /// The agent never sends a side effect without an operation id: only the

@@ -70,6 +70,10 @@ pub enum Fault {
     SkipOperationIdRule,
     /// A call without a side effect (a read, an idempotent write) marked `started` must be reconciled before it runs again, which the session rules do not ask: an agent's legal re-run of a read is refused.
     ReconcileReads,
+    /// A `parent` naming no entry of the log is accepted: the new entry hangs under nothing.
+    SkipParentRule,
+    /// A compaction is accepted wherever it hangs and whatever it keeps.
+    CompactionAnywhere,
     /// Opening never records a quarantine file in a `tail_quarantined`: the cut stays silent.
     UnrecordedQuarantine,
     /// A second cut at the offset of an earlier one overwrites the earlier one's quarantine file.
@@ -235,6 +239,16 @@ impl Fault {
             Fault::ReconcileReads,
             "reconcile-reads",
             "a read-only call marked started runs again without a reconciliation",
+        ),
+        (
+            Fault::SkipParentRule,
+            "skip-parent-rule",
+            "a parent must name an existing message-like event",
+        ),
+        (
+            Fault::CompactionAnywhere,
+            "compaction-anywhere",
+            "a compaction hangs under the active leaf and keeps an entry of the active branch",
         ),
         (
             Fault::UnrecordedQuarantine,

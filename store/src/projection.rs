@@ -253,6 +253,9 @@ impl Projection {
     /// Resolves `parent` to a seq that exists and is message-like.
     fn check_parent(&self, parent: Option<&EventId>, nodes: &mut dyn NodeSource) -> Result<()> {
         let Some(p) = parent else { return Ok(()) };
+        if fault::active(Fault::SkipParentRule) {
+            return Ok(()); // Broken on purpose: any parent will do.
+        }
         let seq = seq_of_event_id(p)
             .filter(|&s| s < self.next_seq)
             .ok_or_else(|| Error::Rule(format!("parent {p:?} does not exist")))?;
@@ -426,12 +429,18 @@ impl Projection {
                 self.check_parent(parent.as_ref(), nodes)?;
                 let kept = seq_of_event_id(first_kept_id);
                 let on_branch = kept.is_some_and(|k| self.branch.binary_search(&k).is_ok());
-                if !on_branch
-                    || parent.as_ref().and_then(|p| seq_of_event_id(p))
-                        != self.branch.last().copied()
-                {
+                // compaction-anywhere: broken on purpose, the rule is skipped.
+                let anywhere = fault::active(Fault::CompactionAnywhere);
+                let leaf = self.branch.last().copied();
+                if !anywhere && parent.as_ref().and_then(|p| seq_of_event_id(p)) != leaf {
                     return rule(format!(
-                        "compaction must extend the active leaf and keep an entry of the active branch ({first_kept_id:?} is not on it)"
+                        "compaction must hang under the active leaf ({}), not under {parent:?}",
+                        leaf.map_or_else(|| "none".to_string(), event_id)
+                    ));
+                }
+                if !anywhere && !on_branch {
+                    return rule(format!(
+                        "compaction must keep an entry of the active branch ({first_kept_id:?} is not on it)"
                     ));
                 }
             }

@@ -54,7 +54,14 @@
 //!   that is refused with `rule` and, after the session is closed and
 //!   opened again, the log holds no more events than before it; an
 //!   acknowledgement, another refusal kind or a grown log is
-//!   `rule-refused`.
+//!   `rule-refused`. One case is the history tree's, not the ledger's:
+//!   `rule-parent-missing@OP` (`branches`), the call's `tool_call` hung
+//!   under an entry that does not exist.
+//! - `rule-compaction-off-leaf@ID` (`compaction`): the crash-free run's
+//!   events replayed up to its compaction ID, then that compaction hung
+//!   under the session's first user message instead of the active leaf (a
+//!   compaction must extend the active leaf, PROTOCOL.md §3). Judged as
+//!   the other rules are.
 //! - `tail@LOG:lines-N`, `tail@LOG:zeros-N` (`torn_tail_repair`,
 //!   in-process: the bytes are agentstore's log format): [`Tail`] appended
 //!   after the last line of agentstore's log, at the bounds of its tail
@@ -85,7 +92,7 @@ use std::path::{Path, PathBuf};
 use std::process::Command;
 use std::str::FromStr;
 
-use agentchaos_protocol::event::{BlobRef, Event, Record, Seq};
+use agentchaos_protocol::event::{event_id, BlobRef, Event, Record, Seq};
 use agentstore::{LogPosition, Scanner, Session, SessionId, SessionOptions, SessionPaths};
 use serde::{Deserialize, Serialize};
 use serde_json::Value;
@@ -124,6 +131,10 @@ pub enum Probe {
     /// Append what the session rule `case` forbids, in a fresh session
     /// replaying the crash-free run up to the commit of `operation`.
     Rule { case: RuleCase, operation: String },
+    /// Append the crash-free run's compaction `compaction` (an event id)
+    /// hung under another entry than the active leaf, in a fresh session
+    /// replaying the run up to it.
+    CompactionOffLeaf { compaction: String },
     /// Open the session a second time while a first open holds it.
     Lock,
     /// Append `tail` to `file`, agentstore's log, after its last
@@ -247,8 +258,9 @@ impl fmt::Display for Tail {
     }
 }
 
-/// A session rule the rules probe breaks, each one that keeps an effect
-/// from running twice.
+/// A session rule the rules probe breaks, on the situation of an
+/// operation's first commit: those that keep an effect from running twice,
+/// and the history tree's rule for the call's parent.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum RuleCase {
     /// The operation's `tool_call` again, as a side effect without an `operation_id`.
@@ -263,16 +275,27 @@ pub enum RuleCase {
     /// After the intent, a recovery (marking the side effect `started`) and
     /// no reconciliation, the call's `tool_started` again.
     RestartUnreconciled,
+    /// The call's `tool_call` with a `parent` naming no entry of the log.
+    ParentMissing,
 }
 
 impl RuleCase {
-    pub const ALL: [RuleCase; 5] = [
+    pub const ALL: [RuleCase; 6] = [
         RuleCase::NoOperationId,
         RuleCase::CallCommittedOperation,
         RuleCase::CommitBeforeIntent,
         RuleCase::RestartCommittedCall,
         RuleCase::RestartUnreconciled,
+        RuleCase::ParentMissing,
     ];
+
+    /// The capability whose promise the rule is part of.
+    pub fn capability(self) -> Capability {
+        match self {
+            RuleCase::ParentMissing => Capability::Branches,
+            _ => Capability::EffectLedger,
+        }
+    }
 
     pub fn name(self) -> &'static str {
         match self {
@@ -281,6 +304,7 @@ impl RuleCase {
             RuleCase::CommitBeforeIntent => "commit-before-intent",
             RuleCase::RestartCommittedCall => "restart-committed-call",
             RuleCase::RestartUnreconciled => "restart-unreconciled",
+            RuleCase::ParentMissing => "parent-missing",
         }
     }
 
@@ -296,6 +320,7 @@ impl RuleCase {
             RuleCase::RestartUnreconciled => {
                 "a side effect marked `started` starts again only after tool_reconciled with not_applied"
             }
+            RuleCase::ParentMissing => "a parent must be an existing message-like event",
         }
     }
 
@@ -311,7 +336,9 @@ impl Probe {
             Probe::Damage { .. } | Probe::Zeros { .. } | Probe::Cut { .. } => {
                 Capability::DamageRefusal
             }
-            Probe::Ledger { .. } | Probe::Rule { .. } => Capability::EffectLedger,
+            Probe::Ledger { .. } => Capability::EffectLedger,
+            Probe::Rule { case, .. } => case.capability(),
+            Probe::CompactionOffLeaf { .. } => Capability::Compaction,
             Probe::Lock => Capability::WriterLock,
             Probe::Tail { .. } => Capability::TornTailRepair,
         }
@@ -322,6 +349,9 @@ impl Probe {
         format!("{PLAN_PREFIX}{self}")
     }
 }
+
+/// How `--plan probe:` names the compaction rule's probe.
+const COMPACTION_OFF_LEAF: &str = "rule-compaction-off-leaf";
 
 /// How a replay's `--plan` names a probe.
 pub const PLAN_PREFIX: &str = "probe:";
@@ -342,6 +372,9 @@ impl fmt::Display for Probe {
                 another_call: true,
             } => write!(f, "ledger-retry@{operation}"),
             Probe::Rule { case, operation } => write!(f, "rule-{}@{operation}", case.name()),
+            Probe::CompactionOffLeaf { compaction } => {
+                write!(f, "{COMPACTION_OFF_LEAF}@{compaction}")
+            }
             Probe::Lock => f.write_str("lock"),
             Probe::Tail { file, tail } => write!(f, "tail@{}:{tail}", file.display()),
             Probe::Cut {
@@ -372,7 +405,7 @@ impl FromStr for Probe {
     fn from_str(s: &str) -> Result<Probe, BadProbePlan> {
         let bad = || {
             BadProbePlan(format!(
-                "probe {s:?} is not damage@FILE:OFFSET, zeros@FILE:OFFSET+LEN, tail@FILE:lines-N, tail@FILE:zeros-N, cut@FILE:LEN, cut-unreadable-snapshot@FILE:LEN, ledger@OPERATION, ledger-retry@OPERATION, rule-CASE@OPERATION (CASE: {}) or lock",
+                "probe {s:?} is not damage@FILE:OFFSET, zeros@FILE:OFFSET+LEN, tail@FILE:lines-N, tail@FILE:zeros-N, cut@FILE:LEN, cut-unreadable-snapshot@FILE:LEN, ledger@OPERATION, ledger-retry@OPERATION, rule-CASE@OPERATION (CASE: {}), rule-compaction-off-leaf@EVENT_ID or lock",
                 RuleCase::ALL.map(RuleCase::name).join(", ")
             ))
         };
@@ -432,6 +465,9 @@ impl FromStr for Probe {
             Some((kind @ ("ledger" | "ledger-retry"), op)) if !op.is_empty() => Ok(Probe::Ledger {
                 operation: op.to_string(),
                 another_call: kind == "ledger-retry",
+            }),
+            Some((COMPACTION_OFF_LEAF, id)) if !id.is_empty() => Ok(Probe::CompactionOffLeaf {
+                compaction: id.to_string(),
             }),
             Some((kind, op)) if !op.is_empty() => {
                 let case = kind.strip_prefix("rule-").and_then(RuleCase::from_name);
@@ -555,21 +591,31 @@ pub fn plan(
                 }
             }
         }
-        let first = reference.iter().find_map(|r| match r.event() {
-            Some(Event::EffectCommitted { operation_id, .. }) => Some(operation_id),
-            _ => None,
-        });
-        if let Some(situation) = first.and_then(|op| Situation::find(reference, op).ok()) {
-            for case in RuleCase::ALL {
-                // Only a side effect must be reconciled before a re-run.
-                if case == RuleCase::RestartUnreconciled && !situation.side_effect {
-                    continue;
-                }
+    }
+    let first = reference.iter().find_map(|r| match r.event() {
+        Some(Event::EffectCommitted { operation_id, .. }) => Some(operation_id),
+        _ => None,
+    });
+    if let Some(situation) = first.and_then(|op| Situation::find(reference, op).ok()) {
+        for case in RuleCase::ALL {
+            // Only a side effect must be reconciled before a re-run.
+            let applies = case != RuleCase::RestartUnreconciled || situation.side_effect;
+            if applies && claimed.contains(&case.capability()) {
                 probes.push(Probe::Rule {
                     case,
                     operation: situation.operation.clone(),
                 });
             }
+        }
+    }
+    if claimed.contains(&Capability::Compaction) {
+        let compaction = reference
+            .iter()
+            .find(|r| matches!(r.event(), Some(Event::Compaction { .. })));
+        if let Some(c) = compaction {
+            probes.push(Probe::CompactionOffLeaf {
+                compaction: event_id(c.seq),
+            });
         }
     }
     Ok(probes)
@@ -773,6 +819,7 @@ pub fn run(setup: &ProbeSetup<'_>, probe: &Probe, dir: &Path) -> ProbeOutcome {
                 another_call,
             } => ledger(setup, operation, *another_call, dir),
             Probe::Rule { case, operation } => rule(setup, *case, operation, dir),
+            Probe::CompactionOffLeaf { compaction } => compaction_off_leaf(setup, compaction, dir),
             Probe::Lock => lock(setup, dir),
             Probe::Tail { file, tail } => torn_tail(setup, file, *tail, dir),
             Probe::Cut {
@@ -1537,12 +1584,109 @@ fn rule(
                 how,
             )
         }
+        RuleCase::ParentMissing => {
+            let mut forbidden = at.event(at.call);
+            let missing = event_id(MISSING_PARENT_SEQ);
+            if let Event::ToolCall { parent, .. } = &mut forbidden {
+                *parent = Some(missing.clone());
+            }
+            let how = format!(
+                "replaying up to before {}, then that call hung under {missing:?}, which names no entry",
+                call()
+            );
+            (
+                RuleEvents {
+                    replay: at.replay(at.call)?,
+                    recover: None,
+                    then: vec![],
+                    forbidden,
+                },
+                how,
+            )
+        }
     };
     let reply = child_with_events(setup, dir, "rule", "rule-probe", &events)?;
     let told = format!("{how}: {}", tell(&reply));
     Ok((
         told,
         judge_rule(case, &how, &at.reference[at.call], &reply)?
+            .into_iter()
+            .collect(),
+        matches!(reply, ProbeReply::NotReplayed { .. }),
+    ))
+}
+
+/// A seq past the end of any log the harness writes: the parent the
+/// `parent-missing` rule probe names.
+const MISSING_PARENT_SEQ: u64 = 999_999_999;
+
+/// The compaction rule's probe: the crash-free run's `compaction` (an
+/// event id) appended, after the events before it, under the session's
+/// first user message instead of the active leaf.
+fn compaction_off_leaf(
+    setup: &ProbeSetup<'_>,
+    compaction: &str,
+    dir: &Path,
+) -> Result<(String, Vec<Violation>, bool), ProbeError> {
+    let reference = setup.reference;
+    let k = reference
+        .iter()
+        .position(|r| {
+            event_id(r.seq) == compaction && matches!(r.event(), Some(Event::Compaction { .. }))
+        })
+        .ok_or_else(|| {
+            ProbeError::Harness(format!(
+                "the crash-free run has no compaction {compaction:?}"
+            ))
+        })?;
+    let mut forbidden = reference[k]
+        .event()
+        .cloned()
+        .expect("found as a compaction");
+    let Event::Compaction { parent, .. } = &mut forbidden else {
+        unreachable!("found as a compaction")
+    };
+    let leaf = parent.clone();
+    let other = reference[1..k]
+        .iter()
+        .find(|r| {
+            matches!(r.event(), Some(Event::UserMessage { .. })) && Some(event_id(r.seq)) != leaf
+        })
+        .map(|r| event_id(r.seq))
+        .ok_or_else(|| {
+            ProbeError::Harness(format!(
+                "no user message before compaction {compaction:?} other than its parent"
+            ))
+        })?;
+    *parent = Some(other.clone());
+    let replay = reference[1..k]
+        .iter()
+        .map(|r| {
+            r.event().cloned().ok_or_else(|| {
+                ProbeError::Harness(format!(
+                    "{} is not an event the agent writes",
+                    describe_record(r)
+                ))
+            })
+        })
+        .collect::<Result<Vec<_>, _>>()?;
+    let how = format!(
+        "replaying up to before {}, then that compaction hung under {other:?} instead of the active leaf {}",
+        describe_record(&reference[k]),
+        leaf.as_deref().unwrap_or("(none)")
+    );
+    let events = RuleEvents {
+        replay,
+        recover: None,
+        then: vec![],
+        forbidden,
+    };
+    let reply = child_with_events(setup, dir, "rule", "rule-probe", &events)?;
+    let told = format!("{how}: {}", tell(&reply));
+    let rule = "a compaction hangs under the active leaf and keeps an entry of the active branch";
+    Ok((
+        told,
+        judge_rule_text(rule, &how, &reference[k], &reply)?
             .into_iter()
             .collect(),
         matches!(reply, ProbeReply::NotReplayed { .. }),
@@ -1557,23 +1701,31 @@ pub fn judge_rule(
     call: &Record,
     reply: &ProbeReply,
 ) -> Result<Option<Violation>, ProbeError> {
+    judge_rule_text(case.rule(), how, call, reply)
+}
+
+/// The verdict on an append that `rule` (as PROTOCOL.md §3 states it)
+/// forbids; `record` is the crash-free run's event it is about.
+fn judge_rule_text(
+    rule: &str,
+    how: &str,
+    record: &Record,
+    reply: &ProbeReply,
+) -> Result<Option<Violation>, ProbeError> {
     let violation = |found: String| {
         Violation {
         invariant: Invariant::RuleRefused,
         when: format!("after the crash-free run, in a fresh session: {how}"),
         expected: format!(
             "the last append refused with `rule` ({}), and not in the log after the session is opened again",
-            case.rule()
+            rule
         ),
         found,
-        events: vec![describe_record(call)],
+        events: vec![describe_record(record)],
     }
     };
     Ok(not_refused_by_rule(reply, "the rules probe", |seq| {
-        format!(
-            "accepted and acknowledged at seq {seq}: the store does not enforce \"{}\"",
-            case.rule()
-        )
+        format!("accepted and acknowledged at seq {seq}: the store does not enforce \"{rule}\"")
     })?
     .map(violation))
 }
@@ -2234,14 +2386,31 @@ fn child_rule(args: &ChildArgs) -> Result<ProbeReply, ProbeError> {
     let before = target.events().map_err(fail("events"))?.len() as u64;
     match target.append(&events.forbidden) {
         Ok(seq) => Ok(ProbeReply::Accepted { seq }),
-        Err(err @ ChildError::Refused { .. }) => {
+        Err(ChildError::Refused { kind, message }) => {
             // Closed and opened again: a refused event must not be on disk.
             drop(target);
-            let mut again = Target::open(args, None).map_err(fail("open again"))?;
+            let at = format!("append of {}", events.forbidden.type_name());
+            let mut again = match Target::open(args, None) {
+                Ok(again) => again,
+                // What it wrote of the refused event keeps the session from opening.
+                Err(ChildError::Refused {
+                    kind: reopen_kind,
+                    message: reopen_message,
+                }) => {
+                    return Ok(ProbeReply::Refused {
+                        at: format!("open, after the {at} was refused with `{}`", kind.name()),
+                        kind: reopen_kind.name().to_string(),
+                        message: format!("{reopen_message} (the append's refusal: {message})"),
+                        events_before: Some(before),
+                        events_after: None,
+                    })
+                }
+                Err(e) => return Err(e.at("open again")),
+            };
             let after = again.events().map_err(fail("events"))?.len() as u64;
             refused(
-                &format!("append of {}", events.forbidden.type_name()),
-                err,
+                &at,
+                ChildError::Refused { kind, message },
                 Some((before, after)),
             )
         }
@@ -2295,6 +2464,8 @@ mod tests {
             "ledger-retry@op-deploy-1",
             "rule-no-operation-id@op-deploy-1",
             "rule-restart-unreconciled@op:with:colons",
+            "rule-parent-missing@op-deploy-1",
+            "rule-compaction-off-leaf@e15",
             "lock",
             "tail@sessions/s/events.jsonl:lines-64",
             "tail@sessions/s/events.jsonl:zeros-4194305",
@@ -2315,6 +2486,7 @@ mod tests {
             "zeros@x:3+0",
             "zeros@../x:3+1",
             "rule-no-operation-id@",
+            "rule-compaction-off-leaf@",
             "rule-zap@op",
             "rule@op",
             "tail@x:lines-0",
@@ -2581,10 +2753,23 @@ mod tests {
             .iter()
             .filter(|p| matches!(p, Probe::Rule { .. }))
             .collect();
-        assert_eq!(rules.len(), RuleCase::ALL.len(), "{probes:?}");
+        // The ledger's cases only: the parent rule is the tree's (`branches`).
+        assert_eq!(rules.len(), RuleCase::ALL.len() - 1, "{probes:?}");
         assert!(rules
             .iter()
             .all(|p| p.capability() == Capability::EffectLedger));
+        let with_tree = plan(
+            &[Capability::EffectLedger, Capability::Branches],
+            dir.path(),
+            None,
+            &reference,
+            &mut Rng::new(1),
+        )
+        .unwrap();
+        assert!(with_tree.contains(&Probe::Rule {
+            case: RuleCase::ParentMissing,
+            operation: "op".into()
+        }));
         let at = Situation::find(&reference, "op").unwrap();
         assert_eq!((at.call, at.started, at.commit), (3, 4, 5));
         assert!(at.side_effect);

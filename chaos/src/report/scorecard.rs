@@ -337,7 +337,9 @@ pub fn score(
         for p in &s.probes {
             for v in &p.violations {
                 let replay = replay_command(path, &p.probe.plan(), store_fault, store_args);
-                add(row_of(v.invariant), s.name(), v, replay);
+                // A probe is evidence for one capability (the rules probe's
+                // cases belong to the ledger, the tree or the compaction).
+                add(Row::Capability(p.probe.capability()), s.name(), v, replay);
             }
         }
     }
