@@ -242,39 +242,39 @@ fn reconcile_reads_is_caught_by_exactly_once_outcome() {
     );
 }
 
-/// The agent always hangs an entry under one that exists: only the rules
-/// probe names a parent that does not, and its violation is the history
-/// tree's (`branches`), not the ledger's.
-#[test]
-fn skip_parent_rule_is_caught_by_rule_refused_under_branches() {
-    let report = assert_caught("skip-parent-rule");
+/// Asserts `fault` is caught by rule-refused from the rules probe `probe`
+/// alone, and scored under `row`, not the ledger's row.
+fn assert_caught_by_tree_rules_probe(fault: &str, probe: &str, row: &str) {
+    let report = assert_caught(fault);
     let v = campaign::first_violation(&report, "rule-refused");
     assert!(
         v["replay"]
             .as_str()
             .unwrap()
-            .contains("--plan probe:rule-parent-missing@"),
+            .contains(&format!("--plan probe:{probe}@")),
         "{v}"
     );
-    assert_eq!(campaign::row(&report, "branches")["verdict"], "fail");
+    assert_eq!(campaign::row(&report, row)["verdict"], "fail");
     assert_eq!(campaign::row(&report, "effect_ledger")["verdict"], "pass");
+}
+
+/// The agent always hangs an entry under one that exists: only the rules
+/// probe names a parent that does not, and its violation is the history
+/// tree's (`branches`), not the ledger's.
+#[test]
+fn skip_parent_rule_is_caught_by_rule_refused_under_branches() {
+    assert_caught_by_tree_rules_probe("skip-parent-rule", "rule-parent-missing", "branches");
 }
 
 /// The agent compacts under the active leaf: only the rules probe hangs a
 /// compaction elsewhere, scored under `compaction`.
 #[test]
 fn compaction_anywhere_is_caught_by_rule_refused_under_compaction() {
-    let report = assert_caught("compaction-anywhere");
-    let v = campaign::first_violation(&report, "rule-refused");
-    assert!(
-        v["replay"]
-            .as_str()
-            .unwrap()
-            .contains("--plan probe:rule-compaction-off-leaf@"),
-        "{v}"
+    assert_caught_by_tree_rules_probe(
+        "compaction-anywhere",
+        "rule-compaction-off-leaf",
+        "compaction",
     );
-    assert_eq!(campaign::row(&report, "compaction")["verdict"], "fail");
-    assert_eq!(campaign::row(&report, "effect_ledger")["verdict"], "pass");
 }
 
 /// The agent never sends a side effect without an operation id: only the

@@ -1413,19 +1413,8 @@ impl<'a> Situation<'a> {
         })
     }
 
-    /// The crash-free run's events 1..`end` (event 0 is the store's own).
     fn replay(&self, end: usize) -> Result<Vec<Event>, ProbeError> {
-        self.reference[1..end]
-            .iter()
-            .map(|r| {
-                r.event().cloned().ok_or_else(|| {
-                    ProbeError::Harness(format!(
-                        "{} is not an event the agent writes",
-                        describe_record(r)
-                    ))
-                })
-            })
-            .collect()
+        replay_events(self.reference, end)
     }
 
     fn event(&self, i: usize) -> Event {
@@ -1616,6 +1605,22 @@ fn rule(
     ))
 }
 
+/// The crash-free run's events 1..`end` (event 0 is the store's own), as a
+/// probe replays them into a fresh session.
+fn replay_events(reference: &[Record], end: usize) -> Result<Vec<Event>, ProbeError> {
+    reference[1..end]
+        .iter()
+        .map(|r| {
+            r.event().cloned().ok_or_else(|| {
+                ProbeError::Harness(format!(
+                    "{} is not an event the agent writes",
+                    describe_record(r)
+                ))
+            })
+        })
+        .collect()
+}
+
 /// A seq past the end of any log the harness writes: the parent the
 /// `parent-missing` rule probe names.
 const MISSING_PARENT_SEQ: u64 = 999_999_999;
@@ -1659,17 +1664,7 @@ fn compaction_off_leaf(
             ))
         })?;
     *parent = Some(other.clone());
-    let replay = reference[1..k]
-        .iter()
-        .map(|r| {
-            r.event().cloned().ok_or_else(|| {
-                ProbeError::Harness(format!(
-                    "{} is not an event the agent writes",
-                    describe_record(r)
-                ))
-            })
-        })
-        .collect::<Result<Vec<_>, _>>()?;
+    let replay = replay_events(reference, k)?;
     let how = format!(
         "replaying up to before {}, then that compaction hung under {other:?} instead of the active leaf {}",
         describe_record(&reference[k]),
