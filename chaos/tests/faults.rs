@@ -80,6 +80,7 @@ const EXPECTED: &[(&str, &[&str])] = &[
     ("reconcile-reads", &["exactly-once-outcome"]),
     ("skip-parent-rule", &["rule-refused"]),
     ("compaction-anywhere", &["rule-refused"]),
+    ("compaction-keeps-anything", &["rule-refused"]),
     ("unrecorded-quarantine", &["quarantine-recorded"]),
     ("quarantine-overwrite", &["quarantine-recorded"]),
     ("tail-bound-exclusive", &["tail-rules"]),
@@ -100,6 +101,7 @@ const FIXTURES: &[(&str, &str)] = &[
     ("blob-unchecked-read", "blob.json"),
     ("reconcile-reads", "blob.json"),
     ("compaction-anywhere", "compaction.json"),
+    ("compaction-keeps-anything", "compaction.json"),
 ];
 
 /// Runs the fault's campaign, asserts it is caught as [`EXPECTED`] says,
@@ -273,6 +275,17 @@ fn compaction_anywhere_is_caught_by_rule_refused_under_compaction() {
     assert_caught_by_tree_rules_probe(
         "compaction-anywhere",
         "rule-compaction-off-leaf",
+        "compaction",
+    );
+}
+
+/// The agent keeps entries of the active branch: only the rules probe
+/// keeps one off it, scored under `compaction`.
+#[test]
+fn compaction_keeps_anything_is_caught_by_rule_refused_under_compaction() {
+    assert_caught_by_tree_rules_probe(
+        "compaction-keeps-anything",
+        "rule-compaction-kept-off-branch",
         "compaction",
     );
 }

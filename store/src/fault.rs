@@ -72,8 +72,10 @@ pub enum Fault {
     ReconcileReads,
     /// A `parent` naming no entry of the log is accepted: the new entry hangs under nothing.
     SkipParentRule,
-    /// A compaction is accepted wherever it hangs and whatever it keeps.
+    /// A compaction is accepted wherever it hangs (it must hang under the active leaf).
     CompactionAnywhere,
+    /// A compaction is accepted whatever entry it keeps from (it must keep an entry of the active branch).
+    CompactionKeepsAnything,
     /// Opening never records a quarantine file in a `tail_quarantined`: the cut stays silent.
     UnrecordedQuarantine,
     /// A second cut at the offset of an earlier one overwrites the earlier one's quarantine file.
@@ -248,7 +250,12 @@ impl Fault {
         (
             Fault::CompactionAnywhere,
             "compaction-anywhere",
-            "a compaction hangs under the active leaf and keeps an entry of the active branch",
+            "a compaction hangs under the active leaf",
+        ),
+        (
+            Fault::CompactionKeepsAnything,
+            "compaction-keeps-anything",
+            "a compaction keeps an entry of the active branch",
         ),
         (
             Fault::UnrecordedQuarantine,

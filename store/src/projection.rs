@@ -430,19 +430,20 @@ impl Projection {
                 let kept = seq_of_event_id(first_kept_id);
                 let on_branch = kept.is_some_and(|k| self.branch.binary_search(&k).is_ok());
                 let leaf = self.branch.last().copied();
-                // compaction-anywhere: broken on purpose, the rule is skipped.
-                if !fault::active(Fault::CompactionAnywhere) {
-                    if parent.as_ref().and_then(|p| seq_of_event_id(p)) != leaf {
-                        return rule(format!(
-                            "compaction must hang under the active leaf ({}), not under {parent:?}",
-                            leaf.map_or_else(|| "none".to_string(), event_id)
-                        ));
-                    }
-                    if !on_branch {
-                        return rule(format!(
-                            "compaction must keep an entry of the active branch ({first_kept_id:?} is not on it)"
-                        ));
-                    }
+                // compaction-anywhere: broken on purpose, this half is skipped.
+                if parent.as_ref().and_then(|p| seq_of_event_id(p)) != leaf
+                    && !fault::active(Fault::CompactionAnywhere)
+                {
+                    return rule(format!(
+                        "compaction must hang under the active leaf ({}), not under {parent:?}",
+                        leaf.map_or_else(|| "none".to_string(), event_id)
+                    ));
+                }
+                // compaction-keeps-anything: broken on purpose, this half is skipped.
+                if !on_branch && !fault::active(Fault::CompactionKeepsAnything) {
+                    return rule(format!(
+                        "compaction must keep an entry of the active branch ({first_kept_id:?} is not on it)"
+                    ));
                 }
             }
             Event::LeafMoved { leaf } => self.check_parent(Some(leaf), nodes)?,

@@ -57,11 +57,13 @@
 //!   `rule-refused`. One case is the history tree's, not the ledger's:
 //!   `rule-parent-missing@OP` (`branches`), the call's `tool_call` hung
 //!   under an entry that does not exist.
-//! - `rule-compaction-off-leaf@ID` (`compaction`): the crash-free run's
-//!   events replayed up to its compaction ID, then that compaction hung
-//!   under the session's first user message instead of the active leaf (a
-//!   compaction must extend the active leaf, PROTOCOL.md §3). Judged as
-//!   the other rules are.
+//! - `rule-compaction-off-leaf@ID`, `rule-compaction-kept-off-branch@ID`
+//!   (`compaction`): the crash-free run's events replayed up to its
+//!   compaction ID, then that compaction broken in one half of its rule
+//!   ([`CompactionBreak`]; a compaction must extend the active leaf and
+//!   keep an entry of the active branch, PROTOCOL.md §3): hung under the
+//!   session's first user message instead of the active leaf, or kept
+//!   from an entry off the active branch. Judged as the other rules are.
 //! - `tail@LOG:lines-N`, `tail@LOG:zeros-N` (`torn_tail_repair`,
 //!   in-process: the bytes are agentstore's log format): [`Tail`] appended
 //!   after the last line of agentstore's log, at the bounds of its tail
@@ -132,9 +134,12 @@ pub enum Probe {
     /// replaying the crash-free run up to the commit of `operation`.
     Rule { case: RuleCase, operation: String },
     /// Append the crash-free run's compaction `compaction` (an event id)
-    /// hung under another entry than the active leaf, in a fresh session
-    /// replaying the run up to it.
-    CompactionOffLeaf { compaction: String },
+    /// with one half of its rule broken, in a fresh session replaying the
+    /// run up to it.
+    CompactionRule {
+        compaction: String,
+        breaks: CompactionBreak,
+    },
     /// Open the session a second time while a first open holds it.
     Lock,
     /// Append `tail` to `file`, agentstore's log, after its last
@@ -338,7 +343,7 @@ impl Probe {
             }
             Probe::Ledger { .. } => Capability::EffectLedger,
             Probe::Rule { case, .. } => case.capability(),
-            Probe::CompactionOffLeaf { .. } => Capability::Compaction,
+            Probe::CompactionRule { .. } => Capability::Compaction,
             Probe::Lock => Capability::WriterLock,
             Probe::Tail { .. } => Capability::TornTailRepair,
         }
@@ -350,8 +355,32 @@ impl Probe {
     }
 }
 
-/// How `--plan probe:` names the compaction rule's probe.
-const COMPACTION_OFF_LEAF: &str = "rule-compaction-off-leaf";
+/// The half of the compaction rule (PROTOCOL.md §3) a probe breaks.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum CompactionBreak {
+    /// Hung under the session's first user message, not the active leaf.
+    OffLeaf,
+    /// Hung under the active leaf, its `first_kept_id` an entry of
+    /// another branch (or, with no other branch yet, of no branch).
+    KeptOffBranch,
+}
+
+impl CompactionBreak {
+    pub const ALL: [CompactionBreak; 2] =
+        [CompactionBreak::OffLeaf, CompactionBreak::KeptOffBranch];
+
+    /// How `--plan probe:` names the probe.
+    pub fn name(self) -> &'static str {
+        match self {
+            CompactionBreak::OffLeaf => "rule-compaction-off-leaf",
+            CompactionBreak::KeptOffBranch => "rule-compaction-kept-off-branch",
+        }
+    }
+
+    fn from_name(name: &str) -> Option<CompactionBreak> {
+        CompactionBreak::ALL.into_iter().find(|b| b.name() == name)
+    }
+}
 
 /// How a replay's `--plan` names a probe.
 pub const PLAN_PREFIX: &str = "probe:";
@@ -372,8 +401,8 @@ impl fmt::Display for Probe {
                 another_call: true,
             } => write!(f, "ledger-retry@{operation}"),
             Probe::Rule { case, operation } => write!(f, "rule-{}@{operation}", case.name()),
-            Probe::CompactionOffLeaf { compaction } => {
-                write!(f, "{COMPACTION_OFF_LEAF}@{compaction}")
+            Probe::CompactionRule { compaction, breaks } => {
+                write!(f, "{}@{compaction}", breaks.name())
             }
             Probe::Lock => f.write_str("lock"),
             Probe::Tail { file, tail } => write!(f, "tail@{}:{tail}", file.display()),
@@ -405,7 +434,7 @@ impl FromStr for Probe {
     fn from_str(s: &str) -> Result<Probe, BadProbePlan> {
         let bad = || {
             BadProbePlan(format!(
-                "probe {s:?} is not damage@FILE:OFFSET, zeros@FILE:OFFSET+LEN, tail@FILE:lines-N, tail@FILE:zeros-N, cut@FILE:LEN, cut-unreadable-snapshot@FILE:LEN, ledger@OPERATION, ledger-retry@OPERATION, rule-CASE@OPERATION (CASE: {}), rule-compaction-off-leaf@EVENT_ID or lock",
+                "probe {s:?} is not damage@FILE:OFFSET, zeros@FILE:OFFSET+LEN, tail@FILE:lines-N, tail@FILE:zeros-N, cut@FILE:LEN, cut-unreadable-snapshot@FILE:LEN, ledger@OPERATION, ledger-retry@OPERATION, rule-CASE@OPERATION (CASE: {}), rule-compaction-off-leaf@EVENT_ID, rule-compaction-kept-off-branch@EVENT_ID or lock",
                 RuleCase::ALL.map(RuleCase::name).join(", ")
             ))
         };
@@ -466,9 +495,12 @@ impl FromStr for Probe {
                 operation: op.to_string(),
                 another_call: kind == "ledger-retry",
             }),
-            Some((COMPACTION_OFF_LEAF, id)) if !id.is_empty() => Ok(Probe::CompactionOffLeaf {
-                compaction: id.to_string(),
-            }),
+            Some((kind, id)) if !id.is_empty() && CompactionBreak::from_name(kind).is_some() => {
+                Ok(Probe::CompactionRule {
+                    compaction: id.to_string(),
+                    breaks: CompactionBreak::from_name(kind).expect("matched"),
+                })
+            }
             Some((kind, op)) if !op.is_empty() => {
                 let case = kind.strip_prefix("rule-").and_then(RuleCase::from_name);
                 let case = case.ok_or_else(bad)?;
@@ -613,9 +645,10 @@ pub fn plan(
             .iter()
             .find(|r| matches!(r.event(), Some(Event::Compaction { .. })));
         if let Some(c) = compaction {
-            probes.push(Probe::CompactionOffLeaf {
+            probes.extend(CompactionBreak::ALL.map(|breaks| Probe::CompactionRule {
                 compaction: event_id(c.seq),
-            });
+                breaks,
+            }));
         }
     }
     Ok(probes)
@@ -819,7 +852,9 @@ pub fn run(setup: &ProbeSetup<'_>, probe: &Probe, dir: &Path) -> ProbeOutcome {
                 another_call,
             } => ledger(setup, operation, *another_call, dir),
             Probe::Rule { case, operation } => rule(setup, *case, operation, dir),
-            Probe::CompactionOffLeaf { compaction } => compaction_off_leaf(setup, compaction, dir),
+            Probe::CompactionRule { compaction, breaks } => {
+                compaction_rule(setup, compaction, *breaks, dir)
+            }
             Probe::Lock => lock(setup, dir),
             Probe::Tail { file, tail } => torn_tail(setup, file, *tail, dir),
             Probe::Cut {
@@ -1626,11 +1661,12 @@ fn replay_events(reference: &[Record], end: usize) -> Result<Vec<Event>, ProbeEr
 const MISSING_PARENT_SEQ: u64 = 999_999_999;
 
 /// The compaction rule's probe: the crash-free run's `compaction` (an
-/// event id) appended, after the events before it, under the session's
-/// first user message instead of the active leaf.
-fn compaction_off_leaf(
+/// event id) appended, after the events before it, with the half of its
+/// rule that `breaks` names broken.
+fn compaction_rule(
     setup: &ProbeSetup<'_>,
     compaction: &str,
+    breaks: CompactionBreak,
     dir: &Path,
 ) -> Result<(String, Vec<Violation>, bool), ProbeError> {
     let reference = setup.reference;
@@ -1648,27 +1684,45 @@ fn compaction_off_leaf(
         .event()
         .cloned()
         .expect("found as a compaction");
-    let Event::Compaction { parent, .. } = &mut forbidden else {
+    let Event::Compaction {
+        parent,
+        first_kept_id,
+        ..
+    } = &mut forbidden
+    else {
         unreachable!("found as a compaction")
     };
     let leaf = parent.clone();
-    let other = reference[1..k]
-        .iter()
-        .find(|r| {
-            matches!(r.event(), Some(Event::UserMessage { .. })) && Some(event_id(r.seq)) != leaf
-        })
-        .map(|r| event_id(r.seq))
-        .ok_or_else(|| {
-            ProbeError::Harness(format!(
-                "no user message before compaction {compaction:?} other than its parent"
-            ))
-        })?;
-    *parent = Some(other.clone());
+    let leaf_name = leaf.as_deref().unwrap_or("(none)").to_string();
+    let broken = match breaks {
+        CompactionBreak::OffLeaf => {
+            let other = reference[1..k]
+                .iter()
+                .find(|r| {
+                    matches!(r.event(), Some(Event::UserMessage { .. }))
+                        && Some(event_id(r.seq)) != leaf
+                })
+                .map(|r| event_id(r.seq))
+                .ok_or_else(|| {
+                    ProbeError::Harness(format!(
+                        "no user message before compaction {compaction:?} other than its parent"
+                    ))
+                })?;
+            *parent = Some(other.clone());
+            format!("hung under {other} instead of the active leaf {leaf_name}")
+        }
+        CompactionBreak::KeptOffBranch => {
+            let (off, what) = entry_off_branch(&reference[1..k], leaf.as_deref());
+            let kept = std::mem::replace(first_kept_id, off.clone());
+            format!(
+                "hung under the active leaf {leaf_name} but keeping from {off} ({what}) instead of {kept}"
+            )
+        }
+    };
     let replay = replay_events(reference, k)?;
     let how = format!(
-        "replaying up to before {}, then that compaction hung under {other:?} instead of the active leaf {}",
+        "replaying up to before {}, then that compaction {broken}",
         describe_record(&reference[k]),
-        leaf.as_deref().unwrap_or("(none)")
     );
     let events = RuleEvents {
         replay,
@@ -1686,6 +1740,36 @@ fn compaction_off_leaf(
             .collect(),
         matches!(reply, ProbeReply::NotReplayed { .. }),
     ))
+}
+
+/// An entry of `records` off the branch from `leaf` up to the root (the
+/// harness's own walk over the events' parents), and what it is: the
+/// first such entry, else an id no entry has.
+fn entry_off_branch(records: &[Record], leaf: Option<&str>) -> (String, &'static str) {
+    let parents: std::collections::HashMap<String, Option<String>> = records
+        .iter()
+        .filter_map(|r| {
+            let parent = r.event()?.parent()?;
+            Some((event_id(r.seq), parent.cloned()))
+        })
+        .collect();
+    let mut branch = std::collections::HashSet::new();
+    let mut cursor = leaf.map(str::to_string);
+    while let Some(id) = cursor {
+        if !branch.insert(id.clone()) {
+            break;
+        }
+        cursor = parents.get(&id).cloned().flatten();
+    }
+    records
+        .iter()
+        .filter(|r| r.event().and_then(Event::parent).is_some())
+        .map(|r| event_id(r.seq))
+        .find(|id| !branch.contains(id))
+        .map_or_else(
+            || (event_id(MISSING_PARENT_SEQ), "no entry has that id"),
+            |id| (id, "an entry of another branch"),
+        )
 }
 
 /// The rules verdict: `how` says what the probe did, `call` is the
@@ -2461,6 +2545,7 @@ mod tests {
             "rule-restart-unreconciled@op:with:colons",
             "rule-parent-missing@op-deploy-1",
             "rule-compaction-off-leaf@e15",
+            "rule-compaction-kept-off-branch@e15",
             "lock",
             "tail@sessions/s/events.jsonl:lines-64",
             "tail@sessions/s/events.jsonl:zeros-4194305",
@@ -2482,6 +2567,7 @@ mod tests {
             "zeros@../x:3+1",
             "rule-no-operation-id@",
             "rule-compaction-off-leaf@",
+            "rule-compaction-kept-off-branch@",
             "rule-zap@op",
             "rule@op",
             "tail@x:lines-0",
@@ -2688,6 +2774,35 @@ mod tests {
         assert!(judge_ledger("op", &reference[2], true, &refused("io", 3))
             .unwrap()
             .is_some());
+    }
+
+    #[test]
+    fn the_kept_entry_off_the_branch_is_of_another_branch_else_of_none() {
+        let message = |seq: u64, parent: Option<u64>| {
+            rec(
+                seq,
+                Event::AssistantMessage {
+                    parent: parent.map(event_id),
+                    text: "t".into(),
+                },
+            )
+        };
+        // e1 ← e2 and e1 ← e3 ← e4: on the branch of e4, e2 is the one off it.
+        let forked = vec![
+            message(1, None),
+            message(2, Some(1)),
+            message(3, Some(1)),
+            message(4, Some(3)),
+        ];
+        assert_eq!(
+            entry_off_branch(&forked, Some("e4")),
+            ("e2".to_string(), "an entry of another branch")
+        );
+        // One line of entries: none is off the branch.
+        assert_eq!(
+            entry_off_branch(&forked[..2], Some("e2")),
+            (event_id(MISSING_PARENT_SEQ), "no entry has that id")
+        );
     }
 
     /// A run that calls a side effect, starts and commits it.
