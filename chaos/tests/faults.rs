@@ -70,6 +70,10 @@ const EXPECTED: &[(&str, &[&str])] = &[
         "fold-wrong-leaf",
         &["checkpoint-projection", "context-window"],
     ),
+    (
+        "fold-ignores-implicit-branch",
+        &["checkpoint-projection", "context-window"],
+    ),
     ("context-drops-summary", &["context-window"]),
     (
         "context-budget-drops-recovery",
@@ -95,6 +99,7 @@ const EXPECTED: &[(&str, &[&str])] = &[
 const FIXTURES: &[(&str, &str)] = &[
     ("fold-branch-ignores-compaction", "compaction.json"),
     ("fold-wrong-leaf", "branch.json"),
+    ("fold-ignores-implicit-branch", "branch.json"),
     ("context-drops-summary", "compaction.json"),
     ("context-budget-drops-recovery", "compaction.json"),
     ("context-budget-drops-newest", "compaction.json"),
@@ -490,6 +495,13 @@ fn fold_branch_ignores_compaction_is_caught_by_checkpoint_projection_and_context
 #[test]
 fn fold_wrong_leaf_is_caught_by_checkpoint_projection_and_context_window() {
     assert_caught("fold-wrong-leaf");
+}
+
+/// A message hung under an earlier one (no `leaf_moved`) is served as more
+/// of the branch the leaf was on.
+#[test]
+fn fold_ignores_implicit_branch_is_caught_by_checkpoint_projection_and_context_window() {
+    assert_caught("fold-ignores-implicit-branch");
 }
 
 #[test]

@@ -28,11 +28,13 @@ fn step() -> impl Strategy<Value = Step> {
     prop_oneof![
         (proptest::option::of(label())).prop_map(|label| Step::User {
             text: "do it".into(),
-            label
+            label,
+            reply_to: None
         }),
-        Just(Step::Assistant {
+        (proptest::option::of(label())).prop_map(|reply_to| Step::Assistant {
             text: "ok".into(),
-            label: None
+            label: None,
+            reply_to
         }),
         prop_oneof![Just("a.txt"), Just("missing.txt")].prop_map(|p| Step::ReadFile {
             path: p.into(),

@@ -60,6 +60,8 @@ pub enum Fault {
     FoldBranchIgnoresCompaction,
     /// The projection ignores `leaf_moved`: the active leaf stays the last entry written.
     FoldWrongLeaf,
+    /// The projection hangs every new entry under the active leaf, whatever its `parent`: an implicit branch (an entry under an earlier one, no `leaf_moved`) is served as more of the old branch.
+    FoldIgnoresImplicitBranch,
     /// The rendered context leaves out the compaction summary.
     ContextDropsSummary,
     /// A context over its token budget drops the `<recovery>` block along with the oldest entries.
@@ -216,6 +218,11 @@ impl Fault {
             Fault::FoldWrongLeaf,
             "fold-wrong-leaf",
             "a leaf_moved moves the active leaf",
+        ),
+        (
+            Fault::FoldIgnoresImplicitBranch,
+            "fold-ignores-implicit-branch",
+            "an entry hangs under its parent, which becomes the active branch",
         ),
         (
             Fault::ContextDropsSummary,

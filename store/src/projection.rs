@@ -633,7 +633,10 @@ impl Projection {
                 self.branch.clear();
                 self.compaction = None;
             }
-            Some(p) if self.branch.last() == Some(&p) => {}
+            // fold-ignores-implicit-branch: broken on purpose, every entry extends the branch.
+            Some(p)
+                if self.branch.last() == Some(&p)
+                    || fault::active(Fault::FoldIgnoresImplicitBranch) => {}
             Some(p) => self.switch_to(p, nodes)?,
         }
         self.branch.push(seq);

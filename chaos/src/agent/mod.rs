@@ -374,8 +374,11 @@ impl Agent<'_> {
             op => {
                 self.ensure_run(run)?;
                 match op {
-                    Op::User { text } | Op::Assistant { text } => {
-                        let parent = self.model.leaf();
+                    Op::User { text, reply_to } | Op::Assistant { text, reply_to } => {
+                        let parent = match reply_to {
+                            Some(label) => Some(event_id(self.labelled(label)?)),
+                            None => self.model.leaf(),
+                        };
                         let text = text.clone();
                         let event = if matches!(op, Op::User { .. }) {
                             Event::UserMessage { parent, text }
@@ -397,11 +400,7 @@ impl Agent<'_> {
                     Op::Tool(inv) => self.tool(inv),
                     Op::Compact { summary, keep } => self.compact(summary, *keep),
                     Op::SwitchTo { label } => {
-                        let seq = *self.labels.get(label).ok_or_else(|| {
-                            AgentError::Store(format!(
-                                "label {label:?} names no message in the log"
-                            ))
-                        })?;
+                        let seq = self.labelled(label)?;
                         self.append(Event::LeafMoved {
                             leaf: event_id(seq),
                         })
@@ -423,6 +422,13 @@ impl Agent<'_> {
                 }
             }
         }
+    }
+
+    /// The seq of the message that carries `label`.
+    fn labelled(&self, label: &str) -> Result<Seq, AgentError> {
+        self.labels.get(label).copied().ok_or_else(|| {
+            AgentError::Store(format!("label {label:?} names no message in the log"))
+        })
     }
 
     fn header(&mut self, run: &Run) -> Result<(), AgentError> {

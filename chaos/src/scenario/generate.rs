@@ -67,11 +67,14 @@ pub fn random_scenario(seed: u64, max_steps: usize) -> Scenario {
                     Step::User {
                         text: format!("request {r}.{s}"),
                         label,
+                        reply_to: None,
                     }
                 }
                 2 => Step::Assistant {
                     text: format!("answer {r}.{s}"),
                     label: None,
+                    reply_to: (!labels.is_empty() && rng.chance(1, 3))
+                        .then(|| rng.pick(&labels).clone()),
                 },
                 3 => Step::ReadFile {
                     path: rng

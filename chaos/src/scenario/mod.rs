@@ -93,11 +93,19 @@ pub enum Step {
         text: String,
         #[serde(default, skip_serializing_if = "Option::is_none")]
         label: Option<String>,
+        /// The labelled message this one answers: its parent, in place of
+        /// the active leaf. It starts a branch without a `leaf_moved` (an
+        /// implicit branch) and becomes the active leaf.
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        reply_to: Option<String>,
     },
     Assistant {
         text: String,
         #[serde(default, skip_serializing_if = "Option::is_none")]
         label: Option<String>,
+        /// As for `user`.
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        reply_to: Option<String>,
     },
     Plan {
         goal: String,
@@ -207,15 +215,35 @@ pub struct ToolInvocation {
 /// One thing the agent does, in order. Runs are bracketed by `RunStart` and `RunEnd`.
 #[derive(Debug, Clone, PartialEq)]
 pub enum Op {
-    RunStart { run: usize },
-    User { text: String },
-    Assistant { text: String },
-    Plan { goal: String, steps: Vec<PlanStep> },
+    RunStart {
+        run: usize,
+    },
+    /// A message; `reply_to` (a label) hangs it under that message
+    /// instead of the active leaf.
+    User {
+        text: String,
+        reply_to: Option<String>,
+    },
+    Assistant {
+        text: String,
+        reply_to: Option<String>,
+    },
+    Plan {
+        goal: String,
+        steps: Vec<PlanStep>,
+    },
     Tool(ToolInvocation),
-    Compact { summary: String, keep: usize },
-    SwitchTo { label: String },
+    Compact {
+        summary: String,
+        keep: usize,
+    },
+    SwitchTo {
+        label: String,
+    },
     Checkpoint,
-    RunEnd { run: usize },
+    RunEnd {
+        run: usize,
+    },
 }
 
 /// An [`Op`] with where it came from.
@@ -288,8 +316,14 @@ impl Scenario {
             ops.push(placed(Op::RunStart { run: r }));
             for (s, step) in run.steps.iter().enumerate() {
                 let op = match step {
-                    Step::User { text, .. } => Op::User { text: text.clone() },
-                    Step::Assistant { text, .. } => Op::Assistant { text: text.clone() },
+                    Step::User { text, reply_to, .. } => Op::User {
+                        text: text.clone(),
+                        reply_to: reply_to.clone(),
+                    },
+                    Step::Assistant { text, reply_to, .. } => Op::Assistant {
+                        text: text.clone(),
+                        reply_to: reply_to.clone(),
+                    },
                     Step::Plan { goal, steps } => Op::Plan {
                         goal: goal.clone(),
                         steps: steps.clone(),
@@ -432,6 +466,24 @@ impl Scenario {
             }
             for (s, step) in run.steps.iter().enumerate() {
                 let at = |k: &str| vec![key("runs"), I(r), key("steps"), I(s), key(k)];
+                // Checked before this step's own label is known: a message
+                // cannot answer itself.
+                if let Step::User {
+                    reply_to: Some(to), ..
+                }
+                | Step::Assistant {
+                    reply_to: Some(to), ..
+                } = step
+                {
+                    if !labels.contains(to) {
+                        return Err((
+                            at("reply_to"),
+                            format!(
+                                "label {to:?} is not set by any earlier user or assistant step"
+                            ),
+                        ));
+                    }
+                }
                 if let Some(label) = step.label() {
                     if label.is_empty() || !labels.insert(label.to_string()) {
                         return Err((at("label"), format!("label {label:?} is empty or repeated")));
@@ -864,6 +916,16 @@ mod tests {
         let e = parse(&bad, "f.json").unwrap_err();
         assert_eq!(e.line, Some(10), "{e}");
         assert!(e.message.starts_with("runs[0].steps[2].label: "), "{e}");
+        // A reply to a label no earlier message set, its own included.
+        for to in ["nowhere", "start"] {
+            let bad = GOOD.replace(
+                r#"{"do": "user", "text": "hi", "label": "start"}"#,
+                &format!(r#"{{"do": "user", "text": "hi", "label": "start", "reply_to": "{to}"}}"#),
+            );
+            let e = parse(&bad, "f.json").unwrap_err();
+            assert_eq!(e.line, Some(8), "{e}");
+            assert!(e.message.starts_with("runs[0].steps[0].reply_to: "), "{e}");
+        }
         let bad = GOOD.replace("\"a.txt\"", "\"../a.txt\"");
         let e = parse(&bad, "f.json").unwrap_err();
         assert_eq!(e.line, Some(3), "{e}");
