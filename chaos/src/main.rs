@@ -1256,15 +1256,19 @@ fn replay(args: ReplayArgs) -> Result<ExitCode, Failure> {
         println!("ERROR: {e}");
     }
     let n = r.violations.len();
+    let store_error = r.error.as_ref().is_some_and(|e| e.store_fault);
     println!(
         "{}",
-        if n == 0 {
-            "result: no violations".to_string()
-        } else {
-            format!("result: {n} violation(s)")
+        match (n, &r.error) {
+            // Not carried out: no verdict either way, whatever was seen.
+            (0, Some(_)) if store_error => {
+                "result: not carried out, the store's fault (above)".to_string()
+            }
+            (0, Some(_)) => "result: not carried out, a harness error (above)".to_string(),
+            (0, None) => "result: no violations".to_string(),
+            (n, _) => format!("result: {n} violation(s)"),
         }
     );
-    let store_error = r.error.as_ref().is_some_and(|e| e.store_fault);
     Ok(verdict(
         n,
         usize::from(store_error),

@@ -126,7 +126,10 @@ fn a_probe_the_store_adapter_fails_exits_1_naming_the_store() {
             && error.contains("the adapter exited"),
         "{error}"
     );
-    assert!(stdout.contains("result: no violations"), "{stdout}");
+    assert!(
+        stdout.contains("result: not carried out, the store's fault"),
+        "{stdout}"
+    );
 }
 
 /// A probe the harness cannot carry out as planned (a damaged byte past
@@ -178,7 +181,10 @@ fn a_trial_the_harness_cannot_carry_out_exits_3() {
         stdout.contains("ERROR: life 0 finished without reaching its hit 100000"),
         "{stdout}"
     );
-    assert!(stdout.contains("result: no violations"), "{stdout}");
+    assert!(
+        stdout.contains("result: not carried out, a harness error"),
+        "{stdout}"
+    );
 }
 
 /// The agent child tells whose failure stopped it: here the harness's (no
