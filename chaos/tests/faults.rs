@@ -91,6 +91,7 @@ const EXPECTED: &[(&str, &[&str])] = &[
     ("zeros-to-newline-torn", &["damage-refused"]),
     ("append-after-preallocation", &["log-prefix"]),
     ("blob-unchecked-read", &["damage-refused"]),
+    ("read-limit-below-write-limit", &["acked-durable"]),
 ];
 
 /// Faults the small fixture cannot show: it has no compaction, no branch
@@ -293,6 +294,23 @@ fn compaction_keeps_anything_is_caught_by_rule_refused_under_compaction() {
         "rule-compaction-kept-off-branch",
         "compaction",
     );
+}
+
+/// No scenario writes an event as large as the writer takes: only the
+/// limit probe does, and the store no longer opens its session.
+#[test]
+fn read_limit_below_write_limit_is_caught_by_the_limit_probe() {
+    let report = assert_caught("read-limit-below-write-limit");
+    let v = campaign::first_violation(&report, "acked-durable");
+    assert!(
+        v["replay"].as_str().unwrap().contains("--plan probe:limit"),
+        "{v}"
+    );
+    assert!(
+        v["found"].as_str().unwrap().contains("refused with `damage`"),
+        "{v}"
+    );
+    assert_eq!(campaign::row(&report, "durable_append")["verdict"], "fail");
 }
 
 /// The agent never sends a side effect without an operation id: only the

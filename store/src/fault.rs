@@ -62,6 +62,8 @@ pub enum Fault {
     FoldWrongLeaf,
     /// The projection hangs every new entry under the active leaf, whatever its `parent`: an implicit branch (an entry under an earlier one, no `leaf_moved`) is served as more of the old branch.
     FoldIgnoresImplicitBranch,
+    /// The reader's line limit is one byte below the writer's: an acknowledged event of the largest size the writer takes reads back as damage.
+    ReadLimitBelowWriteLimit,
     /// The rendered context leaves out the compaction summary.
     ContextDropsSummary,
     /// A context over its token budget drops the `<recovery>` block along with the oldest entries.
@@ -223,6 +225,11 @@ impl Fault {
             Fault::FoldIgnoresImplicitBranch,
             "fold-ignores-implicit-branch",
             "an entry hangs under its parent, which becomes the active branch",
+        ),
+        (
+            Fault::ReadLimitBelowWriteLimit,
+            "read-limit-below-write-limit",
+            "every line the writer takes reads back",
         ),
         (
             Fault::ContextDropsSummary,

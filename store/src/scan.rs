@@ -401,13 +401,13 @@ impl<R: BufRead> Scanner<R> {
     fn read_piece(&mut self) -> Result<Option<usize>> {
         self.buf.clear();
         let n = (&mut self.reader)
-            .take(MAX_LINE_BYTES as u64)
+            .take(read_limit() as u64)
             .read_until(b'\n', &mut self.buf)
             .map_err(Error::io("read", &self.path))?;
         if n == 0 {
             return Ok(None);
         }
-        if self.buf.last() != Some(&b'\n') && n == MAX_LINE_BYTES && !self.at_eof()? {
+        if self.buf.last() != Some(&b'\n') && n == read_limit() && !self.at_eof()? {
             if self.buf.last() == Some(&0) {
                 let run = self.buf.iter().rev().take_while(|&&b| b == 0).count() as u64;
                 if let Some(more) = self.zeros_to_eof(ZERO_TAIL_MAX_BYTES - run)? {
@@ -623,6 +623,17 @@ pub fn verify(
         end: scanner.position(),
         torn: scanner.torn().cloned(),
     })
+}
+
+/// The longest piece a read takes: [`MAX_LINE_BYTES`], the writer's
+/// limit too (read-limit-below-write-limit: broken on purpose, one byte
+/// short, so the largest line the writer takes reads as damage).
+fn read_limit() -> usize {
+    if crate::fault::active(crate::fault::Fault::ReadLimitBelowWriteLimit) {
+        MAX_LINE_BYTES - 1
+    } else {
+        MAX_LINE_BYTES
+    }
 }
 
 #[cfg(test)]

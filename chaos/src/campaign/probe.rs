@@ -75,6 +75,16 @@
 //!   acknowledged event unchanged (its own `tail_quarantined` after them
 //!   allowed); past them, when it refuses with `damage`; anything else is
 //!   `tail-rules`.
+//! - `limit` (`durable_append`, every store): in a fresh session, the
+//!   crash-free run's events up to its first user message, then assistant
+//!   messages of growing size (doubling from [`LIMIT_FIRST_BYTES`] up to
+//!   [`LIMIT_CAP_BYTES`] of text, then a bisection between the largest
+//!   acknowledged and the smallest refused), so the last ones are as
+//!   large as the store takes, to the byte. A store may refuse a size
+//!   (any refusal kind); it must read back every message it acknowledged
+//!   after the session is opened again: one lost, changed, or a session
+//!   that no longer opens is `acked-durable` (a reader whose line limit is
+//!   below its writer's: agentstore's `read-limit-below-write-limit`).
 //! - `lock` (`writer_lock`): a copy of the crash-free run's store is opened
 //!   for writing, and, while that first open holds it, opened again (a
 //!   second `Session::open` in-process, a second adapter process). It
@@ -140,6 +150,9 @@ pub enum Probe {
         compaction: String,
         breaks: CompactionBreak,
     },
+    /// Append messages up to the largest the store takes, reopen, read
+    /// every acknowledged one back.
+    Limit,
     /// Open the session a second time while a first open holds it.
     Lock,
     /// Append `tail` to `file`, agentstore's log, after its last
@@ -345,6 +358,7 @@ impl Probe {
             Probe::Rule { case, .. } => case.capability(),
             Probe::CompactionRule { .. } => Capability::Compaction,
             Probe::Lock => Capability::WriterLock,
+            Probe::Limit => Capability::DurableAppend,
             Probe::Tail { .. } => Capability::TornTailRepair,
         }
     }
@@ -405,6 +419,7 @@ impl fmt::Display for Probe {
                 write!(f, "{}@{compaction}", breaks.name())
             }
             Probe::Lock => f.write_str("lock"),
+            Probe::Limit => f.write_str("limit"),
             Probe::Tail { file, tail } => write!(f, "tail@{}:{tail}", file.display()),
             Probe::Cut {
                 file,
@@ -434,7 +449,7 @@ impl FromStr for Probe {
     fn from_str(s: &str) -> Result<Probe, BadProbePlan> {
         let bad = || {
             BadProbePlan(format!(
-                "probe {s:?} is not damage@FILE:OFFSET, zeros@FILE:OFFSET+LEN, tail@FILE:lines-N, tail@FILE:zeros-N, cut@FILE:LEN, cut-unreadable-snapshot@FILE:LEN, ledger@OPERATION, ledger-retry@OPERATION, rule-CASE@OPERATION (CASE: {}), rule-compaction-off-leaf@EVENT_ID, rule-compaction-kept-off-branch@EVENT_ID or lock",
+                "probe {s:?} is not damage@FILE:OFFSET, zeros@FILE:OFFSET+LEN, tail@FILE:lines-N, tail@FILE:zeros-N, cut@FILE:LEN, cut-unreadable-snapshot@FILE:LEN, ledger@OPERATION, ledger-retry@OPERATION, rule-CASE@OPERATION (CASE: {}), rule-compaction-off-leaf@EVENT_ID, rule-compaction-kept-off-branch@EVENT_ID, limit or lock",
                 RuleCase::ALL.map(RuleCase::name).join(", ")
             ))
         };
@@ -451,8 +466,10 @@ impl FromStr for Probe {
             }
             Ok((file, rest.to_string()))
         };
-        if s == "lock" {
-            return Ok(Probe::Lock);
+        match s {
+            "lock" => return Ok(Probe::Lock),
+            "limit" => return Ok(Probe::Limit),
+            _ => {}
         }
         match s.split_once('@') {
             Some(("damage", arg)) => {
@@ -606,6 +623,13 @@ pub fn plan(
             );
         }
     }
+    // Every store owes it: an acknowledged event reads back.
+    if reference
+        .iter()
+        .any(|r| matches!(r.event(), Some(Event::UserMessage { .. })))
+    {
+        probes.push(Probe::Limit);
+    }
     if claimed.contains(&Capability::WriterLock) {
         probes.push(Probe::Lock);
     }
@@ -745,6 +769,15 @@ pub enum ProbeReply {
     NotReplayed { message: String },
     /// Lock: the second open succeeded while the first held the session.
     SecondOpened,
+    /// Limit: the largest message text the store acknowledged (bytes), the
+    /// smallest it refused (none up to [`LIMIT_CAP_BYTES`]), how many it
+    /// acknowledged, and those not read back as written after reopening.
+    Limit {
+        largest: u64,
+        smallest_refused: Option<u64>,
+        acknowledged: usize,
+        not_read_back: Vec<String>,
+    },
 }
 
 /// A record as the damage probe compares it: seq, id and the event's
@@ -856,6 +889,7 @@ pub fn run(setup: &ProbeSetup<'_>, probe: &Probe, dir: &Path) -> ProbeOutcome {
                 compaction_rule(setup, compaction, *breaks, dir)
             }
             Probe::Lock => lock(setup, dir),
+            Probe::Limit => limit(setup, dir),
             Probe::Tail { file, tail } => torn_tail(setup, file, *tail, dir),
             Probe::Cut {
                 file,
@@ -898,6 +932,19 @@ fn tell(reply: &ProbeReply) -> String {
         ProbeReply::SecondOpened => {
             "a second open succeeded while the first held the session".to_string()
         }
+        ProbeReply::Limit {
+            largest,
+            smallest_refused,
+            acknowledged,
+            not_read_back,
+        } => format!(
+            "it acknowledged {acknowledged} message(s), the largest of {largest} bytes of text ({}), and after reopening served {} of them back as written",
+            smallest_refused.map_or_else(
+                || format!("none refused up to {LIMIT_CAP_BYTES}"),
+                |n| format!("{n} refused")
+            ),
+            acknowledged - not_read_back.len()
+        ),
     }
 }
 
@@ -1164,11 +1211,12 @@ pub fn judge_tail(
                 ))),
             }
         }
-        ProbeReply::Accepted { .. } | ProbeReply::NotReplayed { .. } | ProbeReply::SecondOpened => {
-            Err(ProbeError::Harness(
-                "the tail probe got another probe's reply".into(),
-            ))
-        }
+        ProbeReply::Accepted { .. }
+        | ProbeReply::NotReplayed { .. }
+        | ProbeReply::SecondOpened
+        | ProbeReply::Limit { .. } => Err(ProbeError::Harness(
+            "the tail probe got another probe's reply".into(),
+        )),
     }
 }
 
@@ -1219,11 +1267,12 @@ pub fn judge_damage(
                 })
             })
             .map(|(found, events)| violation(found, events))),
-        ProbeReply::Accepted { .. } | ProbeReply::NotReplayed { .. } | ProbeReply::SecondOpened => {
-            Err(ProbeError::Harness(
-                "the damage probe got another probe's reply".into(),
-            ))
-        }
+        ProbeReply::Accepted { .. }
+        | ProbeReply::NotReplayed { .. }
+        | ProbeReply::SecondOpened
+        | ProbeReply::Limit { .. } => Err(ProbeError::Harness(
+            "the damage probe got another probe's reply".into(),
+        )),
     }
 }
 
@@ -1836,8 +1885,87 @@ fn not_refused_by_rule(
         } => Some(format!("a `{kind}` refusal at {at}, not `rule`: {message}")),
         ProbeReply::Accepted { seq } => Some(accepted(*seq)),
         ProbeReply::NotReplayed { .. } => None,
-        ProbeReply::Served { .. } | ProbeReply::Crashed { .. } | ProbeReply::SecondOpened => {
+        ProbeReply::Served { .. }
+        | ProbeReply::Crashed { .. }
+        | ProbeReply::SecondOpened
+        | ProbeReply::Limit { .. } => {
             return Err(ProbeError::Harness(format!("{probe} got another probe's reply")))
+        }
+    })
+}
+
+/// The limit probe's first message: bytes of text.
+pub const LIMIT_FIRST_BYTES: u64 = 1024;
+
+/// The limit probe's largest message: bytes of text (twice agentstore's
+/// line limit). A store that takes it has no limit the probe looks for.
+pub const LIMIT_CAP_BYTES: u64 = 8 * 1024 * 1024;
+
+/// The limit probe's messages start at this seq or later, so that every
+/// one's seq and parent id have as many digits (two, for the at most 45
+/// appends of a search) and a line's size varies with its text alone.
+const LIMIT_FIRST_SEQ: Seq = 10;
+
+/// What the limit probe's child replays (the crash-free run up to its
+/// first user message) and the entry its messages hang under.
+#[derive(Debug, Serialize, Deserialize)]
+struct LimitEvents {
+    replay: Vec<Event>,
+    leaf: String,
+}
+
+fn limit(setup: &ProbeSetup<'_>, dir: &Path) -> Result<(String, Vec<Violation>, bool), ProbeError> {
+    let reference = setup.reference;
+    let k = reference
+        .iter()
+        .position(|r| matches!(r.event(), Some(Event::UserMessage { .. })))
+        .ok_or_else(|| ProbeError::Harness("the crash-free run has no user message".into()))?;
+    let events = LimitEvents {
+        replay: replay_events(reference, k + 1)?,
+        leaf: event_id(reference[k].seq),
+    };
+    let reply = child_with_events(setup, dir, "limit", "limit-probe", &events)?;
+    let told = format!(
+        "replaying up to {}, then assistant messages of growing size under it, the session closed and opened again: {}",
+        describe_record(&reference[k]),
+        tell(&reply)
+    );
+    let skipped = matches!(reply, ProbeReply::NotReplayed { .. });
+    Ok((told, judge_limit(&reply)?.into_iter().collect(), skipped))
+}
+
+/// The limit verdict.
+pub fn judge_limit(reply: &ProbeReply) -> Result<Option<Violation>, ProbeError> {
+    let violation = |found: String| {
+        Violation {
+        invariant: Invariant::AckedDurable,
+        when: "after the crash-free run, in a fresh session: assistant messages up to the largest the store takes, then the session opened again".into(),
+        expected: "every acknowledged message read back as written (a store may refuse a size it cannot take, never lose one it took)".into(),
+        found,
+        events: vec![],
+    }
+    };
+    Ok(match reply {
+        ProbeReply::NotReplayed { .. } => None,
+        ProbeReply::Limit { not_read_back, .. } if not_read_back.is_empty() => None,
+        ProbeReply::Limit {
+            largest,
+            not_read_back,
+            ..
+        } => Some(violation(format!(
+            "{} of the acknowledged messages not read back as written (the largest acknowledged: {largest} bytes of text): {}",
+            not_read_back.len(),
+            not_read_back.join("; ")
+        ))),
+        ProbeReply::Refused {
+            at, kind, message, ..
+        } => Some(violation(format!(
+            "{at} refused with `{kind}`: {message}"
+        ))),
+        _ => {
+            return Err(ProbeError::Harness(
+                "the limit probe got another probe's reply".into(),
+            ))
         }
     })
 }
@@ -2234,6 +2362,27 @@ impl Target {
             Target::Adapter(c) => Ok(c.events(None)?),
         }
     }
+
+    /// The records at `seqs` that the store serves, one `events` page
+    /// each through an adapter (a reply stays under the client's limit
+    /// however large the log).
+    fn records_at(&mut self, seqs: &[Seq]) -> Result<Vec<Record>, ChildError> {
+        match self {
+            Target::Reference { .. } => {
+                let mut all = self.events()?;
+                all.retain(|r| seqs.contains(&r.seq));
+                Ok(all)
+            }
+            Target::Adapter(c) => {
+                let mut out = Vec::new();
+                for &seq in seqs {
+                    let page = c.events_page(seq.checked_sub(1), Some(1))?;
+                    out.extend(page.into_iter().filter(|r| r.seq == seq));
+                }
+                Ok(out)
+            }
+        }
+    }
 }
 
 /// The child's arguments.
@@ -2261,9 +2410,10 @@ pub fn run_child(args: &ChildArgs) -> Result<(), ProbeError> {
         "ledger" => child_ledger(args),
         "rule" => child_rule(args),
         "lock" => child_lock(args),
+        "limit" => child_limit(args),
         other => {
             return Err(ProbeError::Harness(format!(
-                "--what {other:?} is not damage, ledger, rule or lock"
+                "--what {other:?} is not damage, ledger, rule, lock or limit"
             )))
         }
     }?;
@@ -2436,6 +2586,119 @@ fn child_ledger(args: &ChildArgs) -> Result<ProbeReply, ProbeError> {
     Ok(ProbeReply::Accepted { seq })
 }
 
+/// An assistant message of `len` bytes of text, under `parent`.
+fn sized_message(parent: Seq, len: u64) -> Event {
+    Event::AssistantMessage {
+        parent: Some(event_id(parent)),
+        text: "x".repeat(len as usize),
+    }
+}
+
+fn child_limit(args: &ChildArgs) -> Result<ProbeReply, ProbeError> {
+    let events: LimitEvents = read_events(args)?;
+    let ws = args
+        .workspace
+        .as_deref()
+        .ok_or_else(|| ProbeError::Harness("--workspace is required".into()))?;
+    let mut target = Target::open(args, Some(ws)).map_err(fail("open"))?;
+    if let Some(not_replayed) = replay_into(&mut target, &events.replay)? {
+        return Ok(not_replayed);
+    }
+    let mut leaf = agentchaos_protocol::event::seq_of_event_id(&events.leaf)
+        .ok_or_else(|| ProbeError::Harness(format!("{:?} is not an event id", events.leaf)))?;
+    // Short messages until the seqs have their final digit count.
+    while leaf + 1 < LIMIT_FIRST_SEQ {
+        leaf = match target.append(&sized_message(leaf, 1)) {
+            Ok(seq) => seq,
+            Err(ChildError::Refused { kind, message }) => {
+                return Ok(ProbeReply::NotReplayed {
+                    message: format!(
+                        "a one-byte assistant message refused with `{kind}`: {message}"
+                    ),
+                })
+            }
+            Err(e) => return Err(e.at("append of assistant_message")),
+        };
+    }
+    let mut acknowledged: Vec<(Seq, u64)> = Vec::new();
+    let mut attempt = |len: u64, leaf: &mut Seq| -> Result<bool, ProbeError> {
+        match target.append(&sized_message(*leaf, len)) {
+            Ok(seq) => {
+                acknowledged.push((seq, len));
+                *leaf = seq;
+                Ok(true)
+            }
+            Err(ChildError::Refused { .. }) => Ok(false),
+            Err(e) => Err(e.at(&format!("append of a {len}-byte assistant_message"))),
+        }
+    };
+    // Doubling, then bisecting between the largest taken and the smallest refused.
+    let mut largest = None;
+    let mut refused = None;
+    let mut len = LIMIT_FIRST_BYTES;
+    while len <= LIMIT_CAP_BYTES {
+        if attempt(len, &mut leaf)? {
+            largest = Some(len);
+            len *= 2;
+        } else {
+            refused = Some(len);
+            break;
+        }
+    }
+    let Some(mut taken) = largest else {
+        return Ok(ProbeReply::NotReplayed {
+            message: format!(
+                "an assistant message of {LIMIT_FIRST_BYTES} bytes of text was refused"
+            ),
+        });
+    };
+    if let Some(mut over) = refused {
+        while over - taken > 1 {
+            let mid = taken + (over - taken) / 2;
+            if attempt(mid, &mut leaf)? {
+                taken = mid;
+            } else {
+                over = mid;
+            }
+        }
+        refused = Some(over);
+    }
+    drop(target);
+    let mut again = match Target::open(args, None) {
+        Ok(again) => again,
+        Err(e @ ChildError::Refused { .. }) => return refused_reopen(e),
+        Err(e) => return Err(e.at("open again")),
+    };
+    let seqs: Vec<Seq> = acknowledged.iter().map(|&(seq, _)| seq).collect();
+    let served = again.records_at(&seqs).map_err(fail("events"))?;
+    let not_read_back = acknowledged
+        .iter()
+        .filter_map(|&(seq, len)| {
+            let found = served.iter().find(|r| r.seq == seq);
+            let fits = |text: &str| text.len() as u64 == len && text.bytes().all(|b| b == b'x');
+            match found.and_then(|r| r.event()) {
+                Some(Event::AssistantMessage { text, .. }) if fits(text) => None,
+                Some(other) => Some(format!(
+                    "seq {seq} (a {len}-byte message) is now {}",
+                    crate::model::describe_event(other)
+                )),
+                None => Some(format!("seq {seq} (a {len}-byte message) is gone")),
+            }
+        })
+        .collect();
+    Ok(ProbeReply::Limit {
+        largest: taken,
+        smallest_refused: refused,
+        acknowledged: acknowledged.len(),
+        not_read_back,
+    })
+}
+
+/// The limit probe's reopen, refused: the messages it acknowledged are lost with the session.
+fn refused_reopen(e: ChildError) -> Result<ProbeReply, ProbeError> {
+    refused("open, after the messages were acknowledged,", e, None)
+}
+
 fn child_rule(args: &ChildArgs) -> Result<ProbeReply, ProbeError> {
     let events: RuleEvents = read_events(args)?;
     let ws = args
@@ -2547,6 +2810,7 @@ mod tests {
             "rule-compaction-off-leaf@e15",
             "rule-compaction-kept-off-branch@e15",
             "lock",
+            "limit",
             "tail@sessions/s/events.jsonl:lines-64",
             "tail@sessions/s/events.jsonl:zeros-4194305",
             "cut@sessions/s/events.jsonl:77",
@@ -2774,6 +3038,36 @@ mod tests {
         assert!(judge_ledger("op", &reference[2], true, &refused("io", 3))
             .unwrap()
             .is_some());
+    }
+
+    #[test]
+    fn a_store_may_refuse_a_size_but_never_lose_one_it_took() {
+        let reply = |not_read_back: Vec<String>| ProbeReply::Limit {
+            largest: 4_194_181,
+            smallest_refused: Some(4_194_182),
+            acknowledged: 28,
+            not_read_back,
+        };
+        assert_eq!(judge_limit(&reply(vec![])).unwrap(), None);
+        let lost = judge_limit(&reply(vec!["seq 37 (a 4194181-byte message) is gone".into()]))
+            .unwrap()
+            .unwrap();
+        assert_eq!(lost.invariant, Invariant::AckedDurable);
+        assert!(lost.found.contains("seq 37"), "{}", lost.found);
+        let unopenable = ProbeReply::Refused {
+            at: "open, after the messages were acknowledged,".into(),
+            kind: "damage".into(),
+            message: "no newline within 4194304 bytes".into(),
+            events_before: None,
+            events_after: None,
+        };
+        let v = judge_limit(&unopenable).unwrap().unwrap();
+        assert!(v.found.contains("refused with `damage`"), "{}", v.found);
+        let not_reached = ProbeReply::NotReplayed {
+            message: "refused".into(),
+        };
+        assert_eq!(judge_limit(&not_reached).unwrap(), None);
+        assert!(judge_limit(&ProbeReply::SecondOpened).is_err());
     }
 
     #[test]
