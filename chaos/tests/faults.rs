@@ -307,7 +307,10 @@ fn read_limit_below_write_limit_is_caught_by_the_limit_probe() {
         "{v}"
     );
     assert!(
-        v["found"].as_str().unwrap().contains("refused with `damage`"),
+        v["found"]
+            .as_str()
+            .unwrap()
+            .contains("refused with `damage`"),
         "{v}"
     );
     assert_eq!(campaign::row(&report, "durable_append")["verdict"], "fail");

@@ -64,13 +64,15 @@
 //!   keep an entry of the active branch, PROTOCOL.md §3): hung under the
 //!   session's first user message instead of the active leaf, or kept
 //!   from an entry off the active branch. Judged as the other rules are.
-//! - `tail@LOG:lines-N`, `tail@LOG:zeros-N` (`torn_tail_repair`,
+//! - `tail@LOG:lines-N`, `tail@LOG:zeros-N`, `tail@LOG:lost-sector` (`torn_tail_repair`,
 //!   in-process: the bytes are agentstore's log format): [`Tail`] appended
 //!   after the last line of agentstore's log, at the bounds of its tail
 //!   rules as the harness states them ([`TAIL_MAX_LINES`],
 //!   [`TAIL_MAX_ZERO_BYTES`]): a whole group of torn lines and one more,
 //!   zeros to the end of the file as long as one line and a pre-allocation
-//!   step (log format 2) and one byte more.
+//!   step (log format 2) and one byte more, and two torn lines the second
+//!   of which lost one whole sector to zeros (what a power cut leaves of a
+//!   group write: the zeros are judged at their offsets in the file).
 //!   Within the rules it passes when the store opens and serves every
 //!   acknowledged event unchanged (its own `tail_quarantined` after them
 //!   allowed); past them, when it refuses with `damage`; anything else is
@@ -205,6 +207,12 @@ pub enum Tail {
     /// This many zero bytes and no newline: a write lost after it grew the
     /// file.
     Zeros(u64),
+    /// Two newline-terminated pieces: a prefix of the last line, then a
+    /// line whose bytes from the next [`SECTOR_BYTES`] boundary of the
+    /// file on are one whole sector of zeros: a group write of which a
+    /// later line lost a sector. Within the rules only if the store judges
+    /// the zeros at their own offsets in the file.
+    LostSector,
 }
 
 /// agentstore's tail rules (`store/src/scan.rs`, its module doc), as the
@@ -231,6 +239,7 @@ impl Tail {
         match self {
             Tail::Lines(n) => n <= TAIL_MAX_LINES,
             Tail::Zeros(n) => n <= TAIL_MAX_ZERO_BYTES,
+            Tail::LostSector => true,
         }
     }
 
@@ -263,6 +272,23 @@ impl Tail {
                     file.display()
                 ))
             }
+            Tail::LostSector => {
+                // The first piece: the line's header cut short, as `Lines` cuts it.
+                bytes.extend_from_slice(b"{\"crc\":\"0\n");
+                let second = bytes.len();
+                // Its own start, then any bytes up to the next sector
+                // boundary but one (the start alone is not a sector's).
+                bytes.extend_from_slice(b"{\"crc\":\"");
+                let boundary = (bytes.len() as u64 + 1).next_multiple_of(SECTOR_BYTES);
+                bytes.resize(boundary as usize, b'x');
+                bytes.resize((boundary + SECTOR_BYTES) as usize, 0);
+                bytes.push(b'\n');
+                Ok(format!(
+                    "{}, from byte offset {at}: a torn line, then at byte offset {second} a line whose bytes {boundary}..{} are zeros (one sector lost)",
+                    file.display(),
+                    boundary + SECTOR_BYTES
+                ))
+            }
         }
     }
 }
@@ -272,6 +298,7 @@ impl fmt::Display for Tail {
         match self {
             Tail::Lines(n) => write!(f, "lines-{n}"),
             Tail::Zeros(n) => write!(f, "zeros-{n}"),
+            Tail::LostSector => f.write_str("lost-sector"),
         }
     }
 }
@@ -449,7 +476,7 @@ impl FromStr for Probe {
     fn from_str(s: &str) -> Result<Probe, BadProbePlan> {
         let bad = || {
             BadProbePlan(format!(
-                "probe {s:?} is not damage@FILE:OFFSET, zeros@FILE:OFFSET+LEN, tail@FILE:lines-N, tail@FILE:zeros-N, cut@FILE:LEN, cut-unreadable-snapshot@FILE:LEN, ledger@OPERATION, ledger-retry@OPERATION, rule-CASE@OPERATION (CASE: {}), rule-compaction-off-leaf@EVENT_ID, rule-compaction-kept-off-branch@EVENT_ID, limit or lock",
+                "probe {s:?} is not damage@FILE:OFFSET, zeros@FILE:OFFSET+LEN, tail@FILE:lines-N, tail@FILE:zeros-N, tail@FILE:lost-sector, cut@FILE:LEN, cut-unreadable-snapshot@FILE:LEN, ledger@OPERATION, ledger-retry@OPERATION, rule-CASE@OPERATION (CASE: {}), rule-compaction-off-leaf@EVENT_ID, rule-compaction-kept-off-branch@EVENT_ID, limit or lock",
                 RuleCase::ALL.map(RuleCase::name).join(", ")
             ))
         };
@@ -499,6 +526,7 @@ impl FromStr for Probe {
                 let (file, tail) = file_and(arg)?;
                 let count = |n: &str| n.parse::<u64>().ok().filter(|n| *n > 0);
                 let tail = match tail.split_once('-') {
+                    _ if tail == "lost-sector" => Some(Tail::LostSector),
                     Some(("lines", n)) => count(n).map(Tail::Lines),
                     Some(("zeros", n)) => count(n).map(Tail::Zeros),
                     _ => None,
@@ -615,6 +643,7 @@ pub fn plan(
                     Tail::Lines(TAIL_MAX_LINES + 1),
                     Tail::Zeros(TAIL_MAX_ZERO_BYTES),
                     Tail::Zeros(TAIL_MAX_ZERO_BYTES + 1),
+                    Tail::LostSector,
                 ]
                 .map(|tail| Probe::Tail {
                     file: log.to_path_buf(),
@@ -1157,6 +1186,9 @@ pub fn judge_tail(
 ) -> Result<Option<Violation>, ProbeError> {
     let rule = match tail {
         Tail::Lines(_) => format!("at most {TAIL_MAX_LINES} torn lines"),
+        Tail::LostSector => format!(
+            "zeros in a torn line are whole {SECTOR_BYTES}-byte sectors of the file"
+        ),
         Tail::Zeros(_) => format!(
             "zeros to the end of the file are at most {TAIL_MAX_ZERO_BYTES} bytes (a lost line and a pre-allocated step)"
         ),
@@ -2813,6 +2845,7 @@ mod tests {
             "limit",
             "tail@sessions/s/events.jsonl:lines-64",
             "tail@sessions/s/events.jsonl:zeros-4194305",
+            "tail@sessions/s/events.jsonl:lost-sector",
             "cut@sessions/s/events.jsonl:77",
             "cut-unreadable-snapshot@sessions/s/events.jsonl:77",
         ] {
@@ -2984,6 +3017,28 @@ mod tests {
         let mut bytes = text.clone();
         Tail::Zeros(5).append(Path::new("log"), &mut bytes).unwrap();
         assert_eq!(&bytes[text.len()..], &[0; 5]);
+        let mut bytes = text.clone();
+        Tail::LostSector
+            .append(Path::new("log"), &mut bytes)
+            .unwrap();
+        let pieces: Vec<&[u8]> = bytes[text.len()..].split(|&b| b == b'\n').collect();
+        assert_eq!(pieces.len(), 3, "two newline-terminated pieces");
+        let zeros = bytes.iter().position(|&b| b == 0).unwrap() as u64;
+        assert_eq!(
+            zeros % SECTOR_BYTES,
+            0,
+            "the zeros start at a sector boundary"
+        );
+        assert_eq!(
+            bytes.len() as u64,
+            zeros + SECTOR_BYTES + 1,
+            "one sector, then the newline"
+        );
+        assert!(
+            pieces[1].starts_with(b"{\"crc\":\""),
+            "{:?}",
+            &pieces[1][..9]
+        );
         assert!(Tail::Lines(1)
             .append(Path::new("log"), &mut b"no newline".to_vec())
             .is_err());
@@ -3049,9 +3104,11 @@ mod tests {
             not_read_back,
         };
         assert_eq!(judge_limit(&reply(vec![])).unwrap(), None);
-        let lost = judge_limit(&reply(vec!["seq 37 (a 4194181-byte message) is gone".into()]))
-            .unwrap()
-            .unwrap();
+        let lost = judge_limit(&reply(vec![
+            "seq 37 (a 4194181-byte message) is gone".into()
+        ]))
+        .unwrap()
+        .unwrap();
         assert_eq!(lost.invariant, Invariant::AckedDurable);
         assert!(lost.found.contains("seq 37"), "{}", lost.found);
         let unopenable = ProbeReply::Refused {
@@ -3312,6 +3369,7 @@ mod tests {
             Tail::Lines(TAIL_MAX_LINES + 1),
             Tail::Zeros(TAIL_MAX_ZERO_BYTES),
             Tail::Zeros(TAIL_MAX_ZERO_BYTES + 1),
+            Tail::LostSector,
         ] {
             assert!(probes.contains(&Probe::Tail {
                 file: "log".into(),
