@@ -18,11 +18,13 @@
 //! - [`campaign`]: trials, the runner, probes, shrinking,
 //!   replay;
 //! - [`report`]: text, JSON, JUnit and the scorecard;
-//! - [`shell`]: quoting the commands a report prints.
+//! - [`shell`]: quoting the commands a report prints;
+//! - [`child`]: child processes that die with the harness.
 
 pub mod agent;
 pub mod campaign;
 pub mod check;
+pub mod child;
 pub mod history;
 pub mod model;
 pub mod nemesis;

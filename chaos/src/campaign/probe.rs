@@ -2077,6 +2077,8 @@ fn child(
     extra: &[&std::ffi::OsStr],
 ) -> Result<ProbeReply, ProbeError> {
     let mut cmd = Command::new(setup.agent_exe);
+    // Waited for on this thread: a harness killed mid-probe takes it along.
+    crate::child::die_with_parent(&mut cmd);
     cmd.args(["probe", "--what", what, "--session", session, "--root"])
         .arg(root)
         .args(extra)

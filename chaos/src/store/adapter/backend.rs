@@ -455,22 +455,7 @@ impl AdapterBackend {
         for var in NEMESIS_ENV {
             cmd.env_remove(var);
         }
-        let parent = std::process::id();
-        // SAFETY: between fork and exec this only calls async-signal-safe
-        // functions (prctl, getppid) and allocates nothing.
-        #[allow(unsafe_code)]
-        unsafe {
-            cmd.pre_exec(move || {
-                nix::sys::prctl::set_pdeathsig(nix::sys::signal::Signal::SIGKILL)?;
-                // The parent may have died before the prctl took effect.
-                if nix::unistd::getppid().as_raw() as u32 != parent {
-                    return Err(std::io::Error::other(
-                        "the parent died before the adapter started",
-                    ));
-                }
-                Ok(())
-            });
-        }
+        crate::child::die_with_parent(&mut cmd);
         cmd
     }
 }
