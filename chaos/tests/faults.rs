@@ -74,6 +74,7 @@ const EXPECTED: &[(&str, &[&str])] = &[
         "fold-ignores-implicit-branch",
         &["checkpoint-projection", "context-window"],
     ),
+    ("read-limit-below-write-limit", &["acked-durable"]),
     ("context-drops-summary", &["context-window"]),
     (
         "context-budget-drops-recovery",
@@ -91,7 +92,6 @@ const EXPECTED: &[(&str, &[&str])] = &[
     ("zeros-to-newline-torn", &["damage-refused"]),
     ("append-after-preallocation", &["log-prefix"]),
     ("blob-unchecked-read", &["damage-refused"]),
-    ("read-limit-below-write-limit", &["acked-durable"]),
 ];
 
 /// Faults the small fixture cannot show: it has no compaction, no branch

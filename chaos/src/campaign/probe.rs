@@ -207,11 +207,11 @@ pub enum Tail {
     /// This many zero bytes and no newline: a write lost after it grew the
     /// file.
     Zeros(u64),
-    /// Two newline-terminated pieces: a prefix of the last line, then a
-    /// line whose bytes from the next [`SECTOR_BYTES`] boundary of the
-    /// file on are one whole sector of zeros: a group write of which a
-    /// later line lost a sector. Within the rules only if the store judges
-    /// the zeros at their own offsets in the file.
+    /// Two newline-terminated pieces of a group write that lost sectors:
+    /// one whose bytes up to the next [`SECTOR_BYTES`] boundary of the file
+    /// are zeros (the end of a lost sector, from the segment's start), then
+    /// one holding one whole sector of zeros. Within the rules only if the
+    /// store judges the zeros at their own offsets in the file.
     LostSector,
 }
 
@@ -273,8 +273,12 @@ impl Tail {
                 ))
             }
             Tail::LostSector => {
-                // The first piece: the line's header cut short, as `Lines` cuts it.
-                bytes.extend_from_slice(b"{\"crc\":\"0\n");
+                // The first piece: its first sector lost, so zeros from the
+                // segment's start (the pre-allocated zeros that sector held)
+                // to the next boundary, then the bytes of the next sector.
+                let first_boundary = (at as u64 + 1).next_multiple_of(SECTOR_BYTES);
+                bytes.resize(first_boundary as usize, 0);
+                bytes.extend_from_slice(b"\"seq\":0\n");
                 let second = bytes.len();
                 // Its own start, then any bytes up to the next sector
                 // boundary but one (the start alone is not a sector's).
@@ -284,7 +288,7 @@ impl Tail {
                 bytes.resize((boundary + SECTOR_BYTES) as usize, 0);
                 bytes.push(b'\n');
                 Ok(format!(
-                    "{}, from byte offset {at}: a torn line, then at byte offset {second} a line whose bytes {boundary}..{} are zeros (one sector lost)",
+                    "{}, from byte offset {at}: a torn line whose bytes {at}..{first_boundary} are zeros (the rest of a lost sector), then at byte offset {second} one whose bytes {boundary}..{} are zeros (one whole sector lost)",
                     file.display(),
                     boundary + SECTOR_BYTES
                 ))
@@ -586,6 +590,12 @@ pub fn plan(
             if let Some(last) = lines.last().filter(|l| l.end - l.start > 1) {
                 offsets.push((last.start + last.end - 1) / 2);
             }
+            // The newline before the last line: flipped, it fuses the last
+            // two lines into one bad line with a whole line inside it (a
+            // lost newline), which is damage, never a torn tail.
+            if let [.., before, _] = lines.as_slice() {
+                offsets.push(before.end - 1);
+            }
             offsets.sort_unstable();
             offsets.dedup();
             probes.extend(offsets.into_iter().map(|offset| Probe::Damage {
@@ -604,6 +614,21 @@ pub fn plan(
                     offset: last.start,
                     len: last.end - last.start,
                 });
+            }
+            // The middle half of the last line: zeros that start and stop
+            // inside it, after its first bytes, where no lost sector puts them.
+            if let Some(last) = lines.last().filter(|l| l.end - l.start >= 8) {
+                let (from, len) = (
+                    last.start + (last.end - last.start) / 4,
+                    (last.end - last.start) / 2,
+                );
+                if from % SECTOR_BYTES != 0 || (from + len) % SECTOR_BYTES != 0 {
+                    probes.push(Probe::Zeros {
+                        file: file.clone(),
+                        offset: from,
+                        len,
+                    });
+                }
             }
             if lines.len() >= 4 {
                 let from = lines[lines.len() - 3].start;
@@ -3025,15 +3050,22 @@ mod tests {
             .unwrap();
         let pieces: Vec<&[u8]> = bytes[text.len()..].split(|&b| b == b'\n').collect();
         assert_eq!(pieces.len(), 3, "two newline-terminated pieces");
-        let zeros = bytes.iter().position(|&b| b == 0).unwrap() as u64;
+        let first_zeros = pieces[0].iter().take_while(|&&b| b == 0).count();
         assert_eq!(
-            zeros % SECTOR_BYTES,
+            (text.len() + first_zeros) as u64 % SECTOR_BYTES,
+            0,
+            "the first piece's zeros run from its start to a sector boundary"
+        );
+        let second = bytes.len() - pieces[1].len() - 1;
+        let zeros = second + pieces[1].iter().position(|&b| b == 0).unwrap();
+        assert_eq!(
+            zeros as u64 % SECTOR_BYTES,
             0,
             "the zeros start at a sector boundary"
         );
         assert_eq!(
-            bytes.len() as u64,
-            zeros + SECTOR_BYTES + 1,
+            bytes.len(),
+            zeros + SECTOR_BYTES as usize + 1,
             "one sector, then the newline"
         );
         assert!(
@@ -3365,6 +3397,23 @@ mod tests {
                 len: lines[4].len() as u64,
             }),
             "the last line zeroed alone: {probes:?}"
+        );
+        // The newline before it flipped.
+        assert!(
+            probes.contains(&Probe::Damage {
+                file: "log".into(),
+                offset: last_start - 1,
+            }),
+            "the last newline but one flipped: {probes:?}"
+        );
+        // Its middle half (9 bytes: from 2 bytes in, 4 of them).
+        assert!(
+            probes.contains(&Probe::Zeros {
+                file: "log".into(),
+                offset: last_start + 2,
+                len: 4,
+            }),
+            "the last line's middle zeroed: {probes:?}"
         );
         for tail in [
             Tail::Lines(TAIL_MAX_LINES),
