@@ -64,13 +64,16 @@
 //!   keep an entry of the active branch, PROTOCOL.md §3): hung under the
 //!   session's first user message instead of the active leaf, or kept
 //!   from an entry off the active branch. Judged as the other rules are.
-//! - `tail@LOG:lines-N`, `tail@LOG:zeros-N`, `tail@LOG:lost-sector` (`torn_tail_repair`,
+//! - `tail@LOG:lines-N`, `tail@LOG:zeros-N`, `tail@LOG:lost-sector`,
+//!   `tail@LOG:unterminated-N` (`torn_tail_repair`,
 //!   in-process: the bytes are agentstore's log format): [`Tail`] appended
 //!   after the last line of agentstore's log, at the bounds of its tail
 //!   rules as the harness states them ([`TAIL_MAX_LINES`],
 //!   [`TAIL_MAX_ZERO_BYTES`]): a whole group of torn lines and one more,
 //!   zeros to the end of the file as long as one line and a pre-allocation
-//!   step (log format 2) and one byte more, and two torn lines the second
+//!   step (log format 2) and one byte more, a line's start with no newline
+//!   as long as a line may be ([`TAIL_MAX_LINE_BYTES`]) and one byte more,
+//!   and two torn lines the second
 //!   of which lost one whole sector to zeros (what a power cut leaves of a
 //!   group write: the zeros are judged at their offsets in the file).
 //!   Within the rules it passes when the store opens and serves every
@@ -213,6 +216,11 @@ pub enum Tail {
     /// one holding one whole sector of zeros. Within the rules only if the
     /// store judges the zeros at their own offsets in the file.
     LostSector,
+    /// This many bytes of a line's start (its header, then `x`s) and no
+    /// newline, to the end of the file: a torn write of a line as long as
+    /// the limit ([`TAIL_MAX_LINE_BYTES`]), or one byte longer, which no
+    /// write leaves.
+    Unterminated(u64),
 }
 
 /// agentstore's tail rules (`store/src/scan.rs`, its module doc), as the
@@ -240,6 +248,7 @@ impl Tail {
             Tail::Lines(n) => n <= TAIL_MAX_LINES,
             Tail::Zeros(n) => n <= TAIL_MAX_ZERO_BYTES,
             Tail::LostSector => true,
+            Tail::Unterminated(n) => n <= TAIL_MAX_LINE_BYTES,
         }
     }
 
@@ -269,6 +278,14 @@ impl Tail {
                 bytes.resize(at + n as usize, 0);
                 Ok(format!(
                     "{}, from byte offset {at}: {n} zero bytes appended, no newline",
+                    file.display()
+                ))
+            }
+            Tail::Unterminated(n) => {
+                bytes.extend_from_slice(b"{\"crc\":\"");
+                bytes.resize(at + n as usize, b'x');
+                Ok(format!(
+                    "{}, from byte offset {at}: {n} bytes of a line's start, no newline, to the end of the file",
                     file.display()
                 ))
             }
@@ -303,6 +320,7 @@ impl fmt::Display for Tail {
             Tail::Lines(n) => write!(f, "lines-{n}"),
             Tail::Zeros(n) => write!(f, "zeros-{n}"),
             Tail::LostSector => f.write_str("lost-sector"),
+            Tail::Unterminated(n) => write!(f, "unterminated-{n}"),
         }
     }
 }
@@ -480,7 +498,7 @@ impl FromStr for Probe {
     fn from_str(s: &str) -> Result<Probe, BadProbePlan> {
         let bad = || {
             BadProbePlan(format!(
-                "probe {s:?} is not damage@FILE:OFFSET, zeros@FILE:OFFSET+LEN, tail@FILE:lines-N, tail@FILE:zeros-N, tail@FILE:lost-sector, cut@FILE:LEN, cut-unreadable-snapshot@FILE:LEN, ledger@OPERATION, ledger-retry@OPERATION, rule-CASE@OPERATION (CASE: {}), rule-compaction-off-leaf@EVENT_ID, rule-compaction-kept-off-branch@EVENT_ID, limit or lock",
+                "probe {s:?} is not damage@FILE:OFFSET, zeros@FILE:OFFSET+LEN, tail@FILE:lines-N, tail@FILE:zeros-N, tail@FILE:lost-sector, tail@FILE:unterminated-N (N >= 8), cut@FILE:LEN, cut-unreadable-snapshot@FILE:LEN, ledger@OPERATION, ledger-retry@OPERATION, rule-CASE@OPERATION (CASE: {}), rule-compaction-off-leaf@EVENT_ID, rule-compaction-kept-off-branch@EVENT_ID, limit or lock",
                 RuleCase::ALL.map(RuleCase::name).join(", ")
             ))
         };
@@ -533,6 +551,9 @@ impl FromStr for Probe {
                     _ if tail == "lost-sector" => Some(Tail::LostSector),
                     Some(("lines", n)) => count(n).map(Tail::Lines),
                     Some(("zeros", n)) => count(n).map(Tail::Zeros),
+                    Some(("unterminated", n)) => {
+                        count(n).filter(|&n| n >= 8).map(Tail::Unterminated)
+                    }
                     _ => None,
                 };
                 Ok(Probe::Tail {
@@ -669,6 +690,8 @@ pub fn plan(
                     Tail::Zeros(TAIL_MAX_ZERO_BYTES),
                     Tail::Zeros(TAIL_MAX_ZERO_BYTES + 1),
                     Tail::LostSector,
+                    Tail::Unterminated(TAIL_MAX_LINE_BYTES),
+                    Tail::Unterminated(TAIL_MAX_LINE_BYTES + 1),
                 ]
                 .map(|tail| Probe::Tail {
                     file: log.to_path_buf(),
@@ -1213,6 +1236,9 @@ pub fn judge_tail(
         Tail::Lines(_) => format!("at most {TAIL_MAX_LINES} torn lines"),
         Tail::LostSector => format!(
             "zeros in a torn line are whole {SECTOR_BYTES}-byte sectors of the file"
+        ),
+        Tail::Unterminated(_) => format!(
+            "a final piece with no newline is at most one line, {TAIL_MAX_LINE_BYTES} bytes"
         ),
         Tail::Zeros(_) => format!(
             "zeros to the end of the file are at most {TAIL_MAX_ZERO_BYTES} bytes (a lost line and a pre-allocated step)"
@@ -2873,6 +2899,7 @@ mod tests {
             "tail@sessions/s/events.jsonl:lines-64",
             "tail@sessions/s/events.jsonl:zeros-4194305",
             "tail@sessions/s/events.jsonl:lost-sector",
+            "tail@sessions/s/events.jsonl:unterminated-4194304",
             "cut@sessions/s/events.jsonl:77",
             "cut-unreadable-snapshot@sessions/s/events.jsonl:77",
         ] {
@@ -3421,6 +3448,8 @@ mod tests {
             Tail::Zeros(TAIL_MAX_ZERO_BYTES),
             Tail::Zeros(TAIL_MAX_ZERO_BYTES + 1),
             Tail::LostSector,
+            Tail::Unterminated(TAIL_MAX_LINE_BYTES),
+            Tail::Unterminated(TAIL_MAX_LINE_BYTES + 1),
         ] {
             assert!(probes.contains(&Probe::Tail {
                 file: "log".into(),
