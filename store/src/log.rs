@@ -464,10 +464,19 @@ impl EventLog {
             let undurable = start.offset - st.durable.len;
             if batch && undurable > 0 && undurable + buf.len() as u64 > MAX_LINE_BYTES as u64 {
                 st.buf = buf;
-                // A leader may be waiting for this appender (it counted
-                // as arriving): it is not coming into this group.
-                self.arrived.notify_one();
-                st = self.synced.wait(st).unwrap_or_else(|p| p.into_inner());
+                if st.sync_running {
+                    // A leader may be waiting for this appender (it counted
+                    // as arriving): it is not coming into this group.
+                    self.arrived.notify_one();
+                    st = self.synced.wait(st).unwrap_or_else(|p| p.into_inner());
+                } else {
+                    // Nobody leads the group before (its leader has not
+                    // taken the lock back yet, or its appenders were
+                    // acknowledged unsynced): sync it here rather than
+                    // wait for a sync that may never come.
+                    let end = st.end;
+                    self.sync_to(&mut st, end)?;
+                }
                 continue;
             }
             break (start, id, buf);
