@@ -2642,16 +2642,30 @@ fn replay_into(target: &mut Target, events: &[Event]) -> Result<Option<ProbeRepl
     Ok(None)
 }
 
-fn child_ledger(args: &ChildArgs) -> Result<ProbeReply, ProbeError> {
-    let events: LedgerEvents = read_events(args)?;
+/// Opens the probe's session in `--workspace` and replays the crash-free
+/// run's `replay` into it: the target, or the reply saying the probe's
+/// situation was not reached.
+fn open_replayed(
+    args: &ChildArgs,
+    replay: &[Event],
+) -> Result<Result<Target, ProbeReply>, ProbeError> {
     let ws = args
         .workspace
         .as_deref()
         .ok_or_else(|| ProbeError::Harness("--workspace is required".into()))?;
     let mut target = Target::open(args, Some(ws)).map_err(fail("open"))?;
-    if let Some(not_replayed) = replay_into(&mut target, &events.replay)? {
-        return Ok(not_replayed);
-    }
+    Ok(match replay_into(&mut target, replay)? {
+        None => Ok(target),
+        Some(not_replayed) => Err(not_replayed),
+    })
+}
+
+fn child_ledger(args: &ChildArgs) -> Result<ProbeReply, ProbeError> {
+    let events: LedgerEvents = read_events(args)?;
+    let mut target = match open_replayed(args, &events.replay)? {
+        Ok(target) => target,
+        Err(not_replayed) => return Ok(not_replayed),
+    };
     let mut last = None;
     for e in &events.then {
         let before = target.events().map_err(fail("events"))?.len() as u64;
@@ -2681,30 +2695,21 @@ fn sized_message(parent: Seq, len: u64) -> Event {
 
 fn child_limit(args: &ChildArgs) -> Result<ProbeReply, ProbeError> {
     let events: LimitEvents = read_events(args)?;
-    let ws = args
-        .workspace
-        .as_deref()
-        .ok_or_else(|| ProbeError::Harness("--workspace is required".into()))?;
-    let mut target = Target::open(args, Some(ws)).map_err(fail("open"))?;
-    if let Some(not_replayed) = replay_into(&mut target, &events.replay)? {
-        return Ok(not_replayed);
-    }
+    let mut target = match open_replayed(args, &events.replay)? {
+        Ok(target) => target,
+        Err(not_replayed) => return Ok(not_replayed),
+    };
     let mut leaf = agentchaos_protocol::event::seq_of_event_id(&events.leaf)
         .ok_or_else(|| ProbeError::Harness(format!("{:?} is not an event id", events.leaf)))?;
-    // Short messages until the seqs have their final digit count.
-    while leaf + 1 < LIMIT_FIRST_SEQ {
-        leaf = match target.append(&sized_message(leaf, 1)) {
-            Ok(seq) => seq,
-            Err(ChildError::Refused { kind, message }) => {
-                return Ok(ProbeReply::NotReplayed {
-                    message: format!(
-                        "a one-byte assistant message refused with `{kind}`: {message}"
-                    ),
-                })
-            }
-            Err(e) => return Err(e.at("append of assistant_message")),
-        };
+    // Short messages until the seqs have their final digit count (each
+    // under the one before, the seqs consecutive as in any replay).
+    let padding: Vec<Event> = (leaf..(LIMIT_FIRST_SEQ - 1).max(leaf))
+        .map(|parent| sized_message(parent, 1))
+        .collect();
+    if let Some(not_replayed) = replay_into(&mut target, &padding)? {
+        return Ok(not_replayed);
     }
+    leaf += padding.len() as Seq;
     let mut acknowledged: Vec<(Seq, u64)> = Vec::new();
     let mut attempt = |len: u64, leaf: &mut Seq| -> Result<bool, ProbeError> {
         match target.append(&sized_message(*leaf, len)) {
@@ -2786,14 +2791,10 @@ fn refused_reopen(e: ChildError) -> Result<ProbeReply, ProbeError> {
 
 fn child_rule(args: &ChildArgs) -> Result<ProbeReply, ProbeError> {
     let events: RuleEvents = read_events(args)?;
-    let ws = args
-        .workspace
-        .as_deref()
-        .ok_or_else(|| ProbeError::Harness("--workspace is required".into()))?;
-    let mut target = Target::open(args, Some(ws)).map_err(fail("open"))?;
-    if let Some(not_replayed) = replay_into(&mut target, &events.replay)? {
-        return Ok(not_replayed);
-    }
+    let mut target = match open_replayed(args, &events.replay)? {
+        Ok(target) => target,
+        Err(not_replayed) => return Ok(not_replayed),
+    };
     if let Some((call_id, phase)) = &events.recover {
         let state = target.recover().map_err(fail("recover"))?;
         let marked = state.uncertain.iter().find(|u| &u.call_id == call_id);
