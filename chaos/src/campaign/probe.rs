@@ -1875,32 +1875,22 @@ fn compaction_rule(
 }
 
 /// An entry of `records` off the branch from `leaf` up to the root (the
-/// harness's own walk over the events' parents), and what it is: the
-/// first such entry, else an id no entry has.
+/// harness's own model of the tree), and what it is: the first such entry,
+/// else an id no entry has.
 fn entry_off_branch(records: &[Record], leaf: Option<&str>) -> (String, &'static str) {
-    let parents: std::collections::HashMap<String, Option<String>> = records
-        .iter()
-        .filter_map(|r| {
-            let parent = r.event()?.parent()?;
-            Some((event_id(r.seq), parent.cloned()))
-        })
+    let model = crate::model::Model::fold(records);
+    let branch: std::collections::HashSet<Seq> = leaf
+        .and_then(agentchaos_protocol::event::seq_of_event_id)
+        .map_or_else(Vec::new, |leaf| model.ancestry(leaf))
+        .into_iter()
         .collect();
-    let mut branch = std::collections::HashSet::new();
-    let mut cursor = leaf.map(str::to_string);
-    while let Some(id) = cursor {
-        if !branch.insert(id.clone()) {
-            break;
-        }
-        cursor = parents.get(&id).cloned().flatten();
-    }
-    records
-        .iter()
-        .filter(|r| r.event().and_then(Event::parent).is_some())
-        .map(|r| event_id(r.seq))
-        .find(|id| !branch.contains(id))
+    model
+        .entries()
+        .into_iter()
+        .find(|seq| !branch.contains(seq))
         .map_or_else(
             || (event_id(MISSING_PARENT_SEQ), "no entry has that id"),
-            |id| (id, "an entry of another branch"),
+            |seq| (event_id(seq), "an entry of another branch"),
         )
 }
 

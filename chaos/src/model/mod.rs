@@ -304,22 +304,41 @@ impl Model {
     pub fn active_branch(&self) -> Vec<Seq> {
         let mut path = Vec::new();
         let mut floor: Option<Seq> = None;
-        let mut cursor = self.leaf;
-        while let Some(seq) = cursor {
+        for seq in self.leaf.map_or_else(Vec::new, |leaf| self.ancestry(leaf)) {
             if floor.is_some_and(|f| seq < f) {
                 break;
             }
-            let Some(node) = self.nodes.get(&seq) else {
-                break;
-            };
             if floor.is_none() {
-                floor = node.first_kept;
+                floor = self.nodes[&seq].first_kept;
             }
             path.push(seq);
-            cursor = node.parent;
         }
         path.reverse();
         path
+    }
+
+    /// The entries from `seq` up to the root, `seq` first, across every
+    /// compaction (the tree's ancestry, not the context window). The walk
+    /// stops at a parent that is not an entry, or not older than its child
+    /// (a cycle the checker reports elsewhere).
+    pub fn ancestry(&self, seq: Seq) -> Vec<Seq> {
+        let mut path = Vec::new();
+        let mut cursor = Some(seq);
+        while let Some(seq) = cursor {
+            let Some(node) = self.nodes.get(&seq) else {
+                break;
+            };
+            path.push(seq);
+            cursor = node.parent.filter(|&p| p < seq);
+        }
+        path
+    }
+
+    /// Every entry of the history tree (an event with a parent field), oldest first.
+    pub fn entries(&self) -> Vec<Seq> {
+        let mut seqs: Vec<Seq> = self.nodes.keys().copied().collect();
+        seqs.sort_unstable();
+        seqs
     }
 
     /// The leaf's seq (the last message-like event, or the target of the
