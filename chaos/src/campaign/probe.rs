@@ -416,6 +416,12 @@ impl Probe {
     pub fn plan(&self) -> String {
         format!("{PLAN_PREFIX}{self}")
     }
+
+    /// A probe of the store as a whole, not of a scenario's session: one
+    /// run a campaign says all it can.
+    pub fn is_store_wide(&self) -> bool {
+        matches!(self, Probe::Limit | Probe::Lock)
+    }
 }
 
 /// The half of the compaction rule (PROTOCOL.md §3) a probe breaks.

@@ -36,12 +36,15 @@ use crate::nemesis::{self, Plan};
 use crate::scenario::rng::Rng;
 use crate::store::adapter::Capability;
 
-/// Runs the probes of a store claiming `claimed` on the crash-free run left in `dir`.
+/// Runs the probes of a store claiming `claimed` on the crash-free run
+/// left in `dir`; the probes of the store as a whole (the limit, the
+/// lock) only when `store_wide`, in one scenario of the campaign.
 fn run_probes(
     cfg: &Config<'_>,
     prepared: &Prepared,
     claimed: &[Capability],
     dir: &Path,
+    store_wide: bool,
 ) -> Vec<ProbeOutcome> {
     let spec = TrialDir {
         dir: dir.to_path_buf(),
@@ -63,7 +66,10 @@ fn run_probes(
         &mut rng,
     );
     let probes = match planned {
-        Ok(p) => p,
+        Ok(p) => p
+            .into_iter()
+            .filter(|p| store_wide || !p.is_store_wide())
+            .collect::<Vec<_>>(),
         Err(e) => {
             return vec![ProbeOutcome {
                 probe: probe::Probe::Ledger {
@@ -411,9 +417,10 @@ fn prepare_all(
     let prepared = parallel(cfg.jobs, sources.len(), |i| {
         let trace = dir.join(format!("trace{i}"));
         let prepared = prepare_keeping(cfg, sources[i].clone(), &trace).map(|p| {
-            // Probes are not trials: with --shard, the first shard runs them all.
+            // Probes are not trials: with --shard, the first shard runs them
+            // all; those of the store as a whole, with the first scenario.
             let probes = if p.unusable.is_none() && cfg.shard.is_none_or(|(k, _)| k == 1) {
-                run_probes(cfg, &p, claimed, &trace)
+                run_probes(cfg, &p, claimed, &trace, i == 0)
             } else {
                 Vec::new()
             };
