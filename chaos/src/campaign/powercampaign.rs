@@ -724,7 +724,11 @@ pub fn run(cfg: &Config, sources: Vec<ScenarioSource>) -> Result<CampaignReport,
         if agentstore::interrupt::requested() {
             break;
         }
-        scenarios.push(run_scenario(cfg, source, &dir.join(format!("s{i}"))));
+        scenarios.push(run_scenario(
+            cfg,
+            source,
+            &crate::campaign::scratch::trace_dir(&dir, i),
+        ));
     }
     let _ = std::fs::remove_dir_all(&dir);
     if agentstore::interrupt::requested() {
@@ -1083,7 +1087,9 @@ pub fn replay(
     let dir = crate::campaign::scratch::campaign_dir(&cfg.dir)
         .map_err(|e| PowerLossError::Harness(e.to_string()))?;
     let result = (|| {
-        let recording = record(cfg, source, &dir.join("rec"))?;
+        // As long a path as the campaign's: the same bytes at the same offsets.
+        let scenario_dir = crate::campaign::scratch::trace_dir(&dir, 0);
+        let recording = record(cfg, source, &scenario_dir.join("rec"))?;
         let judge = Judge::new(&cfg.adapter, &recording)?;
         let mut sim = Simulator::new(&recording.snapshot, &recording.log);
         sim.advance_to(id.crash_after)

@@ -2209,7 +2209,7 @@ fn replay_in(
     dir: &Path,
 ) -> Result<crate::campaign::replay::Replayed, crate::campaign::trial::TrialError> {
     use std::fmt::Write as _;
-    let trace = dir.join("trace");
+    let trace = crate::campaign::scratch::trace_dir(dir, 0);
     let prepared = crate::campaign::prepare::prepare_keeping(cfg, source, &trace)?;
     let name = prepared.source.scenario.name.clone();
     let mut narrative = format!(

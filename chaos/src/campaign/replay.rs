@@ -145,7 +145,11 @@ fn replay_in(
     keep: Option<&Path>,
     dir: &Path,
 ) -> Result<Replayed, TrialError> {
-    let mut prepared = crate::campaign::prepare::prepare(cfg, source, &dir.join("trace"))?;
+    let mut prepared = crate::campaign::prepare::prepare(
+        cfg,
+        source,
+        &crate::campaign::scratch::trace_dir(dir, 0),
+    )?;
     // The traces of the restarted lives the plan crashes, where the
     // campaign's defaults did not trace them.
     for life in 1..plan.crashed_lives() {
@@ -203,7 +207,7 @@ fn replay_in(
             error: prepared.unusable.clone().map(TrialError::from),
         });
     }
-    let trial_dir = dir.join("trial");
+    let trial_dir = crate::campaign::scratch::trial_dir(dir, 0, 0);
     let setup = crate::campaign::prepare::setup(cfg, &prepared.source);
     let history = trial::run(&setup, plan, &trial_dir, RunKind::Trial)?;
     let crash = describe_crash(&plan, &prepared, Some(&history));

@@ -415,7 +415,7 @@ fn prepare_all(
     dir: &Path,
 ) -> Result<(Vec<Prepared>, Vec<Vec<ProbeOutcome>>), TrialError> {
     let prepared = parallel(cfg.jobs, sources.len(), |i| {
-        let trace = dir.join(format!("trace{i}"));
+        let trace = crate::campaign::scratch::trace_dir(dir, i);
         let prepared = prepare_keeping(cfg, sources[i].clone(), &trace).map(|p| {
             // Probes are not trials: with --shard, the first shard runs them
             // all; those of the store as a whole, with the first scenario.
@@ -448,7 +448,13 @@ fn run_jobs(
     let bar = progress_bar(cfg.progress, jobs.len(), "trials");
     let outcomes = parallel(cfg.jobs, jobs.len(), |i| {
         let (s, plan) = jobs[i];
-        let o = run_trial(cfg, &prepared[s], s, plan, &dir.join(format!("{s}-{i}")));
+        let o = run_trial(
+            cfg,
+            &prepared[s],
+            s,
+            plan,
+            &crate::campaign::scratch::trial_dir(dir, s, i),
+        );
         if let Some(b) = &bar {
             b.inc(1);
         }

@@ -52,6 +52,36 @@ pub struct CampaignDirError {
     source: std::io::Error,
 }
 
+/// The most scenarios, and the most trials, one campaign names a
+/// directory for: the widths of [`trace_dir`]'s and [`trial_dir`]'s names.
+pub const MAX_SCENARIOS: usize = 1_000_000;
+pub const MAX_TRIALS: usize = 10_000_000_000;
+
+/// Where scenario `scenario`'s crash-free run is traced, in `campaign`.
+///
+/// Every name a campaign, a replay or a shrink gives a crash-free run's or
+/// a trial's directory is as long as every other: the workspace path is in
+/// `session_created`, so the store's bytes sit at the same offsets (a
+/// damage probe's offset, a tear's byte count) only if the path is as long.
+pub fn trace_dir(campaign: &Path, scenario: usize) -> PathBuf {
+    assert!(
+        scenario < MAX_SCENARIOS,
+        "scenario {scenario} of at most {MAX_SCENARIOS}"
+    );
+    campaign.join(format!("{scenario:06}-crash-free"))
+}
+
+/// Where trial `trial` of scenario `scenario` runs, in `campaign`: a name
+/// as long as [`trace_dir`]'s.
+pub fn trial_dir(campaign: &Path, scenario: usize, trial: usize) -> PathBuf {
+    assert!(
+        scenario < MAX_SCENARIOS,
+        "scenario {scenario} of at most {MAX_SCENARIOS}"
+    );
+    assert!(trial < MAX_TRIALS, "trial {trial} of at most {MAX_TRIALS}");
+    campaign.join(format!("{scenario:06}-{trial:010}"))
+}
+
 /// A fresh, unique campaign directory under `base`.
 pub fn campaign_dir(base: &Path) -> Result<PathBuf, CampaignDirError> {
     let nanos = std::time::SystemTime::now()

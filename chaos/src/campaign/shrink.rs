@@ -95,7 +95,11 @@ fn reproduce(
         scenario: scenario.clone(),
         random_seed: None,
     };
-    let prepared = crate::campaign::prepare::prepare(cfg, source, &dir.join("trace"))?;
+    let prepared = crate::campaign::prepare::prepare(
+        cfg,
+        source,
+        &crate::campaign::scratch::trace_dir(dir, 0),
+    )?;
     if prepared.trace_violations.iter().any(|v| v.invariant == inv) {
         return Ok(Some(Plan::NONE));
     }
@@ -121,7 +125,7 @@ fn reproduce(
                 &prepared,
                 0,
                 chunk[i],
-                &dir.join(format!("t{i}")),
+                &crate::campaign::scratch::trial_dir(dir, 0, i),
             );
             o.violations
                 .iter()
