@@ -400,14 +400,15 @@ impl<R: BufRead> Scanner<R> {
     /// its first [`MAX_LINE_BYTES`]; the returned length counts the rest).
     fn read_piece(&mut self) -> Result<Option<usize>> {
         self.buf.clear();
+        let limit = read_limit();
         let n = (&mut self.reader)
-            .take(read_limit() as u64)
+            .take(limit as u64)
             .read_until(b'\n', &mut self.buf)
             .map_err(Error::io("read", &self.path))?;
         if n == 0 {
             return Ok(None);
         }
-        if self.buf.last() != Some(&b'\n') && n == read_limit() && !self.at_eof()? {
+        if self.buf.last() != Some(&b'\n') && n == limit && !self.at_eof()? {
             if self.buf.last() == Some(&0) {
                 let run = self.buf.iter().rev().take_while(|&&b| b == 0).count() as u64;
                 if let Some(more) = self.zeros_to_eof(ZERO_TAIL_MAX_BYTES - run)? {
