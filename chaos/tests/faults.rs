@@ -92,6 +92,8 @@ const EXPECTED: &[(&str, &[&str])] = &[
     ("zeros-to-newline-torn", &["damage-refused"]),
     ("append-after-preallocation", &["log-prefix"]),
     ("blob-unchecked-read", &["damage-refused"]),
+    ("fused-lines-torn", &["damage-refused"]),
+    ("lost-sector-refused", &["tail-rules"]),
 ];
 
 /// Faults the small fixture cannot show: it has no compaction, no branch
@@ -398,6 +400,31 @@ fn zeros_to_newline_torn_is_caught_by_damage_refused() {
     let report = assert_caught("zeros-to-newline-torn");
     let found = only_probe_violation(&report, "damage-refused", "zeros@sessions/");
     assert!(found.contains("is gone (a silent skip)"), "{found}");
+}
+
+/// No crash fuses two lines: only the damage probe that flips the newline
+/// before the last line and drops the last one finds the lost newline
+/// unseen, two acknowledged events cut as a torn tail.
+#[test]
+fn fused_lines_torn_is_caught_by_damage_refused() {
+    let report = assert_caught("fused-lines-torn");
+    let found = only_probe_violation(&report, "damage-refused", "fused@sessions/");
+    assert!(found.contains("is gone (a silent skip)"), "{found}");
+    // Its offset names the same newline in the replay's own crash-free run
+    // (the trial directories' names are as long as the campaign's).
+    let v = campaign::first_violation(&report, "damage-refused");
+    let (code, stdout) = campaign::replay(v["replay"].as_str().unwrap());
+    assert_eq!(code, 1, "{stdout}");
+    assert!(stdout.contains(&format!("found:    {found}")), "{stdout}");
+}
+
+/// No kill loses a sector: only the tail probe's group write with whole
+/// sectors of zeros is within the rules and refused.
+#[test]
+fn lost_sector_refused_is_caught_by_tail_rules() {
+    let report = assert_caught("lost-sector-refused");
+    let found = only_probe_violation(&report, "tail-rules", "tail@sessions/");
+    assert!(found.contains("`damage` refusal at open"), "{found}");
 }
 
 /// A restart after a kill finds the zeros pre-allocated past the last

@@ -100,6 +100,10 @@ pub enum Fault {
     AppendAfterPreallocation,
     /// A blob is read back without checking its size and digest: a damaged blob is served as it is.
     BlobUncheckedRead,
+    /// A final segment is judged without looking for a whole valid line inside a bad piece: two acknowledged lines fused by a damaged newline, the last one's own newline gone, are cut as a torn tail.
+    FusedLinesTorn,
+    /// Zeros inside a torn piece are damage even where they are whole lost sectors: a torn group write that lost a sector is refused, the session no longer opens.
+    LostSectorRefused,
 }
 
 impl Fault {
@@ -320,6 +324,16 @@ impl Fault {
             Fault::BlobUncheckedRead,
             "blob-unchecked-read",
             "a damaged blob is refused, never served",
+        ),
+        (
+            Fault::FusedLinesTorn,
+            "fused-lines-torn",
+            "two acknowledged lines fused by a damaged newline are damage, never a torn tail",
+        ),
+        (
+            Fault::LostSectorRefused,
+            "lost-sector-refused",
+            "a torn group write that lost whole sectors is repaired within the tail rules",
         ),
     ];
 

@@ -526,7 +526,13 @@ fn torn_piece(piece: &[u8], at: u64, segment: u64) -> std::result::Result<(), St
         Some(body) => (body, true),
         None => (piece, false),
     };
-    if let Some(at) = embedded_valid_line(body) {
+    // Broken on purpose with the fault: the lost newline goes unseen.
+    let fused = if crate::fault::active(crate::fault::Fault::FusedLinesTorn) {
+        None
+    } else {
+        embedded_valid_line(body)
+    };
+    if let Some(at) = fused {
         // A lost newline merged a committed line into this one: cutting it
         // as a tail would lose data.
         return Err(format!(
@@ -575,7 +581,10 @@ fn misplaced_zeros(body: &[u8], at: u64, segment: u64, at_end: bool) -> Option<(
         // (a whole line zeroed, its newline kept) passes for a lost write.
         let ends_ok = (ends_body && crate::fault::active(crate::fault::Fault::ZerosToNewlineTorn))
             || to.is_multiple_of(SECTOR_BYTES);
-        if !(starts_ok && ends_ok) {
+        // Broken on purpose with the fault: whole lost sectors are damage too.
+        let lost_sector =
+            starts_ok && ends_ok && !crate::fault::active(crate::fault::Fault::LostSectorRefused);
+        if !lost_sector {
             return Some((from, to));
         }
         i += run;

@@ -4,7 +4,13 @@
 //! - `damage@FILE:OFFSET` (`damage_refusal`): a copy of the store's root
 //!   with the low bit of one byte flipped, at seeded offsets in the middle
 //!   half of each of its files, and, in a line-based file (one that ends
-//!   with a newline), in the middle of its last complete line.
+//!   with a newline), in the middle of its last complete line and the
+//!   newline before that line.
+//! - `fused@FILE:OFFSET` (`damage_refusal`): in a line-based file of at
+//!   least two lines, the newline at OFFSET before the last line flipped
+//!   and the last newline dropped: the last two lines fused into one bad
+//!   piece that ends the file unterminated, as a torn write does, but with
+//!   a whole valid line inside, which no torn write leaves.
 //! - `zeros@FILE:OFFSET+LEN` (`damage_refusal`): the same, with LEN bytes
 //!   from OFFSET overwritten with zeros, newlines kept: in a line-based
 //!   file of at least two lines, over its last line alone (unless that
@@ -133,6 +139,12 @@ pub const SECTOR_BYTES: u64 = 512;
 pub enum Probe {
     /// Flip the low bit of the byte at `offset` of `file` (relative to the store's root).
     Damage { file: PathBuf, offset: u64 },
+    /// Flip the low bit of the newline at `newline` of `file`, the one
+    /// before its last line, and drop the file's last byte (the last
+    /// line's newline): two complete lines fused into one bad piece that
+    /// ends the file like a torn write but holds a whole valid line, which
+    /// no torn write leaves.
+    Fused { file: PathBuf, newline: u64 },
     /// Overwrite `len` bytes of `file` from `offset` with zeros, keeping newlines.
     Zeros {
         file: PathBuf,
@@ -400,9 +412,10 @@ impl Probe {
     /// The capability the probe is evidence for.
     pub fn capability(&self) -> Capability {
         match self {
-            Probe::Damage { .. } | Probe::Zeros { .. } | Probe::Cut { .. } => {
-                Capability::DamageRefusal
-            }
+            Probe::Damage { .. }
+            | Probe::Fused { .. }
+            | Probe::Zeros { .. }
+            | Probe::Cut { .. } => Capability::DamageRefusal,
             Probe::Ledger { .. } => Capability::EffectLedger,
             Probe::Rule { case, .. } => case.capability(),
             Probe::CompactionRule { .. } => Capability::Compaction,
@@ -458,6 +471,7 @@ impl fmt::Display for Probe {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         match self {
             Probe::Damage { file, offset } => write!(f, "damage@{}:{offset}", file.display()),
+            Probe::Fused { file, newline } => write!(f, "fused@{}:{newline}", file.display()),
             Probe::Zeros { file, offset, len } => {
                 write!(f, "zeros@{}:{offset}+{len}", file.display())
             }
@@ -504,7 +518,7 @@ impl FromStr for Probe {
     fn from_str(s: &str) -> Result<Probe, BadProbePlan> {
         let bad = || {
             BadProbePlan(format!(
-                "probe {s:?} is not damage@FILE:OFFSET, zeros@FILE:OFFSET+LEN, tail@FILE:lines-N, tail@FILE:zeros-N, tail@FILE:lost-sector, tail@FILE:unterminated-N (N >= 8), cut@FILE:LEN, cut-unreadable-snapshot@FILE:LEN, ledger@OPERATION, ledger-retry@OPERATION, rule-CASE@OPERATION (CASE: {}), rule-compaction-off-leaf@EVENT_ID, rule-compaction-kept-off-branch@EVENT_ID, limit or lock",
+                "probe {s:?} is not damage@FILE:OFFSET, fused@FILE:OFFSET, zeros@FILE:OFFSET+LEN, tail@FILE:lines-N, tail@FILE:zeros-N, tail@FILE:lost-sector, tail@FILE:unterminated-N (N >= 8), cut@FILE:LEN, cut-unreadable-snapshot@FILE:LEN, ledger@OPERATION, ledger-retry@OPERATION, rule-CASE@OPERATION (CASE: {}), rule-compaction-off-leaf@EVENT_ID, rule-compaction-kept-off-branch@EVENT_ID, limit or lock",
                 RuleCase::ALL.map(RuleCase::name).join(", ")
             ))
         };
@@ -532,6 +546,13 @@ impl FromStr for Probe {
                 Ok(Probe::Damage {
                     file,
                     offset: offset.parse().map_err(|_| bad())?,
+                })
+            }
+            Some(("fused", arg)) => {
+                let (file, newline) = file_and(arg)?;
+                Ok(Probe::Fused {
+                    file,
+                    newline: newline.parse().map_err(|_| bad())?,
                 })
             }
             Some(("zeros", arg)) => {
@@ -629,6 +650,15 @@ pub fn plan(
                 file: file.clone(),
                 offset,
             }));
+            // The same newline flipped and the last one dropped: the two
+            // lines fused end the file as a torn write would, with a whole
+            // valid line inside.
+            if let [.., before, _] = lines.as_slice() {
+                probes.push(Probe::Fused {
+                    file: file.clone(),
+                    newline: before.end - 1,
+                });
+            }
             // The last line alone, unless its newline sits at a sector
             // boundary: zeros from a line's start to there are what a lost
             // sector reads as, and a store may cut them as a torn tail.
@@ -960,6 +990,7 @@ pub fn run(setup: &ProbeSetup<'_>, probe: &Probe, dir: &Path) -> ProbeOutcome {
         .map_err(|e| ProbeError::Harness(format!("cannot create {}: {e}", dir.display())))
         .and_then(|()| match probe {
             Probe::Damage { file, offset } => damage(setup, file, &Change::Flip(*offset), dir),
+            Probe::Fused { file, newline } => damage(setup, file, &Change::Fuse(*newline), dir),
             Probe::Zeros { file, offset, len } => {
                 damage(setup, file, &Change::Zeros(*offset, *len), dir)
             }
@@ -1037,11 +1068,14 @@ enum Change {
     Flip(u64),
     /// Zero LEN bytes from OFFSET, keeping newlines.
     Zeros(u64, u64),
+    /// Flip the low bit of the newline at this offset and drop the last
+    /// byte, a newline too.
+    Fuse(u64),
 }
 
 impl Change {
     /// Applies the change to `bytes` of `file`; says what it did.
-    fn apply(&self, file: &Path, bytes: &mut [u8]) -> Result<String, ProbeError> {
+    fn apply(&self, file: &Path, bytes: &mut Vec<u8>) -> Result<String, ProbeError> {
         let short = |end: u64| {
             ProbeError::Harness(format!(
                 "{} has {} bytes: no byte offset {}",
@@ -1060,6 +1094,24 @@ impl Change {
                     "{}, byte offset {offset}: {was:#04x} flipped to {:#04x}",
                     file.display(),
                     *byte
+                ))
+            }
+            Change::Fuse(newline) => {
+                let is_newline = |at: usize| bytes.get(at) == Some(&b'\n');
+                let last = bytes.len().checked_sub(1).filter(|&l| is_newline(l));
+                let last = last.filter(|&l| (newline as usize) < l && is_newline(newline as usize));
+                let Some(last) = last else {
+                    return Err(ProbeError::Harness(format!(
+                        "{}: byte offset {newline} and the last byte are not two newlines",
+                        file.display()
+                    )));
+                };
+                bytes[newline as usize] ^= 1;
+                bytes.truncate(last);
+                Ok(format!(
+                    "{}, byte offset {newline}: the newline before the last line flipped to {:#04x}, and the last line's newline at byte offset {last} dropped (two complete lines fused, ending the file unterminated)",
+                    file.display(),
+                    bytes[newline as usize]
                 ))
             }
             Change::Zeros(offset, len) => {
@@ -2880,10 +2932,25 @@ mod tests {
     }
 
     #[test]
+    fn a_fuse_flips_the_newline_and_drops_the_last_one() {
+        let file = Path::new("log");
+        let mut bytes = b"a\nbb\ncc\n".to_vec();
+        let told = Change::Fuse(4).apply(file, &mut bytes).unwrap();
+        assert_eq!(bytes, b"a\nbb\x0bcc".to_vec(), "{told}");
+        // Not two newlines: a harness error, the file left as it was.
+        for (newline, text) in [(1u64, &b"a\nb"[..]), (0, b"a\nb\n"), (3, b"a\nb\n")] {
+            let mut bytes = text.to_vec();
+            assert!(Change::Fuse(newline).apply(file, &mut bytes).is_err());
+            assert_eq!(bytes, text);
+        }
+    }
+
+    #[test]
     fn probes_round_trip_through_their_plan_form() {
         for s in [
             "damage@sessions/s/events.jsonl:120",
             "zeros@sessions/s/events.jsonl:40+62",
+            "fused@sessions/s/events.jsonl:99",
             "ledger@op-deploy-1",
             "ledger-retry@op-deploy-1",
             "rule-no-operation-id@op-deploy-1",
@@ -2912,6 +2979,8 @@ mod tests {
             "zap@1",
             "zeros@x:3",
             "zeros@x:3+0",
+            "fused@x",
+            "fused@../x:3",
             "zeros@../x:3+1",
             "rule-no-operation-id@",
             "rule-compaction-off-leaf@",
