@@ -917,9 +917,17 @@ fn config<'a>(
         .dir
         .clone()
         .unwrap_or_else(agentchaos::campaign::scratch::default_dir);
-    // agentchaos-<pid>-<hex>/<s>-<i>/w.sock must fit a Unix socket path.
-    let longest =
-        dir.as_os_str().len() + "/agentchaos-4294967295-ffffffff/9999-999999/w.sock".len();
+    // A trial's w.sock, and a power-loss recording's, must fit a Unix
+    // socket path (every trial directory's name is as long as these).
+    let campaign = dir.join("agentchaos-4294967295-ffffffff");
+    let longest = [
+        agentchaos::campaign::scratch::trial_dir(&campaign, 0, 0).join("w.sock"),
+        agentchaos::campaign::scratch::trace_dir(&campaign, 0).join("rec/w.sock"),
+    ]
+    .iter()
+    .map(|p| p.as_os_str().len())
+    .max()
+    .expect("two paths");
     if longest > agentchaos::agent::world::MAX_SOCKET_PATH {
         return Err(bad_input(format!(
             "--dir {} is too long: trial sockets need paths of at most {} bytes",
