@@ -121,6 +121,10 @@ struct Common {
     /// Parallel trials (default: the number of CPUs).
     #[arg(long, short, value_name = "J")]
     jobs: Option<usize>,
+    /// Seconds an agent life or a probe may run before it is taken for hung
+    /// (a store that never answers), killed and reported as the store's failure.
+    #[arg(long, value_name = "SECS", default_value_t = agentchaos::campaign::trial::HANG_TIMEOUT.as_secs())]
+    hang_timeout: u64,
 }
 
 #[derive(Args, Debug)]
@@ -943,6 +947,9 @@ fn config<'a>(
     if jobs == 0 {
         return Err(bad_input("--jobs must be at least 1"));
     }
+    if common.hang_timeout == 0 {
+        return Err(bad_input("--hang-timeout must be at least 1 second"));
+    }
     Ok(Config {
         backend,
         agent_exe,
@@ -958,6 +965,7 @@ fn config<'a>(
         keep_failures: None,
         progress: false,
         power_loss: PowerLossLimits::default(),
+        hang_timeout: std::time::Duration::from_secs(common.hang_timeout),
     })
 }
 

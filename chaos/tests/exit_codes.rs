@@ -132,6 +132,43 @@ fn a_probe_the_store_adapter_fails_exits_1_naming_the_store() {
     );
 }
 
+/// A probe the store never answers (its adapter hangs when the lock probe
+/// opens the copy of the store) is killed after --hang-timeout: the
+/// store's failure, said in one line, never a campaign that waits forever.
+#[test]
+fn a_probe_the_store_hangs_in_is_killed_and_exits_1_naming_the_store() {
+    let store = support::workspace_bin("agentstore", "agentstore");
+    let adapter = format!(
+        "python3 {} --hang {} adapter",
+        fixture("tests/fixtures/dying_probe_store.py"),
+        store.display()
+    );
+    // Long enough for the crash-free run on a loaded machine: the hang is forever.
+    let out = agentchaos(&[
+        "replay",
+        "--scenario",
+        &small(),
+        "--plan",
+        "probe:lock",
+        "--adapter",
+        &adapter,
+        "--hang-timeout",
+        "20",
+    ]);
+    let (code, stderr) = code_and_stderr(&out);
+    assert_eq!(code, Some(1), "{stderr}");
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    let error = stdout
+        .lines()
+        .find(|l| l.starts_with("ERROR: "))
+        .unwrap_or_else(|| panic!("no ERROR line: {stdout}"));
+    assert!(
+        error.contains("the store under test failed")
+            && error.contains("the lock probe hung: no reply from the store in 20 s"),
+        "{error}"
+    );
+}
+
 /// A probe the harness cannot carry out as planned (a damaged byte past
 /// the end of the file) is the harness's failure, whatever the store.
 #[test]

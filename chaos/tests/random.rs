@@ -121,6 +121,7 @@ proptest! {
             keep_failures: None,
             progress: false,
             power_loss: Default::default(),
+            hang_timeout: agentchaos::campaign::trial::HANG_TIMEOUT,
         };
         let result = runner::run(&cfg, vec![ScenarioSource { path, scenario: s.clone(), random_seed: None }]).unwrap();
         let found: Vec<String> = result.scenarios[0]

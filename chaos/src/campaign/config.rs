@@ -48,6 +48,9 @@ pub struct Config<'a> {
     pub progress: bool,
     /// How far the power-loss nemesis goes, when it runs.
     pub power_loss: PowerLossLimits,
+    /// An agent life or a probe that runs this long is hung: killed, and
+    /// the store's failure.
+    pub hang_timeout: std::time::Duration,
 }
 
 /// The bounds of the power-loss nemesis: which persistence models, how

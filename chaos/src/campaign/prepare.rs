@@ -35,6 +35,7 @@ pub fn setup<'a>(cfg: &'a Config<'_>, source: &'a ScenarioSource) -> TrialSetup<
         scenario_path: &source.path,
         files: &source.scenario.files,
         store_fault: cfg.store_fault.as_deref(),
+        hang_timeout: cfg.hang_timeout,
     }
 }
 

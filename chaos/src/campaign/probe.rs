@@ -966,6 +966,8 @@ pub struct ProbeSetup<'a> {
     pub spec: &'a SessionSpec,
     /// The crash-free run's events.
     pub reference: &'a [Record],
+    /// A probe child that runs this long is hung: killed, the store's failure.
+    pub hang_timeout: std::time::Duration,
 }
 
 /// How probes reach the crash-free run's store, left in `dir` by
@@ -981,6 +983,7 @@ pub fn probe_setup<'a>(
         store_fault: cfg.store_fault.as_deref(),
         spec,
         reference: &prepared.reference.records,
+        hang_timeout: cfg.hang_timeout,
     }
 }
 
@@ -2167,6 +2170,52 @@ fn child_with_events(
 const PROBE_OPENS: usize = 2;
 
 /// Runs `agentchaos probe` with the store's flags and parses its reply.
+/// Runs `cmd` to its end, its output captured; `None` when it ran for
+/// `hang_timeout` and was killed (SIGKILL). The child is reaped only after
+/// the watchdog stood down or fired, so the kill never reaches a recycled pid.
+fn output_unless_hung(
+    mut cmd: Command,
+    hang_timeout: std::time::Duration,
+) -> std::io::Result<Option<std::process::Output>> {
+    use std::process::Stdio;
+    use std::sync::mpsc;
+    let mut running = cmd
+        .stdin(Stdio::null())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()?;
+    let pid = nix::unistd::Pid::from_raw(running.id() as i32);
+    let (done, finished) = mpsc::channel::<()>();
+    let watchdog = std::thread::spawn(move || match finished.recv_timeout(hang_timeout) {
+        Err(mpsc::RecvTimeoutError::Timeout) => {
+            let _ = nix::sys::signal::kill(pid, nix::sys::signal::Signal::SIGKILL);
+            true
+        }
+        _ => false,
+    });
+    // Both pipes drained on their own threads: a chatty child never blocks.
+    let stderr = running.stderr.take().map(|mut e| {
+        std::thread::spawn(move || {
+            let mut bytes = Vec::new();
+            let _ = std::io::Read::read_to_end(&mut e, &mut bytes);
+            bytes
+        })
+    });
+    let mut stdout = Vec::new();
+    if let Some(mut out) = running.stdout.take() {
+        let _ = std::io::Read::read_to_end(&mut out, &mut stdout);
+    }
+    let stderr = stderr.map_or_else(Vec::new, |t| t.join().unwrap_or_default());
+    drop(done);
+    let hung = watchdog.join().unwrap_or(false);
+    let status = running.wait()?;
+    Ok((!hung).then_some(std::process::Output {
+        status,
+        stdout,
+        stderr,
+    }))
+}
+
 fn child(
     setup: &ProbeSetup<'_>,
     what: &str,
@@ -2208,7 +2257,7 @@ fn child(
     if let Some(f) = setup.store_fault {
         cmd.env(agentstore::fault::FAULT_ENV, f);
     }
-    let out = cmd.output().map_err(|e| {
+    let out = output_unless_hung(cmd, setup.hang_timeout).map_err(|e| {
         ProbeError::Harness(format!(
             "cannot start the probe {}: {e}",
             setup.agent_exe.display()
@@ -2216,7 +2265,12 @@ fn child(
     });
     // The probe is gone: kill and reap its store processes.
     drop(adapters);
-    let out = out?;
+    let Some(out) = out? else {
+        return Err(ProbeError::Store(format!(
+            "the {what} probe hung: no reply from the store in {} s (--hang-timeout); killed",
+            setup.hang_timeout.as_secs()
+        )));
+    };
     let stdout = String::from_utf8_lossy(&out.stdout);
     if !out.status.success() {
         let stderr = String::from_utf8_lossy(&out.stderr);

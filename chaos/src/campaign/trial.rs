@@ -88,8 +88,9 @@ impl From<TrialError> for String {
     }
 }
 
-/// A restarted agent that has neither finished nor died in this long is hung.
-pub const WATCHDOG: Duration = Duration::from_secs(60);
+/// An agent life that has neither finished nor died in this long is hung,
+/// by default (`--hang-timeout`).
+pub const HANG_TIMEOUT: Duration = Duration::from_secs(60);
 
 /// Lives after which a trial gives up (each planned kill adds one).
 const MAX_LIVES: u32 = 4;
@@ -113,6 +114,8 @@ pub struct TrialSetup<'a> {
     pub files: &'a BTreeMap<String, String>,
     /// `AGENTSTORE_FAULT` for the child, if any.
     pub store_fault: Option<&'a str>,
+    /// A life that runs this long is hung (killed, the store's failure).
+    pub hang_timeout: Duration,
 }
 
 /// Paths inside a trial directory.
@@ -355,8 +358,7 @@ fn next_step(crash: Option<Crash>, kill_at: Option<u64>, index: u32, life: &Life
             "life {index} died of SIGKILL without a planned kill"
         ))),
         LifeEnd::Hung => Next::Stop(Some(format!(
-            "life {index} hung for {}s and was killed",
-            WATCHDOG.as_secs()
+            "life {index} hung (it ran for --hang-timeout) and was killed"
         ))),
         // A failing agent is a finding for the checker (it could not finish).
         LifeEnd::Exited(_) | LifeEnd::Signaled(_) => Next::Stop(None),
@@ -507,7 +509,7 @@ fn run_life(
         }
         _ => None,
     };
-    let (timer_tx, timer_thread) = arm_timer(killer.clone(), timer.unwrap_or(WATCHDOG));
+    let (timer_tx, timer_thread) = arm_timer(killer.clone(), timer.unwrap_or(setup.hang_timeout));
     let mut life = Life::started(index, kill_at);
     let reading = follow(stdout, &mut stdin, &mut life, observe);
     if reading.failure.is_some() {
