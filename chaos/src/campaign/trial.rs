@@ -561,6 +561,9 @@ fn agent_command(
     let stderr = std::fs::File::create(stderr_path)
         .map_err(|e| format!("cannot create {}: {e}", stderr_path.display()))?;
     let mut cmd = Command::new(setup.agent_exe);
+    // Started and waited for on one thread (the trial's, or the tracer's):
+    // a harness killed mid-trial takes its agent along.
+    crate::child::die_with_parent(&mut cmd);
     cmd.arg("agent")
         .arg("--scenario")
         .arg(setup.scenario_path)
