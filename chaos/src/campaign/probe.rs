@@ -71,7 +71,7 @@
 //!   session's first user message instead of the active leaf, or kept
 //!   from an entry off the active branch. Judged as the other rules are.
 //! - `tail@LOG:lines-N`, `tail@LOG:zeros-N`, `tail@LOG:lost-sector`,
-//!   `tail@LOG:unterminated-N` (`torn_tail_repair`,
+//!   `tail@LOG:misplaced-zeros`, `tail@LOG:unterminated-N` (`torn_tail_repair`,
 //!   in-process: the bytes are agentstore's log format): [`Tail`] appended
 //!   after the last line of agentstore's log, at the bounds of its tail
 //!   rules as the harness states them ([`TAIL_MAX_LINES`],
@@ -81,7 +81,9 @@
 //!   as long as a line may be ([`TAIL_MAX_LINE_BYTES`]) and one byte more,
 //!   and two torn lines the second
 //!   of which lost one whole sector to zeros (what a power cut leaves of a
-//!   group write: the zeros are judged at their offsets in the file).
+//!   group write: the zeros are judged at their offsets in the file), and
+//!   one torn line with such a lost sector and a later run of zeros inside
+//!   a sector (written zeros: damage).
 //!   Within the rules it passes when the store opens and serves every
 //!   acknowledged event unchanged (its own `tail_quarantined` after them
 //!   allowed); past them, when it refuses with `damage`; anything else is
@@ -228,6 +230,11 @@ pub enum Tail {
     /// one holding one whole sector of zeros. Within the rules only if the
     /// store judges the zeros at their own offsets in the file.
     LostSector,
+    /// One torn line that lost its first sector (zeros from the segment's
+    /// start to the next [`SECTOR_BYTES`] boundary, as in [`Tail::LostSector`]),
+    /// with a second, short run of zeros later in it that starts and stops
+    /// inside a sector: written zeros, which no lost write leaves. Damage.
+    MisplacedZeros,
     /// This many bytes of a line's start (its header, then `x`s) and no
     /// newline, to the end of the file: a torn write of a line as long as
     /// the limit ([`TAIL_MAX_LINE_BYTES`]), or one byte longer, which no
@@ -260,6 +267,7 @@ impl Tail {
             Tail::Lines(n) => n <= TAIL_MAX_LINES,
             Tail::Zeros(n) => n <= TAIL_MAX_ZERO_BYTES,
             Tail::LostSector => true,
+            Tail::MisplacedZeros => false,
             Tail::Unterminated(n) => n <= TAIL_MAX_LINE_BYTES,
         }
     }
@@ -294,11 +302,30 @@ impl Tail {
                 ))
             }
             Tail::Unterminated(n) => {
-                bytes.extend_from_slice(b"{\"crc\":\"");
+                // A well-formed header, as a torn write's own: the piece is
+                // torn because it has no newline, whatever its checksum says.
+                let header = b"{\"crc\":\"00000000\",";
+                bytes.extend_from_slice(&header[..header.len().min(n as usize)]);
                 bytes.resize(at + n as usize, b'x');
                 Ok(format!(
                     "{}, from byte offset {at}: {n} bytes of a line's start, no newline, to the end of the file",
                     file.display()
+                ))
+            }
+            Tail::MisplacedZeros => {
+                // A lost first sector (zeros to the boundary, within the
+                // rules), then the line goes on with three zeros inside a
+                // sector: the second run is what makes it damage.
+                let boundary = (at as u64 + 1).next_multiple_of(SECTOR_BYTES);
+                bytes.resize(boundary as usize, 0);
+                bytes.extend_from_slice(b"\"seq\":0,\"t\":\"");
+                let from = bytes.len();
+                bytes.extend_from_slice(&[0, 0, 0]);
+                bytes.extend_from_slice(b"x\"}\n");
+                Ok(format!(
+                    "{}, from byte offset {at}: a torn line whose bytes {at}..{boundary} are zeros (a lost sector), then at byte offsets {from}..{} three zeros inside a sector (written, not lost)",
+                    file.display(),
+                    from + 3
                 ))
             }
             Tail::LostSector => {
@@ -332,6 +359,7 @@ impl fmt::Display for Tail {
             Tail::Lines(n) => write!(f, "lines-{n}"),
             Tail::Zeros(n) => write!(f, "zeros-{n}"),
             Tail::LostSector => f.write_str("lost-sector"),
+            Tail::MisplacedZeros => f.write_str("misplaced-zeros"),
             Tail::Unterminated(n) => write!(f, "unterminated-{n}"),
         }
     }
@@ -518,7 +546,7 @@ impl FromStr for Probe {
     fn from_str(s: &str) -> Result<Probe, BadProbePlan> {
         let bad = || {
             BadProbePlan(format!(
-                "probe {s:?} is not damage@FILE:OFFSET, fused@FILE:OFFSET, zeros@FILE:OFFSET+LEN, tail@FILE:lines-N, tail@FILE:zeros-N, tail@FILE:lost-sector, tail@FILE:unterminated-N (N >= 8), cut@FILE:LEN, cut-unreadable-snapshot@FILE:LEN, ledger@OPERATION, ledger-retry@OPERATION, rule-CASE@OPERATION (CASE: {}), rule-compaction-off-leaf@EVENT_ID, rule-compaction-kept-off-branch@EVENT_ID, limit or lock",
+                "probe {s:?} is not damage@FILE:OFFSET, fused@FILE:OFFSET, zeros@FILE:OFFSET+LEN, tail@FILE:lines-N, tail@FILE:zeros-N, tail@FILE:lost-sector, tail@FILE:misplaced-zeros, tail@FILE:unterminated-N (N >= 8), cut@FILE:LEN, cut-unreadable-snapshot@FILE:LEN, ledger@OPERATION, ledger-retry@OPERATION, rule-CASE@OPERATION (CASE: {}), rule-compaction-off-leaf@EVENT_ID, rule-compaction-kept-off-branch@EVENT_ID, limit or lock",
                 RuleCase::ALL.map(RuleCase::name).join(", ")
             ))
         };
@@ -576,6 +604,7 @@ impl FromStr for Probe {
                 let count = |n: &str| n.parse::<u64>().ok().filter(|n| *n > 0);
                 let tail = match tail.split_once('-') {
                     _ if tail == "lost-sector" => Some(Tail::LostSector),
+                    _ if tail == "misplaced-zeros" => Some(Tail::MisplacedZeros),
                     Some(("lines", n)) => count(n).map(Tail::Lines),
                     Some(("zeros", n)) => count(n).map(Tail::Zeros),
                     Some(("unterminated", n)) => {
@@ -726,6 +755,7 @@ pub fn plan(
                     Tail::Zeros(TAIL_MAX_ZERO_BYTES),
                     Tail::Zeros(TAIL_MAX_ZERO_BYTES + 1),
                     Tail::LostSector,
+                    Tail::MisplacedZeros,
                     Tail::Unterminated(TAIL_MAX_LINE_BYTES),
                     Tail::Unterminated(TAIL_MAX_LINE_BYTES + 1),
                 ]
@@ -1295,7 +1325,7 @@ pub fn judge_tail(
 ) -> Result<Option<Violation>, ProbeError> {
     let rule = match tail {
         Tail::Lines(_) => format!("at most {TAIL_MAX_LINES} torn lines"),
-        Tail::LostSector => format!(
+        Tail::LostSector | Tail::MisplacedZeros => format!(
             "zeros in a torn line are whole {SECTOR_BYTES}-byte sectors of the file"
         ),
         Tail::Unterminated(_) => format!(
@@ -3017,6 +3047,7 @@ mod tests {
             "tail@sessions/s/events.jsonl:lines-64",
             "tail@sessions/s/events.jsonl:zeros-4194305",
             "tail@sessions/s/events.jsonl:lost-sector",
+            "tail@sessions/s/events.jsonl:misplaced-zeros",
             "tail@sessions/s/events.jsonl:unterminated-4194304",
             "cut@sessions/s/events.jsonl:77",
             "cut-unreadable-snapshot@sessions/s/events.jsonl:77",
