@@ -5,6 +5,9 @@
 
 use std::os::unix::process::CommandExt as _;
 use std::process::Command;
+use std::sync::mpsc;
+use std::thread::JoinHandle;
+use std::time::Duration;
 
 /// Makes `cmd`'s process die (SIGKILL) when the thread that starts it
 /// exits: start it from a thread that outlives it (the one that waits for
@@ -25,5 +28,36 @@ pub fn die_with_parent(cmd: &mut Command) {
             }
             Ok(())
         });
+    }
+}
+
+/// A kill that runs on its own thread unless stood down in time: the
+/// harness's one watchdog for a child that may hang (an agent life, a
+/// probe, a power-loss recording). Reap the child only after
+/// [`Watchdog::disarm`], so the kill never reaches a recycled pid.
+#[derive(Debug)]
+pub struct Watchdog {
+    stand_down: mpsc::Sender<()>,
+    thread: JoinHandle<bool>,
+}
+
+impl Watchdog {
+    /// Runs `kill` after `after` unless disarmed before.
+    pub fn arm(after: Duration, kill: impl FnOnce() + Send + 'static) -> Watchdog {
+        let (stand_down, told) = mpsc::channel::<()>();
+        let thread = std::thread::spawn(move || match told.recv_timeout(after) {
+            Err(mpsc::RecvTimeoutError::Timeout) => {
+                kill();
+                true
+            }
+            _ => false,
+        });
+        Watchdog { stand_down, thread }
+    }
+
+    /// Stands it down; whether it had fired (the child was killed as hung).
+    pub fn disarm(self) -> bool {
+        drop(self.stand_down);
+        self.thread.join().unwrap_or(false)
     }
 }

@@ -232,17 +232,11 @@ pub fn record(
     });
     let mut stdout = Vec::new();
     if let Ok((out, monitor)) = rx.recv() {
-        let (done_tx, done_rx) = mpsc::channel::<()>();
-        let watchdog = std::thread::spawn(move || {
-            if done_rx.recv_timeout(RECORD_WATCHDOG).is_err() {
-                monitor.kill();
-            }
-        });
+        let watchdog = crate::child::Watchdog::arm(RECORD_WATCHDOG, move || monitor.kill());
         if let Some(mut out) = out {
             let _ = out.read_to_end(&mut stdout);
         }
-        drop(done_tx);
-        let _ = watchdog.join();
+        watchdog.disarm();
     }
     let outcome = tracer
         .join()

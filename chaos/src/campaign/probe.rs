@@ -2199,7 +2199,6 @@ fn child_with_events(
 /// replay and append, then again to read the log back).
 const PROBE_OPENS: usize = 2;
 
-/// Runs `agentchaos probe` with the store's flags and parses its reply.
 /// Runs `cmd` to its end, its output captured; `None` when it ran for
 /// `hang_timeout` and was killed (SIGKILL). The child is reaped only after
 /// the watchdog stood down or fired, so the kill never reaches a recycled pid.
@@ -2208,20 +2207,14 @@ fn output_unless_hung(
     hang_timeout: std::time::Duration,
 ) -> std::io::Result<Option<std::process::Output>> {
     use std::process::Stdio;
-    use std::sync::mpsc;
     let mut running = cmd
         .stdin(Stdio::null())
         .stdout(Stdio::piped())
         .stderr(Stdio::piped())
         .spawn()?;
     let pid = nix::unistd::Pid::from_raw(running.id() as i32);
-    let (done, finished) = mpsc::channel::<()>();
-    let watchdog = std::thread::spawn(move || match finished.recv_timeout(hang_timeout) {
-        Err(mpsc::RecvTimeoutError::Timeout) => {
-            let _ = nix::sys::signal::kill(pid, nix::sys::signal::Signal::SIGKILL);
-            true
-        }
-        _ => false,
+    let watchdog = crate::child::Watchdog::arm(hang_timeout, move || {
+        let _ = nix::sys::signal::kill(pid, nix::sys::signal::Signal::SIGKILL);
     });
     // Both pipes drained on their own threads: a chatty child never blocks.
     let stderr = running.stderr.take().map(|mut e| {
@@ -2236,8 +2229,7 @@ fn output_unless_hung(
         let _ = std::io::Read::read_to_end(&mut out, &mut stdout);
     }
     let stderr = stderr.map_or_else(Vec::new, |t| t.join().unwrap_or_default());
-    drop(done);
-    let hung = watchdog.join().unwrap_or(false);
+    let hung = watchdog.disarm();
     let status = running.wait()?;
     Ok((!hung).then_some(std::process::Output {
         status,
@@ -2246,6 +2238,7 @@ fn output_unless_hung(
     }))
 }
 
+/// Runs `agentchaos probe` with the store's flags and parses its reply.
 fn child(
     setup: &ProbeSetup<'_>,
     what: &str,

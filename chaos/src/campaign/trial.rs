@@ -384,21 +384,6 @@ impl Killer {
     }
 }
 
-/// Kills the agent (SIGKILL) unless told to stand down before `after`. The
-/// child is reaped only after this thread is joined, so the kill can never
-/// reach a recycled pid (the tracer forgets a pid before it reaps it).
-fn arm_timer(killer: Killer, after: Duration) -> (mpsc::Sender<()>, std::thread::JoinHandle<bool>) {
-    let (tx, rx) = mpsc::channel::<()>();
-    let handle = std::thread::spawn(move || match rx.recv_timeout(after) {
-        Err(mpsc::RecvTimeoutError::Timeout) => {
-            killer.kill();
-            true
-        }
-        _ => false,
-    });
-    (tx, handle)
-}
-
 /// How one agent process is started.
 struct LifeSpec<'a> {
     index: u32,
@@ -509,15 +494,19 @@ fn run_life(
         }
         _ => None,
     };
-    let (timer_tx, timer_thread) = arm_timer(killer.clone(), timer.unwrap_or(setup.hang_timeout));
+    // The agent is reaped only after it is disarmed (the tracer forgets a
+    // pid before it reaps it), so its SIGKILL never reaches a recycled pid.
+    let timer_killer = killer.clone();
+    let watchdog = crate::child::Watchdog::arm(timer.unwrap_or(setup.hang_timeout), move || {
+        timer_killer.kill()
+    });
     let mut life = Life::started(index, kill_at);
     let reading = follow(stdout, &mut stdin, &mut life, observe);
     if reading.failure.is_some() {
         // Never leave a paused agent behind.
         killer.kill();
     }
-    drop(timer_tx);
-    let timer_fired = timer_thread.join().unwrap_or(false);
+    let timer_fired = watchdog.disarm();
     let (code, signal) = wait(running, syscall.as_ref(), &mut life, reading.acks)?;
     // The agent is gone, and so are its store processes (SIGKILLed as it
     // ended, idle, their pipes held open here): reap them.
