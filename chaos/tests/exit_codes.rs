@@ -93,42 +93,54 @@ fn an_adapter_protocol_error_of_the_store_exits_1() {
     );
 }
 
-/// A probe the store's adapter fails (it dies when the lock probe opens
-/// the copy of the store) is the store's failure, not the harness's.
-#[test]
-fn a_probe_the_store_adapter_fails_exits_1_naming_the_store() {
+/// `replay --plan probe:lock` through `dying_probe_store.py MODE` (which
+/// fails the probe's open of the store's copy) with `extra` flags: asserts
+/// exit 1 and a result line blaming the store; its ERROR line.
+fn failing_lock_probe(mode: &[&str], extra: &[&str]) -> String {
     let store = support::workspace_bin("agentstore", "agentstore");
     let adapter = format!(
-        "python3 {} {} adapter",
+        "python3 {} {} {} adapter",
         fixture("tests/fixtures/dying_probe_store.py"),
+        mode.join(" "),
         store.display()
     );
-    let out = agentchaos(&[
+    let scenario = small();
+    let mut args = vec![
         "replay",
         "--scenario",
-        &small(),
+        &scenario,
         "--plan",
         "probe:lock",
         "--adapter",
         &adapter,
-    ]);
+    ];
+    args.extend(extra);
+    let out = agentchaos(&args);
     let (code, stderr) = code_and_stderr(&out);
     assert_eq!(code, Some(1), "{stderr}");
     let stdout = String::from_utf8_lossy(&out.stdout);
-    let error = stdout
+    assert!(
+        stdout.contains("result: not carried out, the store's fault"),
+        "{stdout}"
+    );
+    stdout
         .lines()
         .find(|l| l.starts_with("ERROR: "))
-        .unwrap_or_else(|| panic!("no ERROR line: {stdout}"));
+        .unwrap_or_else(|| panic!("no ERROR line: {stdout}"))
+        .to_string()
+}
+
+/// A probe the store's adapter fails (it dies when the lock probe opens
+/// the copy of the store) is the store's failure, not the harness's.
+#[test]
+fn a_probe_the_store_adapter_fails_exits_1_naming_the_store() {
+    let error = failing_lock_probe(&[], &[]);
     assert!(
         error.contains("the store under test failed")
             && error.contains("first open")
             && error.contains("adapter protocol error")
             && error.contains("the adapter exited"),
         "{error}"
-    );
-    assert!(
-        stdout.contains("result: not carried out, the store's fault"),
-        "{stdout}"
     );
 }
 
@@ -137,31 +149,8 @@ fn a_probe_the_store_adapter_fails_exits_1_naming_the_store() {
 /// store's failure, said in one line, never a campaign that waits forever.
 #[test]
 fn a_probe_the_store_hangs_in_is_killed_and_exits_1_naming_the_store() {
-    let store = support::workspace_bin("agentstore", "agentstore");
-    let adapter = format!(
-        "python3 {} --hang {} adapter",
-        fixture("tests/fixtures/dying_probe_store.py"),
-        store.display()
-    );
     // Long enough for the crash-free run on a loaded machine: the hang is forever.
-    let out = agentchaos(&[
-        "replay",
-        "--scenario",
-        &small(),
-        "--plan",
-        "probe:lock",
-        "--adapter",
-        &adapter,
-        "--hang-timeout",
-        "20",
-    ]);
-    let (code, stderr) = code_and_stderr(&out);
-    assert_eq!(code, Some(1), "{stderr}");
-    let stdout = String::from_utf8_lossy(&out.stdout);
-    let error = stdout
-        .lines()
-        .find(|l| l.starts_with("ERROR: "))
-        .unwrap_or_else(|| panic!("no ERROR line: {stdout}"));
+    let error = failing_lock_probe(&["--hang"], &["--hang-timeout", "20"]);
     assert!(
         error.contains("the store under test failed")
             && error.contains("the lock probe hung: no reply from the store in 20 s"),
