@@ -94,6 +94,8 @@ const EXPECTED: &[(&str, &[&str])] = &[
     ("blob-unchecked-read", &["damage-refused"]),
     ("fused-lines-torn", &["damage-refused"]),
     ("lost-sector-refused", &["tail-rules"]),
+    ("zeros-first-run-only", &["tail-rules"]),
+    ("unterminated-checksum-damage", &["tail-rules"]),
 ];
 
 /// Faults the small fixture cannot show: it has no compaction, no branch
@@ -425,6 +427,45 @@ fn lost_sector_refused_is_caught_by_tail_rules() {
     let report = assert_caught("lost-sector-refused");
     let found = only_probe_violation(&report, "tail-rules", "tail@sessions/");
     assert!(found.contains("`damage` refusal at open"), "{found}");
+}
+
+/// No crash writes zeros inside a torn line: only the tail probe with a
+/// lost sector and, later in the line, three written zeros is damage the
+/// fault cuts as a torn tail.
+#[test]
+fn zeros_first_run_only_is_caught_by_tail_rules() {
+    let report = assert_caught("zeros-first-run-only");
+    let found = only_probe_violation(&report, "tail-rules", "tail@sessions/");
+    assert!(
+        found.contains("cut the appended bytes as a torn tail"),
+        "{found}"
+    );
+    let v = campaign::first_violation(&report, "tail-rules");
+    assert!(
+        v["replay"]
+            .as_str()
+            .unwrap()
+            .ends_with(":misplaced-zeros --store-fault zeros-first-run-only"),
+        "{v}"
+    );
+}
+
+/// Every torn line a crash leaves ends in pre-allocated zeros, which hide
+/// its header: only the tail probe's unterminated line with a whole header
+/// and no zeros, at the line limit, is refused by the fault.
+#[test]
+fn unterminated_checksum_damage_is_caught_by_tail_rules() {
+    let report = assert_caught("unterminated-checksum-damage");
+    let found = only_probe_violation(&report, "tail-rules", "tail@sessions/");
+    assert!(found.contains("`damage` refusal at open"), "{found}");
+    let v = campaign::first_violation(&report, "tail-rules");
+    assert!(
+        v["replay"]
+            .as_str()
+            .unwrap()
+            .contains(":unterminated-4194304 "),
+        "{v}"
+    );
 }
 
 /// A restart after a kill finds the zeros pre-allocated past the last

@@ -104,6 +104,10 @@ pub enum Fault {
     FusedLinesTorn,
     /// Zeros inside a torn piece are damage even where they are whole lost sectors: a torn group write that lost a sector is refused, the session no longer opens.
     LostSectorRefused,
+    /// Only the first run of zeros in a torn piece is judged: written zeros after a lost sector pass for a torn write, and acknowledged-looking damage is cut.
+    ZerosFirstRunOnly,
+    /// A torn piece with no newline and a well-formed header is judged by its checksum, which a torn line never matches: a torn write is refused as damage.
+    UnterminatedChecksumDamage,
 }
 
 impl Fault {
@@ -334,6 +338,16 @@ impl Fault {
             Fault::LostSectorRefused,
             "lost-sector-refused",
             "a torn group write that lost whole sectors is repaired within the tail rules",
+        ),
+        (
+            Fault::ZerosFirstRunOnly,
+            "zeros-first-run-only",
+            "zeros written inside a torn line (not whole lost sectors) are damage, wherever they are in it",
+        ),
+        (
+            Fault::UnterminatedChecksumDamage,
+            "unterminated-checksum-damage",
+            "a torn line with no newline is repaired, whatever its header's checksum says",
         ),
     ];
 

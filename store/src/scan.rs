@@ -544,7 +544,9 @@ fn torn_piece(piece: &[u8], at: u64, segment: u64) -> std::result::Result<(), St
             "zero bytes at byte offsets {from}..{to} start or stop inside a {SECTOR_BYTES}-byte sector: a lost write reads as whole sectors of zeros, so these were written (damage)"
         ));
     }
-    if !complete || body.contains(&0) {
+    // Broken on purpose with the fault: a torn line's header is taken at its word.
+    let torn = !complete && !crate::fault::active(crate::fault::Fault::UnterminatedChecksumDamage);
+    if torn || body.contains(&0) {
         // Missing bytes or zeros: what an interrupted write leaves.
         return Ok(());
     }
@@ -586,6 +588,9 @@ fn misplaced_zeros(body: &[u8], at: u64, segment: u64, at_end: bool) -> Option<(
             starts_ok && ends_ok && !crate::fault::active(crate::fault::Fault::LostSectorRefused);
         if !lost_sector {
             return Some((from, to));
+        }
+        if crate::fault::active(crate::fault::Fault::ZerosFirstRunOnly) {
+            break; // Broken on purpose: the runs after the first go unjudged.
         }
         i += run;
     }
