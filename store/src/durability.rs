@@ -26,7 +26,9 @@ pub enum Durability {
     /// once its own
     /// bytes are durable. `max_events` is taken as `1..=`[`MAX_GROUP_EVENTS`],
     /// and it also bounds the lines written but not yet durable: an append
-    /// that would exceed it waits for the running sync first, so a power cut
+    /// that would exceed it waits for the running sync first (or, when none
+    /// runs, as when its group was written with [`crate::EventLog::write_with`]
+    /// and nobody waits for it yet, syncs the group itself), so a power cut
     /// can tear at most one group.
     Batch {
         max_delay: Duration,
@@ -104,6 +106,22 @@ impl DurablePosition {
     /// The seq the next appended event gets.
     pub fn next_seq(&self) -> Seq {
         self.next_seq
+    }
+}
+
+/// One event written to the log and not yet acknowledged: in `Batch` mode
+/// its group commit may still be to come. Only [`crate::EventLog::wait`]
+/// (or [`crate::Session::wait`]) turns it into an [`Acked`], so an event
+/// cannot be reported durable before its sync without saying so in the
+/// types.
+#[derive(Debug, Clone, PartialEq, Eq)]
+#[must_use = "an event is durable only once it is waited for"]
+pub struct Written(pub(crate) Acked);
+
+impl Written {
+    /// The seq the event was written at (its id is `event_id(seq)`).
+    pub fn seq(&self) -> Seq {
+        self.0.seq
     }
 }
 

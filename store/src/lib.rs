@@ -50,7 +50,7 @@ pub mod repair;
 pub mod scan;
 pub mod session;
 
-pub use durability::{Acked, Durability, DurablePosition};
+pub use durability::{Acked, Durability, DurablePosition, Written};
 pub use error::{Error, Result};
 pub use event::{Event, Record, Seq};
 pub use layout::{SessionId, SessionPaths};

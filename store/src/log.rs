@@ -41,7 +41,7 @@ use std::time::Instant;
 
 use crate::checkpoint;
 use crate::crashpoint;
-use crate::durability::{Acked, Durability, DurablePosition, MAX_GROUP_EVENTS};
+use crate::durability::{Acked, Durability, DurablePosition, Written, MAX_GROUP_EVENTS};
 use crate::error::{Error, Result};
 use crate::event::{event_id, now_ts, Event, Record, Redaction, Seq};
 use crate::fault::{self, Fault};
@@ -410,6 +410,53 @@ impl EventLog {
 
     /// Appends one event with a redaction level; returns once it is durable.
     pub fn append_with(&self, event: &Event, redaction: Redaction) -> Result<Acked> {
+        let (st, written) = self.write_locked(event, redaction)?;
+        self.acknowledge(st, written)
+    }
+
+    /// Writes one event without waiting for its group commit: what a caller
+    /// with several appenders does before it waits for each of them (on its
+    /// own thread, say) with [`EventLog::wait`]. In `Sync` mode the event is
+    /// already durable, in `None` mode never; in `Batch` mode the group it
+    /// joined is synced by one of its waiters, or by a later write that
+    /// finds the group full.
+    pub fn write_with(&self, event: &Event, redaction: Redaction) -> Result<Written> {
+        let (st, written) = self.write_locked(event, redaction)?;
+        drop(st);
+        Ok(written)
+    }
+
+    /// Returns once `written` is durable by this log's durability (in
+    /// `Batch` mode: leading or joining its group commit). A failed sync
+    /// poisons the handle: this and every later wait and append fail.
+    pub fn wait(&self, written: Written) -> Result<Acked> {
+        let st = self.lock_state();
+        self.acknowledge(st, written)
+    }
+
+    fn acknowledge<'a>(
+        &'a self,
+        st: MutexGuard<'a, WriteState>,
+        written: Written,
+    ) -> Result<Acked> {
+        match self.durability {
+            // `None` is never durable by design; `Sync` wrote and synced.
+            Durability::None | Durability::Sync => Ok(written.0),
+            Durability::Batch {
+                max_delay,
+                max_events,
+            } => self.wait_group_commit(st, written.0, max_delay, group_size(max_events)),
+        }
+    }
+
+    /// Writes one event at the end (in `Sync` mode, and synced) and returns
+    /// the state lock with it, so that an append waits for its group
+    /// without letting go of the lock in between.
+    fn write_locked(
+        &self,
+        event: &Event,
+        redaction: Redaction,
+    ) -> Result<(MutexGuard<'_, WriteState>, Written)> {
         let batch = matches!(self.durability, Durability::Batch { .. });
         if batch {
             self.arriving.fetch_add(1, Ordering::SeqCst);
@@ -426,7 +473,16 @@ impl EventLog {
                 // durable: keep that to one group (the scanner's tail bound).
                 let group = group_size(max_events) as u64;
                 while st.poisoned.is_none() && st.end.seq - st.durable.next_seq >= group {
-                    st = self.synced.wait(st).unwrap_or_else(|p| p.into_inner());
+                    if st.sync_running {
+                        st = self.synced.wait(st).unwrap_or_else(|p| p.into_inner());
+                    } else {
+                        // Nobody leads the full group (its events were
+                        // written with `write_with`, and none waits yet,
+                        // or its leader has not taken the lock back):
+                        // sync it here rather than wait for nobody.
+                        let end = st.end;
+                        self.sync_to(&mut st, end)?;
+                    }
                 }
             }
             if let Some(reason) = &st.poisoned {
@@ -512,34 +568,29 @@ impl EventLog {
         // Past the zeros if they could not be written.
         st.allocated = st.allocated.max(st.end.offset);
         st.index.note(start);
-        let acked = Acked {
+        let written = Written(Acked {
             seq: start.seq,
             id,
             offset: start.offset,
             end: st.end.offset,
-        };
+        });
         match self.durability {
-            Durability::None => Ok(acked),
+            Durability::None => {}
             Durability::Sync => {
-                if fault::active(Fault::AckBeforeFsync)
-                    || fault::active(Fault::FdatasyncBeforeWrite)
-                {
-                    // Broken on purpose: acknowledge now; the sync comes with the next append.
-                    return Ok(acked);
+                let broken = fault::active(Fault::AckBeforeFsync)
+                    || fault::active(Fault::FdatasyncBeforeWrite);
+                // Broken on purpose: acknowledge now; the sync comes with the next append.
+                if !broken {
+                    let target = st.end;
+                    self.sync_to(&mut st, target)?;
                 }
-                let target = st.end;
-                self.sync_to(&mut st, target)?;
-                Ok(acked)
             }
-            Durability::Batch {
-                max_delay,
-                max_events,
-            } => {
+            Durability::Batch { .. } => {
                 st.pending += 1;
                 self.arrived.notify_one();
-                self.wait_group_commit(st, acked, max_delay, group_size(max_events))
             }
         }
+        Ok((st, written))
     }
 
     /// Grows the file with zero bytes from its end to the next multiple of
@@ -773,6 +824,49 @@ mod tests {
         let end = log.end().offset;
         drop(log);
         assert_eq!(file_len(&paths), end);
+    }
+
+    #[test]
+    fn parallel_writers_waiting_on_their_own_threads_share_one_sync() {
+        let dir = tempfile::tempdir().unwrap();
+        let paths = SessionPaths::new(dir.path(), &SessionId::new("s").unwrap());
+        let batch = Durability::Batch {
+            max_delay: std::time::Duration::from_millis(5),
+            max_events: 4,
+        };
+        let log = EventLog::create(&paths, batch).unwrap();
+        let before = log.syncs();
+        let written: Vec<Written> = (0..4)
+            .map(|i| log.write_with(&run_started(i), Redaction::Public).unwrap())
+            .collect();
+        assert_eq!(log.durable().next_seq(), 0, "a write alone syncs nothing");
+        let acked: Vec<Acked> = std::thread::scope(|s| {
+            let waiters: Vec<_> = written
+                .into_iter()
+                .map(|w| s.spawn(|| log.wait(w).unwrap()))
+                .collect();
+            waiters.into_iter().map(|h| h.join().unwrap()).collect()
+        });
+        assert_eq!(
+            acked.iter().map(Acked::seq).collect::<Vec<_>>(),
+            [0, 1, 2, 3]
+        );
+        assert_eq!(log.syncs() - before, 1, "one group, one fdatasync");
+        assert_eq!(log.durable().len(), acked[3].end());
+        // A full group that nobody waits for is synced by the next write,
+        // which then starts the next group.
+        let full: Vec<Written> = (4..8)
+            .map(|i| log.write_with(&run_started(i), Redaction::Public).unwrap())
+            .collect();
+        assert_eq!(log.syncs() - before, 1);
+        let next = log.write_with(&run_started(8), Redaction::Public).unwrap();
+        assert_eq!(log.syncs() - before, 2);
+        assert_eq!(log.durable().next_seq(), 8);
+        for w in full {
+            log.wait(w).unwrap();
+        }
+        assert_eq!(log.wait(next).unwrap().seq(), 8);
+        assert_eq!(log.syncs() - before, 3);
     }
 
     #[test]

@@ -15,7 +15,7 @@ use crate::blob;
 use crate::checkpoint::{self, Checkpoint};
 use crate::crashpoint;
 use crate::create;
-use crate::durability::{Acked, Durability};
+use crate::durability::{Acked, Durability, Written};
 use crate::error::{Error, Result};
 use crate::event::{BlobRef, Event, Record, Redaction, Seq};
 use crate::fault::{self, Fault};
@@ -444,20 +444,47 @@ impl Session {
 
     fn write_and_fold(&mut self, event: Event, redaction: Redaction) -> Result<Acked> {
         let ack = self.log.append_with(&event, redaction)?;
-        self.index.note(LogPosition {
-            offset: ack.offset(),
-            seq: ack.seq(),
-        });
+        self.fold(ack.seq(), ack.offset(), &event)?;
+        Ok(ack)
+    }
+
+    fn fold(&mut self, seq: Seq, offset: u64, event: &Event) -> Result<()> {
+        self.index.note(LogPosition { offset, seq });
         let events = self.paths.events();
         self.projection.apply_event(
-            ack.seq(),
-            &event,
+            seq,
+            event,
             &mut LogNodes {
                 path: &events,
                 index: &self.index,
             },
-        )?;
-        Ok(ack)
+        )
+    }
+
+    /// Writes a public event after checking the session rules, and folds
+    /// it, without waiting for it to be durable: one of several parallel
+    /// appenders' events (a parallel tool call's), each then waited for
+    /// with [`Session::wait`], from as many threads as there are events,
+    /// so that `Batch` mode syncs them as one group. The session shows the
+    /// event from now on; if its sync fails, the session is poisoned (every
+    /// later write fails) and what it shows must not be trusted: reopen it.
+    /// A leased session waits before it lets go of the writer lock.
+    pub fn write(&mut self, event: Event) -> Result<Written> {
+        self.fenced(|s| {
+            s.check(&event)?;
+            let written = s.log.write_with(&event, Redaction::Public)?;
+            s.fold(written.seq(), written.0.offset, &event)?;
+            if s.lease.is_some() {
+                return Ok(Written(s.log.wait(written)?));
+            }
+            Ok(written)
+        })
+    }
+
+    /// Returns once an event [`Session::write`] wrote is durable (see
+    /// [`EventLog::wait`]). Takes `&self`: several threads wait at once.
+    pub fn wait(&self, written: Written) -> Result<Acked> {
+        self.log.wait(written)
     }
 
     /// Records the intent of `call_id` (`tool_started`), durable before the
