@@ -22,6 +22,8 @@ use crate::store::Observation;
 pub struct Append {
     pub type_name: String,
     pub fingerprint: String,
+    /// The byte offset of its announcement line in the agent's stdout.
+    pub line: u64,
     pub acked: Option<Seq>,
     /// The store refused it with an I/O error (the agent may have retried it
     /// as the next append).

@@ -152,6 +152,8 @@ impl PowerLossError {
 pub struct RecordedAppend {
     pub type_name: String,
     pub fingerprint: String,
+    /// The byte offset of its announcement line in the agent's stdout.
+    pub line: u64,
     /// Ops completed when the agent announced it (before the store saw it).
     pub announced_after: usize,
     /// Its seq and the ops completed when the agent wrote the ack line.
@@ -303,6 +305,7 @@ fn placed_appends(stdout: &[u8], log: &OpLog) -> Result<Vec<RecordedAppend>, Pow
     let mut out: Vec<RecordedAppend> = Vec::new();
     let mut end = 0u64;
     for line in stdout.split_inclusive(|&b| b == b'\n') {
+        let start = end;
         end += line.len() as u64;
         let Some(text) = line.strip_suffix(b"\n") else {
             return Err(PowerLossError::Harness(
@@ -323,14 +326,17 @@ fn placed_appends(stdout: &[u8], log: &OpLog) -> Result<Vec<RecordedAppend>, Pow
             ChildLine::Append { t, h } => out.push(RecordedAppend {
                 type_name: t,
                 fingerprint: h,
+                line: start,
                 announced_after: after,
                 ack: None,
             }),
-            ChildLine::Ack { seq, t, h } => match out.last_mut() {
-                Some(a) if a.fingerprint == h && a.type_name == t && a.ack.is_none() => {
-                    a.ack = Some((seq, after))
-                }
-                _ => {
+            // The first unanswered one: a parallel group has several in flight.
+            ChildLine::Ack { seq, t, h } => match out
+                .iter_mut()
+                .find(|a| a.fingerprint == h && a.type_name == t && a.ack.is_none())
+            {
+                Some(a) => a.ack = Some((seq, after)),
+                None => {
                     return Err(PowerLossError::Harness(format!(
                         "the recorded agent acked {t} without announcing it"
                     )))
@@ -452,6 +458,7 @@ impl<'a> Judge<'a> {
                 .map(|a| Append {
                     type_name: a.type_name.clone(),
                     fingerprint: a.fingerprint.clone(),
+                    line: a.line,
                     acked: a.ack.filter(|&(_, at)| at <= k).map(|(seq, _)| seq),
                     refused: false,
                 })

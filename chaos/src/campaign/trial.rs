@@ -668,6 +668,7 @@ fn follow(
                 life.writes.push(Append {
                     type_name: t,
                     fingerprint: h,
+                    line: at,
                     acked: None,
                     refused: false,
                 });
@@ -675,7 +676,7 @@ fn follow(
             }
             ChildLine::Refused { t, h } => {
                 match announced(life, &t, &h) {
-                    Some(w) => w.refused = true,
+                    Some(i) => life.writes[i].refused = true,
                     None => {
                         reading.protocol_error = Some(format!(
                             "the agent reported a refusal of {t} without announcing it"
@@ -686,9 +687,9 @@ fn follow(
             }
             ChildLine::Ack { seq, t, h } => {
                 match announced(life, &t, &h) {
-                    Some(w) => {
-                        w.acked = Some(seq);
-                        reading.acks.push((life.writes.len() - 1, at));
+                    Some(i) => {
+                        life.writes[i].acked = Some(seq);
+                        reading.acks.push((i, at));
                     }
                     None => {
                         reading.protocol_error = Some(format!(
@@ -740,11 +741,13 @@ fn follow(
     reading
 }
 
-/// The write the agent announced last, if it is `t`/`h` and not yet answered.
-fn announced<'l>(life: &'l mut Life, t: &str, h: &str) -> Option<&'l mut Append> {
+/// The index of the first write the agent announced as `t`/`h` and has
+/// not yet answered (acked or refused). Several are in flight at once only
+/// in a parallel group, whose answers come in write order.
+fn announced(life: &Life, t: &str, h: &str) -> Option<usize> {
     life.writes
-        .last_mut()
-        .filter(|w| w.fingerprint == h && w.type_name == t && w.acked.is_none())
+        .iter()
+        .position(|w| w.fingerprint == h && w.type_name == t && w.acked.is_none() && !w.refused)
 }
 
 /// Reaps the agent (or joins its tracer, recording what it saw into
