@@ -557,6 +557,35 @@ fn the_unmodified_store_passes_every_nemesis_in_batch_mode() {
     );
 }
 
+/// Parallel tool calls in Batch mode: each group of events written in
+/// order, then waited for from one thread per call, so one sync covers the
+/// group and each waiter reports its own ack. The unmodified store passes
+/// every nemesis on them; an ack given once the line is written, before
+/// any sync, is caught there as on sequential calls.
+#[test]
+fn parallel_calls_in_batch_mode_pass_and_an_ack_before_the_group_sync_is_caught() {
+    let parallel = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/fixtures/parallel.json");
+    let (code, report, stdout) =
+        campaign::run(&parallel, &["--durability", "batch", "--trials", "12"]);
+    assert_eq!(code, 0, "{stdout}");
+    assert_eq!(report["error_count"], 0, "{stdout}");
+    let (code, report, stdout) = campaign::run(
+        &parallel,
+        &[
+            "--durability",
+            "batch",
+            "--exhaustive",
+            "--nemesis",
+            "points",
+            "--store-fault",
+            "batch-ack-when-written",
+        ],
+    );
+    assert_eq!(code, 1, "{stdout}");
+    assert_eq!(report["error_count"], 0, "{stdout}");
+    assert!(campaign::count(&report, "acked-durable") > 0, "{stdout}");
+}
+
 /// Only because the agent retries an append refused with an I/O error:
 /// the refused copy is still in the log, and the retry adds it again.
 #[test]

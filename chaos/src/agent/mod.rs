@@ -32,12 +32,13 @@ pub mod worker;
 pub mod world;
 
 use std::collections::{BTreeMap, HashMap};
-use std::io::StdoutLock;
+use std::io::Stdout;
 use std::path::PathBuf;
+use std::sync::Mutex;
 
 use agentchaos_protocol::event::{
-    event_id, Decision, Effect, Event, Phase, ReconcileOutcome, Record, ResultStatus, RunStatus,
-    Seq,
+    event_id, BlobRef, Decision, Effect, Event, Phase, ReconcileOutcome, Record, ResultStatus,
+    RunStatus, Seq,
 };
 use agentstore::crashpoint;
 use serde_json::Value;
@@ -49,7 +50,7 @@ use crate::agent::wire::{
 use crate::agent::world::WorldClient;
 use crate::model::{call_of, describe_event, store_authored, Model};
 use crate::scenario::{self, Op, PlacedOp, Run, Scenario, ToolInvocation};
-use crate::store::{SessionSpec, SessionStore, StoreBackend, StoreResult};
+use crate::store::{Ack, SessionSpec, SessionStore, StoreBackend, StoreError, StoreResult};
 
 /// The crash point between a durable intent and the effect.
 pub const BEFORE_EFFECT: &str = "agent.before_effect";
@@ -128,7 +129,7 @@ pub fn run(args: &AgentArgs, backend: &dyn StoreBackend) -> Result<(), AgentErro
     let scenario =
         scenario::load(&args.scenario).map_err(|e| AgentError::Harness(e.to_string()))?;
     let stdout = std::io::stdout();
-    let mut reporter = Reporter::new(stdout.lock());
+    let mut reporter = Reporter::new(stdout);
     let open = || {
         backend
             .open(&args.spec)
@@ -244,7 +245,8 @@ struct Agent<'a> {
     scenario: &'a Scenario,
     ops: &'a [PlacedOp],
     store: Box<dyn SessionStore>,
-    reporter: Reporter<StdoutLock<'static>>,
+    /// Unlocked stdout: a parallel group's waiters report from their threads.
+    reporter: Reporter<Stdout>,
     /// The agent's own fold of the session, kept current with every ack.
     model: Model,
     /// Message labels of the scenario -> seq of the message.
@@ -312,6 +314,11 @@ impl Agent<'_> {
                 (Op::Tool(t), e) if call_of(e) == Some(t.call_id.as_str()) => {
                     matches!(e, Event::ToolResult { .. })
                 }
+                (Op::Parallel(calls), e)
+                    if calls.iter().any(|c| call_of(e) == Some(c.call_id.as_str())) =>
+                {
+                    calls.iter().all(|c| self.finished(&c.call_id))
+                }
                 _ => return Err(AgentError::Store(diverge(placed.op.to_string()))),
             };
             if complete {
@@ -337,14 +344,7 @@ impl Agent<'_> {
             match self.store.append(&event) {
                 Ok(ack) => break ack,
                 Err(e) => {
-                    let refused = format!("the store refused {}: {e}", describe_event(&event));
-                    if !e.io {
-                        return Err(AgentError::Store(refused));
-                    }
-                    self.reporter.send(&ChildLine::Refused {
-                        t: t.clone(),
-                        h: h.clone(),
-                    })?;
+                    let refused = self.refused(&event, &e)?;
                     if attempt == APPEND_ATTEMPTS {
                         return Err(AgentError::Store(format!("{refused} ({attempt} attempts)")));
                     }
@@ -355,6 +355,108 @@ impl Agent<'_> {
         self.reporter.send(&ChildLine::Ack { seq: ack.seq, t, h })?;
         self.model.apply(ack.seq, &event);
         Ok(ack.seq)
+    }
+
+    /// Reports the store's I/O refusal of `event` and says what it was; any
+    /// other refusal ends the agent.
+    fn refused(&mut self, event: &Event, e: &StoreError) -> Result<String, AgentError> {
+        let refused = format!("the store refused {}: {e}", describe_event(event));
+        if !e.io {
+            return Err(AgentError::Store(refused));
+        }
+        self.reporter.send(&ChildLine::Refused {
+            t: event.type_name().to_string(),
+            h: fingerprint(event),
+        })?;
+        Ok(refused)
+    }
+
+    /// Appends `n` events as parallel appenders do: each announced and
+    /// written in order (event `i`'s parent, for the events that have one,
+    /// is event `i - 1`; the first's is the active leaf), then all waited
+    /// for at once ([`SessionStore::wait`]: one thread each, so a `Batch`
+    /// store syncs them as one group), each answer reported by its waiter
+    /// as it comes (so an ack a follower got before its group's sync
+    /// returned is seen where it happened). A store that acknowledges as
+    /// it writes (every adapter) has its ack reported at once, as for any
+    /// append.
+    /// A refused write ends the group; whatever the group did not get
+    /// acknowledged is then appended one at a time by [`Agent::append`],
+    /// with its retries.
+    fn append_group(
+        &mut self,
+        n: usize,
+        build: impl Fn(usize, Option<String>) -> Event,
+    ) -> Result<(), AgentError> {
+        // (index in the group, event) of each write whose wait is deferred.
+        let mut written: Vec<(usize, Event)> = Vec::new();
+        let mut pending = Vec::new();
+        let mut acked = vec![false; n];
+        let mut parent = self.model.leaf();
+        for (i, done) in acked.iter_mut().enumerate() {
+            let event = build(i, parent.clone());
+            let (t, h) = (event.type_name().to_string(), fingerprint(&event));
+            self.reporter.send(&ChildLine::Append {
+                t: t.clone(),
+                h: h.clone(),
+            })?;
+            match self.store.write(&event) {
+                Ok(p) => {
+                    if event.parent().is_some() {
+                        parent = Some(event_id(p.seq));
+                    }
+                    if let Some(ack) = p.acknowledged() {
+                        self.reporter.send(&ChildLine::Ack { seq: ack.seq, t, h })?;
+                        self.model.apply(ack.seq, &event);
+                        *done = true;
+                    } else {
+                        written.push((i, event));
+                        pending.push(p);
+                    }
+                }
+                Err(e) => {
+                    self.refused(&event, &e)?;
+                    break;
+                }
+            }
+        }
+        let reporter = Mutex::new(&mut self.reporter);
+        let pipe = Mutex::new(Ok(()));
+        let answered = |k: usize, result: &StoreResult<Ack>| {
+            let event = &written[k].1;
+            let (t, h) = (event.type_name().to_string(), fingerprint(event));
+            let line = match result {
+                Ok(ack) => ChildLine::Ack { seq: ack.seq, t, h },
+                Err(e) if e.io => ChildLine::Refused { t, h },
+                Err(_) => return, // Ends the agent below.
+            };
+            let sent = reporter
+                .lock()
+                .unwrap_or_else(|p| p.into_inner())
+                .send(&line);
+            if let Err(e) = sent {
+                *pipe.lock().unwrap_or_else(|p| p.into_inner()) = Err(e);
+            }
+        };
+        let results = self.store.wait(pending, &answered);
+        pipe.into_inner().unwrap_or_else(|p| p.into_inner())?;
+        for ((i, event), result) in written.iter().zip(results) {
+            match result {
+                Ok(ack) => {
+                    self.model.apply(ack.seq, event);
+                    acked[*i] = true;
+                }
+                Err(e) if !e.io => {
+                    let refused = format!("the store refused {}: {e}", describe_event(event));
+                    return Err(AgentError::Store(refused));
+                }
+                Err(_) => {}
+            }
+        }
+        for (i, _) in acked.iter().enumerate().filter(|(_, acked)| !**acked) {
+            self.append(build(i, self.model.leaf()))?;
+        }
+        Ok(())
     }
 
     fn execute(&mut self, i: usize) -> Result<(), AgentError> {
@@ -398,6 +500,7 @@ impl Agent<'_> {
                         })
                         .map(drop),
                     Op::Tool(inv) => self.tool(inv),
+                    Op::Parallel(calls) => self.parallel(calls),
                     Op::Compact { summary, keep } => self.compact(summary, *keep),
                     Op::SwitchTo { label } => {
                         let seq = self.labelled(label)?;
@@ -534,6 +637,86 @@ impl Agent<'_> {
         }
     }
 
+    /// Whether the log holds the result of `call_id`.
+    fn finished(&self, call_id: &str) -> bool {
+        self.model
+            .calls
+            .get(call_id)
+            .is_some_and(|c| c.result.is_some())
+    }
+
+    /// A `parallel` step: the calls' `tool_call`s as one group, their
+    /// `tool_started`s as another (through the store's plain write, not
+    /// its intent API: the group is waited for before any effect runs),
+    /// each effect in order after its crash point, then the commits and
+    /// the results as groups. Once the log holds any of its calls (a
+    /// crash inside the step), each unfinished call resumes alone, as
+    /// [`Agent::tool`] resumes any call.
+    fn parallel(&mut self, calls: &[ToolInvocation]) -> Result<(), AgentError> {
+        if calls
+            .iter()
+            .any(|c| self.model.calls.contains_key(&c.call_id))
+        {
+            for inv in calls {
+                if !self.finished(&inv.call_id) {
+                    self.tool(inv)?;
+                }
+            }
+            return Ok(());
+        }
+        self.append_group(calls.len(), |i, parent| {
+            let inv = &calls[i];
+            Event::ToolCall {
+                parent,
+                call_id: inv.call_id.clone(),
+                tool: inv.kind.name().to_string(),
+                args: inv.args.clone(),
+                effect: inv.kind.effect(),
+                operation_id: inv.operation_id.clone(),
+                target: Some(inv.target.clone()),
+                needs_approval: false,
+            }
+        })?;
+        self.append_group(calls.len(), |i, _| Event::ToolStarted {
+            call_id: calls[i].call_id.clone(),
+        })?;
+        let mut ran = Vec::new();
+        for inv in calls {
+            crashpoint::hit(BEFORE_EFFECT);
+            let op = inv.operation_id.as_deref();
+            ran.push(tools::run(&mut self.ctx(), inv.kind, &inv.args, op)?);
+        }
+        let mut commits = Vec::new();
+        for (inv, ran) in calls.iter().zip(&ran) {
+            if let (Some(op), Effect::SideEffect) = (&inv.operation_id, inv.kind.effect()) {
+                let external_ref = ran.external_ref.clone().ok_or_else(|| {
+                    AgentError::Harness(format!("{} left no external reference", inv.call_id))
+                })?;
+                commits.push(Event::EffectCommitted {
+                    call_id: inv.call_id.clone(),
+                    operation_id: op.clone(),
+                    external_ref,
+                });
+            }
+        }
+        self.append_group(commits.len(), |i, _| commits[i].clone())?;
+        let mut results = Vec::new();
+        for (inv, ran) in calls.iter().zip(ran) {
+            let (output, blob) = self.output(ran.output)?;
+            results.push((inv.call_id.clone(), ran.status, output, blob));
+        }
+        self.append_group(results.len(), |i, parent| {
+            let (call_id, status, output, blob) = results[i].clone();
+            Event::ToolResult {
+                parent,
+                call_id,
+                status,
+                output,
+                blob,
+            }
+        })
+    }
+
     /// Runs the call: approval (asked at most once), intent, effect, commit, result.
     fn attempt(&mut self, inv: &ToolInvocation) -> Result<(), AgentError> {
         if let Some(scripted) = inv.approval {
@@ -621,13 +804,9 @@ impl Agent<'_> {
         self.result(inv, ResultStatus::Ok, Output::Inline(msg))
     }
 
-    fn result(
-        &mut self,
-        inv: &ToolInvocation,
-        status: ResultStatus,
-        output: Output,
-    ) -> Result<(), AgentError> {
-        let (output, blob) = match output {
+    /// A tool's output as a result carries it: inline, or stored as a blob.
+    fn output(&mut self, output: Output) -> Result<(Option<Value>, Option<BlobRef>), AgentError> {
+        Ok(match output {
             Output::Inline(v) => (Some(v), None),
             Output::Blob(bytes) => {
                 let blob = self
@@ -642,7 +821,16 @@ impl Agent<'_> {
                     Some(blob),
                 )
             }
-        };
+        })
+    }
+
+    fn result(
+        &mut self,
+        inv: &ToolInvocation,
+        status: ResultStatus,
+        output: Output,
+    ) -> Result<(), AgentError> {
+        let (output, blob) = self.output(output)?;
         self.append(Event::ToolResult {
             parent: self.model.leaf(),
             call_id: inv.call_id.clone(),

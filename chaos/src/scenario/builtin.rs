@@ -35,6 +35,7 @@ pub const ALL: &[Builtin] = shipped![
     "fix-the-failing-tests",
     "large-output-blob",
     "multi-run-compaction-branch",
+    "parallel-tool-calls",
 ];
 
 /// The built-in scenario `path` names: `Some(None)` for `builtin:` (all of

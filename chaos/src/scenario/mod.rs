@@ -24,6 +24,10 @@ pub const MAX_FILE_BYTES: usize = 1 << 20;
 /// Largest output of a `large_output` step.
 pub const MAX_LARGE_OUTPUT: u64 = 8 << 20;
 
+/// Most calls one `parallel` step runs at once (an agent's parallel tool
+/// calls; each one a waiter of the store's group commit).
+pub const MAX_PARALLEL_CALLS: usize = 8;
+
 /// Bad input: one line naming the file, the line when known, and what is wrong.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct InputError {
@@ -151,6 +155,14 @@ pub enum Step {
         label: String,
     },
     Checkpoint {},
+    /// Tool calls made at once, as an agent's parallel tool calls: their
+    /// `tool_call`s are written as one group, then their `tool_started`s,
+    /// each group waited for from one thread per call; the effects run in
+    /// order; then the commits and the results, as groups again. `calls`
+    /// are 2 to [`MAX_PARALLEL_CALLS`] tool steps without approval.
+    Parallel {
+        calls: Vec<Step>,
+    },
 }
 
 /// The tools an agent can call (see `tools`).
@@ -233,6 +245,8 @@ pub enum Op {
         steps: Vec<PlanStep>,
     },
     Tool(ToolInvocation),
+    /// A `parallel` step's calls, in the order their events are written.
+    Parallel(Vec<ToolInvocation>),
     Compact {
         summary: String,
         keep: usize,
@@ -264,6 +278,10 @@ impl fmt::Display for Op {
             Op::Assistant { .. } => write!(f, "assistant message"),
             Op::Plan { .. } => write!(f, "plan update"),
             Op::Tool(t) => write!(f, "{} call {}", t.kind.name(), t.call_id),
+            Op::Parallel(calls) => {
+                let ids: Vec<&str> = calls.iter().map(|c| c.call_id.as_str()).collect();
+                write!(f, "parallel calls {}", ids.join(", "))
+            }
             Op::Compact { .. } => write!(f, "compaction"),
             Op::SwitchTo { label } => write!(f, "branch switch to {label:?}"),
             Op::Checkpoint => write!(f, "checkpoint"),
@@ -296,6 +314,11 @@ impl Step {
 /// The call id of step `step` of run `run_id`.
 pub fn call_id(run_id: &str, step: usize) -> String {
     format!("{run_id}-{step}")
+}
+
+/// The call id of call `k` of the `parallel` step `step` of run `run_id`.
+pub fn parallel_call_id(run_id: &str, step: usize, k: usize) -> String {
+    format!("{run_id}-{step}.{k}")
 }
 
 /// The operation id (idempotency key) of a call.
@@ -336,7 +359,14 @@ impl Scenario {
                         label: label.clone(),
                     },
                     Step::Checkpoint {} => Op::Checkpoint,
-                    _ => Op::Tool(self.invocation(&run.id, s, step)),
+                    Step::Parallel { calls } => Op::Parallel(
+                        calls
+                            .iter()
+                            .enumerate()
+                            .map(|(k, call)| self.invocation(parallel_call_id(&run.id, s, k), call))
+                            .collect(),
+                    ),
+                    _ => Op::Tool(self.invocation(call_id(&run.id, s), step)),
                 };
                 ops.push(PlacedOp {
                     op,
@@ -349,9 +379,8 @@ impl Scenario {
         ops
     }
 
-    fn invocation(&self, run_id: &str, s: usize, step: &Step) -> ToolInvocation {
+    fn invocation(&self, call_id: String, step: &Step) -> ToolInvocation {
         let (kind, approval) = step.tool().expect("only tool steps are invocations");
-        let call_id = call_id(run_id, s);
         let operation_id = (kind.effect() == Effect::SideEffect).then(|| operation_id(&call_id));
         let (args, target) = match step {
             Step::ReadFile { path, .. } => (serde_json::json!({ "path": path }), path.clone()),
@@ -390,6 +419,10 @@ impl Scenario {
         self.runs
             .iter()
             .flat_map(|r| &r.steps)
+            .flat_map(|s| match s {
+                Step::Parallel { calls } => calls.as_slice(),
+                one => std::slice::from_ref(one),
+            })
             .any(|s| matches!(s, Step::LargeOutput { .. }))
     }
 
@@ -489,39 +522,44 @@ impl Scenario {
                         return Err((at("label"), format!("label {label:?} is empty or repeated")));
                     }
                 }
+                check_tool_fields(step).map_err(|(field, m)| (at(field), m))?;
                 match step {
-                    Step::ReadFile { path, .. }
-                    | Step::WriteFile { path, .. }
-                    | Step::AppendLine { path, .. } => {
-                        check_path(path).map_err(|m| (at("path"), m.to_string()))?
-                    }
-                    _ => {}
-                }
-                match step {
-                    Step::WriteFile { content, .. } if content.len() > MAX_FILE_BYTES => {
-                        return Err((
-                            at("content"),
-                            format!("content is larger than {MAX_FILE_BYTES} bytes"),
-                        ));
-                    }
-                    Step::AppendLine { line, .. } if line.contains('\n') || line.is_empty() => {
-                        return Err((
-                            at("line"),
-                            "line must be non-empty and hold no newline".into(),
-                        ));
-                    }
-                    Step::Remote {
-                        service, action, ..
-                    } => {
-                        if !is_name(service, 32) {
-                            return Err((at("service"), format!("service {service:?} must be 1-32 characters of a-z, 0-9, '-', '_' or '.'")));
+                    Step::Parallel { calls } => {
+                        if !(2..=MAX_PARALLEL_CALLS).contains(&calls.len()) {
+                            return Err((
+                                at("calls"),
+                                format!("a parallel step makes 2 to {MAX_PARALLEL_CALLS} calls"),
+                            ));
                         }
-                        if action.is_empty() {
-                            return Err((at("action"), "action must not be empty".into()));
+                        for (k, call) in calls.iter().enumerate() {
+                            let at_call = |f: &str| {
+                                vec![
+                                    key("runs"),
+                                    I(r),
+                                    key("steps"),
+                                    I(s),
+                                    key("calls"),
+                                    I(k),
+                                    key(f),
+                                ]
+                            };
+                            match call.tool() {
+                                None => {
+                                    return Err((
+                                        at_call("do"),
+                                        "a parallel step's calls are tool steps".into(),
+                                    ))
+                                }
+                                Some((_, Some(_))) => {
+                                    return Err((
+                                        at_call("approval"),
+                                        "a parallel call cannot wait for approval: the scripted human answers one call at a time".into(),
+                                    ))
+                                }
+                                Some((_, None)) => {}
+                            }
+                            check_tool_fields(call).map_err(|(field, m)| (at_call(field), m))?;
                         }
-                    }
-                    Step::LargeOutput { bytes, .. } if *bytes == 0 || *bytes > MAX_LARGE_OUTPUT => {
-                        return Err((at("bytes"), format!("bytes must be 1..={MAX_LARGE_OUTPUT}")));
                     }
                     Step::Compact { keep, .. } if *keep == 0 => {
                         return Err((at("keep"), "keep must be at least 1".into()));
@@ -551,6 +589,37 @@ impl Scenario {
             }
         }
         Ok(())
+    }
+}
+
+/// The fields of a tool step that serde cannot check: the field at fault
+/// and why.
+fn check_tool_fields(step: &Step) -> Result<(), (&'static str, String)> {
+    match step {
+        Step::ReadFile { path, .. }
+        | Step::WriteFile { path, .. }
+        | Step::AppendLine { path, .. } => check_path(path).map_err(|m| ("path", m.to_string()))?,
+        _ => {}
+    }
+    match step {
+        Step::WriteFile { content, .. } if content.len() > MAX_FILE_BYTES => Err((
+            "content",
+            format!("content is larger than {MAX_FILE_BYTES} bytes"),
+        )),
+        Step::AppendLine { line, .. } if line.contains('\n') || line.is_empty() => {
+            Err(("line", "line must be non-empty and hold no newline".into()))
+        }
+        Step::Remote { service, .. } if !is_name(service, 32) => Err((
+            "service",
+            format!("service {service:?} must be 1-32 characters of a-z, 0-9, '-', '_' or '.'"),
+        )),
+        Step::Remote { action, .. } if action.is_empty() => {
+            Err(("action", "action must not be empty".into()))
+        }
+        Step::LargeOutput { bytes, .. } if *bytes == 0 || *bytes > MAX_LARGE_OUTPUT => {
+            Err(("bytes", format!("bytes must be 1..={MAX_LARGE_OUTPUT}")))
+        }
+        _ => Ok(()),
     }
 }
 
@@ -932,6 +1001,54 @@ mod tests {
         assert!(e.message.contains("stay inside the workspace"), "{e}");
         let bad = GOOD.replace("\"id\": \"r1\"", "\"id\": \"R 1\"");
         assert_eq!(parse(&bad, "f.json").unwrap_err().line, Some(6));
+    }
+
+    #[test]
+    fn a_parallel_step_compiles_to_one_op_and_is_validated_call_by_call() {
+        let parallel = |calls: &str| {
+            GOOD.replace(
+                r#"{"do": "switch_to", "label": "start"}"#,
+                &format!("{{\"do\": \"parallel\", \"calls\": [\n{calls}\n]}}"),
+            )
+        };
+        let two = r#"{"do": "remote", "service": "chat", "action": "post"},
+{"do": "append_line", "path": "a.txt", "line": "y"}"#;
+        let s = parse(&parallel(two), "p.json").unwrap();
+        match &s.ops()[3].op {
+            Op::Parallel(calls) => {
+                let ids: Vec<&str> = calls.iter().map(|c| c.call_id.as_str()).collect();
+                assert_eq!(ids, ["r1-2.0", "r1-2.1"]);
+                assert_eq!(calls[1].operation_id.as_deref(), Some("op-r1-2.1"));
+            }
+            other => panic!("expected a parallel op, got {other:?}"),
+        }
+        assert_eq!(parse(&s.to_json(), "again.json").unwrap(), s);
+        let one = r#"{"do": "read_file", "path": "a.txt"}"#;
+        let e = parse(&parallel(one), "p.json").unwrap_err();
+        assert!(e.message.starts_with("runs[0].steps[2].calls: "), "{e}");
+        let gated = two.replace(r#""post"}"#, r#""post", "approval": "approved"}"#);
+        let e = parse(&parallel(&gated), "p.json").unwrap_err();
+        assert!(
+            e.message
+                .starts_with("runs[0].steps[2].calls[0].approval: "),
+            "{e}"
+        );
+        assert_eq!(e.line, Some(11), "{e}");
+        let escapes = two.replace(r#""a.txt""#, r#""../a.txt""#);
+        let e = parse(&parallel(&escapes), "p.json").unwrap_err();
+        assert!(
+            e.message.starts_with("runs[0].steps[2].calls[1].path: "),
+            "{e}"
+        );
+        let message = two.replace(
+            r#"{"do": "remote", "service": "chat", "action": "post"}"#,
+            r#"{"do": "user", "text": "hi"}"#,
+        );
+        let e = parse(&parallel(&message), "p.json").unwrap_err();
+        assert!(
+            e.message.starts_with("runs[0].steps[2].calls[0].do: "),
+            "{e}"
+        );
     }
 
     #[test]

@@ -102,6 +102,24 @@ pub struct Ack {
     pub seq: Seq,
 }
 
+/// An event of a parallel group, written by [`SessionStore::write`] and not
+/// yet waited for: its seq, and (for a store that can defer the wait) what
+/// its waiter needs.
+#[derive(Debug)]
+pub struct Pending {
+    pub seq: Seq,
+    /// `None`: the store acknowledged it as it wrote it.
+    written: Option<agentstore::Written>,
+}
+
+impl Pending {
+    /// The ack, if the store gave it with the write (it did not defer the
+    /// wait): the agent reports it at once, as for any append.
+    pub fn acknowledged(&self) -> Option<Ack> {
+        self.written.is_none().then_some(Ack { seq: self.seq })
+    }
+}
+
 /// An uncertain call as recovery reports it.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Uncertain {
@@ -141,6 +159,35 @@ impl From<RecoveryState> for Recovered {
 pub trait SessionStore {
     /// Appends one event; returns once the store says it is durable.
     fn append(&mut self, event: &Event) -> StoreResult<Ack>;
+    /// Writes one event of a parallel group (parallel tool calls), to be
+    /// waited for with [`SessionStore::wait`] once the group is written. A
+    /// store that cannot defer the wait appends it whole: every adapter,
+    /// whose protocol has one request in flight (`chaos/PROTOCOL.md`).
+    fn write(&mut self, event: &Event) -> StoreResult<Pending> {
+        let ack = self.append(event)?;
+        Ok(Pending {
+            seq: ack.seq,
+            written: None,
+        })
+    }
+    /// Waits until the written events are durable, one thread per event
+    /// where the store deferred the wait: its parallel appenders. Each
+    /// answer is passed to `answered` (with its index in `pending`) by the
+    /// thread that got it, as soon as it has it; the results are also
+    /// returned in the order of `pending`.
+    fn wait(
+        &mut self,
+        pending: Vec<Pending>,
+        answered: &(dyn Fn(usize, &StoreResult<Ack>) + Sync),
+    ) -> Vec<StoreResult<Ack>> {
+        let mut out = Vec::new();
+        for (i, p) in pending.into_iter().enumerate() {
+            let result = Ok(Ack { seq: p.seq });
+            answered(i, &result);
+            out.push(result);
+        }
+        out
+    }
     /// The store's own recovery after a crash.
     fn recover(&mut self) -> StoreResult<Recovered>;
     /// Every event after `after` (all when `None`), in order.
@@ -568,6 +615,49 @@ impl SessionStore for ReferenceStore {
         Ok(Ack { seq: ack.seq() })
     }
 
+    fn write(&mut self, event: &Event) -> StoreResult<Pending> {
+        let written = self.session.write(event.clone())?;
+        Ok(Pending {
+            seq: written.seq(),
+            written: Some(written),
+        })
+    }
+
+    fn wait(
+        &mut self,
+        pending: Vec<Pending>,
+        answered: &(dyn Fn(usize, &StoreResult<Ack>) + Sync),
+    ) -> Vec<StoreResult<Ack>> {
+        let session = &self.session;
+        std::thread::scope(|s| {
+            let waiters: Vec<_> = pending
+                .into_iter()
+                .enumerate()
+                .map(|(i, p)| {
+                    s.spawn(move || {
+                        let result = match p.written {
+                            Some(w) => session
+                                .wait(w)
+                                .map(|a| Ack { seq: a.seq() })
+                                .map_err(StoreError::from),
+                            None => Ok(Ack { seq: p.seq }),
+                        };
+                        answered(i, &result);
+                        result
+                    })
+                })
+                .collect();
+            waiters
+                .into_iter()
+                .map(|w| {
+                    w.join().unwrap_or_else(|_| {
+                        Err(StoreError::other("a waiter thread panicked".into()))
+                    })
+                })
+                .collect()
+        })
+    }
+
     fn recover(&mut self) -> StoreResult<Recovered> {
         Ok(self.session.recover()?.into())
     }
@@ -616,6 +706,55 @@ impl SessionStore for ReferenceStore {
 mod tests {
     use super::*;
     use agentchaos_protocol::event::Effect;
+
+    #[test]
+    fn a_batch_store_defers_a_parallel_group_and_answers_each_waiter() {
+        let dir = tempfile::tempdir().unwrap();
+        let ws = dir.path().join("ws");
+        std::fs::create_dir_all(&ws).unwrap();
+        let spec = SessionSpec {
+            root: dir.path().join("root"),
+            session: "s".into(),
+            workspace: ws,
+        };
+        let backend = ReferenceBackend {
+            durability: Durability::batch(),
+        };
+        let mut store = backend.open(&spec).unwrap();
+        let mut pending = Vec::new();
+        let mut parent = None;
+        for text in ["a", "b", "c"] {
+            let p = store
+                .write(&Event::UserMessage {
+                    parent: parent.clone(),
+                    text: text.into(),
+                })
+                .unwrap();
+            assert_eq!(p.acknowledged(), None, "Batch defers the wait");
+            parent = Some(agentchaos_protocol::event::event_id(p.seq));
+            pending.push(p);
+        }
+        let seqs: Vec<Seq> = pending.iter().map(|p| p.seq).collect();
+        let answered = std::sync::Mutex::new(Vec::new());
+        let results = store.wait(pending, &|i, r| {
+            answered.lock().unwrap().push((i, r.as_ref().unwrap().seq));
+        });
+        let acked: Vec<Seq> = results.into_iter().map(|r| r.unwrap().seq).collect();
+        assert_eq!(acked, seqs);
+        let mut answered = answered.into_inner().unwrap();
+        answered.sort();
+        assert_eq!(answered, [(0, seqs[0]), (1, seqs[1]), (2, seqs[2])]);
+        let texts: Vec<String> = store
+            .events(Some(seqs[0] - 1))
+            .unwrap()
+            .iter()
+            .filter_map(|r| match r.event() {
+                Some(Event::UserMessage { text, .. }) => Some(text.clone()),
+                _ => None,
+            })
+            .collect();
+        assert_eq!(texts, ["a", "b", "c"]);
+    }
 
     #[test]
     fn reference_store_appends_recovers_and_is_observed_without_a_lock() {
