@@ -31,6 +31,51 @@ pub fn die_with_parent(cmd: &mut Command) {
     }
 }
 
+/// The variable through which the harness gives its own subcommands
+/// (`agentchaos agent`, `agentchaos probe`) its pid, for [`die_with_harness`].
+pub const HARNESS_PID_ENV: &str = "AGENTCHAOS_HARNESS_PID";
+
+/// [`die_with_parent`] for the harness's own subcommands, which call
+/// [`die_with_harness`] first thing: the same death, set up by the child
+/// itself. A `pre_exec` hook makes the standard library fork the whole
+/// harness for each child instead of `posix_spawn`ing it, and thousands
+/// of agent lives a campaign pay for that copy.
+pub fn tell_to_die_with_harness(cmd: &mut Command) {
+    cmd.env(HARNESS_PID_ENV, std::process::id().to_string());
+}
+
+/// Why a child cannot tie its life to the harness's.
+#[derive(Debug, thiserror::Error)]
+pub enum DieWithHarnessError {
+    #[error("{HARNESS_PID_ENV}={0:?} is not a pid")]
+    NotAPid(String),
+    #[error("cannot set the parent-death signal: {0}")]
+    Prctl(nix::Error),
+    #[error("the harness died before this process started")]
+    Orphaned,
+}
+
+/// In a child started with [`tell_to_die_with_harness`]: SIGKILL this
+/// process when the harness thread that started it exits. That thread
+/// must wait for the child (as every spawner here does): unlike a
+/// `pre_exec` hook, this runs after `exec`, when the spawner may already
+/// have gone on. Fails if the harness is already gone (the child is an
+/// orphan), or the variable is not a pid; does nothing when it is unset
+/// (run by hand).
+pub fn die_with_harness() -> Result<(), DieWithHarnessError> {
+    let Ok(raw) = std::env::var(HARNESS_PID_ENV) else {
+        return Ok(());
+    };
+    let harness: i32 = raw.parse().map_err(|_| DieWithHarnessError::NotAPid(raw))?;
+    nix::sys::prctl::set_pdeathsig(nix::sys::signal::Signal::SIGKILL)
+        .map_err(DieWithHarnessError::Prctl)?;
+    // The harness may have died before the prctl took effect.
+    if nix::unistd::getppid().as_raw() != harness {
+        return Err(DieWithHarnessError::Orphaned);
+    }
+    Ok(())
+}
+
 /// A kill that runs on its own thread unless stood down in time: the
 /// harness's one watchdog for a child that may hang (an agent life, a
 /// probe, a power-loss recording). Reap the child only after

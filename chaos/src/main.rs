@@ -812,6 +812,7 @@ fn run_workers(w: WorkersCli) -> Result<ExitCode, Failure> {
 }
 
 fn run_agent(a: AgentCli) -> Result<ExitCode, Failure> {
+    agentchaos::child::die_with_harness().map_err(|e| failed(format!("agent: {e}")))?;
     let args = AgentArgs {
         scenario: a.scenario,
         spec: SessionSpec {
@@ -845,6 +846,7 @@ fn run_agent(a: AgentCli) -> Result<ExitCode, Failure> {
 
 /// `agentchaos probe`: one probe of the store, driven by this process.
 fn run_probe(p: ProbeCli) -> Result<ExitCode, Failure> {
+    agentchaos::child::die_with_harness().map_err(|e| failed(format!("probe: {e}")))?;
     let adapter = match (&p.adapter, &p.adapter_fds) {
         (None, _) => None,
         (Some(line), fds) => {

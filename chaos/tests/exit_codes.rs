@@ -243,3 +243,43 @@ fn an_agent_whose_world_is_gone_exits_3() {
     assert_eq!(code, Some(3), "{stderr}");
     assert!(stderr.contains("agent:"), "{stderr}");
 }
+
+/// An agent life or probe whose harness is gone before it tied its life to
+/// the harness's (`child::die_with_harness`) exits at once as the harness's
+/// failure, never runs on as an orphan.
+#[test]
+fn a_child_whose_harness_is_gone_exits_as_the_harness_failure() {
+    let dir = tempfile::tempdir().unwrap();
+    let root = dir.path().display().to_string();
+    for args in [
+        vec![
+            "agent",
+            "--scenario",
+            "builtin:approval-gated",
+            "--root",
+            &root,
+            "--session",
+            "s",
+            "--workspace",
+            &root,
+            "--world",
+            &root,
+            "--life",
+            "0",
+        ],
+        vec!["probe", "--what", "lock", "--session", "s", "--root", &root],
+    ] {
+        let out = std::process::Command::new(env!("CARGO_BIN_EXE_agentchaos"))
+            .args(&args)
+            // Not this process's parent: as if the harness had died.
+            .env(agentchaos::child::HARNESS_PID_ENV, "1")
+            .output()
+            .unwrap();
+        let (code, stderr) = code_and_stderr(&out);
+        assert_eq!(code, Some(3), "{args:?}: {stderr}");
+        assert!(
+            stderr.contains("the harness died before this process started"),
+            "{args:?}: {stderr}"
+        );
+    }
+}

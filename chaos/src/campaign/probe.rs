@@ -2249,7 +2249,7 @@ fn child(
 ) -> Result<ProbeReply, ProbeError> {
     let mut cmd = Command::new(setup.agent_exe);
     // Waited for on this thread: a harness killed mid-probe takes it along.
-    crate::child::die_with_parent(&mut cmd);
+    crate::child::tell_to_die_with_harness(&mut cmd);
     cmd.args(["probe", "--what", what, "--session", session, "--root"])
         .arg(root)
         .args(extra)

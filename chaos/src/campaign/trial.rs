@@ -552,7 +552,7 @@ fn agent_command(
     let mut cmd = Command::new(setup.agent_exe);
     // Started and waited for on one thread (the trial's, or the tracer's):
     // a harness killed mid-trial takes its agent along.
-    crate::child::die_with_parent(&mut cmd);
+    crate::child::tell_to_die_with_harness(&mut cmd);
     cmd.arg("agent")
         .arg("--scenario")
         .arg(setup.scenario_path)
