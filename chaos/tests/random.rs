@@ -24,8 +24,39 @@ fn label() -> impl Strategy<Value = String> {
     (0..3u8).prop_map(|i| format!("l{i}"))
 }
 
+/// A tool step a `parallel` step may hold: no approval.
+fn parallel_call() -> impl Strategy<Value = Step> {
+    prop_oneof![
+        prop_oneof![Just("a.txt"), Just("missing.txt")].prop_map(|p| Step::ReadFile {
+            path: p.into(),
+            approval: None
+        }),
+        Just(Step::RunTests { approval: None }),
+        (0..3u8).prop_map(|v| Step::WriteFile {
+            path: "a.txt".into(),
+            content: format!("fixed {v}\n"),
+            approval: None
+        }),
+        Just(Step::AppendLine {
+            path: "log.txt".into(),
+            line: "entry".into(),
+            approval: None
+        }),
+        prop_oneof![Just("deploy"), Just("chat")].prop_map(|s| Step::Remote {
+            service: s.into(),
+            action: "go".into(),
+            approval: None,
+        }),
+        (17_000..30_000u64).prop_map(|bytes| Step::LargeOutput {
+            bytes,
+            approval: None
+        }),
+    ]
+}
+
 fn step() -> impl Strategy<Value = Step> {
     prop_oneof![
+        prop::collection::vec(parallel_call(), 2..4).prop_map(|calls| Step::Parallel { calls }),
         (proptest::option::of(label())).prop_map(|label| Step::User {
             text: "do it".into(),
             label,

@@ -468,7 +468,8 @@ impl Probe {
 /// The half of the compaction rule (PROTOCOL.md §3) a probe breaks.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum CompactionBreak {
-    /// Hung under the session's first user message, not the active leaf.
+    /// Hung under the session's first user message, not the active leaf
+    /// (or, if that is the leaf, under another entry).
     OffLeaf,
     /// Hung under the active leaf, its `first_kept_id` an entry of
     /// another branch (or, with no other branch yet, of no branch).
@@ -810,12 +811,24 @@ pub fn plan(
     if claimed.contains(&Capability::Compaction) {
         let compaction = reference
             .iter()
-            .find(|r| matches!(r.event(), Some(Event::Compaction { .. })));
-        if let Some(c) = compaction {
-            probes.extend(CompactionBreak::ALL.map(|breaks| Probe::CompactionRule {
-                compaction: event_id(c.seq),
-                breaks,
-            }));
+            .enumerate()
+            .find(|(_, r)| matches!(r.event(), Some(Event::Compaction { .. })));
+        if let Some((k, c)) = compaction {
+            let parent = match c.event() {
+                Some(Event::Compaction { parent, .. }) => parent.as_deref(),
+                _ => None,
+            };
+            // Nothing to hang it under but its own parent: no off-leaf probe.
+            let off_leaf = entry_off_leaf(&reference[1..k], parent).is_some();
+            probes.extend(
+                CompactionBreak::ALL
+                    .into_iter()
+                    .filter(|b| off_leaf || *b != CompactionBreak::OffLeaf)
+                    .map(|breaks| Probe::CompactionRule {
+                        compaction: event_id(c.seq),
+                        breaks,
+                    }),
+            );
         }
     }
     Ok(probes)
@@ -1879,6 +1892,24 @@ fn replay_events(reference: &[Record], end: usize) -> Result<Vec<Event>, ProbeEr
         .collect()
 }
 
+/// The entry an off-leaf compaction hangs under: the first user message
+/// of `before` that is not the active `leaf`, else its first other entry
+/// of the history tree (a scenario whose only user message is the leaf).
+/// None when the leaf is the only entry.
+fn entry_off_leaf(before: &[Record], leaf: Option<&str>) -> Option<String> {
+    let other = |r: &&Record| Some(event_id(r.seq)).as_deref() != leaf;
+    let entries = || {
+        before
+            .iter()
+            .filter(|r| r.event().is_some_and(|e| e.parent().is_some()))
+            .filter(other)
+    };
+    entries()
+        .find(|r| matches!(r.event(), Some(Event::UserMessage { .. })))
+        .or_else(|| entries().next())
+        .map(|r| event_id(r.seq))
+}
+
 /// A seq past the end of any log the harness writes: the parent the
 /// `parent-missing` rule probe names.
 const MISSING_PARENT_SEQ: u64 = 999_999_999;
@@ -1919,18 +1950,11 @@ fn compaction_rule(
     let leaf_name = leaf.as_deref().unwrap_or("(none)").to_string();
     let broken = match breaks {
         CompactionBreak::OffLeaf => {
-            let other = reference[1..k]
-                .iter()
-                .find(|r| {
-                    matches!(r.event(), Some(Event::UserMessage { .. }))
-                        && Some(event_id(r.seq)) != leaf
-                })
-                .map(|r| event_id(r.seq))
-                .ok_or_else(|| {
-                    ProbeError::Harness(format!(
-                        "no user message before compaction {compaction:?} other than its parent"
-                    ))
-                })?;
+            let other = entry_off_leaf(&reference[1..k], leaf.as_deref()).ok_or_else(|| {
+                ProbeError::Harness(format!(
+                    "no entry before compaction {compaction:?} other than its parent"
+                ))
+            })?;
             *parent = Some(other.clone());
             format!("hung under {other} instead of the active leaf {leaf_name}")
         }
@@ -3645,6 +3669,42 @@ mod tests {
         assert!(Change::Flip(99)
             .apply(Path::new("log"), &mut bytes)
             .is_err());
+    }
+
+    #[test]
+    fn an_off_leaf_compaction_hangs_under_another_user_message_else_any_entry() {
+        let user = |seq, parent: Option<Seq>| {
+            rec(
+                seq,
+                Event::UserMessage {
+                    parent: parent.map(event_id),
+                    text: "u".into(),
+                },
+            )
+        };
+        let answer = rec(
+            2,
+            Event::AssistantMessage {
+                parent: Some(event_id(1)),
+                text: "a".into(),
+            },
+        );
+        let run = rec(0, Event::RunStarted { run_id: "r".into() });
+        let two_users = [run.clone(), user(1, None), answer.clone(), user(3, Some(2))];
+        assert_eq!(
+            entry_off_leaf(&two_users, Some(&event_id(3))),
+            Some(event_id(1))
+        );
+        // The only user message is the leaf: the answer, an entry all the same.
+        let one_user = [run.clone(), user(1, None), answer];
+        assert_eq!(
+            entry_off_leaf(&one_user, Some(&event_id(1))),
+            Some(event_id(2))
+        );
+        assert_eq!(
+            entry_off_leaf(&[run, user(1, None)], Some(&event_id(1))),
+            None
+        );
     }
 
     #[test]

@@ -1,7 +1,8 @@
 //! Shrinking: a failing scenario reduced to a minimal scenario and crash point.
 //!
 //! Greedy delta debugging over the scenario's structure: try dropping a
-//! whole run, then each step, then each approval; keep any smaller
+//! whole run, then each step (a `parallel` step: made sequential, or one
+//! call fewer), then each approval; keep any smaller
 //! scenario that still violates the same invariant under some plan of the
 //! same kind (searched in hit order, so the crash point found is the
 //! earliest); repeat until nothing smaller fails or the time budget is
@@ -49,6 +50,19 @@ fn candidates(s: &Scenario) -> Vec<Scenario> {
                 let mut c = s.clone();
                 c.runs[r].steps.remove(i);
                 out.push(c);
+            }
+            if let Step::Parallel { calls } = &s.runs[r].steps[i] {
+                // The calls made one after another; then with one call fewer.
+                let mut c = s.clone();
+                c.runs[r].steps.splice(i..=i, calls.iter().cloned());
+                out.push(c);
+                for k in 0..calls.len() {
+                    let mut c = s.clone();
+                    if let Step::Parallel { calls } = &mut c.runs[r].steps[i] {
+                        calls.remove(k);
+                    }
+                    out.push(c);
+                }
             }
             let mut c = s.clone();
             let dropped = match &mut c.runs[r].steps[i] {
@@ -231,12 +245,23 @@ mod tests {
 
     #[test]
     fn candidates_are_valid_and_each_one_edit_smaller() {
-        let s = random_scenario(7, 5);
-        let n = s.step_count();
-        for c in candidates(&s) {
-            assert!(c.validate().is_ok());
-            let approvals = |s: &Scenario| format!("{s:?}").matches("approval: Some").count();
-            assert!(c.step_count() < n || approvals(&c) < approvals(&s));
+        let approvals = |s: &Scenario| format!("{s:?}").matches("approval: Some").count();
+        let mut parallel = 0;
+        for seed in 0..40 {
+            let s = random_scenario(seed, 5);
+            let n = s.step_count();
+            for c in candidates(&s) {
+                assert!(c.validate().is_ok());
+                assert!(c.step_count() < n || approvals(&c) < approvals(&s));
+            }
+            let parallels = |s: &Scenario| format!("{s:?}").matches("Parallel").count();
+            let made_sequential =
+                |c: &Scenario| c.step_count() == n - 1 && parallels(c) < parallels(&s);
+            if parallels(&s) > 0 {
+                parallel += 1;
+                assert!(candidates(&s).iter().any(made_sequential), "seed {seed}");
+            }
         }
+        assert!(parallel > 0, "no random scenario has a parallel step");
     }
 }

@@ -57,7 +57,7 @@ pub fn random_scenario(seed: u64, max_steps: usize) -> Scenario {
                     }
                 })
             };
-            let step = match rng.below(12) {
+            let step = match rng.below(13) {
                 0 | 1 => {
                     let label = rng.chance(1, 2).then(|| {
                         n_label += 1;
@@ -106,6 +106,26 @@ pub fn random_scenario(seed: u64, max_steps: usize) -> Scenario {
                     label: rng.pick(&labels).clone(),
                 },
                 11 => Step::Checkpoint {},
+                12 => Step::Parallel {
+                    calls: (0..rng.range(2, 4))
+                        .map(|k| match rng.below(3) {
+                            0 => Step::ReadFile {
+                                path: "NOTES.md".into(),
+                                approval: None,
+                            },
+                            1 => Step::AppendLine {
+                                path: "NOTES.md".into(),
+                                line: format!("note {r}.{s}.{k}"),
+                                approval: None,
+                            },
+                            _ => Step::Remote {
+                                service: rng.pick(&["deploy", "chat", "ci"]).to_string(),
+                                action: format!("action {r}.{s}.{k}"),
+                                approval: None,
+                            },
+                        })
+                        .collect(),
+                },
                 _ => Step::LargeOutput {
                     bytes: rng.range(20_000, 40_000),
                     approval: None,

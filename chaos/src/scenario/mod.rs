@@ -426,9 +426,17 @@ impl Scenario {
             .any(|s| matches!(s, Step::LargeOutput { .. }))
     }
 
-    /// Total number of steps over all runs.
+    /// Total number of steps over all runs, a `parallel` step counted as
+    /// its calls and one more (so making it sequential makes it smaller).
     pub fn step_count(&self) -> usize {
-        self.runs.iter().map(|r| r.steps.len()).sum()
+        self.runs
+            .iter()
+            .flat_map(|r| &r.steps)
+            .map(|s| match s {
+                Step::Parallel { calls } => calls.len() + 1,
+                _ => 1,
+            })
+            .sum()
     }
 
     /// The scenario as pretty JSON (for random and shrunk scenarios).
