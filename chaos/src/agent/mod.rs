@@ -608,16 +608,7 @@ impl Agent<'_> {
 
     fn tool(&mut self, inv: &ToolInvocation) -> Result<(), AgentError> {
         if !self.model.calls.contains_key(&inv.call_id) {
-            self.append(Event::ToolCall {
-                parent: self.model.leaf(),
-                call_id: inv.call_id.clone(),
-                tool: inv.kind.name().to_string(),
-                args: inv.args.clone(),
-                effect: inv.kind.effect(),
-                operation_id: inv.operation_id.clone(),
-                target: Some(inv.target.clone()),
-                needs_approval: inv.approval.is_some(),
-            })?;
+            self.append(tool_call(inv, self.model.leaf()))?;
         }
         match self.uncertain.remove(&inv.call_id) {
             Some(Phase::Requested) => self.attempt(inv),
@@ -664,19 +655,7 @@ impl Agent<'_> {
             }
             return Ok(());
         }
-        self.append_group(calls.len(), |i, parent| {
-            let inv = &calls[i];
-            Event::ToolCall {
-                parent,
-                call_id: inv.call_id.clone(),
-                tool: inv.kind.name().to_string(),
-                args: inv.args.clone(),
-                effect: inv.kind.effect(),
-                operation_id: inv.operation_id.clone(),
-                target: Some(inv.target.clone()),
-                needs_approval: false,
-            }
-        })?;
+        self.append_group(calls.len(), |i, parent| tool_call(&calls[i], parent))?;
         self.append_group(calls.len(), |i, _| Event::ToolStarted {
             call_id: calls[i].call_id.clone(),
         })?;
@@ -688,16 +667,7 @@ impl Agent<'_> {
         }
         let mut commits = Vec::new();
         for (inv, ran) in calls.iter().zip(&ran) {
-            if let (Some(op), Effect::SideEffect) = (&inv.operation_id, inv.kind.effect()) {
-                let external_ref = ran.external_ref.clone().ok_or_else(|| {
-                    AgentError::Harness(format!("{} left no external reference", inv.call_id))
-                })?;
-                commits.push(Event::EffectCommitted {
-                    call_id: inv.call_id.clone(),
-                    operation_id: op.clone(),
-                    external_ref,
-                });
-            }
+            commits.extend(commit_of(inv, ran)?);
         }
         self.append_group(commits.len(), |i, _| commits[i].clone())?;
         let mut results = Vec::new();
@@ -741,15 +711,8 @@ impl Agent<'_> {
         crashpoint::hit(BEFORE_EFFECT);
         let op = inv.operation_id.as_deref();
         let ran = tools::run(&mut self.ctx(), inv.kind, &inv.args, op)?;
-        if let (Some(op), Effect::SideEffect) = (op, inv.kind.effect()) {
-            let external_ref = ran.external_ref.clone().ok_or_else(|| {
-                AgentError::Harness(format!("{} left no external reference", inv.call_id))
-            })?;
-            self.append(Event::EffectCommitted {
-                call_id: inv.call_id.clone(),
-                operation_id: op.to_string(),
-                external_ref,
-            })?;
+        if let Some(commit) = commit_of(inv, &ran)? {
+            self.append(commit)?;
         }
         self.result(inv, ran.status, ran.output)
     }
@@ -840,6 +803,37 @@ impl Agent<'_> {
         })
         .map(drop)
     }
+}
+
+/// The `tool_call` of `inv`, hung under `parent`.
+fn tool_call(inv: &ToolInvocation, parent: Option<String>) -> Event {
+    Event::ToolCall {
+        parent,
+        call_id: inv.call_id.clone(),
+        tool: inv.kind.name().to_string(),
+        args: inv.args.clone(),
+        effect: inv.kind.effect(),
+        operation_id: inv.operation_id.clone(),
+        target: Some(inv.target.clone()),
+        needs_approval: inv.approval.is_some(),
+    }
+}
+
+/// The `effect_committed` a side effect's run owes (none for other
+/// effects); a side effect that left no external reference is the
+/// harness's failure (its tools always leave one).
+fn commit_of(inv: &ToolInvocation, ran: &tools::Ran) -> Result<Option<Event>, AgentError> {
+    let (Some(op), Effect::SideEffect) = (&inv.operation_id, inv.kind.effect()) else {
+        return Ok(None);
+    };
+    let external_ref = ran.external_ref.clone().ok_or_else(|| {
+        AgentError::Harness(format!("{} left no external reference", inv.call_id))
+    })?;
+    Ok(Some(Event::EffectCommitted {
+        call_id: inv.call_id.clone(),
+        operation_id: op.clone(),
+        external_ref,
+    }))
 }
 
 #[cfg(test)]
