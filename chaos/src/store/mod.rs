@@ -707,16 +707,21 @@ mod tests {
     use super::*;
     use agentchaos_protocol::event::Effect;
 
+    /// Session `s` under `dir/root`, its workspace `dir/ws` (created).
+    fn spec_in(dir: &std::path::Path) -> SessionSpec {
+        let ws = dir.join("ws");
+        std::fs::create_dir_all(&ws).unwrap();
+        SessionSpec {
+            root: dir.join("root"),
+            session: "s".into(),
+            workspace: ws,
+        }
+    }
+
     #[test]
     fn a_batch_store_defers_a_parallel_group_and_answers_each_waiter() {
         let dir = tempfile::tempdir().unwrap();
-        let ws = dir.path().join("ws");
-        std::fs::create_dir_all(&ws).unwrap();
-        let spec = SessionSpec {
-            root: dir.path().join("root"),
-            session: "s".into(),
-            workspace: ws,
-        };
+        let spec = spec_in(dir.path());
         let backend = ReferenceBackend {
             durability: Durability::batch(),
         };
@@ -759,13 +764,7 @@ mod tests {
     #[test]
     fn reference_store_appends_recovers_and_is_observed_without_a_lock() {
         let dir = tempfile::tempdir().unwrap();
-        let ws = dir.path().join("ws");
-        std::fs::create_dir_all(&ws).unwrap();
-        let spec = SessionSpec {
-            root: dir.path().join("root"),
-            session: "s".into(),
-            workspace: ws,
-        };
+        let spec = spec_in(dir.path());
         let backend = ReferenceBackend::default();
         let mut store = backend.open(&spec).unwrap();
         store
