@@ -13,22 +13,27 @@ use std::time::Duration;
 /// exits: start it from a thread that outlives it (the one that waits for
 /// it). Fails the spawn if the parent is already gone.
 pub fn die_with_parent(cmd: &mut Command) {
-    let parent = std::process::id();
+    let parent = std::process::id() as i32;
     // SAFETY: between fork and exec this only calls async-signal-safe
-    // functions (prctl, getppid) and allocates nothing.
+    // functions (prctl, getppid) and allocates nothing unless it fails.
     #[allow(unsafe_code)]
     unsafe {
-        cmd.pre_exec(move || {
-            nix::sys::prctl::set_pdeathsig(nix::sys::signal::Signal::SIGKILL)?;
-            // The parent may have died before the prctl took effect.
-            if nix::unistd::getppid().as_raw() as u32 != parent {
-                return Err(std::io::Error::other(
-                    "the parent died before the child started",
-                ));
-            }
-            Ok(())
+        cmd.pre_exec(move || match tie_to(parent) {
+            Ok(true) => Ok(()),
+            Ok(false) => Err(std::io::Error::other(
+                "the parent died before the child started",
+            )),
+            Err(e) => Err(e.into()),
         });
     }
+}
+
+/// SIGKILL this process when the thread that started it exits; whether
+/// `parent` is still its parent once that is set (it may have died
+/// before the prctl took effect).
+fn tie_to(parent: i32) -> nix::Result<bool> {
+    nix::sys::prctl::set_pdeathsig(nix::sys::signal::Signal::SIGKILL)?;
+    Ok(nix::unistd::getppid().as_raw() == parent)
 }
 
 /// The variable through which the harness gives its own subcommands
@@ -67,13 +72,10 @@ pub fn die_with_harness() -> Result<(), DieWithHarnessError> {
         return Ok(());
     };
     let harness: i32 = raw.parse().map_err(|_| DieWithHarnessError::NotAPid(raw))?;
-    nix::sys::prctl::set_pdeathsig(nix::sys::signal::Signal::SIGKILL)
-        .map_err(DieWithHarnessError::Prctl)?;
-    // The harness may have died before the prctl took effect.
-    if nix::unistd::getppid().as_raw() != harness {
-        return Err(DieWithHarnessError::Orphaned);
+    match tie_to(harness).map_err(DieWithHarnessError::Prctl)? {
+        true => Ok(()),
+        false => Err(DieWithHarnessError::Orphaned),
     }
-    Ok(())
 }
 
 /// A kill that runs on its own thread unless stood down in time: the
