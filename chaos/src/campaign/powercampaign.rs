@@ -333,7 +333,7 @@ fn placed_appends(stdout: &[u8], log: &OpLog) -> Result<Vec<RecordedAppend>, Pow
             // The first unanswered one: a parallel group has several in flight.
             ChildLine::Ack { seq, t, h } => match out
                 .iter_mut()
-                .find(|a| a.fingerprint == h && a.type_name == t && a.ack.is_none())
+                .find(|a| a.ack.is_none() && a.fingerprint == h && a.type_name == t)
             {
                 Some(a) => a.ack = Some((seq, after)),
                 None => {

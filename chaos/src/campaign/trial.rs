@@ -747,7 +747,8 @@ fn follow(
 fn announced(life: &Life, t: &str, h: &str) -> Option<usize> {
     life.writes
         .iter()
-        .position(|w| w.fingerprint == h && w.type_name == t && w.acked.is_none() && !w.refused)
+        // Answered writes are all but the last few: test that first.
+        .position(|w| w.acked.is_none() && !w.refused && w.fingerprint == h && w.type_name == t)
 }
 
 /// Reaps the agent (or joins its tracer, recording what it saw into
