@@ -31,6 +31,22 @@ function makeDirs(dir) {
   fsyncDir(path.dirname(dir));
 }
 
+/**
+ * Whether `piece` starts with a whole record and goes on: a torn write
+ * leaves a prefix of one line, so that is two lines fused by damage.
+ */
+function wholeRecordThenMore(piece) {
+  for (let end = piece.indexOf(0x7d); end >= 0 && end < piece.length - 1; end = piece.indexOf(0x7d, end + 1)) {
+    try {
+      JSON.parse(piece.subarray(0, end + 1).toString("utf8"));
+      return true;
+    } catch {
+      // not a whole record yet
+    }
+  }
+  return false;
+}
+
 class HelloStore extends Store {
   constructor() {
     super();
@@ -47,6 +63,11 @@ class HelloStore extends Store {
     fsyncDir(root);
     const data = fs.readFileSync(file);
     const good = data.subarray(0, data.lastIndexOf(10) + 1); // cut a torn last line
+    if (wholeRecordThenMore(data.subarray(good.length))) {
+      throw new Damaged(
+        `${file}: the unterminated piece at byte offset ${good.length} holds a whole record and more: damage, not a torn write`,
+      );
+    }
     if (good.length < data.length) {
       fs.ftruncateSync(this.fd, good.length);
       fs.fsyncSync(this.fd);

@@ -33,6 +33,17 @@ def make_dirs(path):
         fsync_dir(os.path.dirname(path))
 
 
+def whole_record_then_more(piece):
+    """Whether `piece` starts with a whole record and goes on: a torn write
+    leaves a prefix of one line, so that is two lines fused by damage."""
+    try:
+        text = piece.decode()
+        _, end = json.JSONDecoder().raw_decode(text)
+    except ValueError:
+        return False
+    return end < len(text)
+
+
 class HelloStore(Store):
     name = "hello-store"
     claims = ("durable_append", "torn_tail_repair", "orphan_marking", "effect_ledger",
@@ -54,6 +65,9 @@ class HelloStore(Store):
         with open(path, "rb") as f:
             data = f.read()
         good = data[: data.rfind(b"\n") + 1]  # cut a torn last line
+        if whole_record_then_more(data[len(good):]):
+            raise Damaged(f"{path}: the unterminated piece at byte offset {len(good)} "
+                          "holds a whole record and more: damage, not a torn write")
         if len(good) < len(data):
             os.ftruncate(self.fd, len(good))
             os.fsync(self.fd)
