@@ -13,6 +13,10 @@
 //!   crash and fails the power-loss row.
 //! - A store that does not claim `torn_tail_repair` and appends onto a torn
 //!   tail is still torn, and fails `durable_append`.
+//! - A store that does not claim `damage_refusal` and skips every line it
+//!   cannot parse, as the Pi agent and Codex CLI do
+//!   (`tests/fixtures/skipping_store.py`), is still damaged by the probes,
+//!   and fails `durable_append` for the acknowledged events it drops.
 
 use crate::campaign;
 use crate::support;
@@ -62,6 +66,44 @@ fn a_python_store_that_rewrites_its_file_fails_durable_append_under_the_defaults
     for key in ["torn_tail_repair", "orphan_marking", "blobs", "writer_lock"] {
         assert_eq!(row(&report, key)["verdict"], "not supported", "{key}");
     }
+}
+
+/// Crash points alone, two plans: no trial reaches the store's writes, so
+/// what fails `durable_append` is a damage probe on a store that never
+/// claimed to refuse damage.
+#[test]
+fn a_store_that_skips_unparsable_lines_is_damaged_and_fails_durable_append() {
+    let store = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/fixtures/skipping_store.py");
+    let adapter = format!("python3 {}", store.display());
+    let (code, report, stdout) = campaign::run(
+        &fixture(),
+        &[
+            "--adapter",
+            &adapter,
+            "--nemesis",
+            "points",
+            "--trials",
+            "2",
+        ],
+    );
+    assert_eq!(code, 1, "{stdout}");
+    assert_eq!(report["error_count"], 0, "{stdout}");
+    assert_eq!(row(&report, "damage_refusal")["verdict"], "not supported");
+    let durable = row(&report, "durable_append");
+    assert_eq!(durable["verdict"], "fail", "{stdout}");
+    let first = &durable["first_violation"];
+    assert_eq!(first["invariant"], "acked-durable", "{durable}");
+    let line = first["line"].as_str().unwrap();
+    assert!(
+        line.contains("without refusing") && line.contains("(a silent skip)"),
+        "{line}"
+    );
+    let replay = first["replay"].as_str().unwrap();
+    assert!(replay.contains("--plan probe:"), "{replay}");
+    let (replayed, out) = campaign::replay(replay);
+    assert_eq!(replayed, 1, "the replay reproduces the loss:\n{out}");
+    assert!(out.contains("VIOLATION acked-durable"), "{out}");
+    assert!(out.contains("does not claim `damage_refusal`"), "{out}");
 }
 
 #[test]

@@ -107,9 +107,18 @@
 //! Each probe runs in a child process (`agentchaos probe`, hidden) that
 //! opens the store exactly as the agent does, so `--store-fault` and
 //! `--adapter` apply; the child reports what the store did as one JSON
-//! line ([`ProbeReply`]) and the harness judges it here. A probe runs only
-//! when the store claims its capability. This module must never touch the
-//! crash-free run's own files: probes work on copies and fresh sessions.
+//! line ([`ProbeReply`]) and the harness judges it here.
+//!
+//! Claims decide how a probe is judged, never which faults a store gets:
+//! the probes that break bytes on disk (damage, fused, zeros, cut, tail:
+//! [`Probe::is_fault`]) run on every store, and on one that does not claim
+//! their capability they are judged by what every store owes
+//! ([`judge_owed`]: a refusal of any kind, or every acknowledged event
+//! served; serving fewer without a word is `acked-durable`). The others
+//! (ledger, rules, lock) try a request that a promise forbids, and run
+//! only where it was made; the limit's promise every store owes. This
+//! module must never touch the crash-free run's own files: probes work on
+//! copies and fresh sessions.
 
 use std::fmt;
 use std::io::Write as _;
@@ -453,6 +462,34 @@ impl Probe {
         }
     }
 
+    /// Whether it breaks bytes on disk (damage, a cut, a torn tail): a
+    /// fault, applied to every store whatever it claims. The others try a
+    /// request a promise forbids, and have nothing to judge where nothing
+    /// was promised.
+    pub fn is_fault(&self) -> bool {
+        matches!(
+            self,
+            Probe::Damage { .. }
+                | Probe::Fused { .. }
+                | Probe::Zeros { .. }
+                | Probe::Cut { .. }
+                | Probe::Tail { .. }
+        )
+    }
+
+    /// The capability whose promise its verdict holds a store claiming
+    /// `claimed` to: its own when claimed; for a fault on a store that does
+    /// not claim it, `durable_append`, which every store owes (no
+    /// acknowledged event lost without a refusal, [`judge_owed`]).
+    pub fn judged_by(&self, claimed: &[Capability]) -> Capability {
+        let own = self.capability();
+        if self.is_fault() && !claimed.contains(&own) {
+            Capability::DurableAppend
+        } else {
+            own
+        }
+    }
+
     /// The `--plan` value that replays it.
     pub fn plan(&self) -> String {
         format!("{PLAN_PREFIX}{self}")
@@ -642,9 +679,12 @@ impl FromStr for Probe {
 }
 
 /// The probes for a store claiming `claimed`, on the crash-free run's
-/// store at `root` whose events are `reference`: [`DAMAGE_POSITIONS`] per
-/// non-empty file, two per committed operation, and the rules probes on
-/// the first committed operation (the rules do not depend on which).
+/// store at `root` whose events are `reference`: the faults
+/// ([`Probe::is_fault`]: [`DAMAGE_POSITIONS`] and more per non-empty file,
+/// and, in-process, the cuts and tails of agentstore's log) whatever it
+/// claims; the promises only where claimed: two ledger probes per
+/// committed operation, the rules probes on the first committed operation
+/// (the rules do not depend on which), the lock.
 pub fn plan(
     claimed: &[Capability],
     root: &Path,
@@ -653,83 +693,78 @@ pub fn plan(
     rng: &mut Rng,
 ) -> Result<Vec<Probe>, ProbeError> {
     let mut probes = Vec::new();
-    if claimed.contains(&Capability::DamageRefusal) {
-        for (file, len) in files(root)? {
-            // The middle half; a file of fewer than 4 bytes has no halves.
-            let (lo, hi) = if len >= 4 {
-                (len / 4, 3 * len / 4 - 1)
-            } else {
-                (0, len - 1)
-            };
-            let mut offsets: Vec<u64> = (0..DAMAGE_POSITIONS).map(|_| rng.range(lo, hi)).collect();
-            let bytes = std::fs::read(root.join(&file))
-                .map_err(|e| ProbeError::Harness(format!("cannot read {}: {e}", file.display())))?;
-            let lines = complete_lines(&bytes);
-            if let Some(last) = lines.last().filter(|l| l.end - l.start > 1) {
-                offsets.push((last.start + last.end - 1) / 2);
-            }
-            // The newline before the last line: flipped, it fuses the last
-            // two lines into one bad line with a whole line inside it (a
-            // lost newline), which is damage, never a torn tail.
-            if let [.., before, _] = lines.as_slice() {
-                offsets.push(before.end - 1);
-            }
-            offsets.sort_unstable();
-            offsets.dedup();
-            probes.extend(offsets.into_iter().map(|offset| Probe::Damage {
+    for (file, len) in files(root)? {
+        // The middle half; a file of fewer than 4 bytes has no halves.
+        let (lo, hi) = if len >= 4 {
+            (len / 4, 3 * len / 4 - 1)
+        } else {
+            (0, len - 1)
+        };
+        let mut offsets: Vec<u64> = (0..DAMAGE_POSITIONS).map(|_| rng.range(lo, hi)).collect();
+        let bytes = std::fs::read(root.join(&file))
+            .map_err(|e| ProbeError::Harness(format!("cannot read {}: {e}", file.display())))?;
+        let lines = complete_lines(&bytes);
+        if let Some(last) = lines.last().filter(|l| l.end - l.start > 1) {
+            offsets.push((last.start + last.end - 1) / 2);
+        }
+        // The newline before the last line: flipped, it fuses the last
+        // two lines into one bad line with a whole line inside it (a
+        // lost newline), which is damage, never a torn tail.
+        if let [.., before, _] = lines.as_slice() {
+            offsets.push(before.end - 1);
+        }
+        offsets.sort_unstable();
+        offsets.dedup();
+        probes.extend(offsets.into_iter().map(|offset| Probe::Damage {
+            file: file.clone(),
+            offset,
+        }));
+        // The same newline flipped and the last one dropped: the two
+        // lines fused end the file as a torn write would, with a whole
+        // valid line inside.
+        if let [.., before, _] = lines.as_slice() {
+            probes.push(Probe::Fused {
                 file: file.clone(),
-                offset,
-            }));
-            // The same newline flipped and the last one dropped: the two
-            // lines fused end the file as a torn write would, with a whole
-            // valid line inside.
-            if let [.., before, _] = lines.as_slice() {
-                probes.push(Probe::Fused {
-                    file: file.clone(),
-                    newline: before.end - 1,
-                });
-            }
-            // The last line alone, unless its newline sits at a sector
-            // boundary: zeros from a line's start to there are what a lost
-            // sector reads as, and a store may cut them as a torn tail.
-            if let Some(last) = lines
-                .last()
-                .filter(|l| lines.len() >= 2 && (l.end - 1) % SECTOR_BYTES != 0)
-            {
-                probes.push(Probe::Zeros {
-                    file: file.clone(),
-                    offset: last.start,
-                    len: last.end - last.start,
-                });
-            }
-            // The middle half of the last line: zeros that start and stop
-            // inside it, after its first bytes, where no lost sector puts them.
-            if let Some(last) = lines.last().filter(|l| l.end - l.start >= 8) {
-                let (from, len) = (
-                    last.start + (last.end - last.start) / 4,
-                    (last.end - last.start) / 2,
-                );
-                if from % SECTOR_BYTES != 0 || (from + len) % SECTOR_BYTES != 0 {
-                    probes.push(Probe::Zeros {
-                        file: file.clone(),
-                        offset: from,
-                        len,
-                    });
-                }
-            }
-            if lines.len() >= 4 {
-                let from = lines[lines.len() - 3].start;
+                newline: before.end - 1,
+            });
+        }
+        // The last line alone, unless its newline sits at a sector
+        // boundary: zeros from a line's start to there are what a lost
+        // sector reads as, and a store may cut them as a torn tail.
+        if let Some(last) = lines
+            .last()
+            .filter(|l| lines.len() >= 2 && (l.end - 1) % SECTOR_BYTES != 0)
+        {
+            probes.push(Probe::Zeros {
+                file: file.clone(),
+                offset: last.start,
+                len: last.end - last.start,
+            });
+        }
+        // The middle half of the last line: zeros that start and stop
+        // inside it, after its first bytes, where no lost sector puts them.
+        if let Some(last) = lines.last().filter(|l| l.end - l.start >= 8) {
+            let (from, len) = (
+                last.start + (last.end - last.start) / 4,
+                (last.end - last.start) / 2,
+            );
+            if from % SECTOR_BYTES != 0 || (from + len) % SECTOR_BYTES != 0 {
                 probes.push(Probe::Zeros {
                     file: file.clone(),
                     offset: from,
-                    len: len - from,
+                    len,
                 });
             }
         }
+        if lines.len() >= 4 {
+            let from = lines[lines.len() - 3].start;
+            probes.push(Probe::Zeros {
+                file: file.clone(),
+                offset: from,
+                len: len - from,
+            });
+        }
     }
-    let tails = [Capability::TornTailRepair, Capability::DamageRefusal]
-        .iter()
-        .all(|c| claimed.contains(c));
     if let Some(AgentstoreFiles { log, covered }) = agentstore {
         let bytes = std::fs::read(root.join(log))
             .map_err(|e| ProbeError::Harness(format!("cannot read {}: {e}", log.display())))?;
@@ -739,7 +774,7 @@ pub fn plan(
         let under = lines
             .iter()
             .find(|l| Some(l.end) == *covered && l.end - l.start > 1);
-        if let Some(line) = under.filter(|_| claimed.contains(&Capability::DamageRefusal)) {
+        if let Some(line) = under {
             for unreadable_snapshot in [false, true] {
                 probes.push(Probe::Cut {
                     file: log.clone(),
@@ -748,7 +783,7 @@ pub fn plan(
                 });
             }
         }
-        if tails && !lines.is_empty() {
+        if !lines.is_empty() {
             probes.extend(
                 [
                     Tail::Lines(TAIL_MAX_LINES),
@@ -1011,6 +1046,9 @@ pub struct ProbeSetup<'a> {
     pub reference: &'a [Record],
     /// A probe child that runs this long is hung: killed, the store's failure.
     pub hang_timeout: std::time::Duration,
+    /// What the store claims: decides how a fault probe is judged
+    /// ([`Probe::judged_by`]).
+    pub claimed: &'a [Capability],
 }
 
 /// How probes reach the crash-free run's store, left in `dir` by
@@ -1019,8 +1057,10 @@ pub fn probe_setup<'a>(
     cfg: &'a Config<'_>,
     prepared: &'a Prepared,
     spec: &'a crate::store::SessionSpec,
+    claimed: &'a [Capability],
 ) -> ProbeSetup<'a> {
     ProbeSetup {
+        claimed,
         backend: cfg.backend,
         agent_exe: &cfg.agent_exe,
         store_fault: cfg.store_fault.as_deref(),
@@ -1219,7 +1259,11 @@ fn damage(
         rewrite(root, file, |bytes| change.apply(file, bytes))
     })?;
     let told = format!("{what}; {}", tell(&reply));
-    let verdict = judge_damage(&what, setup.reference, &reply)?;
+    let verdict = if setup.claimed.contains(&Capability::DamageRefusal) {
+        judge_damage(&what, setup.reference, &reply)?
+    } else {
+        judge_owed(&what, Capability::DamageRefusal, setup.reference, &reply)?
+    };
     Ok((told, verdict.into_iter().collect(), false))
 }
 
@@ -1233,7 +1277,11 @@ fn torn_tail(
         rewrite(root, file, |bytes| tail.append(file, bytes))
     })?;
     let told = format!("{what}; {}", tell(&reply));
-    let verdict = judge_tail(&what, tail, setup.reference, &reply)?;
+    let verdict = if setup.claimed.contains(&Capability::TornTailRepair) {
+        judge_tail(&what, tail, setup.reference, &reply)?
+    } else {
+        judge_owed(&what, Capability::TornTailRepair, setup.reference, &reply)?
+    };
     Ok((told, verdict.into_iter().collect(), false))
 }
 
@@ -1282,8 +1330,10 @@ fn cut(
     let io = matches!(&reply, ProbeReply::Refused { kind, .. } if kind == ErrorKind::Io.name());
     let verdict = if unreadable_snapshot && io {
         None
-    } else {
+    } else if setup.claimed.contains(&Capability::DamageRefusal) {
         judge_damage(&what, setup.reference, &reply)?
+    } else {
+        judge_owed(&what, Capability::DamageRefusal, setup.reference, &reply)?
     };
     Ok((told, verdict.into_iter().collect(), false))
 }
@@ -1405,6 +1455,61 @@ pub fn judge_tail(
             "the tail probe got another probe's reply".into(),
         )),
     }
+}
+
+/// The verdict on a store that does not claim `unclaimed`, the capability
+/// whose fault the probe applied (`what` says which): it owes what every
+/// store owes, that no acknowledged event is lost without a word
+/// (`acked-durable`). A refusal of any kind passes, and so does a store
+/// that dies on the bytes (nothing is lost silently), or one that serves
+/// at least as many events as were acknowledged (some may be changed by
+/// the damage: telling that is the unclaimed capability's promise).
+/// Serving fewer, without a refusal, is a silent skip.
+pub fn judge_owed(
+    what: &str,
+    unclaimed: Capability,
+    reference: &[Record],
+    reply: &ProbeReply,
+) -> Result<Option<Violation>, ProbeError> {
+    let records = match reply {
+        ProbeReply::Refused { .. } | ProbeReply::Crashed { .. } => return Ok(None),
+        ProbeReply::Served { records, .. } => records,
+        ProbeReply::Accepted { .. }
+        | ProbeReply::NotReplayed { .. }
+        | ProbeReply::SecondOpened
+        | ProbeReply::Limit { .. } => {
+            return Err(ProbeError::Harness(format!(
+                "the {unclaimed} probe got another probe's reply"
+            )))
+        }
+    };
+    if records.len() >= reference.len() {
+        return Ok(None);
+    }
+    let served: std::collections::BTreeSet<&String> = records.iter().collect();
+    let first = reference
+        .iter()
+        .position(|r| !served.contains(&record_key(r)))
+        .unwrap_or(records.len());
+    let events = reference[first.saturating_sub(1)..(first + 2).min(reference.len())]
+        .iter()
+        .map(describe_record)
+        .collect();
+    Ok(Some(Violation {
+        invariant: Invariant::AckedDurable,
+        when: format!("after the crash-free run, on a copy of its store with bytes broken (the store does not claim `{unclaimed}`: judged by what every store owes)"),
+        expected: format!(
+            "{what}: a refusal of any kind, or the {} acknowledged events served (those the bytes belonged to may differ)",
+            reference.len()
+        ),
+        found: format!(
+            "it served {} of {} acknowledged events without refusing: the first not served as written is {} (a silent skip)",
+            records.len(),
+            reference.len(),
+            describe_record(&reference[first])
+        ),
+        events,
+    }))
 }
 
 /// The damage verdict: `what` says which byte was flipped.
@@ -2378,7 +2483,11 @@ fn replay_in(
         });
     }
     let spec = crate::campaign::trial::TrialDir { dir: trace.clone() }.spec();
-    let setup = probe_setup(cfg, &prepared, &spec);
+    let claimed = cfg
+        .backend
+        .capabilities()
+        .map_err(|e| ProbeError::Harness(format!("cannot learn what the store claims: {e}")))?;
+    let setup = probe_setup(cfg, &prepared, &spec, &claimed);
     let scratch = dir.join("probe");
     let outcome = run(&setup, probe, &scratch);
     let replay = crate::campaign::config::replay_command(
@@ -2395,8 +2504,11 @@ fn replay_in(
         "{}",
         match (&outcome.error, outcome.violations.is_empty()) {
             (Some(_), _) => "the probe could not be carried out".to_string(),
-            (None, true) => format!("the store kept its promise ({})", probe.capability()),
-            (None, false) => format!("the store broke its promise ({})", probe.capability()),
+            (None, true) => format!("the store kept its promise ({})", probe.judged_by(&claimed)),
+            (None, false) => format!(
+                "the store broke its promise ({})",
+                probe.judged_by(&claimed)
+            ),
         }
     );
     for v in &outcome.violations {
@@ -3153,6 +3265,53 @@ mod tests {
     }
 
     #[test]
+    fn a_store_without_the_claim_owes_only_that_nothing_is_lost_silently() {
+        let reference = log();
+        let all: Vec<String> = reference.iter().map(record_key).collect();
+        let owed = |reply: &ProbeReply| {
+            judge_owed(
+                "f, byte offset 9",
+                Capability::DamageRefusal,
+                &reference,
+                reply,
+            )
+            .unwrap()
+        };
+        for kind in ["damage", "io", "rule"] {
+            let refused = ProbeReply::Refused {
+                at: "open".into(),
+                kind: kind.into(),
+                message: "m".into(),
+                events_before: None,
+                events_after: None,
+            };
+            assert!(owed(&refused).is_none(), "a `{kind}` refusal loses nothing");
+        }
+        // Every event served, the damaged one changed: it never said it
+        // would tell.
+        let mut changed = all.clone();
+        changed[1].push('x');
+        let served = |records: Vec<String>| ProbeReply::Served {
+            records,
+            types: vec![],
+            wrong_blobs: vec!["the blob of event 2".into()],
+        };
+        assert!(owed(&served(changed)).is_none());
+        // The broken store: it skips the damaged line and serves the rest.
+        let skipped = owed(&served(vec![all[0].clone(), all[2].clone()]))
+            .expect("a silent skip is caught without the claim");
+        assert_eq!(skipped.invariant, Invariant::AckedDurable);
+        assert!(
+            skipped.found.contains("served 2 of 3")
+                && skipped.found.contains(&describe_record(&reference[1])),
+            "{}",
+            skipped.found
+        );
+        assert!(skipped.when.contains("does not claim `damage_refusal`"));
+        assert!(skipped.expected.contains("byte offset 9"));
+    }
+
+    #[test]
     fn a_tail_within_the_rules_must_be_cut_and_one_past_them_refused() {
         let reference = log();
         let all: Vec<String> = reference.iter().map(record_key).collect();
@@ -3708,10 +3867,12 @@ mod tests {
     }
 
     #[test]
-    fn plans_probe_only_what_is_claimed() {
+    fn plans_every_fault_and_only_the_promises_claimed() {
         let dir = tempfile::tempdir().unwrap();
         std::fs::create_dir_all(dir.path().join("s")).unwrap();
-        std::fs::write(dir.path().join("s/log"), vec![b'x'; 100]).unwrap();
+        let mut bytes = vec![b'x'; 99];
+        bytes.push(b'\n');
+        std::fs::write(dir.path().join("s/log"), bytes).unwrap();
         std::fs::write(dir.path().join("empty"), b"").unwrap();
         let reference = log();
         let all = plan(
@@ -3727,7 +3888,8 @@ mod tests {
             .iter()
             .filter(|p| matches!(p, Probe::Damage { .. }))
             .collect();
-        assert!(!damage.is_empty() && damage.len() <= DAMAGE_POSITIONS);
+        // The seeded offsets and the middle of the one (last) line.
+        assert!(!damage.is_empty() && damage.len() <= DAMAGE_POSITIONS + 1);
         for p in &damage {
             let Probe::Damage { file, offset } = p else {
                 unreachable!()
@@ -3752,6 +3914,25 @@ mod tests {
             &mut Rng::new(1),
         )
         .unwrap();
-        assert!(none.is_empty());
+        // Claims decide how a fault is judged, never whether it is applied.
+        let faults: Vec<&Probe> = none.iter().filter(|p| p.is_fault()).collect();
+        assert!(faults.iter().any(|p| matches!(p, Probe::Damage { .. })));
+        assert!(faults.iter().any(|p| matches!(p, Probe::Zeros { .. })));
+        assert!(faults.iter().any(|p| matches!(p, Probe::Cut { .. })));
+        assert!(faults.iter().any(|p| matches!(p, Probe::Tail { .. })));
+        let claimed = [Capability::DurableAppend];
+        assert!(faults
+            .iter()
+            .all(|p| p.judged_by(&claimed) == Capability::DurableAppend));
+        // A promise nobody made is not tried (nor the limit, owed by all:
+        // this reference has no user message to start it from).
+        assert!(none.iter().all(Probe::is_fault));
+        assert_eq!(
+            all.iter()
+                .find(|p| p.is_fault())
+                .unwrap()
+                .judged_by(&Capability::ALL),
+            Capability::DamageRefusal
+        );
     }
 }

@@ -85,7 +85,7 @@ fn run_probes(
             }]
         }
     };
-    let setup = probe_setup(cfg, prepared, &spec);
+    let setup = probe_setup(cfg, prepared, &spec, claimed);
     // After SIGINT or SIGTERM no new probe starts (the campaign is over).
     probes
         .iter()

@@ -338,8 +338,11 @@ pub fn score(
             for v in &p.violations {
                 let replay = replay_command(path, &p.probe.plan(), store_fault, store_args);
                 // A probe is evidence for one capability (the rules probe's
-                // cases belong to the ledger, the tree or the compaction).
-                add(Row::Capability(p.probe.capability()), s.name(), v, replay);
+                // cases belong to the ledger, the tree or the compaction; a
+                // fault on a store that does not claim it, to what every
+                // store owes).
+                let row = Row::Capability(p.probe.judged_by(&result.capabilities));
+                add(row, s.name(), v, replay);
             }
         }
     }
