@@ -198,6 +198,18 @@ fn exercised(row: Row, result: &CampaignResult) -> (usize, &'static str) {
     }
 }
 
+/// How many of an unclaimed row's fault probes ran ([`crate::campaign::probe::Probe::is_fault`]):
+/// applied whatever the store claims, judged by what every store owes.
+fn fault_probes(row: Row, result: &CampaignResult) -> usize {
+    let Row::Capability(c) = row else { return 0 };
+    result
+        .scenarios
+        .iter()
+        .flat_map(|s| &s.probes)
+        .filter(|p| p.error.is_none() && p.probe.is_fault() && p.probe.capability() == c)
+        .count()
+}
+
 /// Why a claimed row was not exercised.
 fn why_not(row: Row, adapter: bool) -> &'static str {
     use Capability as C;
@@ -263,9 +275,11 @@ pub enum Verdict {
         first: FirstViolation,
     },
     /// Not claimed: not scored. `violations` found against it anyway are
-    /// still violations of the campaign.
+    /// still violations of the campaign; `fault_probes` of its faults ran
+    /// all the same, judged by what every store owes.
     NotSupported {
         violations: usize,
+        fault_probes: usize,
     },
     NotExercised {
         why: &'static str,
@@ -382,6 +396,7 @@ pub fn score(
             let verdict = if !claimed {
                 Verdict::NotSupported {
                     violations: mine.len(),
+                    fault_probes: fault_probes(row, result),
                 }
             } else if let Some((_, scenario, invariant, line, replay)) = mine.first() {
                 Verdict::Fail {
@@ -424,10 +439,17 @@ pub fn text(card: &Scorecard) -> String {
                 "{violations} violation(s); first in {}: {}\n{:>27}replay:   {}",
                 first.scenario, first.line, "", first.replay
             ),
-            Verdict::NotSupported { violations: 0 } => {
-                "the store does not claim it: not checked, not passed".to_string()
-            }
-            Verdict::NotSupported { violations } => format!(
+            Verdict::NotSupported {
+                violations: 0,
+                fault_probes: 0,
+            } => "the store does not claim it: not checked, not passed".to_string(),
+            Verdict::NotSupported {
+                violations: 0,
+                fault_probes,
+            } => format!(
+                "the store does not claim it: not scored; its {fault_probes} fault probe(s) ran all the same, judged under durable_append"
+            ),
+            Verdict::NotSupported { violations, .. } => format!(
                 "the store does not claim it: not scored ({violations} violation(s) of its invariants found anyway)"
             ),
             Verdict::NotExercised { why } => (*why).to_string(),
@@ -467,7 +489,16 @@ pub fn json(card: &Scorecard) -> Value {
                         "replay": first.replay,
                     });
                 }
-                Verdict::NotSupported { violations } => o["violations"] = json!(violations),
+                Verdict::NotSupported {
+                    violations,
+                    fault_probes,
+                } => {
+                    o["violations"] = json!(violations);
+                    if *fault_probes > 0 {
+                        o["evidence"] = json!(fault_probes);
+                        o["evidence_unit"] = json!("fault probes judged under durable_append");
+                    }
+                }
                 Verdict::NotExercised { why } => o["why"] = json!(why),
             }
             o
@@ -629,7 +660,10 @@ mod tests {
                 ),
                 (
                     Row::Capability(Capability::DamageRefusal),
-                    Verdict::NotSupported { violations: 0 },
+                    Verdict::NotSupported {
+                        violations: 0,
+                        fault_probes: 0,
+                    },
                 ),
                 (
                     Row::Capability(Capability::Compaction),
@@ -637,9 +671,22 @@ mod tests {
                         why: "no scenario compacts before a crash",
                     },
                 ),
+                (
+                    Row::Capability(Capability::TornTailRepair),
+                    Verdict::NotSupported {
+                        violations: 0,
+                        fault_probes: 8,
+                    },
+                ),
             ],
         };
         let t = text(&card);
+        assert!(
+            t.contains(
+                "not scored; its 8 fault probe(s) ran all the same, judged under durable_append"
+            ),
+            "{t}"
+        );
         assert!(
             t.contains("scorecard (3 of 11 capabilities claimed)"),
             "{t}"
@@ -664,20 +711,22 @@ mod tests {
         );
         assert_eq!(j[2]["claimed"], false);
         assert_eq!(j[3]["why"], "no scenario compacts before a crash");
+        assert_eq!(j[4]["evidence"], 8);
+        assert!(j[2].get("evidence").is_none());
         let mut report = quick_junit::Report::new("t");
         report.add_test_suite(junit(&card));
         let x = report.to_string().unwrap();
         assert!(
-            x.contains("tests=\"4\"")
+            x.contains("tests=\"5\"")
                 && x.contains("failures=\"1\"")
-                && x.contains("skipped=\"2\""),
+                && x.contains("skipped=\"3\""),
             "{x}"
         );
         assert!(
             x.contains("expected &lt;refusal&gt;; found accepted"),
             "{x}"
         );
-        assert_eq!(x.matches("<skipped").count(), 2, "{x}");
+        assert_eq!(x.matches("<skipped").count(), 3, "{x}");
     }
 
     #[test]
