@@ -131,6 +131,35 @@ pub enum RunKind {
     TraceSyscalls,
 }
 
+/// Why a trial could not be carried out as planned, and whose fault that is.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error("{message}")]
+pub struct TrialError {
+    pub message: String,
+    /// The store under test is to blame, a finding about it (exit 1): it
+    /// failed the harness's own observation of it
+    /// ([`crate::store::StoreError::store_fault`]: a broken adapter
+    /// protocol, a refusal that is not I/O), or a life hung in it.
+    /// Otherwise the harness could not carry the trial out (exit 3).
+    pub store_fault: bool,
+}
+
+/// A failure of the harness itself.
+impl From<String> for TrialError {
+    fn from(message: String) -> TrialError {
+        TrialError {
+            message,
+            store_fault: false,
+        }
+    }
+}
+
+impl From<TrialError> for String {
+    fn from(e: TrialError) -> String {
+        e.message
+    }
+}
+
 /// Everything a trial observed.
 #[derive(Debug, Clone)]
 pub struct History {
@@ -142,8 +171,9 @@ pub struct History {
     pub final_obs: Observation,
     pub world: Vec<Application>,
     pub workspace: BTreeMap<String, Vec<u8>>,
-    /// A trial that could not be carried out as planned (not a store violation).
-    pub error: Option<String>,
+    /// A trial that could not be carried out as planned (not a violation;
+    /// the store's fault or the harness's).
+    pub error: Option<TrialError>,
 }
 
 impl History {

@@ -158,6 +158,39 @@ fn a_probe_the_store_hangs_in_is_killed_and_exits_1_naming_the_store() {
     );
 }
 
+/// A restarted life the store never answers (its adapter hangs on
+/// `recover`) is killed after --hang-timeout: the store's failure, as a
+/// hung probe is, never the harness's (exit 3).
+#[test]
+fn a_life_the_store_hangs_in_is_killed_and_exits_1_naming_the_store() {
+    let adapter = format!(
+        "python3 {} {} adapter",
+        fixture("tests/fixtures/hanging_store.py"),
+        support::workspace_bin("agentstore", "agentstore").display()
+    );
+    let scenario = small();
+    let out = agentchaos(&[
+        "replay",
+        "--scenario",
+        &scenario,
+        "--plan",
+        "kill@5",
+        "--adapter",
+        &adapter,
+        "--hang-timeout",
+        "5",
+    ]);
+    let (code, stderr) = code_and_stderr(&out);
+    assert_eq!(code, Some(1), "{stderr}");
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    assert!(
+        stdout.contains(
+            "ERROR: life 1 hung: no end in 5 s (--hang-timeout), killed; the agent was waiting on the store"
+        ) && stdout.contains("result: not carried out, the store's fault (above)"),
+        "{stdout}"
+    );
+}
+
 /// A probe the harness cannot carry out as planned (a damaged byte past
 /// the end of the file) is the harness's failure, whatever the store.
 #[test]

@@ -10,7 +10,7 @@ use crate::campaign::scratch::keep_trial;
 use std::path::Path;
 use std::time::Instant;
 
-use crate::campaign::trial::{self};
+use crate::campaign::trial::{self, TrialError};
 use crate::check::evidence::Evidence;
 use crate::check::{self, Violation};
 use crate::history::RunKind;
@@ -65,19 +65,20 @@ pub fn run_trial(
                 check::check(h, Some(&prepared.reference)),
                 h.error
                     .clone()
-                    .or_else(|| syscall_mismatch(&plan, prepared, h)),
+                    .or_else(|| syscall_mismatch(&plan, prepared, h).map(TrialError::from)),
                 describe_crash(&plan, prepared, Some(h)),
                 covered,
             )
         }
         Err(e) => (
             Vec::new(),
-            Some(e.message.clone()),
+            Some(e.clone()),
             describe_crash(&plan, prepared, None),
             None,
         ),
     };
-    let store_fault = result.as_ref().is_err_and(|e| e.store_fault);
+    let store_fault = error.as_ref().is_some_and(|e| e.store_fault);
+    let error = error.map(String::from);
     let failed = !violations.is_empty() || error.is_some();
     if let (Some(keep), true) = (&cfg.keep_failures, failed) {
         let replay = replay_command(

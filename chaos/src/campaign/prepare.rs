@@ -24,8 +24,9 @@ pub struct Prepared {
     pub later: Vec<LaterTrace>,
     /// Violations of the crash-free run itself.
     pub trace_violations: Vec<Violation>,
-    /// Why crash trials cannot run (the crash-free run did not complete).
-    pub unusable: Option<String>,
+    /// Why crash trials cannot run (the crash-free run did not complete),
+    /// and whose fault that is.
+    pub unusable: Option<TrialError>,
 }
 
 pub fn setup<'a>(cfg: &'a Config<'_>, source: &'a ScenarioSource) -> TrialSetup<'a> {
@@ -72,12 +73,15 @@ pub fn prepare_keeping(
         let _ = std::fs::remove_dir_all(&sys_dir);
         let first = &traced.lives[0];
         if let Some(e) = &traced.error {
-            sys_unusable = Some(format!("the crash-free run under the syscall tracer: {e}"));
+            sys_unusable = Some(TrialError {
+                message: format!("the crash-free run under the syscall tracer: {e}"),
+                store_fault: e.store_fault,
+            });
         } else if !first.done {
-            sys_unusable = Some(format!(
+            sys_unusable = Some(TrialError::from(format!(
                 "the crash-free run under the syscall tracer did not complete: {}",
                 first.stderr
-            ));
+            )));
         }
         first
             .syscalls
@@ -107,10 +111,10 @@ pub fn prepare_keeping(
     );
     let unusable = match (&history.error, life.done) {
         (Some(e), _) => Some(e.clone()),
-        (None, false) => Some(format!(
+        (None, false) => Some(TrialError::from(format!(
             "the crash-free run did not complete: {}",
             life.stderr
-        )),
+        ))),
         (None, true) => sys_unusable,
     };
     let later = match unusable {

@@ -2479,7 +2479,7 @@ fn replay_in(
         return Ok(crate::campaign::replay::Replayed {
             narrative,
             violations: Vec::new(),
-            error: Some(u.clone().into()),
+            error: Some(u.clone()),
         });
     }
     let spec = crate::campaign::trial::TrialDir { dir: trace.clone() }.spec();

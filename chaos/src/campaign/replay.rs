@@ -204,18 +204,17 @@ fn replay_in(
         return Ok(Replayed {
             narrative,
             violations,
-            error: prepared.unusable.clone().map(TrialError::from),
+            error: prepared.unusable.clone(),
         });
     }
     let trial_dir = crate::campaign::scratch::trial_dir(dir, 0, 0);
     let setup = crate::campaign::prepare::setup(cfg, &prepared.source);
     let history = trial::run(&setup, plan, &trial_dir, RunKind::Trial)?;
     let crash = describe_crash(&plan, &prepared, Some(&history));
-    let error = history
-        .error
-        .clone()
-        .or_else(|| crate::campaign::describe::syscall_mismatch(&plan, &prepared, &history))
-        .map(TrialError::from);
+    let error = history.error.clone().or_else(|| {
+        crate::campaign::describe::syscall_mismatch(&plan, &prepared, &history)
+            .map(TrialError::from)
+    });
     let _ = writeln!(narrative, "crash: {crash}");
     narrative.push_str(&story(&history));
     let violations = check::check(&history, Some(&prepared.reference));

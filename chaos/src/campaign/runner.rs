@@ -206,7 +206,7 @@ impl ScenarioResult {
             .filter_map(|o| o.error.as_deref().map(|e| (o.plan, e)))
             .collect();
         if let Some(u) = &self.prepared.unusable {
-            e.insert(0, (Plan::NONE, u));
+            e.insert(0, (Plan::NONE, u.message.as_str()));
         }
         e
     }
@@ -253,6 +253,11 @@ impl CampaignResult {
     /// or what a probe asks of any store. They fail a run like violations
     /// (exit 1); the other errors are the harness's (exit 3).
     pub fn store_error_count(&self) -> usize {
+        let crash_free = self
+            .scenarios
+            .iter()
+            .filter(|s| s.prepared.unusable.as_ref().is_some_and(|u| u.store_fault))
+            .count();
         let trials = self
             .scenarios
             .iter()
@@ -266,7 +271,7 @@ impl CampaignResult {
             .filter(|(_, e)| e.store_fault())
             .count();
         let power_loss = self.power_loss.as_ref().map_or(0, |p| p.store_errors());
-        trials + probes + power_loss
+        crash_free + trials + probes + power_loss
     }
     /// Every power-loss finding: the first failing state of each broken
     /// invariant per scenario, with its findings.

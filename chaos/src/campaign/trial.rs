@@ -46,27 +46,7 @@ use crate::nemesis::{self, Crash, Plan};
 use crate::store::adapter::backend::LifeAdapters;
 use crate::store::{Observation, SessionSpec, StoreBackend};
 
-/// Why a trial could not be carried out as planned, and whose fault that is.
-#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
-#[error("{message}")]
-pub struct TrialError {
-    pub message: String,
-    /// The store under test failed the harness's own observation of it
-    /// ([`crate::store::StoreError::store_fault`]: a broken adapter protocol, a refusal
-    /// that is not I/O), a finding about the store (exit 1). Otherwise the
-    /// harness could not carry the trial out (exit 3).
-    pub store_fault: bool,
-}
-
-/// A failure of the harness itself.
-impl From<String> for TrialError {
-    fn from(message: String) -> TrialError {
-        TrialError {
-            message,
-            store_fault: false,
-        }
-    }
-}
+pub use crate::history::TrialError;
 
 /// No campaign directory: the harness's.
 impl From<crate::campaign::scratch::CampaignDirError> for TrialError {
@@ -79,12 +59,6 @@ impl From<crate::campaign::scratch::CampaignDirError> for TrialError {
 impl From<crate::campaign::pool::PoolError> for TrialError {
     fn from(e: crate::campaign::pool::PoolError) -> TrialError {
         TrialError::from(e.to_string())
-    }
-}
-
-impl From<TrialError> for String {
-    fn from(e: TrialError) -> String {
-        e.message
     }
 }
 
@@ -201,13 +175,13 @@ pub fn run(
         }
         let end = life.end;
         let fault_missed = planned_fault_missed(crash, &life);
-        let next = next_step(crash, kill_at, index, &life);
+        let next = next_step(crash, kill_at, index, &life, setup.hang_timeout);
         lives.push(life);
         if let Some(e) = fault_missed {
             if end == LifeEnd::Killed {
                 after_kill.push(observe("after the kill")?);
             }
-            break Some(format!("life {index}: {e}"));
+            break Some(format!("life {index}: {e}").into());
         }
         let planned_power_cut = end == LifeEnd::Killed
             && matches!(crash, Some(Crash::PowerCut { .. }))
@@ -220,7 +194,7 @@ pub fn run(
             Next::Restart { observe: what } => after_kill.push(observe(what)?),
             Next::GiveUp { observe: what, why } => {
                 after_kill.push(observe(what)?);
-                break Some(why);
+                break Some(why.into());
             }
             Next::Stop(error) => break error,
         }
@@ -320,10 +294,16 @@ enum Next {
     /// Observe the disk, then stop: the trial cannot go on as planned.
     GiveUp { observe: &'static str, why: String },
     /// Stop, with the error of the trial if any.
-    Stop(Option<String>),
+    Stop(Option<TrialError>),
 }
 
-fn next_step(crash: Option<Crash>, kill_at: Option<u64>, index: u32, life: &Life) -> Next {
+fn next_step(
+    crash: Option<Crash>,
+    kill_at: Option<u64>,
+    index: u32,
+    life: &Life,
+    hang_timeout: Duration,
+) -> Next {
     let sys_fault = match crash {
         Some(Crash::Syscall { fault, .. }) => Some(fault),
         _ => None,
@@ -334,10 +314,9 @@ fn next_step(crash: Option<Crash>, kill_at: Option<u64>, index: u32, life: &Life
     // An injected error that the process went on from.
     let went_on = sys_fault.is_some_and(|f| !f.kills());
     match life.end {
-        LifeEnd::Exited(c) if c == i32::from(agent::EXIT_HARNESS_FAILED) => Next::Stop(Some(format!(
-            "life {index} failed on the harness's side: {}",
-            life.stderr
-        ))),
+        LifeEnd::Exited(c) if c == i32::from(agent::EXIT_HARNESS_FAILED) => Next::Stop(Some(
+            format!("life {index} failed on the harness's side: {}", life.stderr).into(),
+        )),
         LifeEnd::Killed if planned_kill && index + 1 >= MAX_LIVES => Next::GiveUp {
             observe: "after the kill",
             why: format!("the agent was still not done after {MAX_LIVES} lives"),
@@ -353,13 +332,20 @@ fn next_step(crash: Option<Crash>, kill_at: Option<u64>, index: u32, life: &Life
             format!(
                 "life {index} finished without reaching its hit {at} (the scenario's crash points are not deterministic?)"
             )
+            .into()
         })),
-        LifeEnd::Killed => Next::Stop(Some(format!(
-            "life {index} died of SIGKILL without a planned kill"
-        ))),
-        LifeEnd::Hung => Next::Stop(Some(format!(
-            "life {index} hung (it ran for --hang-timeout) and was killed"
-        ))),
+        LifeEnd::Killed => Next::Stop(Some(
+            format!("life {index} died of SIGKILL without a planned kill").into(),
+        )),
+        // The agent waits only on the store: a store that never answers
+        // hangs it, as it hangs a probe (the store's failure, exit 1).
+        LifeEnd::Hung => Next::Stop(Some(TrialError {
+            message: format!(
+                "life {index} hung: no end in {} s (--hang-timeout), killed; the agent was waiting on the store",
+                hang_timeout.as_secs()
+            ),
+            store_fault: true,
+        })),
         // A failing agent is a finding for the checker (it could not finish).
         LifeEnd::Exited(_) | LifeEnd::Signaled(_) => Next::Stop(None),
     }
@@ -822,12 +808,34 @@ mod tests {
             LifeEnd::Exited(i32::from(agent::EXIT_HARNESS_FAILED)),
             "agentchaos: agent: cannot reach the world",
         );
-        match next_step(None, None, 0, &harness) {
-            Next::Stop(Some(e)) => assert!(e.contains("cannot reach the world"), "{e}"),
+        match next_step(None, None, 0, &harness, HANG_TIMEOUT) {
+            Next::Stop(Some(e)) => {
+                assert!(e.message.contains("cannot reach the world"), "{e}");
+                assert!(!e.store_fault);
+            }
             _ => panic!("a harness failure must stop the trial with an error"),
         }
         // The store's failure ends the life for the checker to judge.
         let store = ended(LifeEnd::Exited(1), "agentchaos: agent: the store refused");
-        assert!(matches!(next_step(None, None, 0, &store), Next::Stop(None)));
+        assert!(matches!(
+            next_step(None, None, 0, &store, HANG_TIMEOUT),
+            Next::Stop(None)
+        ));
+    }
+
+    #[test]
+    fn a_hung_life_is_the_stores_failure_as_a_hung_probe_is() {
+        let hung = ended(LifeEnd::Hung, "");
+        match next_step(None, None, 1, &hung, Duration::from_secs(7)) {
+            Next::Stop(Some(e)) => {
+                assert!(e.store_fault, "{e}");
+                assert!(
+                    e.message
+                        .contains("life 1 hung: no end in 7 s (--hang-timeout)"),
+                    "{e}"
+                );
+            }
+            _ => panic!("a hung life must stop the trial with the store's error"),
+        }
     }
 }

@@ -1437,7 +1437,12 @@ fn effect_at_most_once(h: &History, model: &Model, out: &mut Vec<Violation>) {
 fn exactly_once_outcome(h: &History, reference: Option<&Reference>, out: &mut Vec<Violation>) {
     let when = "at the end of the trial";
     let last = h.last();
-    if h.error.is_none() && !(last.done && last.end == LifeEnd::Exited(0)) {
+    if h.error.is_some() {
+        // Not carried out as planned (the trial's error says why, and whose
+        // fault): no resumed outcome to judge.
+        return;
+    }
+    if !(last.done && last.end == LifeEnd::Exited(0)) {
         let how = match last.end {
             LifeEnd::Exited(c) => format!("exited with status {c}"),
             LifeEnd::Signaled(s) => format!("died of signal {s}"),
@@ -1952,6 +1957,31 @@ mod tests {
         );
         assert_eq!(rc[0].found, "0 run_interrupted for it");
         assert_eq!(check(&history(true), None), vec![], "the control passes");
+    }
+
+    #[test]
+    fn the_outcome_of_a_trial_not_carried_out_is_not_judged() {
+        let mut h = history(true);
+        h.lives[1].end = LifeEnd::Hung;
+        h.lives[1].done = false;
+        // The crash-free run touched the workspace; the trial never got there.
+        let reference = Reference {
+            records: h.final_obs.records.clone(),
+            world: vec![],
+            workspace: BTreeMap::from([("notes.txt".to_string(), b"done\n".to_vec())]),
+        };
+        let outcome = |h: &History| {
+            check(h, Some(&reference))
+                .into_iter()
+                .filter(|v| v.invariant == Invariant::ExactlyOnceOutcome)
+                .count()
+        };
+        assert_eq!(outcome(&h), 1, "a life that did not finish is judged");
+        h.error = Some(crate::history::TrialError {
+            message: "life 1 hung".into(),
+            store_fault: true,
+        });
+        assert_eq!(outcome(&h), 0, "the trial's error says it all");
     }
 
     #[test]
