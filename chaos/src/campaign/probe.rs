@@ -494,12 +494,6 @@ impl Probe {
     pub fn plan(&self) -> String {
         format!("{PLAN_PREFIX}{self}")
     }
-
-    /// A probe of the store as a whole, not of a scenario's session: one
-    /// run a campaign says all it can.
-    pub fn is_store_wide(&self) -> bool {
-        matches!(self, Probe::Limit | Probe::Lock)
-    }
 }
 
 /// The half of the compaction rule (PROTOCOL.md §3) a probe breaks.
@@ -684,13 +678,16 @@ impl FromStr for Probe {
 /// and, in-process, the cuts and tails of agentstore's log) whatever it
 /// claims; the promises only where claimed: two ledger probes per
 /// committed operation, the rules probes on the first committed operation
-/// (the rules do not depend on which), the lock.
+/// (the rules do not depend on which), the lock. The probes of the store
+/// as a whole, not of a scenario's session (the limit, the lock: one run a
+/// campaign says all they can), only when `store_wide`.
 pub fn plan(
     claimed: &[Capability],
     root: &Path,
     agentstore: Option<&AgentstoreFiles>,
     reference: &[Record],
     rng: &mut Rng,
+    store_wide: bool,
 ) -> Result<Vec<Probe>, ProbeError> {
     let mut probes = Vec::new();
     for (file, len) in files(root)? {
@@ -803,13 +800,14 @@ pub fn plan(
         }
     }
     // Every store owes it: an acknowledged event reads back.
-    if reference
-        .iter()
-        .any(|r| matches!(r.event(), Some(Event::UserMessage { .. })))
+    if store_wide
+        && reference
+            .iter()
+            .any(|r| matches!(r.event(), Some(Event::UserMessage { .. })))
     {
         probes.push(Probe::Limit);
     }
-    if claimed.contains(&Capability::WriterLock) {
+    if store_wide && claimed.contains(&Capability::WriterLock) {
         probes.push(Probe::Lock);
     }
     if claimed.contains(&Capability::EffectLedger) {
@@ -3596,6 +3594,7 @@ mod tests {
             None,
             &reference,
             &mut Rng::new(1),
+            true,
         )
         .unwrap();
         let rules: Vec<&Probe> = probes
@@ -3613,6 +3612,7 @@ mod tests {
             None,
             &reference,
             &mut Rng::new(1),
+            true,
         )
         .unwrap();
         assert!(with_tree.contains(&Probe::Rule {
@@ -3631,6 +3631,7 @@ mod tests {
             None,
             &reference,
             &mut Rng::new(1),
+            true,
         )
         .unwrap();
         assert!(none.iter().all(|p| !matches!(p, Probe::Rule { .. })));
@@ -3741,6 +3742,7 @@ mod tests {
             Some(&files),
             &[],
             &mut Rng::new(1),
+            true,
         )
         .unwrap();
         let last_start = (text.len() - lines[4].len()) as u64;
@@ -3881,9 +3883,23 @@ mod tests {
             None,
             &reference,
             &mut Rng::new(1),
+            true,
         )
         .unwrap();
         assert!(!all.iter().any(|p| matches!(p, Probe::Tail { .. })));
+        assert!(all.contains(&Probe::Lock));
+        // The store as a whole is probed in one scenario of a campaign.
+        let not_store_wide = plan(
+            &Capability::ALL,
+            dir.path(),
+            None,
+            &reference,
+            &mut Rng::new(1),
+            false,
+        )
+        .unwrap();
+        assert_eq!(not_store_wide.len(), all.len() - 1);
+        assert!(!not_store_wide.contains(&Probe::Lock));
         let damage: Vec<&Probe> = all
             .iter()
             .filter(|p| matches!(p, Probe::Damage { .. }))
@@ -3912,6 +3928,7 @@ mod tests {
             }),
             &reference,
             &mut Rng::new(1),
+            true,
         )
         .unwrap();
         // Claims decide how a fault is judged, never whether it is applied.

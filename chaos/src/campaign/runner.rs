@@ -64,12 +64,10 @@ fn run_probes(
         agentstore.as_ref(),
         &prepared.reference.records,
         &mut rng,
+        store_wide,
     );
     let probes = match planned {
-        Ok(p) => p
-            .into_iter()
-            .filter(|p| store_wide || !p.is_store_wide())
-            .collect::<Vec<_>>(),
+        Ok(p) => p,
         Err(e) => {
             return vec![ProbeOutcome {
                 probe: probe::Probe::Ledger {
