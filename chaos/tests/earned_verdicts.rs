@@ -4,7 +4,7 @@
 //! scored, never which faults it gets.
 //!
 //! - A store that truncates its log and rewrites it on every append
-//!   (`tests/fixtures/rewriting_store.py`, a 78-line Python adapter, and
+//!   (`tests/fixtures/rewriting_store.py`, a 46-line Python adapter, and
 //!   agentstore's `rewrite-whole-log` fault through its adapter): with the
 //!   crash points alone nothing lands inside its writes, and
 //!   `durable_append` says "not exercised" instead of passing; the default

@@ -77,12 +77,7 @@ fn a_violation_exits_1() {
 
 #[test]
 fn an_adapter_protocol_error_of_the_store_exits_1() {
-    let store = support::workspace_bin("agentstore", "agentstore");
-    let adapter = format!(
-        "python3 {} {} adapter",
-        fixture("tests/fixtures/garbled_events.py"),
-        store.display()
-    );
+    let adapter = faulty_relay("garble-events");
     let out = quick_run(&["--adapter", &adapter]);
     let (code, stderr) = code_and_stderr(&out);
     assert_eq!(code, Some(1), "{stderr}");
@@ -93,17 +88,20 @@ fn an_adapter_protocol_error_of_the_store_exits_1() {
     );
 }
 
-/// `replay --plan probe:lock` through `dying_probe_store.py MODE` (which
-/// fails the probe's open of the store's copy) with `extra` flags: asserts
-/// exit 1 and a result line blaming the store; its ERROR line.
-fn failing_lock_probe(mode: &[&str], extra: &[&str]) -> String {
-    let store = support::workspace_bin("agentstore", "agentstore");
-    let adapter = format!(
-        "python3 {} {} {} adapter",
-        fixture("tests/fixtures/dying_probe_store.py"),
-        mode.join(" "),
-        store.display()
-    );
+/// agentstore's adapter behind `tests/fixtures/faulty_relay.py MODE`.
+fn faulty_relay(mode: &str) -> String {
+    format!(
+        "python3 {} {mode} {} adapter",
+        fixture("tests/fixtures/faulty_relay.py"),
+        support::workspace_bin("agentstore", "agentstore").display()
+    )
+}
+
+/// `replay --plan probe:lock` through the relay's MODE (which fails the
+/// probe's open of the store's copy) with `extra` flags: asserts exit 1
+/// and a result line blaming the store; its ERROR line.
+fn failing_lock_probe(mode: &str, extra: &[&str]) -> String {
+    let adapter = faulty_relay(mode);
     let scenario = small();
     let mut args = vec![
         "replay",
@@ -134,7 +132,7 @@ fn failing_lock_probe(mode: &[&str], extra: &[&str]) -> String {
 /// the copy of the store) is the store's failure, not the harness's.
 #[test]
 fn a_probe_the_store_adapter_fails_exits_1_naming_the_store() {
-    let error = failing_lock_probe(&[], &[]);
+    let error = failing_lock_probe("die-on-probe-open", &[]);
     assert!(
         error.contains("the store under test failed")
             && error.contains("first open")
@@ -150,7 +148,7 @@ fn a_probe_the_store_adapter_fails_exits_1_naming_the_store() {
 #[test]
 fn a_probe_the_store_hangs_in_is_killed_and_exits_1_naming_the_store() {
     // Long enough for the crash-free run on a loaded machine: the hang is forever.
-    let error = failing_lock_probe(&["--hang"], &["--hang-timeout", "20"]);
+    let error = failing_lock_probe("hang-on-probe-open", &["--hang-timeout", "20"]);
     assert!(
         error.contains("the store under test failed")
             && error.contains("the lock probe hung: no reply from the store in 20 s"),
@@ -163,11 +161,7 @@ fn a_probe_the_store_hangs_in_is_killed_and_exits_1_naming_the_store() {
 /// hung probe is, never the harness's (exit 3).
 #[test]
 fn a_life_the_store_hangs_in_is_killed_and_exits_1_naming_the_store() {
-    let adapter = format!(
-        "python3 {} {} adapter",
-        fixture("tests/fixtures/hanging_store.py"),
-        support::workspace_bin("agentstore", "agentstore").display()
-    );
+    let adapter = faulty_relay("hang-on-recover");
     let scenario = small();
     let out = agentchaos(&[
         "replay",
