@@ -1336,6 +1336,14 @@ fn cut(
     Ok((told, verdict.into_iter().collect(), false))
 }
 
+/// The events around `reference[i]` (the one before, it, the one after), described.
+fn around(reference: &[Record], i: usize) -> Vec<String> {
+    reference[i.saturating_sub(1)..(i + 2).min(reference.len())]
+        .iter()
+        .map(describe_record)
+        .collect()
+}
+
 /// What is wrong with `records`, served for the acknowledged `reference`
 /// without a refusal: the first event gone (with those around it), an
 /// event the store never had, or the order; `None` when they are the same.
@@ -1345,12 +1353,6 @@ fn served_problem(reference: &[Record], records: &[String]) -> Option<(String, V
         return None;
     }
     let served: std::collections::BTreeSet<&String> = records.iter().collect();
-    let near = |i: usize| -> Vec<String> {
-        reference[i.saturating_sub(1)..(i + 2).min(reference.len())]
-            .iter()
-            .map(describe_record)
-            .collect()
-    };
     Some(match want.iter().position(|k| !served.contains(k)) {
         Some(i) => (
             format!(
@@ -1359,7 +1361,7 @@ fn served_problem(reference: &[Record], records: &[String]) -> Option<(String, V
                 want.len(),
                 describe_record(&reference[i])
             ),
-            near(i),
+            around(reference, i),
         ),
         None => match records.iter().find(|k| !want.contains(k)) {
             Some(extra) => (
@@ -1489,10 +1491,7 @@ pub fn judge_owed(
         .iter()
         .position(|r| !served.contains(&record_key(r)))
         .unwrap_or(records.len());
-    let events = reference[first.saturating_sub(1)..(first + 2).min(reference.len())]
-        .iter()
-        .map(describe_record)
-        .collect();
+    let events = around(reference, first);
     Ok(Some(Violation {
         invariant: Invariant::AckedDurable,
         when: format!("after the crash-free run, on a copy of its store with bytes broken (the store does not claim `{unclaimed}`: judged by what every store owes)"),
