@@ -171,15 +171,17 @@ fn a_life_the_store_hangs_in_is_killed_and_exits_1_naming_the_store() {
         "kill@5",
         "--adapter",
         &adapter,
+        // Long enough for the crash-free run and the first life on a
+        // loaded machine: the hang is forever.
         "--hang-timeout",
-        "5",
+        "20",
     ]);
     let (code, stderr) = code_and_stderr(&out);
     assert_eq!(code, Some(1), "{stderr}");
     let stdout = String::from_utf8_lossy(&out.stdout);
     assert!(
         stdout.contains(
-            "ERROR: life 1 hung: no end in 5 s (--hang-timeout), killed; the agent was waiting on the store"
+            "ERROR: life 1 hung: no end in 20 s (--hang-timeout), killed; the agent was waiting on the store"
         ) && stdout.contains("result: not carried out, the store's fault (above)"),
         "{stdout}"
     );
