@@ -23,11 +23,8 @@ pub struct TrialOutcome {
     pub plan: Plan,
     pub crash_point: String,
     pub violations: Vec<Violation>,
-    /// The trial could not be carried out as planned.
-    pub error: Option<String>,
-    /// The error is the store's fault, not the harness's
-    /// ([`trial::TrialError::store_fault`]).
-    pub store_fault: bool,
+    /// The trial could not be carried out as planned, and whose fault that is.
+    pub error: Option<TrialError>,
     /// The first process's crash hit, for coverage.
     pub covered_hit: Option<u64>,
     /// What the trial exercised, for the scorecard.
@@ -77,8 +74,6 @@ pub fn run_trial(
             None,
         ),
     };
-    let store_fault = error.as_ref().is_some_and(|e| e.store_fault);
-    let error = error.map(String::from);
     let failed = !violations.is_empty() || error.is_some();
     if let (Some(keep), true) = (&cfg.keep_failures, failed) {
         let replay = replay_command(
@@ -93,7 +88,7 @@ pub fn run_trial(
             &prepared.source,
             &plan,
             &violations,
-            error.as_deref(),
+            error.as_ref().map(|e| e.message.as_str()),
             &replay,
         );
     }
@@ -104,7 +99,6 @@ pub fn run_trial(
         crash_point,
         violations,
         error,
-        store_fault,
         covered_hit,
         evidence,
         started,

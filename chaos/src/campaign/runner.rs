@@ -201,7 +201,7 @@ impl ScenarioResult {
         let mut e: Vec<(Plan, &str)> = self
             .outcomes
             .iter()
-            .filter_map(|o| o.error.as_deref().map(|e| (o.plan, e)))
+            .filter_map(|o| o.error.as_ref().map(|e| (o.plan, e.message.as_str())))
             .collect();
         if let Some(u) = &self.prepared.unusable {
             e.insert(0, (Plan::NONE, u.message.as_str()));
@@ -260,7 +260,7 @@ impl CampaignResult {
             .scenarios
             .iter()
             .flat_map(|s| &s.outcomes)
-            .filter(|o| o.error.is_some() && o.store_fault)
+            .filter(|o| o.error.as_ref().is_some_and(|e| e.store_fault))
             .count();
         let probes = self
             .scenarios
@@ -489,8 +489,7 @@ fn run_jobs(
                     plan,
                     crash_point: describe_crash(&plan, &prepared[s], None),
                     violations: Vec::new(),
-                    error: Some(e.to_string()),
-                    store_fault: false,
+                    error: Some(e.into()),
                     covered_hit: None,
                     evidence: Evidence::default(),
                     started: now,
