@@ -1257,11 +1257,9 @@ fn damage(
         rewrite(root, file, |bytes| change.apply(file, bytes))
     })?;
     let told = format!("{what}; {}", tell(&reply));
-    let verdict = if setup.claimed.contains(&Capability::DamageRefusal) {
-        judge_damage(&what, setup.reference, &reply)?
-    } else {
-        judge_owed(&what, Capability::DamageRefusal, setup.reference, &reply)?
-    };
+    let verdict = judge_fault(setup, Capability::DamageRefusal, &what, &reply, || {
+        judge_damage(&what, setup.reference, &reply)
+    })?;
     Ok((told, verdict.into_iter().collect(), false))
 }
 
@@ -1275,11 +1273,9 @@ fn torn_tail(
         rewrite(root, file, |bytes| tail.append(file, bytes))
     })?;
     let told = format!("{what}; {}", tell(&reply));
-    let verdict = if setup.claimed.contains(&Capability::TornTailRepair) {
-        judge_tail(&what, tail, setup.reference, &reply)?
-    } else {
-        judge_owed(&what, Capability::TornTailRepair, setup.reference, &reply)?
-    };
+    let verdict = judge_fault(setup, Capability::TornTailRepair, &what, &reply, || {
+        judge_tail(&what, tail, setup.reference, &reply)
+    })?;
     Ok((told, verdict.into_iter().collect(), false))
 }
 
@@ -1328,12 +1324,30 @@ fn cut(
     let io = matches!(&reply, ProbeReply::Refused { kind, .. } if kind == ErrorKind::Io.name());
     let verdict = if unreadable_snapshot && io {
         None
-    } else if setup.claimed.contains(&Capability::DamageRefusal) {
-        judge_damage(&what, setup.reference, &reply)?
     } else {
-        judge_owed(&what, Capability::DamageRefusal, setup.reference, &reply)?
+        judge_fault(setup, Capability::DamageRefusal, &what, &reply, || {
+            judge_damage(&what, setup.reference, &reply)
+        })?
     };
     Ok((told, verdict.into_iter().collect(), false))
+}
+
+/// A fault probe's verdict (`what` says what it broke): by `claimed`, the
+/// capability's own judge, where the store claims `capability`; by what
+/// every store owes ([`judge_owed`]) where it does not, as
+/// [`Probe::judged_by`] scores it.
+fn judge_fault(
+    setup: &ProbeSetup<'_>,
+    capability: Capability,
+    what: &str,
+    reply: &ProbeReply,
+    claimed: impl FnOnce() -> Result<Option<Violation>, ProbeError>,
+) -> Result<Option<Violation>, ProbeError> {
+    if setup.claimed.contains(&capability) {
+        claimed()
+    } else {
+        judge_owed(what, capability, setup.reference, reply)
+    }
 }
 
 /// The events around `reference[i]` (the one before, it, the one after), described.

@@ -21,6 +21,7 @@ use std::fmt::Write as _;
 use serde_json::{json, Value};
 
 use crate::campaign::config::replay_command;
+use crate::campaign::probe::ProbeOutcome;
 use crate::campaign::runner::CampaignResult;
 use crate::check::evidence::Evidence;
 use crate::check::{Invariant, Violation};
@@ -156,14 +157,7 @@ fn exercised(row: Row, result: &CampaignResult) -> (usize, &'static str) {
             .filter(|o| o.error.is_none() && f(&o.evidence))
             .count()
     };
-    let probes = |c: Capability| {
-        result
-            .scenarios
-            .iter()
-            .flat_map(|s| &s.probes)
-            .filter(|p| p.error.is_none() && !p.skipped && p.probe.capability() == c)
-            .count()
-    };
+    let probes = |c: Capability| count_probes(result, |p| !p.skipped && p.probe.capability() == c);
     use Capability as C;
     match row {
         Row::Capability(C::DurableAppend) => (
@@ -202,11 +196,16 @@ fn exercised(row: Row, result: &CampaignResult) -> (usize, &'static str) {
 /// applied whatever the store claims, judged by what every store owes.
 fn fault_probes(row: Row, result: &CampaignResult) -> usize {
     let Row::Capability(c) = row else { return 0 };
+    count_probes(result, |p| p.probe.is_fault() && p.probe.capability() == c)
+}
+
+/// How many of a campaign's probes that were carried out `count` counts.
+fn count_probes(result: &CampaignResult, count: impl Fn(&ProbeOutcome) -> bool) -> usize {
     result
         .scenarios
         .iter()
         .flat_map(|s| &s.probes)
-        .filter(|p| p.error.is_none() && p.probe.is_fault() && p.probe.capability() == c)
+        .filter(|p| p.error.is_none() && count(p))
         .count()
 }
 
