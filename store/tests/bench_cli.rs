@@ -112,7 +112,7 @@ fn a_short_run_reports_json_and_svg_and_cleans_up() {
         );
     }
     let report: serde_json::Value = serde_json::from_slice(&std::fs::read(&json).unwrap()).unwrap();
-    assert_eq!(report["format"], 2);
+    assert_eq!(report["format"], 3);
     assert_eq!(report["methods"].as_array().unwrap().len(), 12);
     assert_eq!(report["goals"].as_array().unwrap().len(), 5);
     assert!(report["machine"]["kernel"]

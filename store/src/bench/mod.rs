@@ -3,13 +3,15 @@
 //!
 //! A pg_test_fsync-style suite (Linux-only): raw sync methods ([`methods`]),
 //! the store's durability modes against the raw `write`+`fdatasync` floor and
-//! SQLite ([`sqlite`]), and group commit scaling. [`run`] returns a
+//! SQLite ([`sqlite`]), and group commit scaling against this machine's
+//! raw group commit ceilings ([`group`]). [`run`] returns a
 //! [`report::Report`] (text and JSON) plus latency curves for [`plot`].
 //!
 //! It writes only inside a fresh scratch subdirectory of the directory it is
 //! given, and removes that subdirectory when it ends, on success or error.
 //! It never times anything in unit tests: numbers come from real runs only.
 
+pub mod group;
 pub mod machine;
 pub mod measure;
 pub mod methods;
@@ -213,6 +215,7 @@ mod tests {
         assert_eq!(r.methods.len(), 12);
         assert_eq!(r.store.rows.len(), 8);
         assert_eq!(r.group_commit.rows.len(), 5);
+        assert_eq!(r.group_commit.ceilings.len(), 2);
         assert_eq!(r.goals.len(), 5);
         assert!(r.store.rows.iter().all(|row| row.summary.count > 0));
         assert_eq!(run.panels.len(), 3);

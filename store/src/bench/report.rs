@@ -13,7 +13,7 @@ use super::measure::Summary;
 use super::methods::{SyncMethod, Workload};
 
 /// Version of the JSON shape; bump when a field changes meaning.
-pub const REPORT_FORMAT: u32 = 2;
+pub const REPORT_FORMAT: u32 = 3;
 
 /// One complete run.
 #[derive(Debug, Clone, PartialEq, Serialize)]
@@ -133,6 +133,43 @@ pub struct GroupSection {
     /// Sync mode with one appender, measured in this section: the reference.
     pub sync: Summary,
     pub rows: Vec<GroupRow>,
+    /// This machine's group commit ceilings, measured raw (no store) in the
+    /// same interleaved rounds ([`super::group`]).
+    pub ceilings: Vec<CeilingRow>,
+}
+
+/// What bounds a group commit of `lines` lines on this machine.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "snake_case")]
+pub enum Ceiling {
+    /// That many threads in a raw leader/follower group commit whose leader
+    /// waits for all of them: the scheduler's bound.
+    RawGroupCommit,
+    /// One thread writing that many lines per fdatasync: the disk's bound.
+    LinesPerSync,
+}
+
+impl Ceiling {
+    pub fn label(self, lines: usize) -> String {
+        match self {
+            Ceiling::RawGroupCommit => format!("raw group commit, {lines} threads"),
+            Ceiling::LinesPerSync => format!("raw {lines} lines per fdatasync"),
+        }
+    }
+}
+
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct CeilingRow {
+    pub ceiling: Ceiling,
+    /// Lines per group: threads of the raw group commit, lines per sync of
+    /// the single writer.
+    pub lines: usize,
+    /// Events (lines) per second.
+    pub summary: Summary,
+    /// Events/s divided by Sync mode's.
+    pub vs_sync: f64,
+    /// Lines per fdatasync, measured.
+    pub events_per_sync: f64,
 }
 
 #[derive(Debug, Clone, PartialEq, Serialize)]
@@ -152,6 +189,7 @@ impl GroupSection {
         batch_max_events: usize,
         sync: Summary,
         measured: Vec<(usize, Summary, f64)>,
+        ceilings: Vec<(Ceiling, usize, Summary, f64)>,
     ) -> GroupSection {
         let rows = measured
             .into_iter()
@@ -162,12 +200,30 @@ impl GroupSection {
                 events_per_sync,
             })
             .collect();
+        let ceilings = ceilings
+            .into_iter()
+            .map(|(ceiling, lines, summary, events_per_sync)| CeilingRow {
+                ceiling,
+                lines,
+                summary,
+                vs_sync: ratio(summary.ops_per_s, sync.ops_per_s),
+                events_per_sync,
+            })
+            .collect();
         GroupSection {
             batch_max_delay_us,
             batch_max_events,
             sync,
             rows,
+            ceilings,
         }
+    }
+
+    /// The ceiling of kind `ceiling` for groups of `lines`, if measured.
+    pub fn ceiling(&self, ceiling: Ceiling, lines: usize) -> Option<&CeilingRow> {
+        self.ceilings
+            .iter()
+            .find(|c| c.ceiling == ceiling && c.lines == lines)
     }
 }
 
@@ -270,9 +326,16 @@ pub fn goals(store: &StoreSection, group: &GroupSection) -> Vec<Goal> {
             Want::AtLeast,
             6.0,
             format!(
-                "{} vs {} events/s",
+                "{} vs {} events/s{}",
                 rate(b8.summary.ops_per_s),
-                rate(group.sync.ops_per_s)
+                rate(group.sync.ops_per_s),
+                match group.ceiling(Ceiling::RawGroupCommit, 8) {
+                    Some(raw) => format!(
+                        "; this machine's raw group commit of 8 threads: {}",
+                        times(raw.vs_sync)
+                    ),
+                    None => String::new(),
+                }
             ),
         ));
     }
@@ -414,6 +477,24 @@ impl Report {
                 r.events_per_sync
             );
         }
+        if !g.ceilings.is_empty() {
+            let _ = writeln!(
+                out,
+                "This machine's ceilings, raw (no store), the same lines into a pre-zeroed file:"
+            );
+        }
+        for c in &g.ceilings {
+            let _ = writeln!(
+                out,
+                "{:<32} {:>9} {:>9} {:>9} {:>9} {:>9.1}",
+                c.ceiling.label(c.lines),
+                rate(c.summary.ops_per_s),
+                times(c.vs_sync),
+                us(c.summary.p50_us),
+                us(c.summary.p99_us),
+                c.events_per_sync
+            );
+        }
         let _ = writeln!(out, "\nGoals (issues 7 and 15), ratios from this run");
         for goal in &self.goals {
             let want = match goal.want {
@@ -483,6 +564,20 @@ pub(crate) mod tests {
             vec![
                 (1, summary(1400.0, 1600.0, 700.0), 1.0),
                 (8, summary(1400.0, 1700.0, 20_000.0), 7.9),
+            ],
+            vec![
+                (
+                    Ceiling::RawGroupCommit,
+                    8,
+                    summary(900.0, 1500.0, 22_000.0),
+                    7.9,
+                ),
+                (
+                    Ceiling::LinesPerSync,
+                    8,
+                    summary(10.0, 400.0, 25_000.0),
+                    8.0,
+                ),
             ],
         );
         let goals = goals(&store, &group);
@@ -557,7 +652,7 @@ pub(crate) mod tests {
                 (Target::StoreSync, summary(1.0, 1.0, 1.0)),
             ],
         );
-        let group = GroupSection::new(1, 1, summary(1.0, 1.0, 0.0), vec![]);
+        let group = GroupSection::new(1, 1, summary(1.0, 1.0, 0.0), vec![], vec![]);
         let g = goals(&store, &group);
         assert!(g.iter().all(|g| !g.met && g.ratio.is_nan()), "{g:?}");
     }

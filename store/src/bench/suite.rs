@@ -8,10 +8,11 @@
 
 use std::path::{Path, PathBuf};
 
+use super::group::{LinesPerSync, RawGroupCommit};
 use super::measure::{self, Budget, Latencies};
 use super::methods::{self, human_bytes, OpenError, RawWriter, SyncMethod, Workload};
 use super::plot::{Panel, Series};
-use super::report::{GroupSection, MethodRow, Outcome, StoreSection, Target};
+use super::report::{Ceiling, GroupSection, MethodRow, Outcome, StoreSection, Target};
 use super::sqlite::SqliteLog;
 use super::workload::{event_of_line_size, line_for};
 use super::{BenchError, Progress};
@@ -26,6 +27,9 @@ pub const APPEND_BYTES: usize = 200;
 pub const WRITE_BYTES: usize = 8192;
 /// Concurrent appenders of the group commit section.
 pub const APPENDERS: [usize; 5] = [1, 2, 4, 8, 16];
+/// Lines per group of this machine's raw group commit ceilings: the
+/// appenders of the Batch goal.
+pub const CEILING_LINES: usize = 8;
 /// Slices each interleaved measurement is cut into.
 const ROUNDS: u32 = 20;
 
@@ -70,7 +74,7 @@ impl<'a> Suite<'a> {
     fn total_units() -> u64 {
         let methods = 2 * SyncMethod::ALL.len();
         let store = STORE_INTERLEAVED.len() + 1;
-        let group = 1 + APPENDERS.len();
+        let group = 1 + APPENDERS.len() + 2;
         (methods + store + group) as u64
     }
 
@@ -288,12 +292,14 @@ impl<'a> Suite<'a> {
     }
 
     /// Batch mode with 1..16 threads sharing one log, interleaved with Sync
-    /// mode and one appender (the reference).
+    /// mode and one appender (the reference) and with this machine's raw
+    /// group commit ceilings for groups of [`CEILING_LINES`].
     fn group(&mut self) -> Result<GroupSection, BenchError> {
         let event = event_of_line_size(APPEND_BYTES, 0);
+        let line = line_for(&event, 0);
         self.step(
-            "group commit: Sync, and Batch with 1-16 appenders (interleaved)",
-            1 + APPENDERS.len() as u64,
+            "group commit: Sync, Batch with 1-16 appenders, raw ceilings (interleaved)",
+            1 + APPENDERS.len() as u64 + 2,
         )?;
         let batch = Durability::batch();
         let Durability::Batch {
@@ -308,6 +314,13 @@ impl<'a> Suite<'a> {
         for _ in APPENDERS {
             batch_logs.push(self.new_log(batch)?);
         }
+        let raw_dir = self.fresh_dir()?;
+        let raw_group_path = raw_dir.join("raw-group");
+        let raw_group = RawGroupCommit::create(&raw_group_path, &line, CEILING_LINES)
+            .map_err(BenchError::io("pre-write", &raw_group_path))?;
+        let per_sync_path = raw_dir.join("lines-per-sync");
+        let mut per_sync = LinesPerSync::create(&per_sync_path, &line, CEILING_LINES)
+            .map_err(BenchError::io("pre-write", &per_sync_path))?;
         let lats = {
             let mut sync_op = measure::sequential(|| append(&sync_log, &event));
             let mut batch_ops: Vec<_> = APPENDERS
@@ -315,14 +328,30 @@ impl<'a> Suite<'a> {
                 .zip(&batch_logs)
                 .map(|(&n, (_, log))| measure::concurrent(n, || append(log, &event)))
                 .collect();
+            let mut raw_group_op = measure::concurrent(CEILING_LINES, || {
+                raw_group
+                    .append()
+                    .map(drop)
+                    .map_err(BenchError::io("raw group commit", &raw_group_path))
+            });
+            let mut per_sync_op = measure::sequential(|| {
+                per_sync
+                    .op()
+                    .map_err(BenchError::io("lines per fdatasync", &per_sync_path))
+            });
             let mut contenders: Vec<&mut measure::Slice<'_, BenchError>> = vec![&mut sync_op];
             for op in &mut batch_ops {
                 contenders.push(op);
             }
+            contenders.push(&mut raw_group_op);
+            contenders.push(&mut per_sync_op);
             measure::measure_interleaved(self.budget, ROUNDS, &mut contenders)?
         };
         drop(sync_log);
         remove(&sync_dir)?;
+        let raw_per_sync = raw_group.lines_per_sync();
+        drop((raw_group, per_sync));
+        remove(&raw_dir)?;
         let mut events_per_sync = Vec::new();
         for (dir, log) in batch_logs {
             events_per_sync.push(log.end().seq as f64 / log.syncs().max(1) as f64);
@@ -336,15 +365,24 @@ impl<'a> Suite<'a> {
             .summary();
         let rows = APPENDERS
             .into_iter()
-            .zip(lats.map(|l| l.summary()))
+            .zip(lats.by_ref().map(|l| l.summary()))
             .zip(events_per_sync)
             .map(|((appenders, summary), per_sync)| (appenders, summary, per_sync))
             .collect();
+        let ceilings = [
+            (Ceiling::RawGroupCommit, raw_per_sync),
+            (Ceiling::LinesPerSync, CEILING_LINES as f64),
+        ]
+        .into_iter()
+        .zip(lats)
+        .map(|((ceiling, per_sync), l)| (ceiling, CEILING_LINES, l.summary(), per_sync))
+        .collect();
         Ok(GroupSection::new(
             u64::try_from(max_delay.as_micros()).unwrap_or(u64::MAX),
             max_events,
             sync,
             rows,
+            ceilings,
         ))
     }
 }
