@@ -16,58 +16,33 @@
 //!   with perfect group formation: the ceiling of any closed-loop group
 //!   commit whose waiters block, on this machine.
 //!
-//! Linux-first like the rest of the bench; they touch only their own file.
+//! Both write with a [`RawWriter`] of the pre-zeroed workload that never
+//! syncs on its own. Linux-first like the rest of the bench; they touch only
+//! their own file.
 
 use std::fs::{File, OpenOptions};
 use std::io;
-use std::os::unix::fs::FileExt;
-use std::path::{Path, PathBuf};
+use std::path::Path;
 use std::sync::{Condvar, Mutex, MutexGuard};
 use std::time::Duration;
 
-use super::methods::{prewrite, OVERWRITE_SPAN};
+use super::methods::{prewrite, OpenError, RawWriter, SyncMethod, Workload};
 
 /// How long a raw group leader waits for the rest of its group before it
 /// syncs what it has: only ever reached when threads stop at the end of a
 /// measurement slice, or start late at its beginning.
 pub const GROUP_WAIT: Duration = Duration::from_millis(1);
 
-/// Writes `line` into a pre-zeroed file of [`OVERWRITE_SPAN`] bytes, back to
-/// back, wrapping to the start when it is full.
-#[derive(Debug)]
-struct ZeroedSpan {
-    path: PathBuf,
-    file: File,
-    line: Vec<u8>,
-    next: u64,
-}
-
-impl ZeroedSpan {
-    fn create(path: &Path, line: &[u8]) -> io::Result<ZeroedSpan> {
-        if line.is_empty() || line.len() as u64 > OVERWRITE_SPAN {
-            return Err(io::Error::new(
-                io::ErrorKind::InvalidInput,
-                format!("a line of {} B does not fit the span", line.len()),
-            ));
-        }
-        prewrite(path)?;
-        let file = OpenOptions::new().write(true).open(path)?;
-        Ok(ZeroedSpan {
-            path: path.to_path_buf(),
-            file,
-            line: line.to_vec(),
-            next: 0,
-        })
-    }
-
-    fn write_line(&mut self) -> io::Result<()> {
-        if self.next + self.line.len() as u64 > OVERWRITE_SPAN {
-            self.next = 0;
-        }
-        self.file.write_all_at(&self.line, self.next)?;
-        self.next += self.line.len() as u64;
-        Ok(())
-    }
+/// A writer of `line` back to back into a pre-zeroed file at `path` (which
+/// must not exist), wrapping at its end, that never syncs on its own.
+fn zeroed_writer(path: &Path, line: &[u8]) -> Result<RawWriter, OpenError> {
+    prewrite(path).map_err(|e| OpenError::Io(path.to_path_buf(), "pre-write", e))?;
+    RawWriter::create(
+        path,
+        SyncMethod::NoSync,
+        Workload::PreZeroed { len: line.len() },
+        line,
+    )
 }
 
 /// One thread, `lines_per_sync` lines per `fdatasync`. Each [`op`] writes
@@ -77,31 +52,35 @@ impl ZeroedSpan {
 /// [`op`]: LinesPerSync::op
 #[derive(Debug)]
 pub struct LinesPerSync {
-    span: ZeroedSpan,
+    writer: RawWriter,
     lines_per_sync: usize,
     unsynced: usize,
 }
 
 impl LinesPerSync {
     /// Pre-zeroes `path` (which must not exist).
-    pub fn create(path: &Path, line: &[u8], lines_per_sync: usize) -> io::Result<LinesPerSync> {
+    pub fn create(
+        path: &Path,
+        line: &[u8],
+        lines_per_sync: usize,
+    ) -> Result<LinesPerSync, OpenError> {
         Ok(LinesPerSync {
-            span: ZeroedSpan::create(path, line)?,
+            writer: zeroed_writer(path, line)?,
             lines_per_sync: lines_per_sync.max(1),
             unsynced: 0,
         })
     }
 
     pub fn path(&self) -> &Path {
-        &self.span.path
+        self.writer.path()
     }
 
     /// One line written, and the group synced if this line completes it.
     pub fn op(&mut self) -> io::Result<()> {
-        self.span.write_line()?;
+        self.writer.op()?;
         self.unsynced += 1;
         if self.unsynced == self.lines_per_sync {
-            self.span.file.sync_data()?;
+            self.writer.sync_data()?;
             self.unsynced = 0;
         }
         Ok(())
@@ -110,7 +89,7 @@ impl LinesPerSync {
 
 #[derive(Debug)]
 struct GroupState {
-    span: ZeroedSpan,
+    writer: RawWriter,
     /// Lines written since the file was created (wrapping does not reset it).
     written: u64,
     /// Lines a finished sync covered.
@@ -128,7 +107,7 @@ struct GroupState {
 #[derive(Debug)]
 pub struct RawGroupCommit {
     appenders: usize,
-    /// The span's file, for the leader's sync outside the state lock.
+    /// The file opened again, for the leader's sync outside the state lock.
     file: File,
     state: Mutex<GroupState>,
     /// Woken when a sync finishes.
@@ -139,13 +118,17 @@ pub struct RawGroupCommit {
 
 impl RawGroupCommit {
     /// Pre-zeroes `path` (which must not exist) for `appenders` threads.
-    pub fn create(path: &Path, line: &[u8], appenders: usize) -> io::Result<RawGroupCommit> {
-        let span = ZeroedSpan::create(path, line)?;
+    pub fn create(path: &Path, line: &[u8], appenders: usize) -> Result<RawGroupCommit, OpenError> {
+        let writer = zeroed_writer(path, line)?;
+        let file = OpenOptions::new()
+            .write(true)
+            .open(path)
+            .map_err(|e| OpenError::Io(path.to_path_buf(), "open", e))?;
         Ok(RawGroupCommit {
             appenders: appenders.max(1),
-            file: span.file.try_clone()?,
+            file,
             state: Mutex::new(GroupState {
-                span,
+                writer,
                 written: 0,
                 durable: 0,
                 pending: 0,
@@ -171,7 +154,7 @@ impl RawGroupCommit {
     /// if none runs. Returns how many lines were written up to this one.
     pub fn append(&self) -> io::Result<u64> {
         let mut st = self.lock();
-        st.span.write_line()?;
+        st.writer.op()?;
         st.written += 1;
         st.pending += 1;
         let mine = st.written;
@@ -213,9 +196,10 @@ impl RawGroupCommit {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::bench::methods::OVERWRITE_SPAN;
 
     #[test]
-    fn lines_per_sync_writes_back_to_back_and_wraps_inside_the_span() {
+    fn lines_per_sync_writes_back_to_back_and_wraps_inside_the_file() {
         let dir = tempfile::tempdir().unwrap();
         let path = dir.path().join("f");
         let line = vec![b'x'; 1000];
@@ -253,10 +237,10 @@ mod tests {
     }
 
     #[test]
-    fn a_line_longer_than_the_span_is_refused() {
+    fn a_line_longer_than_the_file_is_refused() {
         let dir = tempfile::tempdir().unwrap();
         let line = vec![b'z'; OVERWRITE_SPAN as usize + 1];
         let e = RawGroupCommit::create(&dir.path().join("f"), &line, 2).unwrap_err();
-        assert_eq!(e.kind(), io::ErrorKind::InvalidInput);
+        assert!(matches!(e, OpenError::Unsupported(_)), "{e:?}");
     }
 }

@@ -241,6 +241,12 @@ impl RawWriter {
         &self.path
     }
 
+    /// `fdatasync` of the scratch file: what a [`SyncMethod::NoSync`] writer
+    /// syncs when its caller decides (the group commit ceilings).
+    pub fn sync_data(&self) -> io::Result<()> {
+        self.file.sync_data()
+    }
+
     /// One write, made durable as the method says.
     pub fn op(&mut self) -> io::Result<()> {
         match self.workload {

@@ -191,14 +191,7 @@ impl<'a> Suite<'a> {
         )?;
         let floor_dir = self.fresh_dir()?;
         let raw = |path: PathBuf, method, workload| {
-            RawWriter::create(&path, method, workload, &line).map_err(|e| match e {
-                OpenError::Unsupported(reason) => BenchError::Io {
-                    op: "open",
-                    path: path.clone(),
-                    source: std::io::Error::other(reason),
-                },
-                OpenError::Io(path, op, e) => BenchError::io(op, &path)(e),
-            })
+            RawWriter::create(&path, method, workload, &line).map_err(|e| unmeasurable(&path, e))
         };
         let floor_path = floor_dir.join("floor");
         let mut floor = raw(
@@ -319,10 +312,10 @@ impl<'a> Suite<'a> {
         let raw_dir = self.fresh_dir()?;
         let raw_group_path = raw_dir.join("raw-group");
         let raw_group = RawGroupCommit::create(&raw_group_path, &line, CEILING_LINES)
-            .map_err(BenchError::io("pre-write", &raw_group_path))?;
+            .map_err(|e| unmeasurable(&raw_group_path, e))?;
         let per_sync_path = raw_dir.join("lines-per-sync");
         let mut per_sync = LinesPerSync::create(&per_sync_path, &line, CEILING_LINES)
-            .map_err(BenchError::io("pre-write", &per_sync_path))?;
+            .map_err(|e| unmeasurable(&per_sync_path, e))?;
         let lats = {
             let mut sync_op = measure::sequential(|| append(&sync_log, &event));
             let mut batch_ops: Vec<_> = APPENDERS
@@ -390,6 +383,19 @@ impl<'a> Suite<'a> {
             rows,
             ceilings,
         ))
+    }
+}
+
+/// A raw writer the run needs and cannot open, at `path`: an error of the
+/// run (the optional methods' refusals are rows, see [`Suite::methods`]).
+fn unmeasurable(path: &Path, e: OpenError) -> BenchError {
+    match e {
+        OpenError::Unsupported(reason) => BenchError::Io {
+            op: "open",
+            path: path.to_path_buf(),
+            source: std::io::Error::other(reason),
+        },
+        OpenError::Io(path, op, e) => BenchError::io(op, &path)(e),
     }
 }
 
