@@ -3890,27 +3890,22 @@ mod tests {
         std::fs::write(dir.path().join("s/log"), bytes).unwrap();
         std::fs::write(dir.path().join("empty"), b"").unwrap();
         let reference = log();
-        let all = plan(
-            &Capability::ALL,
-            dir.path(),
-            None,
-            &reference,
-            &mut Rng::new(1),
-            true,
-        )
-        .unwrap();
+        let plan_all = |store_wide| {
+            plan(
+                &Capability::ALL,
+                dir.path(),
+                None,
+                &reference,
+                &mut Rng::new(1),
+                store_wide,
+            )
+            .unwrap()
+        };
+        let all = plan_all(true);
         assert!(!all.iter().any(|p| matches!(p, Probe::Tail { .. })));
         assert!(all.contains(&Probe::Lock));
         // The store as a whole is probed in one scenario of a campaign.
-        let not_store_wide = plan(
-            &Capability::ALL,
-            dir.path(),
-            None,
-            &reference,
-            &mut Rng::new(1),
-            false,
-        )
-        .unwrap();
+        let not_store_wide = plan_all(false);
         assert_eq!(not_store_wide.len(), all.len() - 1);
         assert!(!not_store_wide.contains(&Probe::Lock));
         let damage: Vec<&Probe> = all
