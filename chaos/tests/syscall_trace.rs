@@ -56,19 +56,39 @@ fn lines(outcome: &Outcome, root: &Path) -> Vec<String> {
         .collect()
 }
 
-/// `lines` with the probe's descriptors renumbered so that the first file
-/// it opened under the root is `first`, as on a plain `cargo test`. Which
-/// numbers the probe gets depends on the descriptors the test process
-/// inherited without close-on-exec (a wrapper such as `perf record`, or a
-/// CI runner, may pass one down), not on the tracer.
-fn renumbered_fds(lines: Vec<String>, first: i64) -> Vec<String> {
-    let opened = lines
-        .iter()
-        .filter(|l| l.contains(" openat("))
-        .find_map(|l| l.rsplit(" = ").next()?.parse::<i64>().ok())
-        .expect("the probe opened a file under the root");
-    let shift = opened - first;
-    let renumber = |n: &str| (n.parse::<i64>().expect("a descriptor") - shift).to_string();
+/// The descriptors from 3 up that a child of this process inherits: open
+/// here without close-on-exec (a wrapper such as `perf record`, or a CI
+/// runner, may pass one down to the test process). Read from
+/// `/proc/self/fdinfo`, not from anything the tracer reports.
+fn inherited_fds() -> Vec<i64> {
+    const O_CLOEXEC: u64 = 0o2000000;
+    let mut fds: Vec<i64> = fs::read_dir("/proc/self/fd")
+        .unwrap()
+        .filter_map(|e| e.ok()?.file_name().to_str()?.parse().ok())
+        .filter(|&fd| fd >= 3)
+        .filter(|fd| {
+            // Gone since the listing (the listing's own descriptor): not inherited.
+            let Ok(info) = fs::read_to_string(format!("/proc/self/fdinfo/{fd}")) else {
+                return false;
+            };
+            info.lines()
+                .find_map(|l| l.strip_prefix("flags:"))
+                .and_then(|f| u64::from_str_radix(f.trim(), 8).ok())
+                .is_some_and(|flags| flags & O_CLOEXEC == 0)
+        })
+        .collect();
+    fds.sort_unstable();
+    fds
+}
+
+/// `lines` with each descriptor spelled as on a plain `cargo test`, where
+/// the probe inherits none from 3 up: a child takes the lowest free number,
+/// so every descriptor `inherited` below one moves it up by one.
+fn renumbered_fds(lines: Vec<String>, inherited: &[i64]) -> Vec<String> {
+    let renumber = |n: &str| {
+        let fd: i64 = n.parse().expect("a descriptor");
+        (fd - inherited.iter().filter(|&&i| i < fd).count() as i64).to_string()
+    };
     lines
         .into_iter()
         .map(|line| {
@@ -137,7 +157,7 @@ fn trace_lists_exactly_the_file_mutating_calls_under_the_root() {
     );
     assert_eq!(outcome.exit, Exit::Code { code: 0 });
     assert_eq!(
-        renumbered_fds(lines(&outcome, root.path()), 4),
+        renumbered_fds(lines(&outcome, root.path()), &inherited_fds()),
         [
             "#0 openat(ROOT/a.txt, O_WRONLY|O_CREAT|O_TRUNC|O_CLOEXEC, 0o666) = 4",
             "#1 write(fd 4 = ROOT/a.txt, 5 bytes) = 5",
@@ -334,7 +354,7 @@ fn enospc_on_a_write_fails_it_inside_the_process_which_goes_on() {
         "firstthird"
     );
     assert_eq!(outcome.events[2].result, Some(-28));
-    let fault = renumbered_fds(lines(&outcome, root.path()), 3);
+    let fault = renumbered_fds(lines(&outcome, root.path()), &inherited_fds());
     let fault_line = outcome.fault.unwrap().to_string();
     assert!(
         fault_line.starts_with("fail with ENOSPC syscall #2: write(fd "),
