@@ -15,7 +15,7 @@ mod support;
 
 /// The scripted file-operation program (`examples/agentchaos-fsprobe.rs`).
 fn probe_bin() -> std::path::PathBuf {
-    support::workspace_example("agentchaos", "agentchaos-fsprobe")
+    support::workspace_example("agentchaos-fsprobe")
 }
 const LINE: &str = r#"{"crc":"0badf00d","seq":1,"type":"message","body":"a line of about a hundred bytes, like a small session event"}"#;
 

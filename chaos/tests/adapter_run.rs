@@ -16,12 +16,12 @@ fn fixture() -> PathBuf {
 }
 
 fn agentstore_adapter() -> String {
-    let bin = support::workspace_bin("agentstore", "agentstore");
+    let bin = support::workspace_bin("agentstore");
     format!("{} adapter", bin.display())
 }
 
 fn sqlite_adapter(mutant: Option<&str>) -> String {
-    let bin = support::workspace_bin("agentchaos-sqlite-store", "agentchaos-sqlite-adapter");
+    let bin = support::workspace_bin("agentchaos-sqlite-adapter");
     match mutant {
         None => bin.display().to_string(),
         Some(m) => format!("{} --mutant {m}", bin.display()),

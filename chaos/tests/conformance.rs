@@ -41,7 +41,7 @@ fn adapters() -> Vec<Adapter> {
         Adapter {
             name: "agentstore",
             command: AdapterCommand {
-                program: path(support::workspace_bin("agentstore", "agentstore")),
+                program: path(support::workspace_bin("agentstore")),
                 args: vec!["adapter".into()],
             },
             fault: None,
@@ -49,10 +49,7 @@ fn adapters() -> Vec<Adapter> {
         Adapter {
             name: "sqlite",
             command: AdapterCommand {
-                program: path(support::workspace_bin(
-                    "agentchaos-sqlite-store",
-                    "agentchaos-sqlite-adapter",
-                )),
+                program: path(support::workspace_bin("agentchaos-sqlite-adapter")),
                 args: vec![],
             },
             fault: None,

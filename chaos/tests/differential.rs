@@ -292,7 +292,7 @@ fn run_seed(seed: u64, steps: usize) {
         Store {
             name: "agentstore",
             command: AdapterCommand {
-                program: bin(support::workspace_bin("agentstore", "agentstore")),
+                program: bin(support::workspace_bin("agentstore")),
                 args: vec!["adapter".into()],
             },
             root: dir.path().join("agentstore"),
@@ -301,10 +301,7 @@ fn run_seed(seed: u64, steps: usize) {
         Store {
             name: "sqlite",
             command: AdapterCommand {
-                program: bin(support::workspace_bin(
-                    "agentchaos-sqlite-store",
-                    "agentchaos-sqlite-adapter",
-                )),
+                program: bin(support::workspace_bin("agentchaos-sqlite-adapter")),
                 args: vec![],
             },
             root: dir.path().join("sqlite"),

@@ -30,7 +30,7 @@ fn fixture() -> PathBuf {
 }
 
 fn agentstore_adapter(fault: Option<&str>, extra: &str) -> String {
-    let bin = support::workspace_bin("agentstore", "agentstore");
+    let bin = support::workspace_bin("agentstore");
     match fault {
         Some(f) => format!("env AGENTSTORE_FAULT={f} {} adapter{extra}", bin.display()),
         None => format!("{} adapter{extra}", bin.display()),

@@ -93,7 +93,7 @@ fn faulty_relay(mode: &str) -> String {
     format!(
         "python3 {} {mode} {} adapter",
         fixture("tests/fixtures/faulty_relay.py"),
-        support::workspace_bin("agentstore", "agentstore").display()
+        support::workspace_bin("agentstore").display()
     )
 }
 

@@ -65,7 +65,7 @@ fn open_args(spec: &SessionSpec, create: bool) -> OpenArgs {
 fn a_version_1_adapter_is_started_for_every_process_and_passes() {
     let adapter = format!(
         "{} adapter --no-fork",
-        support::workspace_bin("agentstore", "agentstore").display()
+        support::workspace_bin("agentstore").display()
     );
     let (code, report, stdout) = campaign::run(
         &fixture(),
@@ -126,11 +126,8 @@ fn the_hello_store_forks_its_observers_and_lives_and_passes() {
 /// campaign, its processes forked, the same verdicts as version 1.
 #[test]
 fn the_rust_adapters_fork_their_observers_and_lives_and_pass() {
-    let agentstore = format!(
-        "{} adapter",
-        support::workspace_bin("agentstore", "agentstore").display()
-    );
-    let sqlite = support::workspace_bin("agentchaos-sqlite-store", "agentchaos-sqlite-adapter");
+    let agentstore = format!("{} adapter", support::workspace_bin("agentstore").display());
+    let sqlite = support::workspace_bin("agentchaos-sqlite-adapter");
     for adapter in [agentstore.as_str(), sqlite.to_str().unwrap()] {
         rust_adapter_forks_and_passes(adapter);
     }

@@ -33,8 +33,7 @@ fn store_args(store: Store) -> Vec<String> {
         Store::Reference => vec![],
         Store::Fault(f) => vec!["--store-fault".into(), f.into()],
         Store::Sqlite(m) => {
-            let bin =
-                support::workspace_bin("agentchaos-sqlite-store", "agentchaos-sqlite-adapter");
+            let bin = support::workspace_bin("agentchaos-sqlite-adapter");
             vec![
                 "--adapter".into(),
                 format!("{} --mutant {m}", bin.display()),

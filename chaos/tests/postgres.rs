@@ -53,7 +53,7 @@ fn fixture() -> PathBuf {
 
 /// The adapter command line for `cluster`, with `--fault` when given.
 fn pg_adapter(cluster: &Cluster, fault: Option<&str>) -> String {
-    let bin = support::workspace_bin("agentstore-pg", "agentstore-pg");
+    let bin = support::workspace_bin("agentstore-pg");
     let mut words = vec![
         bin.display().to_string(),
         "adapter".into(),
@@ -137,7 +137,7 @@ fn db_crash(fault: Option<&str>, args: &[&str]) -> Option<(i32, String)> {
     if !postgres_installed() {
         return None;
     }
-    let bin = support::workspace_bin("agentstore-pg", "agentstore-pg");
+    let bin = support::workspace_bin("agentstore-pg");
     let mut adapter = format!("{} adapter", bin.display());
     if let Some(f) = fault {
         adapter.push_str(&format!(" --fault {f}"));
@@ -342,7 +342,7 @@ fn a_partitioned_owner_is_fenced_once_the_link_heals() {
     std::fs::create_dir(&ws).unwrap();
     let root = dir.path().join("root");
 
-    let bin = support::workspace_bin("agentstore-pg", "agentstore-pg");
+    let bin = support::workspace_bin("agentstore-pg");
     let over_tcp = [
         "adapter".to_string(),
         "--dsn".to_string(),
@@ -416,7 +416,7 @@ fn workers_pg(args: &[&str]) -> Option<(i32, String)> {
         return None;
     }
     // Built beside agentchaos, where `--postgres` looks for it.
-    support::workspace_bin("agentstore-pg", "agentstore-pg");
+    support::workspace_bin("agentstore-pg");
     let out = std::process::Command::new(env!("CARGO_BIN_EXE_agentchaos"))
         .args(["workers", "--postgres"])
         .args(args)

@@ -16,7 +16,7 @@ fn small() -> PathBuf {
 }
 
 fn adapter(fault: Option<&str>) -> String {
-    let store = support::workspace_bin("agentstore", "agentstore");
+    let store = support::workspace_bin("agentstore");
     match fault {
         Some(f) => format!("env AGENTSTORE_FAULT={f} {} adapter", store.display()),
         None => format!("{} adapter", store.display()),

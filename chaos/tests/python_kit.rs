@@ -104,7 +104,7 @@ fn the_self_test_passes_agentstore_and_catches_a_sloppy_store() {
     if !python::kit_available("the_self_test_passes_agentstore_and_catches_a_sloppy_store") {
         return;
     }
-    let agentstore = support::workspace_bin("agentstore", "agentstore");
+    let agentstore = support::workspace_bin("agentstore");
     let (out, text) = selftest(&[agentstore.to_str().unwrap(), "adapter"]);
     assert!(out.status.success(), "{text}");
     assert!(text.contains("9 passed, 0 failed, 0 skipped"), "{text}");

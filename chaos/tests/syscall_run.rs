@@ -21,11 +21,11 @@ fn fixture() -> PathBuf {
 }
 
 fn agentstore() -> PathBuf {
-    support::workspace_bin("agentstore", "agentstore")
+    support::workspace_bin("agentstore")
 }
 
 fn sqlite_adapter(mutant: Option<&str>) -> String {
-    let bin = support::workspace_bin("agentchaos-sqlite-store", "agentchaos-sqlite-adapter");
+    let bin = support::workspace_bin("agentchaos-sqlite-adapter");
     match mutant {
         None => bin.display().to_string(),
         Some(m) => format!("{} --mutant {m}", bin.display()),

@@ -16,7 +16,7 @@ use crate::support;
 
 /// The scripted file-operation program (`examples/agentchaos-fsprobe.rs`).
 fn probe_bin() -> std::path::PathBuf {
-    support::workspace_example("agentchaos", "agentchaos-fsprobe")
+    support::workspace_example("agentchaos-fsprobe")
 }
 
 fn probe(root: &Path, script: &[&str]) -> Command {

@@ -3,22 +3,30 @@
 //!
 //! `CARGO_BIN_EXE_*` only exists for binaries of the test's own package,
 //! and `cargo test -p agentchaos` does not build the other packages'
-//! binaries. So the first use runs `$CARGO build` for the binary, with the
-//! profile and target directory of the running test (a no-op when it is
-//! fresh, as it is under `cargo test --workspace`), then returns its path
-//! next to this test's `deps/` directory. Without `$CARGO` (the test binary
-//! run by hand) it uses whatever binary is there. Examples live in
-//! `target/<profile>/examples/`.
+//! binaries. So the first use runs `$CARGO build --workspace --bins
+//! --examples`, once per test process, with the profile and target directory
+//! of the running test, then returns the binary's path next to this test's
+//! `deps/` directory. Without `$CARGO` (the test binary run by hand) it uses
+//! whatever binary is there. Examples live in `target/<profile>/examples/`.
+//!
+//! Why the whole workspace, examples included: cargo resolves features over
+//! the packages and targets it is asked for, and the examples bring in the
+//! dev-dependencies, as `cargo test --workspace` does. Resolved alike, the
+//! build finds everything `cargo test --workspace` built fresh and only
+//! links the binaries back into place (0.1 s). `cargo build -p agentstore
+//! --bin agentstore` resolved fewer features (serde_json, regex, schemars and
+//! more), so every test run rebuilt agentstore, the adapters and the
+//! harness's library a second time while the tests waited for them.
 
 // The trace_overhead bench compiles this module too and uses part of it.
 #![allow(dead_code)]
 
-use std::collections::HashMap;
 use std::path::{Path, PathBuf};
 use std::process::Command;
 use std::sync::Mutex;
 
-static BUILT: Mutex<Option<HashMap<String, PathBuf>>> = Mutex::new(None);
+/// Whether this process has built the workspace's binaries yet.
+static BUILT: Mutex<bool> = Mutex::new(false);
 
 /// `target/<profile>` of the running test executable (`target/<profile>/deps/test-…`).
 fn profile_dir() -> PathBuf {
@@ -29,57 +37,52 @@ fn profile_dir() -> PathBuf {
         .to_path_buf()
 }
 
-/// The path of binary `bin` of workspace package `package`, built first.
-pub fn workspace_bin(package: &str, bin: &str) -> PathBuf {
-    built(package, "--bin", bin, Path::new(""))
+/// The path of binary `bin` of a workspace package, built first.
+pub fn workspace_bin(bin: &str) -> PathBuf {
+    built(Path::new(bin))
 }
 
-/// The path of example `name` of workspace package `package`, built first.
-pub fn workspace_example(package: &str, name: &str) -> PathBuf {
-    built(package, "--example", name, Path::new("examples"))
+/// The path of example `name` of a workspace package, built first.
+pub fn workspace_example(name: &str) -> PathBuf {
+    built(&Path::new("examples").join(name))
 }
 
-/// Target `name` of `package` (`kind`: `--bin` or `--example`), built into
-/// `target/<profile>/<under>`.
-fn built(package: &str, kind: &str, name: &str, under: &Path) -> PathBuf {
-    let bin = name;
+/// `target/<profile>/<under_profile>`, after every binary and example of the
+/// workspace was built (once per process).
+fn built(under_profile: &Path) -> PathBuf {
     let mut built = BUILT.lock().unwrap_or_else(|p| p.into_inner());
-    let built = built.get_or_insert_with(HashMap::new);
-    if let Some(path) = built.get(bin) {
-        return path.clone();
-    }
     let dir = profile_dir();
-    let path = dir.join(under).join(bin);
-    if let Ok(cargo) = std::env::var("CARGO") {
-        let profile = match dir.file_name().and_then(|n| n.to_str()) {
-            Some("debug") => "test",
-            Some(other) => other,
-            None => panic!("odd target directory {}", dir.display()),
-        };
-        let target_dir = dir.parent().expect("target/<profile> has a parent");
-        let output = Command::new(cargo)
-            .args([
-                "build",
-                "--quiet",
-                "--profile",
-                profile,
-                "-p",
-                package,
-                kind,
-                bin,
-            ])
-            .arg("--target-dir")
-            .arg(target_dir)
-            .current_dir(env!("CARGO_MANIFEST_DIR"))
-            .output()
-            .expect("cargo runs");
-        assert!(
-            output.status.success(),
-            "building {bin} failed: {}",
-            String::from_utf8_lossy(&output.stderr)
-        );
+    if !*built {
+        if let Ok(cargo) = std::env::var("CARGO") {
+            build_workspace(&cargo, &dir);
+        }
+        *built = true;
     }
+    let path = dir.join(under_profile);
     assert!(path.is_file(), "no binary at {}", path.display());
-    built.insert(bin.to_string(), path.clone());
     path
+}
+
+/// `$CARGO build --workspace --bins --examples` into `dir`
+/// (`target/<profile>`), with that profile.
+fn build_workspace(cargo: &str, dir: &Path) {
+    let profile = match dir.file_name().and_then(|n| n.to_str()) {
+        Some("debug") => "test",
+        Some(other) => other,
+        None => panic!("odd target directory {}", dir.display()),
+    };
+    let target_dir = dir.parent().expect("target/<profile> has a parent");
+    let output = Command::new(cargo)
+        .args(["build", "--quiet", "--profile", profile])
+        .args(["--workspace", "--bins", "--examples"])
+        .arg("--target-dir")
+        .arg(target_dir)
+        .current_dir(env!("CARGO_MANIFEST_DIR"))
+        .output()
+        .expect("cargo runs");
+    assert!(
+        output.status.success(),
+        "building the workspace's binaries failed: {}",
+        String::from_utf8_lossy(&output.stderr)
+    );
 }
