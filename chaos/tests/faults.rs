@@ -33,9 +33,19 @@ fn campaign(fault: Option<&str>) -> (i32, Value, String) {
         if BATCH.contains(&f) {
             args.extend(["--durability", "batch"]);
         }
+        if !RESTARTED.contains(&f) {
+            args.extend(["--restarts", "none"]);
+        }
     }
     campaign::run(&fixture(fault), &args)
 }
+
+/// Faults only a crash of a restarted life shows (each one's test also
+/// shows `--restarts none` hiding it). Every other fault runs with
+/// `--restarts none`: the first life's plans are part of the default
+/// campaign, so what they catch it catches too, in 86 trials of the small
+/// fixture instead of 471. The unmodified store is run with every restart.
+const RESTARTED: &[&str] = &["rerun-keeps-old-mark", "quarantine-overwrite"];
 
 /// Faults of Batch mode's group commit, run with `--durability batch`.
 const BATCH: &[&str] = &["batch-ack-when-written"];
