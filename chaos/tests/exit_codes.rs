@@ -91,7 +91,8 @@ fn an_adapter_protocol_error_of_the_store_exits_1() {
 /// agentstore's adapter behind `tests/fixtures/faulty_relay.py MODE`.
 fn faulty_relay(mode: &str) -> String {
     format!(
-        "python3 {} {mode} {} adapter",
+        "{} {} {mode} {} adapter",
+        crate::python::python3_path().display(),
         fixture("tests/fixtures/faulty_relay.py"),
         support::workspace_bin("agentstore").display()
     )

@@ -568,7 +568,8 @@ fn the_kit_self_test_passes() {
         return;
     }
     let out = python::python3()
-        .args(["-m", "agentchaos_adapter.selftest", "--", "python3"])
+        .args(["-m", "agentchaos_adapter.selftest", "--"])
+        .arg(python::python3_path())
         .arg(adapter_dir().join("adapter.py"))
         .output()
         .unwrap();

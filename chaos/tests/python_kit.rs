@@ -84,7 +84,10 @@ fn the_hello_store_passes_the_self_test() {
         return;
     }
     let script = hello_store();
-    let (out, text) = selftest(&["python3", script.to_str().unwrap()]);
+    let (out, text) = selftest(&[
+        python::python3_path().to_str().unwrap(),
+        script.to_str().unwrap(),
+    ]);
     assert!(out.status.success(), "{text}");
     assert!(text.contains(" 0 failed, 1 skipped"), "{text}");
     assert!(
@@ -110,7 +113,10 @@ fn the_self_test_passes_agentstore_and_catches_a_sloppy_store() {
     assert!(text.contains("9 passed, 0 failed, 0 skipped"), "{text}");
 
     let sloppy = fixture("rewriting_store.py");
-    let (out, text) = selftest(&["python3", sloppy.to_str().unwrap()]);
+    let (out, text) = selftest(&[
+        python::python3_path().to_str().unwrap(),
+        sloppy.to_str().unwrap(),
+    ]);
     assert_eq!(out.status.code(), Some(1), "{text}");
     for line in [
         "FAIL check_hello_names_the_store_and_known_claims: hello {'protocol': 3} was accepted",
