@@ -110,10 +110,11 @@ fn the_reference_store_passes_through_its_adapter() {
 /// Also the mutant corpus's SQLite control (`mutants.rs` runs the
 /// reference one): it claims neither torn-tail repair nor damage refusal
 /// and is not passed on them; what it claims and the small fixture
-/// exercises passes.
+/// exercises passes. Its restarted lives are the deepest restart's, as the
+/// reference adapter's above.
 #[test]
 fn the_sqlite_store_passes() {
-    let report = assert_clean(&sqlite_adapter(None), &[]);
+    let report = assert_clean(&sqlite_adapter(None), &["--restarts", "deepest"]);
     for r in ["torn_tail_repair", "damage_refusal"] {
         assert_eq!(campaign::row(&report, r)["verdict"], "not supported", "{r}");
         assert_eq!(campaign::row(&report, r)["claimed"], false, "{r}");
