@@ -110,11 +110,10 @@ fn the_reference_store_passes_through_its_adapter() {
 /// Also the mutant corpus's SQLite control (`mutants.rs` runs the
 /// reference one): it claims neither torn-tail repair nor damage refusal
 /// and is not passed on them; what it claims and the small fixture
-/// exercises passes. Its restarted lives are the deepest restart's, as the
-/// reference adapter's above.
+/// exercises passes.
 #[test]
 fn the_sqlite_store_passes() {
-    let report = assert_clean(&sqlite_adapter(None), &["--restarts", "deepest"]);
+    let report = assert_clean(&sqlite_adapter(None), &[]);
     for r in ["torn_tail_repair", "damage_refusal"] {
         assert_eq!(campaign::row(&report, r)["verdict"], "not supported", "{r}");
         assert_eq!(campaign::row(&report, r)["claimed"], false, "{r}");

@@ -34,9 +34,9 @@ fn fixture() -> PathBuf {
     Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/fixtures/small.json")
 }
 
-/// Two plans per nemesis on the small fixture, kills and syscall faults of
-/// the first life (every Node process imports LangChain: power loss is the
-/// next test's, on the one state that shows the finding).
+/// Two plans per nemesis on the small fixture, kills and syscall faults
+/// (every Node process imports LangChain: power loss is the next test's,
+/// on the one state that shows the finding).
 #[test]
 fn a_sampled_campaign_passes_the_crash_rows() {
     if !available("a_sampled_campaign_passes_the_crash_rows") {
@@ -52,8 +52,6 @@ fn a_sampled_campaign_passes_the_crash_rows() {
             "points,syscall",
             "--trials",
             "2",
-            "--restarts",
-            "none",
         ],
     );
     assert_eq!(code, 0, "{stdout}");

@@ -18,9 +18,7 @@ fn hello_store() -> PathBuf {
 }
 
 /// A sampled campaign (4 plans per nemesis, 4 power-loss crash points) on
-/// the small fixture, every default nemesis, the first life's faults (the
-/// restarted lives, each traced, took half of its time; `adapter_run.rs`
-/// crashes restarted lives through an adapter).
+/// the small fixture, every default nemesis.
 #[test]
 fn the_hello_store_passes_a_sampled_campaign() {
     if !node::kit_available("the_hello_store_passes_a_sampled_campaign") {
@@ -28,10 +26,7 @@ fn the_hello_store_passes_a_sampled_campaign() {
     }
     let fixture = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/fixtures/small.json");
     let adapter = node::adapter_command(&hello_store());
-    let (code, report, stdout) = campaign::run(
-        &fixture,
-        &["--adapter", &adapter, "--trials", "4", "--restarts", "none"],
-    );
+    let (code, report, stdout) = campaign::run(&fixture, &["--adapter", &adapter, "--trials", "4"]);
     assert_eq!(code, 0, "{stdout}");
     assert_eq!(report["error_count"], 0, "{stdout}");
     assert!(report["trials"].as_u64().unwrap() >= 8, "{stdout}");

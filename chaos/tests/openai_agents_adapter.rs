@@ -22,7 +22,7 @@ fn available(test: &str) -> bool {
 }
 
 /// Two plans per nemesis and two power-loss crash points on the small
-/// fixture, under the kills and power loss, the first life's: every adapter process
+/// fixture, under the kills and power loss: every adapter process
 /// imports the whole SDK (about a second). Not the syscall nemesis: the
 /// SDK runs each call on `asyncio.to_thread`'s pool, which opens a SQLite
 /// connection per pool thread, and whether a call gets a new thread is a
@@ -48,8 +48,6 @@ fn a_sampled_campaign_scores_what_it_claims() {
             "2",
             "--powerloss-states",
             "2",
-            "--restarts",
-            "none",
         ],
     );
     assert_eq!(code, 0, "{stdout}");
