@@ -44,7 +44,7 @@ fn agentstore_adapter(fault: Option<&str>, extra: &str) -> String {
 #[test]
 fn a_python_store_that_rewrites_its_file_fails_durable_append_under_the_defaults() {
     let store = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/fixtures/rewriting_store.py");
-    let adapter = format!("{} {}", python::python3_path().display(), store.display());
+    let adapter = python::adapter_command(&store, &[]);
     let (code, report, stdout) =
         campaign::run(&fixture(), &["--adapter", &adapter, "--trials", "6"]);
     assert_eq!(code, 1, "{stdout}");
@@ -75,7 +75,7 @@ fn a_python_store_that_rewrites_its_file_fails_durable_append_under_the_defaults
 #[test]
 fn a_store_that_skips_unparsable_lines_is_damaged_and_fails_durable_append() {
     let store = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/fixtures/skipping_store.py");
-    let adapter = format!("{} {}", python::python3_path().display(), store.display());
+    let adapter = python::adapter_command(&store, &[]);
     let (code, report, stdout) = campaign::run(
         &fixture(),
         &[

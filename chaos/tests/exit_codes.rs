@@ -90,12 +90,10 @@ fn an_adapter_protocol_error_of_the_store_exits_1() {
 
 /// agentstore's adapter behind `tests/fixtures/faulty_relay.py MODE`.
 fn faulty_relay(mode: &str) -> String {
-    format!(
-        "{} {} {mode} {} adapter",
-        crate::python::python3_path().display(),
-        fixture("tests/fixtures/faulty_relay.py"),
-        support::workspace_bin("agentstore").display()
-    )
+    let relay = fixture("tests/fixtures/faulty_relay.py");
+    let agentstore = support::workspace_bin("agentstore");
+    let agentstore = agentstore.to_str().expect("a UTF-8 path");
+    crate::python::adapter_command(Path::new(&relay), &[mode, agentstore, "adapter"])
 }
 
 /// `replay --plan PLAN` of the small fixture through the relay's MODE
