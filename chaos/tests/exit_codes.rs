@@ -146,15 +146,13 @@ fn a_probe_the_store_adapter_fails_exits_1_naming_the_store() {
 /// store's failure, said in one line, never a campaign that waits forever.
 #[test]
 fn a_probe_the_store_hangs_in_is_killed_and_exits_1_naming_the_store() {
-    // Long enough for the crash-free run on a loaded machine: the hang is forever.
-    let error = replay_the_store_fails(
-        "probe:lock",
-        "hang-on-probe-open",
-        &["--hang-timeout", "20"],
-    );
+    // The crash-free run takes under a second here; eight leave room for a
+    // loaded machine: the hang is forever.
+    let error =
+        replay_the_store_fails("probe:lock", "hang-on-probe-open", &["--hang-timeout", "8"]);
     assert!(
         error.contains("the store under test failed")
-            && error.contains("the lock probe hung: no reply from the store in 20 s"),
+            && error.contains("the lock probe hung: no reply from the store in 8 s"),
         "{error}"
     );
 }
@@ -164,12 +162,12 @@ fn a_probe_the_store_hangs_in_is_killed_and_exits_1_naming_the_store() {
 /// hung probe is, never the harness's (exit 3).
 #[test]
 fn a_life_the_store_hangs_in_is_killed_and_exits_1_naming_the_store() {
-    // Long enough for the crash-free run and the first life on a loaded
-    // machine: the hang is forever.
-    let error = replay_the_store_fails("kill@5", "hang-on-recover", &["--hang-timeout", "20"]);
+    // The crash-free run and the first life take under a second here;
+    // eight leave room for a loaded machine: the hang is forever.
+    let error = replay_the_store_fails("kill@5", "hang-on-recover", &["--hang-timeout", "8"]);
     assert_eq!(
         error,
-        "ERROR: life 1 hung: no end in 20 s (--hang-timeout), killed; the agent was waiting on the store"
+        "ERROR: life 1 hung: no end in 8 s (--hang-timeout), killed; the agent was waiting on the store"
     );
 }
 

@@ -34,7 +34,7 @@ fn fixture() -> PathBuf {
     Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/fixtures/small.json")
 }
 
-/// Two plans per nemesis on the small fixture, kills and syscall faults
+/// One plan per nemesis on the small fixture, kills and syscall faults
 /// (every Node process imports LangChain: power loss is the next test's,
 /// on the one state that shows the finding).
 #[test]
@@ -51,7 +51,7 @@ fn a_sampled_campaign_passes_the_crash_rows() {
             "--nemesis",
             "points,syscall",
             "--trials",
-            "2",
+            "1",
         ],
     );
     assert_eq!(code, 0, "{stdout}");

@@ -17,8 +17,9 @@ fn hello_store() -> PathBuf {
     node::kit_dir().join("examples/hello_store.mjs")
 }
 
-/// A sampled campaign (4 plans per nemesis, 4 power-loss crash points) on
-/// the small fixture, every default nemesis.
+/// A sampled campaign (2 plans per nemesis, 2 power-loss crash points) on
+/// the small fixture, every default nemesis: every adapter process is a
+/// fresh `node` (no fork server), about 70 of them with 4 plans.
 #[test]
 fn the_hello_store_passes_a_sampled_campaign() {
     if !node::kit_available("the_hello_store_passes_a_sampled_campaign") {
@@ -26,10 +27,10 @@ fn the_hello_store_passes_a_sampled_campaign() {
     }
     let fixture = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/fixtures/small.json");
     let adapter = node::adapter_command(&hello_store());
-    let (code, report, stdout) = campaign::run(&fixture, &["--adapter", &adapter, "--trials", "4"]);
+    let (code, report, stdout) = campaign::run(&fixture, &["--adapter", &adapter, "--trials", "2"]);
     assert_eq!(code, 0, "{stdout}");
     assert_eq!(report["error_count"], 0, "{stdout}");
-    assert!(report["trials"].as_u64().unwrap() >= 8, "{stdout}");
+    assert!(report["trials"].as_u64().unwrap() >= 4, "{stdout}");
     campaign::assert_rows(
         &report,
         "pass",

@@ -21,7 +21,7 @@ fn available(test: &str) -> bool {
     python::store_available(test, "openai_agents", "import agents.memory")
 }
 
-/// Two plans per nemesis and two power-loss crash points on the small
+/// One plan per nemesis and one power-loss crash point on the small
 /// fixture, under the kills and power loss: every adapter process
 /// imports the whole SDK (about a second). Not the syscall nemesis: the
 /// SDK runs each call on `asyncio.to_thread`'s pool, which opens a SQLite
@@ -45,7 +45,7 @@ fn a_sampled_campaign_scores_what_it_claims() {
             "--nemesis",
             "points,powerloss",
             "--trials",
-            "2",
+            "1",
             "--powerloss-states",
             "2",
         ],
