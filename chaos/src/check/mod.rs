@@ -17,6 +17,7 @@ pub mod workers;
 
 use std::collections::BTreeMap;
 use std::fmt;
+use std::path::Path;
 
 use agentchaos_protocol::event::{Decision, Event, Record, Seq};
 use serde_json::Value;
@@ -121,7 +122,7 @@ impl Invariant {
             Invariant::RuleRefused => "an append the session rules forbid (a side effect without an operation id, a committed operation called again, a commit before its intent, a committed or unreconciled call started again, a parent that names no entry, a compaction not under the active leaf) is refused with `rule` and is not in the log after reopening",
             Invariant::QuarantineRecorded => "after a recovery, every torn tail seen after an earlier crash is kept whole in a quarantine file of the session directory that a durable tail_quarantined names at the offset it was cut from, and every quarantine file there is named by one (where the harness reads the session directory)",
             Invariant::TailRules => "bytes after the log's last acknowledged line are cut as a torn tail exactly when agentstore's tail rules say one write could leave them (at most 64 torn lines; a piece without a newline ends the file or is at most one 4 MiB line), else opening refuses with `damage`; never an acknowledged event lost (where the harness knows the log's format: in-process)",
-            Invariant::FailedSyncNotAcked => "after a write fails (ENOSPC) or an fsync fails (EIO), nothing is acknowledged until the file is written again and synced: a retried fsync proves nothing, the kernel may have dropped the unsynced pages",
+            Invariant::FailedSyncNotAcked => "after a write fails (ENOSPC), nothing is acknowledged until the store writes again and syncs what it wrote; after an fsync fails (EIO), nothing until that file is written again and synced: a retried fsync proves nothing, the kernel may have dropped the unsynced pages",
         }
     }
 
@@ -1537,12 +1538,21 @@ fn line_written(
     })
 }
 
-/// failed-sync-not-acked: after the syscall nemesis made a write (ENOSPC)
-/// or an fsync (EIO) of file F fail in a life, no append is acknowledged
-/// until F is written again and then synced. An fsync that failed while F
-/// held no unsynced write lost nothing and is not judged. The order of the
-/// agent's ack lines against the store's syscalls is exact: the tracer
-/// places every write to the agent's stdout between the recorded ops.
+/// failed-sync-not-acked: after the syscall nemesis made an fsync of file F
+/// fail (EIO) in a life, no append is acknowledged until F is written
+/// again and then synced; after it made a write fail (ENOSPC), none until
+/// the store has written a file and then synced that file. A failed write
+/// changed nothing on disk, so new durable progress in any file earns the
+/// ack (a WAL store's failed checkpoint leaves its log authoritative: its
+/// next commit writes and syncs the log, not the file the checkpoint
+/// wrote); whether that progress holds the acked event is acked-durable's
+/// question. A failed fsync may have dropped F's unsynced pages, so only
+/// F's own rewrite counts. An fsync that failed while F held no unsynced
+/// write lost nothing and is not judged, nor one whose unsynced writes
+/// each repeat the bytes of a synced write to another file (a WAL store's
+/// checkpoint copying pages its log holds). The order of the agent's ack
+/// lines against the store's syscalls is exact: the tracer places every
+/// write to the agent's stdout between the recorded ops.
 fn failed_sync_not_acked(h: &History, out: &mut Vec<Violation>) {
     for life in &h.lives {
         failed_sync_not_acked_in(life, out);
@@ -1569,26 +1579,41 @@ fn failed_sync_not_acked_in(life: &Life, out: &mut Vec<Violation>) {
     };
     let at = event.index;
     let writes = |op: &Op| matches!(op, Op::Write { path, .. } if path == file);
-    let syncs = |op: &Op| match op {
+    let syncs_file = |op: &Op, file: &Path| match op {
         Op::Fsync { path } | Op::Fdatasync { path } => path == file,
         Op::SyncAll => true,
         _ => false,
     };
+    let syncs = |op: &Op| syncs_file(op, file);
     let origin = |o: &LoggedOp| o.origin.map(|g| g.syscall);
     if is_sync {
-        let mut dirty = false;
-        for o in oplog
+        let before_failure: Vec<&LoggedOp> = oplog
             .ops
             .iter()
             .filter(|o| origin(o).is_some_and(|i| i < at))
-        {
-            if writes(&o.op) {
-                dirty = true;
-            } else if syncs(&o.op) {
-                dirty = false;
+            .collect();
+        // F's writes since its last sync: what the kernel may have dropped.
+        let mut dirty: Vec<&[u8]> = Vec::new();
+        for o in &before_failure {
+            match &o.op {
+                Op::Write { path, data, .. } if path == file => dirty.push(&data.0),
+                op if syncs(op) => dirty.clear(),
+                _ => {}
             }
         }
-        if !dirty {
+        // Bytes a synced write to another file already holds are not lost
+        // with F's pages: a WAL store's checkpoint copies pages its log
+        // holds, and the log stays authoritative until F is synced.
+        let synced_elsewhere = |bytes: &[u8]| {
+            before_failure.iter().enumerate().any(|(i, o)| match &o.op {
+                Op::Write { path, data, .. } if path != file && data.0 == bytes => before_failure
+                    [i + 1..]
+                    .iter()
+                    .any(|later| syncs_file(&later.op, path)),
+                _ => false,
+            })
+        };
+        if dirty.iter().all(|bytes| synced_elsewhere(bytes)) {
             return;
         }
     }
@@ -1607,10 +1632,12 @@ fn failed_sync_not_acked_in(life: &Life, out: &mut Vec<Violation>) {
             .iter()
             .filter(|o| origin(o).is_some_and(|i| i > at))
             .collect();
-        let rewritten = between
-            .iter()
-            .position(|o| writes(&o.op))
-            .is_some_and(|i| between[i + 1..].iter().any(|o| syncs(&o.op)));
+        let rewritten = between.iter().enumerate().any(|(i, o)| match &o.op {
+            Op::Write { path, .. } if path == file || !is_sync => between[i + 1..]
+                .iter()
+                .any(|later| syncs_file(&later.op, path)),
+            _ => false,
+        });
         // An event of a parallel group whose line was written whole before
         // the failure is acknowledged after it, with the rest of its group.
         // After a failed write it is due its ack once any sync covers it;
@@ -1638,15 +1665,16 @@ fn failed_sync_not_acked_in(life: &Life, out: &mut Vec<Violation>) {
         out.push(v(
             Invariant::FailedSyncNotAcked,
             &format!("in life {}, after the injected error", life.index),
-            format!(
-                "no acknowledgement after {call} failed with {errno} until ROOT/{} is written again and synced{}",
-                file.display(),
-                if is_sync {
-                    " (the kernel may have dropped its unsynced pages: a retried fsync proves nothing)"
-                } else {
-                    " (the write never happened)"
-                }
-            ),
+            if is_sync {
+                format!(
+                    "no acknowledgement after {call} failed with {errno} until ROOT/{} is written again and synced (the kernel may have dropped its unsynced pages: a retried fsync proves nothing)",
+                    file.display()
+                )
+            } else {
+                format!(
+                    "no acknowledgement after {call} failed with {errno} until the store writes again and syncs the file it wrote (the write never happened)"
+                )
+            },
             format!(
                 "{} at seq {seq} was acknowledged; in between: {}",
                 write.type_name,
@@ -2034,20 +2062,51 @@ mod tests {
     /// Life 0 wrote the log (#0), its fdatasync failed with EIO (#1), then
     /// the store made `after` (as ops at #2, #3, …) and acknowledged.
     fn eio_then(after: Vec<Op>) -> History {
+        fail_then(Failed::Fdatasync, after)
+    }
+
+    /// Which of life 0's syscall #1 the nemesis failed.
+    enum Failed {
+        /// An fdatasync of the log, with EIO.
+        Fdatasync,
+        /// A write (a checkpoint's) of `s/session.db`, with ENOSPC.
+        CheckpointWrite,
+    }
+
+    /// Life 0 wrote the log (#0), syscall #1 failed, then the store made
+    /// `after` (as ops at #2, #3, …) and acknowledged.
+    fn fail_then(failed: Failed, after: Vec<Op>) -> History {
         use crate::nemesis::powerloss::{Bytes, OpLog, Origin, OutputMark};
         use crate::nemesis::syscall::{Errno, FaultPlan, FaultReport, SyscallEvent, Sysno};
         let log = std::path::PathBuf::from("/r/s/events.jsonl");
         let rel = std::path::PathBuf::from("s/events.jsonl");
+        let (sysno, call, errno) = match failed {
+            Failed::Fdatasync => (
+                Sysno::Fdatasync,
+                Call::Sync {
+                    fd: 4,
+                    path: log.clone(),
+                    data_only: true,
+                },
+                Errno::EIO,
+            ),
+            Failed::CheckpointWrite => (
+                Sysno::Pwrite64,
+                Call::Write {
+                    fd: 5,
+                    path: "/r/s/session.db".into(),
+                    len: 4096,
+                    offset: Some(8192),
+                },
+                Errno::ENOSPC,
+            ),
+        };
         let failed = SyscallEvent {
             index: 1,
             pid: 1,
-            sysno: Sysno::Fdatasync,
-            call: Call::Sync {
-                fd: 4,
-                path: log.clone(),
-                data_only: true,
-            },
-            result: Some(-5),
+            sysno,
+            call,
+            result: Some(-i64::from(errno.get())),
         };
         let write = Op::Write {
             path: rel,
@@ -2072,7 +2131,7 @@ mod tests {
             fault: Some(FaultReport {
                 plan: FaultPlan {
                     at: 1,
-                    fault: SyscallFault::Fail { errno: Errno::EIO },
+                    fault: SyscallFault::Fail { errno },
                 },
                 outcome: FaultOutcome::Injected { event: failed },
                 stdout_before: Some(40),
@@ -2162,6 +2221,143 @@ mod tests {
             vec![],
             "a rewrite + sync passes"
         );
+    }
+
+    /// Only F's writes since its last sync are at stake when its fsync
+    /// fails: a log synced before (by fdatasync or sync()) and left clean,
+    /// or followed only by another file's write, loses nothing and a
+    /// retried fsync is not judged; a write to F is still at stake after
+    /// another file's write.
+    #[test]
+    fn failed_sync_not_acked_judges_only_the_writes_a_failed_fsync_may_drop() {
+        use crate::nemesis::powerloss::{Bytes, Origin};
+        let rel = std::path::PathBuf::from("s/events.jsonl");
+        let other = |path: &str| Op::Write {
+            path: path.into(),
+            offset: 0,
+            data: Bytes(b"other\n".to_vec()),
+        };
+        // Life 0's write of the log (#0), then `ops` (also before the
+        // failure), then the failed fdatasync, a retry and the ack.
+        let judged = |ops: Vec<Op>| {
+            let mut h = eio_then(vec![Op::Fdatasync { path: rel.clone() }]);
+            let oplog = h.lives[0]
+                .syscalls
+                .as_mut()
+                .unwrap()
+                .oplog
+                .as_mut()
+                .unwrap();
+            for (i, op) in ops.into_iter().enumerate() {
+                let origin = Some(Origin { pid: 1, syscall: 0 });
+                oplog.ops.insert(i + 1, LoggedOp { op, origin });
+            }
+            oplog.outputs[0].after_ops = oplog.ops.len();
+            check(&h, None)
+                .into_iter()
+                .filter(|v| v.invariant == Invariant::FailedSyncNotAcked)
+                .count()
+        };
+        assert_eq!(judged(vec![]), 1, "the log's line was at stake");
+        assert_eq!(judged(vec![Op::Fdatasync { path: rel.clone() }]), 0);
+        assert_eq!(judged(vec![Op::SyncAll]), 0);
+        assert_eq!(
+            judged(vec![Op::Fdatasync { path: rel.clone() }, other("s/index")]),
+            0,
+            "another file's write does not make the log dirty"
+        );
+        assert_eq!(
+            judged(vec![other("s/index")]),
+            1,
+            "another file's write does not clean the log"
+        );
+    }
+
+    /// A failed fsync of a file whose unsynced bytes a synced log already
+    /// holds (a WAL store's checkpoint) lost nothing: a retried fsync is
+    /// then not judged. Unsynced in the log, other bytes in the log, or the
+    /// same bytes earlier in the file itself (a second copy is a second
+    /// line), it is.
+    #[test]
+    fn failed_sync_not_acked_lets_pass_a_failed_fsync_of_bytes_synced_elsewhere() {
+        use crate::nemesis::powerloss::{Bytes, Origin};
+        let rel = std::path::PathBuf::from("s/events.jsonl");
+        let wal = std::path::PathBuf::from("s/events.wal");
+        // `bytes` written to `path` (and synced) before life 0's write of
+        // the log, whose fdatasync then fails and is retried.
+        let copied_to = |path: &std::path::Path, bytes: &[u8], synced: bool| {
+            let mut h = eio_then(vec![Op::Fdatasync { path: rel.clone() }]);
+            let oplog = h.lives[0]
+                .syscalls
+                .as_mut()
+                .unwrap()
+                .oplog
+                .as_mut()
+                .unwrap();
+            let mut first = vec![Op::Write {
+                path: path.to_path_buf(),
+                offset: 0,
+                data: Bytes(bytes.to_vec()),
+            }];
+            if synced {
+                first.push(Op::Fsync {
+                    path: path.to_path_buf(),
+                });
+            }
+            for (i, op) in first.into_iter().enumerate() {
+                let origin = Some(Origin { pid: 1, syscall: 0 });
+                oplog.ops.insert(i, LoggedOp { op, origin });
+            }
+            oplog.outputs[0].after_ops = oplog.ops.len();
+            check(&h, None)
+                .into_iter()
+                .filter(|v| v.invariant == Invariant::FailedSyncNotAcked)
+                .count()
+        };
+        assert_eq!(copied_to(&wal, b"line\n", true), 0);
+        assert_eq!(copied_to(&wal, b"line\n", false), 1);
+        assert_eq!(copied_to(&wal, b"other\n", true), 1);
+        assert_eq!(copied_to(&rel, b"line\n", true), 1);
+    }
+
+    /// After a checkpoint's write failed, a WAL store's commit writes and
+    /// syncs its log, not the file the checkpoint wrote: that earns the
+    /// ack. A write nothing synced does not, nor a sync of another file.
+    #[test]
+    fn failed_sync_not_acked_lets_a_failed_write_be_followed_by_a_synced_write_elsewhere() {
+        let wal = std::path::PathBuf::from("s/session.db-wal");
+        let frame = || Op::Write {
+            path: wal.clone(),
+            offset: 0,
+            data: crate::nemesis::powerloss::Bytes(b"frame".to_vec()),
+        };
+        let failed = |after: Vec<Op>| {
+            check(&fail_then(Failed::CheckpointWrite, after), None)
+                .into_iter()
+                .filter(|v| v.invariant == Invariant::FailedSyncNotAcked)
+                .collect::<Vec<_>>()
+        };
+        assert_eq!(
+            failed(vec![frame(), Op::Fsync { path: wal.clone() }]),
+            vec![],
+            "the log written and synced after the failed checkpoint"
+        );
+        let unsynced = failed(vec![frame()]);
+        assert_eq!(unsynced.len(), 1, "{unsynced:#?}");
+        assert!(
+            unsynced[0].expected.contains(
+                "failed with ENOSPC until the store writes again and syncs the file it wrote"
+            ),
+            "{:?}",
+            unsynced[0]
+        );
+        let other_synced = failed(vec![
+            frame(),
+            Op::Fsync {
+                path: "s/session.db".into(),
+            },
+        ]);
+        assert_eq!(other_synced.len(), 1, "{other_synced:#?}");
     }
 
     #[test]
