@@ -2196,16 +2196,24 @@ mod tests {
     #[test]
     fn failed_sync_not_acked_catches_a_retried_fsync_and_lets_a_rewrite_pass() {
         let rel = std::path::PathBuf::from("s/events.jsonl");
-        let retried = check(&eio_then(vec![Op::Fdatasync { path: rel.clone() }]), None);
+        let mut h = eio_then(vec![Op::Fdatasync { path: rel.clone() }]);
+        // The retry (#2) as the tracer saw it, succeeding.
+        let sys = h.lives[0].syscalls.as_mut().unwrap();
+        let mut retry = sys.events[0].clone();
+        retry.index = 2;
+        retry.result = Some(0);
+        sys.events.push(retry);
+        let retried = check(&h, None);
         let v: Vec<&Violation> = retried
             .iter()
             .filter(|v| v.invariant == Invariant::FailedSyncNotAcked)
             .collect();
         assert_eq!(v.len(), 1, "{retried:#?}");
         assert!(
-            v[0].found
-                .starts_with("run_started at seq 1 was acknowledged"),
-            "{:?}",
+            v[0].found.starts_with(
+                "run_started at seq 1 was acknowledged; in between: #2 fdatasync(fd 4 = ROOT/s/events.jsonl) = 0"
+            ),
+            "the calls between the failure and the ack: {:?}",
             v[0]
         );
         let rewritten = vec![
@@ -2271,6 +2279,145 @@ mod tests {
             1,
             "another file's write does not clean the log"
         );
+    }
+
+    /// Each ack is judged by what came before it: one printed before the
+    /// failure is not judged; a rewrite and sync after the ack does not
+    /// earn it, nor (after a failed fsync) another file's write and sync.
+    #[test]
+    fn failed_sync_not_acked_judges_each_ack_by_what_came_before_it() {
+        use crate::nemesis::powerloss::{Bytes, Origin};
+        let rel = std::path::PathBuf::from("s/events.jsonl");
+        let judged = |h: &History| {
+            check(h, None)
+                .into_iter()
+                .filter(|v| v.invariant == Invariant::FailedSyncNotAcked)
+                .count()
+        };
+        let mut acked_before = eio_then(vec![]);
+        let mut earlier = acked_before.lives[0].writes[0].clone();
+        earlier.acked = Some(7);
+        acked_before.lives[0].writes.push(earlier);
+        let sys = acked_before.lives[0].syscalls.as_mut().unwrap();
+        sys.acks.insert(0, (1, 10));
+        // One violation per failed call: it must name the ack after it.
+        let found: Vec<String> = check(&acked_before, None)
+            .into_iter()
+            .filter(|v| v.invariant == Invariant::FailedSyncNotAcked)
+            .map(|v| v.found)
+            .collect();
+        assert_eq!(found.len(), 1, "{found:?}");
+        assert!(
+            found[0].starts_with("run_started at seq 1 was acknowledged"),
+            "only the ack after the failure: {found:?}"
+        );
+
+        let mut rewritten_late = eio_then(vec![]);
+        let sys = rewritten_late.lives[0].syscalls.as_mut().unwrap();
+        let oplog = sys.oplog.as_mut().unwrap();
+        let rewrite = [
+            Op::Write {
+                path: rel.clone(),
+                offset: 0,
+                data: Bytes(b"line\n".to_vec()),
+            },
+            Op::Fdatasync { path: rel.clone() },
+        ];
+        for (i, op) in rewrite.into_iter().enumerate() {
+            let origin = Some(Origin {
+                pid: 1,
+                syscall: 2 + i as u64,
+            });
+            oplog.ops.push(LoggedOp { op, origin });
+        }
+        assert_eq!(judged(&rewritten_late), 1, "the rewrite came after the ack");
+
+        let wal = std::path::PathBuf::from("s/events.wal");
+        let elsewhere = eio_then(vec![
+            Op::Write {
+                path: wal.clone(),
+                offset: 0,
+                data: Bytes(b"frame".to_vec()),
+            },
+            Op::Fsync { path: wal },
+        ]);
+        assert_eq!(
+            judged(&elsewhere),
+            1,
+            "after EIO only the file's own rewrite"
+        );
+
+        // A line the agent printed (at byte 20) before the rewrite does not
+        // move the ack (at byte 40) before it.
+        let mut printed_between = eio_then(vec![
+            Op::Write {
+                path: rel.clone(),
+                offset: 0,
+                data: Bytes(b"line\n".to_vec()),
+            },
+            Op::Fdatasync { path: rel },
+        ]);
+        let sys = printed_between.lives[0].syscalls.as_mut().unwrap();
+        let oplog = sys.oplog.as_mut().unwrap();
+        oplog.outputs.insert(
+            0,
+            crate::nemesis::powerloss::OutputMark {
+                after_ops: 1,
+                offset: 20,
+                len: 20,
+                pid: 1,
+            },
+        );
+        assert_eq!(judged(&printed_between), 0, "rewritten before the ack");
+    }
+
+    /// A parallel group: event A's line written (announced at byte 0 of
+    /// the agent's stdout), then B's (announced at byte 20), then the log's
+    /// fdatasync fails and A is acknowledged (at byte 40). A synced before
+    /// the failure passes; synced only by the retry, it does not.
+    #[test]
+    fn failed_sync_not_acked_lets_a_group_event_synced_before_a_failed_fsync_pass() {
+        use crate::nemesis::powerloss::{Bytes, Origin, OutputMark};
+        let rel = std::path::PathBuf::from("s/events.jsonl");
+        let group = |a_synced_first: bool| {
+            let mut h = eio_then(vec![Op::Fdatasync { path: rel.clone() }]);
+            let oplog = h.lives[0]
+                .syscalls
+                .as_mut()
+                .unwrap()
+                .oplog
+                .as_mut()
+                .unwrap();
+            let mut before_b = vec![];
+            if a_synced_first {
+                before_b.push(Op::Fdatasync { path: rel.clone() });
+            }
+            let b_at = 1 + before_b.len();
+            before_b.push(Op::Write {
+                path: rel.clone(),
+                offset: 5,
+                data: Bytes(b"b\n".to_vec()),
+            });
+            for (i, op) in before_b.into_iter().enumerate() {
+                let origin = Some(Origin { pid: 1, syscall: 0 });
+                oplog.ops.insert(1 + i, LoggedOp { op, origin });
+            }
+            let mark = |after_ops: usize, offset: u64| OutputMark {
+                after_ops,
+                offset,
+                len: 20,
+                pid: 1,
+            };
+            oplog.outputs[0].after_ops = oplog.ops.len();
+            oplog.outputs.insert(0, mark(b_at, 20));
+            oplog.outputs.insert(0, mark(0, 0));
+            check(&h, None)
+                .into_iter()
+                .filter(|v| v.invariant == Invariant::FailedSyncNotAcked)
+                .count()
+        };
+        assert_eq!(group(true), 0);
+        assert_eq!(group(false), 1);
     }
 
     /// A failed fsync of a file whose unsynced bytes a synced log already
