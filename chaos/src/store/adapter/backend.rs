@@ -678,8 +678,13 @@ impl StoreBackend for AdapterBackend {
                     problem,
                 });
             }
-            client.close().map_err(err)?;
-            client.shutdown().map_err(err)?;
+            // Killed, not closed: an observation must change nothing on
+            // disk, and closing can write (SQLite checkpoints its WAL when
+            // its last connection closes). A reader's crash harms no
+            // correct store.
+            client.kill().map_err(|e| {
+                StoreError::other(format!("killing the observing adapter failed: {e}"))
+            })?;
             let mut obs = Observation::opaque(records, torn, None, fold);
             obs.blobs = blobs;
             return Ok(obs);
