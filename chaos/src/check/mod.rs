@@ -2151,46 +2151,37 @@ mod tests {
         h
     }
 
-    /// A parallel group's event, written and synced before a later write's
-    /// sync failed, is acknowledged after the failure with the rest of its
-    /// group: that passes; written and not synced before it, it must not.
-    #[test]
-    fn failed_sync_not_acked_lets_an_event_synced_before_the_failure_be_acked_late() {
-        use crate::nemesis::powerloss::{Origin, OutputMark};
-        let rel = std::path::PathBuf::from("s/events.jsonl");
-        let announced = |synced_first: bool| {
-            let mut h = eio_then(vec![]);
-            let sys = h.lives[0].syscalls.as_mut().unwrap();
-            let oplog = sys.oplog.as_mut().unwrap();
-            if synced_first {
-                oplog.ops.insert(
-                    1,
-                    LoggedOp {
-                        op: Op::Fdatasync { path: rel.clone() },
-                        origin: Some(Origin { pid: 1, syscall: 0 }),
-                    },
-                );
-                oplog.outputs[0].after_ops = oplog.ops.len();
-            }
-            oplog.outputs.insert(
-                0,
-                OutputMark {
-                    after_ops: 0,
-                    offset: 0,
-                    len: 40,
-                    pid: 1,
-                },
-            );
-            h
-        };
-        let failed = |h: &History| {
-            check(h, None)
-                .into_iter()
-                .filter(|v| v.invariant == Invariant::FailedSyncNotAcked)
-                .count()
-        };
-        assert_eq!(failed(&announced(true)), 0);
-        assert_eq!(failed(&announced(false)), 1);
+    /// The failed-sync-not-acked violations the checker finds in `h`.
+    fn failed_sync(h: &History) -> Vec<Violation> {
+        check(h, None)
+            .into_iter()
+            .filter(|v| v.invariant == Invariant::FailedSyncNotAcked)
+            .collect()
+    }
+
+    /// Life 0's recorded file operations and stdout marks.
+    fn oplog_of(h: &mut History) -> &mut crate::nemesis::powerloss::OpLog {
+        h.lives[0]
+            .syscalls
+            .as_mut()
+            .unwrap()
+            .oplog
+            .as_mut()
+            .unwrap()
+    }
+
+    /// [`eio_then`]`(after)` with `ops` inserted at `index` of life 0's
+    /// ops, all made before the failed call, and the ack printed after them.
+    fn eio_with(index: usize, ops: Vec<Op>, after: Vec<Op>) -> History {
+        use crate::nemesis::powerloss::Origin;
+        let mut h = eio_then(after);
+        let oplog = oplog_of(&mut h);
+        for (i, op) in ops.into_iter().enumerate() {
+            let origin = Some(Origin { pid: 1, syscall: 0 });
+            oplog.ops.insert(index + i, LoggedOp { op, origin });
+        }
+        oplog.outputs[0].after_ops = oplog.ops.len();
+        h
     }
 
     #[test]
@@ -2203,12 +2194,8 @@ mod tests {
         retry.index = 2;
         retry.result = Some(0);
         sys.events.push(retry);
-        let retried = check(&h, None);
-        let v: Vec<&Violation> = retried
-            .iter()
-            .filter(|v| v.invariant == Invariant::FailedSyncNotAcked)
-            .collect();
-        assert_eq!(v.len(), 1, "{retried:#?}");
+        let v = failed_sync(&h);
+        assert_eq!(v.len(), 1, "{v:#?}");
         assert!(
             v[0].found.starts_with(
                 "run_started at seq 1 was acknowledged; in between: #2 fdatasync(fd 4 = ROOT/s/events.jsonl) = 0"
@@ -2238,7 +2225,7 @@ mod tests {
     /// another file's write.
     #[test]
     fn failed_sync_not_acked_judges_only_the_writes_a_failed_fsync_may_drop() {
-        use crate::nemesis::powerloss::{Bytes, Origin};
+        use crate::nemesis::powerloss::Bytes;
         let rel = std::path::PathBuf::from("s/events.jsonl");
         let other = |path: &str| Op::Write {
             path: path.into(),
@@ -2248,23 +2235,7 @@ mod tests {
         // Life 0's write of the log (#0), then `ops` (also before the
         // failure), then the failed fdatasync, a retry and the ack.
         let judged = |ops: Vec<Op>| {
-            let mut h = eio_then(vec![Op::Fdatasync { path: rel.clone() }]);
-            let oplog = h.lives[0]
-                .syscalls
-                .as_mut()
-                .unwrap()
-                .oplog
-                .as_mut()
-                .unwrap();
-            for (i, op) in ops.into_iter().enumerate() {
-                let origin = Some(Origin { pid: 1, syscall: 0 });
-                oplog.ops.insert(i + 1, LoggedOp { op, origin });
-            }
-            oplog.outputs[0].after_ops = oplog.ops.len();
-            check(&h, None)
-                .into_iter()
-                .filter(|v| v.invariant == Invariant::FailedSyncNotAcked)
-                .count()
+            failed_sync(&eio_with(1, ops, vec![Op::Fdatasync { path: rel.clone() }])).len()
         };
         assert_eq!(judged(vec![]), 1, "the log's line was at stake");
         assert_eq!(judged(vec![Op::Fdatasync { path: rel.clone() }]), 0);
@@ -2288,12 +2259,7 @@ mod tests {
     fn failed_sync_not_acked_judges_each_ack_by_what_came_before_it() {
         use crate::nemesis::powerloss::{Bytes, Origin};
         let rel = std::path::PathBuf::from("s/events.jsonl");
-        let judged = |h: &History| {
-            check(h, None)
-                .into_iter()
-                .filter(|v| v.invariant == Invariant::FailedSyncNotAcked)
-                .count()
-        };
+        let judged = |h: &History| failed_sync(h).len();
         let mut acked_before = eio_then(vec![]);
         let mut earlier = acked_before.lives[0].writes[0].clone();
         earlier.acked = Some(7);
@@ -2301,9 +2267,8 @@ mod tests {
         let sys = acked_before.lives[0].syscalls.as_mut().unwrap();
         sys.acks.insert(0, (1, 10));
         // One violation per failed call: it must name the ack after it.
-        let found: Vec<String> = check(&acked_before, None)
+        let found: Vec<String> = failed_sync(&acked_before)
             .into_iter()
-            .filter(|v| v.invariant == Invariant::FailedSyncNotAcked)
             .map(|v| v.found)
             .collect();
         assert_eq!(found.len(), 1, "{found:?}");
@@ -2313,8 +2278,7 @@ mod tests {
         );
 
         let mut rewritten_late = eio_then(vec![]);
-        let sys = rewritten_late.lives[0].syscalls.as_mut().unwrap();
-        let oplog = sys.oplog.as_mut().unwrap();
+        let oplog = oplog_of(&mut rewritten_late);
         let rewrite = [
             Op::Write {
                 path: rel.clone(),
@@ -2357,9 +2321,7 @@ mod tests {
             },
             Op::Fdatasync { path: rel },
         ]);
-        let sys = printed_between.lives[0].syscalls.as_mut().unwrap();
-        let oplog = sys.oplog.as_mut().unwrap();
-        oplog.outputs.insert(
+        oplog_of(&mut printed_between).outputs.insert(
             0,
             crate::nemesis::powerloss::OutputMark {
                 after_ops: 1,
@@ -2377,17 +2339,9 @@ mod tests {
     /// the failure passes; synced only by the retry, it does not.
     #[test]
     fn failed_sync_not_acked_lets_a_group_event_synced_before_a_failed_fsync_pass() {
-        use crate::nemesis::powerloss::{Bytes, Origin, OutputMark};
+        use crate::nemesis::powerloss::{Bytes, OutputMark};
         let rel = std::path::PathBuf::from("s/events.jsonl");
         let group = |a_synced_first: bool| {
-            let mut h = eio_then(vec![Op::Fdatasync { path: rel.clone() }]);
-            let oplog = h.lives[0]
-                .syscalls
-                .as_mut()
-                .unwrap()
-                .oplog
-                .as_mut()
-                .unwrap();
             let mut before_b = vec![];
             if a_synced_first {
                 before_b.push(Op::Fdatasync { path: rel.clone() });
@@ -2398,23 +2352,18 @@ mod tests {
                 offset: 5,
                 data: Bytes(b"b\n".to_vec()),
             });
-            for (i, op) in before_b.into_iter().enumerate() {
-                let origin = Some(Origin { pid: 1, syscall: 0 });
-                oplog.ops.insert(1 + i, LoggedOp { op, origin });
-            }
+            let retry = vec![Op::Fdatasync { path: rel.clone() }];
+            let mut h = eio_with(1, before_b, retry);
+            let oplog = oplog_of(&mut h);
             let mark = |after_ops: usize, offset: u64| OutputMark {
                 after_ops,
                 offset,
                 len: 20,
                 pid: 1,
             };
-            oplog.outputs[0].after_ops = oplog.ops.len();
             oplog.outputs.insert(0, mark(b_at, 20));
             oplog.outputs.insert(0, mark(0, 0));
-            check(&h, None)
-                .into_iter()
-                .filter(|v| v.invariant == Invariant::FailedSyncNotAcked)
-                .count()
+            failed_sync(&h).len()
         };
         assert_eq!(group(true), 0);
         assert_eq!(group(false), 1);
@@ -2427,20 +2376,12 @@ mod tests {
     /// line), it is.
     #[test]
     fn failed_sync_not_acked_lets_pass_a_failed_fsync_of_bytes_synced_elsewhere() {
-        use crate::nemesis::powerloss::{Bytes, Origin};
+        use crate::nemesis::powerloss::Bytes;
         let rel = std::path::PathBuf::from("s/events.jsonl");
         let wal = std::path::PathBuf::from("s/events.wal");
         // `bytes` written to `path` (and synced) before life 0's write of
         // the log, whose fdatasync then fails and is retried.
         let copied_to = |path: &std::path::Path, bytes: &[u8], synced: bool| {
-            let mut h = eio_then(vec![Op::Fdatasync { path: rel.clone() }]);
-            let oplog = h.lives[0]
-                .syscalls
-                .as_mut()
-                .unwrap()
-                .oplog
-                .as_mut()
-                .unwrap();
             let mut first = vec![Op::Write {
                 path: path.to_path_buf(),
                 offset: 0,
@@ -2451,15 +2392,8 @@ mod tests {
                     path: path.to_path_buf(),
                 });
             }
-            for (i, op) in first.into_iter().enumerate() {
-                let origin = Some(Origin { pid: 1, syscall: 0 });
-                oplog.ops.insert(i, LoggedOp { op, origin });
-            }
-            oplog.outputs[0].after_ops = oplog.ops.len();
-            check(&h, None)
-                .into_iter()
-                .filter(|v| v.invariant == Invariant::FailedSyncNotAcked)
-                .count()
+            let retry = vec![Op::Fdatasync { path: rel.clone() }];
+            failed_sync(&eio_with(0, first, retry)).len()
         };
         assert_eq!(copied_to(&wal, b"line\n", true), 0);
         assert_eq!(copied_to(&wal, b"line\n", false), 1);
@@ -2478,12 +2412,7 @@ mod tests {
             offset: 0,
             data: crate::nemesis::powerloss::Bytes(b"frame".to_vec()),
         };
-        let failed = |after: Vec<Op>| {
-            check(&fail_then(Failed::CheckpointWrite, after), None)
-                .into_iter()
-                .filter(|v| v.invariant == Invariant::FailedSyncNotAcked)
-                .collect::<Vec<_>>()
-        };
+        let failed = |after: Vec<Op>| failed_sync(&fail_then(Failed::CheckpointWrite, after));
         assert_eq!(
             failed(vec![frame(), Op::Fsync { path: wal.clone() }]),
             vec![],
