@@ -232,3 +232,49 @@ fn the_store_processes_of_a_life_die_with_its_agent() {
         assert_eq!(state(pid), None, "pid {pid} was not reaped");
     }
 }
+
+/// An observation changes nothing on disk: the WAL a killed SQLite writer
+/// left is still there, byte for byte, and the database file too, after
+/// the harness observed the session. Closing the observer's session would
+/// have checkpointed the WAL into the database file and removed it.
+#[test]
+fn an_observation_leaves_the_store_s_files_as_it_found_them() {
+    let sqlite = support::workspace_bin("agentchaos-sqlite-adapter");
+    let dir = tempfile::tempdir().unwrap();
+    let spec = SessionSpec {
+        root: dir.path().join("root"),
+        session: "s".into(),
+        workspace: dir.path().join("ws"),
+    };
+    std::fs::create_dir_all(&spec.root).unwrap();
+    std::fs::create_dir_all(&spec.workspace).unwrap();
+    let mut writer = Client::spawn(Command::new(&sqlite), ClientOptions::default()).unwrap();
+    writer.open(&open_args(&spec, true)).unwrap();
+    let started = agentchaos_protocol::event::Event::RunStarted { run_id: "r".into() };
+    writer.append(&started).unwrap();
+    writer.kill().unwrap();
+    let files = || -> std::collections::BTreeMap<String, Vec<u8>> {
+        std::fs::read_dir(&spec.root)
+            .unwrap()
+            .map(|e| {
+                let path = e.unwrap().path();
+                let name = path.file_name().unwrap().to_string_lossy().into_owned();
+                (name, std::fs::read(&path).unwrap())
+            })
+            .collect()
+    };
+    let before = files();
+    assert!(
+        before.keys().any(|name| name.ends_with("-wal")),
+        "the killed writer left its WAL: {:?}",
+        before.keys()
+    );
+    let backend = AdapterBackend::new(sqlite.to_str().unwrap()).unwrap();
+    let observed = backend.observe(&spec).unwrap();
+    assert_eq!(
+        observed.records.last().and_then(|r| r.event()),
+        Some(&started),
+        "the observer read the acknowledged event"
+    );
+    assert!(files() == before, "observing wrote to the store's files");
+}
