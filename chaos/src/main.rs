@@ -1013,6 +1013,25 @@ fn scenarios(args: ScenariosCli) -> Result<ExitCode, Failure> {
     Ok(ExitCode::SUCCESS)
 }
 
+/// `--keep-failures DIR` and `--keep DIR` fill a directory that is new or
+/// empty, so everything in it is this run's and nothing already there is
+/// ever removed or overwritten.
+fn new_or_empty_dir(flag: &str, dir: &Path) -> Result<(), Failure> {
+    let bad = |why: String| bad_input(format!("{flag} {}: {why}", dir.display()));
+    match std::fs::metadata(dir) {
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => Ok(()),
+        Err(e) => Err(bad(e.to_string())),
+        Ok(m) if !m.is_dir() => Err(bad("exists and is not a directory".into())),
+        Ok(_) => match std::fs::read_dir(dir).map(|mut d| d.next()) {
+            Ok(None) => Ok(()),
+            Ok(Some(_)) => Err(bad(
+                "exists and is not empty; name a new or empty directory (nothing in it is removed or overwritten)".into(),
+            )),
+            Err(e) => Err(bad(e.to_string())),
+        },
+    }
+}
+
 /// A report file must be writable before the campaign runs, not after.
 fn writable_output(flag: &str, path: &Option<PathBuf>) -> Result<(), Failure> {
     let Some(path) = path else { return Ok(()) };
@@ -1099,9 +1118,7 @@ fn run(args: RunArgs) -> Result<ExitCode, Failure> {
     };
     cfg.progress = !args.quiet;
     if let Some(k) = &args.keep_failures {
-        std::fs::create_dir_all(k)
-            .map_err(|e| bad_input(format!("--keep-failures {}: {e}", k.display())))?;
-        cfg.keep_failures = Some(k.clone());
+        new_or_empty_dir("--keep-failures", k)?;
     }
     let paths = if args.scenario.is_empty() {
         vec![default_scenarios()]
@@ -1109,10 +1126,27 @@ fn run(args: RunArgs) -> Result<ExitCode, Failure> {
         args.scenario.clone()
     };
     let mut sources = load_sources(&paths)?;
+    if let Some(k) = &args.keep_failures {
+        std::fs::create_dir_all(k)
+            .map_err(|e| bad_input(format!("--keep-failures {}: {e}", k.display())))?;
+        cfg.keep_failures = Some(k.clone());
+    }
     let random_dir = match (&cfg.keep_failures, args.random) {
         (_, 0) => None,
         (Some(k), _) => Some(k.join("random")),
-        (None, _) => Some(std::env::temp_dir().join(format!("agentchaos-random-{}", args.seed))),
+        // A directory of this run's own: it is removed after a clean run.
+        (None, _) => Some(
+            tempfile::Builder::new()
+                .prefix(&format!("agentchaos-random-{}-", args.seed))
+                .tempdir()
+                .map_err(|e| {
+                    failed(format!(
+                        "cannot create a directory for the random scenarios in {}: {e}",
+                        std::env::temp_dir().display()
+                    ))
+                })?
+                .keep(),
+        ),
     };
     if let Some(rd) = &random_dir {
         sources.extend(
@@ -1234,6 +1268,9 @@ fn syscall_supported() -> Result<(), Failure> {
 fn replay(args: ReplayArgs) -> Result<ExitCode, Failure> {
     let backend = backend(&args.common.adapter, args.common.durability, true)?;
     let mut cfg = config(&args.common, backend.as_ref(), Mode::Exhaustive, 0)?;
+    if let Some(k) = &args.keep {
+        new_or_empty_dir("--keep", k)?;
+    }
     // A trial's plan, or a probe's (`probe:…`).
     enum What {
         Trial(Plan),
@@ -1359,7 +1396,7 @@ fn load_sources(paths: &[PathBuf]) -> Result<Vec<ScenarioSource>, Failure> {
                 return Err(bad_input(format!(
                     "{}: scenario name {:?} is loaded twice",
                     f.path.display(),
-                    f.scenario.name
+                    f.scenario.name.as_str()
                 )));
             }
             sources.push(ScenarioSource {

@@ -254,3 +254,100 @@ fn failing_random_scenarios_are_shrunk_to_a_replayable_minimum() {
     let s = agentchaos::scenario::load(Path::new(shrunk)).unwrap();
     assert!(s.step_count() <= 2, "{}", s.to_json());
 }
+
+/// Asserts exit 2 with one line on stderr holding every one of `says`.
+fn refused(out: &Output, says: &[&str]) {
+    let err = text(&out.stderr);
+    assert_eq!(out.status.code(), Some(2), "{err}{}", text(&out.stdout));
+    assert_eq!(err.lines().count(), 1, "{err}");
+    for s in says {
+        assert!(err.contains(s), "{s:?} not in {err}");
+    }
+}
+
+/// The names in `dir`, sorted.
+fn listing(dir: &Path) -> Vec<String> {
+    let mut names: Vec<String> = std::fs::read_dir(dir)
+        .unwrap()
+        .map(|e| e.unwrap().file_name().to_string_lossy().into_owned())
+        .collect();
+    names.sort();
+    names
+}
+
+/// The small fixture under another `name`, written to `dir/file`.
+fn renamed(dir: &Path, file: &str, name: &str) -> PathBuf {
+    let mut s: serde_json::Value =
+        serde_json::from_slice(&std::fs::read(fixture()).unwrap()).unwrap();
+    s["name"] = name.into();
+    let path = dir.join(file);
+    std::fs::write(&path, s.to_string()).unwrap();
+    path
+}
+
+/// A scenario named `..` would keep its failing trials in `keep/../PLAN`,
+/// beside `keep`: it is refused before anything runs, and the directory
+/// of that name beside `keep` stays as it was.
+#[test]
+fn a_scenario_named_dotdot_is_refused_and_nothing_beside_keep_is_touched() {
+    let dir = tempfile::tempdir().unwrap();
+    renamed(dir.path(), "dotdot.json", "..");
+    std::fs::create_dir(dir.path().join("keep")).unwrap();
+    std::fs::create_dir(dir.path().join("powercut@24")).unwrap();
+    std::fs::write(dir.path().join("powercut@24/data"), "precious").unwrap();
+    let out = bin()
+        .current_dir(dir.path())
+        .args(["run", "--quiet", "--nemesis", "points", "--trials", "4"])
+        .args(["--scenario", "dotdot.json", "--keep-failures", "keep"])
+        .args(["--store-fault", "ack-before-fsync"])
+        .output()
+        .unwrap();
+    refused(&out, &["dotdot.json:", "\"..\"", "not \".\" or \"..\""]);
+    assert_eq!(listing(dir.path()), ["dotdot.json", "keep", "powercut@24"]);
+    assert!(listing(&dir.path().join("keep")).is_empty());
+    assert_eq!(listing(&dir.path().join("powercut@24")), ["data"]);
+    assert_eq!(
+        std::fs::read_to_string(dir.path().join("powercut@24/data")).unwrap(),
+        "precious"
+    );
+}
+
+/// `--keep-failures` and `--keep` fill a new or empty directory only:
+/// one that holds anything is refused up front, and what it holds is left
+/// as it was (a kept trial used to replace `DIR/NAME/PLAN` whole).
+#[test]
+fn a_keep_directory_that_is_not_new_or_empty_is_refused_up_front() {
+    let dir = tempfile::tempdir().unwrap();
+    let keep = dir.path().join("keep");
+    std::fs::create_dir_all(keep.join("small/kill@3")).unwrap();
+    std::fs::write(keep.join("small/kill@3/mine"), "mine").unwrap();
+    let file = dir.path().join("a-file");
+    std::fs::write(&file, "mine").unwrap();
+    let f = fixture();
+    for (flag, target, says) in [
+        ("--keep-failures", &keep, "exists and is not empty"),
+        ("--keep", &keep, "exists and is not empty"),
+        ("--keep-failures", &file, "exists and is not a directory"),
+    ] {
+        let mut cmd = bin();
+        if flag == "--keep" {
+            cmd.args(["replay", "--plan", "kill@3"]);
+        } else {
+            cmd.args(["run", "--quiet", "--nemesis", "points", "--trials", "2"]);
+            cmd.args(["--store-fault", "mark-twice"]);
+        }
+        let out = cmd
+            .arg("--scenario")
+            .arg(&f)
+            .arg(flag)
+            .arg(target)
+            .output()
+            .unwrap();
+        refused(&out, &[flag, &target.display().to_string(), says]);
+        assert!(out.stdout.is_empty(), "{}", text(&out.stdout));
+    }
+    assert_eq!(listing(&keep), ["small"]);
+    assert_eq!(listing(&keep.join("small")), ["kill@3"]);
+    assert_eq!(listing(&keep.join("small/kill@3")), ["mine"]);
+    assert_eq!(std::fs::read_to_string(&file).unwrap(), "mine");
+}

@@ -7,7 +7,7 @@ use std::path::PathBuf;
 
 use agentchaos::campaign::config::{Config, Mode, ScenarioSource};
 use agentchaos::campaign::runner;
-use agentchaos::scenario::{Run, Scenario, Step, TestSpec};
+use agentchaos::scenario::{Run, SafeName, Scenario, Step, TestSpec};
 use agentchaos::store::ReferenceBackend;
 use agentchaos_protocol::event::Decision;
 use proptest::prelude::*;
@@ -104,7 +104,7 @@ fn step() -> impl Strategy<Value = Step> {
 
 fn scenario(runs: Vec<Vec<Step>>) -> Scenario {
     Scenario {
-        name: "proptest".into(),
+        name: SafeName::new("proptest").unwrap(),
         description: String::new(),
         files: BTreeMap::from([("a.txt".into(), "broken\n".into())]),
         tests: vec![TestSpec {

@@ -82,7 +82,7 @@ pub fn run_trial(
             cfg.store_fault.as_deref(),
             &cfg.backend.agent_args(),
         );
-        keep_trial(
+        let kept = keep_trial(
             keep,
             dir,
             &prepared.source,
@@ -91,6 +91,16 @@ pub fn run_trial(
             error.as_ref().map(|e| e.message.as_str()),
             &replay,
         );
+        match kept {
+            // This run kept the same plan already (sampled twice).
+            Err(e) if e.kind() == std::io::ErrorKind::AlreadyExists => {}
+            Err(e) => eprintln!(
+                "agentchaos: cannot keep the failing trial {plan} of {} in {}: {e}",
+                prepared.source.scenario.name,
+                keep.display()
+            ),
+            Ok(_) => {}
+        }
     }
     let _ = std::fs::remove_dir_all(dir);
     TrialOutcome {

@@ -2532,11 +2532,12 @@ fn replay_in(
         ));
     }
     if let Some(keep) = keep {
-        let dest = keep.join(&name).join(probe.to_string().replace('/', "_"));
-        let _ = std::fs::remove_dir_all(&dest);
-        crate::campaign::scratch::copy_dir(&scratch, &dest).map_err(|e| {
-            ProbeError::Harness(format!("cannot keep the probe in {}: {e}", dest.display()))
-        })?;
+        let what = probe.to_string().replace('/', "_");
+        let dest = crate::campaign::scratch::keep_dir(keep, &name, &what)
+            .and_then(|dest| crate::campaign::scratch::copy_dir(&scratch, &dest).map(|()| dest))
+            .map_err(|e| {
+                ProbeError::Harness(format!("cannot keep the probe in {}: {e}", keep.display()))
+            })?;
         let _ = writeln!(narrative, "probe directory kept in {}", dest.display());
     }
     Ok(crate::campaign::replay::Replayed {

@@ -223,12 +223,10 @@ fn replay_in(
         narrative.push_str(&explain(v, &prepared.source.scenario.name, &crash, &replay));
     }
     if let Some(keep) = keep {
-        let dest = keep
-            .join(&prepared.source.scenario.name)
-            .join(plan.to_string());
-        let _ = std::fs::remove_dir_all(&dest);
-        crate::campaign::scratch::copy_dir(&trial_dir, &dest)
-            .map_err(|e| format!("cannot keep the trial in {}: {e}", dest.display()))?;
+        let name = &prepared.source.scenario.name;
+        let dest = crate::campaign::scratch::keep_dir(keep, name, &plan.to_string())
+            .and_then(|dest| crate::campaign::scratch::copy_dir(&trial_dir, &dest).map(|()| dest))
+            .map_err(|e| format!("cannot keep the trial in {}: {e}", keep.display()))?;
         let _ = writeln!(narrative, "trial directory kept in {}", dest.display());
     }
     Ok(Replayed {

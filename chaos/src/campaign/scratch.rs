@@ -1,9 +1,11 @@
 //! The scratch directories a campaign owns: one fresh directory per
 //! campaign under the base (`--dir`), trial directories inside it, and
 //! what is kept of a failing trial. Nothing outside a campaign's own
-//! directory is ever written or removed.
+//! directory is ever written or removed, and what is kept only ever goes
+//! into directories made for it ([`keep_dir`]).
 
 use crate::campaign::config::ScenarioSource;
+use crate::scenario::SafeName;
 use std::path::{Path, PathBuf};
 
 use crate::check::Violation;
@@ -97,6 +99,36 @@ pub fn campaign_dir(base: &Path) -> Result<PathBuf, CampaignDirError> {
     }
 }
 
+/// Makes `keep/SCENARIO/WHAT`, the directory one failing trial or probe
+/// is kept in (`WHAT` its plan), and returns it. `keep` was absent or
+/// empty when the run started (`agentchaos` refuses any other), so
+/// everything under it is this run's: the directory is made here, never
+/// one that existed, and nothing is removed or overwritten. An
+/// `AlreadyExists` error says this run already kept that plan (a sampled
+/// plan drawn twice).
+pub fn keep_dir(keep: &Path, scenario: &SafeName, what: &str) -> std::io::Result<PathBuf> {
+    // A plan or probe is printed from a parsed, typed value; this keeps
+    // any that could leave `keep/SCENARIO/` (a '/', "..") from becoming a path.
+    let one_component = !what.is_empty()
+        && what.len() <= 255
+        && what != "."
+        && what != ".."
+        && !what.chars().any(|c| c == '/' || c.is_control());
+    if !one_component {
+        return Err(std::io::Error::new(
+            std::io::ErrorKind::InvalidInput,
+            format!("{what:?} is not one path component"),
+        ));
+    }
+    let parent = keep.join(scenario);
+    std::fs::create_dir_all(&parent)?;
+    let dest = parent.join(what);
+    std::fs::create_dir(&dest)?;
+    Ok(dest)
+}
+
+/// Keeps a failing trial's directory `dir` in [`keep_dir`] with a
+/// `VIOLATIONS.txt`; returns where.
 pub fn keep_trial(
     keep: &Path,
     dir: &Path,
@@ -105,12 +137,9 @@ pub fn keep_trial(
     violations: &[Violation],
     error: Option<&str>,
     replay: &str,
-) {
-    let dest = keep.join(&source.scenario.name).join(plan.to_string());
-    let _ = std::fs::remove_dir_all(&dest);
-    if copy_dir(dir, &dest).is_err() {
-        return;
-    }
+) -> std::io::Result<PathBuf> {
+    let dest = keep_dir(keep, &source.scenario.name, &plan.to_string())?;
+    copy_dir(dir, &dest)?;
     let mut notes = format!(
         "scenario: {}\nplan: {plan}\nreplay: {replay}\n",
         source.path.display(),
@@ -128,5 +157,35 @@ pub fn keep_trial(
             v.events.join(", ")
         ));
     }
-    let _ = std::fs::write(dest.join("VIOLATIONS.txt"), notes);
+    std::fs::write(dest.join("VIOLATIONS.txt"), notes)?;
+    Ok(dest)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_kept_directory_is_always_new_and_inside_keep() {
+        let tmp = tempfile::tempdir().unwrap();
+        let keep = tmp.path().join("keep");
+        let name = SafeName::new("small").unwrap();
+        let plans = [
+            Plan::kill(5).to_string(),
+            "kill@9+tear@3:10".parse::<Plan>().unwrap().to_string(),
+            "sys-tear@4:7".parse::<Plan>().unwrap().to_string(),
+        ];
+        for plan in &plans {
+            let dest = keep_dir(&keep, &name, plan).unwrap();
+            assert_eq!(dest, keep.join("small").join(plan));
+        }
+        let again = keep_dir(&keep, &name, &plans[0]).unwrap_err();
+        assert_eq!(again.kind(), std::io::ErrorKind::AlreadyExists);
+        for bad in ["", ".", "..", "a/b", "../x", "a\nb"] {
+            let e = keep_dir(&keep, &name, bad).unwrap_err();
+            assert_eq!(e.kind(), std::io::ErrorKind::InvalidInput, "{bad:?}");
+        }
+        let made: Vec<_> = std::fs::read_dir(keep.join("small")).unwrap().collect();
+        assert_eq!(made.len(), plans.len());
+    }
 }

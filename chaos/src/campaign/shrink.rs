@@ -225,7 +225,8 @@ pub fn shrink(
         scenario.name,
         scenario.step_count()
     );
-    best.name = format!("{}-shrunk", scenario.name);
+    best.name = crate::scenario::SafeName::new(format!("{}-shrunk", scenario.name))
+        .map_err(|e| TrialError::from(format!("cannot name the shrunk scenario: {e}")))?;
     std::fs::write(out, best.to_json())
         .map_err(|e| TrialError::from(format!("cannot write {}: {e}", out.display())))?;
     Ok(Shrunk {

@@ -377,7 +377,7 @@ pub fn score(
         };
         found.push((
             row,
-            sc.source.scenario.name.clone(),
+            sc.source.scenario.name.to_string(),
             x.check.clone(),
             format!(
                 "{} (model {}): expected {}; found {}",

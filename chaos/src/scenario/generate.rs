@@ -10,7 +10,7 @@ use std::collections::BTreeMap;
 use agentchaos_protocol::event::Decision;
 
 use crate::scenario::rng::Rng;
-use crate::scenario::{Run, Scenario, Step, TestSpec};
+use crate::scenario::{Run, SafeName, Scenario, Step, TestSpec};
 
 /// A random, valid scenario of at most `max_steps` steps per run.
 pub fn random_scenario(seed: u64, max_steps: usize) -> Scenario {
@@ -36,7 +36,7 @@ pub fn random_scenario(seed: u64, max_steps: usize) -> Scenario {
         })
         .collect::<Vec<_>>();
     let mut scenario = Scenario {
-        name: format!("random-{seed:x}"),
+        name: SafeName::new(format!("random-{seed:x}")).expect("random-HEX is a safe name"),
         description: format!("generated from seed {seed}"),
         files,
         tests,

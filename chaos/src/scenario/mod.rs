@@ -10,6 +10,7 @@
 
 pub mod builtin;
 pub mod generate;
+pub mod name;
 pub mod rng;
 
 use std::collections::{BTreeMap, BTreeSet};
@@ -18,6 +19,9 @@ use std::path::{Path, PathBuf};
 
 use agentchaos_protocol::event::{Decision, Effect, PlanStep};
 use serde::{Deserialize, Serialize};
+
+use name::is_name;
+pub use name::SafeName;
 
 /// Largest workspace file or tool output a scenario may ask for.
 pub const MAX_FILE_BYTES: usize = 1 << 20;
@@ -51,7 +55,8 @@ impl std::error::Error for InputError {}
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct Scenario {
-    pub name: String,
+    /// Validated when parsed: it names directories and files.
+    pub name: SafeName,
     #[serde(default, skip_serializing_if = "String::is_empty")]
     pub description: String,
     /// Initial workspace: relative path -> content.
@@ -451,15 +456,6 @@ impl Scenario {
     pub fn validate(&self) -> Result<(), (Vec<Seg>, String)> {
         use Seg::{Index as I, Key as K};
         let key = |k: &str| K(k.to_string());
-        if !is_name(&self.name, 64) {
-            return Err((
-                vec![key("name")],
-                format!(
-                    "scenario name {:?} must be 1-64 characters of a-z, 0-9, '-', '_' or '.'",
-                    self.name
-                ),
-            ));
-        }
         for (path, content) in &self.files {
             let at = vec![key("files"), key(path)];
             check_path(path).map_err(|m| (at.clone(), m.to_string()))?;
@@ -494,7 +490,7 @@ impl Scenario {
                 return Err((
                     at_run("id"),
                     format!(
-                        "run id {:?} must be unique and 1-32 characters of a-z, 0-9, '-', '_' or '.'",
+                        "run id {:?} must be unique and 1-32 characters of a-z, 0-9, '-', '_' or '.', and not \".\" or \"..\"",
                         run.id
                     ),
                 ));
@@ -619,7 +615,7 @@ fn check_tool_fields(step: &Step) -> Result<(), (&'static str, String)> {
         }
         Step::Remote { service, .. } if !is_name(service, 32) => Err((
             "service",
-            format!("service {service:?} must be 1-32 characters of a-z, 0-9, '-', '_' or '.'"),
+            format!("service {service:?} must be 1-32 characters of a-z, 0-9, '-', '_' or '.', and not \".\" or \"..\""),
         )),
         Step::Remote { action, .. } if action.is_empty() => {
             Err(("action", "action must not be empty".into()))
@@ -629,14 +625,6 @@ fn check_tool_fields(step: &Step) -> Result<(), (&'static str, String)> {
         }
         _ => Ok(()),
     }
-}
-
-fn is_name(s: &str, max: usize) -> bool {
-    !s.is_empty()
-        && s.len() <= max
-        && s.bytes().all(|b| {
-            b.is_ascii_lowercase() || b.is_ascii_digit() || matches!(b, b'-' | b'_' | b'.')
-        })
 }
 
 /// A workspace path that would leave the workspace.
@@ -770,7 +758,7 @@ pub fn load_all(path: &Path) -> Result<Vec<ScenarioFile>, InputError> {
                 ),
                 message: format!(
                     "scenario name {:?} is already used by {}",
-                    scenario.name,
+                    scenario.name.as_str(),
                     other.path.display()
                 ),
             });
