@@ -296,3 +296,45 @@ fn a_child_whose_harness_is_gone_exits_as_the_harness_failure() {
         );
     }
 }
+
+/// A scenario with an event larger than every store must take (a 5 MiB
+/// user message; agentstore refuses events over 4 MiB, rightly) is the
+/// scenario's problem: refused before it runs, exit 2, one line naming the
+/// file, the line and the step, whatever the store. It used to run and be
+/// reported as the store's violation (exit 1).
+#[test]
+fn a_scenario_larger_than_stores_must_take_exits_2_before_it_runs() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("big.json");
+    let mut s: serde_json::Value =
+        serde_json::from_slice(&std::fs::read(small()).unwrap()).unwrap();
+    let steps = s["runs"][0]["steps"].as_array_mut().unwrap();
+    steps.insert(
+        1,
+        serde_json::json!({"do": "user", "text": "x".repeat(5 << 20)}),
+    );
+    std::fs::write(&path, serde_json::to_string_pretty(&s).unwrap()).unwrap();
+    let file = path.display().to_string();
+    let agentstore = support::workspace_bin("agentstore");
+    let adapter = format!("{} adapter", agentstore.display());
+    for extra in [vec![], vec!["--adapter", adapter.as_str()]] {
+        let mut args = vec!["run", "--quiet", "--nemesis", "points", "--trials", "2"];
+        args.extend(["--scenario", &file]);
+        args.extend(&extra);
+        let out = agentchaos(&args);
+        let (code, stderr) = code_and_stderr(&out);
+        assert_eq!(code, Some(2), "{extra:?}: {stderr}");
+        assert_eq!(stderr.lines().count(), 1, "{stderr}");
+        assert!(
+            stderr.starts_with(&format!("agentchaos: {file}:")),
+            "{stderr}"
+        );
+        assert!(
+            stderr
+                .contains("runs[0].steps[1]: this step's user_message would be an event of about")
+                && stderr.contains("every store must take"),
+            "{stderr}"
+        );
+        assert!(out.stdout.is_empty(), "ran anyway");
+    }
+}

@@ -10,6 +10,7 @@
 
 pub mod builtin;
 pub mod generate;
+pub mod limits;
 pub mod name;
 pub mod rng;
 
@@ -592,7 +593,7 @@ impl Scenario {
                 }
             }
         }
-        Ok(())
+        limits::check(self)
     }
 }
 
