@@ -19,9 +19,11 @@
 //!   replay;
 //! - [`report`]: text, JSON, JUnit and the scorecard;
 //! - [`shell`]: quoting the commands a report prints;
-//! - [`child`]: child processes that die with the harness.
+//! - [`child`]: child processes that die with the harness;
+//! - [`bounded`]: reading a file a user or a store wrote, within a limit.
 
 pub mod agent;
+pub mod bounded;
 pub mod campaign;
 pub mod check;
 pub mod child;

@@ -125,6 +125,9 @@ struct Common {
     /// (a store that never answers), killed and reported as the store's failure.
     #[arg(long, value_name = "SECS", default_value_t = agentchaos::campaign::trial::HANG_TIMEOUT.as_secs())]
     hang_timeout: u64,
+    /// The largest scenario file read, in bytes; a larger one is refused (exit 2).
+    #[arg(long, value_name = "BYTES", default_value_t = scenario::DEFAULT_MAX_INPUT_BYTES)]
+    max_input_bytes: u64,
 }
 
 #[derive(Args, Debug)]
@@ -254,6 +257,8 @@ struct AgentCli {
     adapter_fds: Option<String>,
     #[arg(long, default_value = "sync")]
     durability: Durability,
+    #[arg(long, default_value_t = scenario::DEFAULT_MAX_INPUT_BYTES)]
+    max_input_bytes: u64,
 }
 
 #[derive(Args, Debug)]
@@ -822,6 +827,7 @@ fn run_agent(a: AgentCli) -> Result<ExitCode, Failure> {
         },
         world: a.world,
         life: a.life,
+        max_input_bytes: a.max_input_bytes,
     };
     // The agent's adapters are its lives: started by itself, or forked for
     // it by the harness and handed down.
@@ -952,6 +958,9 @@ fn config<'a>(
     if common.hang_timeout == 0 {
         return Err(bad_input("--hang-timeout must be at least 1 second"));
     }
+    if common.max_input_bytes == 0 {
+        return Err(bad_input("--max-input-bytes must be at least 1"));
+    }
     Ok(Config {
         backend,
         agent_exe,
@@ -968,6 +977,7 @@ fn config<'a>(
         progress: false,
         power_loss: PowerLossLimits::default(),
         hang_timeout: std::time::Duration::from_secs(common.hang_timeout),
+        max_input_bytes: common.max_input_bytes,
     })
 }
 
@@ -995,15 +1005,16 @@ fn scenarios(args: ScenariosCli) -> Result<ExitCode, Failure> {
     std::fs::create_dir_all(&dir).map_err(|e| bad_input(format!("{}: {e}", dir.display())))?;
     for b in builtin::ALL {
         let path = dir.join(format!("{}.json", b.name));
-        match std::fs::read(&path) {
+        // No more than the built-in's length is read: a longer file differs.
+        match agentchaos::bounded::read(&path, b.text.len() as u64) {
             Ok(old) if old == b.text.as_bytes() => continue,
-            Ok(_) => {
+            Ok(_) | Err(agentchaos::bounded::ReadError::TooLarge { .. }) => {
                 return Err(bad_input(format!(
                     "{}: exists with other contents; not overwritten",
                     path.display()
                 )))
             }
-            Err(e) if e.kind() == std::io::ErrorKind::NotFound => {}
+            Err(e) if e.not_found() => {}
             Err(e) => return Err(bad_input(format!("{}: {e}", path.display()))),
         }
         std::fs::write(&path, b.text)
@@ -1125,7 +1136,7 @@ fn run(args: RunArgs) -> Result<ExitCode, Failure> {
     } else {
         args.scenario.clone()
     };
-    let mut sources = load_sources(&paths)?;
+    let mut sources = load_sources(&paths, cfg.max_input_bytes)?;
     if let Some(k) = &args.keep_failures {
         std::fs::create_dir_all(k)
             .map_err(|e| bad_input(format!("--keep-failures {}: {e}", k.display())))?;
@@ -1292,7 +1303,7 @@ fn replay(args: ReplayArgs) -> Result<ExitCode, Failure> {
         syscall_supported()?;
         cfg.nemesis.syscall = true;
     }
-    let scenario = scenario::load(&args.scenario)?;
+    let scenario = scenario::load(&args.scenario, cfg.max_input_bytes)?;
     let source = ScenarioSource {
         path: args.scenario.clone(),
         scenario,
@@ -1337,7 +1348,7 @@ fn replay_power_loss(
     args: &ReplayArgs,
     id: &StateId,
 ) -> Result<ExitCode, Failure> {
-    let scenario = scenario::load(&args.scenario)?;
+    let scenario = scenario::load(&args.scenario, cfg.max_input_bytes)?;
     let source = ScenarioSource {
         path: args.scenario.clone(),
         scenario,
@@ -1388,10 +1399,10 @@ fn replay_power_loss(
 }
 
 /// Scenario files under `paths`, each name loaded once.
-fn load_sources(paths: &[PathBuf]) -> Result<Vec<ScenarioSource>, Failure> {
+fn load_sources(paths: &[PathBuf], max_bytes: u64) -> Result<Vec<ScenarioSource>, Failure> {
     let mut sources: Vec<ScenarioSource> = Vec::new();
     for p in paths {
-        for f in scenario::load_all(p)? {
+        for f in scenario::load_all(p, max_bytes)? {
             if sources.iter().any(|s| s.scenario.name == f.scenario.name) {
                 return Err(bad_input(format!(
                     "{}: scenario name {:?} is loaded twice",

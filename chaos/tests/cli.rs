@@ -251,8 +251,29 @@ fn failing_random_scenarios_are_shrunk_to_a_replayable_minimum() {
     );
     let shrunk = args[args.iter().position(|a| *a == "--scenario").unwrap() + 1];
     assert!(shrunk.starts_with(keep.to_str().unwrap()));
-    let s = agentchaos::scenario::load(Path::new(shrunk)).unwrap();
+    let s = agentchaos::scenario::load(Path::new(shrunk), u64::MAX).unwrap();
     assert!(s.step_count() <= 2, "{}", s.to_json());
+}
+
+/// Runs `cmd` to its end, or kills it after two minutes and fails: a
+/// command that blocks (opening a FIFO) fails the test, never hangs it.
+fn output_within(mut cmd: Command) -> Output {
+    use std::process::Stdio;
+    let mut child = cmd
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(120);
+    while child.try_wait().unwrap().is_none() {
+        if std::time::Instant::now() > deadline {
+            let _ = child.kill();
+            let _ = child.wait();
+            panic!("{cmd:?} still runs after 120 s: it blocked");
+        }
+        std::thread::sleep(std::time::Duration::from_millis(20));
+    }
+    child.wait_with_output().unwrap()
 }
 
 /// Asserts exit 2 with one line on stderr holding every one of `says`.
@@ -350,4 +371,82 @@ fn a_keep_directory_that_is_not_new_or_empty_is_refused_up_front() {
     assert_eq!(listing(&keep.join("small")), ["kill@3"]);
     assert_eq!(listing(&keep.join("small/kill@3")), ["mine"]);
     assert_eq!(std::fs::read_to_string(&file).unwrap(), "mine");
+}
+
+/// A scenario path that names a FIFO, a device or a directory holding a
+/// FIFO is refused without opening it (opening a FIFO blocks until a writer
+/// comes; /dev/zero never ends), and a file larger than --max-input-bytes
+/// is refused without reading it: exit 2, one line naming the file.
+#[test]
+fn scenario_files_that_are_not_regular_or_too_large_are_refused_unread() {
+    let dir = tempfile::tempdir().unwrap();
+    let fifo = dir.path().join("f.json");
+    nix::unistd::mkfifo(&fifo, nix::sys::stat::Mode::S_IRWXU).unwrap();
+    let run_on = |scenario: &Path, extra: &[&str]| {
+        let mut cmd = bin();
+        cmd.args(["run", "--quiet", "--nemesis", "points", "--trials", "1"])
+            .arg("--scenario")
+            .arg(scenario)
+            .args(extra);
+        output_within(cmd)
+    };
+    let f = fifo.display().to_string();
+    refused(
+        &run_on(&fifo, &[]),
+        &[&format!("{f}: is a FIFO, not a regular file")],
+    );
+    // In a directory of scenarios, after a good one.
+    renamed(dir.path(), "a.json", "a");
+    refused(&run_on(dir.path(), &[]), &[&format!("{f}: is a FIFO")]);
+    refused(
+        &run_on(Path::new("/dev/zero"), &[]),
+        &["/dev/zero: is a character device, not a regular file"],
+    );
+    // 300 MB, sparse: refused on its size, never read.
+    let big = dir.path().join("big.json");
+    std::fs::File::create(&big)
+        .unwrap()
+        .set_len(300_000_000)
+        .unwrap();
+    refused(
+        &run_on(&big, &[]),
+        &[&format!(
+            "{}: is 300000000 bytes, larger than the limit of {} bytes (--max-input-bytes raises it)",
+            big.display(),
+            agentchaos::scenario::DEFAULT_MAX_INPUT_BYTES
+        )],
+    );
+    let small = fixture();
+    let size = std::fs::metadata(&small).unwrap().len();
+    refused(
+        &run_on(&small, &["--max-input-bytes", &(size - 1).to_string()]),
+        &[&format!(
+            "is {size} bytes, larger than the limit of {} bytes",
+            size - 1
+        )],
+    );
+}
+
+/// --max-input-bytes raises the limit for the agents too: they read the
+/// same scenario file.
+#[test]
+fn a_raised_input_limit_reaches_the_agents() {
+    let dir = tempfile::tempdir().unwrap();
+    let padded = dir.path().join("padded.json");
+    let limit = agentchaos::scenario::DEFAULT_MAX_INPUT_BYTES as usize;
+    let mut json = std::fs::read_to_string(fixture()).unwrap();
+    json.push_str(&" ".repeat(limit + 1 - json.len()));
+    std::fs::write(&padded, json).unwrap();
+    let replay = |extra: &[&str]| {
+        bin()
+            .args(["replay", "--plan", "kill@3", "--scenario"])
+            .arg(&padded)
+            .args(extra)
+            .output()
+            .unwrap()
+    };
+    refused(&replay(&[]), &["larger than the limit"]);
+    let out = replay(&["--max-input-bytes", &(limit + 1).to_string()]);
+    assert_eq!(out.status.code(), Some(0), "{}", text(&out.stdout));
+    assert!(text(&out.stdout).contains("result: no violations"));
 }

@@ -153,6 +153,7 @@ proptest! {
             progress: false,
             power_loss: Default::default(),
             hang_timeout: agentchaos::campaign::trial::HANG_TIMEOUT,
+            max_input_bytes: agentchaos::scenario::DEFAULT_MAX_INPUT_BYTES,
         };
         let result = runner::run(&cfg, vec![ScenarioSource { path, scenario: s.clone(), random_seed: None }]).unwrap();
         let found: Vec<String> = result.scenarios[0]

@@ -63,6 +63,8 @@ pub struct AgentArgs {
     pub world: PathBuf,
     /// 0 for the first process of a trial; each restart adds one.
     pub life: u32,
+    /// The largest scenario file read (the harness's `--max-input-bytes`).
+    pub max_input_bytes: u64,
 }
 
 /// How a rendered context shows the crash: agentstore's
@@ -126,8 +128,8 @@ pub fn opens(life: u32) -> usize {
 
 /// Runs the agent to completion (or until the nemesis kills it).
 pub fn run(args: &AgentArgs, backend: &dyn StoreBackend) -> Result<(), AgentError> {
-    let scenario =
-        scenario::load(&args.scenario).map_err(|e| AgentError::Harness(e.to_string()))?;
+    let scenario = scenario::load(&args.scenario, args.max_input_bytes)
+        .map_err(|e| AgentError::Harness(e.to_string()))?;
     let stdout = std::io::stdout();
     let mut reporter = Reporter::new(stdout);
     let open = || {

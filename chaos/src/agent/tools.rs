@@ -25,6 +25,8 @@ use agentchaos_protocol::event::{ReconcileOutcome, ResultStatus};
 use serde_json::Value;
 
 use crate::agent::world::{WorldClient, WorldError};
+use crate::bounded::ReadError;
+use crate::scenario::limits::MAX_LOG_BYTES;
 use crate::scenario::{TestSpec, ToolKind};
 
 /// Where the tools act.
@@ -101,6 +103,31 @@ pub fn tagged_operation(line: &str) -> Option<&str> {
     op.starts_with("op-").then_some(op)
 }
 
+/// The largest workspace file the tools and the checker read back: twice
+/// all the events of a scenario may hold ([`MAX_LOG_BYTES`]), which bounds
+/// what its steps write into one file; a larger one is refused, never
+/// read into memory.
+pub const MAX_WORKSPACE_FILE_BYTES: u64 = 2 * MAX_LOG_BYTES as u64;
+
+/// A workspace file's bytes, within [`MAX_WORKSPACE_FILE_BYTES`].
+fn read_back(full: &Path) -> Result<Vec<u8>, ReadError> {
+    crate::bounded::read(full, MAX_WORKSPACE_FILE_BYTES)
+}
+
+/// [`read_back`], as UTF-8 text.
+fn read_back_text(full: &Path) -> Result<String, ReadError> {
+    crate::bounded::read_to_string(full, MAX_WORKSPACE_FILE_BYTES)
+}
+
+/// Why a workspace file could not be read back, in a few words: the I/O
+/// error's kind, or what the bounded read refused.
+fn why(e: &ReadError) -> String {
+    match e {
+        ReadError::Io(e) => e.kind().to_string(),
+        e => e.to_string(),
+    }
+}
+
 fn hash(bytes: &[u8]) -> String {
     format!("{:08x}", crc32c::crc32c(bytes))
 }
@@ -134,11 +161,11 @@ pub fn run(
     match kind {
         ToolKind::ReadFile => {
             let (rel, full) = in_workspace(ctx, args)?;
-            Ok(match std::fs::read_to_string(&full) {
+            Ok(match read_back_text(&full) {
                 Ok(text) => inline(ResultStatus::Ok, Value::String(text)),
                 Err(e) => inline(
                     ResultStatus::Error,
-                    Value::String(format!("cannot read {rel}: {}", e.kind())),
+                    Value::String(format!("cannot read {rel}: {}", why(&e))),
                 ),
             })
         }
@@ -234,7 +261,7 @@ pub fn reconcile(
         ToolKind::WriteFile => {
             let (rel, full) = in_workspace(ctx, args)?;
             let want = hash(arg(args, "content")?.as_bytes());
-            Ok(match std::fs::read(&full) {
+            Ok(match read_back(&full) {
                 Ok(bytes) if hash(&bytes) == want => Reconciliation {
                     outcome: ReconcileOutcome::Applied,
                     evidence: format!("{rel} has the intended content (crc32c {want})"),
@@ -244,14 +271,19 @@ pub fn reconcile(
                     "{rel} has crc32c {}, the intended content has {want}",
                     hash(&bytes)
                 )),
-                Err(e) => not_applied(format!("{rel} cannot be read ({})", e.kind())),
+                Err(e) => not_applied(format!("{rel} cannot be read ({})", why(&e))),
             })
         }
         ToolKind::AppendLine => {
             let op = operation_id
                 .ok_or_else(|| ToolError("append_line needs an operation id".into()))?;
             let (rel, full) = in_workspace(ctx, args)?;
-            let text = std::fs::read_to_string(&full).unwrap_or_default();
+            let text = match read_back_text(&full) {
+                Ok(text) => text,
+                Err(e) if e.not_found() => String::new(),
+                // Lines it cannot count are not "none".
+                Err(e) => return Err(ToolError(format!("{rel} {e}"))),
+            };
             let n = text
                 .lines()
                 .filter(|l| tagged_operation(l) == Some(op))
@@ -289,8 +321,8 @@ pub fn run_tests(workspace: &Path, tests: &[TestSpec]) -> (String, bool) {
     let mut report = String::new();
     let mut failed = 0;
     for t in tests {
-        let ok = std::fs::read_to_string(workspace.join(&t.file))
-            .is_ok_and(|text| text.contains(&t.contains));
+        let ok =
+            read_back_text(&workspace.join(&t.file)).is_ok_and(|text| text.contains(&t.contains));
         if !ok {
             failed += 1;
         }
@@ -335,7 +367,9 @@ pub fn snapshot(workspace: &Path) -> std::io::Result<BTreeMap<String, Vec<u8>>> 
                     .expect("walked under base")
                     .to_string_lossy()
                     .into_owned();
-                out.insert(rel, std::fs::read(&path)?);
+                let bytes = read_back(&path)
+                    .map_err(|e| std::io::Error::other(format!("{}: {e}", path.display())))?;
+                out.insert(rel, bytes);
             }
         }
         Ok(())

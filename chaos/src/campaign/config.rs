@@ -51,6 +51,8 @@ pub struct Config<'a> {
     /// An agent life or a probe that runs this long is hung: killed, and
     /// the store's failure.
     pub hang_timeout: std::time::Duration,
+    /// The largest scenario file read (`--max-input-bytes`).
+    pub max_input_bytes: u64,
 }
 
 /// The bounds of the power-loss nemesis: which persistence models, how

@@ -71,6 +71,8 @@ pub struct Config {
     /// Parent of the campaign directory.
     pub dir: PathBuf,
     pub progress: bool,
+    /// The largest scenario file the agent reads (`--max-input-bytes`).
+    pub max_input_bytes: u64,
 }
 
 impl Config {
@@ -95,6 +97,7 @@ impl Config {
             jobs: cfg.jobs,
             dir: cfg.dir.clone(),
             progress: cfg.progress,
+            max_input_bytes: cfg.max_input_bytes,
         }
     }
 }
@@ -199,6 +202,8 @@ pub fn record(
     cmd.arg("agent")
         .arg("--scenario")
         .arg(&source.path)
+        .arg("--max-input-bytes")
+        .arg(cfg.max_input_bytes.to_string())
         .arg("--root")
         .arg(&root)
         .arg("--session")

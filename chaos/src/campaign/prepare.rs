@@ -37,6 +37,7 @@ pub fn setup<'a>(cfg: &'a Config<'_>, source: &'a ScenarioSource) -> TrialSetup<
         files: &source.scenario.files,
         store_fault: cfg.store_fault.as_deref(),
         hang_timeout: cfg.hang_timeout,
+        max_input_bytes: cfg.max_input_bytes,
     }
 }
 

@@ -90,6 +90,8 @@ pub struct TrialSetup<'a> {
     pub store_fault: Option<&'a str>,
     /// A life that runs this long is hung (killed, the store's failure).
     pub hang_timeout: Duration,
+    /// The largest scenario file the agent reads (`--max-input-bytes`).
+    pub max_input_bytes: u64,
 }
 
 /// Paths inside a trial directory.
@@ -542,6 +544,8 @@ fn agent_command(
     cmd.arg("agent")
         .arg("--scenario")
         .arg(setup.scenario_path)
+        .arg("--max-input-bytes")
+        .arg(setup.max_input_bytes.to_string())
         .arg("--root")
         .arg(&spec.root)
         .arg("--session")

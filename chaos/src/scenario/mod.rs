@@ -692,24 +692,42 @@ fn strip_position(msg: &str) -> String {
     }
 }
 
-/// Reads and parses one scenario file.
+/// The largest scenario file `agentchaos` reads unless told otherwise
+/// (`--max-input-bytes`): far above any scenario whose events fit the
+/// limits [`Scenario::validate`] holds them to.
+pub const DEFAULT_MAX_INPUT_BYTES: u64 = 16 << 20;
+
+/// Reads and parses one scenario file of at most `max_bytes` bytes (a
+/// regular file: anything else is refused without opening it).
 /// `builtin:NAME` is the built-in scenario NAME ([`builtin`]).
-pub fn load(path: &Path) -> Result<Scenario, InputError> {
+pub fn load(path: &Path, max_bytes: u64) -> Result<Scenario, InputError> {
+    load_text(path, max_bytes).map(|(scenario, _)| scenario)
+}
+
+/// [`load`], and the file's text.
+fn load_text(path: &Path, max_bytes: u64) -> Result<(Scenario, String), InputError> {
     let file = path.display().to_string();
-    if let Some(name) = builtin::named(path) {
-        let b = name.and_then(builtin::get).ok_or_else(|| InputError {
-            file: file.clone(),
-            line: None,
-            message: format!("no such built-in scenario; known: {}", builtin::names()),
-        })?;
-        return parse(b.text, &file);
-    }
-    let text = std::fs::read_to_string(path).map_err(|e| InputError {
+    let err = |message: String| InputError {
         file: file.clone(),
         line: None,
-        message: format!("cannot read: {e}"),
+        message,
+    };
+    if let Some(name) = builtin::named(path) {
+        let b = name.and_then(builtin::get).ok_or_else(|| {
+            err(format!(
+                "no such built-in scenario; known: {}",
+                builtin::names()
+            ))
+        })?;
+        return Ok((parse(b.text, &file)?, b.text.to_string()));
+    }
+    let text = crate::bounded::read_to_string(path, max_bytes).map_err(|e| match e {
+        crate::bounded::ReadError::TooLarge { .. } => {
+            err(format!("{e} (--max-input-bytes raises it)"))
+        }
+        e => err(e.to_string()),
     })?;
-    parse(&text, &file)
+    Ok((parse(&text, &file)?, text))
 }
 
 /// A loaded scenario and the file it came from.
@@ -720,9 +738,9 @@ pub struct ScenarioFile {
 }
 
 /// Loads one file, or every `*.json` in a directory (sorted by name), or
-/// every built-in scenario (`builtin:`). Scenario names must be unique
-/// across what is loaded.
-pub fn load_all(path: &Path) -> Result<Vec<ScenarioFile>, InputError> {
+/// every built-in scenario (`builtin:`), each file of at most `max_bytes`
+/// bytes. Scenario names must be unique across what is loaded.
+pub fn load_all(path: &Path, max_bytes: u64) -> Result<Vec<ScenarioFile>, InputError> {
     let err = |message: String| InputError {
         file: path.display().to_string(),
         line: None,
@@ -734,11 +752,13 @@ pub fn load_all(path: &Path) -> Result<Vec<ScenarioFile>, InputError> {
             .map(|b| PathBuf::from(format!("{}{}", builtin::PREFIX, b.name)))
             .collect()
     } else if path.is_dir() {
-        let mut files: Vec<PathBuf> = std::fs::read_dir(path)
-            .map_err(|e| err(format!("cannot list: {e}")))?
-            .filter_map(|e| e.ok().map(|e| e.path()))
-            .filter(|p| p.extension().is_some_and(|x| x == "json"))
-            .collect();
+        let mut files = Vec::new();
+        for entry in std::fs::read_dir(path).map_err(|e| err(format!("cannot list: {e}")))? {
+            let p = entry.map_err(|e| err(format!("cannot list: {e}")))?.path();
+            if p.extension().is_some_and(|x| x == "json") {
+                files.push(p);
+            }
+        }
         files.sort();
         if files.is_empty() {
             return Err(err("no *.json scenario files in this directory".into()));
@@ -749,14 +769,11 @@ pub fn load_all(path: &Path) -> Result<Vec<ScenarioFile>, InputError> {
     };
     let mut out: Vec<ScenarioFile> = Vec::new();
     for f in files {
-        let scenario = load(&f)?;
+        let (scenario, text) = load_text(&f, max_bytes)?;
         if let Some(other) = out.iter().find(|o| o.scenario.name == scenario.name) {
             return Err(InputError {
                 file: f.display().to_string(),
-                line: line_of(
-                    &std::fs::read_to_string(&f).unwrap_or_default(),
-                    &[Seg::Key("name".into())],
-                ),
+                line: line_of(&text, &[Seg::Key("name".into())]),
                 message: format!(
                     "scenario name {:?} is already used by {}",
                     scenario.name.as_str(),
