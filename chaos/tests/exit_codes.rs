@@ -297,6 +297,27 @@ fn a_child_whose_harness_is_gone_exits_as_the_harness_failure() {
     }
 }
 
+/// A store whose reply never ends fails the harness's limit on one reply
+/// line (chaos/PROTOCOL.md): the store's failure, said in one line naming
+/// the limit, never a harness that reads until it runs out of memory.
+#[test]
+fn a_reply_line_over_the_limit_exits_1_naming_the_limit() {
+    let adapter = faulty_relay("endless-events");
+    let out = quick_run(&["--adapter", &adapter]);
+    let (code, stderr) = code_and_stderr(&out);
+    assert_eq!(code, Some(1), "{stderr}");
+    assert_eq!(stderr.lines().count(), 1, "{stderr}");
+    assert!(
+        stderr.contains("adapter protocol error")
+            && stderr.contains("(reply to events, request ")
+            && stderr.contains(&format!(
+                ") is longer than {} bytes",
+                agentchaos::store::adapter::client::MAX_REPLY_BYTES
+            )),
+        "{stderr}"
+    );
+}
+
 /// A scenario with an event larger than every store must take (a 5 MiB
 /// user message; agentstore refuses events over 4 MiB, rightly) is the
 /// scenario's problem: refused before it runs, exit 2, one line naming the
