@@ -1043,32 +1043,71 @@ fn new_or_empty_dir(flag: &str, dir: &Path) -> Result<(), Failure> {
     }
 }
 
-/// A report file must be writable before the campaign runs, not after.
-fn writable_output(flag: &str, path: &Option<PathBuf>) -> Result<(), Failure> {
-    let Some(path) = path else { return Ok(()) };
-    let dir = match path.parent() {
-        Some(d) if !d.as_os_str().is_empty() => d,
-        _ => Path::new("."),
-    };
-    if !dir.is_dir() {
-        return Err(bad_input(format!(
-            "{flag} {}: {} is not a directory",
-            path.display(),
-            dir.display()
-        )));
+/// A report file (`--json`, `--junit`), opened for writing before the
+/// campaign runs: one that cannot be written (a directory, a device, a
+/// read-only place) is bad input up front, not a failure after the
+/// campaign. Written at the end; a file it created and never wrote is
+/// removed.
+struct ReportFile {
+    path: PathBuf,
+    file: std::fs::File,
+    created: bool,
+    written: bool,
+}
+
+impl ReportFile {
+    fn open(flag: &str, path: &Option<PathBuf>) -> Result<Option<ReportFile>, Failure> {
+        let Some(path) = path else { return Ok(None) };
+        let bad = |why: String| bad_input(format!("{flag} {}: {why}", path.display()));
+        // Checked before opening: a FIFO's open would block.
+        match std::fs::metadata(path) {
+            Ok(m) if !m.is_file() => return Err(bad("exists and is not a regular file".into())),
+            Ok(_) => {}
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => {}
+            Err(e) => return Err(bad(e.to_string())),
+        }
+        let mut options = std::fs::OpenOptions::new();
+        options.write(true);
+        let (file, created) = match options.clone().create_new(true).open(path) {
+            Ok(f) => (f, true),
+            Err(e) if e.kind() == std::io::ErrorKind::AlreadyExists => (
+                options
+                    .open(path)
+                    .map_err(|e| bad(format!("cannot open for writing: {e}")))?,
+                false,
+            ),
+            Err(e) => return Err(bad(format!("cannot create: {e}"))),
+        };
+        Ok(Some(ReportFile {
+            path: path.clone(),
+            file,
+            created,
+            written: false,
+        }))
     }
-    nix::unistd::access(dir, nix::unistd::AccessFlags::W_OK).map_err(|e| {
-        bad_input(format!(
-            "{flag} {}: cannot write in {}: {e}",
-            path.display(),
-            dir.display()
-        ))
-    })
+
+    /// Replaces the file's contents with `text`.
+    fn write(mut self, text: &str) -> Result<(), Failure> {
+        use std::io::Write;
+        self.written = true;
+        self.file
+            .set_len(0)
+            .and_then(|()| self.file.write_all(text.as_bytes()))
+            .map_err(|e| failed(format!("cannot write {}: {e}", self.path.display())))
+    }
+}
+
+impl Drop for ReportFile {
+    fn drop(&mut self) {
+        if self.created && !self.written {
+            let _ = std::fs::remove_file(&self.path);
+        }
+    }
 }
 
 fn run(args: RunArgs) -> Result<ExitCode, Failure> {
-    writable_output("--json", &args.json)?;
-    writable_output("--junit", &args.junit)?;
+    let json_report = ReportFile::open("--json", &args.json)?;
+    let junit_report = ReportFile::open("--junit", &args.junit)?;
     let backend = backend(&args.common.adapter, args.common.durability, true)?;
     let mode = match args.trials {
         Some(0) => return Err(bad_input("--trials must be at least 1")),
@@ -1209,15 +1248,13 @@ fn run(args: RunArgs) -> Result<ExitCode, Failure> {
         &random_dir,
         Duration::from_secs(args.shrink_budget),
     );
-    if let Some(p) = &args.json {
+    if let Some(f) = json_report {
         let text = serde_json::to_string_pretty(&report::json(&result, &ctx))
             .expect("a report serializes");
-        std::fs::write(p, text + "\n")
-            .map_err(|e| failed(format!("cannot write {}: {e}", p.display())))?;
+        f.write(&(text + "\n"))?;
     }
-    if let Some(p) = &args.junit {
-        std::fs::write(p, report::junit(&result, &ctx))
-            .map_err(|e| failed(format!("cannot write {}: {e}", p.display())))?;
+    if let Some(f) = junit_report {
+        f.write(&report::junit(&result, &ctx))?;
     }
     if let (Some(rd), 0) = (&random_dir, result.violation_count()) {
         if cfg.keep_failures.is_none() {

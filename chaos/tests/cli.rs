@@ -450,3 +450,44 @@ fn a_raised_input_limit_reaches_the_agents() {
     assert_eq!(out.status.code(), Some(0), "{}", text(&out.stdout));
     assert!(text(&out.stdout).contains("result: no violations"));
 }
+
+/// A --json or --junit target that cannot be written (a directory, a
+/// device, a place no file can be created) is refused before the campaign
+/// runs, not after it.
+#[test]
+fn report_targets_that_cannot_be_written_are_refused_up_front() {
+    let dir = tempfile::tempdir().unwrap();
+    let f = fixture();
+    let d = dir.path().display().to_string();
+    for (flag, target, says) in [
+        ("--json", d.as_str(), "exists and is not a regular file"),
+        ("--junit", "/dev/full", "exists and is not a regular file"),
+        ("--json", "/proc/agentchaos-report.json", "cannot create"),
+        ("--junit", "/nonexistent/dir/r.xml", "cannot create"),
+    ] {
+        let out = bin()
+            .args(["run", "--quiet", "--nemesis", "points", "--trials", "2"])
+            .arg("--scenario")
+            .arg(&f)
+            .args([flag, target])
+            .output()
+            .unwrap();
+        refused(&out, &[flag, target, says]);
+        assert!(out.stdout.is_empty(), "ran anyway: {}", text(&out.stdout));
+    }
+    // A report file made up front and never written is not left behind.
+    let json = dir.path().join("r.json");
+    let out = bin()
+        .args([
+            "run",
+            "--quiet",
+            "--scenario",
+            "/nonexistent/x.json",
+            "--json",
+        ])
+        .arg(&json)
+        .output()
+        .unwrap();
+    refused(&out, &["/nonexistent/x.json: cannot read"]);
+    assert!(!json.exists());
+}
