@@ -462,6 +462,7 @@ fn db_crash(args: DbCrashArgs) -> Result<ExitCode, Failure> {
         .iter()
         .flat_map(|&crash| afters.iter().map(move |&after| Trial { crash, after }))
         .collect();
+    agentchaos::child::begin().map_err(failed)?;
     let outcomes = dbcrash::run(&adapter, &trials).map_err(|e| Failure::Harness(e.to_string()))?;
     let mut violations = 0;
     for o in &outcomes {
@@ -503,12 +504,22 @@ fn main() -> ExitCode {
     if !matches!(cli.command, Command::Agent(_)) {
         std::panic::set_hook(Box::new(|_| {}));
     }
-    // Ctrl-C and SIGTERM stop the long commands cleanly: no new trials, the
-    // running ones finish, every scratch directory is removed, exit 128 +
-    // the signal. The agents and probes they start keep the default
-    // handlers (a terminal's Ctrl-C reaches them too and ends them).
-    if matches!(cli.command, Command::Run(_)) {
-        if let Err(e) = agentstore::interrupt::install() {
+    // Ctrl-C and SIGTERM stop the long commands cleanly and at once: every
+    // child of the harness is killed, no new one starts, every scratch
+    // directory is removed, exit 128 + the signal. The agents and probes
+    // they start keep the default handlers (a terminal's Ctrl-C reaches
+    // them too and ends them). The trial-running commands also adopt what
+    // their adapters leave behind, to find and kill it (Linux only).
+    let trials = matches!(cli.command, Command::Run(_) | Command::Replay(_));
+    let long = trials || matches!(cli.command, Command::Workers(_) | Command::DbCrash(_));
+    if long {
+        let installed = agentchaos::child::stop_on_signals().and_then(|()| {
+            if trials {
+                agentchaos::child::become_subreaper().map_err(std::io::Error::from)?;
+            }
+            Ok(())
+        });
+        if let Err(e) = installed {
             eprintln!("agentchaos: cannot install the signal handlers: {e}");
             return ExitCode::from(EXIT_HARNESS);
         }
@@ -647,6 +658,7 @@ fn run_workers(w: WorkersCli) -> Result<ExitCode, Failure> {
             )));
         }
     }
+    agentchaos::child::begin().map_err(failed)?;
     let netns = agentchaos::nemesis::partition::available();
     let mut database = if w.postgres {
         let wants_network = match &explicit {
@@ -1109,6 +1121,7 @@ fn run(args: RunArgs) -> Result<ExitCode, Failure> {
         args.scenario.clone()
     };
     let mut sources = load_sources(&paths)?;
+    agentchaos::child::begin().map_err(failed)?;
     let random_dir = match (&cfg.keep_failures, args.random) {
         (_, 0) => None,
         (Some(k), _) => Some(k.join("random")),
@@ -1164,6 +1177,14 @@ fn run(args: RunArgs) -> Result<ExitCode, Failure> {
         &random_dir,
         Duration::from_secs(args.shrink_budget),
     );
+    // Interrupted while shrinking: the random scenarios go with the rest.
+    if let (Some(rd), None, true) = (
+        &random_dir,
+        &cfg.keep_failures,
+        agentstore::interrupt::requested(),
+    ) {
+        let _ = std::fs::remove_dir_all(rd);
+    }
     if let Some(p) = &args.json {
         let text = serde_json::to_string_pretty(&report::json(&result, &ctx))
             .expect("a report serializes");
@@ -1213,6 +1234,8 @@ fn shrink_random(
                     &cfg.backend.agent_args()
                 )
             ),
+            // The signal's line says it all.
+            Err(_) if agentstore::interrupt::requested() => {}
             Err(e) => println!("shrinking {name} failed: {e}"),
         }
     }
@@ -1261,6 +1284,7 @@ fn replay(args: ReplayArgs) -> Result<ExitCode, Failure> {
         scenario,
         random_seed: None,
     };
+    agentchaos::child::begin().map_err(failed)?;
     let r = match what {
         What::Trial(plan) => {
             agentchaos::campaign::replay::replay(&cfg, source, plan, args.keep.as_deref())
@@ -1270,6 +1294,8 @@ fn replay(args: ReplayArgs) -> Result<ExitCode, Failure> {
         }
     }?;
     print!("{}", r.narrative);
+    agentchaos::child::sweep_orphans("the replay (outside its trial)");
+    print!("{}", report::leaks_text(&agentchaos::child::take_leaks()));
     if let Some(e) = &r.error {
         println!("ERROR: {e}");
     }
@@ -1306,6 +1332,7 @@ fn replay_power_loss(
         scenario,
         random_seed: None,
     };
+    agentchaos::child::begin().map_err(failed)?;
     let pcfg = powercampaign::Config::of_campaign(cfg);
     let out = powercampaign::replay(&pcfg, &source, id, args.keep.as_deref())
         .map_err(TrialError::from)?;

@@ -172,8 +172,20 @@ pub struct Recording {
     pub workspace: PathBuf,
 }
 
-/// Runs the agent once, crash-free, under the recorder.
+/// Runs the agent once, crash-free, under the recorder; whatever its
+/// processes leave running is killed at its end ([`crate::child::within`]).
 pub fn record(
+    cfg: &Config,
+    source: &ScenarioSource,
+    dir: &Path,
+) -> Result<Recording, PowerLossError> {
+    crate::child::within(
+        || format!("the power-loss recording of {}", source.scenario.name),
+        || record_marked(cfg, source, dir),
+    )
+}
+
+fn record_marked(
     cfg: &Config,
     source: &ScenarioSource,
     dir: &Path,

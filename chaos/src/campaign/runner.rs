@@ -91,7 +91,10 @@ fn run_probes(
         .take_while(|_| !agentstore::interrupt::requested())
         .map(|(i, p)| {
             let scratch = dir.join(format!("probe{i}"));
-            let outcome = probe::run(&setup, p, &scratch);
+            let outcome = crate::child::within(
+                || format!("the probe {p} of {}", prepared.source.scenario.name),
+                || probe::run(&setup, p, &scratch),
+            );
             let _ = std::fs::remove_dir_all(&scratch);
             outcome
         })
@@ -226,6 +229,8 @@ pub struct CampaignResult {
     /// The adapter processes the harness itself started (observations,
     /// probes, power-loss recoveries; each life is its agent's own).
     pub adapter_processes: crate::store::adapter::ProcessCounts,
+    /// Processes the store's adapters left running after a trial (killed).
+    pub leaked: Vec<crate::child::Leak>,
 }
 
 impl CampaignResult {
@@ -341,6 +346,10 @@ pub fn run(cfg: &Config<'_>, sources: Vec<ScenarioSource>) -> Result<CampaignRes
         power_loss,
         skipped,
         adapter_processes: crate::store::adapter::process_counts(),
+        leaked: {
+            crate::child::sweep_orphans("the campaign (outside any trial)");
+            crate::child::take_leaks()
+        },
     })
 }
 

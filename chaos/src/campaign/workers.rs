@@ -293,8 +293,7 @@ impl Worker {
         if let SharedStore::InProcess { fault: Some(f) } = &cfg.store {
             cmd.env(agentstore::fault::FAULT_ENV, f);
         }
-        let mut child = cmd
-            .spawn()
+        let mut child = crate::child::spawn(&mut cmd)
             .map_err(|e| WorkersError::Harness(format!("cannot start worker {id}: {e}")))?;
         let stdin = child.stdin.take().expect("piped stdin");
         let stdout = child.stdout.take().expect("piped stdout");

@@ -159,6 +159,37 @@ pub fn violations_text(result: &CampaignResult, ctx: &Context<'_>) -> String {
     if let Some(p) = &result.power_loss {
         out.push_str(&powerloss::refusals(p));
     }
+    out.push_str(&leaks_text(&result.leaked));
+    out
+}
+
+/// The processes the store's adapters left running, for the terminal: how
+/// many, and the first few (all of them with --json).
+pub fn leaks_text(leaked: &[crate::child::Leak]) -> String {
+    let mut out = String::new();
+    if leaked.is_empty() {
+        return out;
+    }
+    let _ = writeln!(
+        out,
+        "LEAKED PROCESSES: the store's adapter left {} process(es) running out of its process group (setsid); the harness killed them:",
+        leaked.len()
+    );
+    for leak in leaked.iter().take(SHOWN_PER_GROUP) {
+        let _ = writeln!(
+            out,
+            "  pid {} after {}: {}",
+            leak.pid, leak.during, leak.command
+        );
+    }
+    if leaked.len() > SHOWN_PER_GROUP {
+        let _ = writeln!(
+            out,
+            "  … and {} more (all of them with --json)",
+            leaked.len() - SHOWN_PER_GROUP
+        );
+    }
+    out.push('\n');
     out
 }
 
@@ -390,6 +421,7 @@ pub fn json(result: &CampaignResult, ctx: &Context<'_>) -> Value {
         "elapsed_seconds": result.elapsed.as_secs_f64(),
         "trials_per_second": result.trials_per_second(),
         "adapter_processes": json!({"spawned": result.adapter_processes.spawned, "forked": result.adapter_processes.forked}),
+        "leaked_processes": result.leaked,
         "violation_count": result.violation_count(),
         "error_count": result.error_count(),
         "scenarios": scenarios,
