@@ -804,7 +804,7 @@ fn run_scenario(cfg: &Config, source: ScenarioSource, dir: &Path) -> ScenarioRep
         max_states: cfg.max_states,
         seed: cfg.seed,
     };
-    let bar = crate::campaign::pool::progress_bar(
+    let progress = crate::campaign::pool::Progress::start(
         cfg.progress,
         points.len(),
         &format!("crash points of {}", source.scenario.name),
@@ -817,13 +817,13 @@ fn run_scenario(cfg: &Config, source: ScenarioSource, dir: &Path) -> ScenarioRep
             points[i],
             &dir.join(format!("p{i}")),
         );
-        if let Some(b) = &bar {
-            b.inc(1);
+        if let Some(p) = &progress {
+            p.inc(r.as_ref().map_or(0, |o| o.failures.len()));
         }
         r
     });
-    if let Some(b) = bar {
-        b.finish_and_clear();
+    if let Some(p) = progress {
+        p.finish();
     }
     let mut report = ScenarioReport {
         ops,
