@@ -281,8 +281,46 @@ fn stat(pid: i32) -> Option<Stat> {
     })
 }
 
-/// Every descendant of `root` (not `root` itself).
+/// Every descendant of `root` (not `root` itself), found through each
+/// thread's `children` list (only the harness's subtree is read), or, on a
+/// kernel without those lists, through all of /proc.
 fn descendants(root: i32) -> Vec<Stat> {
+    let mut out = Vec::new();
+    let mut next = vec![root];
+    while let Some(parent) = next.pop() {
+        let Some(children) = children_of(parent) else {
+            return descendants_by_scan(root);
+        };
+        for s in children.into_iter().filter_map(stat) {
+            next.push(s.pid);
+            out.push(s);
+        }
+    }
+    out
+}
+
+/// The children of `pid` (`None`: the kernel keeps no such lists).
+fn children_of(pid: i32) -> Option<Vec<i32>> {
+    let Ok(tasks) = std::fs::read_dir(format!("/proc/{pid}/task")) else {
+        return Some(Vec::new()); // gone meanwhile
+    };
+    let mut out = Vec::new();
+    for task in tasks.flatten() {
+        match std::fs::read_to_string(task.path().join("children")) {
+            Ok(list) => out.extend(
+                list.split_whitespace()
+                    .filter_map(|p| p.parse::<i32>().ok()),
+            ),
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound && task.path().exists() => {
+                return None
+            }
+            Err(_) => {} // the thread ended meanwhile
+        }
+    }
+    Some(out)
+}
+
+fn descendants_by_scan(root: i32) -> Vec<Stat> {
     let Ok(dir) = std::fs::read_dir("/proc") else {
         return Vec::new();
     };
@@ -341,10 +379,13 @@ fn sigkill(p: &Stat) {
 /// gone (reaped by their owners).
 fn reap_orphans(registry: &mut Registry) {
     let me = std::process::id() as i32;
-    let mine: Vec<Stat> = descendants(me)
-        .into_iter()
-        .filter(|p| p.ppid == me)
-        .collect();
+    let mine: Vec<Stat> = match children_of(me) {
+        Some(children) => children.into_iter().filter_map(stat).collect(),
+        None => descendants_by_scan(me)
+            .into_iter()
+            .filter(|p| p.ppid == me)
+            .collect(),
+    };
     registry
         .owned
         .retain(|&(pid, start)| mine.iter().any(|p| p.pid == pid && p.start == start));

@@ -130,6 +130,47 @@ fn left_behind(pid: u32) -> Vec<String> {
     out
 }
 
+/// The descendants of `pid` now (pid and start time, from /proc).
+fn descendants(pid: u32) -> Vec<(u32, String)> {
+    let stat = |p: &str| -> Option<(u32, u32, String)> {
+        let text = std::fs::read_to_string(format!("/proc/{p}/stat")).ok()?;
+        let fields: Vec<&str> = text[text.rfind(')')? + 1..].split_whitespace().collect();
+        Some((
+            p.parse().ok()?,
+            fields.get(1)?.parse().ok()?,
+            fields.get(19)?.to_string(),
+        ))
+    };
+    let all: Vec<(u32, u32, String)> = std::fs::read_dir("/proc")
+        .unwrap()
+        .flatten()
+        .filter_map(|e| stat(&e.file_name().to_string_lossy()))
+        .collect();
+    let mut out = Vec::new();
+    let mut next = vec![pid];
+    while let Some(parent) = next.pop() {
+        for (p, _, start) in all.iter().filter(|(_, pp, _)| *pp == parent) {
+            next.push(*p);
+            out.push((*p, start.clone()));
+        }
+    }
+    out
+}
+
+/// Which of `before` still run (the same pid with the same start time, not a zombie).
+fn still_running(before: &[(u32, String)]) -> Vec<u32> {
+    before
+        .iter()
+        .filter(|(pid, start)| {
+            std::fs::read_to_string(format!("/proc/{pid}/stat")).is_ok_and(|t| {
+                let f: Vec<&str> = t[t.rfind(')').unwrap() + 1..].split_whitespace().collect();
+                f[0] != "Z" && f[19] == start
+            })
+        })
+        .map(|(pid, _)| *pid)
+        .collect()
+}
+
 fn stalling_adapter() -> String {
     let fixture = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/fixtures/stalling_store.py");
     format!(
@@ -201,6 +242,7 @@ fn wait_for_file(child: &mut Child, path: &Path) {
 /// with one line on stderr, leaving no process and no scratch directory.
 fn stop(mut s: Stalled, phase: &str, signal: Signal) -> Duration {
     let pid = s.child.id();
+    let before = descendants(pid);
     let sent = Instant::now();
     kill(Pid::from_raw(pid as i32), signal).unwrap();
     let deadline = sent + Duration::from_secs(10);
@@ -226,6 +268,7 @@ fn stop(mut s: Stalled, phase: &str, signal: Signal) -> Duration {
         "{phase}: {stderr}"
     );
     assert_eq!(left_behind(pid), Vec::<String>::new(), "{phase}");
+    assert_eq!(still_running(&before), Vec::<u32>::new(), "{phase}");
     assert_eq!(
         entries(s.dir.path(), ""),
         Vec::<String>::new(),
@@ -348,17 +391,16 @@ fn a_signal_stops_the_reading_of_inputs() {
         &["run", "--scenario", fifo.to_str().unwrap(), "--quiet"],
         "never",
     );
-    // The handlers are installed once SIGINT is caught (/proc's SigCgt).
-    let status = std::path::PathBuf::from(format!("/proc/{}/status", s.child.id()));
+    // The handlers are installed once the thread they wake exists (it is
+    // started after them), named agentchaos-stop.
+    let tasks = std::path::PathBuf::from(format!("/proc/{}/task", s.child.id()));
     let deadline = Instant::now() + Duration::from_secs(60);
     loop {
-        let text = std::fs::read_to_string(&status).unwrap();
-        let caught = text
-            .lines()
-            .find_map(|l| l.strip_prefix("SigCgt:"))
-            .and_then(|m| u64::from_str_radix(m.trim(), 16).ok())
-            .unwrap();
-        if caught & (1 << (Signal::SIGINT as u64 - 1)) != 0 {
+        let stopper = std::fs::read_dir(&tasks).unwrap().flatten().any(|t| {
+            std::fs::read_to_string(t.path().join("comm"))
+                .is_ok_and(|c| c.trim() == "agentchaos-stop")
+        });
+        if stopper {
             break;
         }
         assert!(s.child.try_wait().unwrap().is_none(), "exited early");
@@ -406,4 +448,27 @@ fn a_daemon_an_adapter_leaves_behind_is_killed_and_named() {
     );
     // Killed, not merely named: no daemon of this run is alive.
     assert_eq!(left_behind(pid), Vec::<String>::new());
+}
+
+#[test]
+fn a_signal_stops_many_workers() {
+    let dir = tempfile::tempdir().unwrap();
+    let tmp = tempfile::tempdir().unwrap();
+    let mut child = Command::new(env!("CARGO_BIN_EXE_agentchaos"))
+        .args(["workers", "--dir"])
+        .arg(dir.path())
+        .env("TMPDIR", tmp.path())
+        .stdout(Stdio::null())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    // A trial's scratch directory exists while its workers run.
+    wait_for_entry(&mut child, dir.path(), "agentchaos-");
+    let s = Stalled {
+        child,
+        dir,
+        tmp,
+        marker: std::path::PathBuf::new(),
+    };
+    stop(s, "workers", Signal::SIGINT);
 }
