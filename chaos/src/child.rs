@@ -1,7 +1,14 @@
-//! Child processes that must not outlive the harness: a SIGKILL of the
-//! harness (a CI timeout, cargo-mutants' timeout of a mutant whose store
-//! loops forever) must not leave its children running. Linux only
-//! (`PR_SET_PDEATHSIG`).
+//! Child processes that must not outlive the harness, nor a trial, nor a
+//! signal: a SIGKILL of the harness (a CI timeout, cargo-mutants' timeout
+//! of a mutant whose store loops forever) must not leave its children
+//! running ([`die_with_parent`], [`die_with_harness`]); SIGINT or SIGTERM
+//! kills the whole tree at once ([`stop_on_signals`]); what a trial's
+//! processes leave behind is killed at its end and reported ([`within`]).
+//! This module owns starting the harness's children ([`spawn`]) and
+//! reaping the orphans it adopts; it never signals a process outside the
+//! harness's tree, and never reaps a child a thread of the harness waits
+//! for. Linux only (`PR_SET_PDEATHSIG`, `PR_SET_CHILD_SUBREAPER`, /proc,
+//! pidfds).
 
 use std::os::unix::process::CommandExt as _;
 use std::process::Command;

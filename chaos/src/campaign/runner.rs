@@ -15,7 +15,7 @@
 //! shard's share, and runs them on `jobs` worker threads, each trial in its
 //! own directory under the campaign directory (on `/dev/shm` by default).
 //! A trial directory is deleted once checked, or moved to
-//! `--keep-failures` when it found a violation. The runner owns
+//! `--keep` when it found a violation. The runner owns
 //! scheduling and bookkeeping; it must never judge a trial itself.
 
 use crate::campaign::config::{Config, Mode, ScenarioSource};
