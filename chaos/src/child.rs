@@ -383,8 +383,13 @@ fn sigkill(p: &Stat) {
 
 /// Reaps the harness's zombie children that no thread will wait for:
 /// orphans it adopted as the subreaper. Forgets owned children that are
-/// gone (reaped by their owners).
+/// gone (reaped by their owners). Not a subreaper, the harness has no
+/// orphans, and a child some library started without [`spawn`] (the
+/// PostgreSQL cluster's) must be left to its owner.
 fn reap_orphans(registry: &mut Registry) {
+    if !SUBREAPER.load(Ordering::SeqCst) {
+        return;
+    }
     let me = std::process::id() as i32;
     let mine: Vec<Stat> = match children_of(me) {
         Some(children) => children.into_iter().filter_map(stat).collect(),
