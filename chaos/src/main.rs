@@ -101,10 +101,10 @@ struct ReferenceAdapterCli {
 #[derive(Args, Debug, Clone)]
 struct Common {
     /// Run the reference store with this fault profile (see `agentchaos faults`).
-    #[arg(long, value_name = "NAME", conflicts_with = "adapter")]
+    #[arg(long, value_name = "NAME", conflicts_with = "adapter", help_heading = STORE)]
     store_fault: Option<String>,
     /// Test the store behind this adapter program (chaos/PROTOCOL.md) instead of agentstore in-process.
-    #[arg(long, value_name = "'CMD ARGS…'")]
+    #[arg(long, value_name = "'CMD ARGS…'", help_heading = STORE)]
     adapter: Option<String>,
     /// The reference store's durability: `sync` (one fdatasync per append) or `batch`
     /// (group commit; every nemesis, power loss included, runs against it).
@@ -112,36 +112,51 @@ struct Common {
         long,
         value_name = "sync|batch",
         default_value = "sync",
-        conflicts_with = "adapter"
+        conflicts_with = "adapter",
+        help_heading = STORE
     )]
     durability: Durability,
     /// Where trial directories go (default: /dev/shm when present, else the temp dir).
-    #[arg(long, value_name = "DIR")]
+    #[arg(long, value_name = "DIR", help_heading = EXECUTION)]
     dir: Option<PathBuf>,
     /// Parallel trials (default: the number of CPUs).
-    #[arg(long, short, value_name = "J")]
+    #[arg(long, short, value_name = "J", help_heading = EXECUTION)]
     jobs: Option<usize>,
     /// Seconds an agent life or a probe may run before it is taken for hung
     /// (a store that never answers), killed and reported as the store's failure.
-    #[arg(long, value_name = "SECS", default_value_t = agentchaos::campaign::trial::HANG_TIMEOUT.as_secs())]
+    #[arg(long, value_name = "SECS", default_value_t = agentchaos::campaign::trial::HANG_TIMEOUT.as_secs(), help_heading = EXECUTION)]
     hang_timeout: u64,
     /// The largest scenario file read, in bytes; a larger one is refused (exit 2).
     #[arg(long, value_name = "BYTES", default_value_t = scenario::DEFAULT_MAX_INPUT_BYTES)]
     max_input_bytes: u64,
 }
 
+/// Option groups of `--help`.
+const WHAT: &str = "What to run";
+const POWER_LOSS: &str = "Power loss";
+const STORE: &str = "Store under test";
+const EXECUTION: &str = "Execution";
+const OUTPUT: &str = "Output";
+
 #[derive(Args, Debug)]
+#[command(after_help = "Examples:
+  agentchaos run
+      every scenario in scenarios/, every nemesis, exhaustively, against agentstore
+  agentchaos run --adapter 'python3 my_adapter.py' --trials 40 --json report.json
+      a sample of 40 plans per scenario and nemesis against your store, with a JSON report
+  agentchaos run --store-fault fsync-retry --nemesis syscall --keep kept/
+      a known-bad store: the syscall nemesis catches it; failing trials kept in kept/")]
 struct RunArgs {
     /// A scenario file or a directory of them (repeatable; default: scenarios/).
-    #[arg(long, value_name = "FILE|DIR")]
+    #[arg(long, value_name = "FILE|DIR", help_heading = WHAT)]
     scenario: Vec<PathBuf>,
     /// Sample N trials per scenario from the seed instead of the exhaustive plan.
-    #[arg(long, value_name = "N", conflicts_with = "exhaustive")]
+    #[arg(long, value_name = "N", conflicts_with = "exhaustive", help_heading = WHAT)]
     trials: Option<usize>,
     /// Every plan of each nemesis (the default): for `points`, a kill at every crash-point hit,
     /// torn writes, power cuts, double crashes and timers; for `syscall`, every applicable
     /// fault at every store syscall of the first process.
-    #[arg(long)]
+    #[arg(long, help_heading = WHAT)]
     exhaustive: bool,
     /// Which nemeses run, comma-separated: `points` (crash points in the store and the agent:
     /// kill, tear, powercut, timer, double crash), `syscall` (ptrace, no instrumentation:
@@ -151,48 +166,52 @@ struct RunArgs {
     /// store; chaos/POWERLOSS.md), or `all`. syscall and powerloss need Linux x86_64. Default:
     /// all that this platform can run (said on the report's first line when that is not all).
     /// With --trials N: N plans per nemesis, and N crash points per scenario for powerloss.
-    #[arg(long, value_name = "points,syscall,powerloss|all")]
+    #[arg(long, value_name = "points,syscall,powerloss|all", help_heading = WHAT)]
     nemesis: Option<Nemeses>,
     /// The power-loss nemesis's persistence models: strict, ext4-ordered, weak, or all
     /// (comma-separated).
-    #[arg(long, value_name = "MODEL,…|all", default_value = "all", value_parser = parse_models)]
+    #[arg(long, value_name = "MODEL,…|all", default_value = "all", value_parser = parse_models, help_heading = POWER_LOSS)]
     powerloss_model: Models,
     /// The power-loss nemesis's on-disk states per crash point and model: all
     /// combinations up to N, a seeded sample of N beyond.
-    #[arg(long, value_name = "N", default_value_t = PowerLossLimits::DEFAULT_STATES)]
+    #[arg(long, value_name = "N", default_value_t = PowerLossLimits::DEFAULT_STATES, help_heading = POWER_LOSS)]
     powerloss_states: usize,
     /// The power-loss nemesis's crash points per scenario: every op up to N, a seeded
     /// sample of N beyond (always the first and the last); default 48, or N with --trials N.
-    #[arg(long, value_name = "N")]
+    #[arg(long, value_name = "N", help_heading = POWER_LOSS)]
     powerloss_points: Option<usize>,
     /// Which restarted lives are traced and crashed at their own points and syscalls: `all`
     /// (after every first kill that leaves recovery work: life 1 through its recovery and the
     /// 16 hits after it; the deepest restart's life 1 and a life 2 after it to their end),
     /// `deepest` (only those two), or `none` (first-life faults only).
-    #[arg(long, value_name = "all|deepest|none", default_value_t = Restarts::All)]
+    #[arg(long, value_name = "all|deepest|none", default_value_t = Restarts::All, help_heading = WHAT)]
     restarts: Restarts,
     /// Add N random scenarios generated from the seed (failing ones are shrunk).
-    #[arg(long, value_name = "N", default_value_t = 0)]
+    #[arg(long, value_name = "N", default_value_t = 0, help_heading = WHAT)]
     random: usize,
-    #[arg(long, value_name = "S", default_value_t = 1)]
+    /// The seed of everything drawn at random: the sampled plans (--trials), the
+    /// random scenarios (--random), the probes' and the power-loss states' choices.
+    /// The same seed and flags run the same campaign.
+    #[arg(long, value_name = "S", default_value_t = 1, help_heading = WHAT)]
     seed: u64,
     /// Run only the K-th of N equal shares of the trials (1-based).
-    #[arg(long, value_name = "K/N", value_parser = parse_shard)]
+    #[arg(long, value_name = "K/N", value_parser = parse_shard, help_heading = WHAT)]
     shard: Option<(usize, usize)>,
     /// Write the full report as JSON.
-    #[arg(long, value_name = "FILE")]
+    #[arg(long, value_name = "FILE", help_heading = OUTPUT)]
     json: Option<PathBuf>,
     /// Write a JUnit XML report.
-    #[arg(long, value_name = "FILE")]
+    #[arg(long, value_name = "FILE", help_heading = OUTPUT)]
     junit: Option<PathBuf>,
-    /// Keep the directory of every failing trial here.
-    #[arg(long, value_name = "DIR")]
+    /// Keep the trial directory of every failing trial here (DIR/SCENARIO/PLAN, with
+    /// VIOLATIONS.txt), and the random scenarios (DIR/random). Also --keep-failures.
+    #[arg(long = "keep", alias = "keep-failures", value_name = "DIR", help_heading = OUTPUT)]
     keep_failures: Option<PathBuf>,
     /// Time budget for shrinking each failing random scenario, in seconds.
-    #[arg(long, value_name = "SECS", default_value_t = 60)]
+    #[arg(long, value_name = "SECS", default_value_t = 60, help_heading = EXECUTION)]
     shrink_budget: u64,
-    /// No progress bar.
-    #[arg(long)]
+    /// No progress: neither the bar on a terminal nor the line every 10 s elsewhere.
+    #[arg(long, help_heading = OUTPUT)]
     quiet: bool,
     #[command(flatten)]
     common: Common,
@@ -214,9 +233,18 @@ struct DbCrashArgs {
 }
 
 #[derive(Args, Debug)]
+#[command(
+    after_help = "Examples (a failing run prints each violation's replay command):
+  agentchaos replay --scenario scenarios/approval-gated.json --plan kill@9
+      kill the agent at crash point 9, restart it, and tell what recovery did
+  agentchaos replay --scenario scenarios/approval-gated.json --plan kill@9+kill@5 --keep trial/
+      two crashes, the second in the restarted life; the trial directory kept in trial/
+  agentchaos replay --scenario s.json --plan probe:damage@events.jsonl:120 --adapter 'python3 a.py'
+      one probe of the store behind an adapter"
+)]
 struct ReplayArgs {
     /// The scenario file.
-    #[arg(long, value_name = "FILE")]
+    #[arg(long, value_name = "FILE", help_heading = WHAT)]
     scenario: PathBuf,
     /// The plan: none, kill@N, tear@N:BYTES, powercut@N, timer@Dus (crash points), or
     /// sys-kill-before@N, sys-kill-after@N, sys-tear@N:BYTES, sys-enospc@N, sys-eio@N (the
@@ -226,10 +254,10 @@ struct ReplayArgs {
     /// in that life (kill@9+kill@40+sys-eio@3); or a probe: probe:damage@FILE:OFFSET,
     /// probe:ledger@OPERATION; or one power-loss state: powerloss:MODEL:K:CHOICE (as a
     /// power-loss violation prints it; Linux x86_64 only).
-    #[arg(long, value_name = "PLAN")]
+    #[arg(long, value_name = "PLAN", help_heading = WHAT)]
     plan: String,
     /// Keep the trial directory here.
-    #[arg(long, value_name = "DIR")]
+    #[arg(long, value_name = "DIR", help_heading = OUTPUT)]
     keep: Option<PathBuf>,
     #[command(flatten)]
     common: Common,
@@ -262,6 +290,13 @@ struct AgentCli {
 }
 
 #[derive(Args, Debug)]
+#[command(after_help = "Examples:
+  agentchaos workers
+      two workers share agentstore's sessions; every pause and kill plan
+  agentchaos workers --plan kill@2+pause@1 --workers 3
+      one plan: kill the owner after its second write, then pause the heir after its first
+  agentchaos workers --postgres --store-fault no-epoch-check
+      the PostgreSQL store without fencing, on a private cluster: the takeovers catch it")]
 struct WorkersCli {
     /// One plan: `none`, or strikes joined by `+`, each at the first session's owner of the
     /// moment, after its K-th write since its grant: `pause@K`, `kill@K`; with --postgres also
@@ -270,31 +305,32 @@ struct WorkersCli {
     /// worker took over; needs root and iproute2). Without it: a pause and a kill after every
     /// write, two kills of an heir in its second life, and with --postgres a sample of database
     /// crashes and partitions.
-    #[arg(long, value_name = "PLAN")]
+    #[arg(long, value_name = "PLAN", help_heading = WHAT)]
     plan: Option<String>,
     /// Worker processes (at least 2: one to lose a session, one to take it over).
-    #[arg(long, default_value_t = 2)]
+    #[arg(long, default_value_t = 2, help_heading = WHAT)]
     workers: usize,
     /// Sessions they serve, spread round-robin over the workers.
-    #[arg(long, default_value_t = 2)]
+    #[arg(long, default_value_t = 2, help_heading = WHAT)]
     sessions: usize,
     /// The lease's ttl, in milliseconds of the store's clock.
-    #[arg(long, default_value_t = 300)]
+    #[arg(long, default_value_t = 300, help_heading = WHAT)]
     ttl_ms: u64,
     /// Run the store with this fault: agentstore's (see `agentchaos faults`), or with
     /// --postgres the PostgreSQL store's (`agentstore-pg adapter --fault NAME`).
-    #[arg(long, value_name = "NAME", conflicts_with = "adapter")]
+    #[arg(long, value_name = "NAME", conflicts_with = "adapter", help_heading = STORE)]
     store_fault: Option<String>,
     /// The store behind this adapter program (it must claim `lease`) instead of agentstore in-process.
-    #[arg(long, value_name = "'CMD ARGS…'")]
+    #[arg(long, value_name = "'CMD ARGS…'", help_heading = STORE)]
     adapter: Option<String>,
     /// The PostgreSQL store (`agentstore-pg`, next to this binary or on PATH) on a private
     /// cluster this campaign starts (initdb into a scratch directory, never another server),
     /// with network namespaces for the partitions when run as root with iproute2.
-    #[arg(long, conflicts_with = "adapter")]
+    #[arg(long, conflicts_with = "adapter", help_heading = STORE)]
     postgres: bool,
-    /// Where the trials' scratch directories go (default: the system's temporary directory).
-    #[arg(long, value_name = "DIR")]
+    /// Where the trials' scratch directories go (default: the system's temporary
+    /// directory). Also --scratch.
+    #[arg(long = "dir", alias = "scratch", value_name = "DIR", help_heading = EXECUTION)]
     scratch: Option<PathBuf>,
 }
 
@@ -467,6 +503,7 @@ fn db_crash(args: DbCrashArgs) -> Result<ExitCode, Failure> {
         .iter()
         .flat_map(|&crash| afters.iter().map(move |&after| Trial { crash, after }))
         .collect();
+    agentchaos::child::begin().map_err(failed)?;
     let outcomes = dbcrash::run(&adapter, &trials).map_err(|e| Failure::Harness(e.to_string()))?;
     let mut violations = 0;
     for o in &outcomes {
@@ -508,12 +545,22 @@ fn main() -> ExitCode {
     if !matches!(cli.command, Command::Agent(_)) {
         std::panic::set_hook(Box::new(|_| {}));
     }
-    // Ctrl-C and SIGTERM stop the long commands cleanly: no new trials, the
-    // running ones finish, every scratch directory is removed, exit 128 +
-    // the signal. The agents and probes they start keep the default
-    // handlers (a terminal's Ctrl-C reaches them too and ends them).
-    if matches!(cli.command, Command::Run(_)) {
-        if let Err(e) = agentstore::interrupt::install() {
+    // Ctrl-C and SIGTERM stop the long commands cleanly and at once: every
+    // child of the harness is killed, no new one starts, every scratch
+    // directory is removed, exit 128 + the signal. The agents and probes
+    // they start keep the default handlers (a terminal's Ctrl-C reaches
+    // them too and ends them). The trial-running commands also adopt what
+    // their adapters leave behind, to find and kill it (Linux only).
+    let trials = matches!(cli.command, Command::Run(_) | Command::Replay(_));
+    let long = trials || matches!(cli.command, Command::Workers(_) | Command::DbCrash(_));
+    if long {
+        let installed = agentchaos::child::stop_on_signals().and_then(|()| {
+            if trials {
+                agentchaos::child::become_subreaper().map_err(std::io::Error::from)?;
+            }
+            Ok(())
+        });
+        if let Err(e) = installed {
             eprintln!("agentchaos: cannot install the signal handlers: {e}");
             return ExitCode::from(EXIT_HARNESS);
         }
@@ -652,6 +699,7 @@ fn run_workers(w: WorkersCli) -> Result<ExitCode, Failure> {
             )));
         }
     }
+    agentchaos::child::begin().map_err(failed)?;
     let netns = agentchaos::nemesis::partition::available();
     let mut database = if w.postgres {
         let wants_network = match &explicit {
@@ -1024,7 +1072,7 @@ fn scenarios(args: ScenariosCli) -> Result<ExitCode, Failure> {
     Ok(ExitCode::SUCCESS)
 }
 
-/// `--keep-failures DIR` and `--keep DIR` fill a directory that is new or
+/// `run --keep DIR` and `replay --keep DIR` fill a directory that is new or
 /// empty, so everything in it is this run's and nothing already there is
 /// ever removed or overwritten.
 fn new_or_empty_dir(flag: &str, dir: &Path) -> Result<(), Failure> {
@@ -1168,7 +1216,7 @@ fn run(args: RunArgs) -> Result<ExitCode, Failure> {
     };
     cfg.progress = !args.quiet;
     if let Some(k) = &args.keep_failures {
-        new_or_empty_dir("--keep-failures", k)?;
+        new_or_empty_dir("--keep", k)?;
     }
     let paths = if args.scenario.is_empty() {
         vec![default_scenarios()]
@@ -1178,9 +1226,10 @@ fn run(args: RunArgs) -> Result<ExitCode, Failure> {
     let mut sources = load_sources(&paths, cfg.max_input_bytes)?;
     if let Some(k) = &args.keep_failures {
         std::fs::create_dir_all(k)
-            .map_err(|e| bad_input(format!("--keep-failures {}: {e}", k.display())))?;
+            .map_err(|e| bad_input(format!("--keep {}: {e}", k.display())))?;
         cfg.keep_failures = Some(k.clone());
     }
+    agentchaos::child::begin().map_err(failed)?;
     let random_dir = match (&cfg.keep_failures, args.random) {
         (_, 0) => None,
         (Some(k), _) => Some(k.join("random")),
@@ -1248,6 +1297,14 @@ fn run(args: RunArgs) -> Result<ExitCode, Failure> {
         &random_dir,
         Duration::from_secs(args.shrink_budget),
     );
+    // Interrupted while shrinking: the random scenarios go with the rest.
+    if let (Some(rd), None, true) = (
+        &random_dir,
+        &cfg.keep_failures,
+        agentstore::interrupt::requested(),
+    ) {
+        let _ = std::fs::remove_dir_all(rd);
+    }
     if let Some(f) = json_report {
         let text = serde_json::to_string_pretty(&report::json(&result, &ctx))
             .expect("a report serializes");
@@ -1295,6 +1352,8 @@ fn shrink_random(
                     &cfg.backend.agent_args()
                 )
             ),
+            // The signal's line says it all.
+            Err(_) if agentstore::interrupt::requested() => {}
             Err(e) => println!("shrinking {name} failed: {e}"),
         }
     }
@@ -1346,6 +1405,7 @@ fn replay(args: ReplayArgs) -> Result<ExitCode, Failure> {
         scenario,
         random_seed: None,
     };
+    agentchaos::child::begin().map_err(failed)?;
     let r = match what {
         What::Trial(plan) => {
             agentchaos::campaign::replay::replay(&cfg, source, plan, args.keep.as_deref())
@@ -1355,6 +1415,8 @@ fn replay(args: ReplayArgs) -> Result<ExitCode, Failure> {
         }
     }?;
     print!("{}", r.narrative);
+    agentchaos::child::sweep_orphans("the replay (outside its trial)");
+    print!("{}", report::leaks_text(&agentchaos::child::take_leaks()));
     if let Some(e) = &r.error {
         println!("ERROR: {e}");
     }
@@ -1391,6 +1453,7 @@ fn replay_power_loss(
         scenario,
         random_seed: None,
     };
+    agentchaos::child::begin().map_err(failed)?;
     let pcfg = powercampaign::Config::of_campaign(cfg);
     let out = powercampaign::replay(&pcfg, &source, id, args.keep.as_deref())
         .map_err(TrialError::from)?;

@@ -188,13 +188,23 @@ fn reports_shards_and_kept_failures() {
             "--scenario",
         ])
         .arg(&f)
-        .arg("--keep-failures")
+        .arg("--keep")
         .arg(&keep)
         .arg("--junit")
         .arg(&junit)
         .output()
         .unwrap();
     assert_eq!(out.status.code(), Some(1));
+    let stdout = text(&out.stdout);
+    let verdict: Vec<&str> = stdout
+        .lines()
+        .filter(|l| l.starts_with("PASS") || l.starts_with("FAIL"))
+        .collect();
+    assert_eq!(verdict.len(), 1, "{stdout}");
+    assert!(
+        verdict[0].starts_with("FAIL: ") && verdict[0].ends_with("(exit 1)"),
+        "{stdout}"
+    );
     let xml = std::fs::read_to_string(&junit).unwrap();
     assert!(
         xml.contains("name=\"recovery-idempotent\" classname=\"agentchaos.small\">"),
@@ -230,7 +240,7 @@ fn failing_random_scenarios_are_shrunk_to_a_replayable_minimum() {
             "--scenario",
         ])
         .arg(fixture())
-        .arg("--keep-failures")
+        .arg("--keep")
         .arg(&keep)
         .output()
         .unwrap();
@@ -319,7 +329,7 @@ fn a_scenario_named_dotdot_is_refused_and_nothing_beside_keep_is_touched() {
     let out = bin()
         .current_dir(dir.path())
         .args(["run", "--quiet", "--nemesis", "points", "--trials", "4"])
-        .args(["--scenario", "dotdot.json", "--keep-failures", "keep"])
+        .args(["--scenario", "dotdot.json", "--keep", "keep"])
         .args(["--store-fault", "ack-before-fsync"])
         .output()
         .unwrap();
@@ -333,7 +343,7 @@ fn a_scenario_named_dotdot_is_refused_and_nothing_beside_keep_is_touched() {
     );
 }
 
-/// `--keep-failures` and `--keep` fill a new or empty directory only:
+/// `run --keep` and `replay --keep` fill a new or empty directory only:
 /// one that holds anything is refused up front, and what it holds is left
 /// as it was (a kept trial used to replace `DIR/NAME/PLAN` whole).
 #[test]
@@ -345,13 +355,15 @@ fn a_keep_directory_that_is_not_new_or_empty_is_refused_up_front() {
     let file = dir.path().join("a-file");
     std::fs::write(&file, "mine").unwrap();
     let f = fixture();
-    for (flag, target, says) in [
-        ("--keep-failures", &keep, "exists and is not empty"),
-        ("--keep", &keep, "exists and is not empty"),
-        ("--keep-failures", &file, "exists and is not a directory"),
+    // `run --keep` (and its old spelling), `replay --keep`.
+    for (command, flag, target, says) in [
+        ("run", "--keep-failures", &keep, "exists and is not empty"),
+        ("run", "--keep", &keep, "exists and is not empty"),
+        ("replay", "--keep", &keep, "exists and is not empty"),
+        ("run", "--keep", &file, "exists and is not a directory"),
     ] {
         let mut cmd = bin();
-        if flag == "--keep" {
+        if command == "replay" {
             cmd.args(["replay", "--plan", "kill@3"]);
         } else {
             cmd.args(["run", "--quiet", "--nemesis", "points", "--trials", "2"]);
@@ -364,7 +376,7 @@ fn a_keep_directory_that_is_not_new_or_empty_is_refused_up_front() {
             .arg(target)
             .output()
             .unwrap();
-        refused(&out, &[flag, &target.display().to_string(), says]);
+        refused(&out, &["--keep ", &target.display().to_string(), says]);
         assert!(out.stdout.is_empty(), "{}", text(&out.stdout));
     }
     assert_eq!(listing(&keep), ["small"]);
@@ -490,4 +502,191 @@ fn report_targets_that_cannot_be_written_are_refused_up_front() {
         .unwrap();
     refused(&out, &["/nonexistent/x.json: cannot read"]);
     assert!(!json.exists());
+
+/// The options `--help` lists, each with whether a description follows.
+fn options_of(help: &str) -> Vec<(String, bool)> {
+    let lines: Vec<&str> = help.lines().collect();
+    let mut out = Vec::new();
+    for (i, line) in lines.iter().enumerate() {
+        let t = line.trim_start();
+        if !t.starts_with('-') || !line.starts_with("  ") {
+            continue;
+        }
+        let name = t
+            .split([',', ' '])
+            .find(|w| w.starts_with("--"))
+            .unwrap_or(t)
+            .to_string();
+        // `--opt <V>  Description`, or the description indented on the next line.
+        let same_line = t
+            .split_once("  ")
+            .is_some_and(|(_, d)| !d.trim().is_empty());
+        let next_line = lines.get(i + 1).is_some_and(|n| {
+            let d = n.trim_start();
+            !d.is_empty() && !d.starts_with('-') && n.len() - d.len() > line.len() - t.len()
+        });
+        out.push((name, same_line || next_line));
+    }
+    out
+}
+
+#[test]
+fn every_option_of_run_replay_and_workers_is_described_with_examples() {
+    for (command, must_list) in [
+        (
+            "run",
+            &[
+                "--seed",
+                "--keep",
+                "--dir",
+                "--quiet",
+                "--adapter",
+                "--jobs",
+            ][..],
+        ),
+        ("replay", &["--scenario", "--plan", "--keep", "--dir"][..]),
+        ("workers", &["--plan", "--dir", "--postgres"][..]),
+    ] {
+        let out = run(&[command, "--help"]);
+        assert_eq!(out.status.code(), Some(0));
+        let help = text(&out.stdout);
+        let options = options_of(&help);
+        let undescribed: Vec<&String> = options
+            .iter()
+            .filter(|(_, described)| !described)
+            .map(|(name, _)| name)
+            .collect();
+        assert!(
+            undescribed.is_empty(),
+            "{command}: {undescribed:?} in\n{help}"
+        );
+        for name in must_list {
+            assert!(
+                options.iter().any(|(n, _)| n == name),
+                "{command} --help lacks {name}:\n{help}"
+            );
+        }
+        // The old spellings still work (below) but are not advertised.
+        assert!(!options
+            .iter()
+            .any(|(n, _)| n == "--keep-failures" || n == "--scratch"));
+        let examples = help.split_once("Examples").map_or("", |(_, e)| e);
+        let shown = examples
+            .lines()
+            .filter(|l| l.starts_with("  agentchaos "))
+            .count();
+        assert!(shown >= 2, "{command}: {shown} example(s) in\n{help}");
+        // Grouped under headings, not one list of Options.
+        assert!(
+            help.contains("\nStore under test:\n")
+                || command == "replay" && help.contains("\nOutput:\n"),
+            "{help}"
+        );
+    }
+}
+
+#[test]
+fn the_old_spellings_of_keep_and_dir_still_work() {
+    // --keep-failures is --keep: the same directory is made (here it cannot be).
+    let out = run(&["run", "--keep-failures", "/dev/null/kept", "--scenario"]
+        .into_iter()
+        .chain([fixture().to_str().unwrap()])
+        .collect::<Vec<_>>());
+    assert_eq!(out.status.code(), Some(2));
+    let err = text(&out.stderr);
+    assert!(err.contains("--keep /dev/null/kept"), "{err}");
+    // workers --scratch is workers --dir: parsed, then the next check speaks.
+    for flag in ["--scratch", "--dir"] {
+        let out = run(&["workers", flag, "/tmp", "--workers", "1"]);
+        assert_eq!(out.status.code(), Some(2));
+        assert!(
+            text(&out.stderr).contains("--workers must be at least 2"),
+            "{}",
+            text(&out.stderr)
+        );
+    }
+}
+
+/// A short clean campaign, stderr to a pipe (no terminal).
+fn short_campaign(extra: &[&str], period_ms: Option<&str>) -> Output {
+    let dir = tempfile::tempdir().unwrap();
+    let mut cmd = bin();
+    cmd.args([
+        "run",
+        "--nemesis",
+        "points",
+        "--restarts",
+        "none",
+        "--trials",
+        "4",
+    ])
+    .arg("--scenario")
+    .arg(fixture())
+    .arg("--dir")
+    .arg(dir.path())
+    .args(extra);
+    if let Some(ms) = period_ms {
+        cmd.env("AGENTCHAOS_PROGRESS_PERIOD_MS", ms);
+    }
+    cmd.output().unwrap()
+}
+
+fn progress_lines(stderr: &str) -> Vec<&str> {
+    stderr
+        .lines()
+        .filter(|l| l.starts_with("agentchaos: ") && l.contains(" trials, "))
+        .collect()
+}
+
+#[test]
+fn without_a_terminal_progress_is_a_line_on_stderr_and_the_verdict_ends_the_scorecard() {
+    let out = short_campaign(&[], Some("1"));
+    assert_eq!(out.status.code(), Some(0), "{}", text(&out.stderr));
+    let stderr = text(&out.stderr);
+    let lines = progress_lines(&stderr);
+    assert!(!lines.is_empty(), "{stderr}");
+    assert!(
+        lines
+            .iter()
+            .all(|l| l.contains(" violation(s) so far, ") && l.ends_with("s elapsed")),
+        "{stderr}"
+    );
+    assert!(
+        lines
+            .last()
+            .unwrap()
+            .contains(" 4/4 trials, 0 violation(s) so far"),
+        "{stderr}"
+    );
+    // Nothing else on stderr: the report is stdout's.
+    assert_eq!(stderr.lines().count(), lines.len(), "{stderr}");
+
+    let stdout = text(&out.stdout);
+    let verdicts: Vec<&str> = stdout
+        .lines()
+        .filter(|l| l.starts_with("PASS") || l.starts_with("FAIL"))
+        .collect();
+    assert_eq!(
+        verdicts,
+        ["PASS: no violations, every trial carried out (exit 0)"],
+        "{stdout}"
+    );
+    // One scenario: its rate and the total's divide the same trials by the same time.
+    let row = stdout.lines().find(|l| l.starts_with("small ")).unwrap();
+    let total = stdout.lines().find(|l| l.starts_with("total ")).unwrap();
+    let row_rate = row.split_whitespace().nth(3).unwrap();
+    let total_rate = total.split_whitespace().nth(2).unwrap();
+    assert_eq!(row_rate, total_rate, "{stdout}");
+
+    // --quiet silences it; the period's default (10 s) still prints the last line.
+    let quiet = short_campaign(&["--quiet"], Some("1"));
+    assert!(progress_lines(&text(&quiet.stderr)).is_empty());
+    let default = short_campaign(&[], None);
+    let stderr = text(&default.stderr);
+    assert!(
+        progress_lines(&stderr)
+            .last()
+            .is_some_and(|l| l.contains(" 4/4 trials, ")),
+        "{stderr}"
+    );
 }

@@ -578,3 +578,95 @@ fn start_side_effect(client: &mut Client) {
         .unwrap();
     client.start_tool("c1").unwrap();
 }
+
+/// The pids and start times of `pid`'s descendants (from /proc).
+fn descendants_of(pid: u32) -> Vec<(u32, String, String)> {
+    let stat = |p: &str| -> Option<(u32, u32, String, String)> {
+        let text = std::fs::read_to_string(format!("/proc/{p}/stat")).ok()?;
+        let fields: Vec<&str> = text[text.rfind(')')? + 1..].split_whitespace().collect();
+        let cmd = std::fs::read(format!("/proc/{p}/cmdline")).ok()?;
+        Some((
+            p.parse().ok()?,
+            fields.get(1)?.parse().ok()?,
+            fields.get(19)?.to_string(),
+            String::from_utf8_lossy(&cmd).replace('\0', " "),
+        ))
+    };
+    let all: Vec<_> = std::fs::read_dir("/proc")
+        .unwrap()
+        .flatten()
+        .filter_map(|e| stat(&e.file_name().to_string_lossy()))
+        .collect();
+    let mut out = Vec::new();
+    let mut next = vec![pid];
+    while let Some(parent) = next.pop() {
+        for (p, _, start, cmd) in all.iter().filter(|(_, pp, _, _)| *pp == parent) {
+            next.push(*p);
+            out.push((*p, start.clone(), cmd.clone()));
+        }
+    }
+    out
+}
+
+#[test]
+fn sigint_stops_db_crash_and_its_server() {
+    if !postgres_installed() {
+        return;
+    }
+    let adapter = format!(
+        "{} adapter",
+        support::workspace_bin("agentstore-pg").display()
+    );
+    let mut child = std::process::Command::new(env!("CARGO_BIN_EXE_agentchaos"))
+        .args(["db-crash", "--adapter", &adapter])
+        .stdout(std::process::Stdio::null())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .unwrap();
+    // The server runs: a postgres -D child of the harness.
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(300);
+    let before = loop {
+        let d = descendants_of(child.id());
+        if d.iter().any(|(_, _, cmd)| cmd.contains("postgres -D")) {
+            break d;
+        }
+        assert!(child.try_wait().unwrap().is_none(), "db-crash ended first");
+        assert!(std::time::Instant::now() < deadline, "no server");
+        std::thread::sleep(std::time::Duration::from_millis(5));
+    };
+    let sent = std::time::Instant::now();
+    nix::sys::signal::kill(
+        nix::unistd::Pid::from_raw(child.id() as i32),
+        nix::sys::signal::Signal::SIGINT,
+    )
+    .unwrap();
+    let status = loop {
+        if let Some(s) = child.try_wait().unwrap() {
+            break s;
+        }
+        // Removing the cluster's data directory takes its time on a busy machine.
+        assert!(
+            sent.elapsed().as_secs() < 20,
+            "still running 20 s after SIGINT"
+        );
+        std::thread::sleep(std::time::Duration::from_millis(1));
+    };
+    eprintln!(
+        "db-crash stopped {} ms after SIGINT",
+        sent.elapsed().as_millis()
+    );
+    let out = child.wait_with_output().unwrap();
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(status.code(), Some(130), "{stderr}");
+    assert!(
+        stderr.starts_with("agentchaos: interrupted by SIGINT"),
+        "{stderr}"
+    );
+    for (pid, start, cmd) in before {
+        let same = std::fs::read_to_string(format!("/proc/{pid}/stat")).is_ok_and(|t| {
+            let f: Vec<&str> = t[t.rfind(')').unwrap() + 1..].split_whitespace().collect();
+            f[0] != "Z" && f[19] == start
+        });
+        assert!(!same, "{pid} ({cmd}) still runs");
+    }
+}

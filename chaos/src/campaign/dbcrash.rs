@@ -117,6 +117,9 @@ pub enum DbCrashError {
         #[source]
         source: std::io::Error,
     },
+    /// SIGINT or SIGTERM arrived: the server is not restarted again.
+    #[error("{}", crate::child::INTERRUPTED)]
+    Interrupted,
 }
 
 fn adapter_err(what: &str) -> impl FnOnce(crate::store::adapter::ClientError) -> DbCrashError + '_ {
@@ -187,6 +190,9 @@ fn run_trial(
     }
     trial.crash.apply(cluster)?;
     let _ = client.kill();
+    if agentstore::interrupt::requested() {
+        return Err(DbCrashError::Interrupted);
+    }
     cluster.restart()?;
     let mut fresh = spawn(adapter, cluster)?;
     let when = format!(

@@ -74,7 +74,8 @@ pub fn run_trial(
             None,
         ),
     };
-    let failed = !violations.is_empty() || error.is_some();
+    // A trial the signal's sweep cut short is no failure to keep.
+    let failed = (!violations.is_empty() || error.is_some()) && !agentstore::interrupt::requested();
     if let (Some(keep), true) = (&cfg.keep_failures, failed) {
         let replay = replay_command(
             &prepared.source.path,

@@ -175,8 +175,20 @@ pub struct Recording {
     pub workspace: PathBuf,
 }
 
-/// Runs the agent once, crash-free, under the recorder.
+/// Runs the agent once, crash-free, under the recorder; whatever its
+/// processes leave running is killed at its end ([`crate::child::within`]).
 pub fn record(
+    cfg: &Config,
+    source: &ScenarioSource,
+    dir: &Path,
+) -> Result<Recording, PowerLossError> {
+    crate::child::within(
+        || format!("the power-loss recording of {}", source.scenario.name),
+        || record_marked(cfg, source, dir),
+    )
+}
+
+fn record_marked(
     cfg: &Config,
     source: &ScenarioSource,
     dir: &Path,
@@ -797,7 +809,7 @@ fn run_scenario(cfg: &Config, source: ScenarioSource, dir: &Path) -> ScenarioRep
         max_states: cfg.max_states,
         seed: cfg.seed,
     };
-    let bar = crate::campaign::pool::progress_bar(
+    let progress = crate::campaign::pool::Progress::start(
         cfg.progress,
         points.len(),
         &format!("crash points of {}", source.scenario.name),
@@ -810,13 +822,13 @@ fn run_scenario(cfg: &Config, source: ScenarioSource, dir: &Path) -> ScenarioRep
             points[i],
             &dir.join(format!("p{i}")),
         );
-        if let Some(b) = &bar {
-            b.inc(1);
+        if let Some(p) = &progress {
+            p.inc(r.as_ref().map_or(0, |o| o.failures.len()));
         }
         r
     });
-    if let Some(b) = bar {
-        b.finish_and_clear();
+    if let Some(p) = progress {
+        p.finish();
     }
     let mut report = ScenarioReport {
         ops,

@@ -2347,11 +2347,11 @@ fn output_unless_hung(
     hang_timeout: std::time::Duration,
 ) -> std::io::Result<Option<std::process::Output>> {
     use std::process::Stdio;
-    let mut running = cmd
-        .stdin(Stdio::null())
-        .stdout(Stdio::piped())
-        .stderr(Stdio::piped())
-        .spawn()?;
+    let mut running = crate::child::spawn(
+        cmd.stdin(Stdio::null())
+            .stdout(Stdio::piped())
+            .stderr(Stdio::piped()),
+    )?;
     let pid = nix::unistd::Pid::from_raw(running.id() as i32);
     let watchdog = crate::child::Watchdog::arm(hang_timeout, move || {
         let _ = nix::sys::signal::kill(pid, nix::sys::signal::Signal::SIGKILL);

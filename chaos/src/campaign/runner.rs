@@ -15,13 +15,13 @@
 //! shard's share, and runs them on `jobs` worker threads, each trial in its
 //! own directory under the campaign directory (on `/dev/shm` by default).
 //! A trial directory is deleted once checked, or moved to
-//! `--keep-failures` when it found a violation. The runner owns
+//! `--keep` when it found a violation. The runner owns
 //! scheduling and bookkeeping; it must never judge a trial itself.
 
 use crate::campaign::config::{Config, Mode, ScenarioSource};
 use crate::campaign::describe::describe_crash;
 use crate::campaign::execute::{run_trial, TrialOutcome};
-use crate::campaign::pool::{parallel, progress_bar, NOT_RUN};
+use crate::campaign::pool::{parallel, Progress, NOT_RUN};
 use crate::campaign::prepare::{prepare_keeping, Prepared};
 use crate::campaign::scratch::campaign_dir;
 use std::collections::{BTreeMap, BTreeSet};
@@ -91,7 +91,10 @@ fn run_probes(
         .take_while(|_| !agentstore::interrupt::requested())
         .map(|(i, p)| {
             let scratch = dir.join(format!("probe{i}"));
-            let outcome = probe::run(&setup, p, &scratch);
+            let outcome = crate::child::within(
+                || format!("the probe {p} of {}", prepared.source.scenario.name),
+                || probe::run(&setup, p, &scratch),
+            );
             let _ = std::fs::remove_dir_all(&scratch);
             outcome
         })
@@ -226,11 +229,29 @@ pub struct CampaignResult {
     /// The adapter processes the harness itself started (observations,
     /// probes, power-loss recoveries; each life is its agent's own).
     pub adapter_processes: crate::store::adapter::ProcessCounts,
+    /// Processes the store's adapters left running after a trial (killed).
+    pub leaked: Vec<crate::child::Leak>,
 }
 
 impl CampaignResult {
-    pub fn trials_per_second(&self) -> f64 {
-        self.trials as f64 / self.elapsed.as_secs_f64().max(1e-9)
+    /// Wall time from the campaign's first trial start to its last
+    /// trial's end (the crash-free runs and probes before them excluded),
+    /// as each scenario's [`ScenarioResult::wall`] is its own trials'.
+    pub fn trial_wall(&self) -> Duration {
+        let outcomes = || self.scenarios.iter().flat_map(|s| &s.outcomes);
+        match (
+            outcomes().map(|o| o.started).min(),
+            outcomes().map(|o| o.finished).max(),
+        ) {
+            (Some(a), Some(b)) => b - a,
+            _ => Duration::ZERO,
+        }
+    }
+
+    /// Trials per second of [`CampaignResult::trial_wall`]; `None` without trials.
+    pub fn trials_per_second(&self) -> Option<f64> {
+        let wall = self.trial_wall();
+        (!wall.is_zero()).then(|| self.trials as f64 / wall.as_secs_f64())
     }
     pub fn violation_count(&self) -> usize {
         self.scenarios
@@ -341,6 +362,10 @@ pub fn run(cfg: &Config<'_>, sources: Vec<ScenarioSource>) -> Result<CampaignRes
         power_loss,
         skipped,
         adapter_processes: crate::store::adapter::process_counts(),
+        leaked: {
+            crate::child::sweep_orphans("the campaign (outside any trial)");
+            crate::child::take_leaks()
+        },
     })
 }
 
@@ -460,7 +485,7 @@ fn run_jobs(
     jobs: &[(usize, Plan)],
     dir: &Path,
 ) -> Vec<TrialOutcome> {
-    let bar = progress_bar(cfg.progress, jobs.len(), "trials");
+    let progress = Progress::start(cfg.progress, jobs.len(), "trials");
     let outcomes = parallel(cfg.jobs, jobs.len(), |i| {
         let (s, plan) = jobs[i];
         let o = run_trial(
@@ -470,13 +495,13 @@ fn run_jobs(
             plan,
             &crate::campaign::scratch::trial_dir(dir, s, i),
         );
-        if let Some(b) = &bar {
-            b.inc(1);
+        if let Some(p) = &progress {
+            p.inc(o.violations.len());
         }
         o
     });
-    if let Some(b) = bar {
-        b.finish_and_clear();
+    if let Some(p) = progress {
+        p.finish();
     }
     outcomes
         .into_iter()

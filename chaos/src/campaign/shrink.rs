@@ -207,6 +207,9 @@ pub fn shrink(
                     exhausted = true;
                     break 'outer;
                 }
+                if agentstore::interrupt::requested() {
+                    return Err(crate::child::INTERRUPTED.to_string().into());
+                }
                 tried += 1;
                 if let Some(p) = reproduce(cfg, &c, &work, &best_plan, inv, &dir)? {
                     best = c;

@@ -122,8 +122,31 @@ impl TrialDir {
     }
 }
 
-/// Runs one trial in `dir` (created empty by the caller's parent; must not exist).
+/// Runs one trial in `dir` (created empty by the caller's parent; must not
+/// exist); whatever its processes leave running is killed at its end
+/// ([`crate::child::within`]).
 pub fn run(
+    setup: &TrialSetup<'_>,
+    plan: Plan,
+    dir: &Path,
+    kind: RunKind,
+) -> Result<History, TrialError> {
+    crate::child::within(
+        || {
+            let scenario = setup
+                .scenario_path
+                .file_name()
+                .map_or_else(String::new, |n| n.to_string_lossy().into_owned());
+            match kind {
+                RunKind::Trial => format!("the trial {plan} of {scenario}"),
+                _ => format!("a trace run ({plan}) of {scenario}"),
+            }
+        },
+        || run_marked(setup, plan, dir, kind),
+    )
+}
+
+fn run_marked(
     setup: &TrialSetup<'_>,
     plan: Plan,
     dir: &Path,
@@ -172,6 +195,10 @@ pub fn run(
             },
             &observe,
         )?;
+        // Killed by the signal's sweep, not by the plan: no verdict.
+        if agentstore::interrupt::requested() {
+            return Err(crate::child::INTERRUPTED.to_string().into());
+        }
         if env.iter().any(|(k, _)| *k == "AGENTCHAOS_TRACE") {
             life.trace = Some(std::fs::read_to_string(td.trace()).unwrap_or_default());
         }
@@ -592,8 +619,7 @@ fn start(
 ) -> Result<Started, TrialError> {
     match syscall {
         None => {
-            let mut child: Child = cmd
-                .spawn()
+            let mut child: Child = crate::child::spawn(&mut cmd)
                 .map_err(|e| format!("cannot start the agent {}: {e}", agent_exe.display()))?;
             let stdin = child.stdin.take();
             let stdout = child.stdout.take().expect("stdout is piped");

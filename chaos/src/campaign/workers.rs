@@ -293,8 +293,7 @@ impl Worker {
         if let SharedStore::InProcess { fault: Some(f) } = &cfg.store {
             cmd.env(agentstore::fault::FAULT_ENV, f);
         }
-        let mut child = cmd
-            .spawn()
+        let mut child = crate::child::spawn(&mut cmd)
             .map_err(|e| WorkersError::Harness(format!("cannot start worker {id}: {e}")))?;
         let stdin = child.stdin.take().expect("piped stdin");
         let stdout = child.stdout.take().expect("piped stdout");
@@ -563,6 +562,9 @@ fn final_log(
         match backend.open(&spec) {
             Ok(store) => break store,
             Err(e) if e.kind == Some(ErrorKind::NotFound) => return final_log(FinalLog::Missing),
+            Err(_) if agentstore::interrupt::requested() => {
+                return final_log(FinalLog::Unreadable(crate::child::INTERRUPTED.to_string()))
+            }
             Err(e) if e.kind == Some(ErrorKind::LeaseHeld) && Instant::now() < deadline => {
                 std::thread::sleep(ACQUIRE_POLL)
             }
@@ -652,6 +654,9 @@ impl Run<'_> {
                         records,
                     });
                     return Ok(Ok(()));
+                }
+                WorkerReply::Held { .. } if wait && agentstore::interrupt::requested() => {
+                    return Err(WorkersError::Harness(crate::child::INTERRUPTED.to_string()));
                 }
                 WorkerReply::Held { message } if wait => {
                     if Instant::now() >= deadline {

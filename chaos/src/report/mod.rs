@@ -159,6 +159,37 @@ pub fn violations_text(result: &CampaignResult, ctx: &Context<'_>) -> String {
     if let Some(p) = &result.power_loss {
         out.push_str(&powerloss::refusals(p));
     }
+    out.push_str(&leaks_text(&result.leaked));
+    out
+}
+
+/// The processes the store's adapters left running, for the terminal: how
+/// many, and the first few (all of them with --json).
+pub fn leaks_text(leaked: &[crate::child::Leak]) -> String {
+    let mut out = String::new();
+    if leaked.is_empty() {
+        return out;
+    }
+    let _ = writeln!(
+        out,
+        "LEAKED PROCESSES: the store's adapter left {} process(es) running out of its process group (setsid); the harness killed them:",
+        leaked.len()
+    );
+    for leak in leaked.iter().take(SHOWN_PER_GROUP) {
+        let _ = writeln!(
+            out,
+            "  pid {} after {}: {}",
+            leak.pid, leak.during, leak.command
+        );
+    }
+    if leaked.len() > SHOWN_PER_GROUP {
+        let _ = writeln!(
+            out,
+            "  … and {} more (all of them with --json)",
+            leaked.len() - SHOWN_PER_GROUP
+        );
+    }
+    out.push('\n');
     out
 }
 
@@ -217,13 +248,21 @@ pub fn table(result: &CampaignResult, ctx: &Context<'_>) -> String {
     }
     let _ = writeln!(
         out,
-        "{:<width$}  {:>13}  {:>7}  {:>9}  {} violation(s), {} error(s), {:.1}s",
+        "{:<width$}  {:>13}  {:>7}  {:>9}  {} violation(s), {} error(s), {:.1}s in all",
         "total",
         "",
         result.trials,
-        format!("{:.1}", result.trials_per_second()),
+        result
+            .trials_per_second()
+            .map_or_else(|| "-".to_string(), |r| format!("{r:.1}")),
         result.violation_count(),
         result.error_count(),
+        result.elapsed.as_secs_f64()
+    );
+    let _ = writeln!(
+        out,
+        "trials/s: trials per second from the first trial's start to the last one's end ({:.1}s for the total; the crash-free runs and probes before them are in the {:.1}s in all)",
+        result.trial_wall().as_secs_f64(),
         result.elapsed.as_secs_f64()
     );
     for s in &result.scenarios {
@@ -301,7 +340,24 @@ pub fn table(result: &CampaignResult, ctx: &Context<'_>) -> String {
         );
     }
     out.push_str(&scorecard::text(&score(result, ctx)));
+    out.push_str(&verdict_line(result));
+    out.push('\n');
     out
+}
+
+/// The campaign's verdict in one line, `PASS` or `FAIL`, with the exit
+/// code `agentchaos run` gives it (0, 1 the store's failure, 3 the harness's).
+pub fn verdict_line(result: &CampaignResult) -> String {
+    let violations = result.violation_count();
+    let store_errors = result.store_error_count();
+    let errors = result.error_count();
+    if violations + store_errors > 0 {
+        format!("FAIL: {violations} violation(s), {store_errors} error(s) of the store (exit 1)")
+    } else if errors > 0 {
+        format!("FAIL: {errors} trial(s) or probe(s) could not be carried out, the harness's errors (exit 3)")
+    } else {
+        "PASS: no violations, every trial carried out (exit 0)".to_string()
+    }
 }
 
 fn score(result: &CampaignResult, ctx: &Context<'_>) -> scorecard::Scorecard {
@@ -389,7 +445,9 @@ pub fn json(result: &CampaignResult, ctx: &Context<'_>) -> Value {
         "trials": result.trials,
         "elapsed_seconds": result.elapsed.as_secs_f64(),
         "trials_per_second": result.trials_per_second(),
+        "trial_seconds": result.trial_wall().as_secs_f64(),
         "adapter_processes": json!({"spawned": result.adapter_processes.spawned, "forked": result.adapter_processes.forked}),
+        "leaked_processes": result.leaked,
         "violation_count": result.violation_count(),
         "error_count": result.error_count(),
         "scenarios": scenarios,

@@ -1,5 +1,5 @@
 //! Names a scenario gives that become part of a path: a scenario's name is
-//! the directory its failing trials are kept in (`--keep-failures DIR/NAME/`)
+//! the directory its failing trials are kept in (`--keep DIR/NAME/`)
 //! and the file a random or shrunk scenario is written to (`NAME.json`).
 //!
 //! This module owns the one rule for such names ([`is_name`]) and

@@ -103,7 +103,7 @@ impl Traced {
         unsafe {
             cmd.pre_exec(|| ptrace::traceme().map_err(io::Error::from));
         }
-        let mut child = cmd.spawn().map_err(|source| Error::Spawn {
+        let mut child = crate::child::spawn(&mut cmd).map_err(|source| Error::Spawn {
             program: program.clone(),
             source,
         })?;

@@ -417,7 +417,11 @@ impl AdapterBackend {
         });
         let server = match server {
             Some(server) => server,
-            None => match Client::spawn_fork_server(self.command(), self.options) {
+            // It outlives the trial that happens to start it: unmarked, so
+            // that trial's end does not take it for a leftover.
+            None => match crate::child::unmarked(|| {
+                Client::spawn_fork_server(self.command(), self.options)
+            }) {
                 Ok(server) if server.hello().fork => {
                     let _ = forking.set(true);
                     let server = Arc::new(Mutex::new(server));

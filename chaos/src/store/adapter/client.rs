@@ -689,16 +689,16 @@ impl Client {
             }
             None => Stdio::piped(),
         };
-        let mut child = cmd
-            .process_group(0)
-            .stdin(stdin)
-            .stdout(Stdio::piped())
-            .stderr(Stdio::piped())
-            .spawn()
-            .map_err(|source| ClientError::Spawn {
-                command: label.clone(),
-                source,
-            })?;
+        let mut child = crate::child::spawn(
+            cmd.process_group(0)
+                .stdin(stdin)
+                .stdout(Stdio::piped())
+                .stderr(Stdio::piped()),
+        )
+        .map_err(|source| ClientError::Spawn {
+            command: label.clone(),
+            source,
+        })?;
         SPAWNED.fetch_add(1, Ordering::Relaxed);
         let stdin = match socket {
             Some((ours, _theirs)) => File::from(OwnedFd::from(ours)),
