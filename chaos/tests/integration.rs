@@ -40,6 +40,7 @@ mod postgres;
 mod powerloss_campaign;
 mod powerloss_states;
 mod python_kit;
+mod python_wheel;
 mod random;
 mod report_schema;
 mod signals;
