@@ -35,6 +35,7 @@ mod langgraphjs_adapter;
 mod layout;
 mod mutants;
 mod node_kit;
+mod node_package;
 mod openai_agents_adapter;
 mod postgres;
 mod powerloss_campaign;
