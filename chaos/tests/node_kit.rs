@@ -1,8 +1,9 @@
 //! The Node adapter kit (`chaos/adapters/node`, package
 //! `agentchaos-adapter`): its hello store (an fsync'd JSON-lines file, 74
 //! lines, no writer lock) passes a sampled campaign under every default
-//! nemesis and the Python kit's self-test, which checks any adapter; and
-//! the kit's unit tests pass.
+//! nemesis and the Python kit's self-test, which checks any adapter; a
+//! store that logs and writes to `process.stdout` on every call passes the
+//! self-test too (the kit keeps the wire); and the kit's unit tests pass.
 //!
 //! Skipped on a dev machine, with a line on stderr, when `node` or the
 //! kit's dependencies are missing; fails under `CI=true`.
@@ -80,9 +81,31 @@ fn the_hello_store_passes_the_self_test() {
     );
 }
 
+/// The noisy store (`examples/noisy_store.mjs`: the hello store calling
+/// `console.log`, `.info`, `.debug` and `process.stdout.write` on every
+/// call) passes the self-test: what it prints goes to stderr, never among
+/// the replies. Its campaign is `node_package.rs`'s, on the kit installed
+/// from its tarball (a Node campaign is slow: one process per life).
+#[test]
+fn a_store_that_prints_passes_the_self_test() {
+    if !node::kit_available("a_store_that_prints_passes_the_self_test")
+        || !python::kit_available("a_store_that_prints_passes_the_self_test")
+    {
+        return;
+    }
+    let out = python::python3()
+        .args(["-m", "agentchaos_adapter.selftest", "--", "node"])
+        .arg(node::kit_dir().join("examples/noisy_store.mjs"))
+        .output()
+        .unwrap();
+    let text = String::from_utf8_lossy(&out.stdout);
+    assert!(out.status.success(), "{text}");
+    assert!(text.contains("7 passed, 0 failed, 2 skipped"), "{text}");
+}
+
 /// The kit's own unit tests (`chaos/adapters/node/test`, node:test):
 /// failed writes, refusals, schema errors, damage on load, blob checks,
-/// bugs and unbacked claims.
+/// bugs, unbacked claims, a store that prints, and fd 1 left blocking.
 #[test]
 fn the_kit_unit_tests_pass() {
     if !node::kit_available("the_kit_unit_tests_pass") {
@@ -96,7 +119,7 @@ fn the_kit_unit_tests_pass() {
     let text = String::from_utf8_lossy(&out.stdout);
     assert!(out.status.success(), "{text}");
     assert!(
-        text.contains("# pass 8") && text.contains("# fail 0"),
+        text.contains("# pass 10") && text.contains("# fail 0"),
         "{text}"
     );
 }

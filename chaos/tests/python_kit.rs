@@ -3,8 +3,10 @@
 //! lines) passes a sampled campaign under every default nemesis and the
 //! kit's self-test; the self-test catches a store that breaks the protocol;
 //! the kit's unit tests pass; a claim the store cannot back stops the
-//! adapter with one line; and, in CI, the kit pip installed is the one
-//! that ships the committed schema.
+//! adapter with one line; a store that prints, logs and writes to fd 1 on
+//! every call passes the self-test and a campaign (the kit keeps the wire);
+//! and, in CI, the kit pip installed is the one that ships the committed
+//! schema.
 //!
 //! Skipped on a dev machine, with a line on stderr, when `python3` cannot
 //! import the kit (it needs `jsonschema`); fails under `CI=true`.
@@ -74,6 +76,51 @@ fn the_hello_store_passes_a_sampled_campaign() {
         &report,
         "not supported",
         &["damage_refusal", "checkpoint_projection", "blobs"],
+        &stdout,
+    );
+}
+
+/// The noisy store (`examples/noisy_store.py`: the hello store printing,
+/// logging on a stdout handler set up before the kit's import, writing to
+/// fd 1 and through C's `printf` on every call) passes the self-test (an
+/// adapter started per process, protocol version 1) and a campaign whose
+/// lives and observers are children of its fork server: the kit keeps its
+/// stdout for the replies in both, and its children's.
+#[test]
+fn a_store_that_prints_keeps_a_clean_wire() {
+    if !python::kit_available("a_store_that_prints_keeps_a_clean_wire") {
+        return;
+    }
+    let script = python::kit_dir().join("examples/noisy_store.py");
+    let (out, text) = selftest(&[
+        python::python3_path().to_str().unwrap(),
+        script.to_str().unwrap(),
+    ]);
+    assert!(out.status.success(), "{text}");
+    assert!(text.contains("8 passed, 0 failed, 1 skipped"), "{text}");
+
+    let adapter = python::adapter_command(&script, &[]);
+    let (code, report, stdout) = campaign::run(
+        &fixture("small.json"),
+        &[
+            "--adapter",
+            &adapter,
+            "--nemesis",
+            "points",
+            "--trials",
+            "2",
+        ],
+    );
+    assert_eq!(code, 0, "{stdout}");
+    assert_eq!(report["error_count"], 0, "{stdout}");
+    assert!(
+        report["adapter_processes"]["forked"].as_u64().unwrap() > 0,
+        "{stdout}"
+    );
+    campaign::assert_rows(
+        &report,
+        "pass",
+        &["orphan_marking", "effect_ledger", "writer_lock", "outcome"],
         &stdout,
     );
 }

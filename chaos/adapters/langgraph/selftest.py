@@ -24,8 +24,10 @@ sys.path.insert(0, HERE)
 from langgraph.checkpoint.base.id import uuid6  # noqa: E402
 from langgraph.checkpoint.sqlite import SqliteSaver  # noqa: E402
 
-from agentchaos_adapter import schema  # noqa: E402
+from agentchaos_adapter import schema, wire  # noqa: E402
 from lgadapter.store import DB_NAME, wal_synchronous  # noqa: E402
+
+wire.release()  # the kit took stdout for an adapter's replies; this reports on it
 
 THREAD = {"configurable": {"thread_id": "t", "checkpoint_ns": ""}}
 

@@ -39,6 +39,18 @@ pub fn kit_available(test: &str) -> bool {
     )
 }
 
+/// Whether `npm` runs (it comes with Node); if not, as [`kit_available`].
+pub fn npm_available(test: &str) -> bool {
+    let mut probe = Command::new("npm");
+    probe.arg("--version");
+    loads(
+        test,
+        probe,
+        "npm",
+        "install Node.js with npm (apt-get install nodejs npm)",
+    )
+}
+
 /// `chaos/adapters/<name>`, a Node store's adapter directory (its own
 /// `package.json` and `package-lock.json`).
 pub fn store_adapter_dir(name: &str) -> PathBuf {
@@ -75,7 +87,7 @@ fn loads(test: &str, mut probe: Command, what: &str, install: &str) -> bool {
             .find(|l| l.contains("Error"))
             .unwrap_or("no error output")
             .to_string(),
-        Err(e) => format!("cannot run node: {e}"),
+        Err(e) => format!("cannot run {}: {e}", probe.get_program().to_string_lossy()),
     };
     let message = format!("{test}: {what} failed to load ({why}); install with: {install}");
     assert!(!in_ci(), "CI=true and {message}");

@@ -2,6 +2,7 @@
 // A hello store for agentchaos: one fsync'd JSON-lines file per session.
 //
 // Usage: node hello_store.mjs  (speaks chaos/PROTOCOL.md on stdin/stdout)
+// Imported, it is the class `HelloStore` (noisy_store.mjs extends it).
 //
 // ROOT/SESSION.jsonl: a record per line, acked once fsynced, a torn last
 // line cut on open. Node has no flock, so no writer lock: not claimed, and
@@ -10,6 +11,7 @@
 
 import * as fs from "node:fs";
 import * as path from "node:path";
+import { fileURLToPath } from "node:url";
 
 import { Damaged, serve, Store } from "agentchaos-adapter";
 
@@ -47,7 +49,7 @@ function wholeRecordThenMore(piece) {
   return false;
 }
 
-class HelloStore extends Store {
+export class HelloStore extends Store {
   constructor() {
     super();
     this.name = "hello-store-node";
@@ -92,4 +94,6 @@ class HelloStore extends Store {
   }
 }
 
-process.exitCode = await serve(new HelloStore());
+if (process.argv[1] && fs.realpathSync(process.argv[1]) === fileURLToPath(import.meta.url)) {
+  process.exitCode = await serve(new HelloStore());
+}

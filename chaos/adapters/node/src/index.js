@@ -7,6 +7,11 @@
 // kinds, the session rules, recovery, projection and context (`Model`).
 // Check an adapter with the Python kit's self-test, which runs any
 // adapter: `python3 -m agentchaos_adapter.selftest -- node my_store.mjs`.
+//
+// Importing the kit takes the process's stdout for the protocol
+// (wire.js): from then on what anything else prints goes to stderr.
+
+import "./wire.js";
 
 export {
   BadRequest,

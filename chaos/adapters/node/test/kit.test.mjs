@@ -8,6 +8,7 @@ import { createHash } from "node:crypto";
 import { mkdtempSync } from "node:fs";
 import { tmpdir } from "node:os";
 import { join } from "node:path";
+import { fileURLToPath } from "node:url";
 import { beforeEach, test } from "node:test";
 
 import { Invalid, IoFailed, Store } from "../src/index.js";
@@ -162,3 +163,37 @@ test("unknown and unbacked claims stop the adapter with one line", () => {
   assert.equal(out.stderr.trim(), "node-store adapter: unknown capability 'teleport'; claims blobs (needs putBlob, getBlob)");
 });
 
+
+test("a store that prints and logs on every call leaves the wire to the kit", () => {
+  const requests = [
+    { op: "hello", protocol: 1 },
+    { op: "open", root: tmp, session: "s", workspace: tmp, create: true },
+    { op: "append", event: { type: "user_message", parent: null, text: "hi" } },
+    { op: "close" },
+    { op: "open", root: tmp, session: "s", workspace: null, create: false },
+    { op: "events" },
+  ].map((r, i) => JSON.stringify({ id: i + 1, ...r }));
+  const noisy = fileURLToPath(new URL("../examples/noisy_store.mjs", import.meta.url));
+  const out = spawnSync(process.execPath, [noisy], { input: `${requests.join("\n")}\n`, encoding: "utf8" });
+  assert.equal(out.status, 0, out.stderr);
+  const replies = out.stdout.split("\n").filter(Boolean).map((line) => JSON.parse(line));
+  assert.deepEqual(replies.map((r) => [r.id, "ok" in r]), requests.map((_, i) => [i + 1, true]), out.stdout);
+  assert.equal(replies[5].ok.records.length, 2);
+  for (const how of ["console.log", "console.info", "console.debug", "process.stdout.write"]) {
+    assert.match(out.stderr, new RegExp(`noisy store: ${how.replace(".", "\\.")} write`), out.stderr);
+  }
+});
+
+test("the kit never makes fd 1 non-blocking (its replies are synchronous writes)", () => {
+  const probe = `
+    import ${JSON.stringify(new URL("../src/index.js", import.meta.url).href)};
+    import { readFileSync } from "node:fs";
+    console.log("printed");
+    process.stdout.write("written\\n");
+    const flags = /flags:\\s+(\\d+)/.exec(readFileSync("/proc/self/fdinfo/1", "utf8"))[1];
+    process.stderr.write(\`O_NONBLOCK \${(parseInt(flags, 8) & 0o4000) !== 0}\\n\`);`;
+  const out = spawnSync(process.execPath, ["--input-type=module", "-e", probe], { encoding: "utf8" });
+  assert.equal(out.status, 0, out.stderr);
+  assert.equal(out.stdout, "");
+  assert.equal(out.stderr, "printed\nwritten\nO_NONBLOCK false\n");
+});

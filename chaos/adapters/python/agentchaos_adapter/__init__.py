@@ -6,7 +6,14 @@ and `sys.exit(serve(MyStore()))`. The kit speaks the protocol: framing,
 validation against the packaged JSON Schema, error kinds, the session
 rules, recovery, projection and context (`Model`). Check an adapter with
 `python3 -m agentchaos_adapter.selftest -- CMD ARGS…`.
+
+Importing the kit takes the process's stdout for the protocol (`wire`):
+from then on what anything else prints goes to stderr.
 """
+
+from . import wire
+
+wire.take()
 
 from .errors import (
     BadRequest,

@@ -1,7 +1,8 @@
 """The serve loop: protocol versions 1 and 2 (chaos/PROTOCOL.md) over a `Store`.
 
 One JSON request per stdin line, one JSON reply per stdout line, flushed
-before the next request is read; nothing else ever goes to stdout. Every
+before the next request is read; nothing else ever goes to stdout (the
+wire, `wire.py`: what the store prints goes to stderr). Every
 request is checked against the schema first (`bad_request`, naming the
 field). A `StoreError` a store raises is its `error` reply; any other
 exception is a bug: one line on stderr naming it and where, exit code 2,
@@ -29,7 +30,7 @@ import traceback
 from datetime import datetime, timezone
 from typing import Any, BinaryIO
 
-from . import schema
+from . import schema, wire
 from .errors import NOTHING_WRITTEN, BadRequest, Damaged, Exists, Invalid, IoFailed, NotFound, StoreError, Unsupported
 from .model import Broken, Model
 from .store import Record, Store, unbacked_claims
@@ -398,14 +399,16 @@ def _stdin_socket(stdin: BinaryIO) -> socket.socket | None:
 
 def _become_child(fds: list[int], control: socket.socket | None) -> tuple[BinaryIO, BinaryIO]:
     """In a forked child: its own process group, the three descriptors as
-    stdin, stdout and stderr, the server's socket closed."""
+    stdin, the wire and stderr (fd 1 too), the server's socket closed."""
     os.setpgid(0, 0)
     if control is not None:
         control.detach()
-    for target, fd in enumerate(fds):
-        os.dup2(fd, target)
+    in_fd, out_fd, err_fd = fds
+    os.dup2(in_fd, 0)
+    wire.rebind(out_fd, err_fd)
+    for fd in fds:
         os.close(fd)
-    return open(0, "rb", closefd=False), sys.stdout.buffer
+    return open(0, "rb", closefd=False), wire.out()
 
 
 def serve(store: Store, stdin: BinaryIO | None = None, stdout: BinaryIO | None = None) -> int:
@@ -413,7 +416,8 @@ def serve(store: Store, stdin: BinaryIO | None = None, stdout: BinaryIO | None =
     `sys.exit(serve(MyStore()))`. On a Unix socket as stdin, it is also a
     fork server (protocol version 2)."""
     stdin = stdin or sys.stdin.buffer
-    stdout = stdout or sys.stdout.buffer
+    stdout = stdout or wire.out()
+    wire.quiet_logging()
     unknown = [c for c in store.capabilities() if c not in schema.CAPABILITIES]
     unbacked = unbacked_claims(store)
     if unknown or unbacked:
