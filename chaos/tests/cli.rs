@@ -502,6 +502,7 @@ fn report_targets_that_cannot_be_written_are_refused_up_front() {
         .unwrap();
     refused(&out, &["/nonexistent/x.json: cannot read"]);
     assert!(!json.exists());
+}
 
 /// The options `--help` lists, each with whether a description follows.
 fn options_of(help: &str) -> Vec<(String, bool)> {
