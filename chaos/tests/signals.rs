@@ -197,6 +197,11 @@ struct Stalled {
 /// `open` whose store root contains `stall_root` (see
 /// tests/fixtures/stalling_store.py).
 fn start_stalling(args: &[&str], stall_root: &str) -> Stalled {
+    start_stalling_with(args, stall_root, &[])
+}
+
+/// [`start_stalling`] with more environment for the adapter.
+fn start_stalling_with(args: &[&str], stall_root: &str, env: &[(&str, &str)]) -> Stalled {
     let dir = tempfile::tempdir().unwrap();
     let tmp = tempfile::tempdir().unwrap();
     let marker = tmp.path().join("stalled");
@@ -210,6 +215,7 @@ fn start_stalling(args: &[&str], stall_root: &str) -> Stalled {
         .env("TMPDIR", tmp.path())
         .env("STALL_ROOT", stall_root)
         .env("STALL_MARKER", &marker)
+        .envs(env.iter().copied())
         .stdout(Stdio::null())
         .stderr(Stdio::piped())
         .spawn()
@@ -381,34 +387,21 @@ fn a_signal_stops_a_replay() {
     stop_in("replay", &args, "agentchaos-", Signal::SIGTERM);
 }
 
+/// Before any trial: the harness asks the store's adapter for its
+/// `hello` (its claims decide the campaign), and this one never answers.
+/// (Reading the scenario files cannot block: a FIFO or a device is refused
+/// unopened, `cli::scenario_files_that_are_not_regular_or_too_large_are_refused_unread`.)
 #[test]
-fn a_signal_stops_the_reading_of_inputs() {
-    // A scenario file that is a FIFO nobody writes: reading it blocks.
-    let tmp = tempfile::tempdir().unwrap();
-    let fifo = tmp.path().join("scenario.json");
-    nix::unistd::mkfifo(&fifo, nix::sys::stat::Mode::S_IRWXU).unwrap();
-    let mut s = start_stalling(
-        &["run", "--scenario", fifo.to_str().unwrap(), "--quiet"],
+fn a_signal_stops_the_start_up() {
+    let small = small().display().to_string();
+    let mut s = start_stalling_with(
+        &["run", "--scenario", &small, "--quiet"],
         "never",
+        &[("STALL_HELLO", "1")],
     );
-    // The handlers are installed once the thread they wake exists (it is
-    // started after them), named agentchaos-stop.
-    let tasks = std::path::PathBuf::from(format!("/proc/{}/task", s.child.id()));
-    let deadline = Instant::now() + Duration::from_secs(60);
-    loop {
-        let stopper = std::fs::read_dir(&tasks).unwrap().flatten().any(|t| {
-            std::fs::read_to_string(t.path().join("comm"))
-                .is_ok_and(|c| c.trim() == "agentchaos-stop")
-        });
-        if stopper {
-            break;
-        }
-        assert!(s.child.try_wait().unwrap().is_none(), "exited early");
-        assert!(Instant::now() < deadline, "no SIGINT handler");
-        std::thread::sleep(Duration::from_millis(5));
-    }
-    s.marker = fifo;
-    stop(s, "reading inputs", Signal::SIGINT);
+    let marker = s.marker.clone();
+    wait_for_file(&mut s.child, &marker);
+    stop(s, "start-up (the adapter's hello)", Signal::SIGINT);
 }
 
 #[test]
