@@ -64,7 +64,10 @@ fn built(under_profile: &Path) -> PathBuf {
 }
 
 /// `$CARGO build --workspace --bins --examples` into `dir`
-/// (`target/<profile>`), with that profile.
+/// (`target/<profile>`), with that profile, except `agentchaos`'s own
+/// binary: `cargo test` built it (`CARGO_BIN_EXE_agentchaos`) with the
+/// features a test build unifies, `cargo build` would link another one in
+/// its place, and tests running it meanwhile would find no file there.
 fn build_workspace(cargo: &str, dir: &Path) {
     let profile = match dir.file_name().and_then(|n| n.to_str()) {
         Some("debug") => "test",
@@ -72,14 +75,23 @@ fn build_workspace(cargo: &str, dir: &Path) {
         None => panic!("odd target directory {}", dir.display()),
     };
     let target_dir = dir.parent().expect("target/<profile> has a parent");
-    let output = Command::new(cargo)
-        .args(["build", "--quiet", "--profile", profile])
-        .args(["--workspace", "--bins", "--examples"])
-        .arg("--target-dir")
-        .arg(target_dir)
-        .current_dir(env!("CARGO_MANIFEST_DIR"))
-        .output()
-        .expect("cargo runs");
+    for packages in [
+        &["--workspace", "--exclude", "agentchaos", "--bins"][..],
+        &["--workspace", "--examples"][..],
+    ] {
+        let output = Command::new(cargo)
+            .args(["build", "--quiet", "--profile", profile])
+            .args(packages)
+            .arg("--target-dir")
+            .arg(target_dir)
+            .current_dir(env!("CARGO_MANIFEST_DIR"))
+            .output()
+            .expect("cargo runs");
+        built_or_panic(&output);
+    }
+}
+
+fn built_or_panic(output: &std::process::Output) {
     assert!(
         output.status.success(),
         "building the workspace's binaries failed: {}",
