@@ -3,7 +3,8 @@
 //! [`check_log`] reads every line of a log (frame, checksum, seq contiguity,
 //! id) and says how far it is valid and what stops it there. [`fsck_session`]
 //! then folds a valid log through the session rules (the first event that
-//! breaks one, with its seq) and adds `session.json`; [`fsck_root`] checks every session under ROOT and
+//! breaks one, with its seq) and adds `session.json` and `snapshot.json`;
+//! [`fsck_root`] checks every session under ROOT and
 //! names entries that are not sessions. This module never writes, never
 //! takes the writer lock, and never stops at the first problem of a session
 //! when a later check (metadata) can still run.
@@ -88,10 +89,10 @@ pub struct LogCheck {
 /// Reads and verifies the frame of every line of the log at `path` (frame,
 /// checksum, seq, id, type; the fields are checked by the fold of
 /// [`fsck_session`]), with the tail rules of [`crate::scan`]: no torn tail
-/// may start before `floor`, the offset an intact snapshot covers
-/// ([`crate::checkpoint::covered_offset`]). Damage is a finding here, not an
-/// error; errors are I/O failures.
-pub fn check_log(path: &Path, floor: u64) -> Result<LogCheck> {
+/// may start before `floor`, what an intact snapshot covers
+/// ([`crate::checkpoint::covered`]), and the log may not end before it.
+/// Damage is a finding here, not an error; errors are I/O failures.
+pub fn check_log(path: &Path, floor: LogPosition) -> Result<LogCheck> {
     let mut events = Scanner::open(path, LogPosition::START)?.durable_floor(floor);
     let problem = loop {
         match events.next_frame().map(|f| f.is_some()) {
@@ -136,6 +137,10 @@ pub enum Problem {
     Log(LogProblem),
     /// `session.json` is missing, unreadable, or does not describe this session.
     Meta(String),
+    /// `snapshot.json` is there but damaged (torn, a bad checksum, fields
+    /// that do not fit) or another session's: never trusted, only reported
+    /// (the log stays the source of truth; the next checkpoint replaces it).
+    Snapshot(String),
 }
 
 impl fmt::Display for Problem {
@@ -143,6 +148,7 @@ impl fmt::Display for Problem {
         match self {
             Problem::Log(p) => p.fmt(f),
             Problem::Meta(why) => write!(f, "session.json: {why}"),
+            Problem::Snapshot(why) => write!(f, "snapshot.json: {why}"),
         }
     }
 }
@@ -156,7 +162,8 @@ pub struct SessionCheck {
     pub problems: Vec<Problem>,
 }
 
-/// Verifies session `id`: every line of its log, then its `session.json`.
+/// Verifies session `id`: every line of its log, then its `session.json`
+/// and its `snapshot.json`.
 pub fn fsck_session(root: &Path, id: &SessionId) -> Result<SessionCheck> {
     let paths = SessionPaths::new(root, id);
     if !paths.events().exists() {
@@ -165,7 +172,7 @@ pub fn fsck_session(root: &Path, id: &SessionId) -> Result<SessionCheck> {
             root: root.to_path_buf(),
         });
     }
-    let floor = crate::checkpoint::covered_offset(&paths)?.unwrap_or(0);
+    let floor = crate::checkpoint::covered(&paths)?.unwrap_or(LogPosition::START);
     let mut log = check_log(&paths.events(), floor)?;
     // The fold builds every event, so it also finds a line whose fields do
     // not fit (the frame scan does not build events): that damage, if it
@@ -201,6 +208,7 @@ pub fn fsck_session(root: &Path, id: &SessionId) -> Result<SessionCheck> {
         .map(Problem::Log)
         .collect();
     problems.extend(check_meta(&paths).map(Problem::Meta));
+    problems.extend(check_snapshot(&paths)?.map(Problem::Snapshot));
     Ok(SessionCheck {
         id: id.clone(),
         events: log.valid_end.seq,
@@ -228,6 +236,16 @@ fn check_meta(paths: &SessionPaths) -> Option<String> {
             meta.log_format
         )),
         Ok(_) => None,
+    }
+}
+
+/// What is wrong with `snapshot.json`, if anything: damage of its own
+/// (its position against the log is the log check's). I/O failures are errors.
+fn check_snapshot(paths: &SessionPaths) -> Result<Option<String>> {
+    match crate::checkpoint::read_snapshot(paths) {
+        Ok(_) => Ok(None),
+        Err(Error::Damage { reason, .. }) => Ok(Some(reason)),
+        Err(e) => Err(e),
     }
 }
 

@@ -99,7 +99,7 @@ pub fn salvage(root: &Path, id: &SessionId, new_id: &SessionId) -> Result<Salvag
             root: root.to_path_buf(),
         });
     }
-    let floor = crate::checkpoint::covered_offset(&src)?.unwrap_or(0);
+    let floor = crate::checkpoint::covered(&src)?.unwrap_or(LogPosition::START);
     let check = check_log(&src.events(), floor)?;
     // A prefix of valid lines is kept only up to the first event that
     // breaks a session rule: the copy must be a session the store resumes.

@@ -533,7 +533,7 @@ impl Session {
             return Ok(());
         }
         let events = self.paths.events();
-        let floor = checkpoint::covered_offset(&self.paths)?.unwrap_or(0);
+        let floor = checkpoint::covered(&self.paths)?.unwrap_or(LogPosition::START);
         let mut scanner = Scanner::open(&events, LogPosition::START)?.durable_floor(floor);
         while scanner.next_record()?.is_some() {}
         let end = self.log.end();
@@ -664,9 +664,13 @@ impl SessionView {
 }
 
 /// The projection and index of the log, read only: from a confirmed
-/// snapshot plus the tail, or from the start.
+/// snapshot plus the tail, or from the start. A log that ends before what
+/// an intact snapshot covers is damage, as it is to a writer.
 fn fold_read_only(paths: &SessionPaths) -> Result<(Projection, SparseIndex)> {
     let events = paths.events();
+    // Read before the log: a writer syncs the log before it writes a
+    // snapshot, so the log read after it is at least as long.
+    let floor = checkpoint::covered(paths)?.unwrap_or(LogPosition::START);
     if let Ok(Some(s)) = checkpoint::read_snapshot(paths) {
         if confirm_snapshot(paths, s.position()).is_ok() {
             let from = s.position();
@@ -696,14 +700,15 @@ fn fold_read_only(paths: &SessionPaths) -> Result<(Projection, SparseIndex)> {
     let mut projection = Projection::default();
     let mut index = SparseIndex::default();
     let mut seen = RecentNodes::default();
-    scan::verify(&events, LogPosition::START, |offset, rec| {
+    let mut scanner = Scanner::open(&events, LogPosition::START)?.durable_floor(floor);
+    while let Some((offset, rec)) = scanner.next_record()? {
         index.note(LogPosition {
             offset,
             seq: rec.seq,
         });
-        seen.observe(rec);
-        projection.apply(rec, &mut seen.with_log(&events, &index))
-    })?;
+        seen.observe(&rec);
+        projection.apply(&rec, &mut seen.with_log(&events, &index))?;
+    }
     Ok((projection, index))
 }
 

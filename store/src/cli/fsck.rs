@@ -73,6 +73,9 @@ fn describe(root: &Path, session: &SessionCheck, problem: &Problem) -> String {
             "not repairable: agentstore salvage {root} {id} NEW_SESSION keeps the {seq} event(s) before it"
         ),
         Problem::Meta(_) => return format!("{id}: {problem}"),
+        Problem::Snapshot(_) => format!(
+            "never trusted; the next `agentstore checkpoint {root} {id}` replaces it"
+        ),
     };
     format!("{id}: {problem}; {hint}")
 }
