@@ -708,6 +708,27 @@ mod tests {
     }
 
     #[test]
+    fn an_event_with_a_field_the_schema_does_not_know_is_refused() {
+        let dir = tempfile::tempdir().unwrap();
+        let root = dir.path().join("root");
+        let ws = dir.path();
+        let replies = run(&[
+            json!({"id": 1, "op": "open", "root": root, "session": "s", "workspace": ws, "create": true}),
+            json!({"id": 2, "op": "append", "event": {"type": "user_message", "parent": null, "text": "x", "bogus": 1}}),
+            json!({"id": 3, "op": "append", "event": {"type": "plan_updated", "goal": "g",
+                   "steps": [{"id": "1", "title": "t", "status": "blocked", "reason": "r", "bogus": 1}]}}),
+            json!({"id": 4, "op": "events"}),
+        ]);
+        for reply in &replies[1..3] {
+            assert_eq!(reply["error"]["kind"], "bad_request", "{reply}");
+            let message = reply["error"]["message"].as_str().unwrap();
+            assert!(message.contains("unknown field `bogus`"), "{message}");
+        }
+        let records = replies[3]["ok"]["records"].as_array().unwrap();
+        assert_eq!(records.len(), 1, "only session_created: {}", replies[3]);
+    }
+
+    #[test]
     fn bad_requests_get_an_error_reply_not_a_crash() {
         let replies = run(&[
             json!({"id": 1, "op": "hello", "protocol": 3}),
