@@ -37,7 +37,9 @@ impl From<Error> for Refusal {
     fn from(e: Error) -> Refusal {
         let kind = match &e {
             Error::Io { .. } | Error::Poisoned { .. } => ErrorKind::Io,
-            Error::Damage { .. } | Error::UnknownEventType { .. } => ErrorKind::Damage,
+            Error::Damage { .. } | Error::UnknownEventType { .. } | Error::Foreign { .. } => {
+                ErrorKind::Damage
+            }
             Error::SessionLocked { .. } => ErrorKind::Locked,
             Error::IncompleteSession { .. } if fault::active(Fault::RefuseIncompleteSession) => {
                 ErrorKind::Invalid
@@ -355,12 +357,9 @@ impl Server {
             }
             Request::GetBlob(reference) => {
                 let session = self.session()?;
-                let valid = reference.digest.len() == 64
-                    && reference
-                        .digest
-                        .bytes()
-                        .all(|b| matches!(b, b'0'..=b'9' | b'a'..=b'f'));
-                if !valid || !session.paths().blobs().join(&reference.digest).is_file() {
+                if !crate::blob::is_digest(&reference.digest)
+                    || !session.paths().blobs().join(&reference.digest).is_file()
+                {
                     return Err(Refusal::new(
                         ErrorKind::NotFound,
                         format!("no blob {}", quote(&reference.digest)),

@@ -19,6 +19,11 @@ use crate::layout::SessionPaths;
 use crate::projection::Projection;
 use crate::scan::LogPosition;
 
+/// The largest `snapshot.json` the store writes (a checkpoint whose
+/// projection would be larger is refused, and resuming replays the log
+/// instead), and so the most it reads: a larger file is refused unread.
+pub const SNAPSHOT_MAX_BYTES: u64 = 64 << 20;
+
 /// The content of `snapshot.json`.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct Snapshot {
@@ -75,6 +80,13 @@ pub fn write_snapshot(
     let json = serde_json::to_vec(&snapshot).expect("a snapshot serializes");
     let mut bytes = framing::frame_object(&json);
     bytes.push(b'\n');
+    if bytes.len() as u64 > SNAPSHOT_MAX_BYTES {
+        return Err(Error::Invalid(format!(
+            "a checkpoint of session {} would be {} bytes, more than the {SNAPSHOT_MAX_BYTES} bytes of a snapshot; none written (resuming replays the log)",
+            paths.id(),
+            bytes.len()
+        )));
+    }
     if fault::active(Fault::NonAtomicSnapshot) {
         fsutil::overwrite_in_place(&paths.snapshot(), &bytes, "snapshot")?;
     } else {
@@ -151,10 +163,10 @@ pub fn read_snapshot(paths: &SessionPaths) -> Result<Option<Snapshot>> {
 /// The checksummed body of `snapshot.json`, without its newline.
 fn read_framed(paths: &SessionPaths) -> Result<Option<(std::path::PathBuf, Vec<u8>)>> {
     let path = paths.snapshot();
-    let bytes = match std::fs::read(&path) {
+    let bytes = match fsutil::read_capped(&path, SNAPSHOT_MAX_BYTES, fsutil::Links::Refuse) {
         Ok(b) => b,
-        Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(None),
-        Err(e) => return Err(Error::io("read", &path)(e)),
+        Err(e) if fsutil::is_not_found(&e) => return Ok(None),
+        Err(e) => return Err(e),
     };
     let damaged = |reason: String| Error::Damage {
         path: path.clone(),

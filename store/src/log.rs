@@ -249,6 +249,14 @@ impl EventLog {
         let lock = WriterLock::acquire(paths)?;
         let file =
             fsutil::open_nofollow(OpenOptions::new().read(true).write(true), &events, "open")?;
+        // The lock checked the entry; this is the file opened.
+        let kind = file
+            .metadata()
+            .map_err(Error::io("stat", &events))?
+            .file_type();
+        if !kind.is_file() {
+            return Err(fsutil::not_regular(&events, kind));
+        }
         let from = options.trusted_prefix.unwrap_or(LogPosition::START);
         check_trusted_prefix(&file, &events, from)?;
         // A trusted prefix is the snapshot's; without one, a snapshot that

@@ -197,8 +197,10 @@ pub struct Scanner<R> {
 impl Scanner<BufReader<File>> {
     /// Opens `path` for reading from `from` (a position previously returned
     /// by the store: the line there must carry `from.seq`).
+    /// A symlink or anything but a regular file there is refused unopened
+    /// ([`crate::fsutil::open_for_reading`]).
     pub fn open(path: &Path, from: LogPosition) -> Result<Self> {
-        let mut file = File::open(path).map_err(Error::io("open", path))?;
+        let mut file = crate::fsutil::open_for_reading(path, crate::fsutil::Links::Refuse)?;
         if from.offset > 0 {
             file.seek(SeekFrom::Start(from.offset))
                 .map_err(Error::io("seek", path))?;
