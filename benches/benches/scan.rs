@@ -34,7 +34,7 @@ fn full_scan(c: &mut Criterion) {
     group.throughput(Throughput::Bytes(bytes));
     group.bench_function("frame_scan_fsck_without_fold", |b| {
         b.iter(|| {
-            let check = check_log(&path, 0).expect("check");
+            let check = check_log(&path, agentstore::scan::LogPosition::START).expect("check");
             assert_eq!((check.valid_end.seq, check.problem), (events, None));
         })
     });

@@ -139,9 +139,13 @@ pub enum Redaction {
     Sensitive,
 }
 
-/// The typed body of one event.
+/// The typed body of one event. Closed: a field that is not in its schema,
+/// at any depth but inside `args` and `output`, is refused (naming the
+/// field), so nothing a writer sent is dropped silently.
+// `deny_unknown_fields` here; the nested plan steps and blob reference
+// through `closed`.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize, JsonSchema)]
-#[serde(tag = "type", rename_all = "snake_case")]
+#[serde(tag = "type", rename_all = "snake_case", deny_unknown_fields)]
 pub enum Event {
     SessionCreated {
         session_id: String,
@@ -195,7 +199,11 @@ pub enum Event {
         status: ResultStatus,
         #[serde(default, skip_serializing_if = "Option::is_none")]
         output: Option<Value>,
-        #[serde(default, skip_serializing_if = "Option::is_none")]
+        #[serde(
+            default,
+            skip_serializing_if = "Option::is_none",
+            deserialize_with = "closed::blob"
+        )]
         blob: Option<BlobRef>,
     },
     ToolRecovery {
@@ -210,6 +218,7 @@ pub enum Event {
     },
     PlanUpdated {
         goal: String,
+        #[serde(deserialize_with = "closed::steps")]
         steps: Vec<PlanStep>,
     },
     Compaction {
@@ -248,6 +257,78 @@ pub enum Event {
         /// Why those bytes were a torn tail.
         reason: String,
     },
+}
+
+/// The values nested in an event, read as strictly as the event: an
+/// unknown field is refused. [`PlanStep`] and [`BlobRef`] themselves stay
+/// as they are where they are not part of an event (a projection reply's
+/// plan, a `get_blob` request, which servers read with its `id` beside it).
+mod closed {
+    use serde::de::Error as _;
+    use serde::{Deserialize, Deserializer};
+
+    use super::{BlobRef, PlanStep, StepStatus};
+
+    #[derive(Deserialize)]
+    #[serde(deny_unknown_fields)]
+    struct ClosedBlobRef {
+        digest: String,
+        size: u64,
+    }
+
+    pub(super) fn blob<'de, D: Deserializer<'de>>(d: D) -> Result<Option<BlobRef>, D::Error> {
+        Ok(Option::<ClosedBlobRef>::deserialize(d)?
+            .map(|ClosedBlobRef { digest, size }| BlobRef { digest, size }))
+    }
+
+    #[derive(Deserialize)]
+    #[serde(rename_all = "snake_case")]
+    enum Status {
+        Pending,
+        InProgress,
+        Done,
+        Blocked,
+    }
+
+    /// A plan step as written: `status`, and `reason` with `blocked` only
+    /// (what `#[serde(flatten)]` of [`StepStatus`] writes; flatten itself
+    /// cannot refuse unknown fields).
+    #[derive(Deserialize)]
+    #[serde(deny_unknown_fields)]
+    struct ClosedPlanStep {
+        id: String,
+        title: String,
+        status: Status,
+        #[serde(default)]
+        reason: Option<String>,
+    }
+
+    pub(super) fn steps<'de, D: Deserializer<'de>>(d: D) -> Result<Vec<PlanStep>, D::Error> {
+        Vec::<ClosedPlanStep>::deserialize(d)?
+            .into_iter()
+            .map(|step| {
+                let status = match (step.status, step.reason) {
+                    (Status::Blocked, Some(reason)) => StepStatus::Blocked(reason),
+                    (Status::Blocked, None) => {
+                        return Err(D::Error::missing_field("reason"));
+                    }
+                    (_, Some(_)) => {
+                        return Err(D::Error::custom(
+                            "field `reason` is only for a step whose status is `blocked`",
+                        ));
+                    }
+                    (Status::Pending, None) => StepStatus::Pending,
+                    (Status::InProgress, None) => StepStatus::InProgress,
+                    (Status::Done, None) => StepStatus::Done,
+                };
+                Ok(PlanStep {
+                    id: step.id,
+                    title: step.title,
+                    status,
+                })
+            })
+            .collect()
+    }
 }
 
 impl Event {
@@ -383,6 +464,188 @@ mod tests {
             assert_eq!(v["type"], e.type_name());
             assert!(Event::TYPE_NAMES.contains(&e.type_name()));
         }
+    }
+
+    /// One event of every type, each optional field set, nested values included.
+    fn one_of_each() -> Vec<Event> {
+        let p = || Some("e1".to_string());
+        let events = vec![
+            Event::SessionCreated {
+                session_id: "s1".into(),
+                schema_version: SCHEMA_VERSION,
+                workspace: "/w".into(),
+            },
+            Event::RunStarted { run_id: "r".into() },
+            Event::RequestHeader {
+                run_id: "r".into(),
+                model: "m".into(),
+                system_prompt_hash: "h".into(),
+                tools_hash: "t".into(),
+            },
+            Event::UserMessage {
+                parent: p(),
+                text: "t".into(),
+            },
+            Event::AssistantMessage {
+                parent: p(),
+                text: "t".into(),
+            },
+            Event::ToolCall {
+                parent: p(),
+                call_id: "c".into(),
+                tool: "bash".into(),
+                args: serde_json::json!({"cmd": "ls", "nested": {"any": "keys"}}),
+                effect: Effect::SideEffect,
+                operation_id: Some("op".into()),
+                target: Some("a".into()),
+                needs_approval: true,
+            },
+            Event::ToolStarted {
+                call_id: "c".into(),
+            },
+            Event::EffectCommitted {
+                call_id: "c".into(),
+                operation_id: "op".into(),
+                external_ref: "x".into(),
+            },
+            Event::ToolResult {
+                parent: p(),
+                call_id: "c".into(),
+                status: ResultStatus::Ok,
+                output: Some(serde_json::json!({"free": "form"})),
+                blob: Some(BlobRef {
+                    digest: "ab".into(),
+                    size: 2,
+                }),
+            },
+            Event::ToolRecovery {
+                call_id: "c".into(),
+                status: RecoveryStatus::Uncertain,
+                phase: Phase::Started,
+            },
+            Event::ToolReconciled {
+                call_id: "c".into(),
+                outcome: ReconcileOutcome::NotApplied,
+                evidence: "e".into(),
+            },
+            Event::PlanUpdated {
+                goal: "g".into(),
+                steps: vec![
+                    PlanStep {
+                        id: "1".into(),
+                        title: "a".into(),
+                        status: StepStatus::InProgress,
+                    },
+                    PlanStep {
+                        id: "2".into(),
+                        title: "b".into(),
+                        status: StepStatus::Blocked("why".into()),
+                    },
+                ],
+            },
+            Event::Compaction {
+                parent: p(),
+                summary: "s".into(),
+                first_kept_id: "e1".into(),
+                tokens_before: 9,
+            },
+            Event::LeafMoved { leaf: "e1".into() },
+            Event::Approval {
+                call_id: "c".into(),
+                decision: Decision::Approved,
+            },
+            Event::RunFinished {
+                run_id: "r".into(),
+                status: RunStatus::Failed,
+            },
+            Event::RunInterrupted { run_id: "r".into() },
+            Event::WorkspaceRebound {
+                from: "/a".into(),
+                to: "/b".into(),
+            },
+            Event::TailQuarantined {
+                file: "events.jsonl.torn-9".into(),
+                offset: 9,
+                len: 1,
+                reason: "r".into(),
+            },
+        ];
+        let mut covered: Vec<&str> = events.iter().map(Event::type_name).collect();
+        covered.sort_unstable();
+        let mut all = Event::TYPE_NAMES.to_vec();
+        all.sort_unstable();
+        assert_eq!(covered, all, "one event of every type");
+        events
+    }
+
+    fn refusal(value: Value) -> String {
+        match serde_json::from_value::<Event>(value.clone()) {
+            Ok(e) => panic!("accepted {value}: {e:?}"),
+            Err(e) => e.to_string(),
+        }
+    }
+
+    #[test]
+    fn an_unknown_field_is_refused_in_every_event_type_and_named() {
+        for event in one_of_each() {
+            let json = serde_json::to_value(&event).unwrap();
+            assert_eq!(
+                serde_json::from_value::<Event>(json.clone()).unwrap(),
+                event
+            );
+            let mut extra = json.clone();
+            extra["bogus"] = 1.into();
+            let why = refusal(extra);
+            assert!(
+                why.contains("unknown field `bogus`"),
+                "{}: {why}",
+                event.type_name()
+            );
+            // Also through a text parse, the way a stored line or a request is read.
+            let mut text = serde_json::to_string(&json).unwrap();
+            text.insert_str(1, r#""bogus":null,"#);
+            let why = serde_json::from_str::<Event>(&text)
+                .unwrap_err()
+                .to_string();
+            assert!(
+                why.contains("unknown field `bogus`"),
+                "{}: {why}",
+                event.type_name()
+            );
+        }
+    }
+
+    #[test]
+    fn an_unknown_field_nested_in_an_event_is_refused_and_named() {
+        let events = one_of_each();
+        let of = |t: &str| {
+            let e = events.iter().find(|e| e.type_name() == t).unwrap();
+            serde_json::to_value(e).unwrap()
+        };
+        let mut blob = of("tool_result");
+        blob["blob"]["bogus"] = 1.into();
+        assert!(refusal(blob).contains("unknown field `bogus`"));
+        for step in 0..2 {
+            let mut plan = of("plan_updated");
+            plan["steps"][step]["bogus"] = 1.into();
+            assert!(
+                refusal(plan).contains("unknown field `bogus`"),
+                "step {step}"
+            );
+        }
+        let mut reason = of("plan_updated");
+        reason["steps"][0]["reason"] = "x".into();
+        assert!(refusal(reason).contains("`reason` is only for"));
+        let mut blocked = of("plan_updated");
+        blocked["steps"][1]
+            .as_object_mut()
+            .unwrap()
+            .remove("reason");
+        assert!(refusal(blocked).contains("missing field `reason`"));
+        // Free-form JSON stays free: any keys in args and output.
+        let mut args = of("tool_call");
+        args["args"]["more"] = 1.into();
+        serde_json::from_value::<Event>(args).unwrap();
     }
 
     #[test]

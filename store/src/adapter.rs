@@ -37,7 +37,9 @@ impl From<Error> for Refusal {
     fn from(e: Error) -> Refusal {
         let kind = match &e {
             Error::Io { .. } | Error::Poisoned { .. } => ErrorKind::Io,
-            Error::Damage { .. } | Error::UnknownEventType { .. } => ErrorKind::Damage,
+            Error::Damage { .. } | Error::UnknownEventType { .. } | Error::Foreign { .. } => {
+                ErrorKind::Damage
+            }
             Error::SessionLocked { .. } => ErrorKind::Locked,
             Error::IncompleteSession { .. } if fault::active(Fault::RefuseIncompleteSession) => {
                 ErrorKind::Invalid
@@ -355,12 +357,9 @@ impl Server {
             }
             Request::GetBlob(reference) => {
                 let session = self.session()?;
-                let valid = reference.digest.len() == 64
-                    && reference
-                        .digest
-                        .bytes()
-                        .all(|b| matches!(b, b'0'..=b'9' | b'a'..=b'f'));
-                if !valid || !session.paths().blobs().join(&reference.digest).is_file() {
+                if !crate::blob::is_digest(&reference.digest)
+                    || !session.paths().blobs().join(&reference.digest).is_file()
+                {
                     return Err(Refusal::new(
                         ErrorKind::NotFound,
                         format!("no blob {}", quote(&reference.digest)),
@@ -705,6 +704,27 @@ mod tests {
         assert!(m(2).len() < 400, "{}", m(2));
         assert_eq!(replies[3]["error"]["kind"], "bad_request");
         assert!(m(3).contains("(10"), "{}", m(3));
+    }
+
+    #[test]
+    fn an_event_with_a_field_the_schema_does_not_know_is_refused() {
+        let dir = tempfile::tempdir().unwrap();
+        let root = dir.path().join("root");
+        let ws = dir.path();
+        let replies = run(&[
+            json!({"id": 1, "op": "open", "root": root, "session": "s", "workspace": ws, "create": true}),
+            json!({"id": 2, "op": "append", "event": {"type": "user_message", "parent": null, "text": "x", "bogus": 1}}),
+            json!({"id": 3, "op": "append", "event": {"type": "plan_updated", "goal": "g",
+                   "steps": [{"id": "1", "title": "t", "status": "blocked", "reason": "r", "bogus": 1}]}}),
+            json!({"id": 4, "op": "events"}),
+        ]);
+        for reply in &replies[1..3] {
+            assert_eq!(reply["error"]["kind"], "bad_request", "{reply}");
+            let message = reply["error"]["message"].as_str().unwrap();
+            assert!(message.contains("unknown field `bogus`"), "{message}");
+        }
+        let records = replies[3]["ok"]["records"].as_array().unwrap();
+        assert_eq!(records.len(), 1, "only session_created: {}", replies[3]);
     }
 
     #[test]

@@ -19,6 +19,11 @@ use crate::layout::SessionPaths;
 use crate::projection::Projection;
 use crate::scan::LogPosition;
 
+/// The largest `snapshot.json` the store writes (a checkpoint whose
+/// projection would be larger is refused, and resuming replays the log
+/// instead), and so the most it reads: a larger file is refused unread.
+pub const SNAPSHOT_MAX_BYTES: u64 = 64 << 20;
+
 /// The content of `snapshot.json`.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct Snapshot {
@@ -75,6 +80,13 @@ pub fn write_snapshot(
     let json = serde_json::to_vec(&snapshot).expect("a snapshot serializes");
     let mut bytes = framing::frame_object(&json);
     bytes.push(b'\n');
+    if bytes.len() as u64 > SNAPSHOT_MAX_BYTES {
+        return Err(Error::Invalid(format!(
+            "a checkpoint of session {} would be {} bytes, more than the {SNAPSHOT_MAX_BYTES} bytes of a snapshot; none written (resuming replays the log)",
+            paths.id(),
+            bytes.len()
+        )));
+    }
     if fault::active(Fault::NonAtomicSnapshot) {
         fsutil::overwrite_in_place(&paths.snapshot(), &bytes, "snapshot")?;
     } else {
@@ -87,47 +99,74 @@ pub fn write_snapshot(
     })
 }
 
-/// The byte offset an intact `snapshot.json` covers: no torn tail may start
-/// before it (see [`crate::scan`]). `None` when there is no snapshot or it
-/// is damaged (a torn snapshot was never durable, so it proves nothing).
-/// Parses only the offset, not the projection.
-pub fn covered_offset(paths: &SessionPaths) -> Result<Option<u64>> {
+/// How much of the log an intact `snapshot.json` of this session covers:
+/// the log was durable that far when it was written, so no torn tail may
+/// start before it and the log may not end before it (see
+/// [`crate::scan`]). `None` when there is no snapshot, or it is damaged or
+/// names another session (it proves nothing about this log). Parses only
+/// the position and the session, not the projection.
+pub fn covered(paths: &SessionPaths) -> Result<Option<LogPosition>> {
     #[derive(Deserialize)]
     struct Covered {
         offset: u64,
+        next_seq: Seq,
+        projection: Owner,
+    }
+    #[derive(Deserialize)]
+    struct Owner {
+        session_id: Option<String>,
     }
     match read_framed(paths) {
         Ok(Some((_, body))) => Ok(serde_json::from_slice::<Covered>(&body)
             .ok()
-            .map(|c| c.offset)),
+            .filter(|c| names_this_session(paths, c.projection.session_id.as_deref()))
+            .map(|c| LogPosition {
+                offset: c.offset,
+                seq: c.next_seq,
+            })),
         Ok(None) | Err(Error::Damage { .. }) => Ok(None),
         Err(e) => Err(e),
     }
 }
 
+/// Whether a snapshot whose projection names `session_id` may be this
+/// session's (one taken before `session_created` was folded names none).
+fn names_this_session(paths: &SessionPaths, session_id: Option<&str>) -> bool {
+    session_id.is_none_or(|id| id == paths.id().as_str())
+}
+
 /// Reads `snapshot.json`: `Ok(None)` when there is none, an error naming
-/// the file when it is present but damaged.
+/// the file when it is present but damaged or another session's.
 pub fn read_snapshot(paths: &SessionPaths) -> Result<Option<Snapshot>> {
     let Some((path, body)) = read_framed(paths)? else {
         return Ok(None);
     };
-    serde_json::from_slice(&body)
-        .map(Some)
-        .map_err(|e| Error::Damage {
-            path,
-            line: 1,
-            offset: 0,
-            reason: format!("snapshot does not fit the schema: {e}"),
-        })
+    let damaged = |reason: String| Error::Damage {
+        path: path.clone(),
+        line: 1,
+        offset: 0,
+        reason,
+    };
+    let snapshot: Snapshot = serde_json::from_slice(&body)
+        .map_err(|e| damaged(format!("snapshot does not fit the schema: {e}")))?;
+    let owner = snapshot.projection.session_id();
+    if !names_this_session(paths, owner) {
+        return Err(damaged(format!(
+            "the snapshot names session {:?}, not {:?}",
+            owner.unwrap_or_default(),
+            paths.id().as_str()
+        )));
+    }
+    Ok(Some(snapshot))
 }
 
 /// The checksummed body of `snapshot.json`, without its newline.
 fn read_framed(paths: &SessionPaths) -> Result<Option<(std::path::PathBuf, Vec<u8>)>> {
     let path = paths.snapshot();
-    let bytes = match std::fs::read(&path) {
+    let bytes = match fsutil::read_capped(&path, SNAPSHOT_MAX_BYTES, fsutil::Links::Refuse) {
         Ok(b) => b,
-        Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(None),
-        Err(e) => return Err(Error::io("read", &path)(e)),
+        Err(e) if fsutil::is_not_found(&e) => return Ok(None),
+        Err(e) => return Err(e),
     };
     let damaged = |reason: String| Error::Damage {
         path: path.clone(),

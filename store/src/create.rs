@@ -41,18 +41,33 @@ pub fn create_session(
     Ok((log, init))
 }
 
-/// The git HEAD commit of `workspace`, when it is a repository.
+/// The git HEAD commit of `workspace`, when it is a repository. Reads
+/// only regular files of at most [`GIT_FILE_MAX_BYTES`] (links followed:
+/// they are the workspace's), a ref only under `.git/refs/`, and keeps
+/// only what looks like a commit id.
 pub fn git_head(workspace: &Path) -> Option<String> {
     let git = workspace.join(".git");
-    let head = std::fs::read_to_string(git.join("HEAD")).ok()?;
-    let head = head.trim();
-    match head.strip_prefix("ref: ") {
-        Some(r) => std::fs::read_to_string(git.join(r))
+    let read = |path: &Path| {
+        crate::fsutil::read_capped(path, GIT_FILE_MAX_BYTES, crate::fsutil::Links::Follow)
             .ok()
-            .map(|s| s.trim().to_string()),
-        None => Some(head.to_string()),
-    }
+            .and_then(|b| String::from_utf8(b).ok())
+    };
+    let head = read(&git.join("HEAD"))?;
+    let head = head.trim();
+    let commit = match head.strip_prefix("ref: ") {
+        Some(r) if r.starts_with("refs/") && !r.split('/').any(|c| c == "..") => {
+            read(&git.join(r))?.trim().to_string()
+        }
+        Some(_) => return None,
+        None => head.to_string(),
+    };
+    let hex = matches!(commit.len(), 40 | 64) && commit.bytes().all(|b| b.is_ascii_hexdigit());
+    hex.then_some(commit)
 }
+
+/// The most of a git file ([`git_head`]) the store reads: a commit id or a
+/// `ref: ` line is far shorter.
+pub const GIT_FILE_MAX_BYTES: u64 = 4096;
 
 /// Writes `session.json` and the `session_created` event into an empty,
 /// open log: the tail of [`create_session`], also used to complete a
@@ -139,5 +154,31 @@ mod tests {
             Err(Error::Invalid(_))
         ));
         assert_eq!(SessionMeta::read(&paths).unwrap().workspace, "/first");
+    }
+
+    #[test]
+    fn git_head_reads_only_a_commit_id_under_the_repository() {
+        let ws = tempfile::tempdir().unwrap();
+        let git = ws.path().join(".git");
+        std::fs::create_dir_all(git.join("refs/heads")).unwrap();
+        let sha = "0123456789abcdef0123456789abcdef01234567";
+        std::fs::write(git.join("refs/heads/main"), format!("{sha}\n")).unwrap();
+        std::fs::write(git.join("HEAD"), "ref: refs/heads/main\n").unwrap();
+        assert_eq!(git_head(ws.path()).as_deref(), Some(sha));
+        std::fs::write(git.join("HEAD"), format!("{sha}\n")).unwrap();
+        assert_eq!(git_head(ws.path()).as_deref(), Some(sha));
+        // A ref out of the repository is not followed; what is not a
+        // commit id is not kept.
+        let outside = ws.path().join("secret");
+        std::fs::write(&outside, "hunter2\n").unwrap();
+        std::fs::write(git.join("HEAD"), "ref: refs/../../secret\n").unwrap();
+        assert_eq!(git_head(ws.path()), None);
+        std::fs::write(git.join("refs/heads/main"), "hunter2\n").unwrap();
+        std::fs::write(git.join("HEAD"), "ref: refs/heads/main\n").unwrap();
+        assert_eq!(git_head(ws.path()), None);
+        // A FIFO is not opened (that would block): no commit.
+        std::fs::remove_file(git.join("HEAD")).unwrap();
+        nix::unistd::mkfifo(&git.join("HEAD"), nix::sys::stat::Mode::S_IRWXU).unwrap();
+        assert_eq!(git_head(ws.path()), None);
     }
 }

@@ -58,6 +58,14 @@ pub enum Error {
         reason: String,
     },
 
+    /// Where the store keeps a file, something it never writes there: a
+    /// symbolic link, a FIFO, socket, device or directory, or a file larger
+    /// than the store ever writes. Refused before a byte of it is read
+    /// (never opened, for anything but a regular file); to the adapter
+    /// protocol, damage.
+    #[error("{} {what}", path.display())]
+    Foreign { path: PathBuf, what: String },
+
     /// An event type this build does not know, on a line that did not mark itself ignorable.
     #[error("unknown event type {} in {}: line {line}, byte offset {offset} (written by a newer schema? lines may set \"ignorable\":true to be skipped by older readers)", quote(type_name), path.display())]
     UnknownEventType {

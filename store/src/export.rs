@@ -113,6 +113,7 @@ impl ExportReport {
 pub fn export(paths: &SessionPaths, redact: bool, out: &mut dyn Write) -> Result<ExportReport> {
     let mut report = ExportReport::default();
     let mut sensitive_calls = HashSet::new();
+    crate::fsutil::refuse_symlink(paths.dir())?;
     let mut scanner = Scanner::open(&paths.events(), LogPosition::START)?;
     while let Some((_, rec)) = scanner.next_record()? {
         let mut obj = Map::new();

@@ -3,7 +3,8 @@
 //! [`check_log`] reads every line of a log (frame, checksum, seq contiguity,
 //! id) and says how far it is valid and what stops it there. [`fsck_session`]
 //! then folds a valid log through the session rules (the first event that
-//! breaks one, with its seq) and adds `session.json`; [`fsck_root`] checks every session under ROOT and
+//! breaks one, with its seq) and adds `session.json` and `snapshot.json`;
+//! [`fsck_root`] checks every session under ROOT and
 //! names entries that are not sessions. This module never writes, never
 //! takes the writer lock, and never stops at the first problem of a session
 //! when a later check (metadata) can still run.
@@ -12,8 +13,9 @@ use std::fmt;
 use std::path::Path;
 
 use crate::error::{Error, Result};
-use crate::event::SCHEMA_VERSION;
-use crate::layout::{sessions_dir, SessionId, SessionPaths, EVENTS_FILE};
+use crate::event::{Event, Record, SCHEMA_VERSION};
+use crate::fsutil::{self, Links};
+use crate::layout::{sessions_dir, SessionId, SessionPaths, BLOBS_DIR, EVENTS_FILE};
 use crate::meta::{SessionMeta, LOG_FORMAT};
 use crate::scan::{LogPosition, Scanner, TornTail};
 
@@ -88,10 +90,10 @@ pub struct LogCheck {
 /// Reads and verifies the frame of every line of the log at `path` (frame,
 /// checksum, seq, id, type; the fields are checked by the fold of
 /// [`fsck_session`]), with the tail rules of [`crate::scan`]: no torn tail
-/// may start before `floor`, the offset an intact snapshot covers
-/// ([`crate::checkpoint::covered_offset`]). Damage is a finding here, not an
-/// error; errors are I/O failures.
-pub fn check_log(path: &Path, floor: u64) -> Result<LogCheck> {
+/// may start before `floor`, what an intact snapshot covers
+/// ([`crate::checkpoint::covered`]), and the log may not end before it.
+/// Damage is a finding here, not an error; errors are I/O failures.
+pub fn check_log(path: &Path, floor: LogPosition) -> Result<LogCheck> {
     let mut events = Scanner::open(path, LogPosition::START)?.durable_floor(floor);
     let problem = loop {
         match events.next_frame().map(|f| f.is_some()) {
@@ -136,6 +138,23 @@ pub enum Problem {
     Log(LogProblem),
     /// `session.json` is missing, unreadable, or does not describe this session.
     Meta(String),
+    /// `snapshot.json` is there but damaged (torn, a bad checksum, fields
+    /// that do not fit) or another session's: never trusted, only reported
+    /// (the log stays the source of truth; the next checkpoint replaces it).
+    Snapshot(String),
+    /// `lease.json` does not parse.
+    Lease(String),
+    /// The event at `seq` references a blob that is missing, not a regular
+    /// file inside the session, or not what its reference says.
+    Blob {
+        seq: u64,
+        path: String,
+        why: String,
+    },
+    /// A file the store refuses to read (a symlink, a FIFO, a device, a
+    /// directory, one larger than the store writes): the session directory,
+    /// its log (then nothing else is checked), `snapshot.json`, `lease.json`.
+    File(String),
 }
 
 impl fmt::Display for Problem {
@@ -143,6 +162,12 @@ impl fmt::Display for Problem {
         match self {
             Problem::Log(p) => p.fmt(f),
             Problem::Meta(why) => write!(f, "session.json: {why}"),
+            Problem::Snapshot(why) => write!(f, "snapshot.json: {why}"),
+            Problem::Lease(why) => write!(f, "lease.json: {why}"),
+            Problem::Blob { seq, path, why } => {
+                write!(f, "event seq {seq} references {path}: {why}")
+            }
+            Problem::File(why) => f.write_str(why),
         }
     }
 }
@@ -156,7 +181,10 @@ pub struct SessionCheck {
     pub problems: Vec<Problem>,
 }
 
-/// Verifies session `id`: every line of its log, then its `session.json`.
+/// Verifies session `id`: every line of its log and every blob it
+/// references, then its `session.json`, `snapshot.json` and `lease.json`.
+/// A file the store refuses to read (a symlink, a FIFO, one larger than
+/// the store writes) is a problem, and the checks that need it are skipped.
 pub fn fsck_session(root: &Path, id: &SessionId) -> Result<SessionCheck> {
     let paths = SessionPaths::new(root, id);
     if !paths.events().exists() {
@@ -165,14 +193,37 @@ pub fn fsck_session(root: &Path, id: &SessionId) -> Result<SessionCheck> {
             root: root.to_path_buf(),
         });
     }
-    let floor = crate::checkpoint::covered_offset(&paths)?.unwrap_or(0);
+    let refused = |checked: Result<()>| match checked {
+        Ok(()) => Ok(None),
+        Err(e @ Error::Foreign { .. }) => Ok(Some(Problem::File(e.to_string()))),
+        Err(e) => Err(e),
+    };
+    let unreadable = refused(
+        fsutil::refuse_symlink(paths.dir())
+            .and_then(|()| fsutil::check_regular(&paths.events(), Links::Refuse).map(|_| ())),
+    )?;
+    if let Some(problem) = unreadable {
+        return Ok(SessionCheck {
+            id: id.clone(),
+            events: 0,
+            problems: vec![problem],
+        });
+    }
+    let floor = match crate::checkpoint::covered(&paths) {
+        Ok(floor) => floor.unwrap_or(LogPosition::START),
+        // Refused (a symlink, too large): reported by the snapshot check.
+        Err(Error::Foreign { .. }) => LogPosition::START,
+        Err(e) => return Err(e),
+    };
     let mut log = check_log(&paths.events(), floor)?;
     // The fold builds every event, so it also finds a line whose fields do
     // not fit (the frame scan does not build events): that damage, if it
     // comes before what the frame scan found, is the first problem. A rule
     // is only judged on a log whose lines are all valid: damage comes first.
     let frames_ok = matches!(log.problem, None | Some(LogProblem::TornTail(_)));
-    let rule = match crate::projection::first_rule_violation(&paths) {
+    let mut blobs = BlobCheck::default();
+    let folded = crate::projection::first_rule_violation(&paths, |rec| blobs.visit(&paths, rec));
+    let rule = match folded {
         Ok(found) if frames_ok => found.map(|(seq, reason)| LogProblem::Rule { seq, reason }),
         Err(Error::Damage {
             line,
@@ -200,12 +251,58 @@ pub fn fsck_session(root: &Path, id: &SessionId) -> Result<SessionCheck> {
         .chain(rule)
         .map(Problem::Log)
         .collect();
+    problems.extend(blobs.problems);
     problems.extend(check_meta(&paths).map(Problem::Meta));
+    problems.extend(check_snapshot(&paths)?);
+    problems.extend(check_lease(&paths)?);
     Ok(SessionCheck {
         id: id.clone(),
         events: log.valid_end.seq,
         problems,
     })
+}
+
+/// The blobs a log references, each checked once ([`crate::blob::check`]);
+/// every reference to a bad one is a problem.
+#[derive(Default)]
+struct BlobCheck {
+    /// What was found for each `(digest, size)` referenced so far.
+    checked: std::collections::HashMap<(String, u64), Option<String>>,
+    problems: Vec<Problem>,
+}
+
+impl BlobCheck {
+    fn visit(&mut self, paths: &SessionPaths, rec: &Record) -> Result<()> {
+        let Some(Event::ToolResult {
+            blob: Some(reference),
+            ..
+        }) = rec.event()
+        else {
+            return Ok(());
+        };
+        let key = (reference.digest.clone(), reference.size);
+        let found = match self.checked.get(&key) {
+            Some(found) => found.clone(),
+            None => {
+                let found = crate::blob::check(paths, reference)?;
+                self.checked.insert(key, found.clone());
+                found
+            }
+        };
+        if let Some(why) = found {
+            let path = if crate::blob::is_digest(&reference.digest) {
+                format!("{BLOBS_DIR}/{}", reference.digest)
+            } else {
+                format!("{BLOBS_DIR}/{}", crate::error::quote(&reference.digest))
+            };
+            self.problems.push(Problem::Blob {
+                seq: rec.seq,
+                path,
+                why,
+            });
+        }
+        Ok(())
+    }
 }
 
 fn check_meta(paths: &SessionPaths) -> Option<String> {
@@ -228,6 +325,29 @@ fn check_meta(paths: &SessionPaths) -> Option<String> {
             meta.log_format
         )),
         Ok(_) => None,
+    }
+}
+
+/// What is wrong with `snapshot.json`, if anything: damage of its own, or
+/// a file the store refuses to read (its position against the log is the
+/// log check's). Other I/O failures are errors.
+fn check_snapshot(paths: &SessionPaths) -> Result<Option<Problem>> {
+    match crate::checkpoint::read_snapshot(paths) {
+        Ok(_) => Ok(None),
+        Err(Error::Damage { reason, .. }) => Ok(Some(Problem::Snapshot(reason))),
+        Err(e @ Error::Foreign { .. }) => Ok(Some(Problem::File(e.to_string()))),
+        Err(e) => Err(e),
+    }
+}
+
+/// What is wrong with `lease.json`, if anything: a record that does not
+/// parse, or a file the store refuses to read. Other I/O failures are errors.
+fn check_lease(paths: &SessionPaths) -> Result<Option<Problem>> {
+    match crate::lease::LeaseRecord::read(paths) {
+        Ok(_) => Ok(None),
+        Err(Error::Damage { reason, .. }) => Ok(Some(Problem::Lease(reason))),
+        Err(e @ Error::Foreign { .. }) => Ok(Some(Problem::File(e.to_string()))),
+        Err(e) => Err(e),
     }
 }
 

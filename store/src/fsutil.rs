@@ -7,8 +7,18 @@
 //! The store never writes through a symbolic link: every file it writes is
 //! opened with `O_NOFOLLOW` ([`open_nofollow`]), every file it creates with
 //! `O_EXCL` as well ([`create_exclusive`]), and a writer refuses a session
-//! directory that is, or holds, a symlink ([`refuse_symlinks`]). A planted
-//! link fails with one line naming it ([`symlink_refused`]).
+//! directory that is, or holds, a symlink or a store file that is not a
+//! regular file ([`check_session_dir`]). A planted link fails with one line
+//! naming it ([`symlink_refused`]).
+//!
+//! Nor does it read through one, or read anything but a regular file: every
+//! store file is opened for reading by [`open_for_reading`], which looks at
+//! the path (`lstat`) before it opens it, so a FIFO (whose open blocks), a
+//! device, a socket or a directory is refused unopened ([`not_regular`]),
+//! and a file read whole is refused unread when it is larger than the most
+//! the store ever writes there ([`read_capped`]). So no error can quote a
+//! foreign file's bytes, and no read hangs or grows without bound.
+//! Linux (and Unix) only: `O_NOFOLLOW`, `O_NONBLOCK`.
 
 use std::fs::{File, OpenOptions};
 use std::io::Write;
@@ -48,16 +58,147 @@ pub fn create_dir_durable(dir: &Path) -> Result<()> {
     }
 }
 
-/// The error for a symbolic link where the store would write.
+/// The error for a symbolic link where the store would read or write.
 pub fn symlink_refused(path: &Path) -> Error {
-    Error::Invalid(format!(
-        "{} is a symbolic link; the store never writes through one (remove it)",
-        path.display()
-    ))
+    Error::Foreign {
+        path: path.to_path_buf(),
+        what: "is a symbolic link; the store never reads or writes through one (remove it)".into(),
+    }
 }
 
 fn is_symlink(path: &Path) -> bool {
     std::fs::symlink_metadata(path).is_ok_and(|m| m.file_type().is_symlink())
+}
+
+/// What a file type is, for a message.
+fn kind_of(kind: std::fs::FileType) -> &'static str {
+    use std::os::unix::fs::FileTypeExt;
+    if kind.is_file() {
+        "a regular file"
+    } else if kind.is_dir() {
+        "a directory"
+    } else if kind.is_symlink() {
+        "a symbolic link"
+    } else if kind.is_fifo() {
+        "a FIFO"
+    } else if kind.is_socket() {
+        "a socket"
+    } else if kind.is_char_device() {
+        "a character device"
+    } else if kind.is_block_device() {
+        "a block device"
+    } else {
+        "of an unknown type"
+    }
+}
+
+/// The error for something other than a regular file where the store
+/// reads or writes one (a symlink gets [`symlink_refused`]).
+pub fn not_regular(path: &Path, kind: std::fs::FileType) -> Error {
+    if kind.is_symlink() {
+        return symlink_refused(path);
+    }
+    Error::Foreign {
+        path: path.to_path_buf(),
+        what: format!(
+            "is {}, not a regular file; the store reads and writes only regular files (remove it)",
+            kind_of(kind)
+        ),
+    }
+}
+
+/// How a file the store reads may be reached.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Links {
+    /// A store file: a symbolic link there is refused.
+    Refuse,
+    /// A file outside the store that may be a link (a workspace's
+    /// `.git/HEAD`): followed, but what it leads to must be a regular file.
+    Follow,
+}
+
+/// The metadata of `path` (`lstat`, or `stat` with [`Links::Follow`]),
+/// refused unless it is a regular file, without opening it. A missing file
+/// is an [`Error::Io`] of kind `NotFound`.
+pub fn check_regular(path: &Path, links: Links) -> Result<std::fs::Metadata> {
+    let meta = match links {
+        Links::Refuse => std::fs::symlink_metadata(path),
+        Links::Follow => std::fs::metadata(path),
+    }
+    .map_err(Error::io("stat", path))?;
+    if !meta.is_file() {
+        return Err(not_regular(path, meta.file_type()));
+    }
+    Ok(meta)
+}
+
+/// Whether `e` is the error of a missing file.
+pub fn is_not_found(e: &Error) -> bool {
+    matches!(e, Error::Io { source, .. } if source.kind() == std::io::ErrorKind::NotFound)
+}
+
+/// Opens the regular file `path` for reading. Checked before it is opened
+/// ([`check_regular`]), then opened with `O_NONBLOCK` (and `O_NOFOLLOW`
+/// unless [`Links::Follow`]), so that a FIFO or link swapped in since
+/// neither blocks nor is followed, and checked again once open (`fstat`).
+pub fn open_for_reading(path: &Path, links: Links) -> Result<File> {
+    check_regular(path, links)?;
+    let mut flags = nix::fcntl::OFlag::O_NONBLOCK;
+    if links == Links::Refuse {
+        flags |= nix::fcntl::OFlag::O_NOFOLLOW;
+    }
+    let file = OpenOptions::new()
+        .read(true)
+        .custom_flags(flags.bits())
+        .open(path)
+        .map_err(|e| match std::fs::symlink_metadata(path) {
+            Ok(m) if m.file_type().is_symlink() && links == Links::Refuse => symlink_refused(path),
+            _ => Error::io("open", path)(e),
+        })?;
+    let meta = file.metadata().map_err(Error::io("stat", path))?;
+    if !meta.is_file() {
+        return Err(not_regular(path, meta.file_type()));
+    }
+    Ok(file)
+}
+
+/// Reads the regular file `path` whole ([`open_for_reading`]), refused
+/// unread when it is larger than `cap` bytes: the most the store ever
+/// writes there.
+pub fn read_capped(path: &Path, cap: u64, links: Links) -> Result<Vec<u8>> {
+    use std::io::Read;
+    let file = open_for_reading(path, links)?;
+    let len = file.metadata().map_err(Error::io("stat", path))?.len();
+    let too_large = |len: u64| Error::Foreign {
+        path: path.to_path_buf(),
+        what: format!(
+            "is {len} bytes, more than the {cap} bytes the store ever writes there; refused unread"
+        ),
+    };
+    if len > cap {
+        return Err(too_large(len));
+    }
+    let mut bytes = Vec::with_capacity(len as usize);
+    // Bounded even if the file grows after the fstat.
+    file.take(cap + 1)
+        .read_to_end(&mut bytes)
+        .map_err(Error::io("read", path))?;
+    if bytes.len() as u64 > cap {
+        return Err(too_large(bytes.len() as u64));
+    }
+    Ok(bytes)
+}
+
+/// Refuses `path` if it is a symbolic link (a missing `path` is fine):
+/// for the directories a reader goes through (the session's, `blobs/`),
+/// where `O_NOFOLLOW` on the file would not see it.
+pub fn refuse_symlink(path: &Path) -> Result<()> {
+    match std::fs::symlink_metadata(path) {
+        Ok(m) if m.file_type().is_symlink() => Err(symlink_refused(path)),
+        Ok(_) => Ok(()),
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => Ok(()),
+        Err(e) => Err(Error::io("stat", path)(e)),
+    }
 }
 
 /// Opens `path` with `options` and `O_NOFOLLOW`: a symlink there fails with
@@ -85,10 +226,14 @@ pub fn create_exclusive(path: &Path) -> Result<File> {
     )
 }
 
-/// Refuses a session directory `dir` that is a symlink or holds one (only
-/// its own entries are listed; files below `blobs/` are opened with
-/// `O_NOFOLLOW` when written). A missing `dir` is fine.
-pub fn refuse_symlinks(dir: &Path) -> Result<()> {
+/// Refuses a session directory `dir` that is a symlink or holds one, or
+/// whose store files (`events.jsonl`, `session.json`, `snapshot.json`,
+/// `lease.json`, `lock`) are not regular files, or whose `blobs` is not a
+/// directory: from the entries' types, nothing opened (only its own
+/// entries are listed; files below `blobs/` are opened with `O_NOFOLLOW`
+/// when written). A missing `dir` is fine.
+pub fn check_session_dir(dir: &Path) -> Result<()> {
+    use crate::layout::{BLOBS_DIR, EVENTS_FILE, LEASE_FILE, LOCK_FILE, META_FILE, SNAPSHOT_FILE};
     match std::fs::symlink_metadata(dir) {
         Ok(m) if m.file_type().is_symlink() => return Err(symlink_refused(dir)),
         Ok(_) => {}
@@ -98,8 +243,18 @@ pub fn refuse_symlinks(dir: &Path) -> Result<()> {
     for entry in std::fs::read_dir(dir).map_err(Error::io("read_dir", dir))? {
         let entry = entry.map_err(Error::io("read_dir", dir))?;
         let kind = entry.file_type().map_err(Error::io("stat", entry.path()))?;
-        if kind.is_symlink() {
-            return Err(symlink_refused(&entry.path()));
+        let name = entry.file_name();
+        let file = [EVENTS_FILE, META_FILE, SNAPSHOT_FILE, LEASE_FILE, LOCK_FILE]
+            .iter()
+            .any(|f| name == *f);
+        if kind.is_symlink() || (file && !kind.is_file()) {
+            return Err(not_regular(&entry.path(), kind));
+        }
+        if name == BLOBS_DIR && !kind.is_dir() {
+            return Err(Error::Foreign {
+                path: entry.path(),
+                what: format!("is {}, not a directory (remove it)", kind_of(kind)),
+            });
         }
     }
     Ok(())
@@ -141,11 +296,14 @@ fn parent_of(path: &Path) -> &Path {
 /// the directory. After a crash at any point the file holds either the old
 /// or the new content, never a mix. `what` names the crash points
 /// (`snapshot` gives `snapshot.write`, `snapshot.fsync`, `snapshot.rename`).
+/// Only a regular file is replaced: a symlink (whose target is what a
+/// reader follows) or a FIFO, device, socket there is refused.
 pub fn replace_atomic(path: &Path, bytes: &[u8], what: &'static str) -> Result<()> {
     let (write_point, sync_point, rename_point) = crash_points(what);
-    if is_symlink(path) {
-        // rename would replace the link, but its target is what a reader follows.
-        return Err(symlink_refused(path));
+    match check_regular(path, Links::Refuse) {
+        Ok(_) => {}
+        Err(e) if is_not_found(&e) => {}
+        Err(e) => return Err(e),
     }
     let tmp = path.with_extension("tmp");
     remove_stale_temporary(&tmp)?;

@@ -72,6 +72,8 @@ pub const META_FILE: &str = "session.json";
 pub const LOCK_FILE: &str = "lock";
 /// The checkpoint snapshot (part 2).
 pub const SNAPSHOT_FILE: &str = "snapshot.json";
+/// The lease record of a leased session ([`crate::lease`]).
+pub const LEASE_FILE: &str = "lease.json";
 /// Content-addressed blobs (part 2).
 pub const BLOBS_DIR: &str = "blobs";
 
@@ -135,7 +137,7 @@ impl SessionPaths {
     }
     /// The lease record of a leased session ([`crate::lease`]).
     pub fn lease(&self) -> PathBuf {
-        self.dir.join("lease.json")
+        self.dir.join(LEASE_FILE)
     }
     pub fn blobs(&self) -> PathBuf {
         self.dir.join(BLOBS_DIR)

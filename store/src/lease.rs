@@ -45,6 +45,11 @@ pub fn now_ms() -> u64 {
         .map_or(0, |d| d.as_millis() as u64)
 }
 
+/// The largest `lease.json` the store writes, and so reads: fixed fields
+/// under 200 bytes and the worker id of a lease request, JSON-escaped; a
+/// request whose worker id would make the record larger is refused.
+pub const LEASE_MAX_BYTES: u64 = 64 << 10;
+
 /// The session's lease as `lease.json` records it.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct LeaseRecord {
@@ -59,10 +64,10 @@ impl LeaseRecord {
     /// The record, or None for a session that was never leased.
     pub fn read(paths: &SessionPaths) -> Result<Option<LeaseRecord>> {
         let path = paths.lease();
-        let bytes = match std::fs::read(&path) {
+        let bytes = match fsutil::read_capped(&path, LEASE_MAX_BYTES, fsutil::Links::Refuse) {
             Ok(b) => b,
-            Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(None),
-            Err(e) => return Err(Error::io("read", path)(e)),
+            Err(e) if fsutil::is_not_found(&e) => return Ok(None),
+            Err(e) => return Err(e),
         };
         serde_json::from_slice(&bytes)
             .map(Some)
@@ -76,6 +81,13 @@ impl LeaseRecord {
 
     fn write(&self, paths: &SessionPaths) -> Result<()> {
         let bytes = serde_json::to_vec(self).expect("a lease record serializes");
+        if bytes.len() as u64 > LEASE_MAX_BYTES {
+            return Err(Error::Invalid(format!(
+                "a lease record of {} bytes (worker id of {} bytes) is more than the {LEASE_MAX_BYTES} bytes of lease.json",
+                bytes.len(),
+                self.worker_id.len()
+            )));
+        }
         fsutil::replace_atomic(&paths.lease(), &bytes, "lease")
     }
 

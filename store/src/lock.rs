@@ -3,8 +3,9 @@
 //! The holder writes its pid into the lock file so a refused writer can say
 //! who holds it. The lock dies with the process (including SIGKILL), so a
 //! crashed writer never leaves a stale lock. Readers never take it.
-//! Taking it first refuses a session directory that is or holds a symlink
-//! (see [`crate::fsutil`]), so no writer starts in one.
+//! Taking it first refuses a session directory that is or holds a symlink,
+//! or whose store files are not regular files (see [`crate::fsutil`]), so
+//! no writer starts in one.
 //!
 //! A leased session ([`crate::lease`]) holds the lock only while it writes:
 //! it releases it between requests and waits for it before the next one,
@@ -30,7 +31,7 @@ pub struct WriterLock {
 impl WriterLock {
     /// Takes the writer lock or fails with [`Error::SessionLocked`] at once.
     pub fn acquire(paths: &SessionPaths) -> Result<WriterLock> {
-        fsutil::refuse_symlinks(paths.dir())?;
+        fsutil::check_session_dir(paths.dir())?;
         let path = paths.lock();
         let file = fsutil::open_nofollow(
             OpenOptions::new()
@@ -50,8 +51,9 @@ impl WriterLock {
         match taken {
             Ok(()) => {}
             Err(std::fs::TryLockError::WouldBlock) => {
+                // A writer writes a pid; read a bounded prefix of anything else.
                 let mut holder = String::new();
-                let _ = (&file).read_to_string(&mut holder);
+                let _ = (&file).take(64 * 1024).read_to_string(&mut holder);
                 let pid = holder.trim();
                 return Err(Error::SessionLocked {
                     id: paths.id().to_string(),

@@ -117,9 +117,6 @@ pub struct EventLog {
     /// Batch mode: appenders that called `append` and wait for the state
     /// lock. A group leader waits for these, and only for these.
     arriving: AtomicUsize,
-    /// The offset `snapshot.json` covered at open: zeros under it are
-    /// damage to the scanner, so no pre-allocation starts below it.
-    floor: u64,
     lock: WriterLock,
 }
 
@@ -252,13 +249,21 @@ impl EventLog {
         let lock = WriterLock::acquire(paths)?;
         let file =
             fsutil::open_nofollow(OpenOptions::new().read(true).write(true), &events, "open")?;
+        // The lock checked the entry; this is the file opened.
+        let kind = file
+            .metadata()
+            .map_err(Error::io("stat", &events))?
+            .file_type();
+        if !kind.is_file() {
+            return Err(fsutil::not_regular(&events, kind));
+        }
         let from = options.trusted_prefix.unwrap_or(LogPosition::START);
         check_trusted_prefix(&file, &events, from)?;
         // A trusted prefix is the snapshot's; without one, a snapshot that
         // was rejected still says how much of the log was acknowledged.
         let floor = match options.trusted_prefix {
-            Some(p) => p.offset,
-            None => checkpoint::covered_offset(paths)?.unwrap_or(0),
+            Some(p) => p,
+            None => checkpoint::covered(paths)?.unwrap_or(LogPosition::START),
         };
         let mut index = SparseIndex::default();
         let mut scanner = Scanner::open(&events, from)?.durable_floor(floor);
@@ -296,7 +301,6 @@ impl EventLog {
             .get_mut()
             .unwrap_or_else(|p| p.into_inner())
             .allocated = allocated;
-        log.floor = floor;
         Ok((
             log,
             OpenReport {
@@ -339,7 +343,6 @@ impl EventLog {
             synced: Condvar::new(),
             arrived: Condvar::new(),
             arriving: AtomicUsize::new(0),
-            floor: 0,
             lock,
         }
     }
@@ -542,7 +545,7 @@ impl EventLog {
         };
         let line_len = buf.len() as u64;
         let rewrite = fault::active(Fault::RewriteWholeLog);
-        if !rewrite && start.offset >= self.floor && start.offset + line_len > st.allocated {
+        if !rewrite && start.offset + line_len > st.allocated {
             if let Err(e) = self.preallocate(&mut st, start.offset + line_len) {
                 st.buf = buf;
                 return Err(e);

@@ -17,6 +17,11 @@ use crate::layout::SessionPaths;
 /// The log format this build writes (see [`SessionMeta::log_format`]).
 pub const LOG_FORMAT: u32 = 2;
 
+/// The largest `session.json` the store writes, and so reads: its fixed
+/// fields take under 1 KiB, and the workspace is a path (at most 4096
+/// bytes on Linux, up to 6 bytes each once JSON-escaped).
+pub const META_MAX_BYTES: u64 = 64 << 10;
+
 fn log_format_1() -> u32 {
     1
 }
@@ -67,12 +72,20 @@ impl SessionMeta {
     /// Reads `session.json`.
     pub fn read(paths: &SessionPaths) -> Result<SessionMeta> {
         let path = paths.meta();
-        let bytes = std::fs::read(&path).map_err(Error::io("read", &path))?;
+        let bytes = fsutil::read_capped(&path, META_MAX_BYTES, fsutil::Links::Refuse)?;
         serde_json::from_slice(&bytes).map_err(|e| {
-            Error::Invalid(format!(
-                "{}: not valid session metadata: {e}",
-                path.display()
-            ))
+            // serde_json counts lines and columns from 1; the column in bytes.
+            let start: usize = bytes
+                .split_inclusive(|&b| b == b'\n')
+                .take(e.line().saturating_sub(1))
+                .map(<[u8]>::len)
+                .sum();
+            Error::Damage {
+                path,
+                line: e.line() as u64,
+                offset: (start + e.column().saturating_sub(1)).min(bytes.len()) as u64,
+                reason: format!("not valid session metadata: {e}"),
+            }
         })
     }
 
@@ -107,6 +120,14 @@ impl SessionMeta {
         self.updated = now_ts();
         let mut bytes = serde_json::to_vec_pretty(self).expect("metadata serializes");
         bytes.push(b'\n');
+        if bytes.len() as u64 > META_MAX_BYTES {
+            return Err(Error::Invalid(format!(
+                "{}: metadata of {} bytes (a workspace path of {} bytes) is more than the {META_MAX_BYTES} bytes of session.json",
+                path.display(),
+                bytes.len(),
+                self.workspace.len()
+            )));
+        }
         fsutil::replace_atomic(path, &bytes, "meta")
     }
 }

@@ -735,9 +735,13 @@ pub fn replay(
 
 /// The first event of the log at `paths` that breaks a session rule, as
 /// `(seq, why)`: the fold `fsck` runs, read-only, every event checked as
-/// an append would be before it is folded. Damage is an error; a torn tail
-/// ends the fold.
-pub fn first_rule_violation(paths: &crate::layout::SessionPaths) -> Result<Option<(Seq, String)>> {
+/// an append would be before it is folded, and given to `visit` once it is
+/// (`fsck` checks the blobs it references there). Damage is an error; a
+/// torn tail ends the fold.
+pub fn first_rule_violation(
+    paths: &crate::layout::SessionPaths,
+    mut visit: impl FnMut(&Record) -> Result<()>,
+) -> Result<Option<(Seq, String)>> {
     let mut p = Projection::default();
     let events = paths.events();
     let mut index = SparseIndex::default();
@@ -758,7 +762,8 @@ pub fn first_rule_violation(paths: &crate::layout::SessionPaths) -> Result<Optio
             .and_then(|()| p.apply(rec, &mut nodes))
             .inspect_err(|e| {
                 found = Some((rec.seq, e.to_string()));
-            })
+            })?;
+        visit(rec)
     });
     match (found, verified) {
         (Some(f), _) => Ok(Some(f)),

@@ -108,6 +108,7 @@ pub struct LogReader {
 impl LogReader {
     /// A reader with no index: queries scan from byte 0.
     pub fn open(paths: &SessionPaths) -> Result<LogReader> {
+        crate::fsutil::refuse_symlink(paths.dir())?;
         let path = paths.events();
         if !path.exists() {
             return Err(Error::NoSuchSession {

@@ -6,7 +6,6 @@
 //! valid prefix of a damaged log, verbatim, into a new session and leaves
 //! the original untouched. Nothing here rewrites or deletes a complete line.
 
-use std::fs::File;
 use std::io::{Read, Write};
 use std::path::Path;
 
@@ -99,13 +98,13 @@ pub fn salvage(root: &Path, id: &SessionId, new_id: &SessionId) -> Result<Salvag
             root: root.to_path_buf(),
         });
     }
-    let floor = crate::checkpoint::covered_offset(&src)?.unwrap_or(0);
+    let floor = crate::checkpoint::covered(&src)?.unwrap_or(LogPosition::START);
     let check = check_log(&src.events(), floor)?;
     // A prefix of valid lines is kept only up to the first event that
     // breaks a session rule: the copy must be a session the store resumes.
     let (kept_end, stopped_at) = match check.problem {
         None | Some(LogProblem::TornTail(_)) => {
-            match crate::projection::first_rule_violation(&src)? {
+            match crate::projection::first_rule_violation(&src, |_| Ok(()))? {
                 Some((seq, reason)) => (
                     position_of(&src.events(), seq)?,
                     Some(LogProblem::Rule { seq, reason }),
@@ -191,7 +190,7 @@ fn stage(
 
 /// Copies the first `len` bytes of `from` into the new file `to`, durably.
 fn copy_prefix(from: &Path, to: &Path, len: u64) -> Result<()> {
-    let src = File::open(from).map_err(Error::io("open", from))?;
+    let src = fsutil::open_for_reading(from, fsutil::Links::Refuse)?;
     let mut out = fsutil::create_new_durable(to)?;
     let copied = std::io::copy(&mut src.take(len), &mut out).map_err(Error::io("copy to", to))?;
     if copied != len {

@@ -52,6 +52,12 @@
 //!   that an intact `snapshot.json` covers. A bad byte before that offset is
 //!   damage, whatever follows.
 //!
+//! The floor is also where the log may end at the earliest: a log whose
+//! valid lines end before the floor's byte offset or seq (cut by hand: a
+//! store that syncs the log before it writes a snapshot covering it is
+//! never left so) is damage, "the log ends before what the snapshot
+//! covers", so that no writer gives an acknowledged event's seq again.
+//!
 //! The writer copies a torn tail to a quarantine file before cutting it
 //! (see `log`), so seqs of acknowledged events are never reused from a cut.
 
@@ -180,8 +186,9 @@ pub struct Scanner<R> {
     pos: LogPosition,
     buf: Vec<u8>,
     torn: Option<TornTail>,
-    /// No torn tail may start before this offset (what a snapshot covers).
-    floor: u64,
+    /// What a snapshot covers: no torn tail may start before it, and the
+    /// log may not end before it.
+    floor: LogPosition,
     /// The zero bytes after the logical end, once the stream has ended.
     preallocated: u64,
     done: bool,
@@ -190,8 +197,10 @@ pub struct Scanner<R> {
 impl Scanner<BufReader<File>> {
     /// Opens `path` for reading from `from` (a position previously returned
     /// by the store: the line there must carry `from.seq`).
+    /// A symlink or anything but a regular file there is refused unopened
+    /// ([`crate::fsutil::open_for_reading`]).
     pub fn open(path: &Path, from: LogPosition) -> Result<Self> {
-        let mut file = File::open(path).map_err(Error::io("open", path))?;
+        let mut file = crate::fsutil::open_for_reading(path, crate::fsutil::Links::Refuse)?;
         if from.offset > 0 {
             file.seek(SeekFrom::Start(from.offset))
                 .map_err(Error::io("seek", path))?;
@@ -213,17 +222,29 @@ impl<R: BufRead> Scanner<R> {
             pos: from,
             buf: Vec::with_capacity(4096),
             torn: None,
-            floor: 0,
+            floor: LogPosition::START,
             preallocated: 0,
             done: false,
         }
     }
 
-    /// Declares `[0, offset)` covered by a durable snapshot: a bad line
-    /// that starts before `offset` is damage, never a torn tail.
-    pub fn durable_floor(mut self, offset: u64) -> Self {
-        self.floor = offset;
+    /// Declares the log up to `floor` covered by a durable snapshot: a bad
+    /// line that starts before `floor.offset` is damage, never a torn tail,
+    /// and so is a log whose valid lines end before `floor`.
+    pub fn durable_floor(mut self, floor: LogPosition) -> Self {
+        self.floor = floor;
         self
+    }
+
+    /// The damage of a log whose valid lines end here, before the floor.
+    fn ends_before_floor(&self) -> Option<Error> {
+        let (end, floor) = (self.pos, self.floor);
+        (end.offset < floor.offset || end.seq < floor.seq).then(|| {
+            self.damage(format!(
+                "the log ends before what the snapshot covers: it ends at byte offset {} (seq {}), snapshot.json covers byte offset {}, seq {}",
+                end.offset, end.seq, floor.offset, floor.seq
+            ))
+        })
     }
 
     /// Where the next line would start (after the last record returned).
@@ -319,7 +340,10 @@ impl<R: BufRead> Scanner<R> {
         }
         let Some(n) = self.read_piece()? else {
             self.done = true;
-            return Ok(None);
+            return match self.ends_before_floor() {
+                Some(damage) => Err(damage),
+                None => Ok(None),
+            };
         };
         if self.buf.last() != Some(&b'\n') {
             if self.buf.iter().all(|&b| b == 0) {
@@ -453,11 +477,14 @@ impl<R: BufRead> Scanner<R> {
     /// (a writer never pre-allocates there). Ends the stream.
     fn zero_region(&mut self, len: u64) -> Result<()> {
         self.done = true;
-        if self.pos.offset < self.floor {
+        if self.pos.offset < self.floor.offset {
             return Err(self.damage(format!(
                 "{len} zero byte(s) to the end of the file; snapshot.json covers the log up to byte offset {}, so this is damage, not pre-allocated space",
-                self.floor
+                self.floor.offset
             )));
+        }
+        if let Some(damage) = self.ends_before_floor() {
+            return Err(damage);
         }
         self.preallocated = len;
         Ok(())
@@ -469,11 +496,14 @@ impl<R: BufRead> Scanner<R> {
     /// file. Ends the stream either way.
     fn final_segment(&mut self, len: usize, reason: String) -> Result<()> {
         self.done = true;
-        if self.pos.offset < self.floor {
+        if self.pos.offset < self.floor.offset {
             return Err(self.damage(format!(
                 "{reason}; snapshot.json covers the log up to byte offset {}, so this is damage, not a torn tail",
-                self.floor
+                self.floor.offset
             )));
+        }
+        if let Some(damage) = self.ends_before_floor() {
+            return Err(damage);
         }
         let start = self.pos.offset;
         if let Err(why) = torn_piece(&self.buf, start, start) {
@@ -698,7 +728,7 @@ mod tests {
 
     /// Scans `bytes` to its end: the seqs read, the logical end, the
     /// pre-allocated zeros after it, or the error.
-    fn scan_end(bytes: &[u8], floor: u64) -> Result<(Vec<Seq>, u64, u64)> {
+    fn scan_end(bytes: &[u8], floor: LogPosition) -> Result<(Vec<Seq>, u64, u64)> {
         let mut s =
             Scanner::new(bytes, Path::new("events.jsonl"), LogPosition::START).durable_floor(floor);
         let mut seqs = Vec::new();
@@ -717,7 +747,7 @@ mod tests {
         // the line's start, and nothing is torn.
         let (mut bytes, starts) = log_bytes(3);
         bytes[starts[2] as usize..].fill(0);
-        let (seqs, end, zeros) = scan_end(&bytes, 0).unwrap();
+        let (seqs, end, zeros) = scan_end(&bytes, LogPosition::START).unwrap();
         assert_eq!(seqs, vec![0, 1]);
         assert_eq!((end, zeros), (starts[2], bytes.len() as u64 - starts[2]));
     }
@@ -728,13 +758,23 @@ mod tests {
         let end = bytes.len() as u64;
         bytes.resize(bytes.len() + PREALLOC_MAX_BYTES as usize, 0);
         assert_eq!(
-            scan_end(&bytes, end).unwrap(),
+            scan_end(
+                &bytes,
+                LogPosition {
+                    offset: end,
+                    seq: 3
+                }
+            )
+            .unwrap(),
             (vec![0, 1, 2], end, PREALLOC_MAX_BYTES)
         );
         // A log with no line yet: the creation's first append never reached
         // the pre-allocated region.
         let zeros = vec![0u8; 4096];
-        assert_eq!(scan_end(&zeros, 0).unwrap(), (vec![], 0, 4096));
+        assert_eq!(
+            scan_end(&zeros, LogPosition::START).unwrap(),
+            (vec![], 0, 4096)
+        );
     }
 
     #[test]
@@ -742,16 +782,20 @@ mod tests {
         let (mut bytes, starts) = log_bytes(3);
         let end = bytes.len();
         bytes.resize(end + ZERO_TAIL_MAX_BYTES as usize, 0);
-        assert_eq!(scan_end(&bytes, 0).unwrap().1, end as u64);
+        assert_eq!(scan_end(&bytes, LogPosition::START).unwrap().1, end as u64);
         bytes.push(0);
-        match scan_end(&bytes, 0) {
+        match scan_end(&bytes, LogPosition::START) {
             Err(Error::Damage { line, offset, .. }) => assert_eq!((line, offset), (4, end as u64)),
             other => panic!("expected damage at line 4, got {other:?}"),
         }
         // Zeros where snapshot.json says lines were are damage.
         let (mut bytes, _) = log_bytes(3);
         bytes[starts[2] as usize..].fill(0);
-        match scan_end(&bytes, starts[2] + 1) {
+        let floor = LogPosition {
+            offset: starts[2] + 1,
+            seq: 3,
+        };
+        match scan_end(&bytes, floor) {
             Err(Error::Damage { line, offset, .. }) => assert_eq!((line, offset), (3, starts[2])),
             other => panic!("expected damage at line 3, got {other:?}"),
         }
@@ -772,7 +816,7 @@ mod tests {
             let last = *starts.last().unwrap() as usize;
             let mut whole = full.clone();
             whole.resize(full.len() + zeros, 0);
-            let (seqs, end, free) = scan_end(&whole, 0).unwrap();
+            let (seqs, end, free) = scan_end(&whole, LogPosition::START).unwrap();
             proptest::prop_assert_eq!(seqs.len() as u64, n);
             proptest::prop_assert_eq!((end, free), (full.len() as u64, zeros as u64));
             let keep = ((full.len() - last) as f64 * keep_frac) as usize;
@@ -871,8 +915,12 @@ mod tests {
     fn a_torn_tail_never_starts_under_the_durable_floor() {
         let (bytes, starts) = log_bytes(3);
         let cut = &bytes[..starts[2] as usize + 10];
-        let mut s = Scanner::new(cut, Path::new("events.jsonl"), LogPosition::START)
-            .durable_floor(starts[2] + 1);
+        let mut s = Scanner::new(cut, Path::new("events.jsonl"), LogPosition::START).durable_floor(
+            LogPosition {
+                offset: starts[2] + 1,
+                seq: 3,
+            },
+        );
         assert!(matches!(s.next_record(), Ok(Some(_))));
         assert!(matches!(s.next_record(), Ok(Some(_))));
         match s.next_record() {

@@ -196,12 +196,15 @@ impl Session {
                 Err(reason) => (None, SnapshotUse::Rejected { reason }),
             },
             Ok(None) => (None, SnapshotUse::Absent),
-            Err(e) => (
+            // Damaged, or another session's: the log is replayed instead.
+            Err(e @ Error::Damage { .. }) => (
                 None,
                 SnapshotUse::Rejected {
                     reason: e.to_string(),
                 },
             ),
+            // A symlink, a FIFO, a file larger than any snapshot: refused.
+            Err(e) => return Err(e),
         };
         let events = paths.events();
         let (mut projection, mut index, trusted) = match snapshot {
@@ -295,7 +298,7 @@ impl Session {
         }
         let mut meta = match SessionMeta::read(&paths) {
             Ok(m) => m,
-            Err(_) if projection.session_id().is_some() => {
+            Err(e) if crate::fsutil::is_not_found(&e) && projection.session_id().is_some() => {
                 // session.json was lost to a crash during creation: rebuild it from the log.
                 let mut m =
                     SessionMeta::new(&paths, projection.workspace().unwrap_or_default(), None);
@@ -533,7 +536,7 @@ impl Session {
             return Ok(());
         }
         let events = self.paths.events();
-        let floor = checkpoint::covered_offset(&self.paths)?.unwrap_or(0);
+        let floor = checkpoint::covered(&self.paths)?.unwrap_or(LogPosition::START);
         let mut scanner = Scanner::open(&events, LogPosition::START)?.durable_floor(floor);
         while scanner.next_record()?.is_some() {}
         let end = self.log.end();
@@ -611,6 +614,7 @@ impl SessionView {
     /// workspace has moved (as [`Session::open`] does).
     pub fn open(root: &Path, id: &SessionId) -> Result<SessionView> {
         let paths = SessionPaths::new(root, id);
+        crate::fsutil::refuse_symlink(paths.dir())?;
         if !paths.events().exists() {
             return Err(Error::NoSuchSession {
                 id: id.to_string(),
@@ -664,10 +668,20 @@ impl SessionView {
 }
 
 /// The projection and index of the log, read only: from a confirmed
-/// snapshot plus the tail, or from the start.
+/// snapshot plus the tail, or from the start. A log that ends before what
+/// an intact snapshot covers is damage, as it is to a writer.
 fn fold_read_only(paths: &SessionPaths) -> Result<(Projection, SparseIndex)> {
     let events = paths.events();
-    if let Ok(Some(s)) = checkpoint::read_snapshot(paths) {
+    // Read before the log: a writer syncs the log before it writes a
+    // snapshot, so the log read after it is at least as long.
+    let floor = checkpoint::covered(paths)?.unwrap_or(LogPosition::START);
+    let snapshot = match checkpoint::read_snapshot(paths) {
+        Ok(s) => s,
+        // Damaged, or another session's: read from the start, as open does.
+        Err(e) if e.is_damage() => None,
+        Err(e) => return Err(e),
+    };
+    if let Some(s) = snapshot {
         if confirm_snapshot(paths, s.position()).is_ok() {
             let from = s.position();
             let (mut projection, mut index) = (s.projection, s.index);
@@ -696,14 +710,15 @@ fn fold_read_only(paths: &SessionPaths) -> Result<(Projection, SparseIndex)> {
     let mut projection = Projection::default();
     let mut index = SparseIndex::default();
     let mut seen = RecentNodes::default();
-    scan::verify(&events, LogPosition::START, |offset, rec| {
+    let mut scanner = Scanner::open(&events, LogPosition::START)?.durable_floor(floor);
+    while let Some((offset, rec)) = scanner.next_record()? {
         index.note(LogPosition {
             offset,
             seq: rec.seq,
         });
-        seen.observe(rec);
-        projection.apply(rec, &mut seen.with_log(&events, &index))
-    })?;
+        seen.observe(&rec);
+        projection.apply(&rec, &mut seen.with_log(&events, &index))?;
+    }
     Ok((projection, index))
 }
 

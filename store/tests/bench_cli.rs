@@ -104,7 +104,7 @@ fn a_short_run_reports_json_and_svg_and_cleans_up() {
         "Sync methods, 8 KiB writes",
         "The store",
         "Group commit",
-        "Goals",
+        "Ratios, from this run",
     ] {
         assert!(
             stdout.contains(section),
@@ -112,9 +112,14 @@ fn a_short_run_reports_json_and_svg_and_cleans_up() {
         );
     }
     let report: serde_json::Value = serde_json::from_slice(&std::fs::read(&json).unwrap()).unwrap();
-    assert_eq!(report["format"], 3);
+    assert_eq!(report["format"], 4);
     assert_eq!(report["methods"].as_array().unwrap().len(), 12);
-    assert_eq!(report["goals"].as_array().unwrap().len(), 5);
+    assert_eq!(report["ratios"].as_array().unwrap().len(), 5);
+    // Figures and ratios for the user's own judgement: no verdicts.
+    assert!(report.get("goals").is_none());
+    for verdict in ["Goals", "NOT MET", "\nmet "] {
+        assert!(!stdout.contains(verdict), "{verdict:?} in:\n{stdout}");
+    }
     assert!(report["machine"]["kernel"]
         .as_str()
         .unwrap()

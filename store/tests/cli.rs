@@ -336,6 +336,28 @@ fn bad_stdin_stops_append_with_the_line_number() {
     assert_fails(&run, 2, &["stdin line 1: tool_call: missing field"]);
 }
 
+#[test]
+fn a_field_the_schema_does_not_know_is_refused_and_nothing_written() {
+    let dir = tempfile::tempdir().unwrap();
+    let root = dir.path().to_str().unwrap();
+    let run = agentstore(
+        &["append", root, "s"],
+        "{\"type\":\"run_started\",\"run_id\":\"r1\"}\n",
+    );
+    assert_eq!(run.code, 0, "{}", run.stderr);
+    let log = std::fs::read(events_path(root, "s")).unwrap();
+    for input in [
+        r#"{"type":"user_message","text":"x","bogus":1}"#,
+        r#"{"type":"plan_updated","goal":"g","steps":[{"id":"1","title":"t","status":"done","bogus":1}]}"#,
+        r#"{"type":"tool_result","parent":null,"call_id":"c","status":"ok","blob":{"digest":"ab","size":1,"bogus":1}}"#,
+    ] {
+        let run = agentstore(&["append", root, "s"], &format!("{input}\n"));
+        assert_fails(&run, 2, &["stdin line 1: ", "unknown field `bogus`"]);
+        assert_eq!(run.stdout, "", "{input}: nothing acknowledged");
+    }
+    assert_eq!(std::fs::read(events_path(root, "s")).unwrap(), log);
+}
+
 fn events_path(root: &str, id: &str) -> std::path::PathBuf {
     Path::new(root)
         .join("sessions")

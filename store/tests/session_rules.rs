@@ -394,7 +394,7 @@ fn compaction_changes_the_context_and_deletes_nothing() {
 }
 
 #[test]
-fn checkpoint_is_used_on_resume_and_distrusted_when_the_log_disagrees() {
+fn checkpoint_is_used_on_resume_and_a_log_cut_before_it_refused() {
     let _serial = serial();
     let f = fixture();
     let mut s = f.create();
@@ -414,8 +414,8 @@ fn checkpoint_is_used_on_resume_and_distrusted_when_the_log_disagrees() {
     assert_eq!(report.replayed, 1);
     assert_eq!(s.projection(), &full);
     drop(s);
-    // Cut the log back before the checkpoint (as salvage or a bad restore might):
-    // the snapshot is contradicted and must not be trusted.
+    // Cut the log back before the checkpoint (as a bad restore might): the
+    // snapshot says seq 2 was acknowledged, so giving it again is refused.
     let paths = agentstore::SessionPaths::new(&f.root, &f.id);
     let text = std::fs::read(paths.events()).unwrap();
     let second_newline = text
@@ -426,12 +426,18 @@ fn checkpoint_is_used_on_resume_and_distrusted_when_the_log_disagrees() {
         .unwrap()
         .0;
     std::fs::write(paths.events(), &text[..=second_newline]).unwrap();
-    let (s, report) = Session::open(&f.root, &f.id, SessionOptions::default()).unwrap();
-    assert!(
-        matches!(report.snapshot, SnapshotUse::Rejected { .. }),
-        "{report:?}"
+    match Session::open(&f.root, &f.id, SessionOptions::default()) {
+        Err(e @ agentstore::Error::Damage { .. }) => assert!(
+            e.to_string()
+                .contains("the log ends before what the snapshot covers"),
+            "{e}"
+        ),
+        other => panic!("opened a log cut before its snapshot: {other:?}"),
+    }
+    assert_eq!(
+        std::fs::read(paths.events()).unwrap(),
+        &text[..=second_newline]
     );
-    assert_eq!(s.projection().next_seq(), 2);
 }
 
 #[test]

@@ -2588,7 +2588,7 @@ impl From<agentstore::Error> for ChildError {
         use agentstore::Error as E;
         let kind = match &e {
             E::Io { .. } | E::Poisoned { .. } => ErrorKind::Io,
-            E::Damage { .. } | E::UnknownEventType { .. } => ErrorKind::Damage,
+            E::Damage { .. } | E::UnknownEventType { .. } | E::Foreign { .. } => ErrorKind::Damage,
             E::SessionLocked { .. } => ErrorKind::Locked,
             E::NoSuchSession { .. } | E::IncompleteSession { .. } => ErrorKind::NotFound,
             E::SessionExists { .. } => ErrorKind::Exists,

@@ -171,7 +171,7 @@ pub fn run(config: &Config, progress: &mut dyn Progress) -> Result<Run, BenchErr
     scratch
         .close()
         .map_err(BenchError::io("remove scratch directory", &scratch_path))?;
-    let goals = report::goals(&measured.store, &measured.group);
+    let ratios = report::ratios(&measured.store, &measured.group);
     Ok(Run {
         report: Report {
             format: REPORT_FORMAT,
@@ -182,7 +182,7 @@ pub fn run(config: &Config, progress: &mut dyn Progress) -> Result<Run, BenchErr
             methods: measured.methods,
             store: measured.store,
             group_commit: measured.group,
-            goals,
+            ratios,
         },
         panels: measured.panels,
     })
@@ -216,7 +216,7 @@ mod tests {
         assert_eq!(r.store.rows.len(), 8);
         assert_eq!(r.group_commit.rows.len(), 5);
         assert_eq!(r.group_commit.ceilings.len(), 2);
-        assert_eq!(r.goals.len(), 5);
+        assert_eq!(r.ratios.len(), 5);
         assert!(r.store.rows.iter().all(|row| row.summary.count > 0));
         assert_eq!(run.panels.len(), 3);
         assert_eq!(std::fs::read_dir(d.path()).unwrap().count(), 0);

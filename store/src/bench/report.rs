@@ -1,5 +1,6 @@
 //! The report of one `agentstore bench` run: its JSON shape, the text tables
-//! and the verdict on each speed goal.
+//! and the ratios between them. Figures and ratios only: what a user's disk
+//! should reach is theirs to judge, not the report's.
 //!
 //! Everything here is pure: numbers in, text or JSON out. Ratios are always
 //! against a baseline measured in the same run, never against a constant.
@@ -13,7 +14,7 @@ use super::measure::Summary;
 use super::methods::{SyncMethod, Workload};
 
 /// Version of the JSON shape; bump when a field changes meaning.
-pub const REPORT_FORMAT: u32 = 3;
+pub const REPORT_FORMAT: u32 = 4;
 
 /// One complete run.
 #[derive(Debug, Clone, PartialEq, Serialize)]
@@ -28,7 +29,7 @@ pub struct Report {
     pub methods: Vec<MethodRow>,
     pub store: StoreSection,
     pub group_commit: GroupSection,
-    pub goals: Vec<Goal>,
+    pub ratios: Vec<Ratio>,
 }
 
 /// One sync method under one workload.
@@ -227,53 +228,19 @@ impl GroupSection {
     }
 }
 
-/// How a measured ratio must compare to its limit.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
-#[serde(rename_all = "snake_case")]
-pub enum Want {
-    AtMost,
-    AtLeast,
-}
-
-/// One speed goal (issues 7 and 15) and whether this run met it.
+/// One ratio of two figures of the same run: a comparison the tables
+/// hold, worked out.
 #[derive(Debug, Clone, PartialEq, Serialize)]
-pub struct Goal {
+pub struct Ratio {
     pub id: &'static str,
+    /// What is divided by what.
     pub description: &'static str,
     pub ratio: f64,
-    pub want: Want,
-    pub limit: f64,
-    pub met: bool,
     /// The two numbers the ratio came from.
     pub detail: String,
 }
 
-impl Goal {
-    fn new(
-        id: &'static str,
-        description: &'static str,
-        ratio: f64,
-        want: Want,
-        limit: f64,
-        detail: String,
-    ) -> Goal {
-        let met = match want {
-            Want::AtMost => ratio <= limit,
-            Want::AtLeast => ratio >= limit,
-        };
-        Goal {
-            id,
-            description,
-            ratio,
-            want,
-            limit,
-            met,
-            detail,
-        }
-    }
-}
-
-/// `a / b`, NaN when `b` is zero (a goal with NaN is never met).
+/// `a / b`, NaN when `b` is zero (printed `-`, `null` in JSON).
 fn ratio(a: f64, b: f64) -> f64 {
     if b > 0.0 {
         a / b
@@ -282,50 +249,42 @@ fn ratio(a: f64, b: f64) -> f64 {
     }
 }
 
-/// The goals of issues 7 and 15 that `agentstore bench` can judge.
-pub fn goals(store: &StoreSection, group: &GroupSection) -> Vec<Goal> {
-    let mut goals = Vec::new();
+/// The ratios the report prints under its tables.
+pub fn ratios(store: &StoreSection, group: &GroupSection) -> Vec<Ratio> {
+    let mut ratios = Vec::new();
     if let (Some(sync), Some(floor)) = (store.get(Target::StoreSync), store.get(Target::Floor)) {
         let (s, f) = (sync.summary, floor.summary);
-        goals.push(Goal::new(
-            "sync_p50_vs_floor",
-            "Sync append p50 at most 0.8x raw write+fdatasync p50 (growing file)",
-            sync.p50_vs_floor,
-            Want::AtMost,
-            0.8,
-            format!("{} vs {} µs", us(s.p50_us), us(f.p50_us)),
-        ));
-        goals.push(Goal::new(
-            "sync_p99_vs_floor",
-            "Sync append p99 at most 1.0x raw write+fdatasync p99 (growing file)",
-            sync.p99_vs_floor,
-            Want::AtMost,
-            1.0,
-            format!("{} vs {} µs", us(s.p99_us), us(f.p99_us)),
-        ));
+        ratios.push(Ratio {
+            id: "sync_p50_vs_floor",
+            description: "Sync append p50 / raw write+fdatasync p50 (growing file)",
+            ratio: sync.p50_vs_floor,
+            detail: format!("{} vs {} µs", us(s.p50_us), us(f.p50_us)),
+        });
+        ratios.push(Ratio {
+            id: "sync_p99_vs_floor",
+            description: "Sync append p99 / raw write+fdatasync p99 (growing file)",
+            ratio: sync.p99_vs_floor,
+            detail: format!("{} vs {} µs", us(s.p99_us), us(f.p99_us)),
+        });
     }
     if let (Some(sync), Some(zeroed)) = (
         store.get(Target::StoreSync),
         store.get(Target::ZeroedFdatasync),
     ) {
         let (s, z) = (sync.summary, zeroed.summary);
-        goals.push(Goal::new(
-            "sync_p50_vs_zeroed",
-            "Sync append p50 within 1.1x of raw pre-zeroed write+fdatasync p50",
-            ratio(s.p50_us, z.p50_us),
-            Want::AtMost,
-            1.1,
-            format!("{} vs {} µs", us(s.p50_us), us(z.p50_us)),
-        ));
+        ratios.push(Ratio {
+            id: "sync_p50_vs_zeroed",
+            description: "Sync append p50 / raw pre-zeroed write+fdatasync p50",
+            ratio: ratio(s.p50_us, z.p50_us),
+            detail: format!("{} vs {} µs", us(s.p50_us), us(z.p50_us)),
+        });
     }
     if let Some(b8) = group.rows.iter().find(|r| r.appenders == 8) {
-        goals.push(Goal::new(
-            "batch8_vs_sync",
-            "Batch mode with 8 appenders at least 6x the events/s of Sync",
-            b8.vs_sync,
-            Want::AtLeast,
-            6.0,
-            format!(
+        ratios.push(Ratio {
+            id: "batch8_vs_sync",
+            description: "Batch with 8 appenders / Sync, events/s",
+            ratio: b8.vs_sync,
+            detail: format!(
                 "{} vs {} events/s{}",
                 rate(b8.summary.ops_per_s),
                 rate(group.sync.ops_per_s),
@@ -337,23 +296,21 @@ pub fn goals(store: &StoreSection, group: &GroupSection) -> Vec<Goal> {
                     None => String::new(),
                 }
             ),
-        ));
+        });
     }
     if let (Some(sync), Some(sql)) = (store.get(Target::StoreSync), store.get(Target::Sqlite)) {
-        goals.push(Goal::new(
-            "sync_vs_sqlite",
-            "Sync append per event at least as fast as a SQLite transaction",
-            ratio(sync.summary.us_per_op, sql.summary.us_per_op),
-            Want::AtMost,
-            1.0,
-            format!(
+        ratios.push(Ratio {
+            id: "sync_vs_sqlite",
+            description: "Sync append / SQLite transaction, time per event",
+            ratio: ratio(sync.summary.us_per_op, sql.summary.us_per_op),
+            detail: format!(
                 "{} vs {} µs/event",
                 us(sync.summary.us_per_op),
                 us(sql.summary.us_per_op)
             ),
-        ));
+        });
     }
-    goals
+    ratios
 }
 
 fn us(v: f64) -> String {
@@ -495,21 +452,9 @@ impl Report {
                 c.events_per_sync
             );
         }
-        let _ = writeln!(out, "\nGoals (issues 7 and 15), ratios from this run");
-        for goal in &self.goals {
-            let want = match goal.want {
-                Want::AtMost => "≤",
-                Want::AtLeast => "≥",
-            };
-            let _ = writeln!(
-                out,
-                "{:<8} {}: {} (want {want} {}x; {})",
-                if goal.met { "met" } else { "NOT MET" },
-                goal.description,
-                times(goal.ratio),
-                goal.limit,
-                goal.detail
-            );
+        let _ = writeln!(out, "\nRatios, from this run");
+        for r in &self.ratios {
+            let _ = writeln!(out, "{}: {} ({})", r.description, times(r.ratio), r.detail);
         }
         out
     }
@@ -580,7 +525,7 @@ pub(crate) mod tests {
                 ),
             ],
         );
-        let goals = goals(&store, &group);
+        let ratios = ratios(&store, &group);
         Report {
             format: REPORT_FORMAT,
             agentstore_version: "0.1.0".into(),
@@ -613,7 +558,7 @@ pub(crate) mod tests {
             ],
             store,
             group_commit: group,
-            goals,
+            ratios,
         }
     }
 
@@ -628,23 +573,27 @@ pub(crate) mod tests {
     }
 
     #[test]
-    fn verdicts_follow_the_limits() {
+    fn the_ratios_are_figures_of_the_same_run_and_judge_nothing() {
         let r = sample();
-        let met: Vec<(&str, bool)> = r.goals.iter().map(|g| (g.id, g.met)).collect();
-        assert_eq!(
-            met,
-            vec![
-                ("sync_p50_vs_floor", true),
-                ("sync_p99_vs_floor", false),
-                ("sync_p50_vs_zeroed", true),
-                ("batch8_vs_sync", true),
-                ("sync_vs_sqlite", true),
-            ]
-        );
+        let got: Vec<(&str, String)> = r.ratios.iter().map(|x| (x.id, times(x.ratio))).collect();
+        let want = [
+            ("sync_p50_vs_floor", "0.70x"),
+            ("sync_p99_vs_floor", "1.40x"),
+            ("sync_p50_vs_zeroed", "1.05x"),
+            ("batch8_vs_sync", "6.45x"),
+            ("sync_vs_sqlite", "0.52x"),
+        ];
+        assert_eq!(got, want.map(|(id, v)| (id, v.to_string())));
+        let text = r.render_text();
+        for verdict in ["Goal", "NOT MET", "\nmet ", "(want "] {
+            assert!(!text.contains(verdict), "{verdict:?} in:\n{text}");
+        }
+        let json = serde_json::to_value(&r).unwrap();
+        assert!(json.get("goals").is_none());
     }
 
     #[test]
-    fn a_zero_baseline_never_meets_a_goal() {
+    fn a_zero_baseline_gives_no_ratio() {
         let store = StoreSection::new(
             200,
             vec![
@@ -653,8 +602,9 @@ pub(crate) mod tests {
             ],
         );
         let group = GroupSection::new(1, 1, summary(1.0, 1.0, 0.0), vec![], vec![]);
-        let g = goals(&store, &group);
-        assert!(g.iter().all(|g| !g.met && g.ratio.is_nan()), "{g:?}");
+        let r = ratios(&store, &group);
+        assert!(!r.is_empty());
+        assert!(r.iter().all(|r| r.ratio.is_nan()), "{r:?}");
     }
 
     #[test]
@@ -663,7 +613,7 @@ pub(crate) mod tests {
     }
 
     #[test]
-    fn text_report_has_every_section_and_verdict() {
+    fn text_report_has_every_section_and_ratio() {
         insta::assert_snapshot!(sample().render_text());
     }
 }

@@ -28,14 +28,14 @@ pub const WRITE_BYTES: usize = 8192;
 /// Concurrent appenders of the group commit section.
 pub const APPENDERS: [usize; 5] = [1, 2, 4, 8, 16];
 /// Lines per group of this machine's raw group commit ceilings: the
-/// appenders of the Batch goal.
+/// appenders of the Batch ratio.
 pub const CEILING_LINES: usize = 8;
 /// The ceilings measured beside the group commit rows, in report order.
 const CEILINGS: [Ceiling; 2] = [Ceiling::RawGroupCommit, Ceiling::LinesPerSync];
 /// Slices each interleaved measurement is cut into.
 const ROUNDS: u32 = 20;
 
-/// Everything measured, before goals are judged.
+/// Everything measured, before the ratios are worked out.
 #[derive(Debug)]
 pub(super) struct Measured {
     pub methods: Vec<MethodRow>,

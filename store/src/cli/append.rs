@@ -2,7 +2,8 @@
 //!
 //! Each input line is an object with `type` and the event's fields (and
 //! optionally `"redaction":"sensitive"`); the store assigns seq, id, ts and
-//! the checksum, so those fields are refused. Every event goes through the
+//! the checksum, so those fields are refused, and so is any field the
+//! event's schema does not have (never dropped). Every event goes through the
 //! session rules, as the library's and the adapter's appends do (a
 //! `tool_started` is the call's intent, `Session::start_tool`); the first
 //! refused line stops the command, with its line number, and nothing of it

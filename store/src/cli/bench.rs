@@ -1,7 +1,7 @@
 //! `agentstore bench`: run the latency suite and print, save and plot it.
 //!
-//! Exit codes: 0 after a complete run (whether or not the goals are met; the
-//! verdicts are in the report), 2 for a missing or unwritable `--dir`, a bad
+//! Exit codes: 0 after a complete run (the report holds figures and ratios,
+//! no verdicts), 2 for a missing or unwritable `--dir`, a bad
 //! output path or `--seconds`, 1 when a measurement or writing the output
 //! fails.
 

@@ -7,8 +7,9 @@ use agentstore::fsck::{fsck_root, fsck_session, LogProblem, Problem, SessionChec
 
 use super::{existing_root, session_id, stdout_error, Failure, Outcome};
 
-/// Verify sessions (every line, checksum, seq contiguity, session.json).
-/// Exit 0 when clean; 1 with one line per problem.
+/// Verify sessions (every line, checksum, seq contiguity, the session
+/// rules, every blob the log references, session.json, snapshot.json,
+/// lease.json). Exit 0 when clean; 1 with one line per problem.
 #[derive(Debug, clap::Args)]
 pub struct Args {
     /// The store's root directory.
@@ -33,12 +34,14 @@ pub fn run(args: Args) -> Outcome {
     let mut problems = 0;
     for stray in &strays {
         problems += 1;
-        writeln!(out, "sessions/{}: {}", stray.name, stray.reason).map_err(stdout_error)?;
+        let line = format!("sessions/{}: {}", stray.name, stray.reason);
+        writeln!(out, "{}", agentstore::error::one_line(&line)).map_err(stdout_error)?;
     }
     for session in &sessions {
         for problem in &session.problems {
             problems += 1;
-            let line = describe(&args.root, session, problem);
+            // One line each, however long what it quotes from a file.
+            let line = agentstore::error::one_line(&describe(&args.root, session, problem));
             writeln!(out, "{line}").map_err(stdout_error)?;
         }
     }
@@ -72,7 +75,12 @@ fn describe(root: &Path, session: &SessionCheck, problem: &Problem) -> String {
         Problem::Log(LogProblem::Rule { seq, .. }) => format!(
             "not repairable: agentstore salvage {root} {id} NEW_SESSION keeps the {seq} event(s) before it"
         ),
-        Problem::Meta(_) => return format!("{id}: {problem}"),
+        Problem::Meta(_) | Problem::Lease(_) | Problem::Blob { .. } | Problem::File(_) => {
+            return format!("{id}: {problem}")
+        }
+        Problem::Snapshot(_) => format!(
+            "never trusted; the next `agentstore checkpoint {root} {id}` replaces it"
+        ),
     };
     format!("{id}: {problem}; {hint}")
 }

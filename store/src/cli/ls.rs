@@ -1,4 +1,7 @@
 //! `agentstore ls ROOT`: one line per session, from its `session.json` only.
+//! A session whose `session.json` cannot be read (missing, not a regular
+//! file, too large, not metadata) is listed with `?` and why, and the
+//! command then exits 1.
 
 use std::io::Write;
 use std::path::PathBuf;
@@ -6,7 +9,7 @@ use std::path::PathBuf;
 use agentstore::layout::{list_sessions, SessionPaths};
 use agentstore::meta::{SessionMeta, SessionStatus};
 
-use super::{existing_root, stdout_error, Outcome};
+use super::{existing_root, stdout_error, Failure, Outcome};
 
 /// List the sessions under ROOT (id, status, last update, workspace).
 #[derive(Debug, clap::Args)]
@@ -20,6 +23,7 @@ pub fn run(args: Args) -> Outcome {
     let ids = list_sessions(&args.root)?;
     let width = ids.iter().map(|id| id.as_str().len()).max().unwrap_or(0);
     let mut out = std::io::stdout().lock();
+    let mut unreadable = 0;
     for id in ids {
         let paths = SessionPaths::new(&args.root, &id);
         let line = match SessionMeta::read(&paths) {
@@ -35,9 +39,15 @@ pub fn run(args: Args) -> Outcome {
                     meta.workspace
                 )
             }
-            Err(e) => format!("{:width$}  ?       (unreadable: {e})", id.as_str()),
+            Err(e) => {
+                unreadable += 1;
+                format!("{:width$}  ?       (unreadable: {e})", id.as_str())
+            }
         };
-        writeln!(out, "{line}").map_err(stdout_error)?;
+        writeln!(out, "{}", agentstore::error::one_line(&line)).map_err(stdout_error)?;
+    }
+    if unreadable > 0 {
+        return Err(Failure::Reported);
     }
     Ok(())
 }
