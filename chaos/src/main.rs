@@ -203,6 +203,10 @@ struct RunArgs {
     /// Write a JUnit XML report.
     #[arg(long, value_name = "FILE", help_heading = OUTPUT)]
     junit: Option<PathBuf>,
+    /// Write a self-contained HTML report to DIR/index.html (DIR created if missing): the
+    /// scorecard, and each violation with a timeline of the trial's lives and its replay command.
+    #[arg(long, value_name = "DIR", help_heading = OUTPUT)]
+    html: Option<PathBuf>,
     /// Keep the trial directory of every failing trial here (DIR/SCENARIO/PLAN, with
     /// VIOLATIONS.txt), and the random scenarios (DIR/random). Also --keep-failures.
     #[arg(long = "keep", alias = "keep-failures", value_name = "DIR", help_heading = OUTPUT)]
@@ -259,6 +263,10 @@ struct ReplayArgs {
     /// Keep the trial directory here.
     #[arg(long, value_name = "DIR", help_heading = OUTPUT)]
     keep: Option<PathBuf>,
+    /// Write a self-contained HTML page of the replay to DIR/index.html (DIR created if
+    /// missing): each violation with a timeline of the trial's lives.
+    #[arg(long, value_name = "DIR", help_heading = OUTPUT)]
+    html: Option<PathBuf>,
     #[command(flatten)]
     common: Common,
 }
@@ -1101,9 +1109,37 @@ struct ReportFile {
     file: std::fs::File,
     created: bool,
     written: bool,
+    /// The directory `--html` created for it, removed with it when empty.
+    created_dir: Option<PathBuf>,
 }
 
 impl ReportFile {
+    /// `--html DIR`: `DIR/index.html`, DIR created when missing; refused up
+    /// front, as `--json`'s file is, when it cannot be written.
+    fn open_html(dir: &Option<PathBuf>) -> Result<Option<ReportFile>, Failure> {
+        let Some(dir) = dir else { return Ok(None) };
+        let bad = |why: String| bad_input(format!("--html {}: {why}", dir.display()));
+        let created_dir = match std::fs::metadata(dir) {
+            Ok(m) if !m.is_dir() => return Err(bad("exists and is not a directory".into())),
+            Ok(_) => None,
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => {
+                std::fs::create_dir_all(dir).map_err(|e| bad(format!("cannot create: {e}")))?;
+                Some(dir.clone())
+            }
+            Err(e) => return Err(bad(e.to_string())),
+        };
+        let file = ReportFile::open("--html", &Some(dir.join("index.html")));
+        if file.is_err() {
+            if let Some(d) = &created_dir {
+                let _ = std::fs::remove_dir(d);
+            }
+        }
+        Ok(file?.map(|mut f| {
+            f.created_dir = created_dir;
+            f
+        }))
+    }
+
     fn open(flag: &str, path: &Option<PathBuf>) -> Result<Option<ReportFile>, Failure> {
         let Some(path) = path else { return Ok(None) };
         let bad = |why: String| bad_input(format!("{flag} {}: {why}", path.display()));
@@ -1131,6 +1167,7 @@ impl ReportFile {
             file,
             created,
             written: false,
+            created_dir: None,
         }))
     }
 
@@ -1149,6 +1186,9 @@ impl Drop for ReportFile {
     fn drop(&mut self) {
         if self.created && !self.written {
             let _ = std::fs::remove_file(&self.path);
+            if let Some(d) = &self.created_dir {
+                let _ = std::fs::remove_dir(d);
+            }
         }
     }
 }
@@ -1156,6 +1196,7 @@ impl Drop for ReportFile {
 fn run(args: RunArgs) -> Result<ExitCode, Failure> {
     let json_report = ReportFile::open("--json", &args.json)?;
     let junit_report = ReportFile::open("--junit", &args.junit)?;
+    let html_report = ReportFile::open_html(&args.html)?;
     let backend = backend(&args.common.adapter, args.common.durability, true)?;
     let mode = match args.trials {
         Some(0) => return Err(bad_input("--trials must be at least 1")),
@@ -1313,6 +1354,11 @@ fn run(args: RunArgs) -> Result<ExitCode, Failure> {
     if let Some(f) = junit_report {
         f.write(&report::junit(&result, &ctx))?;
     }
+    if let Some(f) = html_report {
+        let path = f.path.clone();
+        f.write(&report::html::campaign(&result, &ctx))?;
+        println!("HTML report: {}", path.display());
+    }
     if let (Some(rd), 0) = (&random_dir, result.violation_count()) {
         if cfg.keep_failures.is_none() {
             let _ = std::fs::remove_dir_all(rd);
@@ -1373,6 +1419,7 @@ fn syscall_supported() -> Result<(), Failure> {
 }
 
 fn replay(args: ReplayArgs) -> Result<ExitCode, Failure> {
+    let html_report = ReportFile::open_html(&args.html)?;
     let backend = backend(&args.common.adapter, args.common.durability, true)?;
     let mut cfg = config(&args.common, backend.as_ref(), Mode::Exhaustive, 0)?;
     if let Some(k) = &args.keep {
@@ -1386,7 +1433,7 @@ fn replay(args: ReplayArgs) -> Result<ExitCode, Failure> {
     if let Some(id) = args.plan.strip_prefix(powercampaign::PLAN_PREFIX) {
         let id: StateId = id.parse().map_err(|e| bad_input(format!("--plan: {e}")))?;
         syscall_supported()?;
-        return replay_power_loss(&cfg, &args, &id);
+        return replay_power_loss(&cfg, &args, &id, html_report);
     }
     let what = match args
         .plan
@@ -1400,6 +1447,7 @@ fn replay(args: ReplayArgs) -> Result<ExitCode, Failure> {
         cfg.nemesis.syscall = true;
     }
     let scenario = scenario::load(&args.scenario, cfg.max_input_bytes)?;
+    let scenario_name = scenario.name.to_string();
     let source = ScenarioSource {
         path: args.scenario.clone(),
         scenario,
@@ -1422,18 +1470,41 @@ fn replay(args: ReplayArgs) -> Result<ExitCode, Failure> {
     }
     let n = r.violations.len();
     let store_error = r.error.as_ref().is_some_and(|e| e.store_fault);
-    println!(
-        "{}",
-        match (n, &r.error) {
-            // Not carried out: no verdict either way, whatever was seen.
-            (0, Some(_)) if store_error => {
-                "result: not carried out, the store's fault (above)".to_string()
-            }
-            (0, Some(_)) => "result: not carried out, a harness error (above)".to_string(),
-            (0, None) => "result: no violations".to_string(),
-            (n, _) => format!("result: {n} violation(s)"),
+    let result = match (n, &r.error) {
+        // Not carried out: no verdict either way, whatever was seen.
+        (0, Some(_)) if store_error => {
+            "result: not carried out, the store's fault (above)".to_string()
         }
-    );
+        (0, Some(_)) => "result: not carried out, a harness error (above)".to_string(),
+        (0, None) => "result: no violations".to_string(),
+        (n, _) => format!("result: {n} violation(s)"),
+    };
+    println!("{result}");
+    if let Some(f) = html_report {
+        let replay = agentchaos::campaign::config::replay_command(
+            &args.scenario,
+            &args.plan,
+            cfg.store_fault.as_deref(),
+            &cfg.backend.agent_args(),
+        );
+        let mut narrative = r.narrative.clone();
+        if let Some(e) = &r.error {
+            narrative.push_str(&format!("ERROR: {e}\n"));
+        }
+        let path = f.path.clone();
+        f.write(&report::html::replay(&report::html::ReplayPage {
+            scenario: &scenario_name,
+            plan: &args.plan,
+            narrative: &narrative,
+            crash: r.crash.as_deref().unwrap_or_default(),
+            violations: &r.violations,
+            timeline: r.timeline.as_deref(),
+            replay: &replay,
+            result: &result,
+            passed: n == 0 && r.error.is_none(),
+        }))?;
+        println!("HTML report: {}", path.display());
+    }
     Ok(verdict(
         n,
         usize::from(store_error),
@@ -1446,6 +1517,7 @@ fn replay_power_loss(
     cfg: &Config<'_>,
     args: &ReplayArgs,
     id: &StateId,
+    html_report: Option<ReportFile>,
 ) -> Result<ExitCode, Failure> {
     let scenario = scenario::load(&args.scenario, cfg.max_input_bytes)?;
     let source = ScenarioSource {
@@ -1461,6 +1533,7 @@ fn replay_power_loss(
         "state {id} of {}: power lost {}",
         source.scenario.name,
         out.op
+            .as_ref()
             .map_or("before the first op".to_string(), |op| format!(
                 "after {op}"
             ))
@@ -1471,6 +1544,21 @@ fn replay_power_loss(
     );
     if let Some(k) = &args.keep {
         println!("state (before recovery) kept in {}", k.display());
+    }
+    if let Some(f) = html_report {
+        let flags = agentchaos::campaign::config::store_flags(
+            cfg.store_fault.as_deref(),
+            &cfg.backend.agent_args(),
+        );
+        let replay = powercampaign::replay_command(&args.scenario, &flags, id);
+        let path = f.path.clone();
+        f.write(&report::html::power_loss_replay(
+            &source.scenario.name,
+            id,
+            &out,
+            &replay,
+        ))?;
+        println!("HTML report: {}", path.display());
     }
     Ok(match out.verdict {
         Verdict::Pass => {

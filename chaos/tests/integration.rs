@@ -29,6 +29,7 @@ mod earned_verdicts;
 mod exit_codes;
 mod faults;
 mod fork_server;
+mod html_report;
 mod langchain_file_adapter;
 mod langgraph_adapter;
 mod langgraphjs_adapter;

@@ -426,3 +426,43 @@ fn a_file_whose_removal_is_durable_adds_no_choices() {
     assert_eq!((done.combinations, done.states.len()), (1, 1));
     assert!(done.states[0].tree.nodes().is_empty());
 }
+
+/// A state's fate of every un-synced item, as the HTML report tables it:
+/// every choice point, kept or what the state did with it.
+#[test]
+fn fates_name_every_unsynced_item_kept_or_not() {
+    let log = OpLog::from_ops([
+        Op::Create {
+            path: p("s/events.jsonl"),
+        },
+        write("s/events.jsonl", 0, &[b'a'; 1000]),
+        write("s/events.jsonl", 1000, b"line2\n"),
+    ]);
+    let mut sim = Simulator::new(&tree(&[], &["s"]), &log);
+    sim.advance_to(3).unwrap();
+    let fates = |model: Model, choice: &[u32]| -> Vec<String> {
+        sim.fates(model, choice)
+            .unwrap()
+            .iter()
+            .map(|f| format!("{:?} {}: {} | {}", f.ops, f.what, f.kind.name(), f.how))
+            .collect()
+    };
+    // weak: each write on its own (kept, lost, torn at 512, zeros,
+    // garbage), then the directory entry.
+    insta::assert_snapshot!(fates(Model::Weak, &[2, 0, 0]).join("\n"), @"
+    [1] write op #1 to s/events.jsonl (bytes 0..1000): torn | write op #1 to s/events.jsonl (bytes 0..1000) is torn: only bytes 0..512 reached the disk (a 512-byte boundary): s/events.jsonl was not fsynced after it
+    [2] write op #2 to s/events.jsonl (bytes 1000..1006): kept | 
+    [0] the directory entry of s/events.jsonl (created by op #0): kept | 
+    ");
+    insta::assert_snapshot!(fates(Model::Weak, &[0, 3, 1]).join("\n"), @"
+    [1] write op #1 to s/events.jsonl (bytes 0..1000): kept | 
+    [2] write op #2 to s/events.jsonl (bytes 1000..1006): garbled | write op #2 to s/events.jsonl (bytes 1000..1006) grew the file but bytes 1000..1006 read as garbage: s/events.jsonl was not fsynced after it
+    [0] the directory entry of s/events.jsonl (created by op #0): dropped | the directory entry of s/events.jsonl (created by op #0) is lost: directory s was not fsynced after it
+    ");
+    // strict: everything un-synced, all at once.
+    insta::assert_snapshot!(fates(Model::Strict, &[1, 1]).join("\n"), @"
+    [1, 2] ops #1, #2 on s/events.jsonl: dropped | ops #1, #2 on s/events.jsonl are lost: s/events.jsonl was not fsynced after them
+    [0] the directory entry of s/events.jsonl (created by op #0): dropped | the directory entry of s/events.jsonl (created by op #0) is lost: directory s was not fsynced after it
+    ");
+    assert!(sim.fates(Model::Weak, &[9, 0, 0]).is_err());
+}

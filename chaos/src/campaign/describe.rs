@@ -72,6 +72,21 @@ pub fn syscall_mismatch(plan: &Plan, prepared: &Prepared, h: &History) -> Option
 
 /// Where, in words, a plan crashes the agent, life by life.
 pub fn describe_crash(plan: &Plan, prepared: &Prepared, history: Option<&History>) -> String {
+    let mut lives = describe_crashes(plan, prepared, history).into_iter();
+    let mut s = lives.next().unwrap_or_default();
+    for (life, text) in lives.enumerate() {
+        s.push_str(&format!("; restarted life {}: {text}", life + 1));
+    }
+    s
+}
+
+/// What the plan does to each life it crashes, in words: the first life's
+/// crash (or "none (the crash-free run)"), then each restarted life's.
+pub fn describe_crashes(
+    plan: &Plan,
+    prepared: &Prepared,
+    history: Option<&History>,
+) -> Vec<String> {
     let trace = &prepared.trace;
     let reference = &prepared.reference.records;
     let point = |h: u64| -> String {
@@ -98,7 +113,7 @@ pub fn describe_crash(plan: &Plan, prepared: &Prepared, history: Option<&History
         };
         format!("hit {h} of {}: {name} ({context})", trace.len())
     };
-    let mut s = match plan.crash {
+    let first = match plan.crash {
         None => "none (the crash-free run)".to_string(),
         Some(Crash::Kill { at }) => format!("SIGKILL at {}", point(at)),
         Some(Crash::Tear { at, bytes }) => {
@@ -126,6 +141,7 @@ pub fn describe_crash(plan: &Plan, prepared: &Prepared, history: Option<&History
             &syscall_text(0, at, prepared.syscalls.as_ref(), history),
         ),
     };
+    let mut lives = vec![first];
     for life in 1..=plan.later.len() as u32 {
         let Some(crash) = plan.crash_of(life) else {
             break;
@@ -170,9 +186,9 @@ pub fn describe_crash(plan: &Plan, prepared: &Prepared, history: Option<&History
                 unreachable!("the plan parser refuses {crash} in a restarted life")
             }
         };
-        s.push_str(&format!("; restarted life {life}: {text}"));
+        lives.push(text);
     }
-    s
+    lives
 }
 
 fn torn(bytes: u64) -> String {

@@ -4,7 +4,7 @@
 //! ([`crate::check::evidence`]).
 
 use crate::campaign::config::{replay_command, Config};
-use crate::campaign::describe::{describe_crash, syscall_mismatch};
+use crate::campaign::describe::{describe_crash, describe_crashes, syscall_mismatch};
 use crate::campaign::prepare::{setup, Prepared};
 use crate::campaign::scratch::keep_trial;
 use std::path::Path;
@@ -15,6 +15,7 @@ use crate::check::evidence::Evidence;
 use crate::check::{self, Violation};
 use crate::history::RunKind;
 use crate::nemesis::{Crash, Plan};
+use crate::report::html::Timeline;
 
 /// The result of one trial.
 #[derive(Debug, Clone)]
@@ -29,6 +30,9 @@ pub struct TrialOutcome {
     pub covered_hit: Option<u64>,
     /// What the trial exercised, for the scorecard.
     pub evidence: Evidence,
+    /// What the trial's lives did, for the HTML report: kept for a trial
+    /// with violations only, so a clean campaign's memory does not grow.
+    pub timeline: Option<Box<Timeline>>,
     pub started: Instant,
     pub finished: Instant,
 }
@@ -47,7 +51,7 @@ pub fn run_trial(
         .as_ref()
         .map(|h| Evidence::of(h, &plan, &prepared.trace.hits))
         .unwrap_or_default();
-    let (violations, error, crash_point, covered_hit) = match &result {
+    let (violations, error, crash_point, covered_hit, timeline) = match &result {
         Ok(h) => {
             let covered = match plan.crash {
                 Some(Crash::Timer { .. }) => h.lives[0]
@@ -58,19 +62,30 @@ pub fn run_trial(
                     .map(|n| n as u64),
                 c => c.and_then(|c| c.hit()),
             };
+            let violations = check::check(h, Some(&prepared.reference));
+            let timeline = (!violations.is_empty()).then(|| {
+                Box::new(Timeline::of(
+                    h,
+                    &plan,
+                    &describe_crashes(&plan, prepared, Some(h)),
+                    &prepared.reference.records,
+                ))
+            });
             (
-                check::check(h, Some(&prepared.reference)),
+                violations,
                 h.error
                     .clone()
                     .or_else(|| syscall_mismatch(&plan, prepared, h).map(TrialError::from)),
                 describe_crash(&plan, prepared, Some(h)),
                 covered,
+                timeline,
             )
         }
         Err(e) => (
             Vec::new(),
             Some(e.clone()),
             describe_crash(&plan, prepared, None),
+            None,
             None,
         ),
     };
@@ -112,6 +127,7 @@ pub fn run_trial(
         error,
         covered_hit,
         evidence,
+        timeline,
         started,
         finished: Instant::now(),
     }

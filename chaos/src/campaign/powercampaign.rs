@@ -32,7 +32,7 @@ use crate::agent::world::World;
 use crate::campaign::config::ScenarioSource;
 use crate::check::{self, Invariant, Reference};
 use crate::history::{Append, History, Life, LifeEnd, RecoveryReport};
-use crate::nemesis::powerloss::{CrashState, Limits, Loss, Model, OpLog, Simulator, Tree};
+use crate::nemesis::powerloss::{CrashState, Fate, Limits, Loss, Model, OpLog, Simulator, Tree};
 use crate::nemesis::syscall::{Exit, TraceConfig, Traced};
 use crate::store::adapter::{AdapterBackend, AdapterCommand, Capability, Client, ClientOptions};
 use crate::store::{
@@ -631,6 +631,9 @@ pub struct Failure {
     pub after_op: Option<String>,
     pub losses: Vec<Loss>,
     pub findings: Vec<Finding>,
+    /// What the state did with every un-synced item (kept, dropped, torn,
+    /// garbled), or why the simulator could not tell.
+    pub fates: Result<Vec<Fate>, String>,
 }
 
 /// The states of one model at one crash point.
@@ -962,6 +965,7 @@ fn check_point(
                             after_op: last_op(&judge.recording.log, k),
                             losses: state.losses.clone(),
                             findings,
+                            fates: sim.fates(model, &state.choice).map_err(|e| e.to_string()),
                         });
                     }
                 }
@@ -996,6 +1000,7 @@ fn minimize(judge: &Judge<'_>, f: &Failure, dir: &Path) -> Failure {
                 best = Failure {
                     model: f.model,
                     crash_after: f.crash_after,
+                    fates: sim.fates(f.model, &c).map_err(|e| e.to_string()),
                     choice: c,
                     after_op: f.after_op.clone(),
                     losses: state.losses,
@@ -1092,6 +1097,8 @@ pub struct Replayed {
     pub state: CrashState,
     pub op: Option<String>,
     pub verdict: Verdict,
+    /// What the state did with every un-synced item.
+    pub fates: Vec<Fate>,
 }
 
 /// Records the scenario again, rebuilds state `id` and judges it. With
@@ -1123,9 +1130,17 @@ pub fn replay(
                 .materialize(k)
                 .map_err(|e| PowerLossError::Harness(e.to_string()))?;
         }
+        let fates = sim
+            .fates(id.model, &id.choice)
+            .map_err(|e| PowerLossError::Harness(e.to_string()))?;
         let verdict = judge.judge(&state, &dir.join("state"));
         let op = last_op(&recording.log, id.crash_after);
-        Ok(Replayed { state, op, verdict })
+        Ok(Replayed {
+            state,
+            op,
+            verdict,
+            fates,
+        })
     })();
     let _ = std::fs::remove_dir_all(&dir);
     result

@@ -24,6 +24,8 @@ pub struct Prepared {
     pub later: Vec<LaterTrace>,
     /// Violations of the crash-free run itself.
     pub trace_violations: Vec<Violation>,
+    /// The crash-free run's timeline, when it has violations (HTML report).
+    pub trace_timeline: Option<Box<crate::report::html::Timeline>>,
     /// Why crash trials cannot run (the crash-free run did not complete),
     /// and whose fault that is.
     pub unusable: Option<TrialError>,
@@ -94,6 +96,14 @@ pub fn prepare_keeping(
     let trace_violations = check::check(&history, None);
     let life = history.last();
     let records = &history.final_obs.records;
+    let trace_timeline = (!trace_violations.is_empty()).then(|| {
+        Box::new(crate::report::html::Timeline::of(
+            &history,
+            &Plan::NONE,
+            &[],
+            records,
+        ))
+    });
     let mut work_after = Vec::with_capacity(records.len() + 1);
     let mut model = Model::default();
     work_after.push(0);
@@ -133,6 +143,7 @@ pub fn prepare_keeping(
         trace,
         syscalls,
         trace_violations,
+        trace_timeline,
         unusable,
     })
 }

@@ -2491,6 +2491,8 @@ fn replay_in(
             narrative,
             violations: Vec::new(),
             error: Some(u.clone()),
+            crash: None,
+            timeline: None,
         });
     }
     let spec = crate::campaign::trial::TrialDir { dir: trace.clone() }.spec();
@@ -2544,6 +2546,8 @@ fn replay_in(
         narrative,
         violations: outcome.violations,
         error: outcome.error.map(crate::campaign::trial::TrialError::from),
+        crash: Some(crate::report::probe_point(probe)),
+        timeline: None,
     })
 }
 

@@ -11,13 +11,14 @@ use std::fmt::Write;
 use std::path::Path;
 
 use crate::campaign::config::{replay_command, Config, ScenarioSource};
-use crate::campaign::describe::describe_crash;
+use crate::campaign::describe::{describe_crash, describe_crashes};
 use crate::campaign::trial::{self, TrialError};
 use crate::check::explain;
 use crate::check::{self, Violation};
 use crate::history::{History, LifeEnd, RunKind};
 use crate::model::describe_record;
 use crate::nemesis::{Crash, Plan};
+use crate::report::html::Timeline;
 
 /// What a replay found.
 #[derive(Debug)]
@@ -26,6 +27,10 @@ pub struct Replayed {
     pub violations: Vec<Violation>,
     /// The trial or probe could not be carried out, and whose fault that is.
     pub error: Option<TrialError>,
+    /// Where the plan crashed the agent (or what the probe did), in words.
+    pub crash: Option<String>,
+    /// What the trial's lives did (a trial that ran; not a probe).
+    pub timeline: Option<Box<Timeline>>,
 }
 
 fn story(h: &History) -> String {
@@ -205,6 +210,8 @@ fn replay_in(
             narrative,
             violations,
             error: prepared.unusable.clone(),
+            crash: Some("none (the crash-free run)".to_string()),
+            timeline: prepared.trace_timeline,
         });
     }
     let trial_dir = crate::campaign::scratch::trial_dir(dir, 0, 0);
@@ -229,9 +236,17 @@ fn replay_in(
             .map_err(|e| format!("cannot keep the trial in {}: {e}", keep.display()))?;
         let _ = writeln!(narrative, "trial directory kept in {}", dest.display());
     }
+    let timeline = Timeline::of(
+        &history,
+        &plan,
+        &describe_crashes(&plan, &prepared, Some(&history)),
+        &prepared.reference.records,
+    );
     Ok(Replayed {
         narrative,
         violations,
         error,
+        crash: Some(crash),
+        timeline: Some(Box::new(timeline)),
     })
 }

@@ -517,6 +517,7 @@ fn run_jobs(
                     error: Some(e.into()),
                     covered_hit: None,
                     evidence: Evidence::default(),
+                    timeline: None,
                     started: now,
                     finished: now,
                 }

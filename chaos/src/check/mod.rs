@@ -158,13 +158,14 @@ pub struct Reference {
 }
 
 /// An observation with when it was made.
-struct Moment<'a> {
-    obs: &'a Observation,
-    when: String,
+#[derive(Debug)]
+pub struct Moment<'a> {
+    pub obs: &'a Observation,
+    pub when: String,
     /// After a recovery (no torn tail allowed any more).
-    recovered: bool,
+    pub recovered: bool,
     /// Acks of lives before this one must be present.
-    acked_by_lives: usize,
+    pub acked_by_lives: usize,
 }
 
 fn v(
@@ -294,7 +295,9 @@ pub fn check_recovery(h: &History, reference: &Reference) -> Vec<Violation> {
     out
 }
 
-fn moments(h: &History) -> Vec<Moment<'_>> {
+/// Every observation of a trial with when it was made, life by life (after
+/// its recoveries, then after its crash), the end last.
+pub fn moments(h: &History) -> Vec<Moment<'_>> {
     let mut m = Vec::new();
     for (i, life) in h.lives.iter().enumerate() {
         if let Some(a) = &life.after_recovery {
@@ -491,14 +494,28 @@ fn blobs_readable(m: &Moment<'_>, out: &mut Vec<Violation>) {
     ));
 }
 
-/// acked-durable: every ack the child reported is in the log at its seq.
-/// One violation per moment, saying how many acknowledged events are
-/// missing or changed, and which (the first and the last).
-fn acked_durable(h: &History, m: &Moment<'_>, out: &mut Vec<Violation>) {
-    // (life, type, seq, what the log holds there) of every broken ack.
-    let mut lost: Vec<(u32, &str, Seq, String)> = Vec::new();
-    for life in &h.lives[..m.acked_by_lives.min(h.lives.len())] {
-        for w in &life.writes {
+/// An acknowledged event an observation does not hold at its seq.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct LostAck {
+    /// The life it was acknowledged to (its place in [`History::lives`]),
+    /// and its index in that life's writes.
+    pub life: usize,
+    pub write: usize,
+    pub seq: Seq,
+    /// What the log holds there instead, in words.
+    pub holds: String,
+}
+
+/// The events acknowledged to the lives before `m.acked_by_lives` that
+/// `m`'s observation does not hold at their seq with the same content
+/// (fingerprint): what `acked-durable` reports.
+pub fn lost_acks(h: &History, m: &Moment<'_>) -> Vec<LostAck> {
+    let mut lost = Vec::new();
+    for (at, life) in h.lives[..m.acked_by_lives.min(h.lives.len())]
+        .iter()
+        .enumerate()
+    {
+        for (write, w) in life.writes.iter().enumerate() {
             let Some(seq) = w.acked else { continue };
             let found = m.obs.records.get(seq as usize);
             let ok = found
@@ -512,10 +529,35 @@ fn acked_durable(h: &History, m: &Moment<'_>, out: &mut Vec<Violation>) {
                         events(m.obs.records.len())
                     ),
                 };
-                lost.push((life.index, &w.type_name, seq, holds));
+                lost.push(LostAck {
+                    life: at,
+                    write,
+                    seq,
+                    holds,
+                });
             }
         }
     }
+    lost
+}
+
+/// acked-durable: every ack the child reported is in the log at its seq.
+/// One violation per moment, saying how many acknowledged events are
+/// missing or changed, and which (the first and the last).
+fn acked_durable(h: &History, m: &Moment<'_>, out: &mut Vec<Violation>) {
+    // (life, type, seq, what the log holds there) of every broken ack.
+    let lost: Vec<(u32, &str, Seq, String)> = lost_acks(h, m)
+        .into_iter()
+        .map(|l| {
+            let life = &h.lives[l.life];
+            (
+                life.index,
+                life.writes[l.write].type_name.as_str(),
+                l.seq,
+                l.holds,
+            )
+        })
+        .collect();
     let (Some(first), Some(last)) = (lost.first(), lost.last()) else {
         return;
     };

@@ -1,10 +1,12 @@
 //! Reports: the summary table and the violations for people, JSON for
-//! machines, JUnit XML for CI dashboards.
+//! machines, JUnit XML for CI dashboards, and an HTML page with a timeline
+//! of each violation ([`html`]).
 //!
 //! Every violation carries its one-line replay command (all of them in the
 //! JSON; on the terminal the first few per scenario and invariant, then a
 //! count). This module formats; it must never run or judge anything.
 
+pub mod html;
 pub mod powerloss;
 pub mod scorecard;
 
@@ -44,16 +46,20 @@ impl Context<'_> {
     }
 }
 
-fn probe_replay(s: &ScenarioResult, probe: &Probe, ctx: &Context<'_>) -> String {
+pub(crate) fn probe_replay(s: &ScenarioResult, probe: &Probe, ctx: &Context<'_>) -> String {
     replay_of(s, &probe.plan(), ctx)
 }
 
 /// What a probe did, as the crash point of its violations.
-fn probe_point(probe: &Probe) -> String {
+pub(crate) fn probe_point(probe: &Probe) -> String {
     format!("none (probe {probe}, after the crash-free run)")
 }
 
-fn replay_of(s: &ScenarioResult, plan: &dyn std::fmt::Display, ctx: &Context<'_>) -> String {
+pub(crate) fn replay_of(
+    s: &ScenarioResult,
+    plan: &dyn std::fmt::Display,
+    ctx: &Context<'_>,
+) -> String {
     replay_command(
         &s.prepared.source.path,
         plan,
@@ -360,7 +366,7 @@ pub fn verdict_line(result: &CampaignResult) -> String {
     }
 }
 
-fn score(result: &CampaignResult, ctx: &Context<'_>) -> scorecard::Scorecard {
+pub(crate) fn score(result: &CampaignResult, ctx: &Context<'_>) -> scorecard::Scorecard {
     scorecard::score(result, ctx.store_fault, &ctx.store_args)
 }
 

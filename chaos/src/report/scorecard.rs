@@ -432,11 +432,28 @@ pub fn text(card: &Scorecard) -> String {
         Capability::ALL.len()
     );
     for (row, verdict) in &card.rows {
-        let detail = match verdict {
+        let mut detail = verdict.detail();
+        if let Verdict::Fail { first, .. } = verdict {
+            let _ = write!(detail, "\n{:>27}replay:   {}", "", first.replay);
+        }
+        let _ = writeln!(
+            out,
+            "  {:<23}  {:<13}  {detail}",
+            row.name(),
+            verdict.word()
+        );
+    }
+    out
+}
+
+impl Verdict {
+    /// The row's detail on one line (a failing row's replay command aside).
+    pub fn detail(&self) -> String {
+        match self {
             Verdict::Pass { count, unit } => format!("{count} {unit}"),
             Verdict::Fail { violations, first } => format!(
-                "{violations} violation(s); first in {}: {}\n{:>27}replay:   {}",
-                first.scenario, first.line, "", first.replay
+                "{violations} violation(s); first in {}: {}",
+                first.scenario, first.line
             ),
             Verdict::NotSupported {
                 violations: 0,
@@ -452,15 +469,8 @@ pub fn text(card: &Scorecard) -> String {
                 "the store does not claim it: not scored ({violations} violation(s) of its invariants found anyway)"
             ),
             Verdict::NotExercised { why } => (*why).to_string(),
-        };
-        let _ = writeln!(
-            out,
-            "  {:<23}  {:<13}  {detail}",
-            row.name(),
-            verdict.word()
-        );
+        }
     }
-    out
 }
 
 /// The scorecard as JSON: one object per row.

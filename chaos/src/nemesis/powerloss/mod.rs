@@ -82,7 +82,7 @@ mod tree;
 use std::io;
 use std::path::PathBuf;
 
-pub use model::{CrashState, CrashStates, Limits, Loss, Model, UnknownModel};
+pub use model::{CrashState, CrashStates, Fate, FateKind, Limits, Loss, Model, UnknownModel};
 pub use oplog::{Bytes, Gap, LoggedOp, Op, OpLog, Origin, OutputMark};
 pub use sim::Simulator;
 pub use tree::{Node, Tree};

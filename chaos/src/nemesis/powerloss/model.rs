@@ -106,6 +106,44 @@ impl fmt::Display for Loss {
     }
 }
 
+/// What a crash state did with one choice point's un-synced items: the
+/// items (what losing all of them would lose) and which alternative the
+/// state took, for a report that shows every item, kept or not.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Fate {
+    /// The ops the choice point covers.
+    pub ops: Vec<usize>,
+    /// The items, in words ("write op #12 to s/events.jsonl (bytes 0..80)").
+    pub what: String,
+    pub kind: FateKind,
+    /// What the state did with them, in words (empty when kept).
+    pub how: String,
+}
+
+/// What a crash state did with a choice point's items.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum FateKind {
+    /// Everything the process saw persisted.
+    Kept,
+    /// Lost (dropped writes, lost directory entries, half-done renames).
+    Dropped,
+    /// A write persisted only up to a boundary.
+    Torn,
+    /// A write that grew the file left zeros or garbage.
+    Garbled,
+}
+
+impl FateKind {
+    pub fn name(self) -> &'static str {
+        match self {
+            FateKind::Kept => "kept",
+            FateKind::Dropped => "dropped",
+            FateKind::Torn => "torn",
+            FateKind::Garbled => "garbled",
+        }
+    }
+}
+
 /// One on-disk state a model allows after a crash.
 #[derive(Debug, Clone)]
 pub struct CrashState {
@@ -248,6 +286,47 @@ impl Simulator<'_> {
             });
         }
         Ok(self.assemble(model, &points, choice.to_vec()))
+    }
+
+    /// What the state `choice` of `model` does with each choice point's
+    /// items, in the order of the choice vector.
+    pub fn fates(&self, model: Model, choice: &[u32]) -> Result<Vec<Fate>, Error> {
+        // The same check as a rebuild: a choice that does not fit is refused.
+        self.state(model, choice)?;
+        let points = self.points(model);
+        Ok(points
+            .iter()
+            .zip(choice)
+            .map(|(p, &c)| {
+                let all = &p.alts[1].losses;
+                let alt = &p.alts[c as usize];
+                let effects = || alt.data.iter().map(|(_, e)| e);
+                let kind = if c == 0 {
+                    FateKind::Kept
+                } else if effects().any(|e| matches!(e, Effect::Prefix(_))) {
+                    FateKind::Torn
+                } else if effects().any(|e| matches!(e, Effect::Zeros | Effect::Garbage)) {
+                    FateKind::Garbled
+                } else {
+                    FateKind::Dropped
+                };
+                Fate {
+                    ops: all.iter().flat_map(|l| l.ops.iter().copied()).collect(),
+                    what: all
+                        .iter()
+                        .map(|l| l.what.as_str())
+                        .collect::<Vec<_>>()
+                        .join("; "),
+                    kind,
+                    how: alt
+                        .losses
+                        .iter()
+                        .map(Loss::to_string)
+                        .collect::<Vec<_>>()
+                        .join("; "),
+                }
+            })
+            .collect())
     }
 
     fn assemble(&self, model: Model, points: &[Point], choice: Vec<u32>) -> CrashState {
