@@ -42,10 +42,16 @@ fn checked(what: &str, out: Output) -> String {
     text
 }
 
-/// `maturin build --profile test` into `dist`, with the binary `cargo
-/// test` built: the one wheel it wrote.
+/// `maturin build --profile test` into `dist`, with a copy (in `dist`'s
+/// parent) of the binary `cargo test` built: the one wheel it wrote.
+///
+/// maturin is handed a copy because it briefly removes the artifact it is
+/// given, and target/debug/agentchaos is what every other test running
+/// meanwhile starts (and re-executes for its agents).
 fn build_wheel(dist: &Path) -> PathBuf {
     let cargo = std::env::var_os("CARGO").unwrap_or_else(|| "cargo".into());
+    let binary = dist.parent().unwrap().join("agentchaos");
+    std::fs::copy(env!("CARGO_BIN_EXE_agentchaos"), &binary).unwrap();
     let out = Command::new(python::python3_path())
         .args([
             "-m",
@@ -63,7 +69,7 @@ fn build_wheel(dist: &Path) -> PathBuf {
             chaos_dir().join("tests/support/cargo_for_maturin.py"),
         )
         .env("AGENTCHAOS_CARGO", cargo)
-        .env("AGENTCHAOS_BINARY", env!("CARGO_BIN_EXE_agentchaos"))
+        .env("AGENTCHAOS_BINARY", &binary)
         .output()
         .unwrap();
     checked("maturin build", out);

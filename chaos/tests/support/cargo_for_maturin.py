@@ -4,7 +4,7 @@
 maturin compiles a binary with `cargo rustc`, and `cargo rustc --profile
 test` builds the binary's unit tests (rustc's test harness), not the
 binary. So `rustc` here builds nothing: it describes the binary `cargo
-test` built ($AGENTCHAOS_BINARY) in the message cargo prints for a fresh
+test` built (a copy: $AGENTCHAOS_BINARY) in the message cargo prints for a fresh
 binary, with the package and target `cargo metadata` gives, and maturin
 packs that. No cargo build runs while the tests do: a build re-links
 target/debug's binaries, and a test starting one in that moment finds no
