@@ -17,7 +17,9 @@
 //! - [`check`]: the invariants, and the evidence a trial earned;
 //! - [`campaign`]: trials, the runner, probes, shrinking,
 //!   replay;
-//! - [`report`]: text, JSON, JUnit and the scorecard;
+//! - [`timeline`]: a failing trial life by life, the model the HTML
+//!   report draws;
+//! - [`report`]: text, JSON, JUnit, HTML and the scorecard;
 //! - [`shell`]: quoting the commands a report prints;
 //! - [`child`]: child processes that die with the harness;
 //! - [`bounded`]: reading a file a user or a store wrote, within a limit.
@@ -34,3 +36,4 @@ pub mod report;
 pub mod scenario;
 pub mod shell;
 pub mod store;
+pub mod timeline;

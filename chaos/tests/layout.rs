@@ -1,20 +1,26 @@
-//! The crate's layout stays a design: no module of `chaos/src` imports a
-//! module that imports it back, however indirectly. An import circle is
-//! how "the runner needs the report needs the runner" creeps back in; this
-//! test names the circle when it does.
+//! The crates' layouts stay a design: no module of `chaos/src` or of
+//! `store/src` imports a module that imports it back, however indirectly.
+//! An import circle is how "the runner needs the report needs the runner"
+//! creeps back in; this test names the circle when it does.
 //!
-//! The same holds one level up, between the top-level modules (the
-//! folders: scenario, agent, store, nemesis, history, model, check,
-//! campaign, report), so the roles stay layered too.
+//! The same holds one level up in `chaos/src`, between the top-level
+//! modules (the folders: scenario, agent, store, nemesis, history, model,
+//! check, campaign, report), so the roles stay layered too.
 //!
-//! A module's imports are the `crate::a::b` paths in its code (comment
-//! lines are skipped: a doc link is not an import), resolved to the
-//! longest module path that exists.
+//! A module's imports are the `crate::a::b` paths in its code, resolved to
+//! the longest module path that exists. Comment lines are skipped (a doc
+//! link is not an import), and so are `#[cfg(test)]` modules: a unit test
+//! may build its fixture through a higher layer (a session that writes
+//! the log a lower module reads) without the code depending on it.
+//!
+//! No source file grows into a drawer: none in the workspace has more than
+//! [`MAX_LINES`] lines (build output, generated code marked `@generated`
+//! and tests' fixture data under a `fixtures/` folder aside).
 //!
 //! And the errors stay typed: no `Result<_, String>` in `chaos/src`.
 
 use std::collections::{BTreeMap, BTreeSet};
-use std::path::Path;
+use std::path::{Path, PathBuf};
 
 /// Module path (`campaign::runner`) → its source.
 fn modules(root: &Path) -> BTreeMap<String, String> {
@@ -50,12 +56,35 @@ fn modules(root: &Path) -> BTreeMap<String, String> {
     out
 }
 
-/// `code` without its comment lines.
+/// `code` without its comment lines and its `#[cfg(test)]` modules (as
+/// rustfmt lays them out: the attribute, `mod NAME {`, and a closing `}`
+/// at the indentation of the `mod`).
 fn code_only(code: &str) -> String {
-    code.lines()
-        .filter(|l| !l.trim_start().starts_with("//"))
-        .collect::<Vec<_>>()
-        .join("\n")
+    let mut out = Vec::new();
+    let mut lines = code.lines().peekable();
+    while let Some(line) = lines.next() {
+        let test_mod = lines.peek().copied().filter(|next| {
+            let item = next.trim_start();
+            let item = ["pub ", "pub(crate) ", "pub(super) "]
+                .iter()
+                .find_map(|v| item.strip_prefix(v))
+                .unwrap_or(item);
+            line.trim() == "#[cfg(test)]" && item.starts_with("mod ") && item.ends_with('{')
+        });
+        if let Some(open) = test_mod {
+            let close = format!("{}}}", &open[..open.len() - open.trim_start().len()]);
+            for skipped in lines.by_ref() {
+                if skipped == close {
+                    break;
+                }
+            }
+            continue;
+        }
+        if !line.trim_start().starts_with("//") {
+            out.push(line);
+        }
+    }
+    out.join("\n")
 }
 
 /// Every `crate::x::y…` path in `code`, as its segments.
@@ -157,6 +186,21 @@ fn no_module_imports_a_module_that_imports_it_back() {
     }
 }
 
+#[test]
+fn no_module_of_the_store_imports_a_module_that_imports_it_back() {
+    let root = workspace().join("store/src");
+    let mods = modules(&root);
+    assert!(
+        mods.contains_key("session") && mods.contains_key("lease"),
+        "{:?}",
+        mods.keys()
+    );
+    let graph = import_graph(&mods);
+    if let Some(circle) = find_circle(&graph) {
+        panic!("import circle in store/src: {}", circle.join(" -> "));
+    }
+}
+
 /// The graph between top-level modules: `campaign::runner -> check` is
 /// `campaign -> check`; imports inside one folder are not edges.
 fn folder_graph<'a>(
@@ -217,6 +261,113 @@ fn the_circle_finder_finds_a_planted_circle() {
     let mut acyclic = mods.clone();
     acyclic.insert("check".into(), "// crate::report::scorecard".into());
     assert_eq!(find_circle(&import_graph(&acyclic)), None);
+    // A test module's imports are not the module's; the code after it is.
+    let tested = "#[cfg(test)]\nmod tests {\n    use crate::report::scorecard;\n\n    fn f() {\n        crate::report::x();\n    }\n}\n";
+    acyclic.insert("check".into(), tested.into());
+    assert_eq!(find_circle(&import_graph(&acyclic)), None);
+    acyclic.insert(
+        "check".into(),
+        format!("{tested}fn g() {{ crate::report::x(); }}"),
+    );
+    assert!(find_circle(&import_graph(&acyclic)).is_some());
+}
+
+/// The most lines a source file of the workspace may have.
+const MAX_LINES: usize = 1500;
+
+/// The workspace's root (chaos's parent).
+fn workspace() -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR")).join("..")
+}
+
+/// Every `.rs` file under `root` (relative to it, `/`-separated) with its
+/// line count: build output (`target/`), hidden folders, installed
+/// packages (`node_modules/`), tests' fixture data (`fixtures/`) and
+/// generated code (marked `@generated` in its first lines) aside.
+fn sources(root: &Path) -> Vec<(String, usize)> {
+    let mut out = Vec::new();
+    let mut stack = vec![root.to_path_buf()];
+    while let Some(dir) = stack.pop() {
+        for entry in std::fs::read_dir(&dir).unwrap() {
+            let path = entry.unwrap().path();
+            let name = path.file_name().unwrap().to_string_lossy().into_owned();
+            if path.is_dir() {
+                let skipped = ["target", "node_modules", "fixtures"].contains(&name.as_str())
+                    || name.starts_with('.');
+                if !skipped {
+                    stack.push(path);
+                }
+                continue;
+            }
+            if !name.ends_with(".rs") {
+                continue;
+            }
+            let code = std::fs::read_to_string(&path).unwrap();
+            if code.lines().take(5).any(|l| l.contains("@generated")) {
+                continue;
+            }
+            let rel = path.strip_prefix(root).unwrap();
+            let rel: Vec<String> = rel
+                .components()
+                .map(|c| c.as_os_str().to_string_lossy().into_owned())
+                .collect();
+            out.push((rel.join("/"), code.lines().count()));
+        }
+    }
+    out.sort();
+    out
+}
+
+/// A file over [`MAX_LINES`] is a drawer: split it by role, as
+/// `chaos/src/campaign/probe/` and `chaos/src/check/` are.
+#[test]
+fn no_source_file_in_the_workspace_is_over_the_line_limit() {
+    let all = sources(&workspace());
+    for known in [
+        "chaos/tests/layout.rs",
+        "store/src/session.rs",
+        "protocol/src/lib.rs",
+    ] {
+        assert!(all.iter().any(|(f, _)| f == known), "{known} not found");
+    }
+    let over: Vec<String> = all
+        .iter()
+        .filter(|(_, n)| *n > MAX_LINES)
+        .map(|(f, n)| format!("{f} ({n} lines)"))
+        .collect();
+    assert!(
+        over.is_empty(),
+        "source files over {MAX_LINES} lines (split them by role): {}",
+        over.join(", ")
+    );
+}
+
+#[test]
+fn the_line_count_finds_a_long_file_and_skips_output_fixtures_and_generated_code() {
+    let dir = tempfile::tempdir().unwrap();
+    let write = |rel: &str, head: &str, lines: usize| {
+        let path = dir.path().join(rel);
+        std::fs::create_dir_all(path.parent().unwrap()).unwrap();
+        std::fs::write(path, format!("{head}{}", "x\n".repeat(lines))).unwrap();
+    };
+    write("src/long.rs", "", MAX_LINES + 1);
+    write("src/short.rs", "", MAX_LINES);
+    write("src/notes.txt", "", MAX_LINES + 1);
+    write("target/debug/build.rs", "", MAX_LINES + 1);
+    write(".git/hook.rs", "", MAX_LINES + 1);
+    write("tests/fixtures/data.rs", "", MAX_LINES + 1);
+    write(
+        "src/generated.rs",
+        "// @generated by a tool\n",
+        MAX_LINES + 1,
+    );
+    assert_eq!(
+        sources(dir.path()),
+        vec![
+            ("src/long.rs".to_string(), MAX_LINES + 1),
+            ("src/short.rs".to_string(), MAX_LINES)
+        ]
+    );
 }
 
 /// The line (1-based) of every `Result<T, String>` type in `code`:

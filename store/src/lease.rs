@@ -8,35 +8,34 @@
 //! log: a heartbeat renews it every few hundred milliseconds, and the log
 //! is the session's history, which the model reads and the fold replays.
 //!
-//! A leased [`Session`] holds the writer lock only while it writes
-//! (`crate::lock`): each write waits for the lock, reads the record and
-//! goes on only if the session is still at the handle's epoch, so a
-//! taken-over owner is refused ([`Error::Fenced`]) with nothing written,
-//! and the handle's cached end of the log is valid whenever the check
-//! passes (no one else can have written at its epoch). A takeover
-//! ([`Session::open_leased`] after expiry) makes the next epoch durable
-//! first, then runs recovery under it, before it returns.
+//! A leased [`Session`](crate::Session) holds the writer lock only while
+//! it writes (`crate::lock`): each write waits for the lock, reads the
+//! record and goes on only if the session is still at the handle's epoch,
+//! so a taken-over owner is refused ([`Error::Fenced`]) with nothing
+//! written, and the handle's cached end of the log is valid whenever the
+//! check passes (no one else can have written at its epoch). A takeover
+//! ([`Session::open_leased`](crate::Session::open_leased) after expiry)
+//! makes the next epoch durable first, then runs recovery under it, before
+//! it returns.
+//!
+//! This module holds the record and the decision of who gets it, below
+//! the session; the fencing of each write is the session's, and what an
+//! owner does with its session (take it over, renew, release) is
+//! [`crate::owner`]'s.
 //!
 //! Expiry is judged by this machine's real-time clock only ([`now_ms`]):
 //! every worker of an agentstore root runs on the machine that holds its
 //! files. This module must never take a time from its caller.
 
-use std::time::{Duration, SystemTime, UNIX_EPOCH};
+use std::time::{SystemTime, UNIX_EPOCH};
 
-use agentchaos_protocol::message::{LeaseGrant, LeaseRequest};
+use agentchaos_protocol::message::{LeaseGrant, LeaseRequest, RecoveryState};
 use serde::{Deserialize, Serialize};
 
 use crate::error::{Error, Result};
 use crate::fault::{self, Fault};
 use crate::fsutil;
-use crate::layout::{SessionId, SessionPaths};
-use crate::recovery::{RecoveryState, TornTailReport};
-use crate::session::{ResumeReport, Session, SessionOptions};
-
-/// How long a leased open waits for the writer lock that another worker
-/// holds for the length of one write, in attempts of [`LOCK_POLL`].
-const LOCK_ATTEMPTS: u32 = 5_000;
-const LOCK_POLL: Duration = Duration::from_millis(2);
+use crate::layout::SessionPaths;
 
 /// The store's clock: milliseconds since the Unix epoch, by this machine.
 pub fn now_ms() -> u64 {
@@ -79,7 +78,7 @@ impl LeaseRecord {
             })
     }
 
-    fn write(&self, paths: &SessionPaths) -> Result<()> {
+    pub(crate) fn write(&self, paths: &SessionPaths) -> Result<()> {
         let bytes = serde_json::to_vec(self).expect("a lease record serializes");
         if bytes.len() as u64 > LEASE_MAX_BYTES {
             return Err(Error::Invalid(format!(
@@ -96,7 +95,7 @@ impl LeaseRecord {
         now_ms < self.expires_at_ms
     }
 
-    fn grant(&self) -> LeaseGrant {
+    pub(crate) fn grant(&self) -> LeaseGrant {
         LeaseGrant {
             worker_id: self.worker_id.clone(),
             epoch: self.epoch,
@@ -109,8 +108,8 @@ impl LeaseRecord {
 /// The lease a session handle holds.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub(crate) struct HeldLease {
-    record: LeaseRecord,
-    ttl_ms: u64,
+    pub(crate) record: LeaseRecord,
+    pub(crate) ttl_ms: u64,
 }
 
 /// What a leased open got: the grant and the recovery it ran under it.
@@ -174,192 +173,12 @@ pub(crate) fn decide(
     }
 }
 
-/// The `takeover-truncates-tail` fault's damage: the log cut at the start
-/// of its last complete line (any pre-allocated zeros after it go too).
-fn drop_last_line(events: &std::path::Path) -> Result<()> {
-    let bytes = std::fs::read(events).map_err(Error::io("read the log", events))?;
-    let end = bytes.iter().rposition(|&b| b == b'\n');
-    let Some(end) = end else {
-        return Ok(());
-    };
-    let start = bytes[..end]
-        .iter()
-        .rposition(|&b| b == b'\n')
-        .map_or(0, |i| i + 1);
-    std::fs::OpenOptions::new()
-        .write(true)
-        .open(events)
-        .and_then(|f| f.set_len(start as u64))
-        .map_err(Error::io("truncate the log", events))
-}
-
-impl Session {
-    /// Opens the session as its lease owner: refused with
-    /// [`Error::LeaseHeld`] while another owner's lease is live; otherwise
-    /// the next epoch is made durable, recovery runs under it (the
-    /// previous owner's interrupted run closed, its orphans marked), and
-    /// only then does this return. Waits (up to about 10 s) for the writer
-    /// lock another worker holds for one write.
-    pub fn open_leased(
-        root: &std::path::Path,
-        id: &SessionId,
-        options: SessionOptions,
-        request: &LeaseRequest,
-    ) -> Result<(Session, ResumeReport, Takeover)> {
-        if fault::active(Fault::TakeoverTruncatesTail) {
-            // Broken on purpose: the previous owner's last acknowledged line
-            // goes, once per epoch another worker held. Not judged by expiry:
-            // that clock read would race the lease decision's own.
-            let paths = SessionPaths::new(root, id);
-            if let Some(c) = LeaseRecord::read(&paths)?.filter(|c| c.worker_id != request.worker_id)
-            {
-                let done = paths
-                    .dir()
-                    .join(format!("fault-takeover-truncated-{}", c.epoch));
-                if !done.exists() {
-                    drop_last_line(&paths.events())?;
-                    std::fs::write(&done, b"").map_err(Error::io("write", &done))?;
-                }
-            }
-        }
-        let mut attempts = 0;
-        let (mut session, report) = loop {
-            let paths = SessionPaths::new(root, id);
-            match Session::open_inner(paths, options.clone(), None, Some(request)) {
-                Err(Error::SessionLocked { .. }) if attempts < LOCK_ATTEMPTS => {
-                    attempts += 1;
-                    std::thread::sleep(LOCK_POLL);
-                }
-                other => break other?,
-            }
-        };
-        let takeover = session.recover_after_grant()?;
-        Ok((session, report, takeover))
-    }
-
-    /// Takes the lease of a session this handle just created (it holds the
-    /// writer lock): epoch 1, unless an earlier incarnation left a record.
-    pub fn acquire_lease(&mut self, request: &LeaseRequest) -> Result<Takeover> {
-        self.lease = decide(self.paths(), Some(request))?;
-        self.recover_after_grant()
-    }
-
-    /// Recovery under the new epoch, durable before the owner acts; then
-    /// the writer lock is released until the owner's next write.
-    fn recover_after_grant(&mut self) -> Result<Takeover> {
-        let grant = self.lease_grant().expect("a lease was just granted");
-        let recovery = if fault::active(Fault::TakeoverWithoutRecovery) {
-            // Broken on purpose: the new owner acts on unmarked orphans.
-            RecoveryState {
-                repaired: self.repaired_on_open().map(TornTailReport::from),
-                interrupted_runs: self.projection().interrupted_runs().to_vec(),
-                uncertain: Vec::new(),
-                appended: 0,
-            }
-        } else {
-            self.recover()?
-        };
-        self.lock_held = false;
-        self.log().writer_lock().release()?;
-        Ok(Takeover { grant, recovery })
-    }
-
-    /// The lease this handle holds, as last granted or renewed.
-    pub fn lease_grant(&self) -> Option<LeaseGrant> {
-        self.lease.as_ref().map(|h| h.record.grant())
-    }
-
-    /// Extends the lease by its ttl from now; [`Error::Fenced`] when
-    /// another owner took the session over. A lease that lapsed but was not
-    /// taken over is renewed: no one else can have written since.
-    pub fn renew_lease(&mut self) -> Result<LeaseGrant> {
-        let Some(held) = self.lease.clone() else {
-            return Err(Error::Invalid(format!(
-                "session {} was not opened with a lease: nothing to renew",
-                self.paths().id()
-            )));
-        };
-        self.fenced(|s| {
-            let now = now_ms();
-            let record = LeaseRecord {
-                granted_at_ms: now,
-                expires_at_ms: now.saturating_add(held.ttl_ms),
-                ..held.record.clone()
-            };
-            record.write(s.paths())?;
-            let grant = record.grant();
-            s.lease = Some(HeldLease {
-                record,
-                ttl_ms: held.ttl_ms,
-            });
-            Ok(grant)
-        })
-    }
-
-    /// Ends the lease now (expires it, epoch kept) so the next owner need
-    /// not wait; a handle that was fenced has nothing to release. Like a
-    /// lapsed lease, a released one still writes until someone takes over.
-    pub fn release_lease(&mut self) -> Result<()> {
-        let Some(held) = self.lease.clone() else {
-            return Ok(());
-        };
-        let released = self.fenced(|s| {
-            let now = now_ms();
-            LeaseRecord {
-                expires_at_ms: now,
-                ..held.record.clone()
-            }
-            .write(s.paths())
-        });
-        // The handle keeps its epoch: it writes on only until a takeover.
-        match released {
-            Err(Error::Fenced { .. }) => Ok(()),
-            other => other,
-        }
-    }
-
-    /// Runs one write of a leased handle: waits for the writer lock, checks
-    /// that the session is still at this handle's epoch, writes, releases
-    /// the lock. Unleased handles (and writes nested in one) just write.
-    pub(crate) fn fenced<T>(&mut self, write: impl FnOnce(&mut Session) -> Result<T>) -> Result<T> {
-        let Some(held) = self.lease.as_ref() else {
-            return write(self);
-        };
-        if self.lock_held {
-            return write(self);
-        }
-        let epoch = held.record.epoch;
-        self.log().writer_lock().retake()?;
-        self.lock_held = true;
-        let result = self.check_epoch(epoch).and_then(|()| write(self));
-        self.lock_held = false;
-        let released = self.log().writer_lock().release();
-        let value = result?;
-        released?;
-        Ok(value)
-    }
-
-    fn check_epoch(&self, held: u64) -> Result<()> {
-        if fault::active(Fault::NoEpochCheck) {
-            return Ok(()); // Broken on purpose: a taken-over owner writes on.
-        }
-        let current = LeaseRecord::read(self.paths())?;
-        match current {
-            Some(c) if c.epoch == held => Ok(()),
-            other => Err(Error::Fenced {
-                id: self.paths().id().to_string(),
-                held,
-                current: other.as_ref().map_or(0, |c| c.epoch),
-                worker_id: other.map(|c| c.worker_id).unwrap_or_default(),
-            }),
-        }
-    }
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
     use crate::event::Event;
+    use crate::layout::SessionId;
+    use crate::session::{Session, SessionOptions};
 
     fn request(worker: &str, ttl_ms: u64) -> LeaseRequest {
         LeaseRequest {

@@ -10,8 +10,10 @@
 //!   they are created and replaced durably;
 //! - [`lease`]: a session owned by one worker at a time, its writes fenced
 //!   by epoch;
-//! - [`projection`], [`nodes`], [`session`], [`recovery`], [`checkpoint`], [`context`],
+//! - [`nodes`], [`projection`], [`session`], [`recovery`], [`checkpoint`], [`context`],
 //!   [`blob`]: what makes the log an agent session (part 2);
+//! - [`owner`]: a session's lease owner: taking it over (recovery under
+//!   the next epoch), renewing and releasing the lease;
 //! - [`adapter`]: the agentchaos adapter protocol served over a session;
 //! - [`crashpoint`] and [`fault`]: hooks for the agentchaos harness, inert
 //!   unless their environment variables are set;
@@ -43,6 +45,7 @@ pub mod lock;
 pub mod log;
 pub mod meta;
 pub mod nodes;
+pub mod owner;
 pub mod projection;
 pub mod query;
 pub mod recovery;

@@ -1,5 +1,12 @@
-//! Where a fold finds the history-tree nodes outside the projection's
-//! active window (a branch switch to an old entry, a parent off the branch).
+//! The history tree's nodes, and where a fold finds those outside the
+//! projection's active window (a branch switch to an old entry, a parent
+//! off the branch).
+//!
+//! A [`Node`] is what a fold needs of one message-like entry (its seq, its
+//! parent and, for a compaction, its [`CompactionView`]); a [`NodeSource`]
+//! looks one up by seq. The fold itself, and the session rules, are
+//! [`crate::projection`]'s: this module must never apply an event, and
+//! reads the log without changing it.
 //!
 //! [`LogNodes`] reads a node back from the log by seq, starting at the
 //! nearest [`SparseIndex`] entry: what an open session uses, since the
@@ -7,17 +14,71 @@
 //! uses while it reads the log: it remembers the nodes of the last
 //! [`RECENT_NODES`] message-like events it was shown and reads older ones
 //! back from the part of the log already verified, so folding a log of any
-//! length holds a bounded number of nodes (the in-memory
-//! [`crate::projection::SeenNodes`] remembers every one).
+//! length holds a bounded number of nodes (the in-memory [`SeenNodes`]
+//! remembers every one).
 
 use std::collections::{HashMap, VecDeque};
 use std::path::Path;
 
+use serde::{Deserialize, Serialize};
+
 use crate::error::Result;
-use crate::event::{Record, Seq};
+use crate::event::{seq_of_event_id, Event, Record, Seq};
 use crate::index::{SparseIndex, INDEX_STRIDE};
-use crate::projection::{node_of, Node, NodeSource};
 use crate::scan::Scanner;
+
+/// What a [`NodeSource`] knows of one message-like entry of the tree.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Node {
+    pub seq: Seq,
+    pub parent: Option<Seq>,
+    /// For a compaction entry: its state.
+    pub compaction: Option<CompactionView>,
+}
+
+/// Looks up tree nodes that are not in the projection's active window.
+pub trait NodeSource {
+    /// The node at `seq`, or `None` if that event is not message-like.
+    fn node(&mut self, seq: Seq) -> Result<Option<Node>>;
+}
+
+/// The node of a record, if it is message-like.
+pub fn node_of(rec: &Record) -> Option<Node> {
+    node_of_event(rec.seq, rec.event()?)
+}
+
+/// The node of `event` at `seq`, if it is message-like.
+pub fn node_of_event(seq: Seq, event: &Event) -> Option<Node> {
+    let parent = event.parent()?;
+    Some(Node {
+        seq,
+        parent: parent.and_then(|p| seq_of_event_id(p)),
+        compaction: match event {
+            Event::Compaction {
+                summary,
+                first_kept_id,
+                tokens_before,
+                ..
+            } => Some(CompactionView {
+                seq,
+                summary: summary.clone(),
+                first_kept: seq_of_event_id(first_kept_id).unwrap_or(seq),
+                tokens_before: *tokens_before,
+            }),
+            _ => None,
+        },
+    })
+}
+
+/// The latest compaction on the active branch.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct CompactionView {
+    pub seq: Seq,
+    pub summary: String,
+    /// Seq of the first entry kept verbatim.
+    pub first_kept: Seq,
+    pub tokens_before: u64,
+}
 
 /// How many of the latest nodes a fold from disk keeps in memory (about
 /// 100 bytes each, plus compaction summaries).
@@ -137,6 +198,29 @@ impl NodeSource for ReplayNodes<'_> {
         let found = nodes.get(&seq).cloned();
         recent.block = Some((start.seq..end, nodes));
         Ok(found)
+    }
+}
+
+/// A [`NodeSource`] that remembers every node it is shown, for folding
+/// records held in memory ([`crate::projection::fold`]); a fold from disk
+/// uses the bounded [`crate::nodes::RecentNodes`] instead.
+#[derive(Debug, Default)]
+pub struct SeenNodes {
+    nodes: std::collections::HashMap<Seq, Node>,
+}
+
+impl SeenNodes {
+    /// Remembers the node of `rec`, if it has one.
+    pub fn observe(&mut self, rec: &Record) {
+        if let Some(n) = node_of(rec) {
+            self.nodes.insert(n.seq, n);
+        }
+    }
+}
+
+impl NodeSource for SeenNodes {
+    fn node(&mut self, seq: Seq) -> Result<Option<Node>> {
+        Ok(self.nodes.get(&seq).cloned())
     }
 }
 

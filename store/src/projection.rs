@@ -19,6 +19,8 @@ use std::collections::{BTreeMap, BTreeSet};
 use serde::{Deserialize, Serialize};
 use serde_json::Value;
 
+pub use crate::nodes::{node_of, node_of_event, CompactionView, Node, NodeSource, SeenNodes};
+
 use crate::error::{Error, Result};
 use crate::event::{
     event_id, seq_of_event_id, Body, Decision, Effect, Event, EventId, Phase, ReconcileOutcome,
@@ -28,59 +30,6 @@ use crate::fault::{self, Fault};
 use crate::index::SparseIndex;
 use crate::nodes::RecentNodes;
 use crate::scan::LogPosition;
-
-/// What a [`NodeSource`] knows of one message-like entry of the tree.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct Node {
-    pub seq: Seq,
-    pub parent: Option<Seq>,
-    /// For a compaction entry: its state.
-    pub compaction: Option<CompactionView>,
-}
-
-/// Looks up tree nodes that are not in the projection's active window.
-pub trait NodeSource {
-    /// The node at `seq`, or `None` if that event is not message-like.
-    fn node(&mut self, seq: Seq) -> Result<Option<Node>>;
-}
-
-/// The node of a record, if it is message-like.
-pub fn node_of(rec: &Record) -> Option<Node> {
-    node_of_event(rec.seq, rec.event()?)
-}
-
-/// The node of `event` at `seq`, if it is message-like.
-pub fn node_of_event(seq: Seq, event: &Event) -> Option<Node> {
-    let parent = event.parent()?;
-    Some(Node {
-        seq,
-        parent: parent.and_then(|p| seq_of_event_id(p)),
-        compaction: match event {
-            Event::Compaction {
-                summary,
-                first_kept_id,
-                tokens_before,
-                ..
-            } => Some(CompactionView {
-                seq,
-                summary: summary.clone(),
-                first_kept: seq_of_event_id(first_kept_id).unwrap_or(seq),
-                tokens_before: *tokens_before,
-            }),
-            _ => None,
-        },
-    })
-}
-
-/// The latest compaction on the active branch.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
-pub struct CompactionView {
-    pub seq: Seq,
-    pub summary: String,
-    /// Seq of the first entry kept verbatim.
-    pub first_kept: Seq,
-    pub tokens_before: u64,
-}
 
 /// A tool call that has no result yet.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
@@ -677,29 +626,6 @@ impl Projection {
         self.branch = path;
         self.compaction = compaction;
         Ok(())
-    }
-}
-
-/// A [`NodeSource`] that remembers every node it is shown, for folding
-/// records held in memory ([`fold`]); a fold from disk uses the bounded
-/// [`crate::nodes::RecentNodes`] instead.
-#[derive(Debug, Default)]
-pub struct SeenNodes {
-    nodes: std::collections::HashMap<Seq, Node>,
-}
-
-impl SeenNodes {
-    /// Remembers the node of `rec`, if it has one.
-    pub fn observe(&mut self, rec: &Record) {
-        if let Some(n) = node_of(rec) {
-            self.nodes.insert(n.seq, n);
-        }
-    }
-}
-
-impl NodeSource for SeenNodes {
-    fn node(&mut self, seq: Seq) -> Result<Option<Node>> {
-        Ok(self.nodes.get(&seq).cloned())
     }
 }
 

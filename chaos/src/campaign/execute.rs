@@ -15,7 +15,7 @@ use crate::check::evidence::Evidence;
 use crate::check::{self, Violation};
 use crate::history::RunKind;
 use crate::nemesis::{Crash, Plan};
-use crate::report::html::Timeline;
+use crate::timeline::Timeline;
 
 /// The result of one trial.
 #[derive(Debug, Clone)]

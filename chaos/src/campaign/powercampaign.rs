@@ -632,8 +632,9 @@ pub struct Failure {
     pub losses: Vec<Loss>,
     pub findings: Vec<Finding>,
     /// What the state did with every un-synced item (kept, dropped, torn,
-    /// garbled), or why the simulator could not tell.
-    pub fates: Result<Vec<Fate>, String>,
+    /// garbled), or why the simulator could not tell (shared: a failure
+    /// is cloned into the report).
+    pub fates: Result<Vec<Fate>, std::sync::Arc<crate::nemesis::powerloss::Error>>,
 }
 
 /// The states of one model at one crash point.
@@ -965,7 +966,7 @@ fn check_point(
                             after_op: last_op(&judge.recording.log, k),
                             losses: state.losses.clone(),
                             findings,
-                            fates: sim.fates(model, &state.choice).map_err(|e| e.to_string()),
+                            fates: sim.fates(model, &state.choice).map_err(std::sync::Arc::new),
                         });
                     }
                 }
@@ -1000,7 +1001,7 @@ fn minimize(judge: &Judge<'_>, f: &Failure, dir: &Path) -> Failure {
                 best = Failure {
                     model: f.model,
                     crash_after: f.crash_after,
-                    fates: sim.fates(f.model, &c).map_err(|e| e.to_string()),
+                    fates: sim.fates(f.model, &c).map_err(std::sync::Arc::new),
                     choice: c,
                     after_op: f.after_op.clone(),
                     losses: state.losses,

@@ -25,7 +25,7 @@ pub struct Prepared {
     /// Violations of the crash-free run itself.
     pub trace_violations: Vec<Violation>,
     /// The crash-free run's timeline, when it has violations (HTML report).
-    pub trace_timeline: Option<Box<crate::report::html::Timeline>>,
+    pub trace_timeline: Option<Box<crate::timeline::Timeline>>,
     /// Why crash trials cannot run (the crash-free run did not complete),
     /// and whose fault that is.
     pub unusable: Option<TrialError>,
@@ -97,7 +97,7 @@ pub fn prepare_keeping(
     let life = history.last();
     let records = &history.final_obs.records;
     let trace_timeline = (!trace_violations.is_empty()).then(|| {
-        Box::new(crate::report::html::Timeline::of(
+        Box::new(crate::timeline::Timeline::of(
             &history,
             &Plan::NONE,
             &[],

@@ -18,7 +18,7 @@ use crate::check::{self, Violation};
 use crate::history::{History, LifeEnd, RunKind};
 use crate::model::describe_record;
 use crate::nemesis::{Crash, Plan};
-use crate::report::html::Timeline;
+use crate::timeline::Timeline;
 
 /// What a replay found.
 #[derive(Debug)]

@@ -50,11 +50,6 @@ pub(crate) fn probe_replay(s: &ScenarioResult, probe: &Probe, ctx: &Context<'_>)
     replay_of(s, &probe.plan(), ctx)
 }
 
-/// What a probe did, as the crash point of its violations.
-pub(crate) fn probe_point(probe: &Probe) -> String {
-    format!("none (probe {probe}, after the crash-free run)")
-}
-
 pub(crate) fn replay_of(
     s: &ScenarioResult,
     plan: &dyn std::fmt::Display,
@@ -105,7 +100,7 @@ pub fn violations_text(result: &CampaignResult, ctx: &Context<'_>) -> String {
                 out.push_str(&explain(
                     v,
                     s.name(),
-                    &probe_point(p),
+                    &p.crash_point(),
                     &probe_replay(s, p, ctx),
                 ));
                 out.push('\n');
@@ -436,7 +431,7 @@ pub fn json(result: &CampaignResult, ctx: &Context<'_>) -> Value {
                 .map(move |(p, c, v)| violation_json(s, &p.to_string(), c, v, ctx))
                 .chain(
                     s.probe_violations()
-                        .map(move |(p, v)| violation_json(s, &p.plan(), &probe_point(p), v, ctx)),
+                        .map(move |(p, v)| violation_json(s, &p.plan(), &p.crash_point(), v, ctx)),
                 )
         })
         .collect();
@@ -491,7 +486,7 @@ pub fn junit(result: &CampaignResult, ctx: &Context<'_>) -> String {
                     s.probe_violations()
                         .filter(|(_, v)| v.invariant == inv)
                         .map(|(p, v)| {
-                            explain(v, s.name(), &probe_point(p), &probe_replay(s, p, ctx))
+                            explain(v, s.name(), &p.crash_point(), &probe_replay(s, p, ctx))
                         }),
                 )
                 .chain(power.into_iter().flat_map(|p| {

@@ -2,10 +2,8 @@
 //! self-contained page, with inline CSS and inline SVG, no script, no
 //! external fonts or links, readable offline and without JavaScript.
 //!
-//! - [`timeline`]: the model of a failing trial's timeline, derived from
-//!   its [`crate::history::History`] (a campaign keeps it for failing
-//!   trials only);
-//! - [`svg`]: its layout, one lane per life;
+//! - [`svg`]: the layout of a failing trial's [`crate::timeline::Timeline`],
+//!   one lane per life;
 //! - [`page`]: the pages of `run` (the scorecard, each violation with its
 //!   timeline and replay command, the power-loss states) and `replay`.
 //!
@@ -15,10 +13,8 @@
 
 pub mod page;
 pub mod svg;
-pub mod timeline;
 
 pub use page::{campaign, power_loss_replay, replay, ReplayPage};
-pub use timeline::Timeline;
 
 /// `text` for an HTML or SVG text node or a double- or single-quoted
 /// attribute value: `&`, `<`, `>`, `"` and `'` as character references,

@@ -7,16 +7,17 @@
 
 use std::collections::BTreeMap;
 use std::fmt::Write;
+use std::sync::Arc;
 
 use super::escape;
 use super::svg::svg;
-use super::timeline::Timeline;
 use crate::campaign::powercampaign::{self, Failure, StateId};
 use crate::campaign::runner::{CampaignResult, ScenarioResult};
 use crate::check::{Invariant, Violation};
-use crate::nemesis::powerloss::{Fate, FateKind, Loss};
+use crate::nemesis::powerloss::{self, Fate, FateKind, Loss};
 use crate::report::scorecard::{self, Verdict};
-use crate::report::{probe_point, probe_replay, replay_of, score, verdict_line, Context};
+use crate::report::{probe_replay, replay_of, score, verdict_line, Context};
+use crate::timeline::Timeline;
 
 const STYLE: &str = r#"
 body{font:14px/1.45 system-ui,sans-serif;margin:1.5em auto;max-width:1300px;padding:0 1em;color:#1b1b1b;background:#fff}
@@ -229,7 +230,7 @@ fn scenario_violations<'a>(s: &'a ScenarioResult, ctx: &Context<'_>) -> Vec<Show
         for v in &p.violations {
             shown.push(Shown {
                 scenario: s.name(),
-                crash: probe_point(&p.probe),
+                crash: p.probe.crash_point(),
                 violation: v,
                 replay: probe_replay(s, &p.probe, ctx),
                 timeline: None,
@@ -296,13 +297,13 @@ fn verdict_class(line: &str) -> &'static str {
     }
 }
 
-fn fates_table(fates: &Result<Vec<Fate>, String>) -> String {
+fn fates_table(fates: &Result<Vec<Fate>, Arc<powerloss::Error>>) -> String {
     let fates = match fates {
         Ok(f) => f,
         Err(e) => {
             return format!(
                 "<p>The un-synced items of this state could not be rebuilt: {}</p>\n",
-                escape(e)
+                escape(&e.to_string())
             )
         }
     };
@@ -467,7 +468,7 @@ pub fn campaign(result: &CampaignResult, ctx: &Context<'_>) -> String {
             errors.push(format!(
                 "{} (probe {probe}, {}): {e} — replay: {}",
                 sc.name(),
-                probe_point(probe),
+                probe.crash_point(),
                 probe_replay(sc, probe, ctx)
             ));
         }
@@ -590,7 +591,7 @@ pub fn power_loss_replay(
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::report::html::timeline::{Ack, Append, Applied, Lane, Lost, Observed, Row};
+    use crate::timeline::{Ack, Append, Applied, Lane, Lost, Observed, Row};
     use scraper::{Html, Selector};
 
     /// Text a store could write into an event, a call id or a message.

@@ -9,7 +9,7 @@
 use std::fmt::Write;
 
 use super::escape;
-use super::timeline::{Ack, Append, Applied, Observed, Row, Timeline};
+use crate::timeline::{Ack, Append, Applied, Observed, Row, Timeline};
 
 /// A lane's width, the world column's, and the text's metrics (12 px
 /// monospace: about 7.2 px a character).

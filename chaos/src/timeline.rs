@@ -2,7 +2,7 @@
 //! did, in the order the harness saw it, with what the checker's own
 //! functions say was lost. Derived from a [`History`] once, for failing
 //! trials only (a campaign keeps it instead of the history), and drawn by
-//! [`super::svg`]. It holds words and facts; it never judges anything the
+//! [`crate::report::html::svg`]. It holds words and facts; it never judges anything the
 //! checker did not ([`check::lost_acks`] is the checker's own reading).
 
 use std::collections::{BTreeMap, HashMap};

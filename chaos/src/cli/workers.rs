@@ -1,0 +1,317 @@
+//! `agentchaos workers`, the many-workers campaign (lease holders paused,
+//! killed, partitioned from their database and taken over), and the hidden
+//! `agentchaos worker` it starts. This file parses the flags, starts the
+//! database when asked, and prints the trials; the campaign itself is
+//! `agentchaos::campaign::workers`, which it must never duplicate.
+
+use std::path::PathBuf;
+use std::process::ExitCode;
+
+use agentstore::Durability;
+use clap::Args;
+
+use crate::{backend, bad_input, check_fault, failed, Failure, EXECUTION, EXIT_STORE, STORE, WHAT};
+
+#[derive(Args, Debug)]
+#[command(after_help = "Examples:
+  agentchaos workers
+      two workers share agentstore's sessions; every pause and kill plan
+  agentchaos workers --plan kill@2+pause@1 --workers 3
+      one plan: kill the owner after its second write, then pause the heir after its first
+  agentchaos workers --postgres --store-fault no-epoch-check
+      the PostgreSQL store without fencing, on a private cluster: the takeovers catch it")]
+pub(crate) struct WorkersCli {
+    /// One plan: `none`, or strikes joined by `+`, each at the first session's owner of the
+    /// moment, after its K-th write since its grant: `pause@K`, `kill@K`; with --postgres also
+    /// `db-crash:MODEL@K` (crash the database server, MODEL immediate, kill or kill-frozen, and
+    /// restart it) and `partition@K` (cut the owner's own link to the database until another
+    /// worker took over; needs root and iproute2). Without it: a pause and a kill after every
+    /// write, two kills of an heir in its second life, and with --postgres a sample of database
+    /// crashes and partitions.
+    #[arg(long, value_name = "PLAN", help_heading = WHAT)]
+    plan: Option<String>,
+    /// Worker processes (at least 2: one to lose a session, one to take it over).
+    #[arg(long, default_value_t = 2, help_heading = WHAT)]
+    workers: usize,
+    /// Sessions they serve, spread round-robin over the workers.
+    #[arg(long, default_value_t = 2, help_heading = WHAT)]
+    sessions: usize,
+    /// The lease's ttl, in milliseconds of the store's clock.
+    #[arg(long, default_value_t = 300, help_heading = WHAT)]
+    ttl_ms: u64,
+    /// Run the store with this fault: agentstore's (see `agentchaos faults`), or with
+    /// --postgres the PostgreSQL store's (`agentstore-pg adapter --fault NAME`).
+    #[arg(long, value_name = "NAME", conflicts_with = "adapter", help_heading = STORE)]
+    store_fault: Option<String>,
+    /// The store behind this adapter program (it must claim `lease`) instead of agentstore in-process.
+    #[arg(long, value_name = "'CMD ARGS…'", help_heading = STORE)]
+    adapter: Option<String>,
+    /// The PostgreSQL store (`agentstore-pg`, next to this binary or on PATH) on a private
+    /// cluster this campaign starts (initdb into a scratch directory, never another server),
+    /// with network namespaces for the partitions when run as root with iproute2.
+    #[arg(long, conflicts_with = "adapter", help_heading = STORE)]
+    postgres: bool,
+    /// Where the trials' scratch directories go (default: the system's temporary
+    /// directory). Also --scratch.
+    #[arg(long = "dir", alias = "scratch", value_name = "DIR", help_heading = EXECUTION)]
+    scratch: Option<PathBuf>,
+}
+
+#[derive(Args, Debug)]
+pub(crate) struct WorkerCli {
+    #[arg(long)]
+    root: PathBuf,
+    #[arg(long)]
+    workspace: PathBuf,
+    #[arg(long)]
+    world: PathBuf,
+    #[arg(long)]
+    worker_id: String,
+    #[arg(long)]
+    ttl_ms: u64,
+    #[arg(long)]
+    adapter: Option<String>,
+}
+
+pub(crate) fn run_worker(w: WorkerCli) -> Result<ExitCode, Failure> {
+    let args = agentchaos::agent::worker::WorkerArgs {
+        root: w.root,
+        workspace: w.workspace,
+        world: w.world,
+        worker_id: w.worker_id,
+        ttl_ms: w.ttl_ms,
+    };
+    let backend =
+        backend(&w.adapter, Durability::Sync, false).map_err(|e| failed(format!("worker: {e}")))?;
+    agentchaos::agent::worker::Worker::new(&args, backend.as_ref())
+        .serve(std::io::stdin().lock(), std::io::stdout().lock())
+        .map_err(|e| {
+            failed(format!(
+                "worker {}: the harness's pipe failed: {e}",
+                args.worker_id
+            ))
+        })?;
+    Ok(ExitCode::SUCCESS)
+}
+
+/// The `agentstore-pg` binary: beside this one (cargo builds both into
+/// one target directory), else on PATH.
+fn agentstore_pg_bin() -> Result<PathBuf, Failure> {
+    let beside = std::env::current_exe()
+        .ok()
+        .and_then(|e| e.parent().map(|d| d.join("agentstore-pg")));
+    let on_path = std::env::var_os("PATH")
+        .into_iter()
+        .flat_map(|p| std::env::split_paths(&p).collect::<Vec<_>>())
+        .map(|d| d.join("agentstore-pg"));
+    beside
+        .into_iter()
+        .chain(on_path)
+        .find(|p| p.is_file())
+        .ok_or_else(|| {
+            failed("--postgres: no agentstore-pg beside agentchaos or on PATH (cargo build -p agentstore-pg)")
+        })
+}
+
+pub(crate) fn run_workers(w: WorkersCli) -> Result<ExitCode, Failure> {
+    use agentchaos::campaign::workers::{self, Database, SharedStore, WorkersConfig, WorkersError};
+    use agentchaos::nemesis::workers::{Needs, WorkerPlan};
+    if w.postgres {
+        if let Some(n) = &w.store_fault {
+            if agentstore_pg::fault::Fault::from_name(n).is_none() {
+                let names: Vec<&str> = agentstore_pg::fault::Fault::ALL
+                    .iter()
+                    .map(|(_, n, _)| *n)
+                    .collect();
+                return Err(bad_input(format!(
+                    "--store-fault {n:?} names no fault of the PostgreSQL store; known: {}",
+                    names.join(", ")
+                )));
+            }
+        }
+    } else {
+        check_fault(&w.store_fault)?;
+    }
+    if w.workers < 2 || w.sessions < 1 {
+        return Err(bad_input(
+            "--workers must be at least 2 and --sessions at least 1",
+        ));
+    }
+    let explicit = match &w.plan {
+        Some(p) => Some(
+            p.parse::<WorkerPlan>()
+                .map_err(|e| bad_input(format!("--plan: {e}")))?,
+        ),
+        None => None,
+    };
+    if let Some(plan) = &explicit {
+        if plan.needs() > Needs::Processes && !w.postgres {
+            return Err(bad_input(format!(
+                "--plan {plan}: database crashes and partitions need a database server the harness started (--postgres)"
+            )));
+        }
+    }
+    agentchaos::child::begin().map_err(failed)?;
+    let netns = agentchaos::nemesis::partition::available();
+    let mut database = if w.postgres {
+        let wants_network = match &explicit {
+            Some(plan) if plan.needs() == Needs::Network && !netns => {
+                return Err(failed(format!(
+                    "--plan {plan}: a partition needs network namespaces: run as root, with iproute2"
+                )))
+            }
+            Some(plan) => plan.needs() == Needs::Network,
+            None if !netns && agentstore_pg::cluster::required() => {
+                return Err(failed(
+                    "workers --postgres: no network namespaces here (root and iproute2), so no partitions (CI=true)",
+                ))
+            }
+            None => netns,
+        };
+        let bin = agentstore_pg_bin()?;
+        let db = Database::start(&bin, w.store_fault.as_deref(), wants_network)
+            .map_err(|e| failed(format!("workers --postgres: {e}")))?;
+        Some((db, bin))
+    } else {
+        None
+    };
+    let plans = match explicit {
+        Some(p) => vec![p],
+        None => {
+            let mut plans = workers::every_plan();
+            match &database {
+                Some((db, _)) => {
+                    plans.extend(workers::database_plans(db.has_network()));
+                    if !db.has_network() {
+                        println!("partition strikes left out: no network namespaces here (they need root and iproute2)");
+                    }
+                }
+                None => println!(
+                    "database crashes and partitions left out: this store has no database server the harness started (--postgres has)"
+                ),
+            }
+            plans
+        }
+    };
+    let (adapter, store) = match (&database, &w.adapter) {
+        (Some((db, bin)), _) => (
+            Some(db.adapter()),
+            SharedStore::Postgres {
+                bin: bin.clone(),
+                fault: w.store_fault.clone(),
+            },
+        ),
+        (None, Some(a)) => (Some(a.clone()), SharedStore::Adapter(a.clone())),
+        (None, None) => (
+            None,
+            SharedStore::InProcess {
+                fault: w.store_fault.clone(),
+            },
+        ),
+    };
+    let backend = backend(&adapter, Durability::Sync, false)?;
+    let claims = backend
+        .capabilities()
+        .map_err(|e| Failure::Store(format!("workers: {e}")))?;
+    if !claims.contains(&agentchaos_protocol::Capability::Lease) {
+        return Err(bad_input(format!(
+            "{} does not claim `lease`: many workers cannot share it (chaos/PROTOCOL.md, section 9)",
+            backend.describe()
+        )));
+    }
+    let cfg = WorkersConfig {
+        exe: std::env::current_exe()
+            .map_err(|e| failed(format!("cannot find my own binary: {e}")))?,
+        workers: w.workers,
+        sessions: w.sessions,
+        ttl_ms: w.ttl_ms,
+        store,
+    };
+    let scratch = w.scratch.unwrap_or_else(std::env::temp_dir);
+    println!(
+        "store: {}{}{} · {} workers, {} sessions, lease ttl {} ms · {} plan(s)",
+        if w.postgres {
+            "PostgreSQL (agentstore-pg) on a private cluster".to_string()
+        } else {
+            backend.describe()
+        },
+        w.store_fault
+            .as_deref()
+            .map(|f| format!(" (fault {f})"))
+            .unwrap_or_default(),
+        match &database {
+            Some((db, _)) if db.has_network() => ", every worker in a network namespace of its own",
+            _ => "",
+        },
+        cfg.workers,
+        cfg.sessions,
+        cfg.ttl_ms,
+        plans.len()
+    );
+    let started = std::time::Instant::now();
+    let mut violations = 0;
+    let mut by_invariant = std::collections::BTreeMap::new();
+    for plan in &plans {
+        let trial = workers::trial(
+            &cfg,
+            backend.as_ref(),
+            plan.clone(),
+            &scratch,
+            database.as_mut().map(|(db, _)| db),
+        )
+        .map_err(|e| match e {
+            WorkersError::Harness(m) => failed(format!("workers {plan}: {m}")),
+            WorkersError::Store(m) => Failure::Store(format!("workers {plan}: {m}")),
+        })?;
+        let takeovers = trial
+            .history
+            .iter()
+            .filter(|e| matches!(e, agentchaos::history::WorkerEvent::Granted { grant, .. } if grant.epoch > 1))
+            .count();
+        let fenced = trial
+            .history
+            .iter()
+            .filter(|e| {
+                matches!(
+                    e,
+                    agentchaos::history::WorkerEvent::Replied {
+                        reply: agentchaos::agent::worker::WorkerReply::Fenced { .. },
+                        ..
+                    }
+                )
+            })
+            .count();
+        println!(
+            "{plan:<10} {takeovers} takeover(s), {fenced} write(s) fenced, {} effect(s) applied, {} violation(s)",
+            trial.effects.len(),
+            trial.violations.len()
+        );
+        for v in &trial.violations {
+            *by_invariant.entry(v.invariant.name()).or_insert(0) += 1;
+            violations += 1;
+            println!("VIOLATION {} · session {}", v.invariant.name(), v.session);
+            println!("  plan:     {plan}");
+            println!("  expected: {}", v.expected);
+            println!("  found:    {}", v.found);
+            for e in &v.events {
+                println!("  event:    {e}");
+            }
+            println!("  replay:   {}", cfg.replay(plan));
+        }
+    }
+    let counts: Vec<String> = agentchaos::check::workers::WorkerInvariant::ALL
+        .iter()
+        .map(|i| format!("{} {}", i.name(), by_invariant.get(i.name()).unwrap_or(&0)))
+        .collect();
+    println!(
+        "total: {} trial(s), {violations} violation(s), {:.1}s · by invariant: {}",
+        plans.len(),
+        started.elapsed().as_secs_f64(),
+        counts.join(" · ")
+    );
+    Ok(if violations == 0 {
+        ExitCode::SUCCESS
+    } else {
+        ExitCode::from(EXIT_STORE)
+    })
+}
