@@ -575,12 +575,11 @@ impl Helps {
     }
 }
 
+/// `--help`'s flags of `BINARY SUBCOMMAND`, None without such a subcommand.
+type HelpFn<'a> = dyn FnMut(&'static str, &str) -> Option<BTreeSet<String>> + 'a;
+
 /// One line per command shown with a subcommand or flag its binary lacks.
-fn flag_problems(
-    place: &str,
-    code: &str,
-    help: &mut dyn FnMut(&'static str, &str) -> Option<BTreeSet<String>>,
-) -> Vec<String> {
+fn flag_problems(place: &str, code: &str, help: &mut HelpFn) -> Vec<String> {
     let mut problems = Vec::new();
     for shown in commands_in(code) {
         match help(shown.binary, &shown.subcommand) {
@@ -748,12 +747,7 @@ fn packages(root: &Path) -> BTreeSet<String> {
 
 /// One line per package, path, subcommand or flag of a job's commands
 /// that does not exist.
-fn job_problems(
-    root: &Path,
-    place: &str,
-    commands: &[String],
-    help: &mut dyn FnMut(&'static str, &str) -> Option<BTreeSet<String>>,
-) -> Vec<String> {
+fn job_problems(root: &Path, place: &str, commands: &[String], help: &mut HelpFn) -> Vec<String> {
     let packages = packages(root);
     let mut problems = Vec::new();
     for command in commands {
