@@ -711,9 +711,10 @@ fn job_commands(yaml: &str) -> Vec<String> {
         for (key, values) in &matrix {
             let placeholder = format!("${{{{ matrix.{key} }}}}");
             if run.contains(&placeholder) {
+                let placeholder = placeholder.as_str();
                 expanded = expanded
                     .iter()
-                    .flat_map(|r| values.iter().map(move |v| r.replace(&placeholder, v)))
+                    .flat_map(|r| values.iter().map(move |v| r.replace(placeholder, v)))
                     .collect();
             }
         }
