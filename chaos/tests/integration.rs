@@ -25,6 +25,7 @@ mod builtin_scenarios;
 mod cli;
 mod conformance;
 mod differential;
+mod docs;
 mod earned_verdicts;
 mod exit_codes;
 mod faults;

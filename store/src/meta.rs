@@ -39,7 +39,7 @@ pub enum SessionStatus {
 pub struct SessionMeta {
     pub id: String,
     pub schema_version: u32,
-    /// The on-disk format of `events.jsonl` (README, "The on-disk format"):
+    /// The on-disk format of `events.jsonl` (docs/on-disk-format.md):
     /// 1, a file that ends at its last line; 2, a file that may go on
     /// with pre-allocated zero bytes. Absent (a session made before 2) is 1.
     #[serde(default = "log_format_1")]

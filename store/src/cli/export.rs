@@ -17,7 +17,7 @@ pub struct Args {
     pub root: PathBuf,
     /// The session to export.
     pub session: String,
-    /// Mask sensitive payloads, secret-named keys and credentials (see the README).
+    /// Mask sensitive payloads, secret-named keys and credentials (docs/store-cli.md).
     #[arg(long)]
     pub redact: bool,
 }
