@@ -10,7 +10,8 @@
 //!   `durable_append` says "not exercised" instead of passing; the default
 //!   nemeses find the loss, all of it.
 //! - A store that never fsyncs (`no-fdatasync`): it survives every process
-//!   crash and fails the power-loss row.
+//!   crash and every failed write, passes the process-crash row and fails
+//!   the power-loss row.
 //! - A store that does not claim `torn_tail_repair` and appends onto a torn
 //!   tail is still torn, and fails `durable_append`.
 //! - A store that does not claim `damage_refusal` and skips every line it
@@ -166,12 +167,14 @@ fn a_store_that_rewrites_its_log_fails_durable_append_under_the_syscall_nemesis(
     );
 }
 
-/// A store that never fsyncs survives every kill (the page cache keeps its
-/// writes) but not the defaults: after an injected ENOSPC the agent retries,
-/// and the store acknowledges the retry without a sync (failed-sync-not-acked,
-/// `durable_append`); and power loss loses acknowledged events.
+/// A store that never fsyncs its log survives every kill (the page cache
+/// keeps its writes) and claims no more: after an injected ENOSPC it writes
+/// the agent's retry again and acknowledges it, which is all a store
+/// without fsync can do, so it passes the process-crash row under every
+/// default nemesis, the syscall faults included; power loss loses
+/// acknowledged events, and fails the power row.
 #[test]
-fn a_store_without_fsync_fails_after_a_failed_write_and_under_power_loss_by_default() {
+fn a_store_without_fsync_passes_the_process_crash_row_and_fails_the_power_row() {
     let (code, report, stdout) = campaign::run(&fixture(), &["--store-fault", "no-fdatasync"]);
     assert_eq!(code, 1, "{stdout}");
     assert!(
@@ -183,10 +186,15 @@ fn a_store_without_fsync_fails_after_a_failed_write_and_under_power_loss_by_defa
         report["mode"]
     );
     let durable = row(&report, "durable_append");
-    assert_eq!(durable["verdict"], "fail", "{stdout}");
-    assert_eq!(
-        durable["first_violation"]["invariant"], "failed-sync-not-acked",
-        "{durable}"
+    assert_eq!(durable["verdict"], "pass", "{durable}\n{stdout}");
+    // No failed write is charged to it.
+    assert!(
+        report["violations"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .all(|v| v["invariant"] != "failed-sync-not-acked"),
+        "{stdout}"
     );
     let power = row(&report, "durable_append_power_loss");
     assert_eq!(power["verdict"], "fail", "{stdout}");
