@@ -42,10 +42,11 @@ fn line_written(
 /// ack (a WAL store's failed checkpoint leaves its log authoritative: its
 /// next commit writes and syncs the log, not the file the checkpoint
 /// wrote); whether that progress holds the acked event is acked-durable's
-/// question. A store that never syncs a file in the life claims no more
-/// than the page cache for it, and has no failed sync to acknowledge: its
-/// write to that file after the failure earns the ack (the power-loss row
-/// judges what the page cache loses). A failed fsync may have dropped F's
+/// question. A store that never syncs a file while the agent appends
+/// (whatever it did when it created it) claims no more than the page cache
+/// for it, and has no failed sync to acknowledge: its write to that file
+/// after the failure earns the ack (the power-loss row judges what the
+/// page cache loses). A failed fsync may have dropped F's
 /// unsynced pages, so only F's own rewrite counts. An fsync that failed while F held no unsynced
 /// write lost nothing and is not judged, nor one whose unsynced writes
 /// each repeat the bytes of a synced write to another file (a WAL store's
@@ -116,10 +117,17 @@ fn failed_sync_not_acked_in(life: &Life, out: &mut Vec<Violation>) {
             return;
         }
     }
-    // A file the store never syncs in this life is kept in the page cache,
-    // all it claims for it (the power row judges that claim): after a
-    // failed write, its next write earns the ack.
-    let never_synced = |path: &Path| !oplog.ops.iter().any(|o| syncs_file(&o.op, path));
+    // A file the store never syncs while the agent appends (from the
+    // agent's first line on, after the open: a store may sync the file it
+    // creates and never again) is kept in the page cache, all the store
+    // claims for it (the power row judges that claim): after a failed
+    // write, its next write earns the ack.
+    let appending = oplog.outputs.first().map_or(0, |m| m.after_ops);
+    let never_synced = |path: &Path| {
+        !oplog.ops[appending.min(oplog.ops.len())..]
+            .iter()
+            .any(|o| syncs_file(&o.op, path))
+    };
     let root = sys.root.display().to_string();
     let text = |e: &crate::nemesis::syscall::SyscallEvent| e.to_string().replace(&root, "ROOT");
     for &(w, offset) in &sys.acks {
@@ -621,8 +629,8 @@ mod tests {
     /// A store that never syncs its log (the page cache is all it claims
     /// for it) has no failed sync to acknowledge: after a failed write of
     /// the log, its next write of it earns the ack; an ack with no write
-    /// in between does not. A log synced anywhere in the life is a synced
-    /// file: its rewrite must be synced before the ack.
+    /// in between does not. A log synced while the agent appends is a
+    /// synced file: its rewrite must be synced before the ack.
     #[test]
     fn failed_sync_not_acked_judges_a_store_that_never_syncs_by_its_writes() {
         use crate::nemesis::powerloss::{Bytes, Origin};
@@ -647,6 +655,22 @@ mod tests {
             "{:?}",
             acked_alone[0]
         );
+        // Synced once, when created (before the agent's first line): still
+        // a file the store keeps in the page cache.
+        let mut created_synced = fail_then(Failed::LogWrite, vec![rewrite()]);
+        let oplog = oplog_of(&mut created_synced);
+        let origin = Some(Origin { pid: 1, syscall: 0 });
+        let sync = Op::Fdatasync { path: rel.clone() };
+        oplog.ops.insert(1, LoggedOp { op: sync, origin });
+        oplog.outputs[0].after_ops = oplog.ops.len();
+        let first_line = crate::nemesis::powerloss::OutputMark {
+            after_ops: 2,
+            offset: 0,
+            len: 20,
+            pid: 1,
+        };
+        oplog.outputs.insert(0, first_line);
+        assert_eq!(failed_sync(&created_synced), vec![]);
         // The same store, but one that syncs its log after the ack.
         let mut syncs_later = fail_then(Failed::LogWrite, vec![rewrite()]);
         oplog_of(&mut syncs_later).ops.push(LoggedOp {
