@@ -18,6 +18,10 @@
 //!   cannot parse, as the Pi agent and Codex CLI do
 //!   (`tests/fixtures/skipping_store.py`), is still damaged by the probes,
 //!   and fails `durable_append` for the acknowledged events it drops.
+//! - A store that writes nothing until the session's first assistant
+//!   message (`tests/fixtures/lazy_store.py`) loses the creation it
+//!   acknowledged, and each of its losses is reported once, as one cause,
+//!   however many later crashes repeat it.
 
 use crate::campaign;
 use crate::python;
@@ -288,6 +292,82 @@ fn a_scenario_that_needs_blobs_is_skipped_for_a_store_without_them() {
     assert_eq!(
         row(&report, "blobs")["verdict"],
         "not supported",
+        "{stdout}"
+    );
+}
+
+/// A store that writes nothing until the session's first assistant message
+/// (`tests/fixtures/lazy_store.py`) loses every event acknowledged before
+/// it to a kill between requests, its creation first: acked-durable counts
+/// the creation the open acknowledged. Every restarted life crashed after
+/// that kill finds the same loss after life 0 again: one cause, reached by
+/// all of those trials, replayed by the single kill.
+#[test]
+fn a_store_that_writes_late_loses_its_creation_and_each_loss_is_one_cause() {
+    let store = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/fixtures/lazy_store.py");
+    let adapter = python::adapter_command(&store, &[]);
+    let (code, report, stdout) = campaign::run(
+        &fixture(),
+        &[
+            "--adapter",
+            &adapter,
+            "--nemesis",
+            "points",
+            "--restarts",
+            "deepest",
+        ],
+    );
+    assert_eq!(code, 1, "{stdout}");
+    let durable = row(&report, "durable_append");
+    assert_eq!(durable["verdict"], "fail", "{stdout}");
+    let violations = report["violations"].as_array().unwrap();
+    let causes = report["causes"].as_array().unwrap();
+    let lost: Vec<&serde_json::Value> = violations
+        .iter()
+        .filter(|v| {
+            v["invariant"] == "acked-durable"
+                && v["when"] == "after life 0 was killed, before recovery"
+        })
+        .collect();
+    assert!(
+        lost.iter().any(|v| v["found"]
+            .as_str()
+            .unwrap()
+            .contains("from session_created at seq 0 (acknowledged to life 0)")),
+        "{stdout}"
+    );
+    let doubles: Vec<&&serde_json::Value> = lost
+        .iter()
+        .filter(|v| v["plan"].as_str().unwrap().contains('+'))
+        .collect();
+    assert!(!doubles.is_empty(), "{stdout}");
+    for d in doubles {
+        let cause = &causes[d["cause"].as_u64().unwrap() as usize];
+        let first = d["plan"].as_str().unwrap().split('+').next().unwrap();
+        assert_eq!(cause["origin"], first, "{d}\n{cause}");
+        assert_eq!(cause["plan"], first, "the simplest replay: {cause}");
+        assert!(cause["trials"].as_u64().unwrap() > 1, "{cause}");
+    }
+    let acked_causes = causes
+        .iter()
+        .filter(|c| c["invariant"] == "acked-durable")
+        .count();
+    let acked_violations = violations
+        .iter()
+        .filter(|v| v["invariant"] == "acked-durable")
+        .count();
+    assert!(
+        acked_causes < acked_violations,
+        "{acked_causes} causes of {acked_violations} violations"
+    );
+    assert!(
+        durable["causes"].as_u64().unwrap() < durable["violations"].as_u64().unwrap(),
+        "{durable}"
+    );
+    // The terminal shows the causes most trials reached first.
+    assert!(
+        stdout.contains("distinct cause(s) of")
+            && stdout.contains("before the same observation; the replay is the simplest"),
         "{stdout}"
     );
 }
