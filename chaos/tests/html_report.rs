@@ -134,7 +134,17 @@ fn a_run_with_lost_acknowledged_events_draws_them() {
         .filter(|a| a.value().attr("data-invariant") == Some("acked-durable"))
         .collect();
     assert!(!lost_articles.is_empty());
+    let mut drawn = 0;
     for a in lost_articles {
+        // The creation the open acknowledged (lost to a power cut before
+        // its fsync) is no append of the agent's: its article names it.
+        let facts: Vec<String> = a.select(&sel("dl.facts dd")).map(text).collect();
+        if facts.iter().any(|f| {
+            f == "session_created at seq 0 (acknowledged to life 0), acknowledged as durable"
+        }) {
+            continue;
+        }
+        drawn += 1;
         let lost: Vec<String> = a.select(&sel("svg .row.lost")).map(text).collect();
         assert!(!lost.is_empty(), "{}", a.html());
         assert!(lost.iter().all(|l| l.contains("LOST")), "{lost:?}");
@@ -146,6 +156,7 @@ fn a_run_with_lost_acknowledged_events_draws_them() {
             a.select(&sel("svg .row.lost")).count()
         );
     }
+    assert!(drawn > 0, "no lost append drawn");
 }
 
 /// A power-loss finding: what the failing state kept, tore or dropped of

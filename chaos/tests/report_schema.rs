@@ -68,11 +68,32 @@ fn a_failing_report_fits_the_schema_and_a_broken_one_does_not() {
     let power = &report["power_loss"]["scenarios"][0]["violations"];
     assert!(!power.as_array().unwrap().is_empty(), "{stdout}");
     assert_valid(&report);
+    // Every violation names its cause; every cause counts the violations
+    // that name it, and replays the simplest of their plans.
+    let causes = report["causes"].as_array().unwrap();
+    assert_eq!(report["cause_count"], causes.len());
+    let violations = report["violations"].as_array().unwrap();
+    for (id, c) in causes.iter().enumerate() {
+        assert_eq!(c["id"], id);
+        let reached: Vec<&Value> = violations.iter().filter(|v| v["cause"] == id).collect();
+        assert_eq!(c["trials"], reached.len(), "{c}");
+        assert!(reached.iter().any(|v| v["plan"] == c["plan"]), "{c}");
+    }
+    assert!(causes.len() <= violations.len());
 
     let v = validator();
     let mut lost = report.clone();
     lost.as_object_mut().unwrap().remove("violation_count");
     assert!(!v.is_valid(&lost), "a missing key is caught");
+    let mut causeless = report.clone();
+    causeless["violations"][0]
+        .as_object_mut()
+        .unwrap()
+        .remove("cause");
+    assert!(
+        !v.is_valid(&causeless),
+        "a violation without its cause is caught"
+    );
     let mut newer = report.clone();
     newer["format"] = 2.into();
     assert!(!v.is_valid(&newer), "another format is caught");

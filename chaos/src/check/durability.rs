@@ -8,7 +8,7 @@ use agentchaos_protocol::event::{Event, Record, Seq};
 
 use crate::check::{events, tail, v, Invariant, Moment, Violation};
 use crate::history::History;
-use crate::model::describe_record;
+use crate::model::{describe_record, store_authored};
 
 /// `acked-durable` across a crash of the database server under the store
 /// (`crate::nemesis::database`): every event in `acked` (seq and event,
@@ -90,18 +90,11 @@ pub fn lost_acks(h: &History, m: &Moment<'_>) -> Vec<LostAck> {
                 .and_then(Record::event)
                 .is_some_and(|e| crate::agent::wire::fingerprint(e) == w.fingerprint);
             if !ok {
-                let holds = match found {
-                    Some(r) => format!("the log holds {} there", describe_record(r)),
-                    None => format!(
-                        "the log ends before seq {seq} ({})",
-                        events(m.obs.records.len())
-                    ),
-                };
                 lost.push(LostAck {
                     life: at,
                     write,
                     seq,
-                    holds,
+                    holds: held(m, seq),
                 });
             }
         }
@@ -109,12 +102,80 @@ pub fn lost_acks(h: &History, m: &Moment<'_>) -> Vec<LostAck> {
     lost
 }
 
-/// acked-durable: every ack the child reported is in the log at its seq.
-/// One violation per moment, saying how many acknowledged events are
-/// missing or changed, and which (the first and the last).
+/// An event the store wrote itself and acknowledged to a life: the
+/// session's creation, acknowledged by the open (with `create`) of the
+/// first life whose open went through (the agent announces nothing and
+/// reports no recovery before its open answered), and what a restarted
+/// life's open and recovery added, acknowledged by their replies (as the
+/// harness saw it right after that recovery).
+#[derive(Debug, Clone, PartialEq, Eq)]
+struct StoreAck {
+    /// Its place in [`History::lives`].
+    life: usize,
+    seq: Seq,
+    type_name: String,
+    /// None for the creation: any `session_created` at seq 0 keeps it (the
+    /// harness never sees the store's record of it before a crash).
+    fingerprint: Option<String>,
+}
+
+fn store_acks(h: &History) -> Vec<StoreAck> {
+    let mut acks = Vec::new();
+    let opened = h
+        .lives
+        .iter()
+        .position(|l| !l.writes.is_empty() || l.recovered.is_some());
+    if let Some(life) = opened {
+        acks.push(StoreAck {
+            life,
+            seq: 0,
+            type_name: "session_created".into(),
+            fingerprint: None,
+        });
+    }
+    for (i, life) in h.lives.iter().enumerate().skip(1) {
+        let Some(after) = &life.after_recovery else {
+            continue;
+        };
+        let start = h.after_kill.get(i - 1).map_or(0, |o| o.records.len());
+        for r in after.records.iter().skip(start) {
+            match r.event() {
+                Some(e) if store_authored(e) && !matches!(e, Event::SessionCreated { .. }) => {
+                    acks.push(StoreAck {
+                        life: i,
+                        seq: r.seq,
+                        type_name: e.type_name().into(),
+                        fingerprint: Some(crate::agent::wire::fingerprint(e)),
+                    });
+                }
+                _ => {}
+            }
+        }
+    }
+    acks
+}
+
+/// What the log holds at `seq` (or that it ends before it), in words.
+fn held(m: &Moment<'_>, seq: Seq) -> String {
+    match m.obs.records.get(seq as usize) {
+        Some(r) => format!("the log holds {} there", describe_record(r)),
+        None => format!(
+            "the log ends before seq {seq} ({})",
+            events(m.obs.records.len())
+        ),
+    }
+}
+
+/// acked-durable: every ack the child reported is in the log at its seq,
+/// and every event the store wrote itself and acknowledged (the session's
+/// creation, a recovery's marks). One violation per moment, saying how
+/// many acknowledged events are missing or changed, and which (the first
+/// and the last).
 pub(super) fn acked_durable(h: &History, m: &Moment<'_>, out: &mut Vec<Violation>) {
+    let lives = m.acked_by_lives.min(h.lives.len());
+    let store = store_acks(h);
     // (life, type, seq, what the log holds there) of every broken ack.
-    let lost: Vec<(u32, &str, Seq, String)> = lost_acks(h, m)
+    let mut lost: Vec<(u32, &str, Seq, String)> = lost_acks(h, m)
         .into_iter()
         .map(|l| {
             let life = &h.lives[l.life];
@@ -126,14 +187,35 @@ pub(super) fn acked_durable(h: &History, m: &Moment<'_>, out: &mut Vec<Violation
             )
         })
         .collect();
+    for a in store.iter().filter(|a| a.life < lives) {
+        let kept = m
+            .obs
+            .records
+            .get(a.seq as usize)
+            .and_then(Record::event)
+            .is_some_and(|e| match &a.fingerprint {
+                Some(f) => crate::agent::wire::fingerprint(e) == *f,
+                None => matches!(e, Event::SessionCreated { .. }),
+            });
+        if !kept {
+            lost.push((
+                h.lives[a.life].index,
+                a.type_name.as_str(),
+                a.seq,
+                held(m, a.seq),
+            ));
+        }
+    }
+    lost.sort_by_key(|l| l.2);
     let (Some(first), Some(last)) = (lost.first(), lost.last()) else {
         return;
     };
-    let acked: usize = h.lives[..m.acked_by_lives.min(h.lives.len())]
+    let acked: usize = h.lives[..lives]
         .iter()
         .flat_map(|l| &l.writes)
         .filter(|w| w.acked.is_some())
-        .count();
+        .count()
+        + store.iter().filter(|a| a.life < lives).count();
     let name = |(life, ty, seq, _): &(u32, &str, Seq, String)| {
         format!("{ty} at seq {seq} (acknowledged to life {life})")
     };
@@ -195,9 +277,10 @@ mod tests {
             .filter(|v| v.invariant == Invariant::AckedDurable)
             .collect();
         assert!(!lost.is_empty());
+        // The creation the open acknowledged is one of them, kept.
         assert_eq!(
             lost[0].expected,
-            "all 4 acknowledged events in the log at their seqs"
+            "all 5 acknowledged events in the log at their seqs"
         );
         assert_eq!(
             lost[0].found,
@@ -220,6 +303,60 @@ mod tests {
         assert_eq!(
             one.expected,
             "user_message at seq 4 (acknowledged to life 0), acknowledged as durable"
+        );
+    }
+
+    /// The acked-durable violations the checker finds in `h`.
+    fn acked(h: &History) -> Vec<Violation> {
+        check(h, None)
+            .into_iter()
+            .filter(|v| v.invariant == Invariant::AckedDurable)
+            .collect()
+    }
+
+    /// A session whose creation the open acknowledged to life 0 (which
+    /// then announced its first append) and that the next open no longer
+    /// finds: the creation is an acknowledged event, lost.
+    #[test]
+    fn acked_durable_counts_the_acknowledged_creation() {
+        let mut h = history(true);
+        h.lives[0].writes[0].acked = None;
+        h.after_kill = vec![obs(&[])];
+        let lost = acked(&h);
+        assert_eq!(lost.len(), 1, "{lost:#?}");
+        assert_eq!(lost[0].when, "after life 0 was killed, before recovery");
+        assert_eq!(
+            lost[0].expected,
+            "session_created at seq 0 (acknowledged to life 0), acknowledged as durable"
+        );
+        assert_eq!(lost[0].found, "the log ends before seq 0 (0 events)");
+        // A life killed inside its open announced nothing: no creation was
+        // acknowledged to it.
+        h.lives[0].writes.clear();
+        assert_eq!(acked(&h), vec![]);
+    }
+
+    /// What a recovery appended and reported is acknowledged to the life
+    /// it reported to: lost at that life's crash, it is acked-durable's.
+    #[test]
+    fn acked_durable_counts_what_a_recovery_acknowledged() {
+        let mut h = history(true);
+        assert_eq!(acked(&h), vec![], "kept: {h:#?}");
+        h.lives[1].end = LifeEnd::Killed;
+        h.lives[1].writes.clear();
+        h.lives[1].done = false;
+        let marked = h.lives[1].after_recovery.clone().unwrap();
+        let mut kept = marked.records.clone();
+        kept.pop();
+        let unmarked: Vec<Event> = kept.iter().filter_map(|r| r.event().cloned()).collect();
+        h.after_kill.push(obs(&unmarked));
+        h.final_obs = marked;
+        let lost = acked(&h);
+        assert_eq!(lost.len(), 1, "{lost:#?}");
+        assert_eq!(lost[0].when, "after life 1 was killed, before recovery");
+        assert_eq!(
+            lost[0].expected,
+            "run_interrupted at seq 2 (acknowledged to life 1), acknowledged as durable"
         );
     }
 }

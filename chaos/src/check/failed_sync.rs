@@ -1,7 +1,8 @@
 //! failed-sync-not-acked: after the syscall nemesis failed a write
 //! (ENOSPC) or an fsync (EIO), nothing is acknowledged until the store has
-//! written again and synced what it wrote. The order of acks against the
-//! store's syscalls is the tracer's, never the store's account.
+//! written again and synced what it wrote (a file the store never syncs:
+//! written again). The order of acks against the store's syscalls is the
+//! tracer's, never the store's account.
 
 use std::path::Path;
 
@@ -41,8 +42,12 @@ fn line_written(
 /// ack (a WAL store's failed checkpoint leaves its log authoritative: its
 /// next commit writes and syncs the log, not the file the checkpoint
 /// wrote); whether that progress holds the acked event is acked-durable's
-/// question. A failed fsync may have dropped F's unsynced pages, so only
-/// F's own rewrite counts. An fsync that failed while F held no unsynced
+/// question. A store that never syncs a file while the agent appends
+/// (whatever it did when it created it) claims no more than the page cache
+/// for it, and has no failed sync to acknowledge: its write to that file
+/// after the failure earns the ack (the power-loss row judges what the
+/// page cache loses). A failed fsync may have dropped F's
+/// unsynced pages, so only F's own rewrite counts. An fsync that failed while F held no unsynced
 /// write lost nothing and is not judged, nor one whose unsynced writes
 /// each repeat the bytes of a synced write to another file (a WAL store's
 /// checkpoint copying pages its log holds). The order of the agent's ack
@@ -112,6 +117,17 @@ fn failed_sync_not_acked_in(life: &Life, out: &mut Vec<Violation>) {
             return;
         }
     }
+    // A file the store never syncs while the agent appends (from the
+    // agent's first line on, after the open: a store may sync the file it
+    // creates and never again) is kept in the page cache, all the store
+    // claims for it (the power row judges that claim): after a failed
+    // write, its next write earns the ack.
+    let appending = oplog.outputs.first().map_or(0, |m| m.after_ops);
+    let never_synced = |path: &Path| {
+        !oplog.ops[appending.min(oplog.ops.len())..]
+            .iter()
+            .any(|o| syncs_file(&o.op, path))
+    };
     let root = sys.root.display().to_string();
     let text = |e: &crate::nemesis::syscall::SyscallEvent| e.to_string().replace(&root, "ROOT");
     for &(w, offset) in &sys.acks {
@@ -128,21 +144,26 @@ fn failed_sync_not_acked_in(life: &Life, out: &mut Vec<Violation>) {
             .filter(|o| origin(o).is_some_and(|i| i > at))
             .collect();
         let rewritten = between.iter().enumerate().any(|(i, o)| match &o.op {
-            Op::Write { path, .. } if path == file || !is_sync => between[i + 1..]
-                .iter()
-                .any(|later| syncs_file(&later.op, path)),
+            Op::Write { path, .. } if path == file || !is_sync => {
+                (!is_sync && never_synced(path))
+                    || between[i + 1..]
+                        .iter()
+                        .any(|later| syncs_file(&later.op, path))
+            }
             _ => false,
         });
         // An event of a parallel group whose line was written whole before
         // the failure is acknowledged after it, with the rest of its group.
-        // After a failed write it is due its ack once any sync covers it;
-        // after a failed sync, only if a sync before the failure did.
+        // After a failed write it is due its ack once any sync covers it
+        // (at once, in a file the store never syncs); after a failed sync,
+        // only if a sync before the failure did.
         let synced_before = line_written(oplog, life.writes[w].line, &writes)
             .filter(|&i| origin(&oplog.ops[i]).is_some_and(|o| o < at))
             .is_some_and(|i| {
-                oplog.ops[i + 1..after_ops]
-                    .iter()
-                    .any(|o| syncs(&o.op) && (!is_sync || origin(o).is_some_and(|g| g < at)))
+                (!is_sync && never_synced(file))
+                    || oplog.ops[i + 1..after_ops]
+                        .iter()
+                        .any(|o| syncs(&o.op) && (!is_sync || origin(o).is_some_and(|g| g < at)))
             });
         if rewritten || synced_before {
             continue;
@@ -163,6 +184,11 @@ fn failed_sync_not_acked_in(life: &Life, out: &mut Vec<Violation>) {
             if is_sync {
                 format!(
                     "no acknowledgement after {call} failed with {errno} until ROOT/{} is written again and synced (the kernel may have dropped its unsynced pages: a retried fsync proves nothing)",
+                    file.display()
+                )
+            } else if never_synced(file) {
+                format!(
+                    "no acknowledgement after {call} failed with {errno} until the store writes again (the write never happened; the store never syncs ROOT/{}, so a write is all it claims)",
                     file.display()
                 )
             } else {
@@ -203,6 +229,8 @@ mod tests {
         Fdatasync,
         /// A write (a checkpoint's) of `s/session.db`, with ENOSPC.
         CheckpointWrite,
+        /// A write of the log, with ENOSPC.
+        LogWrite,
     }
 
     /// Life 0 wrote the log (#0), syscall #1 failed, then the store made
@@ -229,6 +257,16 @@ mod tests {
                     path: "/r/s/session.db".into(),
                     len: 4096,
                     offset: Some(8192),
+                },
+                Errno::ENOSPC,
+            ),
+            Failed::LogWrite => (
+                Sysno::Write,
+                Call::Write {
+                    fd: 4,
+                    path: log.clone(),
+                    len: 5,
+                    offset: None,
                 },
                 Errno::ENOSPC,
             ),
@@ -550,7 +588,19 @@ mod tests {
             vec![],
             "the log written and synced after the failed checkpoint"
         );
-        let unsynced = failed(vec![frame()]);
+        // The store syncs its log and its database, later in the life: not
+        // before this ack.
+        let mut h = fail_then(Failed::CheckpointWrite, vec![frame()]);
+        for (i, path) in [wal.clone(), "s/session.db".into()].into_iter().enumerate() {
+            oplog_of(&mut h).ops.push(LoggedOp {
+                op: Op::Fsync { path },
+                origin: Some(crate::nemesis::powerloss::Origin {
+                    pid: 1,
+                    syscall: 9 + i as u64,
+                }),
+            });
+        }
+        let unsynced = failed_sync(&h);
         assert_eq!(unsynced.len(), 1, "{unsynced:#?}");
         assert!(
             unsynced[0].expected.contains(
@@ -559,12 +609,81 @@ mod tests {
             "{:?}",
             unsynced[0]
         );
-        let other_synced = failed(vec![
-            frame(),
-            Op::Fsync {
-                path: "s/session.db".into(),
-            },
-        ]);
+        let mut h = fail_then(
+            Failed::CheckpointWrite,
+            vec![
+                frame(),
+                Op::Fsync {
+                    path: "s/session.db".into(),
+                },
+            ],
+        );
+        oplog_of(&mut h).ops.push(LoggedOp {
+            op: Op::Fsync { path: wal.clone() },
+            origin: Some(crate::nemesis::powerloss::Origin { pid: 1, syscall: 9 }),
+        });
+        let other_synced = failed_sync(&h);
         assert_eq!(other_synced.len(), 1, "{other_synced:#?}");
+    }
+
+    /// A store that never syncs its log (the page cache is all it claims
+    /// for it) has no failed sync to acknowledge: after a failed write of
+    /// the log, its next write of it earns the ack; an ack with no write
+    /// in between does not. A log synced while the agent appends is a
+    /// synced file: its rewrite must be synced before the ack.
+    #[test]
+    fn failed_sync_not_acked_judges_a_store_that_never_syncs_by_its_writes() {
+        use crate::nemesis::powerloss::{Bytes, Origin};
+        let rel = std::path::PathBuf::from("s/events.jsonl");
+        let rewrite = || Op::Write {
+            path: rel.clone(),
+            offset: 0,
+            data: Bytes(b"line\n".to_vec()),
+        };
+        let failed = |after: Vec<Op>| failed_sync(&fail_then(Failed::LogWrite, after));
+        assert_eq!(
+            failed(vec![rewrite()]),
+            vec![],
+            "written again, never synced"
+        );
+        let acked_alone = failed(vec![]);
+        assert_eq!(acked_alone.len(), 1, "{acked_alone:#?}");
+        assert!(
+            acked_alone[0].expected.contains(
+                "until the store writes again (the write never happened; the store never syncs ROOT/s/events.jsonl"
+            ),
+            "{:?}",
+            acked_alone[0]
+        );
+        // Synced once, when created (before the agent's first line): still
+        // a file the store keeps in the page cache.
+        let mut created_synced = fail_then(Failed::LogWrite, vec![rewrite()]);
+        let oplog = oplog_of(&mut created_synced);
+        let origin = Some(Origin { pid: 1, syscall: 0 });
+        let sync = Op::Fdatasync { path: rel.clone() };
+        oplog.ops.insert(1, LoggedOp { op: sync, origin });
+        oplog.outputs[0].after_ops = oplog.ops.len();
+        let first_line = crate::nemesis::powerloss::OutputMark {
+            after_ops: 2,
+            offset: 0,
+            len: 20,
+            pid: 1,
+        };
+        oplog.outputs.insert(0, first_line);
+        assert_eq!(failed_sync(&created_synced), vec![]);
+        // The same store, but one that syncs its log after the ack.
+        let mut syncs_later = fail_then(Failed::LogWrite, vec![rewrite()]);
+        oplog_of(&mut syncs_later).ops.push(LoggedOp {
+            op: Op::Fdatasync { path: rel.clone() },
+            origin: Some(Origin { pid: 1, syscall: 9 }),
+        });
+        let v = failed_sync(&syncs_later);
+        assert_eq!(v.len(), 1, "{v:#?}");
+        assert!(
+            v[0].expected
+                .contains("until the store writes again and syncs the file it wrote"),
+            "{:?}",
+            v[0]
+        );
     }
 }

@@ -3,9 +3,12 @@
 //! of each violation ([`html`]).
 //!
 //! Every violation carries its one-line replay command (all of them in the
-//! JSON; on the terminal the first few per scenario and invariant, then a
-//! count). This module formats; it must never run or judge anything.
+//! JSON; on the terminal the first few causes per scenario and invariant,
+//! those most trials reached first, each once with the simplest replay of
+//! the trials that reached it ([`causes`]), then a count). This module formats; it must never run or
+//! judge anything.
 
+pub mod causes;
 pub mod html;
 pub mod powerloss;
 pub mod scorecard;
@@ -21,7 +24,7 @@ use crate::campaign::runner::{CampaignResult, ScenarioResult};
 use crate::check::{explain, Invariant, Violation};
 use crate::store::NotApplicable;
 
-/// How many violations per (scenario, invariant) the terminal shows in full.
+/// How many causes per (scenario, invariant) the terminal shows in full.
 pub const SHOWN_PER_GROUP: usize = 2;
 
 /// What the report needs besides the results.
@@ -75,41 +78,32 @@ pub fn violations_text(result: &CampaignResult, ctx: &Context<'_>) -> String {
         );
     }
     for s in &result.scenarios {
+        let causes = causes::of_scenario(s);
         for inv in Invariant::ALL {
-            let all: Vec<_> = s
-                .violations()
-                .filter(|(_, _, v)| v.invariant == inv)
-                .collect();
-            for (plan, crash, v) in all.iter().take(SHOWN_PER_GROUP) {
-                out.push_str(&explain(v, s.name(), crash, &replay_of(s, plan, ctx)));
-                out.push('\n');
-            }
-            if all.len() > SHOWN_PER_GROUP {
-                let _ = writeln!(
-                    out,
-                    "… and {} more {inv} violation(s) in {} (all of them with --json)\n",
-                    all.len() - SHOWN_PER_GROUP,
-                    s.name()
-                );
-            }
-            let probed: Vec<_> = s
-                .probe_violations()
-                .filter(|(_, v)| v.invariant == inv)
-                .collect();
-            for (p, v) in probed.iter().take(SHOWN_PER_GROUP) {
+            let (mut mine, violations) = causes.of_invariant(inv);
+            // The causes most trials reached first.
+            mine.sort_by_key(|c| std::cmp::Reverse(c.trials));
+            for c in mine.iter().take(SHOWN_PER_GROUP) {
                 out.push_str(&explain(
-                    v,
+                    c.violation,
                     s.name(),
-                    &p.crash_point(),
-                    &probe_replay(s, p, ctx),
+                    &c.crash_point,
+                    &replay_of(s, &c.plan, ctx),
                 ));
+                if c.trials > 1 {
+                    let _ = writeln!(
+                        out,
+                        "  reached:  by {} trials, the same crashes ({}) before the same observation; the replay is the simplest",
+                        c.trials, c.key.origin
+                    );
+                }
                 out.push('\n');
             }
-            if probed.len() > SHOWN_PER_GROUP {
+            if mine.len() > SHOWN_PER_GROUP {
                 let _ = writeln!(
                     out,
-                    "… and {} more {inv} violation(s) in {} (all of them with --json)\n",
-                    probed.len() - SHOWN_PER_GROUP,
+                    "… and {} more distinct cause(s) of {inv} in {} ({violations} violation(s) in all, every one with --json)\n",
+                    mine.len() - SHOWN_PER_GROUP,
                     s.name()
                 );
             }
@@ -223,13 +217,21 @@ pub fn table(result: &CampaignResult, ctx: &Context<'_>) -> String {
         "{:<width$}  {:>13}  {:>7}  {:>9}  violations",
         "scenario", "crash points", "trials", "trials/s"
     );
+    let mut distinct = 0;
     for s in &result.scenarios {
+        let causes = causes::of_scenario(s);
+        distinct += causes.causes.len();
         let by = s.by_invariant();
         let viol = if by.is_empty() {
             "none".to_string()
         } else {
             by.iter()
-                .map(|(i, n)| format!("{i} {n}"))
+                .map(|(i, n)| {
+                    format!(
+                        "{i} {} ({n} violation(s))",
+                        plural(causes.of_invariant(*i).0.len(), "cause")
+                    )
+                })
                 .collect::<Vec<_>>()
                 .join(", ")
         };
@@ -249,13 +251,17 @@ pub fn table(result: &CampaignResult, ctx: &Context<'_>) -> String {
     }
     let _ = writeln!(
         out,
-        "{:<width$}  {:>13}  {:>7}  {:>9}  {} violation(s), {} error(s), {:.1}s in all",
+        "{:<width$}  {:>13}  {:>7}  {:>9}  {} of {} violation(s), {} error(s), {:.1}s in all",
         "total",
         "",
         result.trials,
         result
             .trials_per_second()
             .map_or_else(|| "-".to_string(), |r| format!("{r:.1}")),
+        plural(
+            distinct + result.power_loss_findings().count(),
+            "distinct cause"
+        ),
         result.violation_count(),
         result.error_count(),
         result.elapsed.as_secs_f64()
@@ -346,6 +352,15 @@ pub fn table(result: &CampaignResult, ctx: &Context<'_>) -> String {
     out
 }
 
+/// `n thing` or `n things`.
+fn plural(n: usize, thing: &str) -> String {
+    if n == 1 {
+        format!("1 {thing}")
+    } else {
+        format!("{n} {thing}s")
+    }
+}
+
 /// The campaign's verdict in one line, `PASS` or `FAIL`, with the exit
 /// code `agentchaos run` gives it (0, 1 the store's failure, 3 the harness's).
 pub fn verdict_line(result: &CampaignResult) -> String {
@@ -370,9 +385,11 @@ fn violation_json(
     plan: &str,
     crash: &str,
     v: &Violation,
+    cause: usize,
     ctx: &Context<'_>,
 ) -> Value {
     json!({
+        "cause": cause,
         "invariant": v.invariant.name(),
         "scenario": s.name(),
         "scenario_file": s.prepared.source.path.display().to_string(),
@@ -393,13 +410,29 @@ pub const REPORT_FORMAT: u32 = 1;
 
 /// The whole campaign as JSON.
 pub fn json(result: &CampaignResult, ctx: &Context<'_>) -> Value {
+    let grouped: Vec<causes::Causes<'_>> =
+        result.scenarios.iter().map(causes::of_scenario).collect();
+    // Each scenario's causes are numbered after the previous scenarios'.
+    let first_cause: Vec<usize> = grouped
+        .iter()
+        .scan(0, |next, g| {
+            let first = *next;
+            *next += g.causes.len();
+            Some(first)
+        })
+        .collect();
     let scenarios: Vec<Value> = result
         .scenarios
         .iter()
-        .map(|s| {
+        .zip(&grouped)
+        .map(|(s, g)| {
             let by: serde_json::Map<String, Value> = Invariant::ALL
                 .iter()
                 .map(|i| (i.name().to_string(), json!(s.by_invariant().get(i).copied().unwrap_or(0))))
+                .collect();
+            let causes_by: serde_json::Map<String, Value> = Invariant::ALL
+                .iter()
+                .map(|i| (i.name().to_string(), json!(g.of_invariant(*i).0.len())))
                 .collect();
             json!({
                 "name": s.name(),
@@ -415,6 +448,7 @@ pub fn json(result: &CampaignResult, ctx: &Context<'_>) -> Value {
                 "trials": s.outcomes.len(),
                 "trials_per_second": if s.wall.is_zero() { Value::Null } else { json!(s.outcomes.len() as f64 / s.wall.as_secs_f64()) },
                 "violations_by_invariant": by,
+                "causes_by_invariant": causes_by,
                 "errors": s.errors().iter().map(|(p, e)| json!({"plan": p.to_string(), "error": e}))
                     .chain(s.probe_errors().map(|(p, e)| json!({"plan": p.plan(), "error": e.to_string()})))
                     .collect::<Vec<_>>(),
@@ -423,18 +457,37 @@ pub fn json(result: &CampaignResult, ctx: &Context<'_>) -> Value {
             })
         })
         .collect();
-    let violations: Vec<Value> = result
-        .scenarios
-        .iter()
-        .flat_map(|s| {
-            s.violations()
-                .map(move |(p, c, v)| violation_json(s, &p.to_string(), c, v, ctx))
-                .chain(
-                    s.probe_violations()
-                        .map(move |(p, v)| violation_json(s, &p.plan(), &p.crash_point(), v, ctx)),
-                )
-        })
-        .collect();
+    let mut violations: Vec<Value> = Vec::new();
+    let mut causes_json: Vec<Value> = Vec::new();
+    for ((s, g), first) in result.scenarios.iter().zip(&grouped).zip(&first_cause) {
+        let of = |k: usize| first + g.of[k];
+        let probes = s
+            .probe_violations()
+            .map(|(p, v)| (p.plan(), p.crash_point(), v));
+        let all = s
+            .violations()
+            .map(|(p, c, v)| (p.to_string(), c.to_string(), v))
+            .chain(probes);
+        for (k, (plan, crash, v)) in all.enumerate() {
+            violations.push(violation_json(s, &plan, &crash, v, of(k), ctx));
+        }
+        for (i, c) in g.causes.iter().enumerate() {
+            causes_json.push(json!({
+                "id": first + i,
+                "invariant": c.key.invariant.name(),
+                "scenario": s.name(),
+                "origin": c.key.origin,
+                "when": c.key.when,
+                "expected": c.key.expected,
+                "found": c.key.found,
+                "events": c.violation.events,
+                "trials": c.trials,
+                "plan": c.plan,
+                "crash_point": c.crash_point,
+                "replay": replay_of(s, &c.plan, ctx),
+            }));
+        }
+    }
     json!({
         "format": REPORT_FORMAT,
         "store": ctx.store,
@@ -450,8 +503,10 @@ pub fn json(result: &CampaignResult, ctx: &Context<'_>) -> Value {
         "adapter_processes": json!({"spawned": result.adapter_processes.spawned, "forked": result.adapter_processes.forked}),
         "leaked_processes": result.leaked,
         "violation_count": result.violation_count(),
+        "cause_count": causes_json.len(),
         "error_count": result.error_count(),
         "scenarios": scenarios,
+        "causes": causes_json,
         "violations": violations,
         "not_applicable": ctx.not_applicable.iter().map(|na| json!({"invariant": na.invariant, "check": na.check})).collect::<Vec<_>>(),
         "capabilities": result.capabilities.iter().map(|c| c.name()).collect::<Vec<_>>(),

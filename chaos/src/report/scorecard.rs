@@ -26,6 +26,7 @@ use crate::campaign::runner::CampaignResult;
 use crate::check::evidence::Evidence;
 use crate::check::{Invariant, Violation};
 use crate::nemesis::Plan;
+use crate::report::causes;
 use crate::store::adapter::Capability;
 
 /// A scorecard row.
@@ -251,7 +252,8 @@ fn why_not(row: Row, adapter: bool) -> &'static str {
     }
 }
 
-/// The first violation of a row, with its replay command.
+/// The first cause of a row's violations, with the replay command of the
+/// simplest trial that reached it.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct FirstViolation {
     pub scenario: String,
@@ -260,6 +262,8 @@ pub struct FirstViolation {
     /// One line: expected and found.
     pub line: String,
     pub replay: String,
+    /// How many trials (or probes, or power-loss findings) reached it.
+    pub trials: usize,
 }
 
 /// One row's verdict.
@@ -271,6 +275,8 @@ pub enum Verdict {
     },
     Fail {
         violations: usize,
+        /// Distinct causes of the violations ([`crate::report::causes`]).
+        causes: usize,
         first: FirstViolation,
     },
     /// Not claimed: not scored. `violations` found against it anyway are
@@ -303,6 +309,19 @@ pub struct Scorecard {
     pub rows: Vec<(Row, Verdict)>,
 }
 
+/// One violation as the scorecard counts it.
+struct Found {
+    row: Row,
+    scenario: String,
+    invariant: String,
+    line: String,
+    replay: String,
+    /// Its cause ([`causes::key`]), with its scenario, as one string.
+    cause: String,
+    /// How simple the plan that found it is ([`causes::simplicity`]).
+    rank: (usize, Plan),
+}
+
 fn one_line(v: &Violation) -> String {
     format!(
         "{}: expected {}; found {}",
@@ -319,22 +338,25 @@ pub fn score(
 ) -> Scorecard {
     let adapter = !store_args.is_empty();
     // Every violation with its row, scenario, invariant, line and replay command, in report order.
-    let mut found: Vec<(Row, String, String, String, String)> = Vec::new();
-    let mut add = |row: Row, scenario: &str, v: &Violation, replay: String| {
-        found.push((
+    let mut found: Vec<Found> = Vec::new();
+    let mut add = |row: Row, scenario: &str, v: &Violation, replay: String, cause, rank| {
+        found.push(Found {
             row,
-            scenario.to_string(),
-            v.invariant.name().to_string(),
-            one_line(v),
+            scenario: scenario.to_string(),
+            invariant: v.invariant.name().to_string(),
+            line: one_line(v),
             replay,
-        ));
+            cause: format!("{scenario}\n{cause:?}"),
+            rank,
+        });
     };
     for s in &result.scenarios {
         let path = &s.prepared.source.path;
         for v in &s.prepared.trace_violations {
             let replay = replay_command(path, &Plan::NONE, store_fault, store_args);
             let row = attribute(v, &Evidence::default(), &result.capabilities);
-            add(row, s.name(), v, replay);
+            let (cause, rank) = (causes::key(&Plan::NONE, v), causes::simplicity(&Plan::NONE));
+            add(row, s.name(), v, replay, cause, rank);
         }
         for o in &s.outcomes {
             for v in &o.violations {
@@ -344,6 +366,8 @@ pub fn score(
                     s.name(),
                     v,
                     replay,
+                    causes::key(&o.plan, v),
+                    causes::simplicity(&o.plan),
                 );
             }
         }
@@ -355,7 +379,16 @@ pub fn score(
                 // fault on a store that does not claim it, to what every
                 // store owes).
                 let row = Row::Capability(p.probe.judged_by(&result.capabilities));
-                add(row, s.name(), v, replay);
+                let mut cause = causes::key(&Plan::NONE, v);
+                cause.origin = p.probe.plan();
+                add(
+                    row,
+                    s.name(),
+                    v,
+                    replay,
+                    cause,
+                    causes::simplicity(&Plan::NONE),
+                );
             }
         }
     }
@@ -375,36 +408,53 @@ pub fn score(
             }
             Some(other) => other,
         };
-        found.push((
+        let replay =
+            crate::campaign::powercampaign::replay_command(&sc.source.path, &store_flags, &id);
+        found.push(Found {
             row,
-            sc.source.scenario.name.to_string(),
-            x.check.clone(),
-            format!(
+            scenario: sc.source.scenario.name.to_string(),
+            invariant: x.check.clone(),
+            line: format!(
                 "{} (model {}): expected {}; found {}",
                 x.check, f.model, x.expected, x.found
             )
             .replace('\n', " "),
-            crate::campaign::powercampaign::replay_command(&sc.source.path, &store_flags, &id),
-        ));
+            // Each power-loss finding is the first of its invariant in its
+            // scenario: a cause of its own.
+            cause: replay.clone(),
+            replay,
+            rank: causes::simplicity(&Plan::NONE),
+        });
     }
     let rows = Row::all()
         .into_iter()
         .map(|row| {
-            let mine: Vec<_> = found.iter().filter(|f| f.0 == row).collect();
+            let mine: Vec<_> = found.iter().filter(|f| f.row == row).collect();
             let claimed = row.claim().is_none_or(|c| result.capabilities.contains(&c));
             let verdict = if !claimed {
                 Verdict::NotSupported {
                     violations: mine.len(),
                     fault_probes: fault_probes(row, result),
                 }
-            } else if let Some((_, scenario, invariant, line, replay)) = mine.first() {
+            } else if let Some(first) = mine.first() {
+                // The first cause, shown by the simplest trial that reached it.
+                let reached: Vec<&&Found> =
+                    mine.iter().filter(|f| f.cause == first.cause).collect();
+                let simplest = reached
+                    .iter()
+                    .min_by_key(|f| f.rank)
+                    .expect("the first violation reached its cause");
+                let distinct: std::collections::HashSet<&str> =
+                    mine.iter().map(|f| f.cause.as_str()).collect();
                 Verdict::Fail {
                     violations: mine.len(),
+                    causes: distinct.len(),
                     first: FirstViolation {
-                        scenario: scenario.clone(),
-                        invariant: invariant.clone(),
-                        line: line.clone(),
-                        replay: replay.clone(),
+                        scenario: simplest.scenario.clone(),
+                        invariant: simplest.invariant.clone(),
+                        line: simplest.line.clone(),
+                        replay: simplest.replay.clone(),
+                        trials: reached.len(),
                     },
                 }
             } else {
@@ -451,9 +501,19 @@ impl Verdict {
     pub fn detail(&self) -> String {
         match self {
             Verdict::Pass { count, unit } => format!("{count} {unit}"),
-            Verdict::Fail { violations, first } => format!(
-                "{violations} violation(s); first in {}: {}",
-                first.scenario, first.line
+            Verdict::Fail {
+                violations,
+                causes,
+                first,
+            } => format!(
+                "{causes} distinct cause(s) of {violations} violation(s); first in {}{}: {}",
+                first.scenario,
+                if first.trials > 1 {
+                    format!(" (reached by {} trials)", first.trials)
+                } else {
+                    String::new()
+                },
+                first.line
             ),
             Verdict::NotSupported {
                 violations: 0,
@@ -489,13 +549,19 @@ pub fn json(card: &Scorecard) -> Value {
                     o["evidence"] = json!(count);
                     o["evidence_unit"] = json!(unit);
                 }
-                Verdict::Fail { violations, first } => {
+                Verdict::Fail {
+                    violations,
+                    causes,
+                    first,
+                } => {
+                    o["causes"] = json!(causes);
                     o["violations"] = json!(violations);
                     o["first_violation"] = json!({
                         "scenario": first.scenario,
                         "invariant": first.invariant,
                         "line": first.line,
                         "replay": first.replay,
+                        "trials": first.trials,
                     });
                 }
                 Verdict::NotSupported {
@@ -524,9 +590,15 @@ pub fn junit(card: &Scorecard) -> quick_junit::TestSuite {
     for (row, verdict) in &card.rows {
         let status = match verdict {
             Verdict::Pass { .. } => TestCaseStatus::success(),
-            Verdict::Fail { violations, first } => {
+            Verdict::Fail {
+                violations,
+                causes,
+                first,
+            } => {
                 let mut st = TestCaseStatus::non_success(NonSuccessKind::Failure);
-                st.set_message(format!("{violations} violation(s)"));
+                st.set_message(format!(
+                    "{causes} distinct cause(s) of {violations} violation(s)"
+                ));
                 st.set_description(format!("{}\nreplay: {}", first.line, first.replay));
                 st
             }
@@ -658,12 +730,14 @@ mod tests {
                 (
                     Row::Capability(Capability::EffectLedger),
                     Verdict::Fail {
-                        violations: 2,
+                        violations: 3,
+                        causes: 2,
                         first: FirstViolation {
                             scenario: "small".into(),
                             invariant: Invariant::LedgerRefusesDoubleCommit.name().into(),
                             line: "expected <refusal>; found accepted".into(),
                             replay: "agentchaos replay --plan probe:ledger@op".into(),
+                            trials: 2,
                         },
                     },
                 ),
@@ -712,8 +786,15 @@ mod tests {
             t.contains("not supported  the store does not claim it"),
             "{t}"
         );
+        assert!(
+            t.contains("fail           2 distinct cause(s) of 3 violation(s); first in small (reached by 2 trials): expected <refusal>"),
+            "{t}"
+        );
         let j = json(&card);
         assert_eq!(j[1]["verdict"], "fail");
+        assert_eq!(j[1]["causes"], 2);
+        assert_eq!(j[1]["violations"], 3);
+        assert_eq!(j[1]["first_violation"]["trials"], 2);
         assert_eq!(
             j[1]["first_violation"]["invariant"],
             "ledger-refuses-double-commit"
