@@ -224,6 +224,13 @@ pub enum WorkerEvent {
     Healed {
         worker: String,
     },
+    /// The harness stopped driving `session` before its workload was
+    /// done because of `strike` (a plan element, `db-crash:kill@4`): `why`.
+    GaveUp {
+        session: String,
+        strike: String,
+        why: String,
+    },
     /// `session`'s log as the store served it after the trial, every
     /// worker gone and its last lease expired.
     Final {

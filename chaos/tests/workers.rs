@@ -161,6 +161,77 @@ fn takeover_truncates_tail_is_caught_by_acked_survive_takeover_and_replays() {
 }
 
 #[test]
+fn a_store_that_refuses_every_leased_write_fails_work_completes() {
+    // No strike needed: the first owner is refused from its first write on.
+    let out = caught("refuse-leased-writes", "none", "work-completes", &[]);
+    assert!(
+        out.contains("found:    the store refused w0's run_started with fenced, no one else holding the session; 0 of 3 effects applied (op-s0-0, op-s0-1, op-s0-2 missing)"),
+        "{out}"
+    );
+    assert!(
+        out.contains("expected: session s0's workload finished by its final owner w0 (epoch 1)"),
+        "{out}"
+    );
+}
+
+#[test]
+fn a_strike_that_never_fires_is_not_exercised_never_a_pass() {
+    // A session's workload is 17 writes and its done: step 40 never comes.
+    let (code, out) = workers(&["--plan", "pause@40", "--sessions", "1"]);
+    assert_eq!(code, 2, "{out}");
+    assert!(
+        out.contains("NOT EXERCISED pause@40: pause@40 never fired: session s0 ended after 18 step(s) of its owner w0, before its step 40"),
+        "{out}"
+    );
+    assert!(out.contains("strikes fired/planned: pause 0/1"), "{out}");
+    assert!(out.contains("0 violation(s), 1 not exercised"), "{out}");
+    let last = out.trim().lines().last().unwrap();
+    assert!(
+        last.starts_with("agentchaos: workers: no plan was exercised"),
+        "{out}"
+    );
+    // A second strike after one that never fired is named as such.
+    let (code, out) = workers(&["--plan", "kill@30+kill@1"]);
+    assert_eq!(code, 2, "{out}");
+    assert!(
+        out.contains(
+            "NOT EXERCISED kill@30+kill@1: kill@1 never fired: kill@30 before it never fired"
+        ),
+        "{out}"
+    );
+}
+
+#[test]
+fn each_strike_records_what_it_hit_in_the_scorecard_and_the_json_report() {
+    let dir = tempfile::tempdir().unwrap();
+    let json = dir.path().join("workers.json");
+    let (code, out) = workers(&["--plan", "kill@3+pause@2", "--json", json.to_str().unwrap()]);
+    assert_eq!(code, 0, "{out}");
+    assert!(out.contains("strikes fired 2/2"), "{out}");
+    assert!(
+        out.contains("strikes fired/planned: kill 1/1 · pause 1/1"),
+        "{out}"
+    );
+    let report: serde_json::Value =
+        serde_json::from_str(&std::fs::read_to_string(&json).unwrap()).unwrap();
+    let trial = &report["trials"][0];
+    assert_eq!(trial["verdict"], "pass", "{report}");
+    assert_eq!(trial["strikes"][0]["strike"], "kill@3", "{report}");
+    assert_eq!(trial["strikes"][0]["fired"], true, "{report}");
+    assert_eq!(
+        trial["strikes"][0]["what"],
+        "killed w0 after its step 3 of s0; w1 took its 1 session(s) over",
+        "{report}"
+    );
+    assert_eq!(
+        trial["strikes"][1]["what"], "paused w1 after its step 2 of s0; w2 took it over",
+        "{report}"
+    );
+    assert_eq!(report["strikes"]["pause"]["fired"], 1, "{report}");
+    assert_eq!(report["not_exercised"], 0, "{report}");
+}
+
+#[test]
 fn bad_usage_is_one_line_and_exit_2() {
     for (args, says) in [
         (vec!["--plan", "stop@1"], "--plan: worker plan \"stop@1\""),
@@ -183,6 +254,10 @@ fn bad_usage_is_one_line_and_exit_2() {
         ),
         (vec!["--postgres", "--adapter", "x"], "cannot be used with"),
         (vec!["--workers", "1"], "--workers must be at least 2"),
+        (
+            vec!["--json", "/nonexistent/dir/w.json"],
+            "--json /nonexistent/dir/w.json: cannot create",
+        ),
         (
             vec!["--store-fault", "nope"],
             "--store-fault \"nope\" names no fault",

@@ -96,6 +96,8 @@ pub enum Fault {
     LeaseIgnoresExpiry,
     /// A takeover cuts the log's last line (the previous owner's last acknowledged event) before its recovery.
     TakeoverTruncatesTail,
+    /// Every write of a lease holder is refused with `fenced`, its epoch current or not: nothing is ever written under a lease.
+    RefuseLeasedWrites,
     /// Opening for writing takes the file's size for the end of the log: appends land after the pre-allocated zeros, which then sit between acknowledged lines.
     AppendAfterPreallocation,
     /// A blob is read back without checking its size and digest: a damaged blob is served as it is.
@@ -320,6 +322,11 @@ impl Fault {
             "every event acknowledged to the previous owner survives a takeover (agentchaos workers)",
         ),
         (
+            Fault::RefuseLeasedWrites,
+            "refuse-leased-writes",
+            "the current lease holder's writes are accepted (agentchaos workers)",
+        ),
+        (
             Fault::AppendAfterPreallocation,
             "append-after-preallocation",
             "a reopened log is appended at its last line, not after the zeros pre-allocated past it",
@@ -358,6 +365,7 @@ impl Fault {
         Fault::TakeoverWithoutRecovery,
         Fault::LeaseIgnoresExpiry,
         Fault::TakeoverTruncatesTail,
+        Fault::RefuseLeasedWrites,
     ];
 
     /// The faults the power-loss nemesis (`agentchaos run --nemesis powerloss`) catches and kill campaigns do

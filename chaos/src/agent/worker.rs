@@ -136,6 +136,12 @@ fn operation_id(session: &str, i: usize) -> String {
     format!("op-{session}-{i}")
 }
 
+/// The operation ids of `session`'s workload, each to be applied to the
+/// world once.
+pub fn workload_operations(session: &str) -> Vec<String> {
+    (0..CALLS).map(|i| operation_id(session, i)).collect()
+}
+
 /// One write of the workload.
 #[derive(Debug, Clone, PartialEq)]
 enum Action {

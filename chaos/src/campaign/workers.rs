@@ -181,9 +181,30 @@ pub enum WorkersError {
 #[derive(Debug, Clone)]
 pub struct WorkersTrial {
     pub plan: WorkerPlan,
+    /// Each planned strike, in the plan's order: whether it fired.
+    pub strikes: Vec<StrikeRecord>,
     pub history: Vec<WorkerEvent>,
     pub effects: Vec<AppliedEffect>,
     pub violations: Vec<WorkerViolation>,
+}
+
+impl WorkersTrial {
+    /// Whether every planned strike fired (a plan without strikes has
+    /// nothing to miss).
+    pub fn exercised(&self) -> bool {
+        self.strikes.iter().all(|s| s.fired)
+    }
+}
+
+/// What became of one planned strike.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct StrikeRecord {
+    pub strike: Strike,
+    /// As the plan spells it: `pause@3`.
+    pub label: String,
+    pub fired: bool,
+    /// What it hit when it fired, or why it never did.
+    pub what: String,
 }
 
 /// Steps in one session's workload, start to finish on one owner.
@@ -512,8 +533,10 @@ fn trial_in(
         history: Vec::new(),
         states: vec![State::Running; workers.len()],
         workers,
+        struck: Vec::new(),
     };
     let result = run.drive(&plan);
+    let strikes = std::mem::take(&mut run.struck);
     let mut history = std::mem::take(&mut run.history);
     let states = std::mem::take(&mut run.states);
     for (w, state) in std::mem::take(&mut run.workers).into_iter().zip(states) {
@@ -533,6 +556,7 @@ fn trial_in(
     let violations = check(&history, &effects);
     Ok(WorkersTrial {
         plan,
+        strikes,
         history,
         effects,
         violations,
@@ -594,6 +618,8 @@ struct Run<'a> {
     history: Vec<WorkerEvent>,
     workers: Vec<Worker>,
     states: Vec<State>,
+    /// The plan's strikes so far, and at the end those that never fired.
+    struck: Vec<StrikeRecord>,
 }
 
 impl Run<'_> {
@@ -723,8 +749,7 @@ impl Run<'_> {
         for s in &sessions {
             self.acquire(s.owner, &s.name, false, ttl_ms)?;
         }
-        let mut strikes = plan.strikes().iter();
-        let mut next = strikes.next().copied();
+        let planned = plan.strikes();
         // Paused owners of the first session, woken once it is finished.
         let mut zombies = Vec::new();
         let mut rounds = 0;
@@ -740,12 +765,18 @@ impl Run<'_> {
                 if sessions[i].finished || self.states[sessions[i].owner] != State::Running {
                     continue;
                 }
+                let next = planned.get(self.struck.len()).copied();
                 if let Some((strike, _)) = next.filter(|&(_, k)| i == 0 && sessions[0].steps == k) {
-                    next = strikes.next().copied();
-                    let later = first_crash(strikes.as_slice());
-                    if let Some(zombie) = self.strike(strike, later, &mut sessions)? {
-                        zombies.push(zombie);
-                    }
+                    let label = plan.label(self.struck.len());
+                    let later = first_crash(&planned[self.struck.len() + 1..]);
+                    let (zombie, hit) = self.strike(strike, &label, later, &mut sessions)?;
+                    zombies.extend(zombie);
+                    self.struck.push(StrikeRecord {
+                        strike,
+                        label,
+                        fired: true,
+                        what: hit,
+                    });
                     continue;
                 }
                 let (owner, name) = (sessions[i].owner, sessions[i].name.clone());
@@ -764,6 +795,25 @@ impl Run<'_> {
                     }
                 }
             }
+        }
+        // The strikes left never fired: the session ended first.
+        let ended = format!(
+            "session {} ended after {} step(s) of its owner {}",
+            sessions[0].name, sessions[0].steps, self.workers[sessions[0].owner].id
+        );
+        let first_missed = self.struck.len();
+        for (i, &(strike, k)) in planned.iter().enumerate().skip(first_missed) {
+            let what = if i == first_missed {
+                format!("{ended}, before its step {k}")
+            } else {
+                format!("{} before it never fired", plan.label(first_missed))
+            };
+            self.struck.push(StrikeRecord {
+                strike,
+                label: plan.label(i),
+                fired: false,
+                what,
+            });
         }
         Ok(())
     }
@@ -784,18 +834,24 @@ impl Run<'_> {
         Ok(n)
     }
 
-    /// Carries out one strike on the first session's owner; a paused owner
-    /// is returned, to be woken once the session is finished.
+    /// Carries out one strike (`label`, as the plan spells it) on the
+    /// first session's owner: a paused owner, to be woken once the session
+    /// is finished, and what the strike hit, in words.
     /// `later`: the next database crash of the plan after this strike.
     fn strike(
         &mut self,
         strike: Strike,
+        label: &str,
         later: Option<Strike>,
         sessions: &mut [Served],
-    ) -> Result<Option<usize>, WorkersError> {
+    ) -> Result<(Option<usize>, String), WorkersError> {
         let ttl_ms = self.cfg.ttl_ms;
         let victim = sessions[0].owner;
         let name = sessions[0].name.clone();
+        let at = format!(
+            "{} after its step {} of {name}",
+            self.workers[victim].id, sessions[0].steps
+        );
         match strike {
             Strike::Pause => {
                 // Renewed now, so the lease is surely live when the heir first asks.
@@ -809,7 +865,8 @@ impl Run<'_> {
                 self.acquire(heir, &name, true, ttl_ms)?;
                 sessions[0].owner = heir;
                 sessions[0].steps = 0;
-                Ok(Some(victim))
+                let hit = format!("paused {at}; {} took it over", self.workers[heir].id);
+                Ok((Some(victim), hit))
             }
             Strike::Kill => {
                 let w = &mut self.workers[victim];
@@ -820,6 +877,7 @@ impl Run<'_> {
                     worker: w.id.clone(),
                 });
                 let heir = self.heir(victim)?;
+                let mut taken = 0;
                 for s in sessions
                     .iter_mut()
                     .filter(|s| s.owner == victim && !s.finished)
@@ -827,8 +885,13 @@ impl Run<'_> {
                     self.acquire(heir, &s.name, true, ttl_ms)?;
                     s.owner = heir;
                     s.steps = 0;
+                    taken += 1;
                 }
-                Ok(None)
+                let hit = format!(
+                    "killed {at}; {} took its {taken} session(s) over",
+                    self.workers[heir].id
+                );
+                Ok((None, hit))
             }
             Strike::DbCrash(model) => {
                 let db = self
@@ -841,8 +904,13 @@ impl Run<'_> {
                 self.history.push(WorkerEvent::DatabaseCrashed {
                     model: model.name().to_string(),
                 });
+                let hit = format!(
+                    "crashed the database server ({}) and restarted it, {at}",
+                    model.describe()
+                );
                 // Every connection died with the server: each owner's next
                 // write shows it, and the owner asks for its session again.
+                let mut lost = 0;
                 for s in sessions.iter_mut() {
                     if s.finished || self.states[s.owner] != State::Running {
                         continue;
@@ -855,10 +923,25 @@ impl Run<'_> {
                     match self.acquire_or_refused(s.owner, &s.name, true, ttl_ms)? {
                         Ok(()) => s.steps = 0,
                         // The store lost the session: nothing more to do there.
-                        Err(_) => s.finished = true,
+                        Err(reply) => {
+                            s.finished = true;
+                            lost += 1;
+                            self.history.push(WorkerEvent::GaveUp {
+                                session: s.name.clone(),
+                                strike: label.to_string(),
+                                why: format!(
+                                    "after the crash the store refused {} the session: {reply:?}",
+                                    self.workers[s.owner].id
+                                ),
+                            });
+                        }
                     }
                 }
-                Ok(None)
+                let hit = match lost {
+                    0 => hit,
+                    n => format!("{hit}; the store refused {n} session(s) after it"),
+                };
+                Ok((None, hit))
             }
             Strike::Partition => {
                 self.renew(victim, &name)?;
@@ -886,7 +969,11 @@ impl Run<'_> {
                 self.finish(victim, &name)?;
                 sessions[0].owner = heir;
                 sessions[0].steps = 0;
-                Ok(None)
+                let hit = format!(
+                    "cut the link of {at}; {} took it over",
+                    self.workers[heir].id
+                );
+                Ok((None, hit))
             }
         }
     }

@@ -9,7 +9,7 @@ use std::collections::BTreeMap;
 use agentchaos_protocol::event::{Phase, Record};
 use agentchaos_protocol::message::LeaseGrant;
 
-use crate::agent::worker::{AppliedEffect, WorkerReply};
+use crate::agent::worker::{workload_operations, AppliedEffect, WorkerReply};
 use crate::history::{FinalLog, WorkerEvent};
 
 /// The invariants, by stable name.
@@ -31,15 +31,21 @@ pub enum WorkerInvariant {
     /// order, at every later grant and in the final log: after every
     /// takeover and every database crash.
     AckedSurviveTakeover,
+    /// Every session's workload is done: its final owner's writes all
+    /// acknowledged up to its `done`, every effect of the workload applied
+    /// (at least once: more is effect-once-across-workers'), unless the
+    /// history names the strike that stopped it.
+    WorkCompletes,
 }
 
 impl WorkerInvariant {
-    pub const ALL: [WorkerInvariant; 5] = [
+    pub const ALL: [WorkerInvariant; 6] = [
         WorkerInvariant::FencedEpochRefused,
         WorkerInvariant::OneLiveOwner,
         WorkerInvariant::EffectOnceAcrossWorkers,
         WorkerInvariant::TakeoverMarksOrphans,
         WorkerInvariant::AckedSurviveTakeover,
+        WorkerInvariant::WorkCompletes,
     ];
 
     pub fn name(self) -> &'static str {
@@ -49,6 +55,7 @@ impl WorkerInvariant {
             WorkerInvariant::EffectOnceAcrossWorkers => "effect-once-across-workers",
             WorkerInvariant::TakeoverMarksOrphans => "takeover-marks-orphans",
             WorkerInvariant::AckedSurviveTakeover => "acked-survive-takeover",
+            WorkerInvariant::WorkCompletes => "work-completes",
         }
     }
 }
@@ -71,6 +78,7 @@ pub fn check(history: &[WorkerEvent], effects: &[AppliedEffect]) -> Vec<WorkerVi
     out.extend(effect_once_across_workers(effects));
     out.extend(takeover_marks_orphans(history));
     out.extend(acked_survive_takeover(history));
+    out.extend(work_completes(history, effects));
     out
 }
 
@@ -416,6 +424,108 @@ fn acked_survive_takeover(history: &[WorkerEvent]) -> Vec<WorkerViolation> {
     out
 }
 
+/// One line for a reply that ended a worker's part in a session.
+fn reply_line(worker: &str, reply: &WorkerReply) -> String {
+    match reply {
+        WorkerReply::Fenced {
+            epoch,
+            what,
+            message,
+        } => format!("{worker}: {what} at epoch {epoch} refused with fenced: {message}"),
+        WorkerReply::Failed { what, message } => format!("{worker}: {what} failed: {message}"),
+        WorkerReply::Done => format!("{worker}: done"),
+        other => format!("{worker}: {other:?}"),
+    }
+}
+
+fn work_completes(history: &[WorkerEvent], effects: &[AppliedEffect]) -> Vec<WorkerViolation> {
+    let mut out = Vec::new();
+    for event in history {
+        let WorkerEvent::Final { session, .. } = event else {
+            continue;
+        };
+        let excused = history
+            .iter()
+            .any(|e| matches!(e, WorkerEvent::GaveUp { session: s, .. } if s == session));
+        if excused {
+            // The campaign reports which strike stopped it.
+            continue;
+        }
+        // The final owner: the last grant of the session.
+        let Some((at, owner, grant)) =
+            history.iter().enumerate().rev().find_map(|(i, e)| match e {
+                WorkerEvent::Granted {
+                    worker,
+                    session: s,
+                    grant,
+                    ..
+                } if s == session => Some((i, worker.as_str(), grant)),
+                _ => None,
+            })
+        else {
+            continue;
+        };
+        let last = history[at + 1..].iter().rev().find_map(|e| match e {
+            WorkerEvent::Replied {
+                worker,
+                session: s,
+                reply,
+            } if s == session && worker == owner => Some(reply),
+            _ => None,
+        });
+        let mut events = vec![grant_line(owner, grant)];
+        let mut found = Vec::new();
+        match last {
+            Some(WorkerReply::Done) => {}
+            Some(reply) => {
+                events.push(format!("its last reply: {}", reply_line(owner, reply)));
+                found.push(match reply {
+                    WorkerReply::Fenced { what, .. } => {
+                        format!("the store refused {owner}'s {what} with fenced, no one else holding the session")
+                    }
+                    WorkerReply::Failed { what, .. } => {
+                        format!("{owner}'s {what} failed")
+                    }
+                    _ => format!("{owner} never reported done"),
+                });
+            }
+            None => found.push(format!("{owner} never wrote after its grant")),
+        }
+        let operations = workload_operations(session);
+        let missing: Vec<&String> = operations
+            .iter()
+            .filter(|op| !effects.iter().any(|e| &e.operation_id == *op))
+            .collect();
+        if !missing.is_empty() {
+            found.push(format!(
+                "{} of {} effects applied ({} missing)",
+                operations.len() - missing.len(),
+                operations.len(),
+                missing
+                    .iter()
+                    .map(|s| s.as_str())
+                    .collect::<Vec<_>>()
+                    .join(", ")
+            ));
+        }
+        if found.is_empty() {
+            continue;
+        }
+        out.push(WorkerViolation {
+            invariant: WorkerInvariant::WorkCompletes,
+            session: session.clone(),
+            expected: format!(
+                "session {session}'s workload finished by its final owner {owner} (epoch {}): every write acknowledged up to done, each of its {} effects applied",
+                grant.epoch,
+                operations.len()
+            ),
+            found: found.join("; "),
+            events,
+        });
+    }
+    out
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -485,6 +595,78 @@ mod tests {
         let v = one_live_owner(&overlapping);
         assert_eq!(v.len(), 1);
         assert!(v[0].found.contains("from 9 to 10 ms"), "{v:?}");
+    }
+
+    #[test]
+    fn a_workload_left_undone_is_a_violation_unless_a_strike_stopped_it() {
+        let applied = |op: &str| AppliedEffect {
+            session: "s0".into(),
+            operation_id: op.into(),
+            worker_id: "w1".into(),
+            epoch: 2,
+        };
+        let all: Vec<AppliedEffect> = workload_operations("s0")
+            .iter()
+            .map(|op| applied(op))
+            .collect();
+        let fin = WorkerEvent::Final {
+            session: "s0".into(),
+            log: FinalLog::Served(Vec::new()),
+        };
+        let done = [
+            granted("w0", grant(1, 0, 10)),
+            granted("w1", grant(2, 20, 30)),
+            replied("w1", WorkerReply::Done),
+            replied(
+                "w0",
+                WorkerReply::Fenced {
+                    epoch: 1,
+                    what: "tool_started".into(),
+                    message: "taken over".into(),
+                },
+            ),
+            fin.clone(),
+        ];
+        assert!(work_completes(&done, &all).is_empty());
+        // The final owner refused, nothing applied.
+        let refused = [
+            granted("w0", grant(1, 0, 10)),
+            replied(
+                "w0",
+                WorkerReply::Fenced {
+                    epoch: 1,
+                    what: "run_started".into(),
+                    message: "refused".into(),
+                },
+            ),
+            fin.clone(),
+        ];
+        let v = work_completes(&refused, &[]);
+        assert_eq!(v.len(), 1, "{v:?}");
+        assert!(
+            v[0].found
+                .starts_with("the store refused w0's run_started with fenced")
+                && v[0].found.contains("0 of 3 effects applied"),
+            "{v:?}"
+        );
+        // Done, but an effect never applied.
+        let v = work_completes(&done, &all[1..]);
+        assert!(
+            v[0].found
+                .contains("2 of 3 effects applied (op-s0-0 missing)"),
+            "{v:?}"
+        );
+        // A strike that stopped the session is the campaign's to report.
+        let mut gave_up = refused.to_vec();
+        gave_up.insert(
+            2,
+            WorkerEvent::GaveUp {
+                session: "s0".into(),
+                strike: "db-crash:kill@4".into(),
+                why: "not_found".into(),
+            },
+        );
+        assert!(work_completes(&gave_up, &[]).is_empty());
     }
 
     #[test]

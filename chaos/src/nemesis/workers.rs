@@ -58,6 +58,18 @@ impl Strike {
     }
 }
 
+impl Strike {
+    /// Its kind, as a plan spells it: `pause`, `kill`, `db-crash`, `partition`.
+    pub fn kind(self) -> &'static str {
+        match self {
+            Strike::Pause => "pause",
+            Strike::Kill => "kill",
+            Strike::DbCrash(_) => "db-crash",
+            Strike::Partition => "partition",
+        }
+    }
+}
+
 /// What a strike needs of the store under test, weakest first.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord)]
 pub enum Needs {
@@ -92,6 +104,11 @@ impl WorkerPlan {
     /// Each strike with the step of the owner of the moment it follows.
     pub fn strikes(&self) -> &[(Strike, usize)] {
         &self.strikes
+    }
+
+    /// Its `i`-th strike as a plan spells it (`db-crash:kill@4`).
+    pub fn label(&self, i: usize) -> String {
+        WorkerPlan::one(self.strikes[i].0, self.strikes[i].1).to_string()
     }
 
     /// What its strikes need, at most.
