@@ -211,6 +211,11 @@ pub enum WorkerEvent {
     Killed {
         worker: String,
     },
+    /// `worker` (killed just before) was started again under the same id:
+    /// a new process, a new holder.
+    Restarted {
+        worker: String,
+    },
     /// The database server was crashed (`model`: a
     /// [`crate::nemesis::database::DatabaseCrash`]'s name) and restarted.
     DatabaseCrashed {
@@ -219,6 +224,12 @@ pub enum WorkerEvent {
     /// `worker`'s link to the database was cut.
     Partitioned {
         worker: String,
+    },
+    /// `worker` was sent a write of `session` while its link was cut: its
+    /// reply comes after the heal.
+    InFlight {
+        worker: String,
+        session: String,
     },
     /// `worker`'s link to the database was healed.
     Healed {

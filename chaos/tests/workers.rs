@@ -105,6 +105,22 @@ fn lease_ignores_expiry_is_caught_by_one_live_owner() {
 }
 
 #[test]
+fn lease_same_epoch_is_caught_by_one_live_owner() {
+    // The heir is granted the paused owner's live lease (5 s, per worker)
+    // at its own epoch: two holders of epoch 1, neither fenced.
+    let out = caught(
+        "lease-same-epoch",
+        "pause@2",
+        "one-live-owner",
+        &["--ttl-ms", "5000,300"],
+    );
+    assert!(
+        out.contains("expected: one holder of epoch 1 of session s0 at a time: w1 granted it only after w0's lease expired"),
+        "{out}"
+    );
+}
+
+#[test]
 fn through_the_adapter_the_same_store_passes_and_its_fault_is_caught() {
     let exe = env!("CARGO_BIN_EXE_agentchaos");
     let adapter = format!("{exe} reference-adapter");
@@ -232,6 +248,44 @@ fn each_strike_records_what_it_hit_in_the_scorecard_and_the_json_report() {
 }
 
 #[test]
+fn an_overlapping_pause_wakes_the_zombie_while_the_heir_is_mid_session() {
+    // Paused before its commit; it wakes after the heir's first write. The
+    // heir's lease is long (5 s, per worker), so the zombie, fenced and
+    // closed early, is refused when it asks for the session again.
+    let ttls = ["--ttl-ms", "300,5000"];
+    let (code, out) = workers(&["--plan", "pause@4~1", ttls[0], ttls[1]]);
+    assert_eq!(code, 0, "{out}");
+    assert!(
+        out.contains("pause@4~1 1 takeover(s), 1 write(s) fenced"),
+        "{out}"
+    );
+    let out = caught("no-epoch-check", "pause@4~1", "fenced-epoch-refused", &ttls);
+    assert!(out.contains("--ttl-ms 300,5000"), "{out}");
+    // A fenced close that ends the heir's live lease lets the zombie in.
+    let out = caught(
+        "fenced-close-releases",
+        "pause@4~1",
+        "one-live-owner",
+        &ttls,
+    );
+    assert!(out.contains("w0 holds epoch 3"), "{out}");
+}
+
+#[test]
+fn a_restarted_worker_takes_its_session_back_under_the_same_id() {
+    let out = caught(
+        "takeover-without-recovery",
+        "restart@3",
+        "takeover-marks-orphans",
+        &[],
+    );
+    assert!(out.contains("before w0 acts at epoch 2"), "{out}");
+    let (code, passed) = workers(&["--plan", "restart@3"]);
+    assert_eq!(code, 0, "{passed}");
+    assert!(passed.contains("restart@3 1 takeover(s)"), "{passed}");
+}
+
+#[test]
 fn bad_usage_is_one_line_and_exit_2() {
     for (args, says) in [
         (vec!["--plan", "stop@1"], "--plan: worker plan \"stop@1\""),
@@ -254,6 +308,14 @@ fn bad_usage_is_one_line_and_exit_2() {
         ),
         (vec!["--postgres", "--adapter", "x"], "cannot be used with"),
         (vec!["--workers", "1"], "--workers must be at least 2"),
+        (
+            vec!["--ttl-ms", "300,x"],
+            "--ttl-ms \"300,x\": not milliseconds",
+        ),
+        (
+            vec!["--plan", "kill@3~1"],
+            "--plan: worker plan \"kill@3~1\"",
+        ),
         (
             vec!["--json", "/nonexistent/dir/w.json"],
             "--json /nonexistent/dir/w.json: cannot create",

@@ -103,8 +103,13 @@ fn fenced_epoch_refused(history: &[WorkerEvent]) -> Vec<WorkerViolation> {
     let mut out: Vec<WorkerViolation> = Vec::new();
     // One violation per fenced owner: its first accepted write, the rest counted.
     let mut reported: BTreeMap<(&str, &str, u64), usize> = BTreeMap::new();
+    // Workers with a write in flight across a cut link, by session.
+    let mut in_flight: std::collections::BTreeSet<(&str, &str)> = Default::default();
     for event in history {
         match event {
+            WorkerEvent::InFlight { worker, session } => {
+                in_flight.insert((worker, session));
+            }
             WorkerEvent::Granted {
                 worker,
                 session,
@@ -140,11 +145,15 @@ fn fenced_epoch_refused(history: &[WorkerEvent]) -> Vec<WorkerViolation> {
                     )),
                     _ => None,
                 };
-                let (Some((epoch, what)), Some((current, taken))) =
+                let sent_cut_off = in_flight.remove(&(worker.as_str(), session.as_str()));
+                let (Some((epoch, mut what)), Some((current, taken))) =
                     (accepted, latest.get(session.as_str()))
                 else {
                     continue;
                 };
+                if sent_cut_off {
+                    what.push_str(" (sent while its link was cut, before the takeover)");
+                }
                 if epoch < *current {
                     if let Some(&at) = reported.get(&(session.as_str(), worker.as_str(), epoch)) {
                         out[at].events.push(format!("then {worker}: {what}"));
@@ -169,9 +178,14 @@ fn fenced_epoch_refused(history: &[WorkerEvent]) -> Vec<WorkerViolation> {
 }
 
 fn one_live_owner(history: &[WorkerEvent]) -> Vec<WorkerViolation> {
-    // Every interval the store granted, per session: (worker, grant).
-    let mut held: BTreeMap<&str, Vec<(&str, &LeaseGrant)>> = BTreeMap::new();
+    // Every interval the store granted, per session: (holder, grant). A
+    // holder is one process: a worker restarted under its id is another.
+    let mut held: BTreeMap<&str, Vec<(String, &LeaseGrant)>> = BTreeMap::new();
+    let mut lives: BTreeMap<&str, usize> = BTreeMap::new();
     for event in history {
+        if let WorkerEvent::Restarted { worker } = event {
+            *lives.entry(worker).or_insert(1) += 1;
+        }
         let (worker, session, grant) = match event {
             WorkerEvent::Granted {
                 worker,
@@ -186,7 +200,11 @@ fn one_live_owner(history: &[WorkerEvent]) -> Vec<WorkerViolation> {
             } => (worker, session, grant),
             _ => continue,
         };
-        held.entry(session).or_default().push((worker, grant));
+        let holder = match lives.get(worker.as_str()) {
+            Some(life) => format!("{worker} (life {life})"),
+            None => worker.clone(),
+        };
+        held.entry(session).or_default().push((holder, grant));
     }
     let mut out = Vec::new();
     for (session, grants) in held {
@@ -194,19 +212,28 @@ fn one_live_owner(history: &[WorkerEvent]) -> Vec<WorkerViolation> {
             for (wb, b) in &grants[i + 1..] {
                 let overlap =
                     a.granted_at_ms < b.expires_at_ms && b.granted_at_ms < a.expires_at_ms;
-                if a.epoch != b.epoch && overlap {
+                // Two holders of one epoch are two owners as much as two epochs are.
+                if overlap && (a.epoch != b.epoch || wa != wb) {
                     let (first, second) = if a.epoch < b.epoch {
                         ((wa, a), (wb, b))
                     } else {
                         ((wb, b), (wa, a))
                     };
+                    let expected = if a.epoch == b.epoch {
+                        format!(
+                            "one holder of epoch {} of session {session} at a time: {} granted it only after {}'s lease expired ({} ms by the store's clock)",
+                            a.epoch, wb, wa, a.expires_at_ms
+                        )
+                    } else {
+                        format!(
+                            "epoch {} of session {session} live only after epoch {}'s lease expired ({} ms by the store's clock)",
+                            second.1.epoch, first.1.epoch, first.1.expires_at_ms
+                        )
+                    };
                     out.push(WorkerViolation {
                         invariant: WorkerInvariant::OneLiveOwner,
                         session: session.to_string(),
-                        expected: format!(
-                            "epoch {} of session {session} live only after epoch {}'s lease expired ({} ms by the store's clock)",
-                            second.1.epoch, first.1.epoch, first.1.expires_at_ms
-                        ),
+                        expected,
                         found: format!(
                             "two live owners from {} to {} ms",
                             a.granted_at_ms.max(b.granted_at_ms),
@@ -582,6 +609,39 @@ mod tests {
     }
 
     #[test]
+    fn a_write_in_flight_across_a_cut_is_named_when_accepted() {
+        let history = [
+            granted("w0", grant(1, 0, 10)),
+            WorkerEvent::Partitioned {
+                worker: "w0".into(),
+            },
+            WorkerEvent::InFlight {
+                worker: "w0".into(),
+                session: "s0".into(),
+            },
+            granted("w1", grant(2, 20, 30)),
+            WorkerEvent::Healed {
+                worker: "w0".into(),
+            },
+            replied(
+                "w0",
+                WorkerReply::Acked {
+                    epoch: 1,
+                    seq: 4,
+                    what: "effect_committed".into(),
+                },
+            ),
+        ];
+        let v = fenced_epoch_refused(&history);
+        assert!(
+            v[0].found.contains(
+                "acknowledged effect_committed at seq 4 (sent while its link was cut, before the takeover)"
+            ),
+            "{v:?}"
+        );
+    }
+
+    #[test]
     fn overlapping_grants_of_two_epochs_are_two_live_owners() {
         let apart = [
             granted("w0", grant(1, 0, 10)),
@@ -595,6 +655,27 @@ mod tests {
         let v = one_live_owner(&overlapping);
         assert_eq!(v.len(), 1);
         assert!(v[0].found.contains("from 9 to 10 ms"), "{v:?}");
+    }
+
+    #[test]
+    fn two_holders_of_the_same_epoch_are_two_live_owners() {
+        // One holder renewing its own epoch: one owner.
+        let renewed = [
+            granted("w0", grant(1, 0, 10)),
+            granted("w0", grant(1, 5, 15)),
+        ];
+        assert!(one_live_owner(&renewed).is_empty());
+        let shared = [
+            granted("w0", grant(1, 0, 10)),
+            granted("w1", grant(1, 5, 15)),
+        ];
+        let v = one_live_owner(&shared);
+        assert_eq!(v.len(), 1, "{v:?}");
+        assert!(
+            v[0].expected.starts_with("one holder of epoch 1 of session s0 at a time: w1 granted it only after w0's lease expired (10 ms"),
+            "{v:?}"
+        );
+        assert!(v[0].found.contains("from 5 to 10 ms"), "{v:?}");
     }
 
     #[test]

@@ -18,11 +18,16 @@ use crate::{backend, bad_input, check_fault, failed, Failure, EXECUTION, EXIT_ST
       two workers share agentstore's sessions; every pause and kill plan
   agentchaos workers --plan kill@2+pause@1 --workers 3
       one plan: kill the owner after its second write, then pause the heir after its first
+  agentchaos workers --plan pause@3~2 --ttl-ms 300,5000
+      pause w0 after its third write; it wakes after the heir's second, while the heir
+      (w1, a lease of 5 s) is mid-session
   agentchaos workers --postgres --store-fault no-epoch-check
       the PostgreSQL store without fencing, on a private cluster: the takeovers catch it")]
 pub(crate) struct WorkersCli {
     /// One plan: `none`, or strikes joined by `+`, each at the first session's owner of the
-    /// moment, after its K-th write since its grant: `pause@K`, `kill@K`; with --postgres also
+    /// moment, after its K-th write since its grant: `pause@K` (woken once the session is
+    /// finished), `pause@K~J` (woken after the heir's J-th write), `kill@K`, `restart@K` (killed
+    /// and started again under the same worker id); with --postgres also
     /// `db-crash:MODEL@K` (crash the database server, MODEL immediate, kill or kill-frozen, and
     /// restart it) and `partition@K` (cut the owner's own link to the database until another
     /// worker took over; needs root and iproute2). Without it: a pause and a kill after every
@@ -36,9 +41,10 @@ pub(crate) struct WorkersCli {
     /// Sessions they serve, spread round-robin over the workers.
     #[arg(long, default_value_t = 2, help_heading = WHAT)]
     sessions: usize,
-    /// The lease's ttl, in milliseconds of the store's clock.
-    #[arg(long, default_value_t = 300, help_heading = WHAT)]
-    ttl_ms: u64,
+    /// The lease's ttl, in milliseconds of the store's clock; a list (`300,5000`) gives
+    /// worker i the i-th, the last one to the rest.
+    #[arg(long, value_name = "MS[,MS…]", default_value = "300", help_heading = WHAT)]
+    ttl_ms: String,
     /// Run the store with this fault: agentstore's (see `agentchaos faults`), or with
     /// --postgres the PostgreSQL store's (`agentstore-pg adapter --fault NAME`).
     #[arg(long, value_name = "NAME", conflicts_with = "adapter", help_heading = STORE)]
@@ -140,6 +146,17 @@ pub(crate) fn run_workers(w: WorkersCli) -> Result<ExitCode, Failure> {
     } else {
         check_fault(&w.store_fault)?;
     }
+    let ttl_ms = w
+        .ttl_ms
+        .split(',')
+        .map(|t| t.trim().parse::<u64>())
+        .collect::<Result<Vec<u64>, _>>()
+        .map_err(|_| {
+            bad_input(format!(
+                "--ttl-ms {:?}: not milliseconds, or a list of them joined by commas (300,5000)",
+                w.ttl_ms
+            ))
+        })?;
     if w.workers < 2 || w.sessions < 1 {
         return Err(bad_input(
             "--workers must be at least 2 and --sessions at least 1",
@@ -232,7 +249,7 @@ pub(crate) fn run_workers(w: WorkersCli) -> Result<ExitCode, Failure> {
             .map_err(|e| failed(format!("cannot find my own binary: {e}")))?,
         workers: w.workers,
         sessions: w.sessions,
-        ttl_ms: w.ttl_ms,
+        ttl_ms,
         store,
     };
     let scratch = w.scratch.unwrap_or_else(std::env::temp_dir);
@@ -254,7 +271,7 @@ pub(crate) fn run_workers(w: WorkersCli) -> Result<ExitCode, Failure> {
         },
         cfg.workers,
         cfg.sessions,
-        cfg.ttl_ms,
+        cfg.ttls(),
         plans.len()
     );
     let started = std::time::Instant::now();
