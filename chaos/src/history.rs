@@ -211,6 +211,11 @@ pub enum WorkerEvent {
     Killed {
         worker: String,
     },
+    /// `worker` (killed just before) was started again under the same id:
+    /// a new process, a new holder.
+    Restarted {
+        worker: String,
+    },
     /// The database server was crashed (`model`: a
     /// [`crate::nemesis::database::DatabaseCrash`]'s name) and restarted.
     DatabaseCrashed {
@@ -220,9 +225,22 @@ pub enum WorkerEvent {
     Partitioned {
         worker: String,
     },
+    /// `worker` was sent a write of `session` while its link was cut: its
+    /// reply comes after the heal.
+    InFlight {
+        worker: String,
+        session: String,
+    },
     /// `worker`'s link to the database was healed.
     Healed {
         worker: String,
+    },
+    /// The harness stopped driving `session` before its workload was
+    /// done because of `strike` (a plan element, `db-crash:kill@4`): `why`.
+    GaveUp {
+        session: String,
+        strike: String,
+        why: String,
     },
     /// `session`'s log as the store served it after the trial, every
     /// worker gone and its last lease expired.

@@ -105,6 +105,22 @@ fn lease_ignores_expiry_is_caught_by_one_live_owner() {
 }
 
 #[test]
+fn lease_same_epoch_is_caught_by_one_live_owner() {
+    // The heir is granted the paused owner's live lease (5 s, per worker)
+    // at its own epoch: two holders of epoch 1, neither fenced.
+    let out = caught(
+        "lease-same-epoch",
+        "pause@2",
+        "one-live-owner",
+        &["--ttl-ms", "5000,300"],
+    );
+    assert!(
+        out.contains("expected: one holder of epoch 1 of session s0 at a time: w1 granted it only after w0's lease expired"),
+        "{out}"
+    );
+}
+
+#[test]
 fn through_the_adapter_the_same_store_passes_and_its_fault_is_caught() {
     let exe = env!("CARGO_BIN_EXE_agentchaos");
     let adapter = format!("{exe} reference-adapter");
@@ -161,6 +177,115 @@ fn takeover_truncates_tail_is_caught_by_acked_survive_takeover_and_replays() {
 }
 
 #[test]
+fn a_store_that_refuses_every_leased_write_fails_work_completes() {
+    // No strike needed: the first owner is refused from its first write on.
+    let out = caught("refuse-leased-writes", "none", "work-completes", &[]);
+    assert!(
+        out.contains("found:    the store refused w0's run_started with fenced, no one else holding the session; 0 of 3 effects applied (op-s0-0, op-s0-1, op-s0-2 missing)"),
+        "{out}"
+    );
+    assert!(
+        out.contains("expected: session s0's workload finished by its final owner w0 (epoch 1)"),
+        "{out}"
+    );
+}
+
+#[test]
+fn a_strike_that_never_fires_is_not_exercised_never_a_pass() {
+    // A session's workload is 17 writes and its done: step 40 never comes.
+    let (code, out) = workers(&["--plan", "pause@40", "--sessions", "1"]);
+    assert_eq!(code, 2, "{out}");
+    assert!(
+        out.contains("NOT EXERCISED pause@40: pause@40 never fired: session s0 ended after 18 step(s) of its owner w0, before its step 40"),
+        "{out}"
+    );
+    assert!(out.contains("strikes fired/planned: pause 0/1"), "{out}");
+    assert!(out.contains("0 violation(s), 1 not exercised"), "{out}");
+    let last = out.trim().lines().last().unwrap();
+    assert!(
+        last.starts_with("agentchaos: workers: no plan was exercised"),
+        "{out}"
+    );
+    // A second strike after one that never fired is named as such.
+    let (code, out) = workers(&["--plan", "kill@30+kill@1"]);
+    assert_eq!(code, 2, "{out}");
+    assert!(
+        out.contains(
+            "NOT EXERCISED kill@30+kill@1: kill@1 never fired: kill@30 before it never fired"
+        ),
+        "{out}"
+    );
+}
+
+#[test]
+fn each_strike_records_what_it_hit_in_the_scorecard_and_the_json_report() {
+    let dir = tempfile::tempdir().unwrap();
+    let json = dir.path().join("workers.json");
+    let (code, out) = workers(&["--plan", "kill@3+pause@2", "--json", json.to_str().unwrap()]);
+    assert_eq!(code, 0, "{out}");
+    assert!(out.contains("strikes fired 2/2"), "{out}");
+    assert!(
+        out.contains("strikes fired/planned: kill 1/1 · pause 1/1"),
+        "{out}"
+    );
+    let report: serde_json::Value =
+        serde_json::from_str(&std::fs::read_to_string(&json).unwrap()).unwrap();
+    let trial = &report["trials"][0];
+    assert_eq!(trial["verdict"], "pass", "{report}");
+    assert_eq!(trial["strikes"][0]["strike"], "kill@3", "{report}");
+    assert_eq!(trial["strikes"][0]["fired"], true, "{report}");
+    assert_eq!(
+        trial["strikes"][0]["what"],
+        "killed w0 after its step 3 of s0; w1 took its 1 session(s) over",
+        "{report}"
+    );
+    assert_eq!(
+        trial["strikes"][1]["what"], "paused w1 after its step 2 of s0; w2 took it over",
+        "{report}"
+    );
+    assert_eq!(report["strikes"]["pause"]["fired"], 1, "{report}");
+    assert_eq!(report["not_exercised"], 0, "{report}");
+}
+
+#[test]
+fn an_overlapping_pause_wakes_the_zombie_while_the_heir_is_mid_session() {
+    // Paused before its commit; it wakes after the heir's first write. The
+    // heir's lease is long (5 s, per worker), so the zombie, fenced and
+    // closed early, is refused when it asks for the session again.
+    let ttls = ["--ttl-ms", "300,5000"];
+    let (code, out) = workers(&["--plan", "pause@4~1", ttls[0], ttls[1]]);
+    assert_eq!(code, 0, "{out}");
+    assert!(
+        out.contains("pause@4~1 1 takeover(s), 1 write(s) fenced"),
+        "{out}"
+    );
+    let out = caught("no-epoch-check", "pause@4~1", "fenced-epoch-refused", &ttls);
+    assert!(out.contains("--ttl-ms 300,5000"), "{out}");
+    // A fenced close that ends the heir's live lease lets the zombie in.
+    let out = caught(
+        "fenced-close-releases",
+        "pause@4~1",
+        "one-live-owner",
+        &ttls,
+    );
+    assert!(out.contains("w0 holds epoch 3"), "{out}");
+}
+
+#[test]
+fn a_restarted_worker_takes_its_session_back_under_the_same_id() {
+    let out = caught(
+        "takeover-without-recovery",
+        "restart@3",
+        "takeover-marks-orphans",
+        &[],
+    );
+    assert!(out.contains("before w0 acts at epoch 2"), "{out}");
+    let (code, passed) = workers(&["--plan", "restart@3"]);
+    assert_eq!(code, 0, "{passed}");
+    assert!(passed.contains("restart@3 1 takeover(s)"), "{passed}");
+}
+
+#[test]
 fn bad_usage_is_one_line_and_exit_2() {
     for (args, says) in [
         (vec!["--plan", "stop@1"], "--plan: worker plan \"stop@1\""),
@@ -183,6 +308,18 @@ fn bad_usage_is_one_line_and_exit_2() {
         ),
         (vec!["--postgres", "--adapter", "x"], "cannot be used with"),
         (vec!["--workers", "1"], "--workers must be at least 2"),
+        (
+            vec!["--ttl-ms", "300,x"],
+            "--ttl-ms \"300,x\": not milliseconds",
+        ),
+        (
+            vec!["--plan", "kill@3~1"],
+            "--plan: worker plan \"kill@3~1\"",
+        ),
+        (
+            vec!["--json", "/nonexistent/dir/w.json"],
+            "--json /nonexistent/dir/w.json: cannot create",
+        ),
         (
             vec!["--store-fault", "nope"],
             "--store-fault \"nope\" names no fault",

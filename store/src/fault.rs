@@ -96,6 +96,12 @@ pub enum Fault {
     LeaseIgnoresExpiry,
     /// A takeover cuts the log's last line (the previous owner's last acknowledged event) before its recovery.
     TakeoverTruncatesTail,
+    /// Every write of a lease holder is refused with `fenced`, its epoch current or not: nothing is ever written under a lease.
+    RefuseLeasedWrites,
+    /// Acquiring a live lease grants it again at the same epoch: two workers hold one epoch, and both write.
+    LeaseSameEpoch,
+    /// Closing a fenced handle ends the current owner's lease (its expiry set to now): the next worker takes over a live owner's session at once.
+    FencedCloseReleases,
     /// Opening for writing takes the file's size for the end of the log: appends land after the pre-allocated zeros, which then sit between acknowledged lines.
     AppendAfterPreallocation,
     /// A blob is read back without checking its size and digest: a damaged blob is served as it is.
@@ -320,6 +326,21 @@ impl Fault {
             "every event acknowledged to the previous owner survives a takeover (agentchaos workers)",
         ),
         (
+            Fault::RefuseLeasedWrites,
+            "refuse-leased-writes",
+            "the current lease holder's writes are accepted (agentchaos workers)",
+        ),
+        (
+            Fault::LeaseSameEpoch,
+            "lease-same-epoch",
+            "a live lease is never granted again, not even at its own epoch (agentchaos workers)",
+        ),
+        (
+            Fault::FencedCloseReleases,
+            "fenced-close-releases",
+            "a fenced worker's close leaves the current owner's lease alone (agentchaos workers)",
+        ),
+        (
             Fault::AppendAfterPreallocation,
             "append-after-preallocation",
             "a reopened log is appended at its last line, not after the zeros pre-allocated past it",
@@ -358,6 +379,9 @@ impl Fault {
         Fault::TakeoverWithoutRecovery,
         Fault::LeaseIgnoresExpiry,
         Fault::TakeoverTruncatesTail,
+        Fault::RefuseLeasedWrites,
+        Fault::LeaseSameEpoch,
+        Fault::FencedCloseReleases,
     ];
 
     /// The faults the power-loss nemesis (`agentchaos run --nemesis powerloss`) catches and kill campaigns do

@@ -132,7 +132,8 @@ pub(crate) fn decide(
     let current = LeaseRecord::read(paths)?;
     if let Some(c) = &current {
         // lease-ignores-expiry: broken on purpose, a leased open takes over a live lease.
-        let ignore = request.is_some() && fault::active(Fault::LeaseIgnoresExpiry);
+        let ignore = request.is_some()
+            && (fault::active(Fault::LeaseIgnoresExpiry) || fault::active(Fault::LeaseSameEpoch));
         if c.is_live(now) && !ignore {
             return Err(Error::LeaseHeld {
                 id: paths.id().to_string(),
@@ -143,7 +144,14 @@ pub(crate) fn decide(
             });
         }
     }
-    let epoch = current.as_ref().map_or(1, |c| c.epoch + 1);
+    let epoch = match &current {
+        // lease-same-epoch: broken on purpose, a live lease is shared at its epoch.
+        Some(c) if c.is_live(now) && request.is_some() && fault::active(Fault::LeaseSameEpoch) => {
+            c.epoch
+        }
+        Some(c) => c.epoch + 1,
+        None => 1,
+    };
     match request {
         Some(r) => {
             let record = LeaseRecord {

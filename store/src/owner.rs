@@ -160,6 +160,17 @@ impl Session {
         });
         // The handle keeps its epoch: it writes on only until a takeover.
         match released {
+            Err(Error::Fenced { .. }) if fault::active(Fault::FencedCloseReleases) => {
+                // Broken on purpose: the fenced handle ends its successor's lease.
+                if let Some(current) = LeaseRecord::read(self.paths())? {
+                    LeaseRecord {
+                        expires_at_ms: now_ms(),
+                        ..current
+                    }
+                    .write(self.paths())?;
+                }
+                Ok(())
+            }
             Err(Error::Fenced { .. }) => Ok(()),
             other => other,
         }

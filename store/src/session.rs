@@ -614,6 +614,15 @@ impl Session {
             return Ok(()); // Broken on purpose: a taken-over owner writes on.
         }
         let current = LeaseRecord::read(self.paths())?;
+        if fault::active(Fault::RefuseLeasedWrites) {
+            // Broken on purpose: the current owner is refused as if fenced.
+            return Err(Error::Fenced {
+                id: self.paths().id().to_string(),
+                held,
+                current: current.as_ref().map_or(0, |c| c.epoch),
+                worker_id: current.map(|c| c.worker_id).unwrap_or_default(),
+            });
+        }
         match current {
             Some(c) if c.epoch == held => Ok(()),
             other => Err(Error::Fenced {

@@ -44,6 +44,9 @@ pub enum WorkerCommand {
     Step { session: String },
     /// Renew the lease of `session`.
     Renew { session: String },
+    /// Close `session` now (a fenced worker stops acting for it): its
+    /// handle goes, and a live lease of its own is released.
+    Close { session: String },
 }
 
 /// One reply to the harness.
@@ -78,6 +81,8 @@ pub enum WorkerReply {
     },
     /// The session's workload is complete.
     Done,
+    /// The session was closed.
+    Closed,
     /// The worker cannot go on with the session (a refusal other than
     /// `fenced`, or a position it cannot resume from).
     Failed { what: String, message: String },
@@ -134,6 +139,12 @@ fn call_id(i: usize) -> String {
 
 fn operation_id(session: &str, i: usize) -> String {
     format!("op-{session}-{i}")
+}
+
+/// The operation ids of `session`'s workload, each to be applied to the
+/// world once.
+pub fn workload_operations(session: &str) -> Vec<String> {
+    (0..CALLS).map(|i| operation_id(session, i)).collect()
 }
 
 /// One write of the workload.
@@ -334,6 +345,16 @@ impl<'a> Worker<'a> {
         match command {
             WorkerCommand::Acquire { session } => self.acquire(session),
             WorkerCommand::Step { session } => self.step(&session),
+            WorkerCommand::Close { session } => match self.owned.remove(&session) {
+                Some(o) => match o.store.close() {
+                    Ok(()) => WorkerReply::Closed,
+                    Err(e) => refused("close", o.epoch, e),
+                },
+                None => WorkerReply::Failed {
+                    what: "close".into(),
+                    message: format!("this worker does not own session {session}"),
+                },
+            },
             WorkerCommand::Renew { session } => match self.owned.get_mut(&session) {
                 Some(o) => match o.store.renew_lease() {
                     Ok(grant) => WorkerReply::Renewed { grant },

@@ -66,16 +66,36 @@ pub struct WorkersConfig {
     pub exe: PathBuf,
     pub workers: usize,
     pub sessions: usize,
-    pub ttl_ms: u64,
+    /// The lease ttl of each worker, by index; the last one for the rest.
+    pub ttl_ms: Vec<u64>,
     pub store: SharedStore,
 }
 
 impl WorkersConfig {
+    /// The lease ttl of worker `index`.
+    pub fn ttl_of(&self, index: usize) -> u64 {
+        let last = self.ttl_ms.len().saturating_sub(1);
+        self.ttl_ms.get(index.min(last)).copied().unwrap_or(0)
+    }
+
+    /// The longest lease any worker asks for.
+    pub fn longest_ttl(&self) -> u64 {
+        self.ttl_ms.iter().copied().max().unwrap_or(0)
+    }
+
+    /// The ttls as `--ttl-ms` spells them: `300` or `300,5000`.
+    pub fn ttls(&self) -> String {
+        let ttls: Vec<String> = self.ttl_ms.iter().map(u64::to_string).collect();
+        ttls.join(",")
+    }
+
     /// The one-line command that replays `plan`.
     pub fn replay(&self, plan: &WorkerPlan) -> String {
         let mut line = format!(
             "agentchaos workers --plan {plan} --workers {} --sessions {} --ttl-ms {}",
-            self.workers, self.sessions, self.ttl_ms
+            self.workers,
+            self.sessions,
+            self.ttls()
         );
         match &self.store {
             SharedStore::InProcess { fault } => {
@@ -181,9 +201,30 @@ pub enum WorkersError {
 #[derive(Debug, Clone)]
 pub struct WorkersTrial {
     pub plan: WorkerPlan,
+    /// Each planned strike, in the plan's order: whether it fired.
+    pub strikes: Vec<StrikeRecord>,
     pub history: Vec<WorkerEvent>,
     pub effects: Vec<AppliedEffect>,
     pub violations: Vec<WorkerViolation>,
+}
+
+impl WorkersTrial {
+    /// Whether every planned strike fired (a plan without strikes has
+    /// nothing to miss).
+    pub fn exercised(&self) -> bool {
+        self.strikes.iter().all(|s| s.fired)
+    }
+}
+
+/// What became of one planned strike.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct StrikeRecord {
+    pub strike: Strike,
+    /// As the plan spells it: `pause@3`.
+    pub label: String,
+    pub fired: bool,
+    /// What it hit when it fired, or why it never did.
+    pub what: String,
 }
 
 /// Steps in one session's workload, start to finish on one owner.
@@ -194,7 +235,8 @@ pub fn steps_per_session() -> usize {
 
 /// Every plan the default campaign runs: a pause and a kill after each
 /// step of the first session's owner, then a kill and a pause whose heir
-/// is killed in its own second life of the session.
+/// is killed in its own second life of the session, three pauses whose
+/// zombie wakes while the heir is mid-session, and two restarts.
 pub fn every_plan() -> Vec<WorkerPlan> {
     let mut plans: Vec<WorkerPlan> = (0..steps_per_session())
         .flat_map(|k| {
@@ -209,6 +251,10 @@ pub fn every_plan() -> Vec<WorkerPlan> {
     for first in [Strike::Kill, Strike::Pause] {
         plans.push(WorkerPlan::one(first, 3).then(Strike::Kill, 3));
     }
+    // Paused before an effect, its commit and a result, woken after the
+    // heir's first write (mid-session); restarted under the same id.
+    plans.extend((3..6).map(|k| WorkerPlan::one(Strike::PauseUntil(1), k)));
+    plans.extend([3, 5].map(|k| WorkerPlan::one(Strike::Restart, k)));
     plans
 }
 
@@ -263,7 +309,7 @@ impl Worker {
         args.push("--world".into());
         args.push(dirs.world.display().to_string());
         args.extend(["--worker-id".into(), id.clone()]);
-        args.extend(["--ttl-ms".into(), cfg.ttl_ms.to_string()]);
+        args.extend(["--ttl-ms".into(), cfg.ttl_of(index).to_string()]);
         let adapter = match (&cfg.store, &db) {
             (SharedStore::Adapter(a), _) => Some(a.clone()),
             (_, Some(db)) => Some(db.worker_adapter()),
@@ -345,37 +391,59 @@ impl Worker {
         })
     }
 
-    fn call(&mut self, command: &WorkerCommand) -> Result<WorkerReply, WorkersError> {
+    fn broken(&self, what: String) -> WorkersError {
+        WorkersError::Harness(format!(
+            "worker {}: {what}; its stderr ends: {}",
+            self.id,
+            last_line(&self.stderr)
+        ))
+    }
+
+    /// Sends `command` without waiting for its reply ([`Worker::receive`]).
+    fn send(&mut self, command: &WorkerCommand) -> Result<(), WorkersError> {
         let mut line = serde_json::to_vec(command).expect("a command serializes");
         line.push(b'\n');
-        let (id, stderr) = (self.id.clone(), self.stderr.clone());
-        let broken = move |what: String| {
-            WorkersError::Harness(format!(
-                "worker {id}: {what}; its stderr ends: {}",
-                last_line(&stderr)
-            ))
-        };
         if let Err(e) = self
             .stdin
             .write_all(&line)
             .and_then(|()| self.stdin.flush())
         {
-            return Err(broken(format!("cannot send {command:?}: {e}")));
+            return Err(self.broken(format!("cannot send {command:?}: {e}")));
         }
+        Ok(())
+    }
+
+    /// The reply to `command`, sent before.
+    fn receive(&mut self, command: &WorkerCommand) -> Result<WorkerReply, WorkersError> {
         let reply = match self.lines.recv_timeout(REPLY_TIMEOUT) {
             Ok(Ok(line)) => line,
-            Ok(Err(e)) => return Err(broken(format!("cannot read its reply: {e}"))),
+            Ok(Err(e)) => return Err(self.broken(format!("cannot read its reply: {e}"))),
             Err(RecvTimeoutError::Timeout) => {
-                return Err(broken(format!(
+                return Err(self.broken(format!(
                     "no reply to {command:?} within {}s",
                     REPLY_TIMEOUT.as_secs()
                 )))
             }
             Err(RecvTimeoutError::Disconnected) => {
-                return Err(broken(format!("it exited before replying to {command:?}")))
+                return Err(self.broken(format!("it exited before replying to {command:?}")))
             }
         };
-        serde_json::from_str(&reply).map_err(|e| broken(format!("unreadable reply {reply:?}: {e}")))
+        serde_json::from_str(&reply)
+            .map_err(|e| self.broken(format!("unreadable reply {reply:?}: {e}")))
+    }
+
+    /// A reply already there: a request in flight was answered.
+    fn answered(&mut self) -> Option<String> {
+        match self.lines.try_recv() {
+            Ok(Ok(line)) => Some(line),
+            Ok(Err(e)) => Some(format!("(unreadable: {e})")),
+            Err(_) => None,
+        }
+    }
+
+    fn call(&mut self, command: &WorkerCommand) -> Result<WorkerReply, WorkersError> {
+        self.send(command)?;
+        self.receive(command)
     }
 }
 
@@ -512,8 +580,10 @@ fn trial_in(
         history: Vec::new(),
         states: vec![State::Running; workers.len()],
         workers,
+        struck: Vec::new(),
     };
     let result = run.drive(&plan);
+    let strikes = std::mem::take(&mut run.struck);
     let mut history = std::mem::take(&mut run.history);
     let states = std::mem::take(&mut run.states);
     for (w, state) in std::mem::take(&mut run.workers).into_iter().zip(states) {
@@ -533,6 +603,7 @@ fn trial_in(
     let violations = check(&history, &effects);
     Ok(WorkersTrial {
         plan,
+        strikes,
         history,
         effects,
         violations,
@@ -553,7 +624,7 @@ fn final_log(
         session: session.to_string(),
         workspace: dirs.workspace.clone(),
     };
-    let deadline = Instant::now() + Duration::from_millis(cfg.ttl_ms) + REPLY_TIMEOUT;
+    let deadline = Instant::now() + Duration::from_millis(cfg.longest_ttl()) + REPLY_TIMEOUT;
     let final_log = |log| WorkerEvent::Final {
         session: session.to_string(),
         log,
@@ -594,6 +665,8 @@ struct Run<'a> {
     history: Vec<WorkerEvent>,
     workers: Vec<Worker>,
     states: Vec<State>,
+    /// The plan's strikes so far, and at the end those that never fired.
+    struck: Vec<StrikeRecord>,
 }
 
 impl Run<'_> {
@@ -711,7 +784,7 @@ impl Run<'_> {
     }
 
     fn drive(&mut self, plan: &WorkerPlan) -> Result<(), WorkersError> {
-        let ttl_ms = self.cfg.ttl_ms;
+        let ttl_ms = self.cfg.longest_ttl();
         let mut sessions: Vec<Served> = (0..self.cfg.sessions)
             .map(|i| Served {
                 name: session_name(i),
@@ -723,10 +796,10 @@ impl Run<'_> {
         for s in &sessions {
             self.acquire(s.owner, &s.name, false, ttl_ms)?;
         }
-        let mut strikes = plan.strikes().iter();
-        let mut next = strikes.next().copied();
-        // Paused owners of the first session, woken once it is finished.
-        let mut zombies = Vec::new();
+        let planned = plan.strikes();
+        // Paused owners of the first session: woken after the J-th step of
+        // the owner of the moment (`pause@K~J`), else once it is finished.
+        let mut zombies: Vec<(usize, Option<usize>)> = Vec::new();
         let mut rounds = 0;
         while sessions.iter().any(|s| !s.finished) {
             rounds += 1;
@@ -740,12 +813,32 @@ impl Run<'_> {
                 if sessions[i].finished || self.states[sessions[i].owner] != State::Running {
                     continue;
                 }
-                if let Some((strike, _)) = next.filter(|&(_, k)| i == 0 && sessions[0].steps == k) {
-                    next = strikes.next().copied();
-                    let later = first_crash(strikes.as_slice());
-                    if let Some(zombie) = self.strike(strike, later, &mut sessions)? {
-                        zombies.push(zombie);
+                if i == 0 && zombies.iter().any(|&(_, j)| j == Some(sessions[0].steps)) {
+                    // The paused owner wakes while the heir is mid-session.
+                    let (due, rest) = zombies
+                        .into_iter()
+                        .partition(|&(_, j)| j == Some(sessions[0].steps));
+                    zombies = rest;
+                    for (zombie, _) in due {
+                        self.wake(zombie, true, &mut sessions)?;
                     }
+                }
+                let next = planned.get(self.struck.len()).copied();
+                if let Some((strike, _)) = next.filter(|&(_, k)| i == 0 && sessions[0].steps == k) {
+                    let label = plan.label(self.struck.len());
+                    let later = first_crash(&planned[self.struck.len() + 1..]);
+                    let (zombie, hit) = self.strike(strike, &label, later, &mut sessions)?;
+                    let wake = match strike {
+                        Strike::PauseUntil(j) => Some(j),
+                        _ => None,
+                    };
+                    zombies.extend(zombie.map(|z| (z, wake)));
+                    self.struck.push(StrikeRecord {
+                        strike,
+                        label,
+                        fired: true,
+                        what: hit,
+                    });
                     continue;
                 }
                 let (owner, name) = (sessions[i].owner, sessions[i].name.clone());
@@ -754,16 +847,92 @@ impl Run<'_> {
                 sessions[i].finished = !more;
                 if i == 0 && !more {
                     // The zombie writers go on where they were paused.
-                    for zombie in std::mem::take(&mut zombies) {
-                        self.workers[zombie].signal(Signal::SIGCONT)?;
-                        self.states[zombie] = State::Running;
-                        self.history.push(WorkerEvent::Resumed {
-                            worker: self.workers[zombie].id.clone(),
-                        });
-                        self.finish(zombie, &name)?;
+                    for (zombie, wake) in std::mem::take(&mut zombies) {
+                        self.wake(zombie, wake.is_some(), &mut sessions)?;
                     }
                 }
             }
+        }
+        // The strikes left never fired: the session ended first.
+        let ended = format!(
+            "session {} ended after {} step(s) of its owner {}",
+            sessions[0].name, sessions[0].steps, self.workers[sessions[0].owner].id
+        );
+        let first_missed = self.struck.len();
+        for (i, &(strike, k)) in planned.iter().enumerate().skip(first_missed) {
+            let what = if i == first_missed {
+                format!("{ended}, before its step {k}")
+            } else {
+                format!("{} before it never fired", plan.label(first_missed))
+            };
+            self.struck.push(StrikeRecord {
+                strike,
+                label: plan.label(i),
+                fired: false,
+                what,
+            });
+        }
+        Ok(())
+    }
+
+    /// SIGCONTs a paused owner of the first session: the zombie writes on
+    /// there until the store stops it; `close_early` (`pause@K~J`): once
+    /// fenced, it closes the session and asks for it again at once.
+    fn wake(
+        &mut self,
+        zombie: usize,
+        close_early: bool,
+        sessions: &mut [Served],
+    ) -> Result<(), WorkersError> {
+        let session = sessions[0].name.clone();
+        self.workers[zombie].signal(Signal::SIGCONT)?;
+        self.states[zombie] = State::Running;
+        self.history.push(WorkerEvent::Resumed {
+            worker: self.workers[zombie].id.clone(),
+        });
+        self.finish(zombie, &session)?;
+        if close_early {
+            self.close_if_fenced(zombie, sessions)?;
+        }
+        Ok(())
+    }
+
+    /// A worker whose last reply for the first session was `fenced` closes
+    /// it at once (it stops acting there) and asks for it again without
+    /// waiting: while the owner of the moment holds a live lease the store
+    /// refuses (`lease_held`); a grant (that lease expired by the store's
+    /// clock) makes it the session's owner, to finish the workload.
+    fn close_if_fenced(
+        &mut self,
+        worker: usize,
+        sessions: &mut [Served],
+    ) -> Result<(), WorkersError> {
+        let session = sessions[0].name.clone();
+        let id = self.workers[worker].id.clone();
+        let fenced = self.history.iter().rev().find_map(|e| match e {
+            WorkerEvent::Replied {
+                worker: w,
+                session: s,
+                reply,
+            } if *w == id && *s == session => Some(matches!(reply, WorkerReply::Fenced { .. })),
+            _ => None,
+        });
+        if fenced != Some(true) {
+            return Ok(());
+        }
+        let reply = self.workers[worker].call(&WorkerCommand::Close {
+            session: session.clone(),
+        })?;
+        self.history.push(WorkerEvent::Replied {
+            worker: id,
+            session: session.clone(),
+            reply,
+        });
+        let ttl_ms = self.cfg.longest_ttl();
+        if let Ok(()) = self.acquire_or_refused(worker, &session, false, ttl_ms)? {
+            sessions[0].owner = worker;
+            sessions[0].steps = 0;
+            sessions[0].finished = false;
         }
         Ok(())
     }
@@ -784,20 +953,26 @@ impl Run<'_> {
         Ok(n)
     }
 
-    /// Carries out one strike on the first session's owner; a paused owner
-    /// is returned, to be woken once the session is finished.
+    /// Carries out one strike (`label`, as the plan spells it) on the
+    /// first session's owner: a paused owner, to be woken once the session
+    /// is finished, and what the strike hit, in words.
     /// `later`: the next database crash of the plan after this strike.
     fn strike(
         &mut self,
         strike: Strike,
+        label: &str,
         later: Option<Strike>,
         sessions: &mut [Served],
-    ) -> Result<Option<usize>, WorkersError> {
-        let ttl_ms = self.cfg.ttl_ms;
+    ) -> Result<(Option<usize>, String), WorkersError> {
+        let ttl_ms = self.cfg.longest_ttl();
         let victim = sessions[0].owner;
         let name = sessions[0].name.clone();
+        let at = format!(
+            "{} after its step {} of {name}",
+            self.workers[victim].id, sessions[0].steps
+        );
         match strike {
-            Strike::Pause => {
+            Strike::Pause | Strike::PauseUntil(_) => {
                 // Renewed now, so the lease is surely live when the heir first asks.
                 self.renew(victim, &name)?;
                 self.workers[victim].signal(Signal::SIGSTOP)?;
@@ -809,7 +984,8 @@ impl Run<'_> {
                 self.acquire(heir, &name, true, ttl_ms)?;
                 sessions[0].owner = heir;
                 sessions[0].steps = 0;
-                Ok(Some(victim))
+                let hit = format!("paused {at}; {} took it over", self.workers[heir].id);
+                Ok((Some(victim), hit))
             }
             Strike::Kill => {
                 let w = &mut self.workers[victim];
@@ -820,6 +996,7 @@ impl Run<'_> {
                     worker: w.id.clone(),
                 });
                 let heir = self.heir(victim)?;
+                let mut taken = 0;
                 for s in sessions
                     .iter_mut()
                     .filter(|s| s.owner == victim && !s.finished)
@@ -827,8 +1004,40 @@ impl Run<'_> {
                     self.acquire(heir, &s.name, true, ttl_ms)?;
                     s.owner = heir;
                     s.steps = 0;
+                    taken += 1;
                 }
-                Ok(None)
+                let hit = format!(
+                    "killed {at}; {} took its {taken} session(s) over",
+                    self.workers[heir].id
+                );
+                Ok((None, hit))
+            }
+            Strike::Restart => {
+                let id = self.workers[victim].id.clone();
+                let w = &mut self.workers[victim];
+                w.signal(Signal::SIGKILL)?;
+                let _ = w.child.wait();
+                self.history
+                    .push(WorkerEvent::Killed { worker: id.clone() });
+                // The same worker id in a new process: it waits out its
+                // predecessor's lease like any other worker.
+                let fresh = Worker::start(self.cfg, self.dirs, self.db.as_deref_mut(), victim)?;
+                self.workers[victim] = fresh;
+                self.history
+                    .push(WorkerEvent::Restarted { worker: id.clone() });
+                let mut taken = 0;
+                for s in sessions
+                    .iter_mut()
+                    .filter(|s| s.owner == victim && !s.finished)
+                {
+                    self.acquire(victim, &s.name, true, ttl_ms)?;
+                    s.steps = 0;
+                    taken += 1;
+                }
+                let hit = format!(
+                    "restarted {at} under the same id; it took its {taken} session(s) back"
+                );
+                Ok((None, hit))
             }
             Strike::DbCrash(model) => {
                 let db = self
@@ -841,8 +1050,13 @@ impl Run<'_> {
                 self.history.push(WorkerEvent::DatabaseCrashed {
                     model: model.name().to_string(),
                 });
+                let hit = format!(
+                    "crashed the database server ({}) and restarted it, {at}",
+                    model.describe()
+                );
                 // Every connection died with the server: each owner's next
                 // write shows it, and the owner asks for its session again.
+                let mut lost = 0;
                 for s in sessions.iter_mut() {
                     if s.finished || self.states[s.owner] != State::Running {
                         continue;
@@ -855,40 +1069,89 @@ impl Run<'_> {
                     match self.acquire_or_refused(s.owner, &s.name, true, ttl_ms)? {
                         Ok(()) => s.steps = 0,
                         // The store lost the session: nothing more to do there.
-                        Err(_) => s.finished = true,
+                        Err(reply) => {
+                            s.finished = true;
+                            lost += 1;
+                            self.history.push(WorkerEvent::GaveUp {
+                                session: s.name.clone(),
+                                strike: label.to_string(),
+                                why: format!(
+                                    "after the crash the store refused {} the session: {reply:?}",
+                                    self.workers[s.owner].id
+                                ),
+                            });
+                        }
                     }
                 }
-                Ok(None)
+                let hit = match lost {
+                    0 => hit,
+                    n => format!("{hit}; the store refused {n} session(s) after it"),
+                };
+                Ok((None, hit))
             }
             Strike::Partition => {
                 self.renew(victim, &name)?;
-                let net = self
-                    .db
-                    .as_deref()
-                    .and_then(|d| d.network.as_ref())
-                    .expect("checked: a partition strike has a network");
-                net.cut(victim).map_err(net_err)?;
+                let victim_id = self.workers[victim].id.clone();
+                self.network()?.cut(victim).map_err(net_err)?;
                 self.history.push(WorkerEvent::Partitioned {
-                    worker: self.workers[victim].id.clone(),
+                    worker: victim_id.clone(),
+                });
+                // Cut off, the owner keeps writing: its next write (a
+                // renewal first, before an effect) stays in flight, every
+                // packet of it dropped, while another worker takes over.
+                let write = WorkerCommand::Step {
+                    session: name.clone(),
+                };
+                self.workers[victim].send(&write)?;
+                self.history.push(WorkerEvent::InFlight {
+                    worker: victim_id.clone(),
+                    session: name.clone(),
                 });
                 let heir = self.heir(victim)?;
                 self.acquire(heir, &name, true, ttl_ms)?;
-                let net = self
-                    .db
-                    .as_deref()
-                    .and_then(|d| d.network.as_ref())
-                    .expect("checked: a partition strike has a network");
-                net.heal(victim).map_err(net_err)?;
+                if let Some(reply) = self.workers[victim].answered() {
+                    return Err(WorkersError::Harness(format!(
+                        "the cut did not act: {victim_id}'s write was answered while its link was down: {reply}"
+                    )));
+                }
+                self.network()?.heal(victim).map_err(net_err)?;
                 self.history.push(WorkerEvent::Healed {
-                    worker: self.workers[victim].id.clone(),
+                    worker: victim_id.clone(),
                 });
-                // The cut-off owner writes on: its next write must be fenced.
-                self.finish(victim, &name)?;
+                // Its old connection delivers the write now, after the
+                // takeover: judged as any write (it must be fenced).
+                let reply = self.workers[victim].receive(&write)?;
+                let more = matches!(
+                    reply,
+                    WorkerReply::Acked { .. }
+                        | WorkerReply::Applied { .. }
+                        | WorkerReply::Renewed { .. }
+                );
+                self.history.push(WorkerEvent::Replied {
+                    worker: victim_id,
+                    session: name.clone(),
+                    reply,
+                });
+                // A write the store accepted: the cut-off owner writes on.
+                if more {
+                    self.finish(victim, &name)?;
+                }
                 sessions[0].owner = heir;
                 sessions[0].steps = 0;
-                Ok(None)
+                let hit = format!(
+                    "cut the link of {at} with its next write in flight; {} took it over",
+                    self.workers[heir].id
+                );
+                Ok((None, hit))
             }
         }
+    }
+
+    fn network(&self) -> Result<&Partition, WorkersError> {
+        self.db
+            .as_deref()
+            .and_then(|d| d.network.as_ref())
+            .ok_or_else(|| WorkersError::Harness("a partition needs the network namespaces".into()))
     }
 
     /// `worker` renews its lease of `session` (recorded).

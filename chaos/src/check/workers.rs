@@ -9,7 +9,7 @@ use std::collections::BTreeMap;
 use agentchaos_protocol::event::{Phase, Record};
 use agentchaos_protocol::message::LeaseGrant;
 
-use crate::agent::worker::{AppliedEffect, WorkerReply};
+use crate::agent::worker::{workload_operations, AppliedEffect, WorkerReply};
 use crate::history::{FinalLog, WorkerEvent};
 
 /// The invariants, by stable name.
@@ -31,15 +31,21 @@ pub enum WorkerInvariant {
     /// order, at every later grant and in the final log: after every
     /// takeover and every database crash.
     AckedSurviveTakeover,
+    /// Every session's workload is done: its final owner's writes all
+    /// acknowledged up to its `done`, every effect of the workload applied
+    /// (at least once: more is effect-once-across-workers'), unless the
+    /// history names the strike that stopped it.
+    WorkCompletes,
 }
 
 impl WorkerInvariant {
-    pub const ALL: [WorkerInvariant; 5] = [
+    pub const ALL: [WorkerInvariant; 6] = [
         WorkerInvariant::FencedEpochRefused,
         WorkerInvariant::OneLiveOwner,
         WorkerInvariant::EffectOnceAcrossWorkers,
         WorkerInvariant::TakeoverMarksOrphans,
         WorkerInvariant::AckedSurviveTakeover,
+        WorkerInvariant::WorkCompletes,
     ];
 
     pub fn name(self) -> &'static str {
@@ -49,6 +55,7 @@ impl WorkerInvariant {
             WorkerInvariant::EffectOnceAcrossWorkers => "effect-once-across-workers",
             WorkerInvariant::TakeoverMarksOrphans => "takeover-marks-orphans",
             WorkerInvariant::AckedSurviveTakeover => "acked-survive-takeover",
+            WorkerInvariant::WorkCompletes => "work-completes",
         }
     }
 }
@@ -71,6 +78,7 @@ pub fn check(history: &[WorkerEvent], effects: &[AppliedEffect]) -> Vec<WorkerVi
     out.extend(effect_once_across_workers(effects));
     out.extend(takeover_marks_orphans(history));
     out.extend(acked_survive_takeover(history));
+    out.extend(work_completes(history, effects));
     out
 }
 
@@ -95,8 +103,13 @@ fn fenced_epoch_refused(history: &[WorkerEvent]) -> Vec<WorkerViolation> {
     let mut out: Vec<WorkerViolation> = Vec::new();
     // One violation per fenced owner: its first accepted write, the rest counted.
     let mut reported: BTreeMap<(&str, &str, u64), usize> = BTreeMap::new();
+    // Workers with a write in flight across a cut link, by session.
+    let mut in_flight: std::collections::BTreeSet<(&str, &str)> = Default::default();
     for event in history {
         match event {
+            WorkerEvent::InFlight { worker, session } => {
+                in_flight.insert((worker, session));
+            }
             WorkerEvent::Granted {
                 worker,
                 session,
@@ -132,11 +145,15 @@ fn fenced_epoch_refused(history: &[WorkerEvent]) -> Vec<WorkerViolation> {
                     )),
                     _ => None,
                 };
-                let (Some((epoch, what)), Some((current, taken))) =
+                let sent_cut_off = in_flight.remove(&(worker.as_str(), session.as_str()));
+                let (Some((epoch, mut what)), Some((current, taken))) =
                     (accepted, latest.get(session.as_str()))
                 else {
                     continue;
                 };
+                if sent_cut_off {
+                    what.push_str(" (sent while its link was cut, before the takeover)");
+                }
                 if epoch < *current {
                     if let Some(&at) = reported.get(&(session.as_str(), worker.as_str(), epoch)) {
                         out[at].events.push(format!("then {worker}: {what}"));
@@ -161,9 +178,14 @@ fn fenced_epoch_refused(history: &[WorkerEvent]) -> Vec<WorkerViolation> {
 }
 
 fn one_live_owner(history: &[WorkerEvent]) -> Vec<WorkerViolation> {
-    // Every interval the store granted, per session: (worker, grant).
-    let mut held: BTreeMap<&str, Vec<(&str, &LeaseGrant)>> = BTreeMap::new();
+    // Every interval the store granted, per session: (holder, grant). A
+    // holder is one process: a worker restarted under its id is another.
+    let mut held: BTreeMap<&str, Vec<(String, &LeaseGrant)>> = BTreeMap::new();
+    let mut lives: BTreeMap<&str, usize> = BTreeMap::new();
     for event in history {
+        if let WorkerEvent::Restarted { worker } = event {
+            *lives.entry(worker).or_insert(1) += 1;
+        }
         let (worker, session, grant) = match event {
             WorkerEvent::Granted {
                 worker,
@@ -178,7 +200,11 @@ fn one_live_owner(history: &[WorkerEvent]) -> Vec<WorkerViolation> {
             } => (worker, session, grant),
             _ => continue,
         };
-        held.entry(session).or_default().push((worker, grant));
+        let holder = match lives.get(worker.as_str()) {
+            Some(life) => format!("{worker} (life {life})"),
+            None => worker.clone(),
+        };
+        held.entry(session).or_default().push((holder, grant));
     }
     let mut out = Vec::new();
     for (session, grants) in held {
@@ -186,19 +212,28 @@ fn one_live_owner(history: &[WorkerEvent]) -> Vec<WorkerViolation> {
             for (wb, b) in &grants[i + 1..] {
                 let overlap =
                     a.granted_at_ms < b.expires_at_ms && b.granted_at_ms < a.expires_at_ms;
-                if a.epoch != b.epoch && overlap {
+                // Two holders of one epoch are two owners as much as two epochs are.
+                if overlap && (a.epoch != b.epoch || wa != wb) {
                     let (first, second) = if a.epoch < b.epoch {
                         ((wa, a), (wb, b))
                     } else {
                         ((wb, b), (wa, a))
                     };
+                    let expected = if a.epoch == b.epoch {
+                        format!(
+                            "one holder of epoch {} of session {session} at a time: {} granted it only after {}'s lease expired ({} ms by the store's clock)",
+                            a.epoch, wb, wa, a.expires_at_ms
+                        )
+                    } else {
+                        format!(
+                            "epoch {} of session {session} live only after epoch {}'s lease expired ({} ms by the store's clock)",
+                            second.1.epoch, first.1.epoch, first.1.expires_at_ms
+                        )
+                    };
                     out.push(WorkerViolation {
                         invariant: WorkerInvariant::OneLiveOwner,
                         session: session.to_string(),
-                        expected: format!(
-                            "epoch {} of session {session} live only after epoch {}'s lease expired ({} ms by the store's clock)",
-                            second.1.epoch, first.1.epoch, first.1.expires_at_ms
-                        ),
+                        expected,
                         found: format!(
                             "two live owners from {} to {} ms",
                             a.granted_at_ms.max(b.granted_at_ms),
@@ -416,6 +451,108 @@ fn acked_survive_takeover(history: &[WorkerEvent]) -> Vec<WorkerViolation> {
     out
 }
 
+/// One line for a reply that ended a worker's part in a session.
+fn reply_line(worker: &str, reply: &WorkerReply) -> String {
+    match reply {
+        WorkerReply::Fenced {
+            epoch,
+            what,
+            message,
+        } => format!("{worker}: {what} at epoch {epoch} refused with fenced: {message}"),
+        WorkerReply::Failed { what, message } => format!("{worker}: {what} failed: {message}"),
+        WorkerReply::Done => format!("{worker}: done"),
+        other => format!("{worker}: {other:?}"),
+    }
+}
+
+fn work_completes(history: &[WorkerEvent], effects: &[AppliedEffect]) -> Vec<WorkerViolation> {
+    let mut out = Vec::new();
+    for event in history {
+        let WorkerEvent::Final { session, .. } = event else {
+            continue;
+        };
+        let excused = history
+            .iter()
+            .any(|e| matches!(e, WorkerEvent::GaveUp { session: s, .. } if s == session));
+        if excused {
+            // The campaign reports which strike stopped it.
+            continue;
+        }
+        // The final owner: the last grant of the session.
+        let Some((at, owner, grant)) =
+            history.iter().enumerate().rev().find_map(|(i, e)| match e {
+                WorkerEvent::Granted {
+                    worker,
+                    session: s,
+                    grant,
+                    ..
+                } if s == session => Some((i, worker.as_str(), grant)),
+                _ => None,
+            })
+        else {
+            continue;
+        };
+        let last = history[at + 1..].iter().rev().find_map(|e| match e {
+            WorkerEvent::Replied {
+                worker,
+                session: s,
+                reply,
+            } if s == session && worker == owner => Some(reply),
+            _ => None,
+        });
+        let mut events = vec![grant_line(owner, grant)];
+        let mut found = Vec::new();
+        match last {
+            Some(WorkerReply::Done) => {}
+            Some(reply) => {
+                events.push(format!("its last reply: {}", reply_line(owner, reply)));
+                found.push(match reply {
+                    WorkerReply::Fenced { what, .. } => {
+                        format!("the store refused {owner}'s {what} with fenced, no one else holding the session")
+                    }
+                    WorkerReply::Failed { what, .. } => {
+                        format!("{owner}'s {what} failed")
+                    }
+                    _ => format!("{owner} never reported done"),
+                });
+            }
+            None => found.push(format!("{owner} never wrote after its grant")),
+        }
+        let operations = workload_operations(session);
+        let missing: Vec<&String> = operations
+            .iter()
+            .filter(|op| !effects.iter().any(|e| &e.operation_id == *op))
+            .collect();
+        if !missing.is_empty() {
+            found.push(format!(
+                "{} of {} effects applied ({} missing)",
+                operations.len() - missing.len(),
+                operations.len(),
+                missing
+                    .iter()
+                    .map(|s| s.as_str())
+                    .collect::<Vec<_>>()
+                    .join(", ")
+            ));
+        }
+        if found.is_empty() {
+            continue;
+        }
+        out.push(WorkerViolation {
+            invariant: WorkerInvariant::WorkCompletes,
+            session: session.clone(),
+            expected: format!(
+                "session {session}'s workload finished by its final owner {owner} (epoch {}): every write acknowledged up to done, each of its {} effects applied",
+                grant.epoch,
+                operations.len()
+            ),
+            found: found.join("; "),
+            events,
+        });
+    }
+    out
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -472,6 +609,39 @@ mod tests {
     }
 
     #[test]
+    fn a_write_in_flight_across_a_cut_is_named_when_accepted() {
+        let history = [
+            granted("w0", grant(1, 0, 10)),
+            WorkerEvent::Partitioned {
+                worker: "w0".into(),
+            },
+            WorkerEvent::InFlight {
+                worker: "w0".into(),
+                session: "s0".into(),
+            },
+            granted("w1", grant(2, 20, 30)),
+            WorkerEvent::Healed {
+                worker: "w0".into(),
+            },
+            replied(
+                "w0",
+                WorkerReply::Acked {
+                    epoch: 1,
+                    seq: 4,
+                    what: "effect_committed".into(),
+                },
+            ),
+        ];
+        let v = fenced_epoch_refused(&history);
+        assert!(
+            v[0].found.contains(
+                "acknowledged effect_committed at seq 4 (sent while its link was cut, before the takeover)"
+            ),
+            "{v:?}"
+        );
+    }
+
+    #[test]
     fn overlapping_grants_of_two_epochs_are_two_live_owners() {
         let apart = [
             granted("w0", grant(1, 0, 10)),
@@ -485,6 +655,99 @@ mod tests {
         let v = one_live_owner(&overlapping);
         assert_eq!(v.len(), 1);
         assert!(v[0].found.contains("from 9 to 10 ms"), "{v:?}");
+    }
+
+    #[test]
+    fn two_holders_of_the_same_epoch_are_two_live_owners() {
+        // One holder renewing its own epoch: one owner.
+        let renewed = [
+            granted("w0", grant(1, 0, 10)),
+            granted("w0", grant(1, 5, 15)),
+        ];
+        assert!(one_live_owner(&renewed).is_empty());
+        let shared = [
+            granted("w0", grant(1, 0, 10)),
+            granted("w1", grant(1, 5, 15)),
+        ];
+        let v = one_live_owner(&shared);
+        assert_eq!(v.len(), 1, "{v:?}");
+        assert!(
+            v[0].expected.starts_with("one holder of epoch 1 of session s0 at a time: w1 granted it only after w0's lease expired (10 ms"),
+            "{v:?}"
+        );
+        assert!(v[0].found.contains("from 5 to 10 ms"), "{v:?}");
+    }
+
+    #[test]
+    fn a_workload_left_undone_is_a_violation_unless_a_strike_stopped_it() {
+        let applied = |op: &str| AppliedEffect {
+            session: "s0".into(),
+            operation_id: op.into(),
+            worker_id: "w1".into(),
+            epoch: 2,
+        };
+        let all: Vec<AppliedEffect> = workload_operations("s0")
+            .iter()
+            .map(|op| applied(op))
+            .collect();
+        let fin = WorkerEvent::Final {
+            session: "s0".into(),
+            log: FinalLog::Served(Vec::new()),
+        };
+        let done = [
+            granted("w0", grant(1, 0, 10)),
+            granted("w1", grant(2, 20, 30)),
+            replied("w1", WorkerReply::Done),
+            replied(
+                "w0",
+                WorkerReply::Fenced {
+                    epoch: 1,
+                    what: "tool_started".into(),
+                    message: "taken over".into(),
+                },
+            ),
+            fin.clone(),
+        ];
+        assert!(work_completes(&done, &all).is_empty());
+        // The final owner refused, nothing applied.
+        let refused = [
+            granted("w0", grant(1, 0, 10)),
+            replied(
+                "w0",
+                WorkerReply::Fenced {
+                    epoch: 1,
+                    what: "run_started".into(),
+                    message: "refused".into(),
+                },
+            ),
+            fin.clone(),
+        ];
+        let v = work_completes(&refused, &[]);
+        assert_eq!(v.len(), 1, "{v:?}");
+        assert!(
+            v[0].found
+                .starts_with("the store refused w0's run_started with fenced")
+                && v[0].found.contains("0 of 3 effects applied"),
+            "{v:?}"
+        );
+        // Done, but an effect never applied.
+        let v = work_completes(&done, &all[1..]);
+        assert!(
+            v[0].found
+                .contains("2 of 3 effects applied (op-s0-0 missing)"),
+            "{v:?}"
+        );
+        // A strike that stopped the session is the campaign's to report.
+        let mut gave_up = refused.to_vec();
+        gave_up.insert(
+            2,
+            WorkerEvent::GaveUp {
+                session: "s0".into(),
+                strike: "db-crash:kill@4".into(),
+                why: "not_found".into(),
+            },
+        );
+        assert!(work_completes(&gave_up, &[]).is_empty());
     }
 
     #[test]

@@ -18,11 +18,16 @@ use crate::{backend, bad_input, check_fault, failed, Failure, EXECUTION, EXIT_ST
       two workers share agentstore's sessions; every pause and kill plan
   agentchaos workers --plan kill@2+pause@1 --workers 3
       one plan: kill the owner after its second write, then pause the heir after its first
+  agentchaos workers --plan pause@3~2 --ttl-ms 300,5000
+      pause w0 after its third write; it wakes after the heir's second, while the heir
+      (w1, a lease of 5 s) is mid-session
   agentchaos workers --postgres --store-fault no-epoch-check
       the PostgreSQL store without fencing, on a private cluster: the takeovers catch it")]
 pub(crate) struct WorkersCli {
     /// One plan: `none`, or strikes joined by `+`, each at the first session's owner of the
-    /// moment, after its K-th write since its grant: `pause@K`, `kill@K`; with --postgres also
+    /// moment, after its K-th write since its grant: `pause@K` (woken once the session is
+    /// finished), `pause@K~J` (woken after the heir's J-th write), `kill@K`, `restart@K` (killed
+    /// and started again under the same worker id); with --postgres also
     /// `db-crash:MODEL@K` (crash the database server, MODEL immediate, kill or kill-frozen, and
     /// restart it) and `partition@K` (cut the owner's own link to the database until another
     /// worker took over; needs root and iproute2). Without it: a pause and a kill after every
@@ -36,9 +41,10 @@ pub(crate) struct WorkersCli {
     /// Sessions they serve, spread round-robin over the workers.
     #[arg(long, default_value_t = 2, help_heading = WHAT)]
     sessions: usize,
-    /// The lease's ttl, in milliseconds of the store's clock.
-    #[arg(long, default_value_t = 300, help_heading = WHAT)]
-    ttl_ms: u64,
+    /// The lease's ttl, in milliseconds of the store's clock; a list (`300,5000`) gives
+    /// worker i the i-th, the last one to the rest.
+    #[arg(long, value_name = "MS[,MS…]", default_value = "300", help_heading = WHAT)]
+    ttl_ms: String,
     /// Run the store with this fault: agentstore's (see `agentchaos faults`), or with
     /// --postgres the PostgreSQL store's (`agentstore-pg adapter --fault NAME`).
     #[arg(long, value_name = "NAME", conflicts_with = "adapter", help_heading = STORE)]
@@ -55,6 +61,11 @@ pub(crate) struct WorkersCli {
     /// directory). Also --scratch.
     #[arg(long = "dir", alias = "scratch", value_name = "DIR", help_heading = EXECUTION)]
     scratch: Option<PathBuf>,
+    /// Write the campaign's report as JSON to FILE: each trial's verdict (pass, fail or
+    /// not exercised), its strikes (fired or not, what they hit) and violations, and
+    /// fired/planned per strike kind.
+    #[arg(long, value_name = "FILE", help_heading = EXECUTION)]
+    json: Option<PathBuf>,
 }
 
 #[derive(Args, Debug)]
@@ -114,8 +125,11 @@ fn agentstore_pg_bin() -> Result<PathBuf, Failure> {
 }
 
 pub(crate) fn run_workers(w: WorkersCli) -> Result<ExitCode, Failure> {
+    use agentchaos::agent::worker::WorkerReply;
     use agentchaos::campaign::workers::{self, Database, SharedStore, WorkersConfig, WorkersError};
+    use agentchaos::history::WorkerEvent;
     use agentchaos::nemesis::workers::{Needs, WorkerPlan};
+    let json_report = crate::ReportFile::open("--json", &w.json)?;
     if w.postgres {
         if let Some(n) = &w.store_fault {
             if agentstore_pg::fault::Fault::from_name(n).is_none() {
@@ -132,6 +146,17 @@ pub(crate) fn run_workers(w: WorkersCli) -> Result<ExitCode, Failure> {
     } else {
         check_fault(&w.store_fault)?;
     }
+    let ttl_ms = w
+        .ttl_ms
+        .split(',')
+        .map(|t| t.trim().parse::<u64>())
+        .collect::<Result<Vec<u64>, _>>()
+        .map_err(|_| {
+            bad_input(format!(
+                "--ttl-ms {:?}: not milliseconds, or a list of them joined by commas (300,5000)",
+                w.ttl_ms
+            ))
+        })?;
     if w.workers < 2 || w.sessions < 1 {
         return Err(bad_input(
             "--workers must be at least 2 and --sessions at least 1",
@@ -224,17 +249,18 @@ pub(crate) fn run_workers(w: WorkersCli) -> Result<ExitCode, Failure> {
             .map_err(|e| failed(format!("cannot find my own binary: {e}")))?,
         workers: w.workers,
         sessions: w.sessions,
-        ttl_ms: w.ttl_ms,
+        ttl_ms,
         store,
     };
     let scratch = w.scratch.unwrap_or_else(std::env::temp_dir);
+    let describe = if w.postgres {
+        "PostgreSQL (agentstore-pg) on a private cluster".to_string()
+    } else {
+        backend.describe()
+    };
     println!(
         "store: {}{}{} · {} workers, {} sessions, lease ttl {} ms · {} plan(s)",
-        if w.postgres {
-            "PostgreSQL (agentstore-pg) on a private cluster".to_string()
-        } else {
-            backend.describe()
-        },
+        describe,
         w.store_fault
             .as_deref()
             .map(|f| format!(" (fault {f})"))
@@ -245,12 +271,16 @@ pub(crate) fn run_workers(w: WorkersCli) -> Result<ExitCode, Failure> {
         },
         cfg.workers,
         cfg.sessions,
-        cfg.ttl_ms,
+        cfg.ttls(),
         plans.len()
     );
     let started = std::time::Instant::now();
     let mut violations = 0;
+    let mut not_exercised = 0;
     let mut by_invariant = std::collections::BTreeMap::new();
+    // Per strike kind: (planned, fired).
+    let mut by_kind: std::collections::BTreeMap<&str, (usize, usize)> = Default::default();
+    let mut trials_json = Vec::new();
     for plan in &plans {
         let trial = workers::trial(
             &cfg,
@@ -266,7 +296,7 @@ pub(crate) fn run_workers(w: WorkersCli) -> Result<ExitCode, Failure> {
         let takeovers = trial
             .history
             .iter()
-            .filter(|e| matches!(e, agentchaos::history::WorkerEvent::Granted { grant, .. } if grant.epoch > 1))
+            .filter(|e| matches!(e, WorkerEvent::Granted { grant, .. } if grant.epoch > 1))
             .count();
         let fenced = trial
             .history
@@ -274,18 +304,53 @@ pub(crate) fn run_workers(w: WorkersCli) -> Result<ExitCode, Failure> {
             .filter(|e| {
                 matches!(
                     e,
-                    agentchaos::history::WorkerEvent::Replied {
-                        reply: agentchaos::agent::worker::WorkerReply::Fenced { .. },
+                    WorkerEvent::Replied {
+                        reply: WorkerReply::Fenced { .. },
                         ..
                     }
                 )
             })
             .count();
+        let fired = trial.strikes.iter().filter(|s| s.fired).count();
+        for s in &trial.strikes {
+            let k = by_kind.entry(s.strike.kind()).or_default();
+            k.0 += 1;
+            k.1 += usize::from(s.fired);
+        }
+        // A trial with an unfired strike proves nothing of it, pass or fail.
+        not_exercised += usize::from(!trial.exercised());
+        let verdict = if !trial.violations.is_empty() {
+            "fail"
+        } else if !trial.exercised() {
+            "not exercised"
+        } else {
+            "pass"
+        };
         println!(
-            "{plan:<10} {takeovers} takeover(s), {fenced} write(s) fenced, {} effect(s) applied, {} violation(s)",
+            "{plan:<10} {takeovers} takeover(s), {fenced} write(s) fenced, {} effect(s) applied, {} violation(s), strikes fired {fired}/{}",
             trial.effects.len(),
-            trial.violations.len()
+            trial.violations.len(),
+            trial.strikes.len()
         );
+        for s in trial.strikes.iter().filter(|s| !s.fired) {
+            println!("NOT EXERCISED {plan}: {} never fired: {}", s.label, s.what);
+        }
+        let gave_up: Vec<(&String, &String, &String)> = trial
+            .history
+            .iter()
+            .filter_map(|e| match e {
+                WorkerEvent::GaveUp {
+                    session,
+                    strike,
+                    why,
+                } => Some((session, strike, why)),
+                _ => None,
+            })
+            .collect();
+        for (session, strike, why) in &gave_up {
+            println!("  session {session} not completed, prevented by {strike}: {why}");
+        }
+        let mut violations_json = Vec::new();
         for v in &trial.violations {
             *by_invariant.entry(v.invariant.name()).or_insert(0) += 1;
             violations += 1;
@@ -297,18 +362,75 @@ pub(crate) fn run_workers(w: WorkersCli) -> Result<ExitCode, Failure> {
                 println!("  event:    {e}");
             }
             println!("  replay:   {}", cfg.replay(plan));
+            violations_json.push(serde_json::json!({
+                "invariant": v.invariant.name(),
+                "session": v.session,
+                "expected": v.expected,
+                "found": v.found,
+                "events": v.events,
+                "replay": cfg.replay(plan),
+            }));
         }
+        trials_json.push(serde_json::json!({
+            "plan": plan.to_string(),
+            "verdict": verdict,
+            "strikes": trial.strikes.iter().map(|s| serde_json::json!({
+                "strike": s.label,
+                "kind": s.strike.kind(),
+                "fired": s.fired,
+                "what": s.what,
+            })).collect::<Vec<_>>(),
+            "takeovers": takeovers,
+            "fenced": fenced,
+            "effects": trial.effects.len(),
+            "not_completed": gave_up.iter().map(|(session, strike, why)| serde_json::json!({
+                "session": session, "prevented_by": strike, "why": why,
+            })).collect::<Vec<_>>(),
+            "violations": violations_json,
+        }));
     }
     let counts: Vec<String> = agentchaos::check::workers::WorkerInvariant::ALL
         .iter()
         .map(|i| format!("{} {}", i.name(), by_invariant.get(i.name()).unwrap_or(&0)))
         .collect();
+    let kinds: Vec<String> = by_kind
+        .iter()
+        .map(|(kind, (planned, fired))| format!("{kind} {fired}/{planned}"))
+        .collect();
+    if !kinds.is_empty() {
+        println!("strikes fired/planned: {}", kinds.join(" · "));
+    }
     println!(
-        "total: {} trial(s), {violations} violation(s), {:.1}s · by invariant: {}",
+        "total: {} trial(s), {violations} violation(s), {not_exercised} not exercised, {:.1}s · by invariant: {}",
         plans.len(),
         started.elapsed().as_secs_f64(),
         counts.join(" · ")
     );
+    if let Some(f) = json_report {
+        let report = serde_json::json!({
+            "store": describe,
+            "workers": cfg.workers,
+            "sessions": cfg.sessions,
+            "trials": trials_json,
+            "strikes": by_kind.iter().map(|(kind, (planned, fired))| {
+                (kind.to_string(), serde_json::json!({"planned": planned, "fired": fired}))
+            }).collect::<serde_json::Map<_, _>>(),
+            "violations": violations,
+            "not_exercised": not_exercised,
+            "by_invariant": agentchaos::check::workers::WorkerInvariant::ALL
+                .iter()
+                .map(|i| (i.name().to_string(), serde_json::json!(by_invariant.get(i.name()).unwrap_or(&0))))
+                .collect::<serde_json::Map<_, _>>(),
+        });
+        let text = serde_json::to_string_pretty(&report).expect("a report serializes");
+        f.write(&(text + "\n"))?;
+    }
+    if violations == 0 && not_exercised == plans.len() {
+        return Err(bad_input(format!(
+            "workers: no plan was exercised: every one of the {} plan(s) has a strike that never fired (see NOT EXERCISED above)",
+            plans.len()
+        )));
+    }
     Ok(if violations == 0 {
         ExitCode::SUCCESS
     } else {

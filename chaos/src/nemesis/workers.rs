@@ -23,10 +23,21 @@
 //!   once its own lease has expired: a takeover, with its recovery.
 //! - `partition@K` (the same, with network namespaces: root and
 //!   iproute2): the harness has the owner renew its lease, cuts the
-//!   owner's own link to the database (the other workers keep theirs),
-//!   lets another worker take the session over once the lease has expired
-//!   by the database's clock, heals the link, and has the cut-off owner
-//!   write on: its next write must be fenced.
+//!   owner's own link to the database (the other workers keep theirs) and
+//!   sends the owner its next write (a renewal first when it is an
+//!   effect), which stays in flight, every packet dropped; another worker
+//!   takes the session over once the lease has expired by the database's
+//!   clock; the harness heals the link, and the old connection delivers
+//!   the write after the takeover: it must be fenced (a store that
+//!   accepts it has the cut-off owner write on). A reply before the heal
+//!   is a harness error: the cut did not act.
+//!
+//! - `pause@K~J`: a pause whose paused owner is woken once the owner of
+//!   the moment (the heir) has taken J steps since its grant: the zombie
+//!   writes while the heir is mid-session, not after it finished.
+//! - `restart@K`: SIGKILL, then a new process under the same worker id,
+//!   which asks for every session it owned again and waits out its
+//!   predecessor's lease like any other worker.
 //!
 //! `kill@3+kill@2` kills the first owner, then the worker that took over,
 //! in its own second life of the session. Strikes are ordered by observed
@@ -41,7 +52,11 @@ use crate::nemesis::database::DatabaseCrash;
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Strike {
     Pause,
+    /// A pause whose zombie wakes after the heir's J-th step, mid-session.
+    PauseUntil(usize),
     Kill,
+    /// A kill, then a new process under the same worker id.
+    Restart,
     DbCrash(DatabaseCrash),
     Partition,
 }
@@ -51,9 +66,24 @@ impl Strike {
     /// server the harness started, and for a partition network namespaces.
     pub fn needs(self) -> Needs {
         match self {
-            Strike::Pause | Strike::Kill => Needs::Processes,
+            Strike::Pause | Strike::PauseUntil(_) | Strike::Kill | Strike::Restart => {
+                Needs::Processes
+            }
             Strike::DbCrash(_) => Needs::Database,
             Strike::Partition => Needs::Network,
+        }
+    }
+}
+
+impl Strike {
+    /// Its kind, as a plan spells it: `pause`, `kill`, `db-crash`, `partition`.
+    pub fn kind(self) -> &'static str {
+        match self {
+            Strike::Pause | Strike::PauseUntil(_) => "pause",
+            Strike::Kill => "kill",
+            Strike::Restart => "restart",
+            Strike::DbCrash(_) => "db-crash",
+            Strike::Partition => "partition",
         }
     }
 }
@@ -94,6 +124,11 @@ impl WorkerPlan {
         &self.strikes
     }
 
+    /// Its `i`-th strike as a plan spells it (`db-crash:kill@4`).
+    pub fn label(&self, i: usize) -> String {
+        WorkerPlan::one(self.strikes[i].0, self.strikes[i].1).to_string()
+    }
+
     /// What its strikes need, at most.
     pub fn needs(&self) -> Needs {
         self.strikes
@@ -113,7 +148,9 @@ impl fmt::Display for WorkerPlan {
             let sep = if i == 0 { "" } else { "+" };
             match strike {
                 Strike::Pause => write!(f, "{sep}pause@{k}")?,
+                Strike::PauseUntil(j) => write!(f, "{sep}pause@{k}~{j}")?,
                 Strike::Kill => write!(f, "{sep}kill@{k}")?,
+                Strike::Restart => write!(f, "{sep}restart@{k}")?,
                 Strike::DbCrash(model) => write!(f, "{sep}db-crash:{model}@{k}")?,
                 Strike::Partition => write!(f, "{sep}partition@{k}")?,
             }
@@ -124,7 +161,7 @@ impl fmt::Display for WorkerPlan {
 
 /// A plan that does not parse, said in one line.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
-#[error("worker plan {0:?} is not none or strikes pause@K, kill@K, db-crash:MODEL@K (MODEL: immediate, kill or kill-frozen), partition@K joined by + (K: a step of the session's owner since its grant, 0 = right after it)")]
+#[error("worker plan {0:?} is not none or strikes pause@K, pause@K~J, kill@K, restart@K, db-crash:MODEL@K (MODEL: immediate, kill or kill-frozen), partition@K joined by + (K: a step of the session's owner since its grant, 0 = right after it; J: the heir's step at which the paused owner wakes)")]
 pub struct BadWorkerPlan(String);
 
 impl FromStr for WorkerPlan {
@@ -139,10 +176,16 @@ impl FromStr for WorkerPlan {
             .split('+')
             .map(|one| {
                 let (kind, step) = one.split_once('@').ok_or_else(bad)?;
+                let (step, wake) = match step.split_once('~') {
+                    Some((k, j)) if kind == "pause" => (k, Some(j.parse().map_err(|_| bad())?)),
+                    Some(_) => return Err(bad()),
+                    None => (step, None),
+                };
                 let after_step = step.parse().map_err(|_| bad())?;
                 let strike = match kind.split_once(':') {
-                    None if kind == "pause" => Strike::Pause,
+                    None if kind == "pause" => wake.map_or(Strike::Pause, Strike::PauseUntil),
                     None if kind == "kill" => Strike::Kill,
+                    None if kind == "restart" => Strike::Restart,
                     None if kind == "partition" => Strike::Partition,
                     Some(("db-crash", model)) => Strike::DbCrash(model.parse().map_err(|_| bad())?),
                     _ => return Err(bad()),
@@ -170,6 +213,9 @@ mod tests {
             "db-crash:immediate@4",
             "db-crash:kill-frozen@0+partition@3",
             "partition@2",
+            "pause@3~1",
+            "restart@4",
+            "restart@2+pause@0~5",
         ] {
             assert_eq!(p.parse::<WorkerPlan>().unwrap().to_string(), p);
         }
@@ -185,6 +231,10 @@ mod tests {
             "db-crash@3",
             "db-crash:stop@3",
             "partition:kill@1",
+            "kill@3~1",
+            "pause@3~",
+            "pause@~1",
+            "restart:x@1",
         ] {
             let e = bad.parse::<WorkerPlan>().unwrap_err();
             assert!(e.to_string().contains(&format!("{bad:?}")), "{e}");
