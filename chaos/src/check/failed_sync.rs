@@ -279,6 +279,7 @@ mod tests {
                 gaps: vec![],
             }),
             acks: vec![(0, 40)],
+            stops: 0,
         });
         h
     }
