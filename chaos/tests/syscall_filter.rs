@@ -12,6 +12,7 @@ use std::io::{Read, Write};
 use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
 
+use agentchaos::nemesis::powerloss::Op;
 use agentchaos::nemesis::syscall::{
     Call, Errno, FaultPlan, Outcome, SyscallFault, TraceConfig, Traced,
 };
@@ -28,7 +29,7 @@ fn requests(root: &Path, ws: &Path) -> String {
         json!({"id": 2, "op": "open", "root": root, "session": "s", "workspace": ws, "create": true}),
         json!({"id": 3, "op": "append", "event": {"type": "run_started", "run_id": "r1"}}),
         json!({"id": 4, "op": "append", "event": {"type": "user_message", "parent": null, "text": "deploy v2"}}),
-        json!({"id": 5, "op": "append", "event": {"type": "run_finished", "run_id": "r1"}}),
+        json!({"id": 5, "op": "append", "event": {"type": "run_finished", "run_id": "r1", "status": "ok"}}),
         json!({"id": 6, "op": "close"}),
     ]
     .iter()
@@ -36,10 +37,11 @@ fn requests(root: &Path, ws: &Path) -> String {
     .collect()
 }
 
-/// What one traced session showed, in words that do not depend on pids or
-/// on the scratch directory (`DIR`): the adapter's replies, every counted
-/// call with its result, the fault report, the recorded operations and how
-/// the process ended.
+/// What one traced session showed, in words that do not depend on pids,
+/// on the scratch directory (`DIR`) or on the clock: the adapter's
+/// replies, every counted call with its result, the fault report, the
+/// recorded operations (a write by its place and length: the stores write
+/// timestamps and pids) and how the process ended.
 #[derive(Debug, PartialEq, Eq)]
 struct Seen {
     lines: Vec<String>,
@@ -88,12 +90,31 @@ fn session(adapter: &dyn Fn() -> Command, fault: Option<FaultPlan>, seccomp: boo
     let mut lines: Vec<String> = replies.lines().map(|l| format!("< {l}")).collect();
     lines.extend(outcome.events.iter().map(|e| e.to_string()));
     if let Some(report) = &outcome.fault {
-        lines.push(format!("fault: {report}"));
+        // Without the pid it names (`… in pid 1234 (it returned -5)`).
+        let text = report.to_string();
+        let text = match text.split_once(" in pid ") {
+            Some((head, tail)) => {
+                format!(
+                    "{head}{}",
+                    tail.trim_start_matches(|c: char| c.is_ascii_digit())
+                )
+            }
+            None => text,
+        };
+        lines.push(format!("fault: {text}"));
     }
     if let Some(log) = &outcome.oplog {
         lines.extend(log.ops.iter().map(|o| {
             let at = o.origin.as_ref().map(|o| o.syscall);
-            format!("op {:?} from call {at:?}", o.op)
+            let op = match &o.op {
+                Op::Write { path, offset, data } => format!(
+                    "write {} at {offset}, {} bytes",
+                    path.display(),
+                    data.0.len()
+                ),
+                op => format!("{op:?}"),
+            };
+            format!("op {op} from call {at:?}")
         }));
         lines.extend(log.outputs.iter().map(|m| {
             format!(
