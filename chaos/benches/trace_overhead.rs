@@ -37,6 +37,7 @@ fn run(root: &Path, script: &[String], mode: &str) {
                 root: root.to_path_buf(),
                 fault: None,
                 record: mode == "recorded",
+                seccomp: true,
             };
             let outcome = trace(cmd, config).expect("trace probe");
             assert_eq!(outcome.exit, Exit::Code { code: 0 });

@@ -117,6 +117,8 @@ pub struct SyscallLife {
     /// Each ack the agent reported: its index in [`Life::writes`] and the
     /// byte offset of its line in the agent's stdout.
     pub acks: Vec<(usize, u64)>,
+    /// How many times the tracer stopped the life's processes.
+    pub stops: u64,
 }
 
 /// Which kind of run a trial is.

@@ -504,6 +504,14 @@ fn main() -> ExitCode {
     // their adapters leave behind, to find and kill it (Linux only).
     let trials = matches!(cli.command, Command::Run(_) | Command::Replay(_));
     let long = trials || matches!(cli.command, Command::Workers(_) | Command::DbCrash(_));
+    // The syscall tracer's switch, read by every traced life: a bad value
+    // stops the command before its first trial.
+    if trials || matches!(cli.command, Command::Worker(_)) {
+        if let Err(e) = agentchaos::nemesis::syscall::seccomp_from_env() {
+            eprintln!("agentchaos: {e}");
+            return ExitCode::from(EXIT_USAGE);
+        }
+    }
     if long {
         let installed = agentchaos::child::stop_on_signals().and_then(|()| {
             if trials {

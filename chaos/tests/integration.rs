@@ -48,6 +48,7 @@ mod random;
 mod report_schema;
 mod signals;
 mod strands_adapter;
+mod syscall_filter;
 mod syscall_record;
 mod syscall_run;
 mod syscall_trace;

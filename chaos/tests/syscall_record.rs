@@ -32,6 +32,7 @@ fn record(root: &Path, script: &[&str]) -> (OpLog, String) {
         root: root.to_path_buf(),
         fault: None,
         record: true,
+        seccomp: true,
     };
     let mut traced = Traced::spawn(probe(root, script), config).unwrap();
     let mut out = traced.stdout.take().unwrap();
@@ -147,6 +148,7 @@ fn stdout_writes_are_placed_exactly_between_ops() {
             root: r.clone(),
             fault: None,
             record: true,
+            seccomp: true,
         };
         let mut traced = Traced::spawn(cmd, config).unwrap();
         tx.send((

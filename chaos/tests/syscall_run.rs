@@ -147,6 +147,7 @@ fn converse(root: &Path, fault: Option<FaultPlan>, requests: &[Value]) -> (Vec<V
         root: root.to_path_buf(),
         fault,
         record: false,
+        seccomp: true,
     };
     let mut traced = Traced::spawn(cmd, config).unwrap();
     let mut stdin = traced.stdin.take().unwrap();

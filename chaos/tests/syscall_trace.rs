@@ -34,6 +34,7 @@ fn run(root: &Path, script: &[&str], fault: Option<FaultPlan>, record: bool) -> 
         root: root.to_path_buf(),
         fault,
         record,
+        seccomp: true,
     };
     let mut traced = Traced::spawn(probe(root, script), config).expect("spawn under ptrace");
     let mut out = traced.stdout.take().expect("stdout is piped");
@@ -413,6 +414,7 @@ fn monitor_kill_ends_a_hung_process() {
             root: root.path().into(),
             fault: None,
             record: false,
+            seccomp: true,
         },
     )
     .unwrap();
@@ -438,6 +440,7 @@ fn spawn_errors_are_one_line() {
         root: root.path().join("missing"),
         fault: None,
         record: false,
+        seccomp: true,
     };
     let err = trace(probe(root.path(), &[]), config)
         .unwrap_err()
@@ -450,6 +453,7 @@ fn spawn_errors_are_one_line() {
         root: root.path().into(),
         fault: None,
         record: false,
+        seccomp: true,
     };
     let err = trace(Command::new(root.path().join("no-such-program")), config)
         .unwrap_err()
@@ -467,6 +471,7 @@ fn a_traced_process_dropped_without_run_is_killed_not_left_stopped() {
         root: root.path().into(),
         fault: None,
         record: false,
+        seccomp: true,
     };
     let traced = Traced::spawn(probe(root.path(), &["create a.txt"]), config).unwrap();
     let pid = traced.pid();

@@ -238,6 +238,8 @@ fn record_marked(
         root: root.clone(),
         fault: None,
         record: true,
+        seccomp: crate::nemesis::syscall::seccomp_from_env()
+            .map_err(|e| PowerLossError::Harness(e.to_string()))?,
     };
     // The tracer must stay on the thread that spawned the agent.
     let (tx, rx) = mpsc::channel();

@@ -19,6 +19,9 @@ pub struct Prepared {
     pub trace: Trace,
     /// The syscall nemesis's crash-free traced run (when it is on).
     pub syscalls: Option<SyscallTrace>,
+    /// How many times the tracer stopped that run's first process (and its
+    /// children): what tracing one life of the session costs.
+    pub syscall_stops: Option<u64>,
     /// The traced restarted lives. A restart whose trace run did not finish
     /// is left out here: the trial of its first kill reports why.
     pub later: Vec<LaterTrace>,
@@ -65,6 +68,7 @@ pub fn prepare_keeping(
 ) -> Result<Prepared, TrialError> {
     let history = trial::run(&setup(cfg, &source), Plan::NONE, dir, RunKind::TracePoints)?;
     let mut sys_unusable = None;
+    let mut syscall_stops = None;
     let syscalls = if cfg.nemesis.syscall {
         let sys_dir = dir.with_extension("sys");
         let traced = trial::run(
@@ -86,6 +90,7 @@ pub fn prepare_keeping(
                 first.stderr
             )));
         }
+        syscall_stops = first.syscalls.as_ref().map(|s| s.stops);
         first
             .syscalls
             .as_ref()
@@ -142,6 +147,7 @@ pub fn prepare_keeping(
         source,
         trace,
         syscalls,
+        syscall_stops,
         trace_violations,
         trace_timeline,
         unusable,

@@ -295,6 +295,7 @@ fn trace_config(
             fault: f.to_syscall(),
         }),
         record: fault.is_some_and(|(_, f)| !f.kills()),
+        seccomp: syscall::seccomp_from_env().map_err(|e| TrialError::from(e.to_string()))?,
     }))
 }
 
@@ -807,6 +808,7 @@ fn wait(
                 fault: outcome.fault,
                 oplog: outcome.oplog,
                 acks,
+                stops: outcome.stops,
             });
             Ok(exit)
         }

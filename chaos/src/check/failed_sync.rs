@@ -317,6 +317,7 @@ mod tests {
                 gaps: vec![],
             }),
             acks: vec![(0, 40)],
+            stops: 0,
         });
         h
     }

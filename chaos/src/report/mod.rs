@@ -442,6 +442,7 @@ pub fn json(result: &CampaignResult, ctx: &Context<'_>) -> Value {
                 "crash_points_covered": s.covered_hits(),
                 "syscalls_total": s.prepared.syscalls.as_ref().map(|t| t.len()),
                 "syscalls_covered": s.prepared.syscalls.as_ref().map(|_| s.covered_syscalls()),
+                "syscall_trace_stops": s.prepared.syscall_stops,
                 "restarted_lives_traced": s.prepared.later.len(),
                 "restarted_lives_syscall_traced": s.prepared.later.iter().filter(|t| t.syscalls.is_some()).count(),
                 "restarted_life_trials": s.covered_later().0,

@@ -32,34 +32,58 @@ const IOV_MAX: u64 = 1024;
 /// Longest path read from the tracee (PATH_MAX).
 const PATH_MAX: usize = 4096;
 
+/// Every system call the decoder handles, by its x86_64 number: the one
+/// list that both [`sysno`] and the seccomp filter (`filter.rs`) are built
+/// from, so the calls the tracer stops at and the calls it decodes cannot
+/// drift apart.
+pub(super) const DECODED: [(i64, Sysno); 23] = [
+    (libc::SYS_write, Sysno::Write),
+    (libc::SYS_pwrite64, Sysno::Pwrite64),
+    (libc::SYS_writev, Sysno::Writev),
+    (libc::SYS_pwritev, Sysno::Pwritev),
+    (libc::SYS_pwritev2, Sysno::Pwritev2),
+    (libc::SYS_fsync, Sysno::Fsync),
+    (libc::SYS_fdatasync, Sysno::Fdatasync),
+    (libc::SYS_sync_file_range, Sysno::SyncFileRange),
+    (libc::SYS_sync, Sysno::Sync),
+    (libc::SYS_syncfs, Sysno::Syncfs),
+    (libc::SYS_ftruncate, Sysno::Ftruncate),
+    (libc::SYS_truncate, Sysno::Truncate),
+    (libc::SYS_rename, Sysno::Rename),
+    (libc::SYS_renameat, Sysno::Renameat),
+    (libc::SYS_renameat2, Sysno::Renameat2),
+    (libc::SYS_unlink, Sysno::Unlink),
+    (libc::SYS_unlinkat, Sysno::Unlinkat),
+    (libc::SYS_rmdir, Sysno::Rmdir),
+    (libc::SYS_open, Sysno::Open),
+    (libc::SYS_openat, Sysno::Openat),
+    (libc::SYS_creat, Sysno::Creat),
+    (libc::SYS_mkdir, Sysno::Mkdir),
+    (libc::SYS_mkdirat, Sysno::Mkdirat),
+];
+
+/// The open flags that make an open one the decoder counts: any of them
+/// set. An open with none of them (a plain read, an interpreter's import)
+/// is neither decoded nor stopped at.
+pub(super) const COUNTED_OPEN_FLAGS: i32 = O_CREAT | O_TRUNC | O_TMPFILE_BIT;
+
+/// The argument (0-based) holding the open flags of an open-family call
+/// that is counted only with [`COUNTED_OPEN_FLAGS`]; `None` for every other
+/// call, which is always decoded (creat always creates and truncates).
+pub(super) fn open_flags_arg(sysno: Sysno) -> Option<usize> {
+    match sysno {
+        Sysno::Open => Some(1),
+        Sysno::Openat => Some(2),
+        _ => None,
+    }
+}
+
 /// The system call number at a syscall-enter stop, if it is one we decode.
 pub(super) fn sysno(orig_rax: u64) -> Option<Sysno> {
-    Some(match orig_rax as i64 {
-        libc::SYS_write => Sysno::Write,
-        libc::SYS_pwrite64 => Sysno::Pwrite64,
-        libc::SYS_writev => Sysno::Writev,
-        libc::SYS_pwritev => Sysno::Pwritev,
-        libc::SYS_pwritev2 => Sysno::Pwritev2,
-        libc::SYS_fsync => Sysno::Fsync,
-        libc::SYS_fdatasync => Sysno::Fdatasync,
-        libc::SYS_sync_file_range => Sysno::SyncFileRange,
-        libc::SYS_sync => Sysno::Sync,
-        libc::SYS_syncfs => Sysno::Syncfs,
-        libc::SYS_ftruncate => Sysno::Ftruncate,
-        libc::SYS_truncate => Sysno::Truncate,
-        libc::SYS_rename => Sysno::Rename,
-        libc::SYS_renameat => Sysno::Renameat,
-        libc::SYS_renameat2 => Sysno::Renameat2,
-        libc::SYS_unlink => Sysno::Unlink,
-        libc::SYS_unlinkat => Sysno::Unlinkat,
-        libc::SYS_rmdir => Sysno::Rmdir,
-        libc::SYS_open => Sysno::Open,
-        libc::SYS_openat => Sysno::Openat,
-        libc::SYS_creat => Sysno::Creat,
-        libc::SYS_mkdir => Sysno::Mkdir,
-        libc::SYS_mkdirat => Sysno::Mkdirat,
-        _ => return None,
-    })
+    DECODED
+        .iter()
+        .find(|(nr, _)| *nr as u64 == orig_rax)
+        .map(|&(_, sysno)| sysno)
 }
 
 /// The six argument registers of the x86_64 syscall ABI.
@@ -229,13 +253,13 @@ pub(super) fn decode(pid: Pid, sysno: Sysno, a: [u64; 6], root: &Root) -> Option
             };
         }
         Sysno::Open | Sysno::Openat | Sysno::Creat => {
-            let (dirfd, addr, flags, mode) = match sysno {
-                Sysno::Open => (AT_FDCWD, a[0], a[1] as i32, a[2] as u32),
-                Sysno::Openat => (a[0] as i32, a[1], a[2] as i32, a[3] as u32),
-                _ => (AT_FDCWD, a[0], 0o1 | O_CREAT | O_TRUNC, a[1] as u32),
+            let flags = open_flags_arg(sysno).map_or(0o1 | O_CREAT | O_TRUNC, |i| a[i] as i32);
+            let (dirfd, addr, mode) = match sysno {
+                Sysno::Open => (AT_FDCWD, a[0], a[2] as u32),
+                Sysno::Openat => (a[0] as i32, a[1], a[3] as u32),
+                _ => (AT_FDCWD, a[0], a[1] as u32),
             };
-            let tmpfile = flags & O_TMPFILE_BIT != 0;
-            if flags & (O_CREAT | O_TRUNC) == 0 && !tmpfile {
+            if flags & COUNTED_OPEN_FLAGS == 0 {
                 return None;
             }
             let path = path_arg(pid, dirfd, addr)?;

@@ -23,6 +23,19 @@
 //! Not seen: writes through mmap, io_uring, fallocate, copy_file_range,
 //! sendfile/splice into files, link/symlink, O_TMPFILE + linkat, openat2.
 //!
+//! # Where the traced process stops
+//! A seccomp-bpf filter, installed in the child before its exec and built
+//! from the decoder's own list of calls, makes the kernel stop it only at
+//! the calls above (opens only with O_CREAT, O_TRUNC or O_TMPFILE) and run
+//! every other call without a stop: an interpreter's imports cost nothing.
+//! The counted calls, their order and the faults are those of tracing
+//! every call. [`TraceConfig::seccomp`] false (`AGENTCHAOS_SECCOMP=off` for
+//! the campaigns, [`seccomp_from_env`]) stops at every call's enter and
+//! exit instead, as the tracer does where the kernel refuses the filter
+//! (it says so once on stderr). The filter sets the process's
+//! no_new_privs: a set-user-ID program it runs gains no privileges (ptrace
+//! already denies them).
+//!
 //! # Use from a harness
 //! The tracer must run on the thread that spawned the process ([`Traced`]
 //! is `!Send` to enforce it). Spawn and run it on a thread of its own, take
@@ -35,7 +48,7 @@
 //! let tracer = std::thread::spawn(move || {
 //!     let mut cmd = Command::new("my-adapter");
 //!     cmd.stdin(Stdio::piped()).stdout(Stdio::piped());
-//!     let config = TraceConfig { root: "/tmp/root".into(), fault: None, record: true };
+//!     let config = TraceConfig { root: "/tmp/root".into(), fault: None, record: true, seccomp: true };
 //!     let mut traced = Traced::spawn(cmd, config)?;
 //!     tx.send((traced.stdin.take(), traced.stdout.take(), traced.monitor())).unwrap();
 //!     traced.run()
@@ -48,7 +61,7 @@
 //! ```
 //!
 //! # Determinism
-//! Indices are assigned in the order the tracer sees syscall-enter stops. A
+//! Indices are assigned in the order the tracer sees counted calls enter. A
 //! single-threaded store run twice makes the same calls in the same order, so
 //! a fault planned from a trace run hits the same call; with several threads
 //! or processes racing, it may not, and the [`FaultReport`] names the call it
@@ -59,6 +72,8 @@ mod fault;
 
 #[cfg(all(target_os = "linux", target_arch = "x86_64"))]
 mod decode;
+#[cfg(all(target_os = "linux", target_arch = "x86_64"))]
+mod filter;
 #[cfg(all(target_os = "linux", target_arch = "x86_64"))]
 mod record;
 #[cfg(all(target_os = "linux", target_arch = "x86_64"))]
@@ -92,6 +107,28 @@ pub struct TraceConfig {
     pub fault: Option<FaultPlan>,
     /// Record file operations with their data into an [`OpLog`].
     pub record: bool,
+    /// Stop only at the calls the decoder handles (a seccomp filter; see
+    /// the module's documentation); false: at every call.
+    pub seccomp: bool,
+}
+
+/// Turns the seccomp filter of the campaigns' tracer off (`off`) or on
+/// (`on`, the default).
+pub const SECCOMP_ENV: &str = "AGENTCHAOS_SECCOMP";
+
+/// [`SECCOMP_ENV`] is neither `on` nor `off`.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error("{SECCOMP_ENV}={0:?}: expected on or off")]
+pub struct BadSeccompSetting(pub String);
+
+/// [`TraceConfig::seccomp`] as [`SECCOMP_ENV`] sets it: true unless `off`.
+pub fn seccomp_from_env() -> Result<bool, BadSeccompSetting> {
+    match std::env::var_os(SECCOMP_ENV) {
+        None => Ok(true),
+        Some(v) if v == "on" => Ok(true),
+        Some(v) if v == "off" => Ok(false),
+        Some(v) => Err(BadSeccompSetting(v.to_string_lossy().into_owned())),
+    }
 }
 
 /// How the spawned process ended.
@@ -113,6 +150,13 @@ pub struct Outcome {
     pub oplog: Option<OpLog>,
     /// How the spawned process ended (its children are waited for too).
     pub exit: Exit,
+    /// The seccomp filter was in effect.
+    #[serde(default)]
+    pub seccomp: bool,
+    /// How many times the tracer stopped a traced process (a seccomp,
+    /// syscall, event or signal stop): the cost of tracing.
+    #[serde(default)]
+    pub stops: u64,
 }
 
 /// Why tracing could not run. Each renders as one line.

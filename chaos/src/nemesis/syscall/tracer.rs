@@ -1,7 +1,13 @@
 //! Linux x86_64: the ptrace loop. Spawns the command with PTRACE_TRACEME,
-//! follows its forks, vforks, clones and execs, stops at every syscall
-//! enter and exit, and hands the recognised ones to the decoder, the fault
-//! plan and the recorder.
+//! follows its forks, vforks, clones and execs, stops at the calls the
+//! decoder handles (seccomp stops, see `filter.rs`; or, without the
+//! filter, at every syscall enter and exit), and hands the recognised ones
+//! to the decoder, the fault plan and the recorder.
+//!
+//! Under the filter a call the tracer needs the result of (every counted
+//! call, and the stdout writes it records) is resumed from its seccomp
+//! stop with PTRACE_SYSCALL, which stops it once more at its exit; every
+//! other resume is PTRACE_CONT, which runs on to the next seccomp stop.
 //!
 //! Owns every resume and every signal sent to a tracee; never leaves one
 //! stopped (on error it kills them all and reaps them).
@@ -10,8 +16,10 @@ use std::collections::HashMap;
 use std::fs;
 use std::io;
 use std::marker::PhantomData;
+use std::os::unix::ffi::OsStrExt;
 use std::os::unix::fs::MetadataExt;
 use std::os::unix::process::CommandExt;
+use std::path::Path;
 use std::process::{ChildStderr, ChildStdin, ChildStdout, Command};
 use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
@@ -21,11 +29,12 @@ use nix::libc;
 use nix::sys::ptrace::{self, Options};
 use nix::sys::signal::{self, Signal};
 use nix::sys::wait::{waitpid, WaitPidFlag, WaitStatus};
-use nix::unistd::Pid;
+use nix::unistd::{access, AccessFlags, Pid};
 
 use super::decode::{self, Decoded, Root};
 use super::event::{Call, SyscallEvent};
 use super::fault::{Errno, FaultOutcome, FaultPlan, FaultReport, SyscallFault};
+use super::filter;
 use super::record::Recorder;
 use super::{Error, Exit, Outcome, TraceConfig};
 
@@ -96,17 +105,40 @@ impl Traced {
         let root = fs::canonicalize(&config.root).map_err(root_err)?;
         let dev = fs::metadata(&root).map_err(root_err)?.dev();
         let program = cmd.get_program().to_string_lossy().into_owned();
+        let spawn_err = |source| Error::Spawn {
+            program: program.clone(),
+            source,
+        };
+        let bpf = match config.seccomp.then(filter::program) {
+            Some(Ok(bpf)) => {
+                // Under the filter the child cannot report a failed exec
+                // (its write to the standard library's error pipe would
+                // stop at a seccomp stop no tracer is set up for yet, and
+                // fail): find the program the way exec will, first.
+                executable(&cmd).map_err(spawn_err)?;
+                Some(bpf)
+            }
+            Some(Err(e)) => {
+                not_filtered(&format!("it could not be compiled: {e}"));
+                None
+            }
+            None => None,
+        };
         // SAFETY: the closure runs in the forked child before exec and only
-        // makes the ptrace(PTRACE_TRACEME) system call: async-signal-safe,
+        // makes system calls: ptrace(PTRACE_TRACEME), then prctl and
+        // seccomp to install the already compiled filter. Async-signal-safe,
         // no allocation, no lock.
         #[allow(unsafe_code)]
         unsafe {
-            cmd.pre_exec(|| ptrace::traceme().map_err(io::Error::from));
+            cmd.pre_exec(move || {
+                ptrace::traceme().map_err(io::Error::from)?;
+                if let Some(bpf) = &bpf {
+                    filter::install(bpf);
+                }
+                Ok(())
+            });
         }
-        let mut child = crate::child::spawn(&mut cmd).map_err(|source| Error::Spawn {
-            program: program.clone(),
-            source,
-        })?;
+        let mut child = crate::child::spawn(&mut cmd).map_err(spawn_err)?;
         let pid = Pid::from_raw(child.id() as i32);
         let kill_child = |e: Error| {
             let _ = signal::kill(pid, Signal::SIGKILL);
@@ -123,12 +155,19 @@ impl Traced {
                 }))
             }
         }
-        let options = Options::PTRACE_O_TRACESYSGOOD
+        let filtered = config.seccomp && filter::in_effect(pid);
+        if config.seccomp && !filtered {
+            not_filtered("the kernel or a filter around this process refused it");
+        }
+        let mut options = Options::PTRACE_O_TRACESYSGOOD
             | Options::PTRACE_O_TRACEFORK
             | Options::PTRACE_O_TRACEVFORK
             | Options::PTRACE_O_TRACECLONE
             | Options::PTRACE_O_TRACEEXEC
             | Options::PTRACE_O_EXITKILL;
+        if filtered {
+            options |= Options::PTRACE_O_TRACESECCOMP;
+        }
         ptrace::setoptions(pid, options)
             .map_err(|e| kill_child(ptrace_err("setoptions", pid, e)))?;
         let recorder = config
@@ -149,6 +188,8 @@ impl Traced {
             engine: Engine {
                 root: Root { path: root, dev },
                 main: pid,
+                filtered,
+                stops: 0,
                 plan: config.fault,
                 hit: None,
                 stdout_before: None,
@@ -190,6 +231,8 @@ impl Traced {
 
 #[derive(Debug, Default)]
 struct Tracee {
+    /// Between a call's enter and exit stops (under the filter: resumed
+    /// from its seccomp stop to stop again at its exit).
     in_syscall: bool,
     /// A new tracee whose attach SIGSTOP is still to come.
     fresh: bool,
@@ -224,6 +267,10 @@ enum Hit {
 struct Engine {
     root: Root,
     main: Pid,
+    /// The seccomp filter is in effect: seccomp stops, PTRACE_CONT.
+    filtered: bool,
+    /// ptrace stops so far.
+    stops: u64,
     plan: Option<FaultPlan>,
     /// Set when the planned call was reached.
     hit: Option<Hit>,
@@ -256,6 +303,14 @@ impl Engine {
                 }
                 Err(e) => return Err(ptrace_err("waitpid", Pid::from_raw(-1), e)),
             };
+            if matches!(
+                status,
+                WaitStatus::Stopped(..)
+                    | WaitStatus::PtraceEvent(..)
+                    | WaitStatus::PtraceSyscall(_)
+            ) {
+                self.stops += 1;
+            }
             match status {
                 WaitStatus::Exited(pid, code) => self.gone(pid, Exit::Code { code }),
                 WaitStatus::Signaled(pid, sig, _) => self.gone(
@@ -266,6 +321,10 @@ impl Engine {
                 ),
                 WaitStatus::PtraceSyscall(pid) => {
                     self.syscall_stop(pid)?;
+                    self.resume(pid, None)?;
+                }
+                WaitStatus::PtraceEvent(pid, _, libc::PTRACE_EVENT_SECCOMP) => {
+                    self.seccomp_stop(pid)?;
                     self.resume(pid, None)?;
                 }
                 WaitStatus::PtraceEvent(pid, _, event) => {
@@ -294,7 +353,8 @@ impl Engine {
                             }
                         }
                         let t = self.tracees.entry(pid).or_default();
-                        t.in_syscall = true;
+                        // Unfiltered, execve's exit stop comes next.
+                        t.in_syscall = !self.filtered;
                         t.inflight = None;
                     }
                     self.resume(pid, None)?;
@@ -342,6 +402,17 @@ impl Engine {
         } else {
             self.exit(pid)
         }
+    }
+
+    /// A call the filter stops at: its enter. It stays in the call (to stop
+    /// at its exit) only if the tracer needs its result.
+    fn seccomp_stop(&mut self, pid: Pid) -> Result<(), Error> {
+        self.tracees.entry(pid).or_default();
+        self.enter(pid)?;
+        if let Some(t) = self.tracees.get_mut(&pid) {
+            t.in_syscall = t.inflight.is_some();
+        }
+        Ok(())
     }
 
     fn enter(&mut self, pid: Pid) -> Result<(), Error> {
@@ -497,10 +568,19 @@ impl Engine {
         }
     }
 
+    /// Resumes a stopped tracee: to its next syscall stop, or under the
+    /// filter to its next seccomp stop (unless it is to stop at the exit of
+    /// the call it is in).
     fn resume(&self, pid: Pid, sig: Option<Signal>) -> Result<(), Error> {
-        match ptrace::syscall(pid, sig) {
+        let exit_stop = self.tracees.get(&pid).is_some_and(|t| t.in_syscall);
+        let (op, resumed) = if self.filtered && !exit_stop {
+            ("PTRACE_CONT", ptrace::cont(pid, sig))
+        } else {
+            ("PTRACE_SYSCALL", ptrace::syscall(pid, sig))
+        };
+        match resumed {
             Ok(()) | Err(NixErrno::ESRCH) => Ok(()),
-            Err(e) => Err(ptrace_err("PTRACE_SYSCALL", pid, e)),
+            Err(e) => Err(ptrace_err(op, pid, e)),
         }
     }
 
@@ -533,6 +613,8 @@ impl Engine {
             fault,
             oplog: self.recorder.take().map(Recorder::finish),
             exit,
+            seccomp: self.filtered,
+            stops: self.stops,
         })
     }
 }
@@ -546,6 +628,50 @@ impl Drop for Engine {
             self.reap_all();
         }
     }
+}
+
+/// Says once per process that the filter is not in effect, and why.
+fn not_filtered(why: &str) {
+    static SAID: std::sync::Once = std::sync::Once::new();
+    SAID.call_once(|| {
+        eprintln!(
+            "agentchaos: no seccomp filter for the syscall tracer ({why}): it stops at every system call, with the same results, more slowly"
+        )
+    });
+}
+
+/// Finds `cmd`'s program as exec will (a name without a slash on the
+/// PATH it will run with): the error exec would give if it cannot.
+fn executable(cmd: &Command) -> io::Result<()> {
+    let program = Path::new(cmd.get_program());
+    let runnable = |p: &Path| match access(p, AccessFlags::X_OK) {
+        Ok(()) if p.is_dir() => Err(io::Error::from_raw_os_error(libc::EACCES)),
+        Ok(()) => Ok(()),
+        Err(e) => Err(io::Error::from(e)),
+    };
+    if program.as_os_str().as_bytes().contains(&b'/') {
+        return match cmd.get_current_dir() {
+            Some(dir) if program.is_relative() => runnable(&dir.join(program)),
+            _ => runnable(program),
+        };
+    }
+    let path = cmd
+        .get_envs()
+        .find(|(k, _)| *k == "PATH")
+        .map(|(_, v)| v.map(|v| v.to_os_string()))
+        .unwrap_or_else(|| std::env::var_os("PATH"))
+        .unwrap_or_else(|| "/bin:/usr/bin".into());
+    let mut first_err = None;
+    for dir in std::env::split_paths(&path) {
+        match runnable(&dir.join(program)) {
+            Ok(()) => return Ok(()),
+            Err(e) if e.kind() != io::ErrorKind::NotFound => {
+                first_err.get_or_insert(e);
+            }
+            Err(_) => {}
+        }
+    }
+    Err(first_err.unwrap_or_else(|| io::Error::from_raw_os_error(libc::ENOENT)))
 }
 
 /// Registers of a stopped tracee; `None` if it died meanwhile.
