@@ -50,4 +50,5 @@ mod strands_adapter;
 mod syscall_record;
 mod syscall_run;
 mod syscall_trace;
+mod timings;
 mod workers;
