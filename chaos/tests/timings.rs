@@ -105,7 +105,7 @@ fn adapter_trials_count_their_processes_by_kind_and_add_up_under_ptrace() {
         &fixture(),
         &[
             "--trials",
-            "3",
+            "2",
             "--nemesis",
             "points,syscall",
             "--adapter",
@@ -141,9 +141,5 @@ fn adapter_trials_count_their_processes_by_kind_and_add_up_under_ptrace() {
     assert!(
         part(outside, "start_probe").0 > 0,
         "the probes' processes: {outside}"
-    );
-    assert!(
-        part(outside, "start_recovery").0 > 0,
-        "the power-loss recoveries' processes: {outside}"
     );
 }
