@@ -16,7 +16,7 @@ fn fixture() -> PathBuf {
     Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/fixtures/small.json")
 }
 
-fn part<'a>(parts: &'a Value, name: &str) -> (u64, f64) {
+fn part(parts: &Value, name: &str) -> (u64, f64) {
     let p = &parts[name];
     (
         p["count"].as_u64().unwrap_or_else(|| panic!("{name}: {p}")),
