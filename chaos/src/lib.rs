@@ -22,6 +22,7 @@
 //! - [`report`]: text, JSON, JUnit, HTML and the scorecard;
 //! - [`shell`]: quoting the commands a report prints;
 //! - [`child`]: child processes that die with the harness;
+//! - [`timing`]: where a trial's time goes (`--timings`);
 //! - [`bounded`]: reading a file a user or a store wrote, within a limit.
 
 pub mod agent;
@@ -37,3 +38,4 @@ pub mod scenario;
 pub mod shell;
 pub mod store;
 pub mod timeline;
+pub mod timing;

@@ -221,6 +221,11 @@ struct RunArgs {
     /// No progress: neither the bar on a terminal nor the line every 10 s elsewhere.
     #[arg(long, help_heading = OUTPUT)]
     quiet: bool,
+    /// Print where the trials' time went (process starts by kind, the adapters' hello,
+    /// round trips, the store's own work, ptrace, the checker, the agents) with the top
+    /// three costs; the JSON report's `timings` has each trial's.
+    #[arg(long, help_heading = OUTPUT)]
+    timings: bool,
     #[command(flatten)]
     common: Common,
 }
@@ -299,6 +304,9 @@ struct AgentCli {
     durability: Durability,
     #[arg(long, default_value_t = scenario::DEFAULT_MAX_INPUT_BYTES)]
     max_input_bytes: u64,
+    /// Record where this life's time goes into this file (the harness's `--timings`).
+    #[arg(long)]
+    timings: Option<PathBuf>,
 }
 
 #[derive(Args, Debug)]
@@ -582,6 +590,9 @@ fn main() -> ExitCode {
 
 fn run_agent(a: AgentCli) -> Result<ExitCode, Failure> {
     agentchaos::child::die_with_harness().map_err(|e| failed(format!("agent: {e}")))?;
+    if let Some(path) = &a.timings {
+        agentchaos::timing::share_into(path).map_err(|e| failed(format!("agent: {e}")))?;
+    }
     let args = AgentArgs {
         scenario: a.scenario,
         spec: SessionSpec {
@@ -979,6 +990,9 @@ fn run(args: RunArgs) -> Result<ExitCode, Failure> {
         cfg.keep_failures = Some(k.clone());
     }
     agentchaos::child::begin().map_err(failed)?;
+    if args.timings {
+        agentchaos::timing::enable();
+    }
     let random_dir = match (&cfg.keep_failures, args.random) {
         (_, 0) => None,
         (Some(k), _) => Some(k.join("random")),
@@ -1034,6 +1048,9 @@ fn run(args: RunArgs) -> Result<ExitCode, Failure> {
     }
     print!("{}", report::violations_text(&result, &ctx));
     print!("{}", report::table(&result, &ctx));
+    if args.timings {
+        print!("{}", report::timings::text(&result));
+    }
     if let (Some(k), true) = (
         &cfg.keep_failures,
         result.violation_count() + result.error_count() > 0,

@@ -52,4 +52,5 @@ mod syscall_filter;
 mod syscall_record;
 mod syscall_run;
 mod syscall_trace;
+mod timings;
 mod workers;

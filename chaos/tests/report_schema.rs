@@ -39,11 +39,19 @@ fn a_clean_report_fits_the_schema() {
             "none",
             "--powerloss-states",
             "2",
+            "--timings",
         ],
     );
     assert_eq!(code, 0, "{stdout}");
     assert_eq!(report["format"], agentchaos::report::REPORT_FORMAT);
+    assert!(report["timings"].is_object(), "{stdout}");
     assert_valid(&report);
+    let mut lost = report.clone();
+    lost["timings"]["total"]["parts"]
+        .as_object_mut()
+        .unwrap()
+        .remove("round_trips");
+    assert!(!validator().is_valid(&lost), "a lost timing part is caught");
 }
 
 #[test]

@@ -165,7 +165,7 @@ pub fn run(args: &AgentArgs, backend: &dyn StoreBackend) -> Result<(), AgentErro
         })?;
         // The session is released while the harness looks: a store seen
         // only through a fresh adapter of its own must be able to open it.
-        close(store)?;
+        crate::timing::beside_the_harness(|| close(store))?;
         let stdin = std::io::stdin();
         wait_for_harness(&mut stdin.lock())?;
         store = open()?;
@@ -175,7 +175,7 @@ pub fn run(args: &AgentArgs, backend: &dyn StoreBackend) -> Result<(), AgentErro
         reporter.send(&ChildLine::RecoveredAgain {
             appended: again.appended,
         })?;
-        close(store)?;
+        crate::timing::beside_the_harness(|| close(store))?;
         wait_for_harness(&mut stdin.lock())?;
         store = open()?;
         uncertain = again

@@ -16,6 +16,7 @@ use crate::check::{self, Violation};
 use crate::history::RunKind;
 use crate::nemesis::{Crash, Plan};
 use crate::timeline::Timeline;
+use crate::timing::{self, Part, TrialTimings};
 
 /// The result of one trial.
 #[derive(Debug, Clone)]
@@ -35,6 +36,8 @@ pub struct TrialOutcome {
     pub timeline: Option<Box<Timeline>>,
     pub started: Instant,
     pub finished: Instant,
+    /// Where its wall time went (`--timings`).
+    pub timings: Option<TrialTimings>,
 }
 
 /// Runs one trial and checks it.
@@ -46,6 +49,23 @@ pub fn run_trial(
     dir: &Path,
 ) -> TrialOutcome {
     let started = Instant::now();
+    let (mut outcome, counts) =
+        timing::collect(|| run_and_check(cfg, prepared, scenario, plan, dir, started));
+    outcome.timings = counts.map(|counts| TrialTimings {
+        wall_micros: outcome.finished.duration_since(started).as_micros() as u64,
+        counts,
+    });
+    outcome
+}
+
+fn run_and_check(
+    cfg: &Config<'_>,
+    prepared: &Prepared,
+    scenario: usize,
+    plan: Plan,
+    dir: &Path,
+    started: Instant,
+) -> TrialOutcome {
     let result = trial::run(&setup(cfg, &prepared.source), plan, dir, RunKind::Trial);
     let evidence = result
         .as_ref()
@@ -62,7 +82,8 @@ pub fn run_trial(
                     .map(|n| n as u64),
                 c => c.and_then(|c| c.hit()),
             };
-            let violations = check::check(h, Some(&prepared.reference));
+            let violations =
+                timing::timed(Part::Checker, || check::check(h, Some(&prepared.reference)));
             let timeline = (!violations.is_empty()).then(|| {
                 Box::new(Timeline::of(
                     h,
@@ -130,5 +151,6 @@ pub fn run_trial(
         timeline,
         started,
         finished: Instant::now(),
+        timings: None,
     }
 }

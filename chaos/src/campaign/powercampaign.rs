@@ -821,13 +821,15 @@ fn run_scenario(cfg: &Config, source: ScenarioSource, dir: &Path) -> ScenarioRep
         &format!("crash points of {}", source.scenario.name),
     );
     let results = crate::campaign::pool::parallel(cfg.jobs, points.len(), |i| {
-        let r = check_point(
-            &judge,
-            &cfg.models,
-            &limits,
-            points[i],
-            &dir.join(format!("p{i}")),
-        );
+        let r = crate::timing::outside_trials(crate::timing::Role::Recovery, || {
+            check_point(
+                &judge,
+                &cfg.models,
+                &limits,
+                points[i],
+                &dir.join(format!("p{i}")),
+            )
+        });
         if let Some(p) = &progress {
             p.inc(r.as_ref().map_or(0, |o| o.failures.len()));
         }

@@ -231,6 +231,9 @@ pub struct CampaignResult {
     pub adapter_processes: crate::store::adapter::ProcessCounts,
     /// Processes the store's adapters left running after a trial (killed).
     pub leaked: Vec<crate::child::Leak>,
+    /// With `--timings`: the costs of the probes and the power-loss
+    /// recoveries (each trial's are its outcome's).
+    pub outside_trials: Option<crate::timing::Counts>,
 }
 
 impl CampaignResult {
@@ -366,6 +369,7 @@ pub fn run(cfg: &Config<'_>, sources: Vec<ScenarioSource>) -> Result<CampaignRes
             crate::child::sweep_orphans("the campaign (outside any trial)");
             crate::child::take_leaks()
         },
+        outside_trials: crate::timing::enabled().then(crate::timing::outside_trials_counts),
     })
 }
 
@@ -460,7 +464,9 @@ fn prepare_all(
             // Probes are not trials: with --shard, the first shard runs them
             // all; those of the store as a whole, with the first scenario.
             let probes = if p.unusable.is_none() && cfg.shard.is_none_or(|(k, _)| k == 1) {
-                run_probes(cfg, &p, claimed, &trace, i == 0)
+                crate::timing::outside_trials(crate::timing::Role::Probe, || {
+                    run_probes(cfg, &p, claimed, &trace, i == 0)
+                })
             } else {
                 Vec::new()
             };
@@ -520,6 +526,7 @@ fn run_jobs(
                     timeline: None,
                     started: now,
                     finished: now,
+                    timings: None,
                 }
             })
         })

@@ -120,6 +120,10 @@ impl TrialDir {
     fn stderr(&self, life: u32) -> PathBuf {
         self.dir.join(format!("life{life}.stderr"))
     }
+    /// Where life `life`'s agent records its timings (`--timings`).
+    fn timings(&self, life: u32) -> PathBuf {
+        self.dir.join(format!("life{life}.timings"))
+    }
 }
 
 /// Runs one trial in `dir` (created empty by the caller's parent; must not
@@ -413,7 +417,8 @@ struct LifeSpec<'a> {
     forkable: bool,
 }
 
-type TracerThread = std::thread::JoinHandle<Result<syscall::Outcome, syscall::Error>>;
+/// The tracer's thread: how tracing ended, and the CPU time the thread spent on it.
+type TracerThread = std::thread::JoinHandle<(Result<syscall::Outcome, syscall::Error>, Duration)>;
 
 /// What to wait for at the end of a life.
 enum Running {
@@ -429,16 +434,18 @@ fn spawn_traced(
 ) -> Result<(Option<ChildStdin>, ChildStdout, Monitor, TracerThread), TrialError> {
     let (tx, rx) = mpsc::channel();
     let thread = std::thread::spawn(move || {
+        let cpu = crate::timing::thread_cpu();
         let mut traced = match Traced::spawn(cmd, config) {
             Ok(t) => t,
             Err(e) => {
                 let _ = tx.send(Err(e.to_string()));
-                return Err(e);
+                return (Err(e), Duration::ZERO);
             }
         };
         let pipes = (traced.stdin.take(), traced.stdout.take(), traced.monitor());
         let _ = tx.send(Ok(pipes));
-        traced.run()
+        let outcome = traced.run();
+        (outcome, crate::timing::thread_cpu().saturating_sub(cpu))
     });
     match rx.recv() {
         Ok(Ok((stdin, Some(stdout), monitor))) => Ok((stdin, stdout, monitor, thread)),
@@ -455,7 +462,7 @@ fn spawn_traced(
         }
         Err(_) => Err(TrialError::from(match thread.join() {
             Err(_) => "the tracer thread panicked".to_string(),
-            Ok(r) => format!("the tracer stopped before the agent started: {r:?}"),
+            Ok((r, _)) => format!("the tracer stopped before the agent started: {r:?}"),
         })),
     }
 }
@@ -483,6 +490,7 @@ fn run_life(
     } else {
         None
     };
+    let clock = crate::timing::life_started();
     let cmd = agent_command(setup, td, life_spec, &stderr_path, adapters.as_ref())?;
     let started = Instant::now();
     let Started {
@@ -490,7 +498,9 @@ fn run_life(
         stdout,
         killer,
         running,
-    } = start(cmd, syscall.clone(), setup.agent_exe)?;
+    } = crate::timing::timed(crate::timing::Part::AgentStart, || {
+        start(cmd, syscall.clone(), setup.agent_exe)
+    })?;
     let store_killer = match (&adapters, &running) {
         (Some(adapters), Running::Child(child)) => {
             let agent = child.lock().unwrap_or_else(|p| p.into_inner()).id();
@@ -531,6 +541,9 @@ fn run_life(
     }
     drop(adapters);
     life.micros = started.elapsed().as_micros() as u64;
+    if let Some(clock) = clock {
+        crate::timing::life_ended(clock, &td.timings(index));
+    }
     life.end = match (code, signal) {
         (_, Some(9)) if timer_fired && timer.is_none() => LifeEnd::Hung,
         (_, Some(9)) => LifeEnd::Killed,
@@ -584,6 +597,12 @@ fn agent_command(
         .arg(td.world())
         .arg("--life")
         .arg(life_spec.index.to_string())
+        .args(
+            crate::timing::collecting()
+                .then(|| ["--timings".into(), td.timings(life_spec.index)])
+                .into_iter()
+                .flatten(),
+        )
         .args(setup.backend.agent_args())
         .stdin(Stdio::piped())
         .stdout(Stdio::piped())
@@ -786,10 +805,11 @@ fn wait(
             Ok((status.code(), status.signal()))
         }
         Running::Traced(thread) => {
-            let outcome = thread
+            let (outcome, cpu) = thread
                 .join()
-                .map_err(|_| "the tracer thread panicked".to_string())?
-                .map_err(|e| format!("tracing the agent failed: {e}"))?;
+                .map_err(|_| "the tracer thread panicked".to_string())?;
+            let outcome = outcome.map_err(|e| format!("tracing the agent failed: {e}"))?;
+            crate::timing::record_ptrace(outcome.events.len() as u64, cpu);
             let exit = match &outcome.exit {
                 syscall::Exit::Code { code } => (Some(*code), None),
                 syscall::Exit::Signal { signal } => (

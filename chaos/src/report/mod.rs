@@ -12,6 +12,7 @@ pub mod causes;
 pub mod html;
 pub mod powerloss;
 pub mod scorecard;
+pub mod timings;
 
 use std::fmt::Write;
 
@@ -513,6 +514,7 @@ pub fn json(result: &CampaignResult, ctx: &Context<'_>) -> Value {
         "capabilities": result.capabilities.iter().map(|c| c.name()).collect::<Vec<_>>(),
         "scorecard": scorecard::json(&score(result, ctx)),
         "power_loss": result.power_loss.as_ref().map(|p| powerloss::json(p, &ctx.store_flags())),
+        "timings": timings::json(result),
         "skipped_scenarios": result.skipped.iter().map(|(s, why)| json!({"name": s.scenario.name, "file": s.path.display().to_string(), "why": why})).collect::<Vec<_>>(),
     })
 }

@@ -445,13 +445,20 @@ impl StoreBackend for ReferenceBackend {
             durability: self.durability,
             ..SessionOptions::default()
         };
-        let (session, _) = Session::open_or_create(&spec.root, &id, &spec.workspace, options)?;
+        let (session, _) = store_work(|| {
+            Ok(Session::open_or_create(
+                &spec.root,
+                &id,
+                &spec.workspace,
+                options,
+            )?)
+        })?;
         Ok(Box::new(ReferenceStore { session }))
     }
 
     fn observe(&self, spec: &SessionSpec) -> StoreResult<Observation> {
         let paths = SessionPaths::new(&spec.root, &session_id(spec)?);
-        observe_reference(&paths)
+        crate::timing::timed(crate::timing::Part::Store, || observe_reference(&paths))
     }
 }
 
@@ -600,6 +607,77 @@ fn quarantine_files(paths: &SessionPaths) -> StoreResult<Vec<(String, Vec<u8>)>>
 
 impl SessionStore for ReferenceStore {
     fn append(&mut self, event: &Event) -> StoreResult<Ack> {
+        store_work(|| self.append_now(event))
+    }
+
+    fn write(&mut self, event: &Event) -> StoreResult<Pending> {
+        store_work(|| {
+            let written = self.session.write(event.clone())?;
+            Ok(Pending {
+                seq: written.seq(),
+                written: Some(written),
+            })
+        })
+    }
+
+    fn wait(
+        &mut self,
+        pending: Vec<Pending>,
+        answered: &(dyn Fn(usize, &StoreResult<Ack>) + Sync),
+    ) -> Vec<StoreResult<Ack>> {
+        crate::timing::timed(crate::timing::Part::Store, || {
+            self.wait_now(pending, answered)
+        })
+    }
+
+    fn recover(&mut self) -> StoreResult<Recovered> {
+        store_work(|| Ok(self.session.recover()?.into()))
+    }
+
+    fn events(&mut self, after: Option<Seq>) -> StoreResult<Vec<Record>> {
+        store_work(|| self.events_now(after))
+    }
+
+    fn context(&mut self, budget_tokens: Option<u64>) -> StoreResult<String> {
+        store_work(|| Ok(self.session.context(budget_tokens)?))
+    }
+
+    fn checkpoint(&mut self) -> StoreResult<()> {
+        store_work(|| {
+            self.session.checkpoint()?;
+            Ok(())
+        })
+    }
+
+    fn projection(&mut self) -> StoreResult<Value> {
+        store_work(|| Ok(to_value(self.session.projection())))
+    }
+
+    fn put_blob(&mut self, bytes: &[u8]) -> StoreResult<BlobRef> {
+        store_work(|| Ok(self.session.put_blob(bytes)?))
+    }
+
+    fn close(self: Box<Self>) -> StoreResult<()> {
+        store_work(move || {
+            let mut store = self;
+            store.session.release_lease()?;
+            drop(store);
+            Ok(())
+        })
+    }
+
+    fn renew_lease(&mut self) -> StoreResult<LeaseGrant> {
+        store_work(|| Ok(self.session.renew_lease()?))
+    }
+}
+
+/// Runs a call of the in-process store, its time recorded as the store's own work.
+fn store_work<T>(f: impl FnOnce() -> StoreResult<T>) -> StoreResult<T> {
+    crate::timing::timed(crate::timing::Part::Store, f)
+}
+
+impl ReferenceStore {
+    fn append_now(&mut self, event: &Event) -> StoreResult<Ack> {
         if let Event::ToolStarted { call_id } = event {
             // The intent goes through the session's intent API, where the
             // store decides how it is made durable.
@@ -615,15 +693,7 @@ impl SessionStore for ReferenceStore {
         Ok(Ack { seq: ack.seq() })
     }
 
-    fn write(&mut self, event: &Event) -> StoreResult<Pending> {
-        let written = self.session.write(event.clone())?;
-        Ok(Pending {
-            seq: written.seq(),
-            written: Some(written),
-        })
-    }
-
-    fn wait(
+    fn wait_now(
         &mut self,
         pending: Vec<Pending>,
         answered: &(dyn Fn(usize, &StoreResult<Ack>) + Sync),
@@ -658,11 +728,7 @@ impl SessionStore for ReferenceStore {
         })
     }
 
-    fn recover(&mut self) -> StoreResult<Recovered> {
-        Ok(self.session.recover()?.into())
-    }
-
-    fn events(&mut self, after: Option<Seq>) -> StoreResult<Vec<Record>> {
+    fn events_now(&mut self, after: Option<Seq>) -> StoreResult<Vec<Record>> {
         let path = self.session.paths().events();
         let mut out = Vec::new();
         for item in Scanner::open(&path, LogPosition::START)? {
@@ -672,33 +738,6 @@ impl SessionStore for ReferenceStore {
             }
         }
         Ok(out)
-    }
-
-    fn context(&mut self, budget_tokens: Option<u64>) -> StoreResult<String> {
-        Ok(self.session.context(budget_tokens)?)
-    }
-
-    fn checkpoint(&mut self) -> StoreResult<()> {
-        self.session.checkpoint()?;
-        Ok(())
-    }
-
-    fn projection(&mut self) -> StoreResult<Value> {
-        Ok(to_value(self.session.projection()))
-    }
-
-    fn put_blob(&mut self, bytes: &[u8]) -> StoreResult<BlobRef> {
-        Ok(self.session.put_blob(bytes)?)
-    }
-
-    fn close(mut self: Box<Self>) -> StoreResult<()> {
-        self.session.release_lease()?;
-        drop(self.session);
-        Ok(())
-    }
-
-    fn renew_lease(&mut self) -> StoreResult<LeaseGrant> {
-        Ok(self.session.renew_lease()?)
     }
 }
 

@@ -1,5 +1,6 @@
-// Unit tests of the kit's serve loop over an in-memory store (node:test,
-// no dependencies): `node --test test/`. What a store's failures and bad
+// Unit tests of the kit's serve loop over an in-memory store (node:test;
+// the kit's own dependency, for the compiled validators' freshness):
+// `node --test test/`. What a store's failures and bad
 // data turn into; chaos/tests/node_kit.rs runs it.
 
 import { strict as assert } from "node:assert";
@@ -196,4 +197,20 @@ test("the kit never makes fd 1 non-blocking (its replies are synchronous writes)
   assert.equal(out.status, 0, out.stderr);
   assert.equal(out.stdout, "");
   assert.equal(out.stderr, "printed\nwritten\nO_NONBLOCK false\n");
+});
+
+test("the compiled validators are what the generator makes of the packaged schema", async () => {
+  const { generate, SCHEMA_FILE, VALIDATORS_FILE } = await import("../scripts/generate-validators.mjs");
+  const { readFileSync } = await import("node:fs");
+  const fresh = generate(JSON.parse(readFileSync(SCHEMA_FILE, "utf8")));
+  assert.ok(
+    fresh === readFileSync(VALIDATORS_FILE, "utf8"),
+    "src/validators.js is stale: run `node scripts/generate-validators.mjs` in chaos/adapters/node",
+  );
+  // A schema with one more op makes another file: the comparison can fail.
+  const grown = JSON.parse(readFileSync(SCHEMA_FILE, "utf8"));
+  const extra = structuredClone(grown.$defs.RequestLine.oneOf[0]);
+  extra.properties.op.const = "an_op_of_tomorrow";
+  grown.$defs.RequestLine.oneOf.push(extra);
+  assert.notEqual(generate(grown), fresh);
 });

@@ -600,6 +600,13 @@ impl StoreBackend for AdapterBackend {
     }
 
     fn observe(&self, spec: &SessionSpec) -> StoreResult<Observation> {
+        crate::timing::as_role(crate::timing::Role::Observer, || self.observe_fresh(spec))
+    }
+}
+
+impl AdapterBackend {
+    /// [`StoreBackend::observe`]: through a fresh adapter process.
+    fn observe_fresh(&self, spec: &SessionSpec) -> StoreResult<Observation> {
         let args = OpenArgs {
             root: spec.root.clone(),
             session: spec.session.clone(),

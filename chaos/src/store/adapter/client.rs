@@ -689,13 +689,18 @@ impl Client {
             }
             None => Stdio::piped(),
         };
-        let mut child = crate::child::spawn(
+        let started = Instant::now();
+        let spawned = crate::child::spawn(
             cmd.process_group(0)
                 .stdin(stdin)
                 .stdout(Stdio::piped())
                 .stderr(Stdio::piped()),
-        )
-        .map_err(|source| ClientError::Spawn {
+        );
+        crate::timing::record(
+            crate::timing::Part::Start(crate::timing::role()),
+            started.elapsed(),
+        );
+        let mut child = spawned.map_err(|source| ClientError::Spawn {
             command: label.clone(),
             source,
         })?;
@@ -1064,6 +1069,21 @@ impl Client {
     /// Sends `request` with the descriptors `fds` attached (`SCM_RIGHTS`;
     /// stdin must be a socket) and reads its reply body.
     fn call_with<T: DeserializeOwned>(
+        &mut self,
+        request: Request,
+        fds: &[RawFd],
+    ) -> Result<T, ClientError> {
+        use crate::timing::{self, Part};
+        let part = match request.op() {
+            "hello" => Part::Hello(timing::role()),
+            "fork" => Part::Start(timing::role()),
+            _ => Part::RoundTrip,
+        };
+        timing::timed(part, || self.exchange(request, fds))
+    }
+
+    /// [`Client::call_with`], untimed.
+    fn exchange<T: DeserializeOwned>(
         &mut self,
         request: Request,
         fds: &[RawFd],
