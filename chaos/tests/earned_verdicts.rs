@@ -57,12 +57,13 @@ fn a_python_store_that_rewrites_its_file_fails_durable_append_under_the_defaults
     assert_eq!(durable["verdict"], "fail", "{stdout}");
     let first = &durable["first_violation"];
     assert_eq!(first["invariant"], "acked-durable", "{durable}");
-    // The size of the loss: every acknowledged event, not just the first.
+    // The size of the loss: every acknowledged event, not just the first
+    // (the session's creation among them).
     assert!(
         first["line"]
             .as_str()
             .unwrap()
-            .contains("6 of them missing or changed"),
+            .contains("7 of them missing or changed"),
         "{first}"
     );
     let (replayed, out) = campaign::replay(first["replay"].as_str().unwrap());
@@ -315,6 +316,12 @@ fn a_store_that_writes_late_loses_its_creation_and_each_loss_is_one_cause() {
             "points",
             "--restarts",
             "deepest",
+            // A sample keeps the Python store's campaign short; this seed's
+            // holds double crashes after one first crash (kill@25+…).
+            "--trials",
+            "30",
+            "--seed",
+            "2",
         ],
     );
     assert_eq!(code, 1, "{stdout}");
@@ -341,13 +348,20 @@ fn a_store_that_writes_late_loses_its_creation_and_each_loss_is_one_cause() {
         .filter(|v| v["plan"].as_str().unwrap().contains('+'))
         .collect();
     assert!(!doubles.is_empty(), "{stdout}");
+    let mut collapsed = false;
     for d in doubles {
         let cause = &causes[d["cause"].as_u64().unwrap() as usize];
         let first = d["plan"].as_str().unwrap().split('+').next().unwrap();
         assert_eq!(cause["origin"], first, "{d}\n{cause}");
-        assert_eq!(cause["plan"], first, "the simplest replay: {cause}");
-        assert!(cause["trials"].as_u64().unwrap() > 1, "{cause}");
+        // The replay is the simplest sampled plan with that first crash.
+        let replay = cause["plan"].as_str().unwrap();
+        assert!(
+            replay == first || replay.starts_with(&format!("{first}+")),
+            "the simplest replay: {cause}"
+        );
+        collapsed |= cause["trials"].as_u64().unwrap() > 1;
     }
+    assert!(collapsed, "no two double crashes shared a cause: {stdout}");
     let acked_causes = causes
         .iter()
         .filter(|c| c["invariant"] == "acked-durable")
