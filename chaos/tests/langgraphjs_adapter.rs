@@ -83,7 +83,8 @@ fn a_sampled_campaign_passes_the_crash_rows() {
 
 /// Power lost after the small fixture's 53rd file operation (a write into
 /// the WAL): in the strict model, unsynced writes are lost, and no
-/// commit was synced, so the three acknowledged events are gone.
+/// commit was synced, so the four acknowledged events (the session's
+/// creation among them) are gone.
 #[test]
 fn a_power_cut_loses_acknowledged_checkpoints() {
     if !available("a_power_cut_loses_acknowledged_checkpoints") {
@@ -97,7 +98,7 @@ fn a_power_cut_loses_acknowledged_checkpoints() {
         stdout.contains("checkpoints.sqlite-wal was not fsynced after them"),
         "{stdout}"
     );
-    assert!(stdout.contains("all 3 acknowledged events"), "{stdout}");
+    assert!(stdout.contains("all 4 acknowledged events"), "{stdout}");
 }
 
 /// `findings/wal_without_sync.mjs` exits 1 while the saver's connection
