@@ -109,6 +109,8 @@ pub struct SyscallLife {
     pub root: PathBuf,
     /// Every counted syscall, in order.
     pub events: Vec<SyscallEvent>,
+    /// Every counted read, in order, when reads were traced.
+    pub reads: Vec<SyscallEvent>,
     /// What became of the planned fault.
     pub fault: Option<FaultReport>,
     /// Injected errors only: the file operations, with the agent's stdout

@@ -36,7 +36,7 @@ use crate::session::{Session, SessionOptions};
 impl From<Error> for Refusal {
     fn from(e: Error) -> Refusal {
         let kind = match &e {
-            Error::Io { .. } | Error::Poisoned { .. } => ErrorKind::Io,
+            Error::Io { .. } | Error::Read { .. } | Error::Poisoned { .. } => ErrorKind::Io,
             Error::Damage { .. } | Error::UnknownEventType { .. } | Error::Foreign { .. } => {
                 ErrorKind::Damage
             }

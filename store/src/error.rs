@@ -22,6 +22,16 @@ pub enum Error {
         source: io::Error,
     },
 
+    /// A read of the event log failed (EIO, ...) at a byte offset: the
+    /// log is refused, never taken to end there.
+    #[error("read {} at byte offset {offset}: {source} (a failed read is not the end of the log: refused)", path.display())]
+    Read {
+        path: PathBuf,
+        offset: u64,
+        #[source]
+        source: io::Error,
+    },
+
     /// A session id that could escape ROOT or is otherwise unusable.
     #[error("invalid session id {}: {reason}", quote(id))]
     InvalidSessionId { id: String, reason: &'static str },

@@ -114,6 +114,8 @@ pub enum Fault {
     ZerosFirstRunOnly,
     /// A torn piece with no newline and a well-formed header is judged by its checksum, which a torn line never matches: a torn write is refused as damage.
     UnterminatedChecksumDamage,
+    /// Reading the log takes a failed read (EIO) or a short read for the end of the file: an open cuts or appends over the acknowledged lines after it.
+    ReadErrorIsEof,
 }
 
 impl Fault {
@@ -369,6 +371,11 @@ impl Fault {
             Fault::UnterminatedChecksumDamage,
             "unterminated-checksum-damage",
             "a torn line with no newline is repaired, whatever its header's checksum says",
+        ),
+        (
+            Fault::ReadErrorIsEof,
+            "read-error-is-eof",
+            "a failed or short read of the log is refused or read on, never taken for its end (nothing acknowledged is cut or appended over)",
         ),
     ];
 

@@ -10,7 +10,6 @@
 //! scanner checks the seq found there. A line that looks damaged is read
 //! once more before it is reported (see [`Events`]). This module never writes.
 
-use std::fs::File;
 use std::io::BufReader;
 use std::ops::{Bound, RangeBounds};
 use std::path::{Path, PathBuf};
@@ -21,7 +20,7 @@ use crate::framing::Header;
 use crate::index::SparseIndex;
 use crate::layout::SessionPaths;
 use crate::log::EventLog;
-use crate::scan::{Frame, LogPosition, Scanner, TornTail};
+use crate::scan::{Frame, LogFile, LogPosition, Scanner, TornTail};
 
 /// What to read: a seq range and, optionally, a set of event types.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -220,7 +219,7 @@ impl LogReader {
 /// A stream of verified records selected by a [`Query`].
 #[derive(Debug)]
 pub struct Events {
-    scanner: Scanner<BufReader<File>>,
+    scanner: Scanner<BufReader<LogFile>>,
     path: PathBuf,
     query: Query,
     finished: bool,

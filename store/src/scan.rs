@@ -191,10 +191,50 @@ pub struct Scanner<R> {
     floor: LogPosition,
     /// The zero bytes after the logical end, once the stream has ended.
     preallocated: u64,
+    /// The byte offset up to which the reader's bytes were taken: where a
+    /// failed read was reading.
+    consumed: u64,
     done: bool,
 }
 
-impl Scanner<BufReader<File>> {
+/// The log file as [`Scanner::open`] reads it: the file itself. A failed
+/// read is an error the scanner refuses with (naming the file and the byte
+/// offset), an interrupted or short read is read on (`BufReader`), and
+/// only a read of zero bytes is the end of the file. With the
+/// `read-error-is-eof` fault (broken on purpose), a failed read other than
+/// EINTR, or a short read, is taken for the end of the file.
+#[derive(Debug)]
+pub struct LogFile {
+    file: File,
+    /// The fault: the end was declared at a failed or short read.
+    eof_on_error: bool,
+    ended: bool,
+}
+
+impl Read for LogFile {
+    fn read(&mut self, buf: &mut [u8]) -> std::io::Result<usize> {
+        if !self.eof_on_error {
+            return self.file.read(buf);
+        }
+        if self.ended {
+            return Ok(0);
+        }
+        match self.file.read(buf) {
+            Err(e) if e.kind() == std::io::ErrorKind::Interrupted => Err(e),
+            Err(_) => {
+                self.ended = true;
+                Ok(0)
+            }
+            Ok(n) if n < buf.len() => {
+                self.ended = true;
+                Ok(n)
+            }
+            other => other,
+        }
+    }
+}
+
+impl Scanner<BufReader<LogFile>> {
     /// Opens `path` for reading from `from` (a position previously returned
     /// by the store: the line there must carry `from.seq`).
     /// A symlink or anything but a regular file there is refused unopened
@@ -205,6 +245,11 @@ impl Scanner<BufReader<File>> {
             file.seek(SeekFrom::Start(from.offset))
                 .map_err(Error::io("seek", path))?;
         }
+        let file = LogFile {
+            file,
+            eof_on_error: crate::fault::active(crate::fault::Fault::ReadErrorIsEof),
+            ended: false,
+        };
         Ok(Scanner::new(
             BufReader::with_capacity(READ_BUF, file),
             path,
@@ -224,6 +269,7 @@ impl<R: BufRead> Scanner<R> {
             torn: None,
             floor: LogPosition::START,
             preallocated: 0,
+            consumed: from.offset,
             done: false,
         }
     }
@@ -265,11 +311,11 @@ impl<R: BufRead> Scanner<R> {
     }
 
     fn at_eof(&mut self) -> Result<bool> {
-        let path = &self.path;
+        let (path, offset) = (&self.path, self.consumed);
         Ok(self
             .reader
             .fill_buf()
-            .map_err(Error::io("read", path))?
+            .map_err(|source| read_failed(path, offset, source))?
             .is_empty())
     }
 
@@ -428,7 +474,10 @@ impl<R: BufRead> Scanner<R> {
         let n = (&mut self.reader)
             .take(limit as u64)
             .read_until(b'\n', &mut self.buf)
-            .map_err(Error::io("read", &self.path))?;
+            .map_err(|source| {
+                read_failed(&self.path, self.consumed + self.buf.len() as u64, source)
+            })?;
+        self.consumed += n as u64;
         if n == 0 {
             return Ok(None);
         }
@@ -455,13 +504,14 @@ impl<R: BufRead> Scanner<R> {
             let chunk = self
                 .reader
                 .fill_buf()
-                .map_err(Error::io("read", &self.path))?;
+                .map_err(|source| read_failed(&self.path, self.consumed, source))?;
             if chunk.is_empty() {
                 return Ok(Some(count));
             }
             let zeros = chunk.iter().take_while(|&&b| b == 0).count();
             let all = zeros == chunk.len();
             self.reader.consume(zeros);
+            self.consumed += zeros as u64;
             count += zeros as u64;
             if !all || count > most {
                 return Ok(None);
@@ -544,6 +594,16 @@ impl<R: BufRead> Scanner<R> {
         };
         self.end_torn(total, reason);
         Ok(())
+    }
+}
+
+/// A read of the log that failed at byte `offset`: refused, never taken for
+/// the end of the log.
+fn read_failed(path: &Path, offset: u64, source: std::io::Error) -> Error {
+    Error::Read {
+        path: path.to_path_buf(),
+        offset,
+        source,
     }
 }
 

@@ -12,11 +12,12 @@ use crate::nemesis::{
     LOG_WRITE,
 };
 
-/// The syscall a fault in life `life` targets, as the crash-free traced
-/// run saw it; for a trial, as the fault report says it really was.
+/// The syscall (or read) a fault in life `life` targets, as the crash-free
+/// traced run saw it; for a trial, as the fault report says it really was.
 fn syscall_text(
     life: u32,
     at: u64,
+    fault: SysFault,
     syscalls: Option<&SyscallTrace>,
     history: Option<&History>,
 ) -> String {
@@ -30,21 +31,22 @@ fn syscall_text(
             }) => Some(TracedCall::new(event, &s.root).text),
             _ => None,
         });
-    let n = syscalls.map_or(0, |t| t.len());
+    let n = syscalls.map_or(0, |t| t.counted(fault).len());
+    let counts = fault.to_syscall().counts();
     let call = injected
         .or_else(|| {
             syscalls
-                .and_then(|t| t.calls.get(at as usize))
+                .and_then(|t| t.target(fault, at))
                 .map(|c| c.text.clone())
         })
-        .unwrap_or_else(|| format!("beyond the {n} syscalls of the traced run"));
-    format!("syscall {at} of {n}: {call}")
+        .unwrap_or_else(|| format!("beyond the {n} {counts}s of the traced run"));
+    format!("{counts} {at} of {n}: {call}")
 }
 
 /// Did a syscall fault land on the call the traced run had at its index?
 /// `None` when it did (or the plan is not a syscall plan); else why not.
 pub fn syscall_mismatch(plan: &Plan, prepared: &Prepared, h: &History) -> Option<String> {
-    let (life, at, _) = plan.syscall_fault()?;
+    let (life, at, fault) = plan.syscall_fault()?;
     let sys = h.lives.get(life as usize)?.syscalls.as_ref()?;
     let Some(FaultReport {
         outcome: FaultOutcome::Injected { event },
@@ -56,15 +58,16 @@ pub fn syscall_mismatch(plan: &Plan, prepared: &Prepared, h: &History) -> Option
     let hit = TracedCall::new(event, &sys.root);
     let planned = prepared
         .syscalls_for(plan)
-        .and_then(|t| t.calls.get(at as usize));
+        .and_then(|t| t.target(fault, at));
+    let counts = fault.to_syscall().counts();
     match planned {
         Some(p) if p.key == hit.key => None,
         Some(p) => Some(format!(
-            "the fault planned for syscall {at} of life {life}, {}, landed on {} (the store's syscalls are not the same from run to run: several threads or processes racing?)",
+            "the fault planned for {counts} {at} of life {life}, {}, landed on {} (the store's {counts}s are not the same from run to run: several threads or processes racing?)",
             p.text, hit.text
         )),
         None => Some(format!(
-            "the fault planned for syscall {at} of life {life} landed on {}, which the traced run never made",
+            "the fault planned for {counts} {at} of life {life} landed on {}, which the traced run never made",
             hit.text
         )),
     }
@@ -138,7 +141,7 @@ pub fn describe_crashes(
         }
         Some(Crash::Syscall { at, fault }) => sys_fault_text(
             fault,
-            &syscall_text(0, at, prepared.syscalls.as_ref(), history),
+            &syscall_text(0, at, fault, prepared.syscalls.as_ref(), history),
         ),
     };
     let mut lives = vec![first];
@@ -180,7 +183,13 @@ pub fn describe_crashes(
             Crash::Tear { at, bytes } => format!("{} at {}, then killed", torn(bytes), point(at)),
             Crash::Syscall { at, fault } => sys_fault_text(
                 fault,
-                &syscall_text(life, at, later.and_then(|t| t.syscalls.as_ref()), history),
+                &syscall_text(
+                    life,
+                    at,
+                    fault,
+                    later.and_then(|t| t.syscalls.as_ref()),
+                    history,
+                ),
             ),
             Crash::PowerCut { .. } | Crash::Timer { .. } => {
                 unreachable!("the plan parser refuses {crash} in a restarted life")
@@ -208,5 +217,10 @@ fn sys_fault_text(fault: SysFault, call: &str) -> String {
         }
         SysFault::Enospc => format!("ENOSPC injected at {call}; the process went on"),
         SysFault::Eio => format!("EIO injected at {call}; the process went on"),
+        SysFault::EioRead => format!("EIO injected at {call}; the process went on"),
+        SysFault::EintrRead => format!("EINTR injected at {call}; the process went on"),
+        SysFault::ShortRead { bytes } => {
+            format!("a short read (its first {bytes} bytes only) at {call}; the process went on")
+        }
     }
 }

@@ -240,6 +240,7 @@ fn record_marked(
         record: true,
         seccomp: crate::nemesis::syscall::seccomp_from_env()
             .map_err(|e| PowerLossError::Harness(e.to_string()))?,
+        reads: false,
     };
     // The tracer must stay on the thread that spawned the agent.
     let (tx, rx) = mpsc::channel();

@@ -94,7 +94,7 @@ pub fn prepare_keeping(
         first
             .syscalls
             .as_ref()
-            .map(|s| SyscallTrace::of(&s.events, &s.root))
+            .map(|s| SyscallTrace::of(&s.events, &s.reads, &s.root))
     } else {
         None
     };
@@ -272,7 +272,7 @@ pub fn trace_later(
         h.lives[life]
             .syscalls
             .as_ref()
-            .map(|s| SyscallTrace::of(&s.events, &s.root))
+            .map(|s| SyscallTrace::of(&s.events, &s.reads, &s.root))
     } else {
         None
     };

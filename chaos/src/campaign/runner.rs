@@ -11,7 +11,10 @@
 //! [`nemesis::sample`], [`crate::nemesis::SyscallTrace::exhaustive`] or
 //! [`crate::nemesis::SyscallTrace::sample`], and every point or syscall of each traced
 //! restarted life, [`crate::nemesis::LaterTrace::point_plans`] and
-//! [`crate::nemesis::LaterTrace::syscall_plans`]), keeps this
+//! [`crate::nemesis::LaterTrace::syscall_plans`]; the read faults of every
+//! traced life, [`crate::nemesis::SyscallTrace::read_plans`] and
+//! [`crate::nemesis::LaterTrace::read_plans`]: all of them, or a quarter
+//! of `--trials N` more), keeps this
 //! shard's share, and runs them on `jobs` worker threads, each trial in its
 //! own directory under the campaign directory (on `/dev/shm` by default).
 //! A trial directory is deleted once checked, or moved to
@@ -147,13 +150,13 @@ impl ScenarioResult {
         (later.len(), distinct)
     }
 
-    /// Syscalls of the traced run that a trial faulted as planned.
+    /// File-mutating syscalls of the traced run that a trial faulted as planned.
     pub fn covered_syscalls(&self) -> usize {
         self.outcomes
             .iter()
             .filter(|o| o.error.is_none())
             .filter_map(|o| match o.plan.syscall_fault() {
-                Some((0, at, _)) => Some(at),
+                Some((0, at, fault)) if !fault.is_read() => Some(at),
                 _ => None,
             })
             .collect::<BTreeSet<_>>()
@@ -418,6 +421,20 @@ fn plans_of(cfg: &Config<'_>, p: &Prepared) -> Vec<Plan> {
             Mode::Sampled(n) => {
                 sample_with_later(n, later, None, &mut rng, |k, rng| sys.sample(k, rng))
             }
+        });
+        // The read faults, first life's and restarted lives' (recovery
+        // reads the log), from a generator of their own: they change no
+        // other plan. Sampled: a quarter more.
+        let mut rng = Rng::derive(cfg.seed, &p.source.scenario.name, 3);
+        let reads: Vec<Plan> = sys
+            .read_plans(&mut rng)
+            .into_iter()
+            .chain(p.later.iter().flat_map(|t| t.read_plans(&mut rng)))
+            .collect();
+        plans.extend(match cfg.mode {
+            Mode::Exhaustive => reads,
+            Mode::Sampled(_) if reads.is_empty() => Vec::new(),
+            Mode::Sampled(n) => (0..n / 4).map(|_| *rng.pick(&reads)).collect(),
         });
     }
     plans

@@ -123,9 +123,11 @@ fn reproduce(
     let rng = &mut Rng::new(0);
     let mut plans: Vec<Plan> = nemesis::exhaustive(&prepared.trace, rng);
     plans.extend(prepared.syscalls.iter().flat_map(|t| t.exhaustive(rng)));
+    plans.extend(prepared.syscalls.iter().flat_map(|t| t.read_plans(rng)));
     for later in &prepared.later {
         plans.extend(later.point_plans(rng));
         plans.extend(later.syscall_plans(rng));
+        plans.extend(later.read_plans(rng));
     }
     let plans: Vec<Plan> = plans
         .into_iter()

@@ -300,6 +300,8 @@ fn trace_config(
         }),
         record: fault.is_some_and(|(_, f)| !f.kills()),
         seccomp: syscall::seccomp_from_env().map_err(|e| TrialError::from(e.to_string()))?,
+        // A trace run enumerates the reads a read fault may be planned at.
+        reads: kind == RunKind::TraceSyscalls,
     }))
 }
 
@@ -825,6 +827,7 @@ fn wait(
             life.syscalls = Some(SyscallLife {
                 root: std::fs::canonicalize(&root).unwrap_or(root),
                 events: outcome.events,
+                reads: outcome.reads,
                 fault: outcome.fault,
                 oplog: outcome.oplog,
                 acks,

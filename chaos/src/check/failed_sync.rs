@@ -298,6 +298,7 @@ mod tests {
         h.lives[0].syscalls = Some(crate::history::SyscallLife {
             root: "/r".into(),
             events: vec![failed.clone()],
+            reads: Vec::new(),
             fault: Some(FaultReport {
                 plan: FaultPlan {
                     at: 1,

@@ -43,6 +43,20 @@
 //!   process goes on (a failing device; Linux may have dropped the dirty
 //!   pages, so a retried fsync can succeed for data that is gone).
 //!
+//!
+//! and, counting only the reads of the store's files (read, pread64,
+//! readv, preadv, preadv2 of a file under the root, in their own
+//! sequence: a life's N-th read), in the first life and in the restarted
+//! lives the nemesis traces (their recovery included):
+//!
+//! - `sys-eio-read@N`: read N fails with EIO and the process goes on (a
+//!   failing device). The store must refuse or retry, never take it for
+//!   the end of its log.
+//! - `sys-eintr-read@N`: read N fails with EINTR, nothing read (a signal;
+//!   network and FUSE file systems do it); the store must retry.
+//! - `sys-short-read@N:B`: read N returns only its first B bytes (POSIX
+//!   allows a short read anywhere); the store must read on.
+//!
 //! After an injected error the first process may finish or give up; either
 //! way the trial goes on as after a kill (restart, recover, finish).
 //!
@@ -141,6 +155,14 @@ pub enum SysFault {
     Enospc,
     /// The fsync/fdatasync fails with EIO; the process goes on.
     Eio,
+    /// Reads (the index counts reads): the read fails with EIO; the process goes on.
+    EioRead,
+    /// Reads: the read fails with EINTR, nothing read; the process goes on.
+    EintrRead,
+    /// Reads: the read returns only its first `bytes` bytes; the process goes on.
+    ShortRead {
+        bytes: u64,
+    },
 }
 
 impl SysFault {
@@ -154,21 +176,40 @@ impl SysFault {
                 errno: Errno::ENOSPC,
             },
             SysFault::Eio => SyscallFault::Fail { errno: Errno::EIO },
+            SysFault::EioRead => SyscallFault::FailRead { errno: Errno::EIO },
+            SysFault::EintrRead => SyscallFault::FailRead {
+                errno: Errno::EINTR,
+            },
+            SysFault::ShortRead { bytes } => SyscallFault::ShortRead { keep: bytes },
         }
     }
 
     /// Does the process die of it (rather than go on after an error)?
     pub fn kills(self) -> bool {
-        !matches!(self, SysFault::Enospc | SysFault::Eio)
+        matches!(
+            self,
+            SysFault::KillBefore | SysFault::KillAfter | SysFault::Tear { .. }
+        )
+    }
+
+    /// Does its index count the reads of the store's files (not the
+    /// file-mutating calls)?
+    pub fn is_read(self) -> bool {
+        matches!(
+            self,
+            SysFault::EioRead | SysFault::EintrRead | SysFault::ShortRead { .. }
+        )
     }
 
     /// Can `call` take this fault?
     pub fn applies_to(self, call: &TracedCall) -> bool {
         match self {
-            SysFault::KillBefore | SysFault::KillAfter => true,
+            SysFault::KillBefore | SysFault::KillAfter => call.read_got.is_none(),
             SysFault::Tear { bytes } => call.write_len.is_some_and(|l| bytes >= 1 && bytes < l),
             SysFault::Enospc => call.write_len.is_some(),
             SysFault::Eio => call.is_sync,
+            SysFault::EioRead | SysFault::EintrRead => call.read_got.is_some(),
+            SysFault::ShortRead { bytes } => call.read_got.is_some_and(|g| bytes >= 1 && bytes < g),
         }
     }
 }
@@ -189,6 +230,9 @@ pub struct TracedCall {
     pub write_len: Option<u64>,
     /// fsync or fdatasync.
     pub is_sync: bool,
+    /// Reads: how many bytes it read (0 at the end of the file, or when it
+    /// failed).
+    pub read_got: Option<u64>,
 }
 
 impl TracedCall {
@@ -197,9 +241,10 @@ impl TracedCall {
         let root = root.display().to_string();
         let rel = |p: &Path| p.display().to_string().replacen(&root, "ROOT", 1);
         let fd = match &e.call {
-            Call::Write { fd, .. } | Call::Sync { fd, .. } | Call::SyncFileRange { fd, .. } => {
-                format!("fd {fd} ")
-            }
+            Call::Write { fd, .. }
+            | Call::Sync { fd, .. }
+            | Call::SyncFileRange { fd, .. }
+            | Call::Read { fd, .. } => format!("fd {fd} "),
             Call::Truncate { fd: Some(fd), .. } => format!("fd {fd} "),
             _ => String::new(),
         };
@@ -218,6 +263,10 @@ impl TracedCall {
                 _ => None,
             },
             is_sync: matches!(e.call, Call::Sync { .. }),
+            read_got: match e.call {
+                Call::Read { .. } => Some(e.result.map_or(0, |r| r.max(0) as u64)),
+                _ => None,
+            },
         }
     }
 }
@@ -261,18 +310,34 @@ fn comparable_name(name: &str) -> String {
 }
 
 /// What a crash-free traced run of the first process made: its counted
-/// syscalls, in order.
+/// syscalls, in order, and its reads of the store's files, in order.
 #[derive(Debug, Clone, PartialEq, Eq, Default)]
 pub struct SyscallTrace {
     pub calls: Vec<TracedCall>,
+    pub reads: Vec<TracedCall>,
 }
 
 impl SyscallTrace {
-    /// The counted syscalls of a traced run, `root` (its canonical store
-    /// root) written as `ROOT`.
-    pub fn of(events: &[SyscallEvent], root: &Path) -> SyscallTrace {
+    /// The counted syscalls and reads of a traced run, `root` (its
+    /// canonical store root) written as `ROOT`.
+    pub fn of(events: &[SyscallEvent], reads: &[SyscallEvent], root: &Path) -> SyscallTrace {
         SyscallTrace {
             calls: events.iter().map(|e| TracedCall::new(e, root)).collect(),
+            reads: reads.iter().map(|e| TracedCall::new(e, root)).collect(),
+        }
+    }
+
+    /// The call a `fault` at `at` targets: a read for a read fault.
+    pub fn target(&self, fault: SysFault, at: u64) -> Option<&TracedCall> {
+        self.counted(fault).get(at as usize)
+    }
+
+    /// The calls a `fault`'s index counts: the reads, or the file-mutating calls.
+    pub fn counted(&self, fault: SysFault) -> &[TracedCall] {
+        if fault.is_read() {
+            &self.reads
+        } else {
+            &self.calls
         }
     }
 
@@ -311,7 +376,35 @@ impl SyscallTrace {
         .collect()
     }
 
-    /// `--exhaustive`: every applicable fault at every counted syscall.
+    /// Every read fault that applies to read `at`, a short read keeping a
+    /// sampled part of what it read.
+    fn read_faults(&self, at: usize, rng: &mut Rng) -> Vec<SysFault> {
+        let read = &self.reads[at];
+        // At most half the bytes: the trial's read may get a little less
+        // than the trace's (paths in events differ in length).
+        let short = SysFault::ShortRead {
+            bytes: read.read_got.map_or(0, |g| 1 + rng.below((g / 2).max(1))),
+        };
+        [SysFault::EioRead, SysFault::EintrRead, short]
+            .into_iter()
+            .filter(|f| f.applies_to(read))
+            .collect()
+    }
+
+    /// Every applicable read fault at every counted read. Drawn from its
+    /// own `rng`, so that reading them changes no other plan.
+    pub fn read_plans(&self, rng: &mut Rng) -> Vec<Plan> {
+        (0..self.reads.len())
+            .flat_map(|at| {
+                self.read_faults(at, rng)
+                    .into_iter()
+                    .map(move |f| SyscallTrace::plan(at, f))
+            })
+            .collect()
+    }
+
+    /// Every applicable fault at every counted file-mutating syscall (the
+    /// reads' are [`Self::read_plans`]).
     pub fn exhaustive(&self, rng: &mut Rng) -> Vec<Plan> {
         (0..self.calls.len())
             .flat_map(|at| {
@@ -322,7 +415,8 @@ impl SyscallTrace {
             .collect()
     }
 
-    /// `n` plans sampled from the seed: a random syscall, a random fault that applies.
+    /// `n` plans sampled from the seed: a random file-mutating syscall, a
+    /// random fault that applies.
     pub fn sample(&self, n: usize, rng: &mut Rng) -> Vec<Plan> {
         if self.calls.is_empty() {
             return Vec::new();
@@ -396,7 +490,7 @@ pub enum BadNemesis {
     Nemesis(String),
     #[error("--restarts {0:?} is not all, deepest or none")]
     Restarts(String),
-    #[error("plan {0:?} is not one of none, kill@N, tear@N:BYTES, powercut@N, timer@MICROSus, sys-kill-before@N, sys-kill-after@N, sys-tear@N:BYTES, sys-enospc@N, sys-eio@N, optionally followed by up to {LATER_LIVES} crashes of the restarted lives, each +kill@M, +tear@M:BYTES or +sys-…@M")]
+    #[error("plan {0:?} is not one of none, kill@N, tear@N:BYTES, powercut@N, timer@MICROSus, sys-kill-before@N, sys-kill-after@N, sys-tear@N:BYTES, sys-enospc@N, sys-eio@N, sys-eio-read@N, sys-eintr-read@N, sys-short-read@N:BYTES, optionally followed by up to {LATER_LIVES} crashes of the restarted lives, each +kill@M, +tear@M:BYTES or +sys-…@M")]
     Plan(String),
 }
 
@@ -439,8 +533,8 @@ impl Nemeses {
 /// - Power-loss faults (a missing or misplaced fsync) leave nothing a
 ///   SIGKILL can see, since the page cache survives it: only the power-loss
 ///   models lose unsynced data.
-/// - A failed sync or a refused write needs an injected errno: the syscall
-///   nemesis.
+/// - A failed sync, a refused write or a failed or short read needs an
+///   injected errno or a cut count: the syscall nemesis.
 /// - Every other fault shows under crash points.
 pub fn revealing(fault: agentstore::fault::Fault) -> Nemeses {
     use agentstore::fault::Fault;
@@ -450,7 +544,10 @@ pub fn revealing(fault: agentstore::fault::Fault) -> Nemeses {
             syscall: false,
             powerloss: true,
         }
-    } else if matches!(fault, Fault::FsyncRetry | Fault::KeepRefusedAppend) {
+    } else if matches!(
+        fault,
+        Fault::FsyncRetry | Fault::KeepRefusedAppend | Fault::ReadErrorIsEof
+    ) {
         Nemeses {
             points: false,
             syscall: true,
@@ -582,7 +679,8 @@ impl Plan {
 
     /// The kind, for reports: `kill`, `tear`, `powercut`, `timer`,
     /// `double` (a restarted life crashes too),
-    /// `sys-kill-before`, `sys-kill-after`, `sys-tear`, `sys-enospc`, `sys-eio`, `none`.
+    /// `sys-kill-before`, `sys-kill-after`, `sys-tear`, `sys-enospc`, `sys-eio`,
+    /// `sys-eio-read`, `sys-eintr-read`, `sys-short-read`, `none`.
     pub fn kind(&self) -> &'static str {
         match (self.crash, self.later[0]) {
             (None, _) => "none",
@@ -593,6 +691,9 @@ impl Plan {
                 SysFault::Tear { .. } => "sys-tear",
                 SysFault::Enospc => "sys-enospc",
                 SysFault::Eio => "sys-eio",
+                SysFault::EioRead => "sys-eio-read",
+                SysFault::EintrRead => "sys-eintr-read",
+                SysFault::ShortRead { .. } => "sys-short-read",
             },
             (Some(Crash::Kill { .. }), None) => "kill",
             (Some(Crash::Tear { .. }), None) => "tear",
@@ -643,6 +744,9 @@ impl fmt::Display for Crash {
                 SysFault::Tear { bytes } => write!(f, "sys-tear@{at}:{bytes}"),
                 SysFault::Enospc => write!(f, "sys-enospc@{at}"),
                 SysFault::Eio => write!(f, "sys-eio@{at}"),
+                SysFault::EioRead => write!(f, "sys-eio-read@{at}"),
+                SysFault::EintrRead => write!(f, "sys-eintr-read@{at}"),
+                SysFault::ShortRead { bytes } => write!(f, "sys-short-read@{at}:{bytes}"),
             },
         }
     }
@@ -685,6 +789,15 @@ impl FromStr for Crash {
             "sys-kill-after" => sys(SysFault::KillAfter)?,
             "sys-enospc" => sys(SysFault::Enospc)?,
             "sys-eio" => sys(SysFault::Eio)?,
+            "sys-eio-read" => sys(SysFault::EioRead)?,
+            "sys-eintr-read" => sys(SysFault::EintrRead)?,
+            "sys-short-read" => {
+                let (at, bytes) = pair(arg)?;
+                Crash::Syscall {
+                    at,
+                    fault: SysFault::ShortRead { bytes },
+                }
+            }
             "sys-tear" => {
                 let (at, bytes) = pair(arg)?;
                 Crash::Syscall {
@@ -960,11 +1073,22 @@ impl LaterTrace {
         plans
     }
 
-    /// Every applicable syscall fault at every syscall of this life.
+    /// Every applicable syscall fault at every file-mutating syscall of this life.
     pub fn syscall_plans(&self, rng: &mut Rng) -> Vec<Plan> {
         self.syscalls
             .iter()
             .flat_map(|s| s.exhaustive(rng))
+            .filter_map(|p| p.crash)
+            .map(|c| self.before.then(c))
+            .collect()
+    }
+
+    /// Every applicable read fault at every read of the store's files in
+    /// this life (its recovery's among them).
+    pub fn read_plans(&self, rng: &mut Rng) -> Vec<Plan> {
+        self.syscalls
+            .iter()
+            .flat_map(|s| s.read_plans(rng))
             .filter_map(|p| p.crash)
             .map(|c| self.before.then(c))
             .collect()
@@ -1096,7 +1220,11 @@ mod tests {
             "sys-tear@3:7",
             "sys-enospc@5",
             "sys-eio@6",
+            "sys-eio-read@2",
+            "sys-eintr-read@0",
+            "sys-short-read@4:9",
             "kill@9+sys-eio@3",
+            "kill@9+sys-eio-read@3",
             "kill@9+kill@40+tear@5:12",
             "sys-tear@3:7+sys-kill-after@2",
         ] {
@@ -1122,6 +1250,8 @@ mod tests {
             "timer@5",
             "sys-tear@3",
             "sys-eio@x",
+            "sys-short-read@3",
+            "sys-eio-read@3:1",
             "sys-zap@1",
             "kill@1+powercut@3",
             "kill@1+timer@5us",
@@ -1300,7 +1430,7 @@ mod tests {
                 },
             ),
         ];
-        let trace = SyscallTrace::of(&calls, root);
+        let trace = SyscallTrace::of(&calls, &[], root);
         assert_eq!(trace.calls[2].text, "fdatasync(fd 4 = ROOT/s/events.jsonl)");
         assert_eq!(trace.calls[1].key, "pwrite64(fd 4 ROOT/s/events.jsonl)");
         let plans = trace.exhaustive(&mut Rng::new(1));

@@ -52,7 +52,7 @@ impl From<agentstore::Error> for ChildError {
     fn from(e: agentstore::Error) -> ChildError {
         use agentstore::Error as E;
         let kind = match &e {
-            E::Io { .. } | E::Poisoned { .. } => ErrorKind::Io,
+            E::Io { .. } | E::Read { .. } | E::Poisoned { .. } => ErrorKind::Io,
             E::Damage { .. } | E::UnknownEventType { .. } | E::Foreign { .. } => ErrorKind::Damage,
             E::SessionLocked { .. } => ErrorKind::Locked,
             E::NoSuchSession { .. } | E::IncompleteSession { .. } => ErrorKind::NotFound,

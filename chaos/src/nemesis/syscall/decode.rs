@@ -62,6 +62,17 @@ pub(super) const DECODED: [(i64, Sysno); 23] = [
     (libc::SYS_mkdirat, Sysno::Mkdirat),
 ];
 
+/// The reads the decoder handles, by their x86_64 numbers: stopped at
+/// (the seccomp filter) and decoded only when reads are traced
+/// ([`super::TraceConfig::reads`]); counted in a sequence of their own.
+pub(super) const READS: [(i64, Sysno); 5] = [
+    (libc::SYS_read, Sysno::Read),
+    (libc::SYS_pread64, Sysno::Pread64),
+    (libc::SYS_readv, Sysno::Readv),
+    (libc::SYS_preadv, Sysno::Preadv),
+    (libc::SYS_preadv2, Sysno::Preadv2),
+];
+
 /// The open flags that make an open one the decoder counts: any of them
 /// set. An open with none of them (a plain read, an interpreter's import)
 /// is neither decoded nor stopped at.
@@ -78,10 +89,12 @@ pub(super) fn open_flags_arg(sysno: Sysno) -> Option<usize> {
     }
 }
 
-/// The system call number at a syscall-enter stop, if it is one we decode.
+/// The system call number at a syscall-enter stop, if it is one we decode
+/// (a read among them: [`Sysno::is_read`]).
 pub(super) fn sysno(orig_rax: u64) -> Option<Sysno> {
     DECODED
         .iter()
+        .chain(&READS)
         .find(|(nr, _)| *nr as u64 == orig_rax)
         .map(|&(_, sysno)| sysno)
 }
@@ -97,9 +110,9 @@ pub(super) struct Decoded {
     pub call: Call,
     /// Touches a path under the root: counted, faultable, recorded.
     pub in_root: bool,
-    /// Write-class calls: the data buffers, in order.
+    /// Write- and read-class calls: the data buffers, in order.
     pub buffers: Vec<RemoteIoVec>,
-    /// writev-class calls: where the iovec array lives in the tracee.
+    /// writev- and readv-class calls: where the iovec array lives in the tracee.
     pub iov_addr: Option<u64>,
     /// open: the path existed at enter (O_CREAT then did not create it).
     pub existed: bool,
@@ -166,6 +179,41 @@ pub(super) fn decode(pid: Pid, sysno: Sysno, a: [u64; 6], root: &Root) -> Option
             d.rwf_append = sysno == Sysno::Pwritev2 && a[5] & RWF_APPEND != 0;
             d.rwf_noappend = sysno == Sysno::Pwritev2 && a[5] & RWF_NOAPPEND != 0;
             write(&mut d, offset)?;
+        }
+        Sysno::Read | Sysno::Pread64 | Sysno::Readv | Sysno::Preadv | Sysno::Preadv2 => {
+            let offset = match sysno {
+                Sysno::Read => {
+                    d.buffers = vec![RemoteIoVec {
+                        base: a[1] as usize,
+                        len: a[2] as usize,
+                    }];
+                    None
+                }
+                Sysno::Pread64 => {
+                    d.buffers = vec![RemoteIoVec {
+                        base: a[1] as usize,
+                        len: a[2] as usize,
+                    }];
+                    Some(a[3])
+                }
+                _ => {
+                    d.buffers = read_iovecs(pid, a[1], a[2])?;
+                    d.iov_addr = Some(a[1]);
+                    match sysno {
+                        Sysno::Readv => None,
+                        Sysno::Preadv2 if a[3] as i64 == -1 => None,
+                        _ => Some(a[3]),
+                    }
+                }
+            };
+            let path = fd_path(pid, fd(a[0]))?;
+            d.in_root = root.contains(&path);
+            d.call = Call::Read {
+                fd: fd(a[0]),
+                path,
+                len: d.buffers.iter().map(|b| b.len as u64).sum(),
+                offset,
+            };
         }
         Sysno::Fsync | Sysno::Fdatasync => {
             let path = fd_path(pid, fd(a[0]))?;
@@ -431,27 +479,50 @@ pub(super) fn read_written(
     Ok(data)
 }
 
-/// Cuts a write-class call to its first `keep` bytes before it runs:
-/// returns the new count register value, after rewriting the iovec array in
-/// the tracee's memory for writev-style calls.
-pub(super) fn tear(pid: Pid, d: &Decoded, keep: u64) -> Result<u64, TraceeMemory> {
+/// An iovec length the tracer rewrote in the tracee's memory: where, and
+/// what it was (to put back when the process goes on).
+#[derive(Debug, Clone, Copy)]
+pub(super) struct RewrittenIovec {
+    at: usize,
+    len: usize,
+}
+
+/// Cuts a write- or read-class call to its first `keep` bytes before it
+/// runs: returns the new count register value, after rewriting the iovec
+/// array in the tracee's memory for vectored calls (and the length it
+/// rewrote, which [`restore_iovec`] puts back).
+pub(super) fn cut(
+    pid: Pid,
+    d: &Decoded,
+    keep: u64,
+) -> Result<(u64, Option<RewrittenIovec>), TraceeMemory> {
     let Some(iov_addr) = d.iov_addr else {
-        return Ok(keep);
+        return Ok((keep, None));
     };
     let mut left = keep as usize;
     for (j, b) in d.buffers.iter().enumerate() {
         if left <= b.len {
-            let len = (left as u64).to_ne_bytes();
             let at = iov_addr as usize + j * 16 + 8;
-            process_vm_writev(
-                pid,
-                &[IoSlice::new(&len)],
-                &[RemoteIoVec { base: at, len: 8 }],
-            )
-            .map_err(|e| TraceeMemory(format!("process_vm_writev of iovec {j}: {e}")))?;
-            return Ok(j as u64 + 1);
+            write_word(pid, at, left as u64)
+                .map_err(|e| TraceeMemory(format!("process_vm_writev of iovec {j}: {e}")))?;
+            return Ok((j as u64 + 1, Some(RewrittenIovec { at, len: b.len })));
         }
         left -= b.len;
     }
-    Ok(d.buffers.len() as u64)
+    Ok((d.buffers.len() as u64, None))
+}
+
+/// Puts back an iovec length [`cut`] rewrote.
+pub(super) fn restore_iovec(pid: Pid, r: RewrittenIovec) -> Result<(), TraceeMemory> {
+    write_word(pid, r.at, r.len as u64)
+        .map(|_| ())
+        .map_err(|e| TraceeMemory(format!("process_vm_writev restoring an iovec: {e}")))
+}
+
+fn write_word(pid: Pid, at: usize, word: u64) -> nix::Result<usize> {
+    process_vm_writev(
+        pid,
+        &[IoSlice::new(&word.to_ne_bytes())],
+        &[RemoteIoVec { base: at, len: 8 }],
+    )
 }

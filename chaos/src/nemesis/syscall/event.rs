@@ -10,7 +10,9 @@ use std::path::PathBuf;
 
 use serde::{Deserialize, Serialize};
 
-/// The file-mutating system calls the tracer recognises (x86_64 names).
+/// The system calls the tracer recognises (x86_64 names): the
+/// file-mutating ones, and the reads ([`Sysno::is_read`]), which are
+/// counted only when asked for and in a sequence of their own.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
 #[serde(rename_all = "snake_case")]
 #[allow(missing_docs)]
@@ -38,6 +40,11 @@ pub enum Sysno {
     Creat,
     Mkdir,
     Mkdirat,
+    Read,
+    Pread64,
+    Readv,
+    Preadv,
+    Preadv2,
 }
 
 impl Sysno {
@@ -67,7 +74,21 @@ impl Sysno {
             Sysno::Creat => "creat",
             Sysno::Mkdir => "mkdir",
             Sysno::Mkdirat => "mkdirat",
+            Sysno::Read => "read",
+            Sysno::Pread64 => "pread64",
+            Sysno::Readv => "readv",
+            Sysno::Preadv => "preadv",
+            Sysno::Preadv2 => "preadv2",
         }
+    }
+
+    /// read, pread64, readv, preadv, preadv2: counted in their own
+    /// sequence ([`super::Outcome::reads`]), only when reads are traced.
+    pub fn is_read(self) -> bool {
+        matches!(
+            self,
+            Sysno::Read | Sysno::Pread64 | Sysno::Readv | Sysno::Preadv | Sysno::Preadv2
+        )
     }
 }
 
@@ -131,6 +152,15 @@ pub enum Call {
     },
     /// mkdir, mkdirat.
     Mkdir { path: PathBuf, mode: u32 },
+    /// read, pread64, readv, preadv, preadv2. `len` is the byte count
+    /// asked for (all iovecs together); `offset` is the explicit position
+    /// of the p* variants.
+    Read {
+        fd: i32,
+        path: PathBuf,
+        len: u64,
+        offset: Option<u64>,
+    },
 }
 
 impl Call {
@@ -143,7 +173,8 @@ impl Call {
             | Call::Truncate { path, .. }
             | Call::Unlink { path, .. }
             | Call::Open { path, .. }
-            | Call::Mkdir { path, .. } => vec![path],
+            | Call::Mkdir { path, .. }
+            | Call::Read { path, .. } => vec![path],
             Call::SyncAll { fd } => fd.iter().map(|(_, p)| p).collect(),
             Call::Rename { from, to, .. } => vec![from, to],
         }
@@ -153,8 +184,9 @@ impl Call {
 /// One counted system call.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct SyscallEvent {
-    /// 0-based position among the counted calls of the run; a
-    /// [`FaultPlan`](super::FaultPlan) names a call by this index.
+    /// 0-based position among the counted calls of the run (among its
+    /// counted reads, for a read); a [`FaultPlan`](super::FaultPlan) names
+    /// a call by this index.
     pub index: u64,
     /// The thread that made the call.
     pub pid: i32,
@@ -173,6 +205,12 @@ impl SyscallEvent {
         let fd = |fd: &i32, path: &PathBuf| format!("fd {fd} = {}", path.display());
         let args = match &self.call {
             Call::Write {
+                fd: n,
+                path,
+                len,
+                offset,
+            }
+            | Call::Read {
                 fd: n,
                 path,
                 len,

@@ -18,8 +18,11 @@ pub struct Errno(i32);
 impl Errno {
     /// No space left on device: what a full disk does to a write.
     pub const ENOSPC: Errno = Errno(28);
-    /// I/O error: what a failing device does to an fsync.
+    /// I/O error: what a failing device does to an fsync or a read.
     pub const EIO: Errno = Errno(5);
+    /// Interrupted system call: a read a signal cut short before it read
+    /// anything (a network or FUSE file system; the caller retries).
+    pub const EINTR: Errno = Errno(4);
 
     /// `None` outside the kernel's errno range 1..=4095.
     pub fn new(errno: i32) -> Option<Errno> {
@@ -69,6 +72,34 @@ pub enum SyscallFault {
     TearWrite { keep: u64 },
     /// The call is skipped and returns `-errno`; the process goes on.
     Fail { errno: Errno },
+    /// Reads only (the plan's `at` counts reads): the read is skipped and
+    /// returns `-errno`; the process goes on.
+    FailRead { errno: Errno },
+    /// Reads only (the plan's `at` counts reads): the byte count is cut to
+    /// `keep` (at least 1, fewer than asked) before the call runs, and
+    /// restored at its exit: a short read, which POSIX allows anywhere;
+    /// the process goes on.
+    ShortRead { keep: u64 },
+}
+
+impl SyscallFault {
+    /// Does it target a read (the plan's `at` counting the reads of files
+    /// under the root, not the file-mutating calls)?
+    pub fn is_read(self) -> bool {
+        matches!(
+            self,
+            SyscallFault::FailRead { .. } | SyscallFault::ShortRead { .. }
+        )
+    }
+
+    /// `syscall` or `read`: what the plan's index counts.
+    pub fn counts(self) -> &'static str {
+        if self.is_read() {
+            "read"
+        } else {
+            "syscall"
+        }
+    }
 }
 
 impl fmt::Display for SyscallFault {
@@ -77,12 +108,16 @@ impl fmt::Display for SyscallFault {
             SyscallFault::KillBefore => f.write_str("kill before"),
             SyscallFault::KillAfter => f.write_str("kill after"),
             SyscallFault::TearWrite { keep } => write!(f, "tear to {keep} bytes then kill at"),
-            SyscallFault::Fail { errno } => write!(f, "fail with {errno}"),
+            SyscallFault::Fail { errno } | SyscallFault::FailRead { errno } => {
+                write!(f, "fail with {errno}")
+            }
+            SyscallFault::ShortRead { keep } => write!(f, "shorten to {keep} bytes"),
         }
     }
 }
 
-/// A fault and the counted call it hits (0-based, as [`SyscallEvent::index`]).
+/// A fault and the counted call it hits (0-based, as [`SyscallEvent::index`]:
+/// among the counted reads for a read fault, [`SyscallFault::is_read`]).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
 pub struct FaultPlan {
     pub at: u64,
@@ -96,7 +131,7 @@ pub enum FaultOutcome {
     /// The fault hit this call (its `result` is what the process saw, if it
     /// lived to see one).
     Injected { event: SyscallEvent },
-    /// The run made only `counted` counted calls.
+    /// The run made only `counted` counted calls (reads, for a read fault).
     NotReached { counted: u64 },
     /// The call at `at` cannot take this fault (a tear on a non-write, or a
     /// tear keeping as many bytes as the write has); nothing was injected.
@@ -117,31 +152,32 @@ pub struct FaultReport {
 }
 
 impl fmt::Display for FaultReport {
-    /// `kill before syscall #12: fdatasync(fd 5 = /r/sessions/s/events.jsonl) in pid 4242`
+    /// `kill before syscall #12: fdatasync(fd 5 = /r/sessions/s/events.jsonl) in pid 4242`,
+    /// `fail with EIO read #3: read(fd 5 = /r/sessions/s/events.jsonl, 8192 bytes) in pid 4242 (it returned -5)`
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         let FaultPlan { at, fault } = self.plan;
+        let counts = fault.counts();
         match &self.outcome {
             FaultOutcome::Injected { event } => {
                 write!(
                     f,
-                    "{fault} syscall #{at}: {} in pid {}",
+                    "{fault} {counts} #{at}: {} in pid {}",
                     event.call_text(),
                     event.pid
                 )?;
-                if let (SyscallFault::Fail { .. } | SyscallFault::TearWrite { .. }, Some(r)) =
-                    (fault, event.result)
-                {
-                    write!(f, " (it returned {r})")?;
+                let kills = matches!(fault, SyscallFault::KillBefore | SyscallFault::KillAfter);
+                match event.result {
+                    Some(r) if !kills => write!(f, " (it returned {r})"),
+                    _ => Ok(()),
                 }
-                Ok(())
             }
             FaultOutcome::NotReached { counted } => write!(
                 f,
-                "{fault} syscall #{at}: not reached, the run made only {counted} counted syscalls"
+                "{fault} {counts} #{at}: not reached, the run made only {counted} counted {counts}s"
             ),
             FaultOutcome::NotApplicable { event, reason } => write!(
                 f,
-                "{fault} syscall #{at}: not applicable to {} ({reason}); nothing injected",
+                "{fault} {counts} #{at}: not applicable to {} ({reason}); nothing injected",
                 event.call_text()
             ),
         }

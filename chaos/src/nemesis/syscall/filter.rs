@@ -7,7 +7,9 @@
 //!
 //! Built from the decoder's own list ([`decode::DECODED`]); the open
 //! family is stopped at only with [`decode::COUNTED_OPEN_FLAGS`], exactly
-//! the opens the decoder counts. The BPF is compiled by `seccompiler`; it
+//! the opens the decoder counts. The reads ([`decode::READS`]) are in it
+//! only when reads are traced: a process whose plan cannot fault a read
+//! runs its reads (an interpreter's imports) without a stop. The BPF is compiled by `seccompiler`; it
 //! checks the architecture first: a call made through another ABI (i386's
 //! `int 0x80` from an x86_64 process, whose numbers the decoder would
 //! misread) kills the process instead of running unseen.
@@ -27,11 +29,14 @@ use seccompiler::{
 };
 
 use super::decode::{self, COUNTED_OPEN_FLAGS};
+use super::event::Sysno;
 
-/// The filter, compiled.
-pub(super) fn program() -> Result<BpfProgram, BackendError> {
+/// The filter, compiled; with the reads when `reads`.
+pub(super) fn program(reads: bool) -> Result<BpfProgram, BackendError> {
+    let reads: &[(i64, Sysno)] = if reads { &decode::READS } else { &[] };
     let rules = decode::DECODED
         .iter()
+        .chain(reads)
         .map(|&(nr, sysno)| {
             let rules = match decode::open_flags_arg(sysno) {
                 // Any one of the flags: one rule per bit (rules are or'ed).
@@ -156,29 +161,39 @@ mod tests {
 
     #[test]
     fn the_filter_stops_at_exactly_the_calls_the_decoder_decodes() {
-        let program = program().unwrap();
-        // Every call number the kernel has (and well past it), with open
-        // flags that make an open counted: traced iff decoded.
-        for nr in 0..1024u64 {
-            let args = open_args(nr as i64, 0o1 | O_CREAT);
-            let action = run(&program, AUDIT_ARCH_X86_64, nr, args);
-            let decoded = decode::sysno(nr).is_some();
-            assert_eq!(
-                action,
-                if decoded { RET_TRACE } else { RET_ALLOW },
-                "call {nr} (decoded: {decoded})"
-            );
+        for reads in [false, true] {
+            let program = program(reads).unwrap();
+            // Every call number the kernel has (and well past it), with open
+            // flags that make an open counted: traced iff decoded (a read
+            // only when reads are traced).
+            for nr in 0..1024u64 {
+                let args = open_args(nr as i64, 0o1 | O_CREAT);
+                let action = run(&program, AUDIT_ARCH_X86_64, nr, args);
+                let decoded = decode::sysno(nr).is_some_and(|s| reads || !s.is_read());
+                assert_eq!(
+                    action,
+                    if decoded { RET_TRACE } else { RET_ALLOW },
+                    "call {nr} (decoded: {decoded}, reads traced: {reads})"
+                );
+            }
         }
+        let program = program(false).unwrap();
         // x32 numbers: neither decoded nor stopped at.
         let x32 = libc::SYS_write as u64 | 0x4000_0000;
         assert_eq!(decode::sysno(x32), None);
         assert_eq!(run(&program, AUDIT_ARCH_X86_64, x32, [0; 6]), RET_ALLOW);
-        assert_eq!(decode::DECODED.len(), 23, "one entry per Sysno");
+        assert_eq!(
+            decode::DECODED.len() + decode::READS.len(),
+            28,
+            "one entry per Sysno"
+        );
+        assert!(decode::READS.iter().all(|(_, s)| s.is_read()));
+        assert!(decode::DECODED.iter().all(|(_, s)| !s.is_read()));
     }
 
     #[test]
     fn an_open_is_stopped_at_only_with_a_flag_that_makes_the_decoder_count_it() {
-        let program = program().unwrap();
+        let program = program(false).unwrap();
         let flag_sets = [
             0,                         // O_RDONLY
             0o2000000,                 // O_RDONLY|O_CLOEXEC, an import
@@ -218,7 +233,7 @@ mod tests {
 
     #[test]
     fn a_call_through_another_abi_kills_rather_than_running_unseen() {
-        let program = program().unwrap();
+        let program = program(true).unwrap();
         for nr in [0, 4, 5, libc::SYS_write as u64] {
             assert_eq!(run(&program, AUDIT_ARCH_I386, nr, [0; 6]), RET_KILL_PROCESS);
         }

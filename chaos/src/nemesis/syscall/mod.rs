@@ -23,11 +23,22 @@
 //! Not seen: writes through mmap, io_uring, fallocate, copy_file_range,
 //! sendfile/splice into files, link/symlink, O_TMPFILE + linkat, openat2.
 //!
+//! # Reads
+//! With [`TraceConfig::reads`] (or a read fault planned), the reads of
+//! files under the root are counted too, in a sequence of their own
+//! ([`Outcome::reads`]): read, pread64, readv, preadv, preadv2. A read
+//! fault ([`SyscallFault::FailRead`], [`SyscallFault::ShortRead`]) names
+//! its read by that index, so the file-mutating calls keep their indices
+//! whether reads are traced or not. Not seen: reads through mmap,
+//! io_uring, sendfile/splice/copy_file_range out of a file.
+//!
 //! # Where the traced process stops
 //! A seccomp-bpf filter, installed in the child before its exec and built
 //! from the decoder's own list of calls, makes the kernel stop it only at
 //! the calls above (opens only with O_CREAT, O_TRUNC or O_TMPFILE) and run
 //! every other call without a stop: an interpreter's imports cost nothing.
+//! Reads are in the filter only when reads are traced; then every read
+//! of every file stops once (an interpreter's imports cost again).
 //! The counted calls, their order and the faults are those of tracing
 //! every call. [`TraceConfig::seccomp`] false (`AGENTCHAOS_SECCOMP=off` for
 //! the campaigns, [`seccomp_from_env`]) stops at every call's enter and
@@ -48,7 +59,7 @@
 //! let tracer = std::thread::spawn(move || {
 //!     let mut cmd = Command::new("my-adapter");
 //!     cmd.stdin(Stdio::piped()).stdout(Stdio::piped());
-//!     let config = TraceConfig { root: "/tmp/root".into(), fault: None, record: true, seccomp: true };
+//!     let config = TraceConfig { root: "/tmp/root".into(), fault: None, record: true, seccomp: true, reads: false };
 //!     let mut traced = Traced::spawn(cmd, config)?;
 //!     tx.send((traced.stdin.take(), traced.stdout.take(), traced.monitor())).unwrap();
 //!     traced.run()
@@ -110,6 +121,9 @@ pub struct TraceConfig {
     /// Stop only at the calls the decoder handles (a seccomp filter; see
     /// the module's documentation); false: at every call.
     pub seccomp: bool,
+    /// Count the reads of files under the root too ([`Outcome::reads`]);
+    /// implied by a planned read fault.
+    pub reads: bool,
 }
 
 /// Turns the seccomp filter of the campaigns' tracer off (`off`) or on
@@ -144,6 +158,10 @@ pub enum Exit {
 pub struct Outcome {
     /// Every counted call, in order (`events[i].index == i`).
     pub events: Vec<SyscallEvent>,
+    /// When reads were traced: every counted read, in order
+    /// (`reads[i].index == i`).
+    #[serde(default)]
+    pub reads: Vec<SyscallEvent>,
     /// Present when a fault was planned.
     pub fault: Option<FaultReport>,
     /// Present when recording was asked for.

@@ -109,7 +109,8 @@ impl Traced {
             program: program.clone(),
             source,
         };
-        let bpf = match config.seccomp.then(filter::program) {
+        let reads = config.reads || config.fault.is_some_and(|p| p.fault.is_read());
+        let bpf = match config.seccomp.then(|| filter::program(reads)) {
             Some(Ok(bpf)) => {
                 // Under the filter the child cannot report a failed exec
                 // (its write to the standard library's error pipe would
@@ -189,12 +190,14 @@ impl Traced {
                 root: Root { path: root, dev },
                 main: pid,
                 filtered,
+                reads,
                 stops: 0,
                 plan: config.fault,
                 hit: None,
                 stdout_before: None,
                 recorder,
                 events: Vec::new(),
+                read_events: Vec::new(),
                 tracees,
                 exit: None,
                 killing: false,
@@ -243,9 +246,18 @@ struct Tracee {
 #[derive(Debug)]
 struct InFlight {
     decoded: Decoded,
-    /// Index of its event (counted calls); `None` for a stdout write.
-    event: Option<usize>,
+    /// Its event; `None` for a stdout write.
+    event: Option<Counted>,
     on_exit: OnExit,
+}
+
+/// Where a counted call's event is.
+#[derive(Debug, Clone, Copy)]
+enum Counted {
+    /// `Engine::events[i]`.
+    Call(usize),
+    /// `Engine::read_events[i]`.
+    Read(usize),
 }
 
 #[derive(Debug, Clone, Copy)]
@@ -253,6 +265,12 @@ enum OnExit {
     Nothing,
     Kill,
     Fail(Errno),
+    /// A short read: put back the count register (and the iovec length)
+    /// the tracer cut, so the process sees only a short result.
+    Restore {
+        rdx: u64,
+        iovec: Option<decode::RewrittenIovec>,
+    },
 }
 
 /// What the planned call did with its fault.
@@ -269,6 +287,8 @@ struct Engine {
     main: Pid,
     /// The seccomp filter is in effect: seccomp stops, PTRACE_CONT.
     filtered: bool,
+    /// Reads of files under the root are counted (`read_events`).
+    reads: bool,
     /// ptrace stops so far.
     stops: u64,
     plan: Option<FaultPlan>,
@@ -279,6 +299,7 @@ struct Engine {
     stdout_before: Option<u64>,
     recorder: Option<Recorder>,
     events: Vec<SyscallEvent>,
+    read_events: Vec<SyscallEvent>,
     tracees: HashMap<Pid, Tracee>,
     exit: Option<Exit>,
     killing: bool,
@@ -425,9 +446,18 @@ impl Engine {
         let Some(sysno) = decode::sysno(regs.orig_rax) else {
             return Ok(());
         };
+        if sysno.is_read() && !self.reads {
+            return Ok(());
+        }
         let Some(decoded) = decode::decode(pid, sysno, decode::args(&regs), &self.root) else {
             return Ok(());
         };
+        if sysno.is_read() {
+            if decoded.in_root {
+                self.enter_read(pid, regs, sysno, decoded)?;
+            }
+            return Ok(());
+        }
         if !decoded.in_root {
             if self
                 .recorder
@@ -450,7 +480,10 @@ impl Engine {
             .counted
             .store(index as u64 + 1, Ordering::SeqCst);
         let mut on_exit = OnExit::Nothing;
-        if let Some(plan) = self.plan.filter(|p| p.at == index as u64) {
+        if let Some(plan) = self
+            .plan
+            .filter(|p| p.at == index as u64 && !p.fault.is_read())
+        {
             self.hit = Some(Hit::Taken);
             self.stdout_before = self.recorder.as_ref().map(Recorder::stream);
             match plan.fault {
@@ -464,12 +497,13 @@ impl Engine {
                 SyscallFault::KillAfter => on_exit = OnExit::Kill,
                 SyscallFault::TearWrite { keep } => match decoded.call {
                     Call::Write { len, .. } if keep < len => {
-                        regs.rdx =
-                            decode::tear(pid, &decoded, keep).map_err(|e| Error::Tracee {
+                        regs.rdx = decode::cut(pid, &decoded, keep)
+                            .map_err(|e| Error::Tracee {
                                 op: "tear write",
                                 pid: pid.as_raw(),
                                 what: e.to_string(),
-                            })?;
+                            })?
+                            .0;
                         setregs(pid, regs)?;
                         on_exit = OnExit::Kill;
                     }
@@ -485,13 +519,79 @@ impl Engine {
                     setregs(pid, regs)?;
                     on_exit = OnExit::Fail(errno);
                 }
+                SyscallFault::FailRead { .. } | SyscallFault::ShortRead { .. } => {
+                    unreachable!("a read fault is planned among the reads")
+                }
             }
         }
-        self.set_inflight(pid, decoded, Some(index), on_exit);
+        self.set_inflight(pid, decoded, Some(Counted::Call(index)), on_exit);
         Ok(())
     }
 
-    fn set_inflight(&mut self, pid: Pid, decoded: Decoded, event: Option<usize>, on_exit: OnExit) {
+    /// A read of a file under the root, at its enter: counted among the
+    /// reads, and faulted if the plan says so.
+    fn enter_read(
+        &mut self,
+        pid: Pid,
+        mut regs: libc::user_regs_struct,
+        sysno: super::event::Sysno,
+        decoded: Decoded,
+    ) -> Result<(), Error> {
+        let index = self.read_events.len();
+        self.read_events.push(SyscallEvent {
+            index: index as u64,
+            pid: pid.as_raw(),
+            sysno,
+            call: decoded.call.clone(),
+            result: None,
+        });
+        let mut on_exit = OnExit::Nothing;
+        if let Some(plan) = self
+            .plan
+            .filter(|p| p.at == index as u64 && p.fault.is_read())
+        {
+            self.hit = Some(Hit::Taken);
+            self.stdout_before = self.recorder.as_ref().map(Recorder::stream);
+            match (plan.fault, &decoded.call) {
+                (SyscallFault::FailRead { errno }, _) => {
+                    regs.orig_rax = u64::MAX;
+                    setregs(pid, regs)?;
+                    on_exit = OnExit::Fail(errno);
+                }
+                (SyscallFault::ShortRead { keep }, Call::Read { len, .. })
+                    if keep >= 1 && keep < *len =>
+                {
+                    let rdx = regs.rdx;
+                    let (count, iovec) =
+                        decode::cut(pid, &decoded, keep).map_err(|e| Error::Tracee {
+                            op: "short read",
+                            pid: pid.as_raw(),
+                            what: e.to_string(),
+                        })?;
+                    regs.rdx = count;
+                    setregs(pid, regs)?;
+                    on_exit = OnExit::Restore { rdx, iovec };
+                }
+                (SyscallFault::ShortRead { keep }, Call::Read { len, .. }) => {
+                    self.hit = Some(Hit::NotApplicable(format!(
+                        "the read asks for {len} bytes: a short read of {keep} must keep 1 to {} of them",
+                        len.saturating_sub(1)
+                    )))
+                }
+                _ => unreachable!("only read faults are planned among the reads"),
+            }
+        }
+        self.set_inflight(pid, decoded, Some(Counted::Read(index)), on_exit);
+        Ok(())
+    }
+
+    fn set_inflight(
+        &mut self,
+        pid: Pid,
+        decoded: Decoded,
+        event: Option<Counted>,
+        on_exit: OnExit,
+    ) {
         if let Some(t) = self.tracees.get_mut(&pid) {
             t.inflight = Some(Box::new(InFlight {
                 decoded,
@@ -508,22 +608,39 @@ impl Engine {
         let Some(mut regs) = getregs(pid)? else {
             return Ok(());
         };
-        let mut result = regs.rax as i64;
-        if let OnExit::Fail(errno) = f.on_exit {
-            result = -i64::from(errno.get());
-            regs.rax = result as u64;
-            setregs(pid, regs)?;
-        }
-        if let Some(i) = f.event {
-            self.events[i].result = Some(result);
+        let result = match f.on_exit {
+            OnExit::Fail(errno) => {
+                regs.rax = (-i64::from(errno.get())) as u64;
+                setregs(pid, regs)?;
+                regs.rax as i64
+            }
+            OnExit::Restore { rdx, iovec } => {
+                regs.rdx = rdx;
+                setregs(pid, regs)?;
+                if let Some(iovec) = iovec {
+                    decode::restore_iovec(pid, iovec).map_err(|e| Error::Tracee {
+                        op: "short read",
+                        pid: pid.as_raw(),
+                        what: e.to_string(),
+                    })?;
+                }
+                regs.rax as i64
+            }
+            OnExit::Nothing | OnExit::Kill => regs.rax as i64,
+        };
+        match f.event {
+            Some(Counted::Call(i)) => self.events[i].result = Some(result),
+            Some(Counted::Read(i)) => self.read_events[i].result = Some(result),
+            None => {}
         }
         if let Some(rec) = &mut self.recorder {
             match f.event {
-                Some(i) if result >= 0 => {
+                Some(Counted::Call(i)) if result >= 0 => {
                     rec.completed(pid, i as u64, &f.decoded, result);
                     self.shared.ops.store(rec.ops(), Ordering::SeqCst);
                 }
                 None if result > 0 => rec.output(pid, result as u64),
+                Some(Counted::Read(_)) => {}
                 _ => {}
             }
         }
@@ -591,15 +708,21 @@ impl Engine {
             what: "the spawned process vanished without an exit status".into(),
         })?;
         let events = std::mem::take(&mut self.events);
+        let reads = std::mem::take(&mut self.read_events);
         let fault = self.plan.map(|plan| {
-            let event = events.get(plan.at as usize).cloned();
+            let counted = if plan.fault.is_read() {
+                &reads
+            } else {
+                &events
+            };
+            let event = counted.get(plan.at as usize).cloned();
             let outcome = match (self.hit.take(), event) {
                 (Some(Hit::Taken), Some(event)) => FaultOutcome::Injected { event },
                 (Some(Hit::NotApplicable(reason)), Some(event)) => {
                     FaultOutcome::NotApplicable { event, reason }
                 }
                 _ => FaultOutcome::NotReached {
-                    counted: events.len() as u64,
+                    counted: counted.len() as u64,
                 },
             };
             FaultReport {
@@ -610,6 +733,7 @@ impl Engine {
         });
         Ok(Outcome {
             events,
+            reads,
             fault,
             oplog: self.recorder.take().map(Recorder::finish),
             exit,
