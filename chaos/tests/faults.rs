@@ -45,7 +45,11 @@ fn campaign(fault: Option<&str>) -> (i32, Value, String) {
 /// `--restarts none`: the first life's plans are part of the default
 /// campaign, so what they catch it catches too, in 86 trials of the small
 /// fixture instead of 471. The unmodified store is run with every restart.
-const RESTARTED: &[&str] = &["rerun-keeps-old-mark", "quarantine-overwrite"];
+const RESTARTED: &[&str] = &[
+    "rerun-keeps-old-mark",
+    "quarantine-overwrite",
+    "read-error-is-eof",
+];
 
 /// Faults of Batch mode's group commit, run with `--durability batch`.
 const BATCH: &[&str] = &["batch-ack-when-written"];
@@ -106,6 +110,7 @@ const EXPECTED: &[(&str, &[&str])] = &[
     ("lost-sector-refused", &["tail-rules"]),
     ("zeros-first-run-only", &["tail-rules"]),
     ("unterminated-checksum-damage", &["tail-rules"]),
+    ("read-error-is-eof", &["acked-durable"]),
 ];
 
 /// Faults the small fixture cannot show: it has no compaction, no branch
@@ -525,6 +530,38 @@ fn assert_hidden_without_it(fault: &str, why: &str) {
     );
     assert_eq!(code, 0, "{fault}: {why}:\n{stdout}");
     assert_eq!(report["violation_count"], 0);
+}
+
+/// Only an open reads the whole log to find its end: a failed read there
+/// (in a restarted life's recovery) taken for the end cuts or appends over
+/// acknowledged lines. The first life's reads (the agent reading its
+/// session back) end no log: faulted, they show nothing.
+#[test]
+fn read_error_is_eof_is_caught_only_by_faulting_a_recovery_read() {
+    let report = assert_caught("read-error-is-eof");
+    let v = campaign::first_violation(&report, "acked-durable");
+    let plan = v["plan"].as_str().unwrap();
+    assert!(
+        plan.contains("+sys-eio-read@") || plan.contains("+sys-short-read@"),
+        "a read fault of a restarted life: {v}"
+    );
+    assert!(
+        v["crash_point"]
+            .as_str()
+            .unwrap()
+            .contains("restarted life 1: "),
+        "{v}"
+    );
+    let (replayed, out) = campaign::replay(v["replay"].as_str().unwrap());
+    assert_eq!(replayed, 1, "the replay reproduces the loss:\n{out}");
+    assert!(out.contains("VIOLATION acked-durable"), "{out}");
+    for first_life in ["sys-eio-read@0", "sys-short-read@0:8"] {
+        let (code, out) = campaign::replay(&format!(
+            "agentchaos replay --scenario {} --plan {first_life} --store-fault read-error-is-eof",
+            fixture(None).display()
+        ));
+        assert_eq!(code, 0, "{first_life} ends no log:\n{out}");
+    }
 }
 
 /// Only a crash of a restarted life during its re-run of a reconciled call

@@ -68,6 +68,7 @@ fn session(adapter: &dyn Fn() -> Command, fault: Option<FaultPlan>, seccomp: boo
         fault,
         record: true,
         seccomp,
+        reads: false,
     };
     let mut traced = Traced::spawn(cmd, config).expect("spawn under ptrace");
     let mut stdin = traced.stdin.take().unwrap();

@@ -33,6 +33,7 @@ fn record(root: &Path, script: &[&str]) -> (OpLog, String) {
         fault: None,
         record: true,
         seccomp: true,
+        reads: false,
     };
     let mut traced = Traced::spawn(probe(root, script), config).unwrap();
     let mut out = traced.stdout.take().unwrap();
@@ -149,6 +150,7 @@ fn stdout_writes_are_placed_exactly_between_ops() {
             fault: None,
             record: true,
             seccomp: true,
+            reads: false,
         };
         let mut traced = Traced::spawn(cmd, config).unwrap();
         tx.send((

@@ -148,6 +148,7 @@ fn converse(root: &Path, fault: Option<FaultPlan>, requests: &[Value]) -> (Vec<V
         fault,
         record: false,
         seccomp: true,
+        reads: false,
     };
     let mut traced = Traced::spawn(cmd, config).unwrap();
     let mut stdin = traced.stdin.take().unwrap();
@@ -245,4 +246,57 @@ fn a_failed_fdatasync_poisons_the_log_and_the_next_process_recovers() {
     let records = replies[2]["ok"]["records"].as_array().unwrap();
     assert_eq!(records.len(), 1, "only session_created: {records:?}");
     assert_eq!(replies[3]["ok"]["seq"], 1, "{replies:?}");
+}
+
+/// Replays `plan` on the small fixture, with `--store-fault fault` if any:
+/// the exit code and stdout.
+fn replay(plan: &str, fault: Option<&str>) -> (i32, String) {
+    let fault = fault.map_or(String::new(), |f| format!(" --store-fault {f}"));
+    campaign::replay(&format!(
+        "agentchaos replay --scenario {} --plan {plan}{fault}",
+        fixture().display()
+    ))
+}
+
+/// A failed, a short and an interrupted read of the log in the restarted
+/// life's recovery (the life after the deepest restart, `kill@43`): the
+/// reference store refuses the failed one in one line naming the file and
+/// the byte offset and then recovers in the next life, and reads on
+/// through the others; a store that takes a failed or short read for the
+/// end of its log loses acknowledged events, each time.
+#[test]
+fn a_failed_or_short_read_in_recovery_is_refused_or_read_on_never_taken_for_the_end() {
+    let log_read = "read(fd 5 = ROOT/sessions/session/events.jsonl, 262144 bytes)";
+    for plan in [
+        "kill@43+sys-eio-read@4",
+        "kill@43+sys-short-read@19:260",
+        "kill@43+sys-eintr-read@4",
+    ] {
+        let (code, out) = replay(plan, None);
+        assert_eq!(code, 0, "{plan}: the reference store passes:\n{out}");
+        assert!(
+            out.contains("restarted life 1: ") && out.contains(log_read) || plan.contains("short"),
+            "{plan} faults a read of the log in recovery (the fixture or the store's reads changed?):\n{out}"
+        );
+    }
+    let (_, out) = replay("kill@43+sys-eio-read@4", None);
+    let refusal = out
+        .lines()
+        .find(|l| l.starts_with("life 1: exited with status 1: "))
+        .unwrap_or_else(|| panic!("life 1 refuses the failed read:\n{out}"));
+    assert!(
+        refusal.contains("events.jsonl at byte offset ")
+            && refusal.contains("Input/output error")
+            && refusal.contains("a failed read is not the end of the log"),
+        "{refusal}"
+    );
+    for plan in ["kill@43+sys-eio-read@4", "kill@43+sys-short-read@19:260"] {
+        for _ in 0..2 {
+            let (code, out) = replay(plan, Some("read-error-is-eof"));
+            assert_eq!(code, 1, "{plan} catches the store:\n{out}");
+            assert!(out.contains("VIOLATION acked-durable"), "{plan}:\n{out}");
+        }
+    }
+    let (code, out) = replay("kill@43+sys-eintr-read@4", Some("read-error-is-eof"));
+    assert_eq!(code, 0, "the fault leaves EINTR to the runtime:\n{out}");
 }

@@ -35,6 +35,7 @@ fn run(root: &Path, script: &[&str], fault: Option<FaultPlan>, record: bool) -> 
         fault,
         record,
         seccomp: true,
+        reads: false,
     };
     let mut traced = Traced::spawn(probe(root, script), config).expect("spawn under ptrace");
     let mut out = traced.stdout.take().expect("stdout is piped");
@@ -415,6 +416,7 @@ fn monitor_kill_ends_a_hung_process() {
             fault: None,
             record: false,
             seccomp: true,
+            reads: false,
         },
     )
     .unwrap();
@@ -441,6 +443,7 @@ fn spawn_errors_are_one_line() {
         fault: None,
         record: false,
         seccomp: true,
+        reads: false,
     };
     let err = trace(probe(root.path(), &[]), config)
         .unwrap_err()
@@ -454,6 +457,7 @@ fn spawn_errors_are_one_line() {
         fault: None,
         record: false,
         seccomp: true,
+        reads: false,
     };
     let err = trace(Command::new(root.path().join("no-such-program")), config)
         .unwrap_err()
@@ -472,6 +476,7 @@ fn a_traced_process_dropped_without_run_is_killed_not_left_stopped() {
         fault: None,
         record: false,
         seccomp: true,
+        reads: false,
     };
     let traced = Traced::spawn(probe(root.path(), &["create a.txt"]), config).unwrap();
     let pid = traced.pid();

@@ -376,31 +376,39 @@ impl SyscallTrace {
         .collect()
     }
 
-    /// Every read fault that applies to read `at`, a short read keeping a
-    /// sampled part of what it read.
-    fn read_faults(&self, at: usize, rng: &mut Rng) -> Vec<SysFault> {
+    /// The read faults planned at read `at`: EIO, a short read keeping a
+    /// sampled part of what it read (if it read 2 bytes or more), and
+    /// EINTR if `first_of_its_call` (see [`Self::read_plans`]).
+    fn read_faults(&self, at: usize, first_of_its_call: bool, rng: &mut Rng) -> Vec<SysFault> {
         let read = &self.reads[at];
         // At most half the bytes: the trial's read may get a little less
         // than the trace's (paths in events differ in length).
         let short = SysFault::ShortRead {
             bytes: read.read_got.map_or(0, |g| 1 + rng.below((g / 2).max(1))),
         };
-        [SysFault::EioRead, SysFault::EintrRead, short]
+        [SysFault::EioRead, short]
             .into_iter()
+            .chain(first_of_its_call.then_some(SysFault::EintrRead))
             .filter(|f| f.applies_to(read))
             .collect()
     }
 
-    /// Every applicable read fault at every counted read. Drawn from its
-    /// own `rng`, so that reading them changes no other plan.
+    /// The read faults at every counted read: EIO and a short read at each;
+    /// EINTR at the first read of each call and file ([`TracedCall::key`]:
+    /// `read(fd 5 ROOT/…/events.jsonl)`) only, since a runtime retries
+    /// EINTR below the store's code (Rust's `read_exact`, Python's PEP 475)
+    /// or does not, the same way at every read it makes. Drawn from their
+    /// own `rng`, so that planning them changes no other plan.
     pub fn read_plans(&self, rng: &mut Rng) -> Vec<Plan> {
-        (0..self.reads.len())
-            .flat_map(|at| {
-                self.read_faults(at, rng)
-                    .into_iter()
-                    .map(move |f| SyscallTrace::plan(at, f))
-            })
-            .collect()
+        let mut seen = std::collections::BTreeSet::new();
+        let mut plans = Vec::new();
+        for at in 0..self.reads.len() {
+            let first = seen.insert(self.reads[at].key.as_str());
+            for f in self.read_faults(at, first, rng) {
+                plans.push(SyscallTrace::plan(at, f));
+            }
+        }
+        plans
     }
 
     /// Every applicable fault at every counted file-mutating syscall (the
