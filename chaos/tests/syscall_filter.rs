@@ -4,7 +4,10 @@
 //! Python kit's and the Node kit's hello stores: the counted calls, their
 //! results and the recorded operations are the same either way, the same
 //! fault plans hit the same calls with the same effects, a replay under the
-//! filter repeats itself, and the filter spares stops. Linux x86_64 only.
+//! filter repeats itself, and the filter spares stops. With reads traced
+//! too, the file-mutating calls keep their indices, and the read faults
+//! hit the same reads with the same effects with and without the filter.
+//! Linux x86_64 only.
 #![cfg(all(target_os = "linux", target_arch = "x86_64"))]
 
 use std::fs;
@@ -22,7 +25,7 @@ use crate::node;
 use crate::python;
 
 /// One session through an adapter: hello, open (creating), three appends,
-/// close; then end of input.
+/// the events read back, close; then end of input.
 fn requests(root: &Path, ws: &Path) -> String {
     [
         json!({"id": 1, "op": "hello", "protocol": 1}),
@@ -30,7 +33,8 @@ fn requests(root: &Path, ws: &Path) -> String {
         json!({"id": 3, "op": "append", "event": {"type": "run_started", "run_id": "r1"}}),
         json!({"id": 4, "op": "append", "event": {"type": "user_message", "parent": null, "text": "deploy v2"}}),
         json!({"id": 5, "op": "append", "event": {"type": "run_finished", "run_id": "r1", "status": "ok"}}),
-        json!({"id": 6, "op": "close"}),
+        json!({"id": 6, "op": "events"}),
+        json!({"id": 7, "op": "close"}),
     ]
     .iter()
     .map(|r| format!("{r}\n"))
@@ -53,8 +57,13 @@ struct Session {
 }
 
 /// Runs the session through `adapter` under the tracer, recording, with
-/// `fault` and the filter on or off.
-fn session(adapter: &dyn Fn() -> Command, fault: Option<FaultPlan>, seccomp: bool) -> Session {
+/// `fault`, the filter on or off, and the reads traced or not.
+fn session(
+    adapter: &dyn Fn() -> Command,
+    fault: Option<FaultPlan>,
+    seccomp: bool,
+    reads: bool,
+) -> Session {
     let dir = tempfile::tempdir().unwrap();
     let (root, ws) = (dir.path().join("root"), dir.path().join("ws"));
     fs::create_dir_all(&root).unwrap();
@@ -68,7 +77,7 @@ fn session(adapter: &dyn Fn() -> Command, fault: Option<FaultPlan>, seccomp: boo
         fault,
         record: true,
         seccomp,
-        reads: false,
+        reads,
     };
     let mut traced = Traced::spawn(cmd, config).expect("spawn under ptrace");
     let mut stdin = traced.stdin.take().unwrap();
@@ -88,8 +97,12 @@ fn session(adapter: &dyn Fn() -> Command, fault: Option<FaultPlan>, seccomp: boo
     let replies = reader.join().unwrap();
     let dir = fs::canonicalize(dir.path()).unwrap();
     let dir = dir.to_str().unwrap();
-    let mut lines: Vec<String> = replies.lines().map(|l| format!("< {l}")).collect();
+    let mut lines: Vec<String> = replies
+        .lines()
+        .map(|l| format!("< {}", without_timestamps(l)))
+        .collect();
     lines.extend(outcome.events.iter().map(|e| e.to_string()));
+    lines.extend(outcome.reads.iter().map(|e| format!("read {e}")));
     if let Some(report) = &outcome.fault {
         // Without the pid it names (`… in pid 1234 (it returned -5)`).
         let text = report.to_string();
@@ -137,6 +150,20 @@ fn session(adapter: &dyn Fn() -> Command, fault: Option<FaultPlan>, seccomp: boo
     }
 }
 
+/// A reply with the value of every `"ts"` key (the events' clock) left out.
+fn without_timestamps(reply: &str) -> String {
+    let mut out = String::new();
+    let mut rest = reply;
+    while let Some(at) = rest.find("\"ts\":\"") {
+        let value = at + "\"ts\":\"".len();
+        out.push_str(&rest[..value]);
+        rest = &rest[value..];
+        rest = &rest[rest.find('"').unwrap_or(rest.len())..];
+    }
+    out.push_str(rest);
+    out
+}
+
 /// The faults a trial could plan at call `at` of `outcome`: a torn write
 /// (half its bytes), or a failed call (EIO), and a kill after the last one.
 fn faults(outcome: &Outcome) -> Vec<FaultPlan> {
@@ -163,8 +190,8 @@ fn faults(outcome: &Outcome) -> Vec<FaultPlan> {
 /// The whole comparison for one adapter; returns the stops (filter on,
 /// off) of the crash-free session.
 fn same_with_and_without_the_filter(name: &str, adapter: &dyn Fn() -> Command) -> (u64, u64) {
-    let on = session(adapter, None, true);
-    let off = session(adapter, None, false);
+    let on = session(adapter, None, true, false);
+    let off = session(adapter, None, false, false);
     assert!(
         on.outcome.seccomp && !off.outcome.seccomp,
         "{name}: the filter is in effect exactly when asked for"
@@ -185,8 +212,8 @@ fn same_with_and_without_the_filter(name: &str, adapter: &dyn Fn() -> Command) -
         off.outcome.stops
     );
     for plan in faults(&on.outcome) {
-        let filtered = session(adapter, Some(plan), true);
-        let every = session(adapter, Some(plan), false);
+        let filtered = session(adapter, Some(plan), true, false);
+        let every = session(adapter, Some(plan), false, false);
         assert_eq!(
             filtered.seen, every.seen,
             "{name}: the plan {plan:?} hit another call, or did something else, under the filter"
@@ -199,8 +226,8 @@ fn same_with_and_without_the_filter(name: &str, adapter: &dyn Fn() -> Command) -
     // A replay under the filter: the same plan, the same run.
     let plan = faults(&on.outcome)[1];
     assert_eq!(
-        session(adapter, Some(plan), true).seen,
-        session(adapter, Some(plan), true).seen,
+        session(adapter, Some(plan), true, false).seen,
+        session(adapter, Some(plan), true, false).seen,
         "{name}: a replay of {plan:?} under the filter differs"
     );
     let _ = writeln!(
@@ -211,6 +238,127 @@ fn same_with_and_without_the_filter(name: &str, adapter: &dyn Fn() -> Command) -
         on.outcome.events.len()
     );
     (on.outcome.stops, off.outcome.stops)
+}
+
+/// The read faults a trial could plan at the reads of `outcome`: EIO at
+/// the first and the last, EINTR in the middle, and a short read (half of
+/// it) at the first that read 2 bytes or more.
+fn read_faults(outcome: &Outcome) -> Vec<FaultPlan> {
+    let n = outcome.reads.len();
+    let mut plans = vec![
+        FaultPlan {
+            at: 0,
+            fault: SyscallFault::FailRead { errno: Errno::EIO },
+        },
+        FaultPlan {
+            at: (n / 2) as u64,
+            fault: SyscallFault::FailRead {
+                errno: Errno::EINTR,
+            },
+        },
+        FaultPlan {
+            at: (n - 1) as u64,
+            fault: SyscallFault::FailRead { errno: Errno::EIO },
+        },
+    ];
+    if let Some(r) = outcome.reads.iter().find(|r| r.result >= Some(2)) {
+        plans.push(FaultPlan {
+            at: r.index,
+            fault: SyscallFault::ShortRead {
+                keep: r.result.unwrap() as u64 / 2,
+            },
+        });
+    }
+    plans
+}
+
+/// With the reads traced: the file-mutating calls as without them, the
+/// reads the same with the filter and without, and each read fault the
+/// same either way. Returns the stops of the crash-free session with the
+/// filter, reads traced and not.
+fn reads_the_same_with_and_without_the_filter(
+    name: &str,
+    adapter: &dyn Fn() -> Command,
+) -> (u64, u64) {
+    let plain = session(adapter, None, true, false);
+    let on = session(adapter, None, true, true);
+    let off = session(adapter, None, false, true);
+    assert!(
+        !on.outcome.reads.is_empty(),
+        "{name}: the session reads its log back: {:#?}",
+        on.seen
+    );
+    let without_reads = |s: &Seen| -> Vec<String> {
+        s.lines
+            .iter()
+            .filter(|l| !l.starts_with("read "))
+            .cloned()
+            .collect()
+    };
+    assert_eq!(
+        without_reads(&on.seen),
+        plain.seen.lines,
+        "{name}: tracing the reads changed the file-mutating calls"
+    );
+    assert_eq!(
+        on.seen, off.seen,
+        "{name}: the filter changed the traced reads"
+    );
+    for plan in read_faults(&on.outcome) {
+        let filtered = session(adapter, Some(plan), true, false);
+        let every = session(adapter, Some(plan), false, false);
+        assert_eq!(
+            filtered.seen, every.seen,
+            "{name}: the plan {plan:?} hit another read, or did something else, under the filter"
+        );
+        let report = filtered
+            .seen
+            .lines
+            .iter()
+            .find(|l| l.starts_with("fault: "))
+            .unwrap_or_else(|| panic!("{name}: {plan:?} has a report"));
+        assert!(
+            report.contains(&format!(" read #{}: read", plan.at))
+                || report.contains(&format!(" read #{}: pread64", plan.at)),
+            "{name}: {report}"
+        );
+        assert!(
+            filtered.outcome.reads.len() > plan.at as usize,
+            "{name}: a read fault traces the reads by itself"
+        );
+    }
+    let _ = writeln!(
+        std::io::stderr(),
+        "{name}: {} ptrace stops per session with the seccomp filter and the reads traced, {} without the reads; {} counted reads",
+        on.outcome.stops,
+        plain.outcome.stops,
+        on.outcome.reads.len()
+    );
+    (on.outcome.stops, plain.outcome.stops)
+}
+
+#[test]
+fn reads_are_traced_apart_and_faulted_alike_for_the_rust_adapter() {
+    let (reads, plain) = reads_the_same_with_and_without_the_filter("reference-adapter", &|| {
+        let mut cmd = Command::new(agentchaos());
+        cmd.arg("reference-adapter");
+        cmd
+    });
+    assert!(reads > plain, "reads cost stops: {reads} against {plain}");
+}
+
+#[test]
+fn reads_are_traced_apart_and_faulted_alike_for_the_python_hello_store() {
+    if !python::kit_available("reads_are_traced_apart_and_faulted_alike_for_the_python_hello_store")
+    {
+        return;
+    }
+    let script = python::kit_dir().join("examples/hello_store.py");
+    reads_the_same_with_and_without_the_filter("Python hello store", &|| {
+        let mut cmd = python::python3();
+        cmd.arg(&script);
+        cmd
+    });
 }
 
 fn agentchaos() -> PathBuf {

@@ -1471,6 +1471,77 @@ mod tests {
     }
 
     #[test]
+    fn read_plans_count_reads_apart_and_interrupt_each_call_and_file_once() {
+        let root = Path::new("/r");
+        let read = |index, path: &str, result| SyscallEvent {
+            index,
+            pid: 1,
+            sysno: Sysno::Read,
+            call: Call::Read {
+                fd: 5,
+                path: path.into(),
+                len: 262144,
+                offset: None,
+            },
+            result: Some(result),
+        };
+        let reads = [
+            read(0, "/r/s/session.json", 247),
+            read(1, "/r/s/events.jsonl", 1800),
+            read(2, "/r/s/events.jsonl", 0),
+            read(3, "/r/s/events.jsonl", -5),
+        ];
+        let trace = SyscallTrace::of(&[], &reads, root);
+        assert!(trace.is_empty(), "reads are not file-mutating calls");
+        assert_eq!(trace.reads[1].key, "read(fd 5 ROOT/s/events.jsonl)");
+        let plans = trace.read_plans(&mut Rng::new(1));
+        let kinds: Vec<String> = plans.iter().map(|p| p.kind().to_string()).collect();
+        // session.json: EIO, short, EINTR; the log's first read: EIO,
+        // short, EINTR; its end of file and its failed read: EIO only.
+        assert_eq!(
+            kinds,
+            [
+                "sys-eio-read",
+                "sys-short-read",
+                "sys-eintr-read",
+                "sys-eio-read",
+                "sys-short-read",
+                "sys-eintr-read",
+                "sys-eio-read",
+                "sys-eio-read"
+            ],
+            "{plans:?}"
+        );
+        for p in &plans {
+            let Some(Crash::Syscall { at, fault }) = p.crash else {
+                panic!("{p}")
+            };
+            assert!(fault.is_read() && !fault.kills(), "{p}");
+            let target = trace.target(fault, at).unwrap();
+            assert!(fault.applies_to(target), "{p}");
+            if let SysFault::ShortRead { bytes } = fault {
+                assert!(bytes >= 1 && bytes <= target.read_got.unwrap() / 2, "{p}");
+            }
+            assert_eq!(p.to_string().parse::<Plan>().unwrap(), *p);
+        }
+        assert!(!SysFault::KillBefore.applies_to(&trace.reads[0]));
+        assert!(!SysFault::EioRead.applies_to(&TracedCall::new(
+            &SyscallEvent {
+                index: 0,
+                pid: 1,
+                sysno: Sysno::Fsync,
+                call: Call::Sync {
+                    fd: 5,
+                    path: "/r/s/events.jsonl".into(),
+                    data_only: false
+                },
+                result: Some(0),
+            },
+            root
+        )));
+    }
+
+    #[test]
     fn power_cut_drops_only_what_was_never_synced() {
         let dir = tempfile::tempdir().unwrap();
         let log = dir.path().join("events.jsonl");
