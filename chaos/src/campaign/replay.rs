@@ -57,8 +57,12 @@ fn story(h: &History) -> String {
             let root = sys.root.display().to_string();
             let _ = writeln!(
                 s,
-                "  under the syscall tracer: {} store syscall(s){}",
+                "  under the syscall tracer: {} store syscall(s){}{}",
                 sys.events.len(),
+                match sys.reads.len() {
+                    0 => String::new(),
+                    n => format!(", {n} read(s) of its files"),
+                },
                 sys.fault
                     .as_ref()
                     .map(|f| format!("; {}", f.to_string().replace(&root, "ROOT")))
@@ -186,8 +190,9 @@ fn replay_in(
     if let Some(sys) = &prepared.syscalls {
         let _ = writeln!(
             narrative,
-            "its first process made {} store syscalls under the tracer",
-            sys.len()
+            "its first process made {} store syscalls and {} reads of its files under the tracer",
+            sys.len(),
+            sys.reads.len()
         );
     }
     let replay = replay_command(
