@@ -38,6 +38,7 @@ fn run(root: &Path, script: &[String], mode: &str) {
                 fault: None,
                 record: mode == "recorded",
                 seccomp: true,
+                reads: false,
             };
             let outcome = trace(cmd, config).expect("trace probe");
             assert_eq!(outcome.exit, Exit::Code { code: 0 });
