@@ -165,7 +165,8 @@ struct RunArgs {
     /// Which nemeses run, comma-separated: `points` (crash points in the store and the agent:
     /// kill, tear, powercut, timer, double crash), `syscall` (ptrace, no instrumentation:
     /// sys-kill-before, sys-kill-after, sys-tear, sys-enospc, sys-eio at each file-mutating
-    /// syscall the first agent process tree makes under the store root), `powerloss` (every
+    /// syscall the first agent process tree makes under the store root, and sys-eio-read,
+    /// sys-eintr-read, sys-short-read at each read of the store's files), `powerloss` (every
     /// on-disk state a power cut may leave under three persistence models, recovered by the
     /// store; chaos/POWERLOSS.md), or `all`. syscall and powerloss need Linux x86_64. Default:
     /// all that this platform can run (said on the report's first line when that is not all).
@@ -262,7 +263,9 @@ struct ReplayArgs {
     /// The plan: none, kill@N, tear@N:BYTES, powercut@N, timer@Dus (crash points), or
     /// sys-kill-before@N, sys-kill-after@N, sys-tear@N:BYTES, sys-enospc@N, sys-eio@N (the
     /// syscall nemesis: N counts the store syscalls of the first agent process tree, as
-    /// `agentchaos run --nemesis syscall` enumerated them; Linux x86_64 only); then up to
+    /// `agentchaos run --nemesis syscall` enumerated them; Linux x86_64 only), or
+    /// sys-eio-read@N, sys-eintr-read@N, sys-short-read@N:BYTES (N counts its reads of the
+    /// store's files); then up to
     /// two crashes of the restarted lives, each +kill@M, +tear@M:BYTES or +sys-…@M counted
     /// in that life (kill@9+kill@40+sys-eio@3); or a probe: probe:damage@FILE:OFFSET,
     /// probe:ledger@OPERATION; or one power-loss state: powerloss:MODEL:K:CHOICE (as a
