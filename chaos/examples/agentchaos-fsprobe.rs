@@ -16,13 +16,17 @@
 //! `repeat-sync N P TEXT` (the same, each followed by fdatasync),
 //! `fsync P`, `fdatasync P`, `fsyncdir P`, `ftruncate P LEN`, `close P`,
 //! `rename A B`, `unlink P`, `mkdir P`, `rmdir P`, `ack TEXT`, `sleep MS`,
+//! `ropen P` (read-only), `read P N` (one read of up to N bytes),
+//! `readv P A B` (one readv into buffers of A and B bytes),
+//! `pread P OFFSET N` (one pread of up to N bytes), each printing
+//! `read <count>: <bytes>` (a readv's buffers joined by `|`),
 //! `wait-stdin` (read one line from stdin), `child` (run the remaining
 //! commands in a child process and wait for it), `thread` (run the remaining
 //! commands in a new thread and join it).
 
 use std::collections::HashMap;
 use std::fs::{self, File, OpenOptions};
-use std::io::{self, BufRead, IoSlice, Write};
+use std::io::{self, BufRead, IoSlice, IoSliceMut, Read, Write};
 use std::os::unix::fs::{FileExt, OpenOptionsExt};
 use std::process::{Command, ExitCode};
 
@@ -100,6 +104,36 @@ fn step(w: &[&str], files: &mut HashMap<String, File>) -> Result<io::Result<()>,
         ),
         "append" => open(arg(1)?, OpenOptions::new().append(true).create(true)),
         "open" => open(arg(1)?, OpenOptions::new().write(true)),
+        "ropen" => open(arg(1)?, OpenOptions::new().read(true)),
+        "read" => {
+            let mut buf = vec![0u8; num(2)? as usize];
+            with(files, arg(1)?, |f| {
+                let n = f.read(&mut buf)?;
+                println!("read {n}: {}", String::from_utf8_lossy(&buf[..n]));
+                Ok(())
+            })
+        }
+        "readv" => {
+            let (mut a, mut b) = (vec![0u8; num(2)? as usize], vec![0u8; num(3)? as usize]);
+            with(files, arg(1)?, |f| {
+                let n = f.read_vectored(&mut [IoSliceMut::new(&mut a), IoSliceMut::new(&mut b)])?;
+                let (in_a, in_b) = (n.min(a.len()), n.saturating_sub(a.len()));
+                println!(
+                    "read {n}: {}|{}",
+                    String::from_utf8_lossy(&a[..in_a]),
+                    String::from_utf8_lossy(&b[..in_b])
+                );
+                Ok(())
+            })
+        }
+        "pread" => {
+            let (off, mut buf) = (num(2)?, vec![0u8; num(3)? as usize]);
+            with(files, arg(1)?, |f| {
+                let n = f.read_at(&mut buf, off)?;
+                println!("read {n}: {}", String::from_utf8_lossy(&buf[..n]));
+                Ok(())
+            })
+        }
         "dsync" => open(
             arg(1)?,
             OpenOptions::new()

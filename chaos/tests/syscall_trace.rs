@@ -504,3 +504,82 @@ fn a_kill_in_a_child_process_kills_the_whole_tree() {
     assert_ne!(outcome.events[3].pid, outcome.events[0].pid);
     assert_eq!(fs::read_to_string(root.path().join("b")).unwrap(), "x");
 }
+
+/// Runs the probe under the tracer with the reads traced.
+fn run_reads(root: &Path, script: &[&str], fault: Option<FaultPlan>) -> (Outcome, String) {
+    let config = TraceConfig {
+        root: root.to_path_buf(),
+        fault,
+        record: false,
+        seccomp: true,
+        reads: true,
+    };
+    let mut traced = Traced::spawn(probe(root, script), config).expect("spawn under ptrace");
+    let mut out = traced.stdout.take().expect("stdout is piped");
+    let reader = std::thread::spawn(move || {
+        let mut s = String::new();
+        out.read_to_string(&mut s).expect("read probe stdout");
+        s
+    });
+    let outcome = traced.run().expect("trace run");
+    (outcome, reader.join().expect("reader thread"))
+}
+
+/// read, readv and pread64 of a file under the root, counted apart from
+/// the file-mutating calls; a failed, a short (read and readv, whose cut
+/// iovec is put back) and an interrupted read, each seen by the process,
+/// which goes on.
+#[test]
+fn reads_are_counted_apart_and_failed_or_shortened_in_the_process() {
+    let root = tempfile::tempdir().unwrap();
+    let script = [
+        "create a.txt",
+        "write a.txt 0123456789abcdef",
+        "ropen a.txt",
+        "read a.txt 8",
+        "readv a.txt 4 6",
+        "pread a.txt 2 5",
+    ];
+    let (clean, stdout) = run_reads(root.path(), &script, None);
+    assert_eq!(
+        stdout,
+        "read 8: 01234567\nread 8: 89ab|cdef\nread 5: 23456\ndone\n"
+    );
+    let reads: Vec<String> = clean
+        .reads
+        .iter()
+        .map(|e| format!("{} {:?}", e.sysno, e.result))
+        .collect();
+    assert_eq!(reads, ["read Some(8)", "readv Some(8)", "pread64 Some(5)"]);
+    let (plain, _) = run(root.path(), &script, None, false);
+    assert_eq!(
+        lines(&clean, root.path()),
+        lines(&plain, root.path()),
+        "the file-mutating calls keep their indices"
+    );
+    assert!(plain.reads.is_empty());
+    let cases = [
+        (0, SyscallFault::FailRead { errno: Errno::EIO }, "err read a.txt 8: Input/output error (os error 5)\nread 10: 0123|456789\nread 5: 23456\ndone\n"),
+        (0, SyscallFault::ShortRead { keep: 3 }, "read 3: 012\nread 10: 3456|789abc\nread 5: 23456\ndone\n"),
+        (1, SyscallFault::ShortRead { keep: 5 }, "read 8: 01234567\nread 5: 89ab|c\nread 5: 23456\ndone\n"),
+        (2, SyscallFault::FailRead { errno: Errno::EINTR }, "read 8: 01234567\nread 8: 89ab|cdef\nerr pread a.txt 2 5: Interrupted system call (os error 4)\ndone\n"),
+    ];
+    for (at, fault, expected) in cases {
+        let (outcome, stdout) = run(root.path(), &script, at_read(at, fault), false);
+        assert_eq!(stdout, expected, "{fault:?} at read {at}");
+        let report = outcome.fault.unwrap();
+        assert!(
+            matches!(report.outcome, FaultOutcome::Injected { .. }),
+            "{report}"
+        );
+        assert!(
+            report.to_string().contains(&format!(" read #{at}: ")),
+            "{report}"
+        );
+        assert_eq!(outcome.exit, Exit::Code { code: 0 });
+    }
+}
+
+fn at_read(at: u64, fault: SyscallFault) -> Option<FaultPlan> {
+    Some(FaultPlan { at, fault })
+}
