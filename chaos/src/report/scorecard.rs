@@ -91,14 +91,21 @@ impl Row {
 }
 
 /// The one table: which row an invariant's violations count against.
-/// Two refinements look at the trial ([`attribute`]): `log-prefix` about a
-/// torn or damaged line in a trial that left a torn tail is
-/// `torn_tail_repair`; `checkpoint-projection` in a trial whose resumed
-/// projection has another leaf than the fold is `branches`, the same leaf
-/// but another branch window `compaction` when the log holds a compaction
-/// (else `branches`). `context-window` is `compaction`'s (the capability
-/// that promises what the context shows of the history), `branches`' in a
-/// trial whose resumed projection has another leaf than the fold.
+/// Refinements look at the trial and at the events a finding names
+/// ([`attribute`]): `log-prefix` about a torn or damaged line in a trial
+/// that left a torn tail is `torn_tail_repair`; `checkpoint-projection` in
+/// a trial whose resumed projection has another leaf than the fold is
+/// `branches`, the same leaf but another branch window `compaction` when
+/// the log holds a compaction (else `branches`). `context-window` and
+/// `recovery-idempotent` are scored under the capability whose events they
+/// found wrong ([`owner`]), never under what the scenario is about:
+/// `context-window` is `branches`' in a trial resumed on another leaf, else
+/// `compaction`'s when it names a compaction or the log holds one,
+/// `branches`' when the log holds a leaf move, and with neither, where the
+/// context left out or misplaced plain acknowledged messages,
+/// `durable_append`'s; `recovery-idempotent` is `orphan_marking`'s for a
+/// recovery's own marks, and the named events' owner otherwise (records a
+/// lost session row took with it: `durable_append`).
 pub fn row_of(invariant: Invariant) -> Row {
     use Capability as C;
     match invariant {
@@ -140,6 +147,19 @@ pub fn attribute(v: &Violation, e: &Evidence, claimed: &[Capability]) -> Row {
         Invariant::CheckpointProjection if e.leaf_differs => Some(Capability::Branches),
         // Resumed on another leaf, the context shows another branch too.
         Invariant::ContextWindow if e.leaf_differs => Some(Capability::Branches),
+        Invariant::ContextWindow => Some(
+            if named(v).any(|t| t == "compaction") || e.log_compaction || e.compaction {
+                Capability::Compaction
+            } else if e.log_leaf_moved || e.leaf_moved {
+                Capability::Branches
+            } else {
+                Capability::DurableAppend
+            },
+        ),
+        // The first named event that is not a recovery's own mark decides.
+        Invariant::RecoveryIdempotent => named(v)
+            .map(owner)
+            .find(|c| *c != Capability::OrphanMarking),
         Invariant::CheckpointProjection if e.window_differs => Some(if e.compaction {
             Capability::Compaction
         } else {
@@ -150,6 +170,27 @@ pub fn attribute(v: &Violation, e: &Evidence, claimed: &[Capability]) -> Row {
     match refined {
         Some(c) if claimed.contains(&c) => Row::Capability(c),
         _ => row_of(v.invariant),
+    }
+}
+
+/// The event types a finding names.
+fn named(v: &Violation) -> impl Iterator<Item = &str> {
+    v.events
+        .iter()
+        .filter_map(|line| crate::model::described_type(line))
+}
+
+/// The capability whose events of type `type_name` are: a recovery's marks
+/// `orphan_marking`'s, a compaction `compaction`'s, a leaf move
+/// `branches`', a quarantined tail `torn_tail_repair`'s; every other
+/// event (the agent's, the creation) is an append `durable_append` keeps.
+pub fn owner(type_name: &str) -> Capability {
+    match type_name {
+        "tool_recovery" | "run_interrupted" => Capability::OrphanMarking,
+        "compaction" => Capability::Compaction,
+        "leaf_moved" => Capability::Branches,
+        "tail_quarantined" => Capability::TornTailRepair,
+        _ => Capability::DurableAppend,
     }
 }
 
@@ -902,6 +943,92 @@ mod tests {
             "{x}"
         );
         assert_eq!(x.matches("<skipped").count(), 4, "{x}");
+    }
+
+    fn naming(invariant: Invariant, events: &[&str]) -> Violation {
+        Violation {
+            events: events.iter().map(|e| e.to_string()).collect(),
+            ..violation(invariant, "f")
+        }
+    }
+
+    /// A context that leaves out an acknowledged message in a trial whose
+    /// log holds no compaction and no leaf move (a store that renders it
+    /// from a stale run record) is no compaction's failure: the message is
+    /// an append. One that leaves out the summary names the compaction.
+    #[test]
+    fn the_context_window_is_scored_under_the_events_it_found_wrong() {
+        let all = &Capability::ALL;
+        let message = naming(Invariant::ContextWindow, &["seq 5 assistant_message"]);
+        let plain = Evidence::default();
+        assert_eq!(
+            attribute(&message, &plain, all),
+            Row::Capability(Capability::DurableAppend)
+        );
+        let compacted = Evidence {
+            log_compaction: true,
+            ..Evidence::default()
+        };
+        assert_eq!(
+            attribute(&message, &compacted, all),
+            Row::Capability(Capability::Compaction)
+        );
+        let branched = Evidence {
+            log_leaf_moved: true,
+            ..Evidence::default()
+        };
+        assert_eq!(
+            attribute(&message, &branched, all),
+            Row::Capability(Capability::Branches)
+        );
+        let summary = naming(Invariant::ContextWindow, &["seq 9 compaction"]);
+        assert_eq!(
+            attribute(&summary, &plain, all),
+            Row::Capability(Capability::Compaction)
+        );
+        // Unclaimed, the table's row.
+        assert_eq!(
+            attribute(&message, &plain, &[Capability::Compaction]),
+            row_of(Invariant::ContextWindow)
+        );
+    }
+
+    /// A second recovery that finds the session's records gone is
+    /// durable_append's; one that marks again is orphan_marking's.
+    #[test]
+    fn recovery_idempotence_is_scored_under_the_events_it_found_wrong() {
+        let all = &Capability::ALL;
+        let e = Evidence::default();
+        let lost = naming(
+            Invariant::RecoveryIdempotent,
+            &[
+                "seq 0 session_created",
+                "seq 1 run_started r",
+                "seq 2 run_interrupted r",
+            ],
+        );
+        assert_eq!(
+            attribute(&lost, &e, all),
+            Row::Capability(Capability::DurableAppend)
+        );
+        let lost_marks = naming(Invariant::RecoveryIdempotent, &["seq 2 run_interrupted r"]);
+        let marked_twice = naming(
+            Invariant::RecoveryIdempotent,
+            &["seq 3 tool_recovery c phase started"],
+        );
+        let miscounted = naming(Invariant::RecoveryIdempotent, &[]);
+        for v in [lost_marks, marked_twice, miscounted] {
+            assert_eq!(
+                attribute(&v, &e, all),
+                Row::Capability(Capability::OrphanMarking),
+                "{v:?}"
+            );
+        }
+        let quarantined = naming(Invariant::RecoveryIdempotent, &["seq 7 tail_quarantined"]);
+        assert_eq!(
+            attribute(&quarantined, &e, all),
+            Row::Capability(Capability::TornTailRepair)
+        );
     }
 
     #[test]
