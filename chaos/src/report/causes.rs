@@ -111,6 +111,15 @@ pub struct Cause<'a> {
     /// How many trials (or probes) reached it.
     pub trials: usize,
     rank: (usize, Plan),
+    /// A probe's cause (its plan is no trial plan).
+    probe: bool,
+}
+
+impl Cause<'_> {
+    /// The simplest trial plan that reached it; none for a probe's cause.
+    pub fn trial_plan(&self) -> Option<Plan> {
+        (!self.probe).then_some(self.rank.1)
+    }
 }
 
 /// A scenario's violations by cause.
@@ -124,6 +133,15 @@ pub struct Causes<'a> {
 }
 
 impl Causes<'_> {
+    /// Where shrinking starts: the first cause that a deterministic trial
+    /// plan reached, with the simplest such plan and its invariant.
+    pub fn to_shrink(&self) -> Option<(Plan, Invariant)> {
+        self.causes.iter().find_map(|c| {
+            let plan = c.trial_plan().filter(Plan::deterministic)?;
+            Some((plan, c.key.invariant))
+        })
+    }
+
     /// The causes of `invariant`'s violations, and how many violations they are.
     pub fn of_invariant(&self, invariant: Invariant) -> (Vec<&Cause<'_>>, usize) {
         let causes: Vec<&Cause<'_>> = self
@@ -141,7 +159,10 @@ pub fn of_scenario(s: &ScenarioResult) -> Causes<'_> {
     let mut causes: Vec<Cause<'_>> = Vec::new();
     let mut of = Vec::new();
     let mut index: HashMap<CauseKey, usize> = HashMap::new();
-    let mut add = |key: CauseKey, plan: String, crash: String, v, rank: (usize, Plan)| {
+    let mut add = |key: CauseKey, plan: String, crash: String, v, rank: Option<(usize, Plan)>| {
+        // A probe's cause has no trial plan: it ranks as the crash-free run.
+        let probe = rank.is_none();
+        let rank = rank.unwrap_or_else(|| simplicity(&Plan::NONE));
         let i = *index.entry(key.clone()).or_insert_with(|| {
             causes.push(Cause {
                 key,
@@ -150,6 +171,7 @@ pub fn of_scenario(s: &ScenarioResult) -> Causes<'_> {
                 violation: v,
                 trials: 0,
                 rank,
+                probe,
             });
             causes.len() - 1
         });
@@ -176,7 +198,7 @@ pub fn of_scenario(s: &ScenarioResult) -> Causes<'_> {
                 plan.to_string(),
                 crash.to_string(),
                 v,
-                simplicity(&plan),
+                Some(simplicity(&plan)),
             );
         }
     }
@@ -187,7 +209,7 @@ pub fn of_scenario(s: &ScenarioResult) -> Causes<'_> {
                 p.probe.plan(),
                 p.probe.crash_point(),
                 v,
-                simplicity(&Plan::NONE),
+                None,
             );
         }
     }
@@ -287,6 +309,37 @@ mod tests {
         assert_eq!(probe_key(&a, &lost).origin, PROBE_SETUP);
         let reached = probe(RuleCase::NoOperationId, false);
         assert_eq!(probe_key(&reached, &lost).origin, reached.probe.plan());
+    }
+
+    /// Shrinking starts from the simplest plan of the first cause a
+    /// deterministic trial reached: not from a probe's, not from a timer's.
+    #[test]
+    fn shrinking_starts_from_the_simplest_plan_of_the_first_trial_cause() {
+        let v = violation("after life 0 was killed, before recovery");
+        let cause = |plan: Plan, probe| Cause {
+            key: key(&plan, &v, &[]),
+            plan: plan.to_string(),
+            crash_point: String::new(),
+            violation: &v,
+            trials: 2,
+            rank: simplicity(&plan),
+            probe,
+        };
+        let timer = Plan::first(Crash::Timer { micros: 5_000 });
+        let simplest = Plan::kill(5);
+        let causes = Causes {
+            causes: vec![
+                cause(Plan::NONE, true),
+                cause(timer, false),
+                cause(simplest, false),
+            ],
+            of: vec![],
+        };
+        assert_eq!(
+            causes.to_shrink(),
+            Some((simplest, Invariant::AckedDurable))
+        );
+        assert_eq!(causes.causes[0].trial_plan(), None);
     }
 
     #[test]
