@@ -528,11 +528,12 @@ pub(super) fn child_rule(args: &ChildArgs) -> Result<ProbeReply, ProbeError> {
             );
             let mut again = match Target::open(args, None) {
                 Ok(again) => again,
-                // What it wrote of the refused event keeps the session from opening.
+                // What it wrote of the refused event keeps the session
+                // from opening (any refusal but `not_found`): the rule's.
                 Err(ChildError::Refused {
                     kind: reopen_kind,
                     message: reopen_message,
-                }) if reopen_kind == ErrorKind::Damage => {
+                }) if reopen_kind != ErrorKind::NotFound => {
                     return Ok(ProbeReply::Refused {
                         at: format!("open, after the {at} was refused with `{}`", kind.name()),
                         kind: reopen_kind.name().to_string(),
@@ -541,8 +542,8 @@ pub(super) fn child_rule(args: &ChildArgs) -> Result<ProbeReply, ProbeError> {
                         events_after: None,
                     })
                 }
-                // No session (a store that wrote nothing yet) or another
-                // refusal: what it acknowledged is gone, the rule not reached.
+                // No session (a store that wrote nothing yet): what it
+                // acknowledged is gone, the rule not reached.
                 Err(ChildError::Refused {
                     kind: reopen_kind,
                     message: reopen_message,
