@@ -1,8 +1,8 @@
 //! Shrinking: a failing scenario reduced to a minimal scenario and crash point.
 //!
-//! It starts from the first cause a deterministic trial reached
-//! ([`crate::report::causes`]), at the simplest plan that reached it (the
-//! fewest crashed lives), never at whichever double crash came first.
+//! It starts where its caller says: the report's causes give the first
+//! cause a deterministic trial reached, at the simplest plan that reached
+//! it (the fewest crashed lives), never whichever double crash came first.
 //! Greedy delta debugging over the scenario's structure: try dropping a
 //! whole run, then each step (a `parallel` step: made sequential, or one
 //! call fewer), then each approval; keep any smaller
@@ -162,19 +162,21 @@ fn reproduce(
 }
 
 /// Shrinks every generated scenario of `result` that failed a deterministic
-/// plan, writing each minimal scenario to `dir/<name>-shrunk.json`.
+/// plan, from the plan and invariant `start` picks for it (none: not
+/// shrunk), writing each minimal scenario to `dir/<name>-shrunk.json`.
 pub fn shrink_failing_random(
     cfg: &Config<'_>,
     result: &runner::CampaignResult,
     dir: &Path,
     budget: Duration,
+    start: impl Fn(&runner::ScenarioResult) -> Option<(Plan, Invariant)>,
 ) -> Vec<(String, Result<Shrunk, TrialError>)> {
     let mut out = Vec::new();
     for s in &result.scenarios {
         if s.prepared.source.random_seed.is_none() {
             continue;
         }
-        let Some((plan, invariant)) = crate::report::causes::of_scenario(s).to_shrink() else {
+        let Some((plan, invariant)) = start(s).filter(|(p, _)| p.deterministic()) else {
             continue;
         };
         let path = dir.join(format!("{}-shrunk.json", s.name()));
