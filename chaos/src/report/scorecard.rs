@@ -101,9 +101,10 @@ impl Row {
 /// found wrong ([`owner`]), never under what the scenario is about:
 /// `context-window` is `branches`' in a trial resumed on another leaf, else
 /// `compaction`'s when it names a compaction or the log holds one,
-/// `branches`' when the log holds a leaf move, and with neither, where the
-/// context left out or misplaced plain acknowledged messages,
-/// `durable_append`'s; `recovery-idempotent` is `orphan_marking`'s for a
+/// `branches`' when the log holds a leaf move, and with neither (the
+/// context left out or misplaced plain messages its own log holds: a view
+/// derived from a stale record) `checkpoint_projection`'s, claimed or not
+/// (unclaimed, it is not scored); `recovery-idempotent` is `orphan_marking`'s for a
 /// recovery's own marks, and the named events' owner otherwise (records a
 /// lost session row took with it: `durable_append`).
 pub fn row_of(invariant: Invariant) -> Row {
@@ -147,15 +148,16 @@ pub fn attribute(v: &Violation, e: &Evidence, claimed: &[Capability]) -> Row {
         Invariant::CheckpointProjection if e.leaf_differs => Some(Capability::Branches),
         // Resumed on another leaf, the context shows another branch too.
         Invariant::ContextWindow if e.leaf_differs => Some(Capability::Branches),
-        Invariant::ContextWindow => Some(
-            if named(v).any(|t| t == "compaction") || e.log_compaction || e.compaction {
-                Capability::Compaction
-            } else if e.log_leaf_moved || e.leaf_moved {
-                Capability::Branches
-            } else {
-                Capability::DurableAppend
-            },
-        ),
+        Invariant::ContextWindow
+            if named(v).any(|t| t == "compaction") || e.log_compaction || e.compaction =>
+        {
+            Some(Capability::Compaction)
+        }
+        Invariant::ContextWindow if e.log_leaf_moved || e.leaf_moved => Some(Capability::Branches),
+        // Neither: a view the store derives from its log (a stale run
+        // record, a stub) that disagrees with it, as a projection would.
+        // Its row whether claimed or not: never compaction's by default.
+        Invariant::ContextWindow => return Row::Capability(Capability::CheckpointProjection),
         // The first named event that is not a recovery's own mark decides.
         Invariant::RecoveryIdempotent => named(v)
             .map(owner)
@@ -952,10 +954,11 @@ mod tests {
         }
     }
 
-    /// A context that leaves out an acknowledged message in a trial whose
-    /// log holds no compaction and no leaf move (a store that renders it
-    /// from a stale run record) is no compaction's failure: the message is
-    /// an append. One that leaves out the summary names the compaction.
+    /// A context that leaves out a message in a trial whose log holds no
+    /// compaction and no leaf move (a store that renders it from a stale
+    /// run record) is no compaction's failure: a derived view disagrees
+    /// with the log, `checkpoint_projection`'s, claimed or not. One that
+    /// leaves out the summary names the compaction.
     #[test]
     fn the_context_window_is_scored_under_the_events_it_found_wrong() {
         let all = &Capability::ALL;
@@ -963,7 +966,7 @@ mod tests {
         let plain = Evidence::default();
         assert_eq!(
             attribute(&message, &plain, all),
-            Row::Capability(Capability::DurableAppend)
+            Row::Capability(Capability::CheckpointProjection)
         );
         let compacted = Evidence {
             log_compaction: true,
@@ -986,9 +989,13 @@ mod tests {
             attribute(&summary, &plain, all),
             Row::Capability(Capability::Compaction)
         );
-        // Unclaimed, the table's row.
+        // Unclaimed, still not compaction's (and not scored).
         assert_eq!(
             attribute(&message, &plain, &[Capability::Compaction]),
+            Row::Capability(Capability::CheckpointProjection)
+        );
+        assert_eq!(
+            attribute(&message, &compacted, &[Capability::DurableAppend]),
             row_of(Invariant::ContextWindow)
         );
     }
