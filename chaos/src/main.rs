@@ -1107,7 +1107,9 @@ fn shrink_random(
     budget: Duration,
 ) {
     let Some(rd) = random_dir else { return };
-    for (name, outcome) in shrink::shrink_failing_random(cfg, result, rd, budget) {
+    // From the simplest plan of the first cause a deterministic trial reached.
+    let start = |s: &runner::ScenarioResult| report::causes::of_scenario(s).to_shrink();
+    for (name, outcome) in shrink::shrink_failing_random(cfg, result, rd, budget, start) {
         match outcome {
             Ok(sh) => println!(
                 "shrunk {name} from {} to {} step(s){}; plan {}\n  replay: {}",

@@ -21,7 +21,10 @@
 //! - A store that writes nothing until the session's first assistant
 //!   message (`tests/fixtures/lazy_store.py`) loses the creation it
 //!   acknowledged, and each of its losses is reported once, as one cause,
-//!   however many later crashes repeat it.
+//!   however many later crashes repeat it. It refuses the rules probes'
+//!   appends rightly, but their sessions are gone when they are opened
+//!   again: those probes are "not reached", and the loss is
+//!   `durable_append`'s, never the rules' rows.
 
 use crate::campaign;
 use crate::python;
@@ -301,12 +304,18 @@ fn a_scenario_that_needs_blobs_is_skipped_for_a_store_without_them() {
 /// (`tests/fixtures/lazy_store.py`) loses every event acknowledged before
 /// it to a kill between requests, its creation first: acked-durable counts
 /// the creation the open acknowledged. Every restarted life crashed after
-/// that kill finds the same loss after life 0 again: one cause, reached by
-/// all of those trials, replayed by the single kill.
+/// that kill finds the same loss after life 0 again, and the same at the
+/// end of the trial: one cause each, reached by all of those trials,
+/// replayed by the single kill. With `--rules` it claims `effect_ledger`
+/// and `branches` and refuses the rules probes' appends with `rule`; their
+/// sessions, replayed up to before the first assistant message, are gone
+/// when they are opened again: each such probe is not reached, its rows
+/// never fail, and `durable_append` carries the loss, one cause for the
+/// probes that lost the same events.
 #[test]
 fn a_store_that_writes_late_loses_its_creation_and_each_loss_is_one_cause() {
     let store = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/fixtures/lazy_store.py");
-    let adapter = python::adapter_command(&store, &[]);
+    let adapter = python::adapter_command(&store, &["--rules"]);
     let (code, report, stdout) = campaign::run(
         &fixture(),
         &[
@@ -384,4 +393,88 @@ fn a_store_that_writes_late_loses_its_creation_and_each_loss_is_one_cause() {
             && stdout.contains("before the same observation; the replay is the simplest"),
         "{stdout}"
     );
+    // What the end of a double crash shows after its first crash's loss is
+    // that first crash's cause too.
+    let mut ends = 0;
+    for v in violations.iter().filter(|v| {
+        v["when"] == "at the end of the trial" && v["plan"].as_str().unwrap().contains('+')
+    }) {
+        let lost_first = violations.iter().any(|w| {
+            w["plan"] == v["plan"] && w["when"] == "after life 0 was killed, before recovery"
+        });
+        if lost_first {
+            let first = v["plan"].as_str().unwrap().split('+').next().unwrap();
+            let cause = &causes[v["cause"].as_u64().unwrap() as usize];
+            assert_eq!(cause["origin"], first, "{v}\n{cause}");
+            ends += 1;
+        }
+    }
+    assert!(
+        ends > 0,
+        "no double crash's end followed a first loss: {stdout}"
+    );
+
+    // The rules probes: refused rightly, their sessions gone on reopening.
+    assert_eq!(
+        violations
+            .iter()
+            .filter(|v| v["invariant"] == "rule-refused")
+            .count(),
+        0,
+        "{stdout}"
+    );
+    let short = report["scenarios"][0]["probes_not_carried_out"]
+        .as_array()
+        .unwrap();
+    let lost_sessions: Vec<&serde_json::Value> = short
+        .iter()
+        .filter(|p| p["charged_to"] == serde_json::json!(["durable_append"]))
+        .collect();
+    for probe in [
+        "probe:rule-no-operation-id@",
+        "probe:rule-call-committed-operation@",
+        "probe:rule-commit-before-intent@",
+        "probe:rule-parent-missing@",
+    ] {
+        let p = lost_sessions
+            .iter()
+            .find(|p| p["probe"].as_str().unwrap().starts_with(probe))
+            .unwrap_or_else(|| panic!("{probe} not charged to durable_append: {short:?}"));
+        assert!(
+            p["why"]
+                .as_str()
+                .unwrap()
+                .contains("open refused with `not_found`"),
+            "{p}"
+        );
+    }
+    assert!(
+        stdout.contains("NOT REACHED in small (probe rule-parent-missing@")
+            && stdout.contains("charged to durable_append (its violation above), not to branches"),
+        "{stdout}"
+    );
+    let branches = row(&report, "branches");
+    assert_eq!(branches["verdict"], "not reached", "{branches}");
+    assert!(
+        branches["why"].as_str().unwrap().contains("not_found"),
+        "{branches}"
+    );
+    // The ledger probes reached theirs and passed; the rules did not count.
+    let ledger = row(&report, "effect_ledger");
+    assert_eq!(ledger["verdict"], "pass", "{ledger}");
+    assert!(
+        ledger["probes_not_reached"].as_u64().unwrap() >= 3,
+        "{ledger}"
+    );
+    // Two probes that lost the same four events are one cause.
+    let setup: Vec<&serde_json::Value> = causes
+        .iter()
+        .filter(|c| c["origin"] == "a probe's setup")
+        .collect();
+    let probe_losses = violations
+        .iter()
+        .filter(|v| v["plan"].as_str().unwrap().starts_with("probe:rule-"))
+        .count();
+    assert!(!setup.is_empty() && setup.len() < probe_losses, "{setup:?}");
+    assert!(setup.iter().all(|c| c["invariant"] == "acked-durable"));
 }

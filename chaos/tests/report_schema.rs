@@ -89,6 +89,25 @@ fn a_failing_report_fits_the_schema_and_a_broken_one_does_not() {
     }
     assert!(causes.len() <= violations.len());
 
+    // A row whose probes stopped short, and a probe charged elsewhere
+    // (what a store that writes late earns), fit it too.
+    let mut short = report.clone();
+    short["scorecard"][1] = serde_json::json!({
+        "capability": "torn_tail_repair", "claimed": true, "verdict": "not reached",
+        "why": "in small (probe rule-parent-missing@op-r-1): not reached", "probes_not_reached": 1,
+    });
+    short["scorecard"][0]["probes_not_reached"] = 2.into();
+    short["scenarios"][0]["probes_not_carried_out"] = serde_json::json!([{
+        "probe": "probe:rule-parent-missing@op-r-1", "capability": "branches",
+        "why": "not reached: the session lost the 4 event(s)", "charged_to": ["durable_append"],
+    }]);
+    assert_valid(&short);
+    short["scorecard"][1]["verdict"] = "unreached".into();
+    assert!(
+        !validator().is_valid(&short),
+        "an unknown verdict is caught"
+    );
+
     let v = validator();
     let mut lost = report.clone();
     lost.as_object_mut().unwrap().remove("violation_count");

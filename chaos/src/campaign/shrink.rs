@@ -1,12 +1,15 @@
 //! Shrinking: a failing scenario reduced to a minimal scenario and crash point.
 //!
+//! It starts where its caller says: the report's causes give the first
+//! cause a deterministic trial reached, at the simplest plan that reached
+//! it (the fewest crashed lives), never whichever double crash came first.
 //! Greedy delta debugging over the scenario's structure: try dropping a
 //! whole run, then each step (a `parallel` step: made sequential, or one
 //! call fewer), then each approval; keep any smaller
 //! scenario that still violates the same invariant under some plan of the
-//! same kind (searched in hit order, so the crash point found is the
-//! earliest); repeat until nothing smaller fails or the time budget is
-//! spent. Each candidate costs a trace run plus up to one trial per hit,
+//! same kind (searched with the fewest crashed lives first, then in hit
+//! order, so the crash found is the simplest and earliest); repeat until
+//! nothing smaller fails or the time budget is spent. Each candidate costs a trace run plus up to one trial per hit,
 //! which is why random scenarios are kept small. This module must never
 //! report a shrunk result it has not seen fail.
 
@@ -92,6 +95,14 @@ fn same_kind(original: &Plan, p: &Plan) -> bool {
     }
 }
 
+/// The plans like `original` a candidate is tried under: a single crash
+/// before any double, each in hit order.
+fn search_order(mut plans: Vec<Plan>, original: &Plan) -> Vec<Plan> {
+    plans.retain(|p| same_kind(original, p));
+    plans.sort_by_key(Plan::crashed_lives);
+    plans
+}
+
 /// Does `scenario` (written to `path`) violate `inv` under some plan like
 /// `original`? Returns the earliest such plan.
 fn reproduce(
@@ -129,10 +140,7 @@ fn reproduce(
         plans.extend(later.syscall_plans(rng));
         plans.extend(later.read_plans(rng));
     }
-    let plans: Vec<Plan> = plans
-        .into_iter()
-        .filter(|p| same_kind(original, p))
-        .collect();
+    let plans = search_order(plans, original);
     let batch = cfg.jobs.max(1) * 2;
     for chunk in plans.chunks(batch) {
         let found = parallel(cfg.jobs, chunk.len(), |i| {
@@ -156,19 +164,21 @@ fn reproduce(
 }
 
 /// Shrinks every generated scenario of `result` that failed a deterministic
-/// plan, writing each minimal scenario to `dir/<name>-shrunk.json`.
+/// plan, from the plan and invariant `start` picks for it (none: not
+/// shrunk), writing each minimal scenario to `dir/<name>-shrunk.json`.
 pub fn shrink_failing_random(
     cfg: &Config<'_>,
     result: &runner::CampaignResult,
     dir: &Path,
     budget: Duration,
+    start: impl Fn(&runner::ScenarioResult) -> Option<(Plan, Invariant)>,
 ) -> Vec<(String, Result<Shrunk, TrialError>)> {
     let mut out = Vec::new();
     for s in &result.scenarios {
         if s.prepared.source.random_seed.is_none() {
             continue;
         }
-        let Some((plan, _, v)) = s.violations().find(|(p, _, _)| p.deterministic()) else {
+        let Some((plan, invariant)) = start(s).filter(|(p, _)| p.deterministic()) else {
             continue;
         };
         let path = dir.join(format!("{}-shrunk.json", s.name()));
@@ -176,7 +186,7 @@ pub fn shrink_failing_random(
             cfg,
             &s.prepared.source.scenario,
             plan,
-            v.invariant,
+            invariant,
             &path,
             budget,
         );
@@ -248,6 +258,29 @@ pub fn shrink(
 mod tests {
     use super::*;
     use crate::scenario::generate::random_scenario;
+
+    /// A double crash's plans come after every single crash, each kind in
+    /// hit order; another kind is not tried.
+    #[test]
+    fn single_crashes_are_tried_before_double_ones() {
+        let double = |first, at| Plan::kill(first).then(Crash::Kill { at });
+        let tear = Plan::first(Crash::Tear { at: 1, bytes: 3 });
+        let plans = vec![
+            double(1, 0),
+            Plan::kill(1),
+            tear,
+            Plan::kill(2),
+            double(0, 4),
+        ];
+        assert_eq!(
+            search_order(plans.clone(), &Plan::kill(9)),
+            [Plan::kill(1), Plan::kill(2)]
+        );
+        assert_eq!(
+            search_order(plans, &double(3, 3)),
+            [double(1, 0), double(0, 4)]
+        );
+    }
 
     #[test]
     fn candidates_are_valid_and_each_one_edit_smaller() {

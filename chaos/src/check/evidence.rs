@@ -30,6 +30,12 @@ pub struct Evidence {
     pub leaf_moved: bool,
     /// ... while the log at the crash held a `compaction`.
     pub compaction: bool,
+    /// The log held a `compaction` at a crash, whether or not a
+    /// projection was compared: the context's window is the compaction's.
+    pub log_compaction: bool,
+    /// The log held a `leaf_moved` at a crash, likewise: the context's
+    /// branch is the tree's.
+    pub log_leaf_moved: bool,
     /// A resumed projection had another active leaf than the fold.
     pub leaf_differs: bool,
     /// A resumed projection had the fold's leaf but another branch window.
@@ -90,6 +96,11 @@ impl Evidence {
         }) || observed()
             .any(|o| matches!(o.checkpoint, CheckpointView::Present(_)));
         let holds = |f: fn(&Event) -> bool| crash.records.iter().any(|r| r.event().is_some_and(f));
+        let ever = |f: fn(&Event) -> bool| {
+            h.after_kill
+                .iter()
+                .any(|o| o.records.iter().any(|r| r.event().is_some_and(f)))
+        };
         let (mut leaf_differs, mut window_differs) = (false, false);
         for l in &h.lives {
             if let (Some(r), Some(Some(fold))) = (
@@ -111,6 +122,8 @@ impl Evidence {
             projection,
             leaf_moved: projection && holds(|e| matches!(e, Event::LeafMoved { .. })),
             compaction: projection && holds(|e| matches!(e, Event::Compaction { .. })),
+            log_compaction: ever(|e| matches!(e, Event::Compaction { .. })),
+            log_leaf_moved: ever(|e| matches!(e, Event::LeafMoved { .. })),
             leaf_differs,
             window_differs,
             finished: h.last().done,

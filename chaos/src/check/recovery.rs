@@ -75,6 +75,9 @@ pub(super) fn recovery(h: &History, i: usize, life: &Life, out: &mut Vec<Violati
 fn recovery_account_true(f: &RecoveryFacts<'_>, own_region: bool, out: &mut Vec<Violation>) {
     let claimed = f.report.appended;
     let grown = f.region.len() as u64;
+    // A log that lost records across the recovery (a lost session row)
+    // grew by nothing: the lost ones are what the finding is about.
+    let lost = lost_records(&f.base.records, &f.after.records);
     let marks = f
         .region
         .iter()
@@ -87,16 +90,44 @@ fn recovery_account_true(f: &RecoveryFacts<'_>, own_region: bool, out: &mut Vec<
         .count() as u64;
     let low = if own_region { marks } else { 0 };
     if claimed < low || claimed > grown {
+        let found = format!("it says it appended {claimed}");
+        let (found, events) = if lost.is_empty() {
+            (found, f.region.iter().map(describe_record).collect())
+        } else {
+            (
+                format!(
+                    "{found}; {} of the records the log held at the crash are gone after it",
+                    lost.len()
+                ),
+                lost,
+            )
+        };
         out.push(v(
             Invariant::RecoveryIdempotent,
             &f.when,
             format!(
                 "the recovery's `appended` to count what it appended: from {low} (its run_interrupted and tool_recovery events) to {grown} (all the log grew by since the crash)"
             ),
-            format!("it says it appended {claimed}"),
-            f.region.iter().map(describe_record).collect(),
+            found,
+            events,
         ));
     }
+}
+
+/// The records of `before` that `after`, a later observation of the same
+/// log, no longer holds at their seq with the same content (timestamps
+/// aside), described: a recovery only appends.
+fn lost_records(before: &[Record], after: &[Record]) -> Vec<String> {
+    before
+        .iter()
+        .filter(|r| {
+            after
+                .iter()
+                .find(|a| a.seq == r.seq)
+                .is_none_or(|a| a.body != r.body)
+        })
+        .map(describe_record)
+        .collect()
 }
 
 /// Every call open at the crash gets exactly one `tool_recovery` mark with
@@ -333,25 +364,40 @@ fn second_recovery_changes_nothing(
             _ => b.records != after.records,
         };
         if again != 0 || changed {
-            let extra: Vec<String> = b
-                .records
-                .get(after.records.len()..)
-                .unwrap_or_default()
-                .iter()
-                .map(describe_record)
-                .collect();
+            // What the second recovery appended, or, when it lost records
+            // of the first's log (a lost session row), those.
+            let lost = lost_records(&after.records, &b.records);
             let size = |o: &Observation| match o.bytes {
                 Some(x) => format!("{} bytes ({})", x.len, events(o.records.len())),
                 None => events(o.records.len()),
+            };
+            let found = format!(
+                "the store says it appended {again}; the log has {}",
+                size(b)
+            );
+            let (found, extra) = if lost.is_empty() {
+                let extra = b
+                    .records
+                    .get(after.records.len()..)
+                    .unwrap_or_default()
+                    .iter()
+                    .map(describe_record)
+                    .collect();
+                (found, extra)
+            } else {
+                (
+                    format!(
+                        "{found}, without {} of the records the first recovery left",
+                        lost.len()
+                    ),
+                    lost,
+                )
             };
             out.push(v(
                 Invariant::RecoveryIdempotent,
                 &format!("after the second recovery in life {i}"),
                 format!("nothing appended: the log stays at {}", size(after)),
-                format!(
-                    "the store says it appended {again}; the log has {}",
-                    size(b)
-                ),
+                found,
                 extra,
             ));
         }
@@ -403,6 +449,49 @@ mod tests {
                 found[0].expected
             );
         }
+    }
+
+    /// A second recovery that finds the session's row gone (a database
+    /// store that lost it) is no double mark: the finding names the lost
+    /// records, so the scorecard charges it to the promise whose events
+    /// they are; one that marks again names the marks.
+    #[test]
+    fn recovery_idempotent_names_the_records_a_lost_session_lost() {
+        let idempotence = |h: &History| -> Vec<Violation> {
+            check(h, None)
+                .into_iter()
+                .filter(|v| v.invariant == Invariant::RecoveryIdempotent)
+                .collect()
+        };
+        let mut h = history(true);
+        h.lives[1].after_second_recovery = Some(crate::check::fixture::obs(&[]));
+        let found = idempotence(&h);
+        assert_eq!(found.len(), 1, "{found:#?}");
+        assert!(
+            found[0].found.contains("without 3 of the records"),
+            "{}",
+            found[0].found
+        );
+        assert_eq!(
+            found[0].events,
+            [
+                "seq 0 session_created",
+                "seq 1 run_started r",
+                "seq 2 run_interrupted r"
+            ]
+        );
+        let mut twice = history(true);
+        twice.lives[1].recovered_again = Some(1);
+        let mut marked = twice.lives[1].after_recovery.clone().unwrap();
+        let again = crate::check::fixture::obs(&[Event::RunInterrupted { run_id: "r".into() }]);
+        marked.records.push(Record {
+            seq: 3,
+            ..again.records[0].clone()
+        });
+        twice.lives[1].after_second_recovery = Some(marked);
+        let found = idempotence(&twice);
+        assert_eq!(found.len(), 1, "{found:#?}");
+        assert_eq!(found[0].events, ["seq 3 run_interrupted r"]);
     }
 
     #[test]

@@ -435,6 +435,16 @@ pub fn describe_record(rec: &Record) -> String {
     }
 }
 
+/// The event type a [`describe_record`] line names (`tool_started` in
+/// `seq 12 tool_started r1-3`), for a report that sorts findings by the
+/// events they name.
+pub fn described_type(line: &str) -> Option<&str> {
+    let mut words = line.split(' ');
+    (words.next() == Some("seq")).then_some(())?;
+    words.next()?.parse::<u64>().ok()?;
+    words.next()
+}
+
 pub fn phase_name(p: Phase) -> &'static str {
     match p {
         Phase::Requested => "requested",
@@ -459,6 +469,24 @@ mod tests {
             target: None,
             needs_approval: false,
         }
+    }
+
+    #[test]
+    fn described_type_reads_back_what_describe_record_wrote() {
+        let r = Record {
+            seq: 12,
+            id: agentchaos_protocol::event::event_id(12),
+            ts: "2026-01-01T00:00:00.000Z".into(),
+            redaction: agentchaos_protocol::event::Redaction::Public,
+            body: agentchaos_protocol::event::Body::Known(call("c")),
+        };
+        assert_eq!(described_type(&describe_record(&r)), Some("tool_call"));
+        assert_eq!(
+            described_type("seq 0 session_created"),
+            Some("session_created")
+        );
+        assert_eq!(described_type("the log ends"), None);
+        assert_eq!(described_type("seq x tool_call"), None);
     }
 
     #[test]

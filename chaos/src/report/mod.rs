@@ -20,7 +20,7 @@ use quick_junit::{NonSuccessKind, Report, TestCase, TestCaseStatus, TestSuite};
 use serde_json::{json, Value};
 
 use crate::campaign::config::replay_command;
-use crate::campaign::probe::Probe;
+use crate::campaign::probe::{Probe, ProbeOutcome};
 use crate::campaign::runner::{CampaignResult, ScenarioResult};
 use crate::check::{explain, Invariant, Violation};
 use crate::store::NotApplicable;
@@ -110,12 +110,22 @@ pub fn violations_text(result: &CampaignResult, ctx: &Context<'_>) -> String {
             }
         }
         for p in s.probes.iter().filter(|p| p.skipped) {
+            let charged = charged_to(p, &result.capabilities);
             let _ = writeln!(
                 out,
-                "NOTE in {} (probe {}): {}\n",
+                "NOT REACHED in {} (probe {}): {}{}\n",
                 s.name(),
                 p.probe,
-                p.told
+                p.told,
+                if charged.is_empty() {
+                    String::new()
+                } else {
+                    format!(
+                        "\n  charged to {} (its violation above), not to {}",
+                        charged.join(", "),
+                        p.probe.capability()
+                    )
+                }
             );
         }
         for (p, e) in s.probe_errors() {
@@ -156,6 +166,21 @@ pub fn violations_text(result: &CampaignResult, ctx: &Context<'_>) -> String {
         out.push_str(&powerloss::refusals(p));
     }
     out.push_str(&leaks_text(&result.leaked));
+    out
+}
+
+/// The capabilities a probe's violations are charged to, in order, each once.
+fn charged_to(
+    p: &ProbeOutcome,
+    claimed: &[crate::store::adapter::Capability],
+) -> Vec<&'static str> {
+    let mut out: Vec<&'static str> = Vec::new();
+    for v in &p.violations {
+        let c = p.probe.charged(v, claimed).name();
+        if !out.contains(&c) {
+            out.push(c);
+        }
+    }
     out
 }
 
@@ -455,7 +480,12 @@ pub fn json(result: &CampaignResult, ctx: &Context<'_>) -> Value {
                     .chain(s.probe_errors().map(|(p, e)| json!({"plan": p.plan(), "error": e.to_string()})))
                     .collect::<Vec<_>>(),
                 "probes": s.probes.len(),
-                "probes_not_carried_out": s.probes.iter().filter(|p| p.skipped).map(|p| json!({"probe": p.probe.plan(), "why": p.told})).collect::<Vec<_>>(),
+                "probes_not_carried_out": s.probes.iter().filter(|p| p.skipped).map(|p| json!({
+                    "probe": p.probe.plan(),
+                    "capability": p.probe.capability().name(),
+                    "why": p.told,
+                    "charged_to": charged_to(p, &result.capabilities),
+                })).collect::<Vec<_>>(),
             })
         })
         .collect();

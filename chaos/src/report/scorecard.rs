@@ -9,7 +9,12 @@
 //!   every store is torn, killed and faulted alike, and what an unclaimed
 //!   capability would have caught is judged by the rows every store owes
 //!   (a torn write that loses or fuses an event fails `durable_append`);
-//! - **not exercised**: claimed, but nothing in this campaign tested it (and why).
+//! - **not exercised**: claimed, but nothing in this campaign tested it (and why);
+//! - **not reached**: claimed, and its probes ran, but none reached the
+//!   situation it tests (and why): a setup step failed first. What broke
+//!   there is charged to its own promise ([`crate::campaign::probe::Probe::charged`]):
+//!   a session that no longer opens fails `durable_append`, never the rule
+//!   the probe was about.
 //!
 //! [`row_of`] is the one table mapping each invariant to the row it is
 //! evidence for; [`Evidence`] is what one trial exercised. This module
@@ -86,14 +91,22 @@ impl Row {
 }
 
 /// The one table: which row an invariant's violations count against.
-/// Two refinements look at the trial ([`attribute`]): `log-prefix` about a
-/// torn or damaged line in a trial that left a torn tail is
-/// `torn_tail_repair`; `checkpoint-projection` in a trial whose resumed
-/// projection has another leaf than the fold is `branches`, the same leaf
-/// but another branch window `compaction` when the log holds a compaction
-/// (else `branches`). `context-window` is `compaction`'s (the capability
-/// that promises what the context shows of the history), `branches`' in a
-/// trial whose resumed projection has another leaf than the fold.
+/// Refinements look at the trial and at the events a finding names
+/// ([`attribute`]): `log-prefix` about a torn or damaged line in a trial
+/// that left a torn tail is `torn_tail_repair`; `checkpoint-projection` in
+/// a trial whose resumed projection has another leaf than the fold is
+/// `branches`, the same leaf but another branch window `compaction` when
+/// the log holds a compaction (else `branches`). `context-window` and
+/// `recovery-idempotent` are scored under the capability whose events they
+/// found wrong ([`owner`]), never under what the scenario is about:
+/// `context-window` is `branches`' in a trial resumed on another leaf, else
+/// `compaction`'s when it names a compaction or the log holds one,
+/// `branches`' when the log holds a leaf move, and with neither (the
+/// context left out or misplaced plain messages its own log holds: a view
+/// derived from a stale record) `checkpoint_projection`'s, claimed or not
+/// (unclaimed, it is not scored); `recovery-idempotent` is `orphan_marking`'s for a
+/// recovery's own marks, and the named events' owner otherwise (records a
+/// lost session row took with it: `durable_append`).
 pub fn row_of(invariant: Invariant) -> Row {
     use Capability as C;
     match invariant {
@@ -135,6 +148,20 @@ pub fn attribute(v: &Violation, e: &Evidence, claimed: &[Capability]) -> Row {
         Invariant::CheckpointProjection if e.leaf_differs => Some(Capability::Branches),
         // Resumed on another leaf, the context shows another branch too.
         Invariant::ContextWindow if e.leaf_differs => Some(Capability::Branches),
+        Invariant::ContextWindow
+            if named(v).any(|t| t == "compaction") || e.log_compaction || e.compaction =>
+        {
+            Some(Capability::Compaction)
+        }
+        Invariant::ContextWindow if e.log_leaf_moved || e.leaf_moved => Some(Capability::Branches),
+        // Neither: a view the store derives from its log (a stale run
+        // record, a stub) that disagrees with it, as a projection would.
+        // Its row whether claimed or not: never compaction's by default.
+        Invariant::ContextWindow => return Row::Capability(Capability::CheckpointProjection),
+        // The first named event that is not a recovery's own mark decides.
+        Invariant::RecoveryIdempotent => named(v)
+            .map(owner)
+            .find(|c| *c != Capability::OrphanMarking),
         Invariant::CheckpointProjection if e.window_differs => Some(if e.compaction {
             Capability::Compaction
         } else {
@@ -145,6 +172,27 @@ pub fn attribute(v: &Violation, e: &Evidence, claimed: &[Capability]) -> Row {
     match refined {
         Some(c) if claimed.contains(&c) => Row::Capability(c),
         _ => row_of(v.invariant),
+    }
+}
+
+/// The event types a finding names.
+fn named(v: &Violation) -> impl Iterator<Item = &str> {
+    v.events
+        .iter()
+        .filter_map(|line| crate::model::described_type(line))
+}
+
+/// The capability whose events of type `type_name` are: a recovery's marks
+/// `orphan_marking`'s, a compaction `compaction`'s, a leaf move
+/// `branches`', a quarantined tail `torn_tail_repair`'s; every other
+/// event (the agent's, the creation) is an append `durable_append` keeps.
+pub fn owner(type_name: &str) -> Capability {
+    match type_name {
+        "tool_recovery" | "run_interrupted" => Capability::OrphanMarking,
+        "compaction" => Capability::Compaction,
+        "leaf_moved" => Capability::Branches,
+        "tail_quarantined" => Capability::TornTailRepair,
+        _ => Capability::DurableAppend,
     }
 }
 
@@ -210,6 +258,20 @@ fn count_probes(result: &CampaignResult, count: impl Fn(&ProbeOutcome) -> bool) 
         .count()
 }
 
+/// How many of a row's probes stopped short of the situation they test,
+/// and the first one's reason: none when every probe of it was carried out.
+fn not_reached(row: Row, result: &CampaignResult) -> Option<(usize, String)> {
+    let Row::Capability(c) = row else { return None };
+    let mut short = result
+        .scenarios
+        .iter()
+        .flat_map(|s| s.probes.iter().map(move |p| (s, p)))
+        .filter(|(_, p)| p.error.is_none() && p.skipped && p.probe.capability() == c);
+    let (s, first) = short.next()?;
+    let why = format!("in {} (probe {}): {}", s.name(), first.probe, first.told);
+    Some((1 + short.count(), why))
+}
+
 /// Why a claimed row was not exercised.
 fn why_not(row: Row, adapter: bool) -> &'static str {
     use Capability as C;
@@ -272,6 +334,8 @@ pub enum Verdict {
     Pass {
         count: usize,
         unit: &'static str,
+        /// Probes of the row that stopped short of their situation (not evidence).
+        not_reached: usize,
     },
     Fail {
         violations: usize,
@@ -289,6 +353,13 @@ pub enum Verdict {
     NotExercised {
         why: &'static str,
     },
+    /// Claimed, and `probes` of its probes ran, but none reached the
+    /// situation it tests: `why` is the first one's reason (what broke
+    /// on the way is charged to its own promise).
+    NotReached {
+        probes: usize,
+        why: String,
+    },
 }
 
 impl Verdict {
@@ -298,6 +369,7 @@ impl Verdict {
             Verdict::Fail { .. } => "fail",
             Verdict::NotSupported { .. } => "not supported",
             Verdict::NotExercised { .. } => "not exercised",
+            Verdict::NotReached { .. } => "not reached",
         }
     }
 }
@@ -355,7 +427,8 @@ pub fn score(
         for v in &s.prepared.trace_violations {
             let replay = replay_command(path, &Plan::NONE, store_fault, store_args);
             let row = attribute(v, &Evidence::default(), &result.capabilities);
-            let (cause, rank) = (causes::key(&Plan::NONE, v), causes::simplicity(&Plan::NONE));
+            let cause = causes::key(&Plan::NONE, v, &s.prepared.trace_violations);
+            let rank = causes::simplicity(&Plan::NONE);
             add(row, s.name(), v, replay, cause, rank);
         }
         for o in &s.outcomes {
@@ -366,7 +439,7 @@ pub fn score(
                     s.name(),
                     v,
                     replay,
-                    causes::key(&o.plan, v),
+                    causes::key(&o.plan, v, &o.violations),
                     causes::simplicity(&o.plan),
                 );
             }
@@ -378,9 +451,10 @@ pub fn score(
                 // cases belong to the ledger, the tree or the compaction; a
                 // fault on a store that does not claim it, to what every
                 // store owes).
-                let row = Row::Capability(p.probe.judged_by(&result.capabilities));
-                let mut cause = causes::key(&Plan::NONE, v);
-                cause.origin = p.probe.plan();
+                // (a setup step's violation to the promise it broke:
+                // `Probe::charged`).
+                let row = Row::Capability(p.probe.charged(v, &result.capabilities));
+                let cause = causes::probe_key(p, v);
                 add(
                     row,
                     s.name(),
@@ -458,11 +532,16 @@ pub fn score(
                     },
                 }
             } else {
-                match exercised(row, result) {
-                    (0, _) => Verdict::NotExercised {
+                match (exercised(row, result), not_reached(row, result)) {
+                    ((0, _), Some((probes, why))) => Verdict::NotReached { probes, why },
+                    ((0, _), None) => Verdict::NotExercised {
                         why: why_not(row, adapter),
                     },
-                    (count, unit) => Verdict::Pass { count, unit },
+                    ((count, unit), short) => Verdict::Pass {
+                        count,
+                        unit,
+                        not_reached: short.map_or(0, |(n, _)| n),
+                    },
                 }
             };
             (row, verdict)
@@ -500,7 +579,18 @@ impl Verdict {
     /// The row's detail on one line (a failing row's replay command aside).
     pub fn detail(&self) -> String {
         match self {
-            Verdict::Pass { count, unit } => format!("{count} {unit}"),
+            Verdict::Pass {
+                count,
+                unit,
+                not_reached: 0,
+            } => format!("{count} {unit}"),
+            Verdict::Pass {
+                count,
+                unit,
+                not_reached,
+            } => format!(
+                "{count} {unit}; {not_reached} more probe(s) did not reach the situation they test (not evidence)"
+            ),
             Verdict::Fail {
                 violations,
                 causes,
@@ -529,6 +619,9 @@ impl Verdict {
                 "the store does not claim it: not scored ({violations} violation(s) of its invariants found anyway)"
             ),
             Verdict::NotExercised { why } => (*why).to_string(),
+            Verdict::NotReached { probes, why } => format!(
+                "{probes} probe(s) ran, none reached the situation it tests; the first {why}"
+            ),
         }
     }
 }
@@ -545,9 +638,16 @@ pub fn json(card: &Scorecard) -> Value {
                 "verdict": verdict.word(),
             });
             match verdict {
-                Verdict::Pass { count, unit } => {
+                Verdict::Pass {
+                    count,
+                    unit,
+                    not_reached,
+                } => {
                     o["evidence"] = json!(count);
                     o["evidence_unit"] = json!(unit);
+                    if *not_reached > 0 {
+                        o["probes_not_reached"] = json!(not_reached);
+                    }
                 }
                 Verdict::Fail {
                     violations,
@@ -575,6 +675,10 @@ pub fn json(card: &Scorecard) -> Value {
                     }
                 }
                 Verdict::NotExercised { why } => o["why"] = json!(why),
+                Verdict::NotReached { probes, why } => {
+                    o["why"] = json!(why);
+                    o["probes_not_reached"] = json!(probes);
+                }
             }
             o
         })
@@ -605,6 +709,11 @@ pub fn junit(card: &Scorecard) -> quick_junit::TestSuite {
             Verdict::NotExercised { why } => {
                 let mut st = TestCaseStatus::skipped();
                 st.set_message(format!("not exercised: {why}"));
+                st
+            }
+            Verdict::NotReached { why, .. } => {
+                let mut st = TestCaseStatus::skipped();
+                st.set_message(format!("not reached: {why}"));
                 st
             }
             Verdict::NotSupported { .. } => {
@@ -725,6 +834,7 @@ mod tests {
                     Verdict::Pass {
                         count: 7,
                         unit: "crash trials",
+                        not_reached: 0,
                     },
                 ),
                 (
@@ -761,6 +871,13 @@ mod tests {
                         fault_probes: 8,
                     },
                 ),
+                (
+                    Row::Capability(Capability::Branches),
+                    Verdict::NotReached {
+                        probes: 1,
+                        why: "in small (probe rule-parent-missing@op): the session lost the 4 event(s)".into(),
+                    },
+                ),
             ],
         };
         let t = text(&card);
@@ -790,7 +907,17 @@ mod tests {
             t.contains("fail           2 distinct cause(s) of 3 violation(s); first in small (reached by 2 trials): expected <refusal>"),
             "{t}"
         );
+        assert!(
+            t.contains("branches                 not reached    1 probe(s) ran, none reached the situation it tests; the first in small (probe rule-parent-missing@op)"),
+            "{t}"
+        );
         let j = json(&card);
+        assert_eq!(j[5]["verdict"], "not reached");
+        assert_eq!(j[5]["probes_not_reached"], 1);
+        assert!(j[5]["why"]
+            .as_str()
+            .unwrap()
+            .contains("lost the 4 event(s)"));
         assert_eq!(j[1]["verdict"], "fail");
         assert_eq!(j[1]["causes"], 2);
         assert_eq!(j[1]["violations"], 3);
@@ -807,16 +934,108 @@ mod tests {
         report.add_test_suite(junit(&card));
         let x = report.to_string().unwrap();
         assert!(
-            x.contains("tests=\"5\"")
+            x.contains("tests=\"6\"")
                 && x.contains("failures=\"1\"")
-                && x.contains("skipped=\"3\""),
+                && x.contains("skipped=\"4\""),
             "{x}"
         );
+        assert!(x.contains("not reached: in small"), "{x}");
         assert!(
             x.contains("expected &lt;refusal&gt;; found accepted"),
             "{x}"
         );
-        assert_eq!(x.matches("<skipped").count(), 3, "{x}");
+        assert_eq!(x.matches("<skipped").count(), 4, "{x}");
+    }
+
+    fn naming(invariant: Invariant, events: &[&str]) -> Violation {
+        Violation {
+            events: events.iter().map(|e| e.to_string()).collect(),
+            ..violation(invariant, "f")
+        }
+    }
+
+    /// A context that leaves out a message in a trial whose log holds no
+    /// compaction and no leaf move (a store that renders it from a stale
+    /// run record) is no compaction's failure: a derived view disagrees
+    /// with the log, `checkpoint_projection`'s, claimed or not. One that
+    /// leaves out the summary names the compaction.
+    #[test]
+    fn the_context_window_is_scored_under_the_events_it_found_wrong() {
+        let all = &Capability::ALL;
+        let message = naming(Invariant::ContextWindow, &["seq 5 assistant_message"]);
+        let plain = Evidence::default();
+        assert_eq!(
+            attribute(&message, &plain, all),
+            Row::Capability(Capability::CheckpointProjection)
+        );
+        let compacted = Evidence {
+            log_compaction: true,
+            ..Evidence::default()
+        };
+        assert_eq!(
+            attribute(&message, &compacted, all),
+            Row::Capability(Capability::Compaction)
+        );
+        let branched = Evidence {
+            log_leaf_moved: true,
+            ..Evidence::default()
+        };
+        assert_eq!(
+            attribute(&message, &branched, all),
+            Row::Capability(Capability::Branches)
+        );
+        let summary = naming(Invariant::ContextWindow, &["seq 9 compaction"]);
+        assert_eq!(
+            attribute(&summary, &plain, all),
+            Row::Capability(Capability::Compaction)
+        );
+        // Unclaimed, still not compaction's (and not scored).
+        assert_eq!(
+            attribute(&message, &plain, &[Capability::Compaction]),
+            Row::Capability(Capability::CheckpointProjection)
+        );
+        assert_eq!(
+            attribute(&message, &compacted, &[Capability::DurableAppend]),
+            row_of(Invariant::ContextWindow)
+        );
+    }
+
+    /// A second recovery that finds the session's records gone is
+    /// durable_append's; one that marks again is orphan_marking's.
+    #[test]
+    fn recovery_idempotence_is_scored_under_the_events_it_found_wrong() {
+        let all = &Capability::ALL;
+        let e = Evidence::default();
+        let lost = naming(
+            Invariant::RecoveryIdempotent,
+            &[
+                "seq 0 session_created",
+                "seq 1 run_started r",
+                "seq 2 run_interrupted r",
+            ],
+        );
+        assert_eq!(
+            attribute(&lost, &e, all),
+            Row::Capability(Capability::DurableAppend)
+        );
+        let lost_marks = naming(Invariant::RecoveryIdempotent, &["seq 2 run_interrupted r"]);
+        let marked_twice = naming(
+            Invariant::RecoveryIdempotent,
+            &["seq 3 tool_recovery c phase started"],
+        );
+        let miscounted = naming(Invariant::RecoveryIdempotent, &[]);
+        for v in [lost_marks, marked_twice, miscounted] {
+            assert_eq!(
+                attribute(&v, &e, all),
+                Row::Capability(Capability::OrphanMarking),
+                "{v:?}"
+            );
+        }
+        let quarantined = naming(Invariant::RecoveryIdempotent, &["seq 7 tail_quarantined"]);
+        assert_eq!(
+            attribute(&quarantined, &e, all),
+            Row::Capability(Capability::TornTailRepair)
+        );
     }
 
     #[test]

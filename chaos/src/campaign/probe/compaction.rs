@@ -8,9 +8,9 @@ use std::path::Path;
 
 use agentchaos_protocol::event::{event_id, Event, Record, Seq};
 
-use crate::campaign::probe::rules::{judge_rule_text, RuleEvents, MISSING_PARENT_SEQ};
+use crate::campaign::probe::rules::{judge_rule_text, not_reached, RuleEvents, MISSING_PARENT_SEQ};
 use crate::campaign::probe::spawn::{child_with_events, replay_events};
-use crate::campaign::probe::{tell, ProbeError, ProbeReply, ProbeSetup};
+use crate::campaign::probe::{tell, ProbeError, ProbeSetup};
 use crate::check::Violation;
 use crate::model::describe_record;
 
@@ -126,13 +126,16 @@ pub(super) fn compaction_rule(
     let reply = child_with_events(setup, dir, "rule", "rule-probe", &events)?;
     let told = format!("{how}: {}", tell(&reply));
     let rule = "a compaction hangs under the active leaf and keeps an entry of the active branch";
-    Ok((
-        told,
-        judge_rule_text(rule, &how, &reference[k], &reply)?
-            .into_iter()
-            .collect(),
-        matches!(reply, ProbeReply::NotReplayed { .. }),
-    ))
+    Ok(match not_reached(&reply, setup.claimed) {
+        Some(charged) => (told, charged, true),
+        None => (
+            told,
+            judge_rule_text(rule, &how, &reference[k], &reply)?
+                .into_iter()
+                .collect(),
+            false,
+        ),
+    })
 }
 
 /// An entry of `records` off the branch from `leaf` up to the root (the

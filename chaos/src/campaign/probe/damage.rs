@@ -201,6 +201,8 @@ pub fn judge_damage(
             .map(|(found, events)| violation(found, events))),
         ProbeReply::Accepted { .. }
         | ProbeReply::NotReplayed { .. }
+        | ProbeReply::SessionLost { .. }
+        | ProbeReply::NotMarked { .. }
         | ProbeReply::SecondOpened
         | ProbeReply::Limit { .. } => Err(ProbeError::Harness(
             "the damage probe got another probe's reply".into(),

@@ -128,6 +128,8 @@ pub fn judge_owed(
         ProbeReply::Served { records, .. } => records,
         ProbeReply::Accepted { .. }
         | ProbeReply::NotReplayed { .. }
+        | ProbeReply::SessionLost { .. }
+        | ProbeReply::NotMarked { .. }
         | ProbeReply::SecondOpened
         | ProbeReply::Limit { .. } => {
             return Err(ProbeError::Harness(format!(

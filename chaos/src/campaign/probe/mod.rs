@@ -170,7 +170,7 @@ use serde::{Deserialize, Serialize};
 
 use crate::campaign::config::Config;
 use crate::campaign::prepare::Prepared;
-use crate::check::Violation;
+use crate::check::{Invariant, Violation};
 use crate::store::adapter::Capability;
 use crate::store::{SessionSpec, StoreBackend};
 
@@ -283,6 +283,19 @@ impl Probe {
         }
     }
 
+    /// The capability a violation `v` this probe found is charged to: a
+    /// setup step's, whatever the probe tests (the session it set up lost
+    /// what the store acknowledged, `acked-durable`: `durable_append`; a
+    /// recovery that did not mark its call: `orphan_marking`); else the one
+    /// its verdict holds the store to ([`Probe::judged_by`]).
+    pub fn charged(&self, v: &Violation, claimed: &[Capability]) -> Capability {
+        match v.invariant {
+            Invariant::AckedDurable => Capability::DurableAppend,
+            Invariant::OrphanMarkedUncertain => Capability::OrphanMarking,
+            _ => self.judged_by(claimed),
+        }
+    }
+
     /// The `--plan` value that replays it.
     pub fn plan(&self) -> String {
         format!("{PLAN_PREFIX}{self}")
@@ -341,6 +354,23 @@ pub enum ProbeReply {
     /// Ledger: the store refused the crash-free run's own events before
     /// the second commit, so the probe could not set up its situation.
     NotReplayed { message: String },
+    /// Rule: what the store acknowledged in the probe's fresh session was
+    /// gone before the rule could be judged: `at` says where (the session
+    /// opened again after the refused append, or the events it served
+    /// before the append the rule forbids), `acknowledged` how many events
+    /// it had acknowledged, `found` what the store did instead.
+    SessionLost {
+        at: String,
+        acknowledged: u64,
+        found: String,
+    },
+    /// Rule: the store's `recover` did not mark the probe's call with the
+    /// phase the rule's situation needs; `found` says how it marked it.
+    NotMarked {
+        call_id: String,
+        phase: agentchaos_protocol::event::Phase,
+        found: String,
+    },
     /// Lock: the second open succeeded while the first held the session.
     SecondOpened,
     /// Limit: the largest message text the store acknowledged (bytes), the
@@ -410,9 +440,12 @@ pub struct ProbeOutcome {
     /// The probe could not be carried out (not a verdict on the store's
     /// promise; [`ProbeError::Store`] fails the run all the same).
     pub error: Option<ProbeError>,
-    /// The store refused to replay its own crash-free events, so the
-    /// probe had nothing to test (not evidence, not an error: the trials
-    /// judge that log).
+    /// Not reached: the probe stopped short of the situation it tests (not
+    /// evidence, not an error; `told` says why). The store refused to
+    /// replay its own crash-free events (the trials judge that log), or a
+    /// setup step broke another promise, charged to it in `violations`
+    /// ([`Probe::charged`]): the session lost what the store acknowledged in
+    /// it, a recovery did not mark the probe's call.
     pub skipped: bool,
 }
 
@@ -504,6 +537,21 @@ fn tell(reply: &ProbeReply) -> String {
         ProbeReply::NotReplayed { message } => {
             format!("not carried out: the store did not reach the probe's situation: {message}")
         }
+        ProbeReply::SessionLost {
+            at,
+            acknowledged,
+            found,
+        } => format!(
+            "not reached: the session lost the {acknowledged} event(s) the store acknowledged in it, {at}: {found}"
+        ),
+        ProbeReply::NotMarked {
+            call_id,
+            phase,
+            found,
+        } => format!(
+            "not reached: recovery marked call {call_id} {found}, not {} as the rule's situation needs",
+            crate::model::phase_name(*phase)
+        ),
         ProbeReply::Refused {
             at, kind, message, ..
         } => format!("{at} refused with `{kind}`: {message}"),

@@ -337,13 +337,70 @@ pub(super) fn rule(
     };
     let reply = child_with_events(setup, dir, "rule", "rule-probe", &events)?;
     let told = format!("{how}: {}", tell(&reply));
-    Ok((
-        told,
-        judge_rule(case, &how, &at.reference[at.call], &reply)?
-            .into_iter()
-            .collect(),
-        matches!(reply, ProbeReply::NotReplayed { .. }),
-    ))
+    Ok(match not_reached(&reply, setup.claimed) {
+        Some(charged) => (told, charged, true),
+        None => (
+            told,
+            judge_rule(case, &how, &at.reference[at.call], &reply)?
+                .into_iter()
+                .collect(),
+            false,
+        ),
+    })
+}
+
+/// Whether a rules probe stopped short of its rule's situation, and what
+/// it then charges to the promise that broke on the way: `None` when it
+/// reached the append the rule forbids. The store refused to replay its
+/// own crash-free events: nothing (the trials judge that log). The session
+/// lost what the store acknowledged in it (it no longer opens, or serves
+/// fewer events): `acked-durable`, `durable_append`'s, whatever rule the
+/// probe was about. Its `recover` did not mark the call as the situation
+/// needs: `orphan-marked-uncertain` where the store claims
+/// `orphan_marking`, else nothing. The violation says what the setup did,
+/// not which rule was next: two probes that lose the same events are one
+/// cause ([`crate::report::causes`]).
+pub(super) fn not_reached(reply: &ProbeReply, claimed: &[Capability]) -> Option<Vec<Violation>> {
+    let when = || {
+        "after the crash-free run, in a fresh session a probe replayed its events into".to_string()
+    };
+    match reply {
+        ProbeReply::NotReplayed { .. } => Some(vec![]),
+        ProbeReply::SessionLost {
+            at,
+            acknowledged,
+            found,
+        } => Some(vec![Violation {
+            invariant: Invariant::AckedDurable,
+            when: when(),
+            expected: format!(
+                "the {acknowledged} event(s) the store acknowledged in that session served {at}"
+            ),
+            found: found.clone(),
+            events: vec![],
+        }]),
+        ProbeReply::NotMarked {
+            call_id,
+            phase,
+            found,
+        } => Some(
+            claimed
+                .contains(&Capability::OrphanMarking)
+                .then(|| Violation {
+                    invariant: Invariant::OrphanMarkedUncertain,
+                    when: when(),
+                    expected: format!(
+                        "call {call_id} had no result when the probe recovered: one tool_recovery with phase {}",
+                        crate::model::phase_name(*phase)
+                    ),
+                    found: format!("recovery marked it {found}"),
+                    events: vec![],
+                })
+                .into_iter()
+                .collect(),
+        ),
+        _ => None,
+    }
 }
 
 /// A seq past the end of any log the harness writes: the parent the
@@ -413,7 +470,10 @@ pub(super) fn not_refused_by_rule(
             at, kind, message, ..
         } => Some(format!("a `{kind}` refusal at {at}, not `rule`: {message}")),
         ProbeReply::Accepted { seq } => Some(accepted(*seq)),
-        ProbeReply::NotReplayed { .. } => None,
+        // Not reached: [`not_reached`] charges what broke on the way.
+        ProbeReply::NotReplayed { .. }
+        | ProbeReply::SessionLost { .. }
+        | ProbeReply::NotMarked { .. } => None,
         ProbeReply::Served { .. }
         | ProbeReply::Crashed { .. }
         | ProbeReply::SecondOpened
@@ -433,12 +493,12 @@ pub(super) fn child_rule(args: &ChildArgs) -> Result<ProbeReply, ProbeError> {
         let state = target.recover().map_err(fail("recover"))?;
         let marked = state.uncertain.iter().find(|u| &u.call_id == call_id);
         if marked.map(|u| u.phase) != Some(*phase) {
-            // Not this probe's to judge: the crash trials check the marks.
-            return Ok(ProbeReply::NotReplayed {
-                message: format!(
-                    "recovery marked call {call_id} {}, not {phase:?} (the crash trials judge the marks)",
-                    marked.map_or("not at all".to_string(), |u| format!("{:?}", u.phase))
-                ),
+            return Ok(ProbeReply::NotMarked {
+                call_id: call_id.clone(),
+                phase: *phase,
+                found: marked.map_or("not at all".to_string(), |u| {
+                    format!("with phase {}", crate::model::phase_name(u.phase))
+                }),
             });
         }
     }
@@ -446,19 +506,34 @@ pub(super) fn child_rule(args: &ChildArgs) -> Result<ProbeReply, ProbeError> {
         return Ok(not_replayed);
     }
     let before = target.events().map_err(fail("events"))?.len() as u64;
+    // The creation, the replayed events and those after the recovery were
+    // acknowledged: a store that serves fewer lost some before the rule.
+    let acknowledged = (1 + events.replay.len() + events.then.len()) as u64;
+    if before < acknowledged {
+        return Ok(ProbeReply::SessionLost {
+            at: "before the append the rule forbids".into(),
+            acknowledged,
+            found: format!("it serves {before} event(s)"),
+        });
+    }
     match target.append(&events.forbidden) {
         Ok(seq) => Ok(ProbeReply::Accepted { seq }),
         Err(ChildError::Refused { kind, message }) => {
             // Closed and opened again: a refused event must not be on disk.
             drop(target);
             let at = format!("append of {}", events.forbidden.type_name());
+            let reopened = format!(
+                "when the session was opened again after the {at} was refused with `{}`",
+                kind.name()
+            );
             let mut again = match Target::open(args, None) {
                 Ok(again) => again,
-                // What it wrote of the refused event keeps the session from opening.
+                // What it wrote of the refused event keeps the session
+                // from opening (any refusal but `not_found`): the rule's.
                 Err(ChildError::Refused {
                     kind: reopen_kind,
                     message: reopen_message,
-                }) => {
+                }) if reopen_kind != ErrorKind::NotFound => {
                     return Ok(ProbeReply::Refused {
                         at: format!("open, after the {at} was refused with `{}`", kind.name()),
                         kind: reopen_kind.name().to_string(),
@@ -467,9 +542,31 @@ pub(super) fn child_rule(args: &ChildArgs) -> Result<ProbeReply, ProbeError> {
                         events_after: None,
                     })
                 }
+                // No session (a store that wrote nothing yet): what it
+                // acknowledged is gone, the rule not reached.
+                Err(ChildError::Refused {
+                    kind: reopen_kind,
+                    message: reopen_message,
+                }) => {
+                    return Ok(ProbeReply::SessionLost {
+                        at: reopened,
+                        acknowledged: before,
+                        found: format!(
+                            "open refused with `{}`: {reopen_message}",
+                            reopen_kind.name()
+                        ),
+                    })
+                }
                 Err(e) => return Err(e.at("open again")),
             };
             let after = again.events().map_err(fail("events"))?.len() as u64;
+            if after < before {
+                return Ok(ProbeReply::SessionLost {
+                    at: reopened,
+                    acknowledged: before,
+                    found: format!("it serves {after} event(s)"),
+                });
+            }
             refused(
                 &at,
                 ChildError::Refused { kind, message },
@@ -531,5 +628,80 @@ mod tests {
             .unwrap()
             .is_none());
         assert!(judge_rule(case, "how", call, &ProbeReply::SecondOpened).is_err());
+    }
+
+    /// A rules probe whose session no longer opens after the refused append
+    /// (a store that writes nothing until the first assistant message)
+    /// is not reached, and the loss is `durable_append`'s, never the rule's
+    /// row; a recovery that did not mark the call is `orphan_marking`'s
+    /// where claimed, else nothing; a probe that got to its append is judged.
+    #[test]
+    fn a_setup_that_breaks_another_promise_is_charged_to_it_and_the_rule_not_reached() {
+        use crate::campaign::probe::Probe;
+        let reference = side_effect_log();
+        let call = &reference[3];
+        let lost = ProbeReply::SessionLost {
+            at: "when the session was opened again after the append of tool_call was refused with `rule`".into(),
+            acknowledged: 4,
+            found: "open refused with `not_found`: no session rule-probe".into(),
+        };
+        let every = Capability::ALL;
+        let charged = not_reached(&lost, &every).expect("not reached");
+        assert_eq!(charged.len(), 1, "{charged:?}");
+        assert_eq!(charged[0].invariant, Invariant::AckedDurable);
+        assert!(
+            charged[0].expected.contains("the 4 event(s)"),
+            "{:?}",
+            charged[0]
+        );
+        assert!(charged[0].found.contains("not_found"), "{:?}", charged[0]);
+        // The rule itself has nothing to say about it.
+        assert!(judge_rule(RuleCase::NoOperationId, "how", call, &lost)
+            .unwrap()
+            .is_none());
+        for case in [RuleCase::NoOperationId, RuleCase::ParentMissing] {
+            let probe = Probe::Rule {
+                case,
+                operation: "op".into(),
+            };
+            assert_eq!(
+                probe.charged(&charged[0], &every),
+                Capability::DurableAppend
+            );
+            let own = judge_rule(case, "how", call, &ProbeReply::Accepted { seq: 4 })
+                .unwrap()
+                .unwrap();
+            assert_eq!(probe.charged(&own, &every), case.capability());
+        }
+        let unmarked = ProbeReply::NotMarked {
+            call_id: "c".into(),
+            phase: agentchaos_protocol::event::Phase::Committed,
+            found: "not at all".into(),
+        };
+        let marks = not_reached(&unmarked, &every).expect("not reached");
+        assert_eq!(marks[0].invariant, Invariant::OrphanMarkedUncertain);
+        assert!(
+            marks[0].expected.contains("phase committed"),
+            "{:?}",
+            marks[0]
+        );
+        let no_marks = not_reached(&unmarked, &[Capability::EffectLedger]).expect("not reached");
+        assert_eq!(
+            no_marks,
+            vec![],
+            "orphan_marking not claimed: nothing charged"
+        );
+        let refused_own = ProbeReply::NotReplayed {
+            message: "m".into(),
+        };
+        assert_eq!(not_reached(&refused_own, &every), Some(vec![]));
+        let refused = ProbeReply::Refused {
+            at: "append of tool_call".into(),
+            kind: "rule".into(),
+            message: "m".into(),
+            events_before: Some(4),
+            events_after: Some(4),
+        };
+        assert_eq!(not_reached(&refused, &every), None, "reached and judged");
     }
 }

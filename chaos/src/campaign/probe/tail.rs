@@ -258,6 +258,8 @@ pub fn judge_tail(
         }
         ProbeReply::Accepted { .. }
         | ProbeReply::NotReplayed { .. }
+        | ProbeReply::SessionLost { .. }
+        | ProbeReply::NotMarked { .. }
         | ProbeReply::SecondOpened
         | ProbeReply::Limit { .. } => Err(ProbeError::Harness(
             "the tail probe got another probe's reply".into(),

@@ -28,7 +28,7 @@ pre{background:#f4f4f4;border:1px solid #ddd;padding:.5em;overflow-x:auto;white-
 code.replay{user-select:all}
 .verdict{font-weight:bold;padding:.3em .6em;display:inline-block;border-radius:3px}
 .verdict.pass,td.pass{background:#dff3df;color:#124d12}.verdict.fail,td.fail{background:#fbdada;color:#7a0d0d}
-td.not-supported,td.not-exercised{background:#f3f0dc}
+td.not-supported,td.not-exercised,td.not-reached{background:#f3f0dc}
 article.violation{border:1px solid #d99;border-left:5px solid #c33;border-radius:3px;padding:.6em .9em;margin:1em 0}
 article.finding{border-left-color:#c73}
 dl.facts{display:grid;grid-template-columns:max-content 1fr;gap:.15em .8em;margin:.4em 0}dl.facts dt{font-weight:bold;color:#555}dl.facts dd{margin:0}
