@@ -20,12 +20,14 @@
 //! error and then gives up (exits non-zero) is restarted like a killed
 //! one; a fault that was not injected as planned is an error of the trial.
 //!
-//! Through an adapter that is a fork server (protocol version 2), a life
-//! that is not traced and that a crash point kills, or nothing kills, gets
-//! its store processes forked ahead ([`StoreBackend::fork_life`]) and handed
-//! down to the agent; they are SIGKILLed as soon as the agent has ended and
-//! reaped once it is (every other life starts its own adapters, as in
-//! version 1).
+//! Through an adapter, a life that is not traced and that a crash point
+//! kills, or nothing kills, gets its store processes made ahead
+//! ([`StoreBackend::life_processes`]: forked by a fork server, protocol
+//! version 2, or else started warm) and handed down to the agent; they
+//! are SIGKILLed as soon as the agent has ended and reaped once it is
+//! (every other life starts its own adapters, as in version 1). A trial
+//! that ends right after an observation after a kill reads the disk once
+//! for that observation and the final one.
 
 use std::collections::BTreeMap;
 use std::io::{BufRead, BufReader, Write};
@@ -172,6 +174,8 @@ fn run_marked(
     let mut lives: Vec<Life> = Vec::new();
     let mut after_kill = Vec::new();
     let mut power_cut = Vec::new();
+    // Whether the trial ends right after an observation after a kill.
+    let mut last_is_final = false;
     let error = loop {
         let index = lives.len() as u32;
         let crash = plan.crash_of(index);
@@ -213,6 +217,7 @@ fn run_marked(
         if let Some(e) = fault_missed {
             if end == LifeEnd::Killed {
                 after_kill.push(observe("after the kill")?);
+                last_is_final = true;
             }
             break Some(format!("life {index}: {e}").into());
         }
@@ -227,12 +232,18 @@ fn run_marked(
             Next::Restart { observe: what } => after_kill.push(observe(what)?),
             Next::GiveUp { observe: what, why } => {
                 after_kill.push(observe(what)?);
+                last_is_final = true;
                 break Some(why.into());
             }
             Next::Stop(error) => break error,
         }
     };
-    let final_obs = observe("at the end")?;
+    // No process ran since the last observation after a kill: the disk is
+    // as that observer read it, and one reading serves as both.
+    let final_obs = match after_kill.last() {
+        Some(last) if last_is_final => last.clone(),
+        _ => observe("at the end")?,
+    };
     let workspace = tools::snapshot(&spec.workspace).map_err(|e| {
         format!(
             "cannot read the workspace {}: {e}",
@@ -483,10 +494,13 @@ fn run_life(
     let stderr_path = td.stderr(index);
     let adapters = if life_spec.forkable && syscall.is_none() {
         let opens = agent::opens(index);
-        setup.backend.fork_life(opens).map_err(|e| TrialError {
-            message: format!("cannot fork the store processes of life {index}: {e}"),
-            store_fault: e.store_fault(),
-        })?
+        setup
+            .backend
+            .life_processes(opens)
+            .map_err(|e| TrialError {
+                message: format!("cannot fork or start the store processes of life {index}: {e}"),
+                store_fault: e.store_fault(),
+            })?
     } else {
         None
     };
@@ -809,7 +823,7 @@ fn wait(
                 .join()
                 .map_err(|_| "the tracer thread panicked".to_string())?;
             let outcome = outcome.map_err(|e| format!("tracing the agent failed: {e}"))?;
-            crate::timing::record_ptrace(outcome.events.len() as u64, cpu);
+            crate::timing::record_ptrace(outcome.stops, cpu);
             let exit = match &outcome.exit {
                 syscall::Exit::Code { code } => (Some(*code), None),
                 syscall::Exit::Signal { signal } => (
