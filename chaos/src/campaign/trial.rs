@@ -162,6 +162,14 @@ fn run_marked(
         dir: dir.to_path_buf(),
     };
     let spec = td.spec();
+    // Store processes started ahead and not taken die with the trial.
+    struct CoolDown<'a>(&'a dyn StoreBackend);
+    impl Drop for CoolDown<'_> {
+        fn drop(&mut self) {
+            self.0.cool_down();
+        }
+    }
+    let _cool_down = CoolDown(setup.backend);
     prepare(setup, &td)?;
     let world = World::start(&td.world()).map_err(|e| format!("cannot start the world: {e}"))?;
     let observe = |what: &str| {
@@ -199,7 +207,8 @@ fn run_marked(
                 syscall: trace_config(&plan, kind, index, &spec)?,
                 // A kill at a crash point lands between two requests, where
                 // a forked store child waits idle for its SIGKILL.
-                forkable: matches!(crash, None | Some(Crash::Kill { .. })),
+                forkable: forkable(crash),
+                warm_next: warm_next(&plan, kind, index),
             },
             &observe,
         )?;
@@ -281,6 +290,31 @@ fn life_env(plan: &Plan, kind: RunKind, index: u32, td: &TrialDir) -> Vec<(&'sta
         env.push(("AGENTCHAOS_SYNC_LOG", td.trace().display().to_string()));
     }
     env
+}
+
+/// Whether a life ending in `crash` may have its store processes made
+/// ahead: a kill at a crash point lands between two requests, where a
+/// forked (or warm) store process waits idle for its SIGKILL.
+fn forkable(crash: Option<Crash>) -> bool {
+    matches!(crash, None | Some(Crash::Kill { .. }))
+}
+
+/// How many store processes to start ahead while life `index` runs (an
+/// adapter that cannot fork, [`StoreBackend::warm_up`]): the observers of
+/// its two pauses after a restart and the one after it ends, and, when the
+/// plan kills it, those of the next life if that one can take them.
+fn warm_next(plan: &Plan, kind: RunKind, index: u32) -> usize {
+    let observers = if index > 0 { 3 } else { 1 };
+    let next = index + 1;
+    let traced = matches!(plan.crash_of(next), Some(Crash::Syscall { .. }))
+        || (kind == RunKind::TraceSyscalls && next == plan.crashed_lives() as u32);
+    let restarts = plan.crash_of(index).is_some() && next < MAX_LIVES;
+    let next_life = if restarts && forkable(plan.crash_of(next)) && !traced {
+        agent::opens(next)
+    } else {
+        0
+    };
+    observers + next_life
 }
 
 /// Whether life `index` runs under the syscall tracer, and how: when its
@@ -426,6 +460,9 @@ struct LifeSpec<'a> {
     syscall: Option<TraceConfig>,
     /// Its store processes may be forked ahead (when it is not traced).
     forkable: bool,
+    /// Store processes to start ahead for the trial's next observations
+    /// and life once its agent has started ([`warm_next`]).
+    warm_next: usize,
 }
 
 /// The tracer's thread: how tracing ended, and the CPU time the thread spent on it.
@@ -515,6 +552,10 @@ fn run_life(
     } = crate::timing::timed(crate::timing::Part::AgentStart, || {
         start(cmd, syscall.clone(), setup.agent_exe)
     })?;
+    // They load while this life runs.
+    crate::timing::as_role(crate::timing::Role::Observer, || {
+        setup.backend.warm_up(life_spec.warm_next)
+    });
     let store_killer = match (&adapters, &running) {
         (Some(adapters), Running::Child(child)) => {
             let agent = child.lock().unwrap_or_else(|p| p.into_inner()).id();

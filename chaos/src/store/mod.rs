@@ -378,6 +378,13 @@ pub trait StoreBackend: Send + Sync + std::fmt::Debug {
     fn life_processes(&self, opens: usize) -> StoreResult<Option<adapter::backend::LifeAdapters>> {
         self.fork_life(opens)
     }
+    /// Starts `n` store processes ahead on this thread, for the current
+    /// trial's next observations and life, where that saves time (an
+    /// adapter that cannot fork); by default nothing.
+    fn warm_up(&self, _n: usize) {}
+    /// Kills and reaps what [`StoreBackend::warm_up`] started on this
+    /// thread and nobody took (at the trial's end).
+    fn cool_down(&self) {}
     /// The adapter command line, for a store behind one (the power-loss
     /// nemesis recovers its states through it).
     fn adapter_line(&self) -> Option<&str> {

@@ -21,10 +21,11 @@
 //! before could serve a cached copy and hide lost events).
 //!
 //! An adapter that is not a fork server (Node cannot fork) gets *warm*
-//! processes instead: each harness thread starts the next observers' and
-//! lives' adapter processes ahead ([`WarmProcess`]), so they load their
-//! code off the critical path; one has been sent nothing, so it has opened
-//! no session and its taker is its first user, as with a forked child.
+//! processes instead: while a life runs, the harness thread starts the
+//! adapter processes of the trial's next observers and life ahead
+//! ([`WarmProcess`], [`StoreBackend::warm_up`]), so they load their code
+//! off the critical path; one has been sent nothing, so it has opened no
+//! session and its taker is its first user, as with a forked child.
 //!
 //! A life the nemesis kills at one of the agent's crash points (or does not
 //! kill) gets its store processes forked (or warm) too ([`StoreBackend::life_processes`]):
@@ -123,8 +124,9 @@ thread_local! {
     /// only ever used by that thread.
     static FORK_SERVERS: RefCell<Vec<(String, Arc<Mutex<Client>>)>> = const { RefCell::new(Vec::new()) };
     /// This thread's warm processes of adapters that are not fork servers,
-    /// by adapter command line: started ahead, each waiting for its
-    /// `hello`. Each dies with the thread that started it.
+    /// by adapter command line: started ahead for the trial it runs
+    /// ([`StoreBackend::warm_up`]), each waiting for its `hello`, killed at
+    /// the trial's end if unused. Each dies with the thread that started it.
     static WARM: RefCell<Vec<(String, Vec<WarmProcess>)>> = const { RefCell::new(Vec::new()) };
 }
 
@@ -270,12 +272,6 @@ impl LifeAdapters {
         each.collect::<Vec<_>>().join(";")
     }
 }
-
-/// How many warm processes of an adapter that cannot fork a harness
-/// thread keeps ready: the observers and lives of about half a trial
-/// (a restarted life opens three times, and two observations follow each
-/// other while its agent pauses), so each has had time to load.
-const WARM_READY: usize = 4;
 
 /// The first descriptor a child gets its forked store processes' pipes on.
 const FIRST_HANDED_DOWN_FD: i32 = 3;
@@ -450,40 +446,43 @@ impl AdapterBackend {
         warm.greet(self.options).map_err(err)
     }
 
+    /// Kills and reaps this thread's warm processes of this adapter.
+    fn drain_warm(&self) {
+        let ready = WARM.with(|warm| {
+            let mut warm = warm.borrow_mut();
+            match warm.iter_mut().find(|(line, _)| *line == self.line) {
+                Some((_, ready)) => std::mem::take(ready),
+                None => Vec::new(),
+            }
+        });
+        drop(ready);
+    }
+
     /// `n` processes of this adapter, which is not a fork server: the
-    /// thread's warm ones first, then started now; and as many started
-    /// as the thread then needs to have [`WARM_READY`] (at least `n`)
-    /// warm for the next calls. A warm process has loaded its code but
-    /// opened no session, so whoever takes it is its first user.
+    /// thread's warm ones first ([`StoreBackend::warm_up`]), then started
+    /// now. A warm process has loaded its code but opened no session, so
+    /// whoever takes it is its first user.
     fn take_warm(&self, n: usize) -> StoreResult<Vec<WarmProcess>> {
-        let (mut taken, left) = WARM.with(|warm| {
+        let mut taken = WARM.with(|warm| {
             let mut warm = warm.borrow_mut();
             match warm.iter_mut().find(|(line, _)| *line == self.line) {
-                Some((_, ready)) => {
-                    let taken: Vec<WarmProcess> = ready.drain(..n.min(ready.len())).collect();
-                    (taken, ready.len())
-                }
-                None => (Vec::new(), 0),
+                Some((_, ready)) => ready.drain(..n.min(ready.len())).collect(),
+                None => Vec::new(),
             }
         });
-        // Started now, like every process of this call, to outlive the trial.
-        let start = || crate::child::unmarked(|| WarmProcess::start(self.command())).map_err(err);
         while taken.len() < n {
-            taken.push(start()?);
+            taken.push(WarmProcess::start(self.command()).map_err(err)?);
         }
-        let more = n.max(WARM_READY).saturating_sub(left);
-        let mut next = Vec::with_capacity(more);
-        for _ in 0..more {
-            next.push(start()?);
-        }
-        WARM.with(|warm| {
-            let mut warm = warm.borrow_mut();
-            match warm.iter_mut().find(|(line, _)| *line == self.line) {
-                Some((_, ready)) => ready.extend(next),
-                None => warm.push((self.line.clone(), next)),
-            }
-        });
         Ok(taken)
+    }
+
+    /// Whether this is the harness's backend of an adapter that is not a
+    /// fork server (asked once): the one that keeps warm processes.
+    fn warms(&self) -> bool {
+        match &self.forking {
+            None => false,
+            Some(_) => matches!(self.fork_server(), Ok(None)),
+        }
     }
 
     /// A process forked by this thread's fork server, or `None` when the
@@ -659,6 +658,32 @@ impl StoreBackend for AdapterBackend {
         Ok(Some(LifeAdapters {
             processes: processes.into_iter().map(LifeProcess::Warm).collect(),
         }))
+    }
+
+    fn warm_up(&self, n: usize) {
+        if n == 0 || !self.warms() {
+            return;
+        }
+        let mut started = Vec::with_capacity(n);
+        for _ in 0..n {
+            // A process that cannot start now is started (and its failure
+            // reported) when it is needed.
+            match WarmProcess::start(self.command()) {
+                Ok(p) => started.push(p),
+                Err(_) => break,
+            }
+        }
+        WARM.with(|warm| {
+            let mut warm = warm.borrow_mut();
+            match warm.iter_mut().find(|(line, _)| *line == self.line) {
+                Some((_, ready)) => ready.extend(started),
+                None => warm.push((self.line.clone(), started)),
+            }
+        });
+    }
+
+    fn cool_down(&self) {
+        self.drain_warm();
     }
 
     fn open(&self, spec: &SessionSpec) -> StoreResult<Box<dyn SessionStore>> {
