@@ -141,9 +141,12 @@ fn witnessed(witness: &Path) -> Vec<serde_json::Value> {
 }
 
 /// The opens at which a process that had opened the same session before
-/// was still alive: `(pid, the live ones)`.
+/// was still alive: `(pid, the live ones)`. The probes' opens are left
+/// out (the lock probe opens beside a live writer on purpose).
 fn opened_beside_a_live_process(lines: &[serde_json::Value]) -> Vec<(u64, Vec<String>)> {
-    let opens = lines.iter().filter(|l| l.get("open").is_some());
+    let opens = lines
+        .iter()
+        .filter(|l| l.get("open").is_some() && l["parent"] != "probe");
     let alive = |l: &serde_json::Value| -> Vec<String> {
         let before = l["before"].as_object().unwrap();
         before

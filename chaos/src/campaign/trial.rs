@@ -582,7 +582,14 @@ fn run_life(
         timer_killer.kill()
     });
     let mut life = Life::started(index, kill_at);
-    let reading = follow(stdout, &mut stdin, &mut life, observe);
+    // Before each observation while the agent pauses, the store process
+    // that served the recovery (the life's first, then its second) is dead.
+    let closed = |i: usize| {
+        if let Some(adapters) = &adapters {
+            adapters.wait_ended(i, setup.hang_timeout);
+        }
+    };
+    let reading = follow(stdout, &mut stdin, &mut life, &closed, observe);
     if reading.failure.is_some() {
         // Never leave a paused agent behind.
         killer.kill();
@@ -734,6 +741,7 @@ fn follow(
     stdout: ChildStdout,
     stdin: &mut Option<ChildStdin>,
     life: &mut Life,
+    closed: &dyn Fn(usize),
     observe: &dyn Fn(&str) -> Result<Observation, TrialError>,
 ) -> Reading {
     let mut reading = Reading {
@@ -806,10 +814,12 @@ fn follow(
                     contexts,
                     projection,
                 });
+                closed(0);
                 Some(observe("after the first recovery").map(|o| life.after_recovery = Some(o)))
             }
             ChildLine::RecoveredAgain { appended } => {
                 life.recovered_again = Some(appended);
+                closed(1);
                 Some(
                     observe("after the second recovery")
                         .map(|o| life.after_second_recovery = Some(o)),

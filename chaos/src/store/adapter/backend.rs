@@ -261,6 +261,20 @@ impl LifeAdapters {
         }))
     }
 
+    /// Waits until the `i`-th process has ended (the agent kills each once
+    /// it has closed its session; all of them die when the agent does),
+    /// at most `bound`: so that an observation while the agent pauses
+    /// starts only after the process that had the session is dead.
+    pub fn wait_ended(&self, i: usize, bound: Duration) {
+        let Some(pid) = self.processes.get(i).map(LifeProcess::pid) else {
+            return;
+        };
+        let deadline = Instant::now() + bound;
+        while !super::client::ended(pid) && Instant::now() < deadline {
+            std::thread::sleep(Duration::from_millis(1));
+        }
+    }
+
     /// The child's `--adapter-fds` value once the pipe ends are its
     /// descriptors `first`, `first + 1`, …: `PID:IN,OUT,ERR:V` per process
     /// (V: the protocol version to greet it with), `;` between them.

@@ -658,7 +658,7 @@ fn start_process(mut cmd: Command, label: &str, stdin: Stdio) -> Result<Child, C
 }
 
 /// Whether process `pid` has ended (a zombie, or gone).
-fn ended(pid: u32) -> bool {
+pub(crate) fn ended(pid: u32) -> bool {
     match std::fs::read_to_string(format!("/proc/{pid}/stat")) {
         // The state follows the command name, which is in parentheses.
         Ok(stat) => stat
