@@ -102,6 +102,42 @@ struct ReferenceAdapterCli {
     durability: Durability,
 }
 
+/// `agentchaos reference-adapter`: agentstore on stdin and stdout, as
+/// `agentstore adapter` serves it; when stdin is a Unix socket, as version
+/// 2's fork server (chaos/PROTOCOL.md, section 8), each forked child
+/// serving as a plain process does, so the harness forks its observers,
+/// lives and power-loss recoveries instead of starting them.
+fn reference_adapter(a: &ReferenceAdapterCli) -> Result<ExitCode, Failure> {
+    use agentchaos_protocol::{fork_server, FORK_PROTOCOL_VERSION};
+    let options = agentstore::adapter::ServeOptions {
+        durability: a.durability,
+        ..Default::default()
+    };
+    let serve = || {
+        agentstore::adapter::serve_with(std::io::stdin().lock(), std::io::stdout().lock(), &options)
+    };
+    if !fork_server::stdin_is_socket() {
+        return serve()
+            .map(|()| ExitCode::SUCCESS)
+            .map_err(|e| Failure::Store(format!("reference-adapter: {e}")));
+    }
+    let hello = || agentstore::adapter::hello(&options.claims, FORK_PROTOCOL_VERSION);
+    // A child's exit code, as a plain process's: only I/O on its streams fails.
+    let child = || match serve() {
+        Ok(()) => 0,
+        Err(e) => {
+            eprintln!(
+                "agentchaos: reference-adapter: {}",
+                agentstore::error::one_line(&e.to_string())
+            );
+            1
+        }
+    };
+    fork_server::serve(&hello, &child)
+        .map(|()| ExitCode::SUCCESS)
+        .map_err(|e| Failure::Store(format!("reference-adapter: fork server on stdin: {e}")))
+}
+
 #[derive(Args, Debug, Clone)]
 struct Common {
     /// Run the reference store with this fault profile (see `agentchaos faults`).
@@ -299,8 +335,9 @@ struct AgentCli {
     life: u32,
     #[arg(long)]
     adapter: Option<String>,
-    /// Store processes the harness forked for this life (`PID:IN,OUT,ERR;…`,
-    /// descriptors open in this process), used by the `open`s in order.
+    /// Store processes the harness forked or started for this life
+    /// (`PID:IN,OUT,ERR:VERSION;…`, descriptors open in this process, the
+    /// protocol version to greet each with), used by the `open`s in order.
     #[arg(long, requires = "adapter")]
     adapter_fds: Option<String>,
     #[arg(long, default_value = "sync")]
@@ -561,19 +598,7 @@ fn main() -> ExitCode {
         Command::Worker(w) => run_worker(w),
         Command::Workers(w) => run_workers(w),
         Command::Probe(p) => run_probe(p),
-        Command::ReferenceAdapter(a) => {
-            let options = agentstore::adapter::ServeOptions {
-                durability: a.durability,
-                ..Default::default()
-            };
-            agentstore::adapter::serve_with(
-                std::io::stdin().lock(),
-                std::io::stdout().lock(),
-                &options,
-            )
-            .map(|()| ExitCode::SUCCESS)
-            .map_err(|e| Failure::Store(format!("reference-adapter: {e}")))
-        }
+        Command::ReferenceAdapter(a) => reference_adapter(&a),
     };
     if let Some(code) = agentstore::interrupt::exit_code() {
         eprintln!(

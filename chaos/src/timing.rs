@@ -65,8 +65,9 @@ pub enum Part {
     /// What remains of an agent life's wall time: the agent's own work
     /// (scenario, tools, world, reporting) and its killed store processes' reaping.
     Agent,
-    /// The tracer thread's CPU time on a traced life's stops, and the
-    /// syscalls the nemesis counted there. It overlaps the lives' parts
+    /// The tracer thread's CPU time on a traced life's stops, and how many
+    /// times it stopped the life's processes (seccomp, syscall, event and
+    /// signal stops, as `syscall_trace_stops` counts them). It overlaps the lives' parts
     /// (a stopped process waits inside them), so it is not added up.
     Ptrace,
     /// What an agent reported beyond its life's wall time: a double count,
@@ -440,9 +441,9 @@ pub fn thread_cpu() -> Duration {
     }
 }
 
-/// Records a traced life's tracer CPU time and the syscalls it counted.
-pub fn record_ptrace(counted: u64, cpu: Duration) {
-    record_n(Part::Ptrace, counted, cpu.as_micros() as u64);
+/// Records a traced life's tracer CPU time and how many times it stopped the life.
+pub fn record_ptrace(stops: u64, cpu: Duration) {
+    record_n(Part::Ptrace, stops, cpu.as_micros() as u64);
 }
 
 /// One trial's figures: its wall time and its parts.

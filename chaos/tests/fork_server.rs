@@ -3,7 +3,9 @@
 //! kit's hello store, a fork server, passes a sampled campaign with its
 //! observations and its crash-point lives forked (the report counts how
 //! the harness's adapter processes started); a forked child the harness
-//! kills is really dead, also one whose agent died, and none is left over.
+//! kills is really dead, also one whose agent died, and none is left over;
+//! through an adapter that cannot fork, the warm processes started ahead
+//! receive their session only after the process before them died.
 //!
 //! The kit's tests skip, saying so on stderr, when `python3` cannot import
 //! the kit (it needs `jsonschema`); they fail under `CI=true`.
@@ -119,6 +121,122 @@ fn the_hello_store_forks_its_observers_and_lives_and_passes() {
     // Every trial observes at least twice (after the kill, at the end) and
     // forks at least one life's store process.
     assert!(forked >= 3 * trials, "{processes} for {trials} trials");
+}
+
+/// The witness store (`fixtures/witness_store.py`: the hello store as an
+/// adapter that cannot fork) writing what it saw into `witness`.
+fn witness_store(witness: &Path) -> String {
+    let script = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/fixtures/witness_store.py");
+    let assignment = format!("WITNESS_FILE={}", witness.display());
+    let quoted = shlex::try_quote(&assignment).expect("no NUL in the path");
+    format!("env {quoted} {}", python::adapter_command(&script, &[]))
+}
+
+/// What the witness store wrote: one JSON object per line.
+fn witnessed(witness: &Path) -> Vec<serde_json::Value> {
+    let text = std::fs::read_to_string(witness).unwrap_or_default();
+    text.lines()
+        .map(|l| serde_json::from_str(l).unwrap())
+        .collect()
+}
+
+/// The opens at which a process that had opened the same session before
+/// was still alive: `(pid, the live ones)`. The probes' opens are left
+/// out (the lock probe opens beside a live writer on purpose).
+fn opened_beside_a_live_process(lines: &[serde_json::Value]) -> Vec<(u64, Vec<String>)> {
+    let opens = lines
+        .iter()
+        .filter(|l| l.get("open").is_some() && l["parent"] != "probe");
+    let alive = |l: &serde_json::Value| -> Vec<String> {
+        let before = l["before"].as_object().unwrap();
+        before
+            .iter()
+            .filter(|(_, a)| a.as_bool().unwrap())
+            .map(|(p, _)| p.clone())
+            .collect()
+    };
+    opens
+        .map(|l| (l["pid"].as_u64().unwrap(), alive(l)))
+        .filter(|(_, live)| !live.is_empty())
+        .collect()
+}
+
+/// Through an adapter that cannot fork, the harness starts its observers
+/// and the store processes of the lives it can hand them to ahead of their
+/// use (warm processes): each receives its session only after every
+/// process that had opened the session before is dead. The witness store
+/// writes down, at every `open`, who opened the session before and
+/// whether it still runs; its lines show whether the harness or an agent
+/// started each process, so the warm lives are seen, not assumed. Two
+/// trials (about 4 s); a process kept alive beside a second opener is
+/// seen by the same check.
+#[test]
+fn a_warm_process_receives_its_session_only_after_the_previous_one_died() {
+    if !python::kit_available(
+        "a_warm_process_receives_its_session_only_after_the_previous_one_died",
+    ) {
+        return;
+    }
+    let dir = tempfile::tempdir().unwrap();
+    let witness = dir.path().join("witness.jsonl");
+    let adapter = witness_store(&witness);
+    let (code, report, stdout) = campaign::run(
+        &fixture(),
+        &[
+            "--adapter",
+            &adapter,
+            "--nemesis",
+            "points",
+            "--trials",
+            "2",
+        ],
+    );
+    assert_eq!(code, 0, "{stdout}");
+    assert_eq!(report["error_count"], 0, "{stdout}");
+    assert_eq!(report["adapter_processes"]["forked"], 0, "{report}");
+    let lines = witnessed(&witness);
+    let opens: Vec<&serde_json::Value> = lines.iter().filter(|l| l.get("open").is_some()).collect();
+    assert!(opens.len() >= 8, "{lines:?}");
+    assert_eq!(opened_beside_a_live_process(&lines), vec![], "{lines:?}");
+    // Warm lives: a process the harness started that wrote the agent's
+    // events; and observers, which the harness started too.
+    let started_by_harness: std::collections::BTreeSet<u64> = opens
+        .iter()
+        .filter(|l| l["parent"] == "run")
+        .map(|l| l["pid"].as_u64().unwrap())
+        .collect();
+    let writers: std::collections::BTreeSet<u64> = lines
+        .iter()
+        .filter(|l| l.get("write").is_some())
+        .map(|l| l["pid"].as_u64().unwrap())
+        .collect();
+    assert!(
+        started_by_harness.intersection(&writers).next().is_some(),
+        "no life's store process was started by the harness: {lines:?}"
+    );
+    assert!(
+        started_by_harness.difference(&writers).next().is_some(),
+        "no observer was started by the harness: {lines:?}"
+    );
+
+    // The check itself: a second process opening while the first one
+    // still holds the session open is seen.
+    let spec = spec(dir.path());
+    let start = || {
+        let mut cmd = python::python3();
+        cmd.arg(Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/fixtures/witness_store.py"));
+        cmd.env("WITNESS_FILE", dir.path().join("broken.jsonl"));
+        Client::spawn(cmd, ClientOptions::default()).unwrap()
+    };
+    let mut first = start();
+    first.open(&open_args(&spec, true)).unwrap();
+    let mut second = start();
+    let _ = second.open(&open_args(&spec, false));
+    let broken = opened_beside_a_live_process(&witnessed(&dir.path().join("broken.jsonl")));
+    assert_eq!(broken.len(), 1, "{broken:?}");
+    assert_eq!(broken[0].1, vec![first.pid().to_string()], "{broken:?}");
+    first.kill().unwrap();
+    second.kill().unwrap();
 }
 
 /// Both adapters written in Rust, agentstore's and the SQLite store's, are

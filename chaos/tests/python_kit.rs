@@ -175,7 +175,8 @@ fn the_self_test_passes_agentstore_and_catches_a_sloppy_store() {
 }
 
 /// The kit's own unit tests (`chaos/adapters/python/tests`, stdlib
-/// unittest): failed writes, refusals, damage on load, blob checks, bugs.
+/// unittest): failed writes, refusals, damage on load, blob checks, bugs,
+/// and the compiled schema checks against jsonschema.
 #[test]
 fn the_kit_unit_tests_pass() {
     if !python::kit_available("the_kit_unit_tests_pass") {
@@ -188,7 +189,7 @@ fn the_kit_unit_tests_pass() {
         .unwrap();
     let text = String::from_utf8_lossy(&out.stderr);
     assert!(out.status.success(), "{text}");
-    assert!(text.contains("Ran 6 tests"), "{text}");
+    assert!(text.contains("Ran 11 tests"), "{text}");
 }
 
 #[test]

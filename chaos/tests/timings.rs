@@ -131,7 +131,7 @@ fn adapter_trials_count_their_processes_by_kind_and_add_up_under_ptrace() {
         assert_eq!(part(parts, "store").0, 0, "the store is the adapter's: {t}");
         if t["plan"].as_str().unwrap().starts_with("sys-") {
             traced += 1;
-            assert!(part(parts, "ptrace").0 > 0, "counted syscalls: {t}");
+            assert!(part(parts, "ptrace").0 > 0, "the tracer's stops: {t}");
         } else {
             assert_eq!(part(parts, "ptrace").0, 0, "{t}");
         }

@@ -20,12 +20,14 @@
 //! error and then gives up (exits non-zero) is restarted like a killed
 //! one; a fault that was not injected as planned is an error of the trial.
 //!
-//! Through an adapter that is a fork server (protocol version 2), a life
-//! that is not traced and that a crash point kills, or nothing kills, gets
-//! its store processes forked ahead ([`StoreBackend::fork_life`]) and handed
-//! down to the agent; they are SIGKILLed as soon as the agent has ended and
-//! reaped once it is (every other life starts its own adapters, as in
-//! version 1).
+//! Through an adapter, a life that is not traced and that a crash point
+//! kills, or nothing kills, gets its store processes made ahead
+//! ([`StoreBackend::life_processes`]: forked by a fork server, protocol
+//! version 2, or else started warm) and handed down to the agent; they
+//! are SIGKILLed as soon as the agent has ended and reaped once it is
+//! (every other life starts its own adapters, as in version 1). A trial
+//! that ends right after an observation after a kill reads the disk once
+//! for that observation and the final one.
 
 use std::collections::BTreeMap;
 use std::io::{BufRead, BufReader, Write};
@@ -160,6 +162,14 @@ fn run_marked(
         dir: dir.to_path_buf(),
     };
     let spec = td.spec();
+    // Store processes started ahead and not taken die with the trial.
+    struct CoolDown<'a>(&'a dyn StoreBackend);
+    impl Drop for CoolDown<'_> {
+        fn drop(&mut self) {
+            self.0.cool_down();
+        }
+    }
+    let _cool_down = CoolDown(setup.backend);
     prepare(setup, &td)?;
     let world = World::start(&td.world()).map_err(|e| format!("cannot start the world: {e}"))?;
     let observe = |what: &str| {
@@ -172,6 +182,8 @@ fn run_marked(
     let mut lives: Vec<Life> = Vec::new();
     let mut after_kill = Vec::new();
     let mut power_cut = Vec::new();
+    // Whether the trial ends right after an observation after a kill.
+    let mut last_is_final = false;
     let error = loop {
         let index = lives.len() as u32;
         let crash = plan.crash_of(index);
@@ -195,7 +207,8 @@ fn run_marked(
                 syscall: trace_config(&plan, kind, index, &spec)?,
                 // A kill at a crash point lands between two requests, where
                 // a forked store child waits idle for its SIGKILL.
-                forkable: matches!(crash, None | Some(Crash::Kill { .. })),
+                forkable: forkable(crash),
+                warm_next: warm_next(&plan, kind, index),
             },
             &observe,
         )?;
@@ -213,6 +226,7 @@ fn run_marked(
         if let Some(e) = fault_missed {
             if end == LifeEnd::Killed {
                 after_kill.push(observe("after the kill")?);
+                last_is_final = true;
             }
             break Some(format!("life {index}: {e}").into());
         }
@@ -227,12 +241,18 @@ fn run_marked(
             Next::Restart { observe: what } => after_kill.push(observe(what)?),
             Next::GiveUp { observe: what, why } => {
                 after_kill.push(observe(what)?);
+                last_is_final = true;
                 break Some(why.into());
             }
             Next::Stop(error) => break error,
         }
     };
-    let final_obs = observe("at the end")?;
+    // No process ran since the last observation after a kill: the disk is
+    // as that observer read it, and one reading serves as both.
+    let final_obs = match after_kill.last() {
+        Some(last) if last_is_final => last.clone(),
+        _ => observe("at the end")?,
+    };
     let workspace = tools::snapshot(&spec.workspace).map_err(|e| {
         format!(
             "cannot read the workspace {}: {e}",
@@ -270,6 +290,31 @@ fn life_env(plan: &Plan, kind: RunKind, index: u32, td: &TrialDir) -> Vec<(&'sta
         env.push(("AGENTCHAOS_SYNC_LOG", td.trace().display().to_string()));
     }
     env
+}
+
+/// Whether a life ending in `crash` may have its store processes made
+/// ahead: a kill at a crash point lands between two requests, where a
+/// forked (or warm) store process waits idle for its SIGKILL.
+fn forkable(crash: Option<Crash>) -> bool {
+    matches!(crash, None | Some(Crash::Kill { .. }))
+}
+
+/// How many store processes to start ahead while life `index` runs (an
+/// adapter that cannot fork, [`StoreBackend::warm_up`]): the observers of
+/// its two pauses after a restart and the one after it ends, and, when the
+/// plan kills it, those of the next life if that one can take them.
+fn warm_next(plan: &Plan, kind: RunKind, index: u32) -> usize {
+    let observers = if index > 0 { 3 } else { 1 };
+    let next = index + 1;
+    let traced = matches!(plan.crash_of(next), Some(Crash::Syscall { .. }))
+        || (kind == RunKind::TraceSyscalls && next == plan.crashed_lives() as u32);
+    let restarts = plan.crash_of(index).is_some() && next < MAX_LIVES;
+    let next_life = if restarts && forkable(plan.crash_of(next)) && !traced {
+        agent::opens(next)
+    } else {
+        0
+    };
+    observers + next_life
 }
 
 /// Whether life `index` runs under the syscall tracer, and how: when its
@@ -417,6 +462,9 @@ struct LifeSpec<'a> {
     syscall: Option<TraceConfig>,
     /// Its store processes may be forked ahead (when it is not traced).
     forkable: bool,
+    /// Store processes to start ahead for the trial's next observations
+    /// and life once its agent has started ([`warm_next`]).
+    warm_next: usize,
 }
 
 /// The tracer's thread: how tracing ended, and the CPU time the thread spent on it.
@@ -485,10 +533,13 @@ fn run_life(
     let stderr_path = td.stderr(index);
     let adapters = if life_spec.forkable && syscall.is_none() {
         let opens = agent::opens(index);
-        setup.backend.fork_life(opens).map_err(|e| TrialError {
-            message: format!("cannot fork the store processes of life {index}: {e}"),
-            store_fault: e.store_fault(),
-        })?
+        setup
+            .backend
+            .life_processes(opens)
+            .map_err(|e| TrialError {
+                message: format!("cannot fork or start the store processes of life {index}: {e}"),
+                store_fault: e.store_fault(),
+            })?
     } else {
         None
     };
@@ -503,6 +554,10 @@ fn run_life(
     } = crate::timing::timed(crate::timing::Part::AgentStart, || {
         start(cmd, syscall.clone(), setup.agent_exe)
     })?;
+    // They load while this life runs.
+    crate::timing::as_role(crate::timing::Role::Observer, || {
+        setup.backend.warm_up(life_spec.warm_next)
+    });
     let store_killer = match (&adapters, &running) {
         (Some(adapters), Running::Child(child)) => {
             let agent = child.lock().unwrap_or_else(|p| p.into_inner()).id();
@@ -529,7 +584,14 @@ fn run_life(
         timer_killer.kill()
     });
     let mut life = Life::started(index, kill_at);
-    let reading = follow(stdout, &mut stdin, &mut life, observe);
+    // Before each observation while the agent pauses, the store process
+    // that served the recovery (the life's first, then its second) is dead.
+    let closed = |i: usize| {
+        if let Some(adapters) = &adapters {
+            adapters.wait_ended(i, setup.hang_timeout);
+        }
+    };
+    let reading = follow(stdout, &mut stdin, &mut life, &closed, observe);
     if reading.failure.is_some() {
         // Never leave a paused agent behind.
         killer.kill();
@@ -681,6 +743,7 @@ fn follow(
     stdout: ChildStdout,
     stdin: &mut Option<ChildStdin>,
     life: &mut Life,
+    closed: &dyn Fn(usize),
     observe: &dyn Fn(&str) -> Result<Observation, TrialError>,
 ) -> Reading {
     let mut reading = Reading {
@@ -753,10 +816,12 @@ fn follow(
                     contexts,
                     projection,
                 });
+                closed(0);
                 Some(observe("after the first recovery").map(|o| life.after_recovery = Some(o)))
             }
             ChildLine::RecoveredAgain { appended } => {
                 life.recovered_again = Some(appended);
+                closed(1);
                 Some(
                     observe("after the second recovery")
                         .map(|o| life.after_second_recovery = Some(o)),
@@ -811,7 +876,7 @@ fn wait(
                 .join()
                 .map_err(|_| "the tracer thread panicked".to_string())?;
             let outcome = outcome.map_err(|e| format!("tracing the agent failed: {e}"))?;
-            crate::timing::record_ptrace(outcome.events.len() as u64, cpu);
+            crate::timing::record_ptrace(outcome.stops, cpu);
             let exit = match &outcome.exit {
                 syscall::Exit::Code { code } => (Some(*code), None),
                 syscall::Exit::Signal { signal } => (

@@ -79,7 +79,7 @@ fn meaning(part: Part) -> &'static str {
         Part::Checker => "judging the trials",
         Part::AgentStart => "agent processes started",
         Part::Agent => "the agents' own work, reaping their store processes",
-        Part::Ptrace => "tracer CPU; counted syscalls",
+        Part::Ptrace => "tracer CPU; ptrace stops",
         Part::Excess => "reported beyond a life's wall time",
         Part::Beside => "the agents' closes while the harness observed",
     }

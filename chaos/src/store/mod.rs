@@ -371,6 +371,20 @@ pub trait StoreBackend: Send + Sync + std::fmt::Debug {
     fn fork_life(&self, _opens: usize) -> StoreResult<Option<adapter::backend::LifeAdapters>> {
         Ok(None)
     }
+    /// Store processes made ahead for an agent life that will open the
+    /// session `opens` times: forked ([`StoreBackend::fork_life`]), or,
+    /// for an adapter that cannot fork, started warm (they load their code
+    /// off the life's critical path); `None`: the life starts its own.
+    fn life_processes(&self, opens: usize) -> StoreResult<Option<adapter::backend::LifeAdapters>> {
+        self.fork_life(opens)
+    }
+    /// Starts `n` store processes ahead on this thread, for the current
+    /// trial's next observations and life, where that saves time (an
+    /// adapter that cannot fork); by default nothing.
+    fn warm_up(&self, _n: usize) {}
+    /// Kills and reaps what [`StoreBackend::warm_up`] started on this
+    /// thread and nobody took (at the trial's end).
+    fn cool_down(&self) {}
     /// The adapter command line, for a store behind one (the power-loss
     /// nemesis recovers its states through it).
     fn adapter_line(&self) -> Option<&str> {

@@ -8,7 +8,9 @@ is package data, so the kit validates the same way wherever it is
 installed, without the repository beside it.
 
 The checks accept exactly what the schema accepts and name the first part
-that does not fit; they never change what they check. This module holds
+that does not fit; they never change what they check. Each schema is
+compiled once into a predicate (`compiled.py`); `jsonschema` is imported
+and asked only for the reason a value does not fit. This module holds
 no shape of its own, only the two facts about ids and history nodes the
 schema cannot say.
 """
@@ -19,8 +21,7 @@ import json
 from importlib import resources
 from typing import Any
 
-from jsonschema import Draft202012Validator
-from jsonschema.exceptions import best_match
+from .compiled import Predicate, Unsupported, compile_schema
 
 SCHEMA_FILE = "protocol.schema.json"
 
@@ -44,11 +45,44 @@ DOCUMENT = _load()
 _DEFS: dict[str, Any] = DOCUMENT["$defs"]
 
 
-def _validator(schema: dict[str, Any]) -> Draft202012Validator:
-    return Draft202012Validator({**schema, "$defs": _DEFS})
+class _Check:
+    """One schema: its compiled predicate says whether a value fits;
+    `jsonschema`, built on the first value that does not, says why (and
+    has the last word: a value it accepts fits)."""
+
+    def __init__(self, schema: dict[str, Any]) -> None:
+        self.schema = {**schema, "$defs": _DEFS}
+        self.fits: Predicate | None
+        try:
+            self.fits = compile_schema(schema, _DEFS)
+        except Unsupported:
+            self.fits = None
+        self.validator: Any = None
+
+    def problem(self, value: Any) -> str | None:
+        """The most relevant way `value` does not fit, in one line, or None."""
+        if self.fits is not None and self.fits(value):
+            return None
+        from jsonschema import Draft202012Validator
+        from jsonschema.exceptions import best_match
+
+        if self.validator is None:
+            self.validator = Draft202012Validator(self.schema)
+        error = best_match(self.validator.iter_errors(value))
+        if error is None:
+            return None
+        where = "".join(f"[{p}]" if isinstance(p, int) else f".{p}" for p in error.absolute_path)
+        message = " ".join(error.message.split())
+        if len(message) > 200:
+            message = message[:200] + "…"
+        return f"at {where}: {message}" if where else message
 
 
-def _variants(union: dict[str, Any], tag: str) -> dict[str, Draft202012Validator]:
+def _validator(schema: dict[str, Any]) -> _Check:
+    return _Check(schema)
+
+
+def _variants(union: dict[str, Any], tag: str) -> dict[str, _Check]:
     """A validator for each variant of a tagged union, by its tag's value."""
     out = {}
     for variant in union["oneOf"]:
@@ -86,16 +120,9 @@ CAPABILITIES = tuple(v["const"] for v in _DEFS["Capability"]["oneOf"])
 ERROR_KINDS = frozenset(v["const"] for v in _DEFS["ErrorKind"]["oneOf"])
 
 
-def _problem(validator: Draft202012Validator, value: Any) -> str | None:
+def _problem(check: _Check, value: Any) -> str | None:
     """The most relevant way `value` does not fit, in one line, or None."""
-    error = best_match(validator.iter_errors(value))
-    if error is None:
-        return None
-    where = "".join(f"[{p}]" if isinstance(p, int) else f".{p}" for p in error.absolute_path)
-    message = " ".join(error.message.split())
-    if len(message) > 200:
-        message = message[:200] + "…"
-    return f"at {where}: {message}" if where else message
+    return check.problem(value)
 
 
 def check_request(req: Any) -> dict[str, Any]:

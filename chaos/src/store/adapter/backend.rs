@@ -20,8 +20,15 @@
 //! what it serves comes from the disk (a process that had read the session
 //! before could serve a cached copy and hide lost events).
 //!
+//! An adapter that is not a fork server (Node cannot fork) gets *warm*
+//! processes instead: while a life runs, the harness thread starts the
+//! adapter processes of the trial's next observers and life ahead
+//! ([`WarmProcess`], [`StoreBackend::warm_up`]), so they load their code
+//! off the critical path; one has been sent nothing, so it has opened no
+//! session and its taker is its first user, as with a forked child.
+//!
 //! A life the nemesis kills at one of the agent's crash points (or does not
-//! kill) gets its store processes forked too ([`StoreBackend::fork_life`]):
+//! kill) gets its store processes forked (or warm) too ([`StoreBackend::life_processes`]):
 //! the harness forks one per `open` the life will make, hands the agent
 //! their pipe ends (`agent --adapter-fds`, [`AdapterBackend::with_inherited`])
 //! and keeps its own ends open, so a store child whose agent died neither
@@ -62,7 +69,7 @@ use serde_json::Value;
 
 use super::client::{
     AdapterCommand, BadAdapterCommand, Client, ClientError, ClientOptions, ForkedProcess,
-    InheritedAdapter,
+    InheritedAdapter, WarmProcess,
 };
 use crate::nemesis::{ADAPTER_APPEND, ADAPTER_APPEND_REPLIED, ADAPTER_OPEN};
 use crate::store::{
@@ -116,6 +123,11 @@ thread_local! {
     /// dies with the thread that started it (`PR_SET_PDEATHSIG`), so it is
     /// only ever used by that thread.
     static FORK_SERVERS: RefCell<Vec<(String, Arc<Mutex<Client>>)>> = const { RefCell::new(Vec::new()) };
+    /// This thread's warm processes of adapters that are not fork servers,
+    /// by adapter command line: started ahead for the trial it runs
+    /// ([`StoreBackend::warm_up`]), each waiting for its `hello`, killed at
+    /// the trial's end if unused. Each dies with the thread that started it.
+    static WARM: RefCell<Vec<(String, Vec<WarmProcess>)>> = const { RefCell::new(Vec::new()) };
 }
 
 /// A store behind an adapter program.
@@ -133,21 +145,56 @@ pub struct AdapterBackend {
     inherited: Arc<Mutex<Vec<InheritedAdapter>>>,
 }
 
-/// Store processes forked for one agent life or probe child (protocol
-/// version 2). The child gets their pipe ends ([`LifeAdapters::hand_down`]);
-/// this process keeps its own ends open until the child has ended, and
-/// dropping it kills every one's process group and reaps it, whether or
-/// not the child used it.
+/// Store processes made ahead for one agent life or probe child: forked
+/// by a fork server (protocol version 2), or, for a life of an adapter
+/// that is none, started warm ([`WarmProcess`]). The child gets their
+/// pipe ends ([`LifeAdapters::hand_down`]); this process keeps its own
+/// ends open until the child has ended, and dropping it kills every
+/// one's process group and reaps it, whether or not the child used it.
 #[derive(Debug)]
 pub struct LifeAdapters {
-    processes: Vec<ForkedProcess>,
+    processes: Vec<LifeProcess>,
+}
+
+/// One of [`LifeAdapters`].
+#[derive(Debug)]
+enum LifeProcess {
+    Forked(ForkedProcess),
+    Warm(WarmProcess),
+}
+
+impl LifeProcess {
+    fn pid(&self) -> u32 {
+        match self {
+            LifeProcess::Forked(p) => p.pid(),
+            LifeProcess::Warm(p) => p.pid(),
+        }
+    }
+
+    fn raw_ends(&self) -> [std::os::fd::RawFd; 3] {
+        match self {
+            LifeProcess::Forked(p) => p.raw_ends(),
+            LifeProcess::Warm(p) => p.raw_ends(),
+        }
+    }
+
+    /// The protocol version its first request, `hello`, says.
+    fn protocol(&self) -> u64 {
+        match self {
+            LifeProcess::Forked(_) => agentchaos_protocol::FORK_PROTOCOL_VERSION,
+            LifeProcess::Warm(_) => agentchaos_protocol::PROTOCOL_VERSION,
+        }
+    }
 }
 
 impl LifeAdapters {
     /// The descriptors to hand down, three per process (stdin's write end,
     /// stdout's and stderr's read ends).
     fn fds(&self) -> Vec<std::os::fd::RawFd> {
-        self.processes.iter().flat_map(|p| p.raw_ends()).collect()
+        self.processes
+            .iter()
+            .flat_map(LifeProcess::raw_ends)
+            .collect()
     }
 
     /// Hands the processes down to the child `cmd` starts (an agent, a
@@ -187,7 +234,7 @@ impl LifeAdapters {
         // SAFETY: the descriptor was just returned to this process and is owned here only.
         #[allow(unsafe_code)]
         let pidfd = unsafe { OwnedFd::from_raw_fd(fd as i32) };
-        let groups: Vec<u32> = self.processes.iter().map(ForkedProcess::pid).collect();
+        let groups: Vec<u32> = self.processes.iter().map(LifeProcess::pid).collect();
         Ok(std::thread::spawn(move || {
             loop {
                 let mut poll = libc::pollfd {
@@ -214,13 +261,27 @@ impl LifeAdapters {
         }))
     }
 
+    /// Waits until the `i`-th process has ended (the agent kills each once
+    /// it has closed its session; all of them die when the agent does),
+    /// at most `bound`: so that an observation while the agent pauses
+    /// starts only after the process that had the session is dead.
+    pub fn wait_ended(&self, i: usize, bound: Duration) {
+        let Some(pid) = self.processes.get(i).map(LifeProcess::pid) else {
+            return;
+        };
+        let deadline = Instant::now() + bound;
+        while !super::client::ended(pid) && Instant::now() < deadline {
+            std::thread::sleep(Duration::from_millis(1));
+        }
+    }
+
     /// The child's `--adapter-fds` value once the pipe ends are its
-    /// descriptors `first`, `first + 1`, …: `PID:IN,OUT,ERR` per process, `;`
-    /// between them.
+    /// descriptors `first`, `first + 1`, …: `PID:IN,OUT,ERR:V` per process
+    /// (V: the protocol version to greet it with), `;` between them.
     pub fn arg(&self, first: i32) -> String {
         let each = self.processes.iter().enumerate().map(|(i, p)| {
             let fd = first + 3 * i as i32;
-            format!("{}:{},{},{}", p.pid(), fd, fd + 1, fd + 2)
+            format!("{}:{},{},{}:{}", p.pid(), fd, fd + 1, fd + 2, p.protocol())
         });
         each.collect::<Vec<_>>().join(";")
     }
@@ -286,8 +347,20 @@ pub fn inherited_adapters(spec: &str) -> Result<Vec<InheritedAdapter>, HandDownE
             part: part.to_string(),
             why: why.to_string(),
         };
-        let (pid, fds) = part.split_once(':').ok_or_else(|| bad("has no ':'"))?;
+        let mut fields = part.split(':');
+        let (Some(pid), Some(fds), Some(protocol), None) =
+            (fields.next(), fields.next(), fields.next(), fields.next())
+        else {
+            return Err(bad("is not PID:IN,OUT,ERR:VERSION"));
+        };
         let pid: u32 = pid.parse().map_err(|_| bad("has no pid"))?;
+        let protocol = match protocol.parse::<u64>() {
+            Ok(
+                v @ (agentchaos_protocol::PROTOCOL_VERSION
+                | agentchaos_protocol::FORK_PROTOCOL_VERSION),
+            ) => v,
+            _ => return Err(bad("has a protocol version that is not 1 or 2")),
+        };
         let fds: Vec<i32> = fds
             .split(',')
             .map(|f| f.parse::<i32>().ok().filter(|&f| f > 2))
@@ -318,6 +391,7 @@ pub fn inherited_adapters(spec: &str) -> Result<Vec<InheritedAdapter>, HandDownE
             stdin: owned(i),
             stdout: owned(o),
             stderr: owned(e),
+            protocol,
         });
     }
     Ok(out)
@@ -371,13 +445,58 @@ impl AdapterBackend {
     }
 
     /// A fresh adapter process: forked when the adapter is a fork server
-    /// and this is the harness's backend, else started; either way it dies
-    /// with the thread that asked for it.
+    /// and this is the harness's backend, else started (in the harness, a
+    /// warm one, and another started to take its place); either way it
+    /// dies with the thread that asked for it.
     fn spawn(&self) -> StoreResult<Client> {
         if let Some(client) = self.fork()? {
             return Ok(client);
         }
-        Client::spawn(self.command(), self.options).map_err(err)
+        if self.forking.is_none() {
+            return Client::spawn(self.command(), self.options).map_err(err);
+        }
+        let [warm] = <[WarmProcess; 1]>::try_from(self.take_warm(1)?)
+            .expect("take_warm(1) gives one process");
+        warm.greet(self.options).map_err(err)
+    }
+
+    /// Kills and reaps this thread's warm processes of this adapter.
+    fn drain_warm(&self) {
+        let ready = WARM.with(|warm| {
+            let mut warm = warm.borrow_mut();
+            match warm.iter_mut().find(|(line, _)| *line == self.line) {
+                Some((_, ready)) => std::mem::take(ready),
+                None => Vec::new(),
+            }
+        });
+        drop(ready);
+    }
+
+    /// `n` processes of this adapter, which is not a fork server: the
+    /// thread's warm ones first ([`StoreBackend::warm_up`]), then started
+    /// now. A warm process has loaded its code but opened no session, so
+    /// whoever takes it is its first user.
+    fn take_warm(&self, n: usize) -> StoreResult<Vec<WarmProcess>> {
+        let mut taken = WARM.with(|warm| {
+            let mut warm = warm.borrow_mut();
+            match warm.iter_mut().find(|(line, _)| *line == self.line) {
+                Some((_, ready)) => ready.drain(..n.min(ready.len())).collect(),
+                None => Vec::new(),
+            }
+        });
+        while taken.len() < n {
+            taken.push(WarmProcess::start(self.command()).map_err(err)?);
+        }
+        Ok(taken)
+    }
+
+    /// Whether this is the harness's backend of an adapter that is not a
+    /// fork server (asked once): the one that keeps warm processes.
+    fn warms(&self) -> bool {
+        match &self.forking {
+            None => false,
+            Some(_) => matches!(self.fork_server(), Ok(None)),
+        }
     }
 
     /// A process forked by this thread's fork server, or `None` when the
@@ -519,7 +638,12 @@ impl StoreBackend for AdapterBackend {
     }
 
     fn capabilities(&self) -> StoreResult<Vec<Capability>> {
-        let client = self.spawn()?;
+        // Asked once, before any trial (on a thread that may run none):
+        // no warm processes are started for it.
+        let client = match self.fork()? {
+            Some(client) => client,
+            None => Client::spawn(self.command(), self.options).map_err(err)?,
+        };
         let claimed = client.hello().capabilities.clone();
         client.shutdown().map_err(err)?;
         Ok(claimed)
@@ -532,9 +656,48 @@ impl StoreBackend for AdapterBackend {
         let mut processes = Vec::with_capacity(opens);
         for _ in 0..opens {
             let forked = ForkedProcess::fork(&server).map_err(|e| self.broken(&server, e))?;
-            processes.push(forked);
+            processes.push(LifeProcess::Forked(forked));
         }
         Ok(Some(LifeAdapters { processes }))
+    }
+
+    fn life_processes(&self, opens: usize) -> StoreResult<Option<LifeAdapters>> {
+        if let Some(forked) = self.fork_life(opens)? {
+            return Ok(Some(forked));
+        }
+        if self.forking.is_none() {
+            return Ok(None);
+        }
+        let processes = self.take_warm(opens)?;
+        Ok(Some(LifeAdapters {
+            processes: processes.into_iter().map(LifeProcess::Warm).collect(),
+        }))
+    }
+
+    fn warm_up(&self, n: usize) {
+        if n == 0 || !self.warms() {
+            return;
+        }
+        let mut started = Vec::with_capacity(n);
+        for _ in 0..n {
+            // A process that cannot start now is started (and its failure
+            // reported) when it is needed.
+            match WarmProcess::start(self.command()) {
+                Ok(p) => started.push(p),
+                Err(_) => break,
+            }
+        }
+        WARM.with(|warm| {
+            let mut warm = warm.borrow_mut();
+            match warm.iter_mut().find(|(line, _)| *line == self.line) {
+                Some((_, ready)) => ready.extend(started),
+                None => warm.push((self.line.clone(), started)),
+            }
+        });
+    }
+
+    fn cool_down(&self) {
+        self.drain_warm();
     }
 
     fn open(&self, spec: &SessionSpec) -> StoreResult<Box<dyn SessionStore>> {

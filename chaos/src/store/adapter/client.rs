@@ -557,18 +557,108 @@ impl Drop for ForkedProcess {
     }
 }
 
-/// An adapter process handed down to this one: its pid and this
-/// process's ends of its pipes (`Client::inherited`).
+/// An adapter process handed down to this one: its pid, this process's
+/// ends of its pipes, and the protocol version to greet it with
+/// (`Client::inherited`): 2 for a forked child, 1 for a warm process.
 #[derive(Debug)]
 pub struct InheritedAdapter {
     pub pid: u32,
     pub stdin: OwnedFd,
     pub stdout: OwnedFd,
     pub stderr: OwnedFd,
+    pub protocol: u64,
+}
+
+/// An adapter process started ahead of its use, for an adapter that is
+/// not a fork server (protocol version 1): it loads its code while the
+/// harness does other work, and nothing has been sent to it yet, so it
+/// has opened no session. Its first request is `hello`, from whoever
+/// takes it ([`WarmProcess::greet`], or a life it is handed down to).
+/// Dropping it kills its process group and reaps it.
+#[derive(Debug)]
+pub struct WarmProcess {
+    label: String,
+    child: Option<Child>,
+    /// stdin's write end, stdout's and stderr's read ends.
+    ends: Option<(OwnedFd, OwnedFd, OwnedFd)>,
+}
+
+impl WarmProcess {
+    /// Starts `cmd` in its own process group, its stdin, stdout and stderr piped.
+    pub fn start(cmd: Command) -> Result<WarmProcess, ClientError> {
+        let label = label_of(&cmd);
+        let mut child = start_process(cmd, &label, Stdio::piped())?;
+        let stdin = OwnedFd::from(child.stdin.take().expect("stdin is piped"));
+        let stdout = OwnedFd::from(child.stdout.take().expect("stdout is piped"));
+        let stderr = OwnedFd::from(child.stderr.take().expect("stderr is piped"));
+        Ok(WarmProcess {
+            label,
+            child: Some(child),
+            ends: Some((stdin, stdout, stderr)),
+        })
+    }
+
+    /// Its pid (its process group's id too).
+    pub fn pid(&self) -> u32 {
+        self.child.as_ref().map_or(0, Child::id)
+    }
+
+    /// Raw descriptors of this process's ends: stdin's write end, stdout's
+    /// and stderr's read ends (to hand down to another process).
+    pub fn raw_ends(&self) -> [RawFd; 3] {
+        match &self.ends {
+            Some((i, o, e)) => [i.as_raw_fd(), o.as_raw_fd(), e.as_raw_fd()],
+            None => [-1; 3],
+        }
+    }
+
+    /// A client of it, greeted with protocol version 1; the client kills
+    /// and reaps it from now on.
+    pub fn greet(mut self, options: ClientOptions) -> Result<Client, ClientError> {
+        let child = self.child.take().expect("a warm process has its child");
+        let (stdin, stdout, stderr) = self.ends.take().expect("a warm process has its ends");
+        let label = std::mem::take(&mut self.label);
+        let child = Proc::Spawned(child);
+        let mut client = Client::over(label, child, File::from(stdin), stdout, stderr, options);
+        client.greet(PROTOCOL_VERSION)?;
+        Ok(client)
+    }
+}
+
+impl Drop for WarmProcess {
+    fn drop(&mut self) {
+        if let Some(child) = self.child.take() {
+            let mut child = Proc::Spawned(child);
+            let _ = kill_group(&mut child);
+            let _ = child.wait();
+        }
+    }
+}
+
+/// Starts `cmd` as an adapter: its own process group, dying with the
+/// calling thread as `cmd` says, stdout and stderr piped; counted and timed.
+fn start_process(mut cmd: Command, label: &str, stdin: Stdio) -> Result<Child, ClientError> {
+    let started = Instant::now();
+    let spawned = crate::child::spawn(
+        cmd.process_group(0)
+            .stdin(stdin)
+            .stdout(Stdio::piped())
+            .stderr(Stdio::piped()),
+    );
+    crate::timing::record(
+        crate::timing::Part::Start(crate::timing::role()),
+        started.elapsed(),
+    );
+    let child = spawned.map_err(|source| ClientError::Spawn {
+        command: label.to_string(),
+        source,
+    })?;
+    SPAWNED.fetch_add(1, Ordering::Relaxed);
+    Ok(child)
 }
 
 /// Whether process `pid` has ended (a zombie, or gone).
-fn ended(pid: u32) -> bool {
+pub(crate) fn ended(pid: u32) -> bool {
     match std::fs::read_to_string(format!("/proc/{pid}/stat")) {
         // The state follows the command name, which is in parentheses.
         Ok(stat) => stat
@@ -655,26 +745,30 @@ impl Client {
     }
 
     /// A client of an adapter process this process did not start: one
-    /// the harness had forked for this agent's life, on the descriptors it
-    /// passed down. Its group is this client's to kill, never to reap (the
+    /// the harness had forked (or started warm) for this agent's life, on
+    /// the descriptors it passed down. Its group is this client's to kill, never to reap (the
     /// harness reaps it once the life has ended, so the pid stays its until then).
     pub fn inherited(
         label: &str,
         adapter: InheritedAdapter,
         options: ClientOptions,
     ) -> Result<Client, ClientError> {
-        let label = format!("{label} (forked for this life)");
+        let how = match adapter.protocol {
+            FORK_PROTOCOL_VERSION => "forked",
+            _ => "started",
+        };
+        let label = format!("{label} ({how} for this life)");
         let child = Proc::Inherited { pid: adapter.pid };
         let stdin = File::from(adapter.stdin);
         let mut client = Client::over(label, child, stdin, adapter.stdout, adapter.stderr, options);
-        client.greet(FORK_PROTOCOL_VERSION)?;
+        client.greet(adapter.protocol)?;
         Ok(client)
     }
 
     /// Spawns `cmd` in its own process group with piped stdout and stderr,
     /// and stdin piped or, with `socket`, the second of a socket pair.
     fn start(
-        mut cmd: Command,
+        cmd: Command,
         options: ClientOptions,
         socket: Option<(UnixStream, UnixStream)>,
     ) -> Result<Client, ClientError> {
@@ -689,22 +783,7 @@ impl Client {
             }
             None => Stdio::piped(),
         };
-        let started = Instant::now();
-        let spawned = crate::child::spawn(
-            cmd.process_group(0)
-                .stdin(stdin)
-                .stdout(Stdio::piped())
-                .stderr(Stdio::piped()),
-        );
-        crate::timing::record(
-            crate::timing::Part::Start(crate::timing::role()),
-            started.elapsed(),
-        );
-        let mut child = spawned.map_err(|source| ClientError::Spawn {
-            command: label.clone(),
-            source,
-        })?;
-        SPAWNED.fetch_add(1, Ordering::Relaxed);
+        let mut child = start_process(cmd, &label, stdin)?;
         let stdin = match socket {
             Some((ours, _theirs)) => File::from(OwnedFd::from(ours)),
             None => File::from(OwnedFd::from(child.stdin.take().expect("stdin is piped"))),
@@ -919,8 +998,13 @@ impl Client {
     pub fn shutdown(mut self) -> Result<ExitStatus, ClientError> {
         drop(self.stdin.take());
         if matches!(self.child, Proc::Inherited { .. }) {
-            // Its stdin stays open in the harness, which kills it when the life ends.
-            return Ok(ExitStatus::from_raw(0));
+            // Its stdin stays open in the harness, which reaps it when the
+            // life ends: killed now (it has no session open, or it would
+            // still be serving), so that it is dead before the life's next
+            // store process receives the session.
+            let _ = kill_group(&mut self.child);
+            // Waiting for an inherited process never fails: it polls /proc.
+            return Ok(self.child.wait().unwrap_or(ExitStatus::from_raw(0)));
         }
         if matches!(self.child, Proc::Forked { .. }) {
             let eof = loop {
