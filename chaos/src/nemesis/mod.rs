@@ -450,7 +450,10 @@ pub fn revealing(fault: agentstore::fault::Fault) -> Nemeses {
             syscall: false,
             powerloss: true,
         }
-    } else if matches!(fault, Fault::FsyncRetry | Fault::KeepRefusedAppend) {
+    } else if matches!(
+        fault,
+        Fault::FsyncRetry | Fault::KeepRefusedAppend | Fault::FailedSyncAcksFollowers
+    ) {
         Nemeses {
             points: false,
             syscall: true,

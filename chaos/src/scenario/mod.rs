@@ -1080,6 +1080,36 @@ mod tests {
     }
 
     #[test]
+    fn a_parallel_step_names_its_schedule_and_nothing_else_does() {
+        let with = |schedule: &str, step: &str| {
+            GOOD.replace(
+                r#"{"do": "switch_to", "label": "start"}"#,
+                &format!("{step}\n, \"schedule\": {schedule}}}"),
+            )
+        };
+        let calls = r#"{"do": "parallel", "calls": [
+{"do": "read_file", "path": "a.txt"}, {"do": "read_file", "path": "a.txt"}]"#;
+        let s = parse(&with("17", calls), "p.json").unwrap();
+        assert!(
+            matches!(s.ops()[3].op, Op::Parallel { schedule: 17, .. }),
+            "{:?}",
+            s.ops()[3].op
+        );
+        assert_eq!(parse(&s.to_json(), "again.json").unwrap(), s);
+        let e = parse(&with("-1", calls), "p.json").unwrap_err();
+        assert_eq!(e.line, Some(13), "{e}");
+        assert!(e.to_string().starts_with("p.json:13: "), "{e}");
+        let e = parse(&with("\"fast\"", calls), "p.json").unwrap_err();
+        assert_eq!(e.line, Some(13), "{e}");
+        let e = parse(
+            &with("3", r#"{"do": "read_file", "path": "a.txt""#),
+            "p.json",
+        )
+        .unwrap_err();
+        assert!(e.message.contains("schedule"), "{e}");
+    }
+
+    #[test]
     fn line_of_walks_nested_values() {
         let text = "{\"a\": [1,\n {\"b\":\n  2}], \"c\": \"x\"}";
         assert_eq!(
