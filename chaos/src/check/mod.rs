@@ -424,7 +424,8 @@ mod tests {
                 "context-window",
                 "rule-refused",
                 "quarantine-recorded",
-                "tail-rules"
+                "tail-rules",
+                "acked-after-sync"
             ]
         );
         for i in Invariant::ALL {
