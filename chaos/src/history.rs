@@ -30,6 +30,21 @@ pub struct Append {
     pub refused: bool,
 }
 
+/// A line of the agent's pipe about a sync of an in-process store's log,
+/// or an ack, in the order the pipe showed them (see
+/// [`crate::agent::schedule`]).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum SyncLine {
+    /// A sync succeeded: every event below this seq durable, by the store's account.
+    Synced(Seq),
+    SyncFailed,
+    /// The ack of `writes[write]` at `seq`.
+    Acked {
+        write: usize,
+        seq: Seq,
+    },
+}
+
 /// What the first recovery of a restarted agent reported.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct RecoveryReport {
@@ -72,6 +87,9 @@ pub struct Life {
     pub end: LifeEnd,
     /// The last line the agent wrote to stderr.
     pub stderr: String,
+    /// The syncs an in-process store reported and the acks among them, in
+    /// pipe order (only acks when the store reported no sync).
+    pub syncs: Vec<SyncLine>,
     /// Crash-point hits, when traced.
     pub trace: Option<String>,
     /// What the syscall tracer saw, when this process ran under it.
@@ -95,6 +113,7 @@ impl Life {
             done: false,
             end: LifeEnd::Exited(0),
             stderr: String::new(),
+            syncs: Vec::new(),
             trace: None,
             syscalls: None,
             micros: 0,

@@ -643,6 +643,10 @@ fn run_agent(a: AgentCli) -> Result<ExitCode, Failure> {
         }
         _ => backend(&a.adapter, a.durability, false).map_err(|e| failed(format!("agent: {e}")))?,
     };
+    // The in-process Batch store's group commit is the schedule's to interleave.
+    if a.adapter.is_none() && matches!(a.durability, Durability::Batch { .. }) {
+        agentchaos::agent::schedule::observe_store();
+    }
     // A store's failure (a refused or broken request) ends the life for the
     // checker to judge; a failure on the harness's side ends it with the
     // harness's exit code, which makes the trial an error, never a finding.

@@ -52,7 +52,11 @@ const RESTARTED: &[&str] = &[
 ];
 
 /// Faults of Batch mode's group commit, run with `--durability batch`.
-const BATCH: &[&str] = &["batch-ack-when-written"];
+const BATCH: &[&str] = &[
+    "batch-ack-when-written",
+    "batch-follower-early-ack",
+    "failed-sync-acks-followers",
+];
 
 /// Each fault and the invariants that must catch it (the first is the one
 /// its promise names; the others are the consequences the checker must see).
@@ -76,6 +80,11 @@ const EXPECTED: &[(&str, &[&str])] = &[
     ("keep-refused-append", &["log-prefix"]),
     ("rerun-keeps-old-mark", &["orphan-marked-uncertain"]),
     ("batch-ack-when-written", &["acked-durable"]),
+    ("batch-follower-early-ack", &["acked-after-sync"]),
+    (
+        "failed-sync-acks-followers",
+        &["acked-after-sync", "failed-sync-not-acked", "acked-durable"],
+    ),
     (
         "fold-branch-ignores-compaction",
         &["checkpoint-projection", "context-window"],
@@ -127,6 +136,8 @@ const FIXTURES: &[(&str, &str)] = &[
     ("reconcile-reads", "blob.json"),
     ("compaction-anywhere", "compaction.json"),
     ("compaction-keeps-anything", "compaction.json"),
+    ("batch-follower-early-ack", "parallel.json"),
+    ("failed-sync-acks-followers", "parallel.json"),
 ];
 
 /// Runs the fault's campaign, asserts it is caught as [`EXPECTED`] says,
@@ -585,6 +596,25 @@ fn batch_ack_when_written_is_caught_only_by_a_batch_campaign() {
         "batch-ack-when-written",
         "in Sync mode the fault never runs",
     );
+}
+
+/// A follower of a group commit acknowledged while its leader's sync is
+/// still in flight: the schedule holds the leader before its fdatasync
+/// and lets the follower wait, which returns at once. Only parallel
+/// appenders have followers, and only Batch mode groups them.
+#[test]
+fn batch_follower_early_ack_is_caught_by_acked_after_sync() {
+    assert_caught("batch-follower-early-ack");
+}
+
+/// A failed group sync that wakes its followers as acknowledged: the
+/// syscall nemesis fails the leader's fdatasync (EIO) while the schedule
+/// has the followers waiting for it. Their acks come after no sync that
+/// covers them, the log is cut back to its durable length, and the next
+/// life does not find them.
+#[test]
+fn failed_sync_acks_followers_is_caught_by_acked_after_sync() {
+    assert_caught("failed-sync-acks-followers");
 }
 
 #[test]

@@ -23,6 +23,7 @@ mod adapter_run;
 mod adk_adapter;
 mod builtin_scenarios;
 mod cli;
+mod concurrency;
 mod conformance;
 mod differential;
 mod docs;

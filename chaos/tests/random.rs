@@ -56,7 +56,8 @@ fn parallel_call() -> impl Strategy<Value = Step> {
 
 fn step() -> impl Strategy<Value = Step> {
     prop_oneof![
-        prop::collection::vec(parallel_call(), 2..4).prop_map(|calls| Step::Parallel { calls }),
+        (prop::collection::vec(parallel_call(), 2..4), 0..1000u64)
+            .prop_map(|(calls, schedule)| Step::Parallel { calls, schedule }),
         (proptest::option::of(label())).prop_map(|label| Step::User {
             text: "do it".into(),
             label,

@@ -15,7 +15,13 @@
 //!   data sync of the event log, so a power-cut trial can drop what was never
 //!   synced (see agentchaos' nemesis module for the exact model).
 //!
-//! This module must never change what the store writes when no variable is set.
+//! Besides the crash points, a harness running the store in its own process
+//! may [`observe`] the group commit ([`Note`]): agentchaos's scheduler holds
+//! each appender thread where the notes say it leads, joins or leaves a
+//! group, so that the interleaving is the harness's, never the OS's.
+//!
+//! This module must never change what the store writes when no variable is set
+//! and no observer is installed.
 
 use std::fs::File;
 use std::io::Write;
@@ -129,5 +135,35 @@ pub fn synced(path: &Path, len: u64) {
     {
         let mut f = log.lock().unwrap_or_else(|p| p.into_inner());
         let _ = writeln!(f, "{len} {}", path.display());
+    }
+}
+
+/// What the event log tells an in-process observer about its group commit.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Note {
+    /// This thread leads a group and is about to fdatasync it (no lock held).
+    GroupSync,
+    /// This thread is about to wait for a sync another thread runs.
+    GroupWait,
+    /// A sync of the log succeeded: every event below `next_seq` is durable.
+    /// Every thread waiting for it is about to be woken.
+    Synced { next_seq: u64 },
+    /// A sync of the log failed. Every thread waiting for it is about to be woken.
+    SyncFailed,
+}
+
+static OBSERVER: OnceLock<fn(Note)> = OnceLock::new();
+
+/// Installs the process's observer of [`Note`]s; false if one already was.
+/// It is called on the thread the note is about, sometimes with the log's
+/// state lock held: it must not call the store.
+pub fn observe(observer: fn(Note)) -> bool {
+    OBSERVER.set(observer).is_ok()
+}
+
+/// Tells the observer, if any.
+pub(crate) fn note(note: Note) {
+    if let Some(observer) = OBSERVER.get() {
+        observer(note)
     }
 }

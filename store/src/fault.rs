@@ -56,6 +56,10 @@ pub enum Fault {
     RerunKeepsOldMark,
     /// Batch mode acknowledges an append once it is written, comparing the wrong position (the end, not the durable length): no group sync covers it yet.
     BatchAckWhenWritten,
+    /// Batch mode: an appender that finds another's group sync running returns acknowledged at once, before that sync returns (and whether or not it covers the appender's event).
+    BatchFollowerEarlyAck,
+    /// Batch mode: when a group sync fails, the leader is refused but the appenders that waited for it are woken as acknowledged.
+    FailedSyncAcksFollowers,
     /// The projection ignores a compaction's window: its branch still starts at the root.
     FoldBranchIgnoresCompaction,
     /// The projection ignores `leaf_moved`: the active leaf stays the last entry written.
@@ -226,6 +230,16 @@ impl Fault {
             Fault::BatchAckWhenWritten,
             "batch-ack-when-written",
             "in Batch mode an append returns only once a group sync covers it (run with --durability batch)",
+        ),
+        (
+            Fault::BatchFollowerEarlyAck,
+            "batch-follower-early-ack",
+            "in Batch mode a follower is acknowledged only after the group sync that covers it returns (run with --durability batch)",
+        ),
+        (
+            Fault::FailedSyncAcksFollowers,
+            "failed-sync-acks-followers",
+            "in Batch mode a failed group sync refuses every waiter of its group (run with --durability batch)",
         ),
         (
             Fault::FoldBranchIgnoresCompaction,

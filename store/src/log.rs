@@ -40,7 +40,7 @@ use std::sync::{Condvar, Mutex, MutexGuard};
 use std::time::Instant;
 
 use crate::checkpoint;
-use crate::crashpoint;
+use crate::crashpoint::{self, Note};
 use crate::durability::{Acked, Durability, DurablePosition, Written, MAX_GROUP_EVENTS};
 use crate::error::{Error, Result};
 use crate::event::{event_id, now_ts, Event, Record, Redaction, Seq};
@@ -480,6 +480,7 @@ impl EventLog {
                 let group = group_size(max_events) as u64;
                 while st.poisoned.is_none() && st.end.seq - st.durable.next_seq >= group {
                     if st.sync_running {
+                        crashpoint::note(Note::GroupWait);
                         st = self.synced.wait(st).unwrap_or_else(|p| p.into_inner());
                     } else {
                         // Nobody leads the full group (its events were
@@ -530,6 +531,7 @@ impl EventLog {
                     // A leader may be waiting for this appender (it counted
                     // as arriving): it is not coming into this group.
                     self.arrived.notify_one();
+                    crashpoint::note(Note::GroupWait);
                     st = self.synced.wait(st).unwrap_or_else(|p| p.into_inner());
                 } else {
                     // Nobody leads the group before (its leader has not
@@ -658,6 +660,9 @@ impl EventLog {
     ) -> Result<()> {
         match result {
             Ok(()) => {
+                crashpoint::note(Note::Synced {
+                    next_seq: target.seq.max(st.durable.next_seq),
+                });
                 st.syncs += 1;
                 if target.offset > st.durable.len {
                     st.durable = DurablePosition {
@@ -669,10 +674,12 @@ impl EventLog {
                 Ok(())
             }
             Err(e) if fault::active(Fault::KeepRefusedAppend) => {
+                crashpoint::note(Note::SyncFailed);
                 // Broken on purpose: refuse, but keep the bytes and the position.
                 Err(Error::io("fdatasync", &self.path)(e))
             }
             Err(e) => {
+                crashpoint::note(Note::SyncFailed);
                 let reason = format!("fdatasync failed: {e}");
                 let durable = st.durable;
                 // Everything after the durable end may be lost: cut it, never re-sync it.
@@ -697,6 +704,8 @@ impl EventLog {
         max_delay: std::time::Duration,
         max_events: usize,
     ) -> Result<Acked> {
+        // Whether this appender waited for another's sync (a follower).
+        let mut followed = false;
         loop {
             if st.durable.len >= acked.end {
                 return Ok(acked);
@@ -705,12 +714,20 @@ impl EventLog {
                 return Ok(acked); // Broken on purpose: written is not durable.
             }
             if let Some(reason) = &st.poisoned {
+                if followed && fault::active(Fault::FailedSyncAcksFollowers) {
+                    return Ok(acked); // Broken on purpose: the sync that failed covered it.
+                }
                 return Err(Error::Poisoned {
                     path: self.path.clone(),
                     reason: reason.clone(),
                 });
             }
             if st.sync_running {
+                if fault::active(Fault::BatchFollowerEarlyAck) {
+                    return Ok(acked); // Broken on purpose: the running sync has not returned.
+                }
+                followed = true;
+                crashpoint::note(Note::GroupWait);
                 st = self.synced.wait(st).unwrap_or_else(|p| p.into_inner());
                 continue;
             }
@@ -748,6 +765,7 @@ impl EventLog {
             st.last_group = st.pending.max(1);
             st.pending = 0;
             drop(st);
+            crashpoint::note(Note::GroupSync);
             crashpoint::hit("log.fdatasync");
             let began = Instant::now();
             let result = self.fdatasync();

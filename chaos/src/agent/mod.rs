@@ -26,6 +26,7 @@
 //! the agent, catches the consequence. The agent must never write to stdout
 //! anything but [`ChildLine`]s.
 
+pub mod schedule;
 pub mod tools;
 pub mod wire;
 pub mod worker;
@@ -34,7 +35,6 @@ pub mod world;
 use std::collections::{BTreeMap, HashMap};
 use std::io::Stdout;
 use std::path::PathBuf;
-use std::sync::Mutex;
 
 use agentchaos_protocol::event::{
     event_id, BlobRef, Decision, Effect, Event, Phase, ReconcileOutcome, Record, ResultStatus,
@@ -49,6 +49,7 @@ use crate::agent::wire::{
 };
 use crate::agent::world::WorldClient;
 use crate::model::{call_of, describe_event, store_authored, Model};
+use crate::scenario::rng::Rng;
 use crate::scenario::{self, Op, PlacedOp, Run, Scenario, ToolInvocation};
 use crate::store::{Ack, SessionSpec, SessionStore, StoreBackend, StoreError, StoreResult};
 
@@ -247,7 +248,6 @@ struct Agent<'a> {
     scenario: &'a Scenario,
     ops: &'a [PlacedOp],
     store: Box<dyn SessionStore>,
-    /// Unlocked stdout: a parallel group's waiters report from their threads.
     reporter: Reporter<Stdout>,
     /// The agent's own fold of the session, kept current with every ack.
     model: Model,
@@ -316,7 +316,7 @@ impl Agent<'_> {
                 (Op::Tool(t), e) if call_of(e) == Some(t.call_id.as_str()) => {
                     matches!(e, Event::ToolResult { .. })
                 }
-                (Op::Parallel(calls), e)
+                (Op::Parallel { calls, .. }, e)
                     if calls.iter().any(|c| call_of(e) == Some(c.call_id.as_str())) =>
                 {
                     calls.iter().all(|c| self.finished(&c.call_id))
@@ -354,7 +354,7 @@ impl Agent<'_> {
                 }
             }
         };
-        self.reporter.send(&ChildLine::Ack { seq: ack.seq, t, h })?;
+        answer(&mut self.reporter, &ChildLine::Ack { seq: ack.seq, t, h })?;
         self.model.apply(ack.seq, &event);
         Ok(ack.seq)
     }
@@ -366,28 +366,31 @@ impl Agent<'_> {
         if !e.io {
             return Err(AgentError::Store(refused));
         }
-        self.reporter.send(&ChildLine::Refused {
-            t: event.type_name().to_string(),
-            h: fingerprint(event),
-        })?;
+        answer(
+            &mut self.reporter,
+            &ChildLine::Refused {
+                t: event.type_name().to_string(),
+                h: fingerprint(event),
+            },
+        )?;
         Ok(refused)
     }
 
     /// Appends `n` events as parallel appenders do: each announced and
     /// written in order (event `i`'s parent, for the events that have one,
-    /// is event `i - 1`; the first's is the active leaf), then all waited
-    /// for at once ([`SessionStore::wait`]: one thread each, so a `Batch`
-    /// store syncs them as one group), each answer reported by its waiter
-    /// as it comes (so an ack a follower got before its group's sync
-    /// returned is seen where it happened). A store that acknowledges as
-    /// it writes (every adapter) has its ack reported at once, as for any
-    /// append.
+    /// is event `i - 1`; the first's is the active leaf), then each waited
+    /// for by a thread of its own ([`SessionStore::group_waiter`]), under
+    /// the harness's schedule drawn from `rng` ([`schedule`]): which waiter
+    /// waits next, when a `Batch` store's group leader syncs, and the order
+    /// the answers are reported in. A store that acknowledges as it writes
+    /// (every adapter) has its ack reported at once, as for any append.
     /// A refused write ends the group; whatever the group did not get
     /// acknowledged is then appended one at a time by [`Agent::append`],
     /// with its retries.
     fn append_group(
         &mut self,
         n: usize,
+        rng: Rng,
         build: impl Fn(usize, Option<String>) -> Event,
     ) -> Result<(), AgentError> {
         // (index in the group, event) of each write whose wait is deferred.
@@ -408,7 +411,7 @@ impl Agent<'_> {
                         parent = Some(event_id(p.seq));
                     }
                     if let Some(ack) = p.acknowledged() {
-                        self.reporter.send(&ChildLine::Ack { seq: ack.seq, t, h })?;
+                        answer(&mut self.reporter, &ChildLine::Ack { seq: ack.seq, t, h })?;
                         self.model.apply(ack.seq, &event);
                         *done = true;
                     } else {
@@ -422,28 +425,31 @@ impl Agent<'_> {
                 }
             }
         }
-        let reporter = Mutex::new(&mut self.reporter);
-        let pipe = Mutex::new(Ok(()));
-        let answered = |k: usize, result: &StoreResult<Ack>| {
-            let event = &written[k].1;
-            let (t, h) = (event.type_name().to_string(), fingerprint(event));
-            let line = match result {
-                Ok(ack) => ChildLine::Ack { seq: ack.seq, t, h },
-                Err(e) if e.io => ChildLine::Refused { t, h },
-                Err(_) => return, // Ends the agent below.
-            };
-            let sent = reporter
-                .lock()
-                .unwrap_or_else(|p| p.into_inner())
-                .send(&line);
-            if let Err(e) = sent {
-                *pipe.lock().unwrap_or_else(|p| p.into_inner()) = Err(e);
-            }
-        };
-        let results = self.store.wait(pending, &answered);
-        pipe.into_inner().unwrap_or_else(|p| p.into_inner())?;
+        let mut results: Vec<Option<StoreResult<Ack>>> = written.iter().map(|_| None).collect();
+        if !pending.is_empty() {
+            let waiter = self.store.group_waiter().ok_or_else(|| {
+                AgentError::Harness("the store deferred a wait and gives no waiter".into())
+            })?;
+            let jobs: Vec<_> = pending
+                .into_iter()
+                .map(|p| move || waiter.wait(p))
+                .collect();
+            let reporter = &mut self.reporter;
+            schedule::run(rng, jobs, |k, result: StoreResult<Ack>| {
+                let event = &written[k].1;
+                let (t, h) = (event.type_name().to_string(), fingerprint(event));
+                match &result {
+                    Ok(ack) => answer(reporter, &ChildLine::Ack { seq: ack.seq, t, h })?,
+                    Err(e) if e.io => answer(reporter, &ChildLine::Refused { t, h })?,
+                    Err(_) => {} // Ends the agent below.
+                }
+                results[k] = Some(result);
+                Ok::<(), PipeError>(())
+            })?;
+        }
+        // The model folds the answers in write order, whatever order they came in.
         for ((i, event), result) in written.iter().zip(results) {
-            match result {
+            match result.expect("the schedule reports every waiter") {
                 Ok(ack) => {
                     self.model.apply(ack.seq, event);
                     acked[*i] = true;
@@ -502,7 +508,7 @@ impl Agent<'_> {
                         })
                         .map(drop),
                     Op::Tool(inv) => self.tool(inv),
-                    Op::Parallel(calls) => self.parallel(calls),
+                    Op::Parallel { calls, schedule } => self.parallel(calls, *schedule),
                     Op::Compact { summary, keep } => self.compact(summary, *keep),
                     Op::SwitchTo { label } => {
                         let seq = self.labelled(label)?;
@@ -645,7 +651,8 @@ impl Agent<'_> {
     /// the results as groups. Once the log holds any of its calls (a
     /// crash inside the step), each unfinished call resumes alone, as
     /// [`Agent::tool`] resumes any call.
-    fn parallel(&mut self, calls: &[ToolInvocation]) -> Result<(), AgentError> {
+    fn parallel(&mut self, calls: &[ToolInvocation], schedule: u64) -> Result<(), AgentError> {
+        let group = |g: u64| Rng::derive(schedule, "parallel group", g);
         if calls
             .iter()
             .any(|c| self.model.calls.contains_key(&c.call_id))
@@ -657,8 +664,10 @@ impl Agent<'_> {
             }
             return Ok(());
         }
-        self.append_group(calls.len(), |i, parent| tool_call(&calls[i], parent))?;
-        self.append_group(calls.len(), |i, _| Event::ToolStarted {
+        self.append_group(calls.len(), group(0), |i, parent| {
+            tool_call(&calls[i], parent)
+        })?;
+        self.append_group(calls.len(), group(1), |i, _| Event::ToolStarted {
             call_id: calls[i].call_id.clone(),
         })?;
         let mut ran = Vec::new();
@@ -671,13 +680,13 @@ impl Agent<'_> {
         for (inv, ran) in calls.iter().zip(&ran) {
             commits.extend(commit_of(inv, ran)?);
         }
-        self.append_group(commits.len(), |i, _| commits[i].clone())?;
+        self.append_group(commits.len(), group(2), |i, _| commits[i].clone())?;
         let mut results = Vec::new();
         for (inv, ran) in calls.iter().zip(ran) {
             let (output, blob) = self.output(ran.output)?;
             results.push((inv.call_id.clone(), ran.status, output, blob));
         }
-        self.append_group(results.len(), |i, parent| {
+        self.append_group(results.len(), group(3), |i, parent| {
             let (call_id, status, output, blob) = results[i].clone();
             Event::ToolResult {
                 parent,
@@ -805,6 +814,19 @@ impl Agent<'_> {
         })
         .map(drop)
     }
+}
+
+/// Sends an answer to an append (an ack or a refusal), after the syncs
+/// the store reported since the last answer ([`schedule::take_syncs`]), so
+/// that the pipe shows which syncs came before it.
+fn answer(reporter: &mut Reporter<Stdout>, line: &ChildLine) -> Result<(), PipeError> {
+    for sync in schedule::take_syncs() {
+        reporter.send(&match sync {
+            Some(next_seq) => ChildLine::Synced { next_seq },
+            None => ChildLine::SyncFailed,
+        })?;
+    }
+    reporter.send(line)
 }
 
 /// The `tool_call` of `inv`, hung under `parent`.

@@ -46,6 +46,12 @@ pub enum ChildLine {
     },
     /// The session was closed, reopened and recovered again; the child waits again.
     RecoveredAgain { appended: u64 },
+    /// The in-process store reported a successful sync of its log (a
+    /// `Batch` store, [`crate::agent::schedule`]): every event below
+    /// `next_seq` is durable by its account. Sent before the next answer.
+    Synced { next_seq: Seq },
+    /// The in-process store reported a failed sync of its log.
+    SyncFailed,
     /// The scenario is complete.
     Done,
 }

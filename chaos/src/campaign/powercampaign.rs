@@ -362,7 +362,8 @@ fn placed_appends(stdout: &[u8], log: &OpLog) -> Result<Vec<RecordedAppend>, Pow
                     )))
                 }
             },
-            ChildLine::Done => {}
+            // The store's account of its syncs: the power cut has its own.
+            ChildLine::Done | ChildLine::Synced { .. } | ChildLine::SyncFailed => {}
             other => {
                 return Err(PowerLossError::Harness(format!(
                     "unexpected line from a first life: {other:?}"

@@ -54,14 +54,14 @@ fn candidates(s: &Scenario) -> Vec<Scenario> {
                 c.runs[r].steps.remove(i);
                 out.push(c);
             }
-            if let Step::Parallel { calls } = &s.runs[r].steps[i] {
+            if let Step::Parallel { calls, .. } = &s.runs[r].steps[i] {
                 // The calls made one after another; then with one call fewer.
                 let mut c = s.clone();
                 c.runs[r].steps.splice(i..=i, calls.iter().cloned());
                 out.push(c);
                 for k in 0..calls.len() {
                     let mut c = s.clone();
-                    if let Step::Parallel { calls } = &mut c.runs[r].steps[i] {
+                    if let Step::Parallel { calls, .. } = &mut c.runs[r].steps[i] {
                         calls.remove(k);
                     }
                     out.push(c);

@@ -40,7 +40,9 @@ use std::time::{Duration, Instant};
 use crate::agent::wire::{parse_line, ChildLine};
 use crate::agent::world::World;
 use crate::agent::{self, tools};
-use crate::history::{Append, History, Life, LifeEnd, RecoveryReport, RunKind, SyscallLife};
+use crate::history::{
+    Append, History, Life, LifeEnd, RecoveryReport, RunKind, SyncLine, SyscallLife,
+};
 use crate::nemesis::syscall::{
     self, FaultOutcome, FaultPlan, FaultReport, Monitor, TraceConfig, Traced,
 };
@@ -790,6 +792,7 @@ fn follow(
                 match announced(life, &t, &h) {
                     Some(i) => {
                         life.writes[i].acked = Some(seq);
+                        life.syncs.push(SyncLine::Acked { write: i, seq });
                         reading.acks.push((i, at));
                     }
                     None => {
@@ -826,6 +829,14 @@ fn follow(
                     observe("after the second recovery")
                         .map(|o| life.after_second_recovery = Some(o)),
                 )
+            }
+            ChildLine::Synced { next_seq } => {
+                life.syncs.push(SyncLine::Synced(next_seq));
+                None
+            }
+            ChildLine::SyncFailed => {
+                life.syncs.push(SyncLine::SyncFailed);
+                None
             }
             ChildLine::Done => {
                 life.done = true;

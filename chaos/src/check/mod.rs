@@ -17,8 +17,9 @@
 //! (blob-readable), `quarantine.rs` (quarantine-recorded), `recovery.rs`
 //! (what each recovery must do and report), `checkpoint.rs`
 //! (checkpoint-projection), `effects.rs` (effect-at-most-once),
-//! `outcome.rs` (how the trial ended: runs closed, exactly-once-outcome)
-//! and `failed_sync.rs` (failed-sync-not-acked). This file holds
+//! `outcome.rs` (how the trial ended: runs closed, exactly-once-outcome),
+//! `failed_sync.rs` (failed-sync-not-acked) and `group_commit.rs`
+//! (acked-after-sync). This file holds
 //! [`Invariant`], [`Violation`] and the entry points, [`check`] and
 //! [`check_recovery`].
 
@@ -32,6 +33,7 @@ mod effects;
 mod failed_sync;
 #[cfg(test)]
 mod fixture;
+mod group_commit;
 mod outcome;
 mod prefix;
 mod quarantine;
@@ -55,6 +57,7 @@ use checkpoint::checkpoint;
 use durability::acked_durable;
 use effects::effect_at_most_once;
 use failed_sync::failed_sync_not_acked;
+use group_commit::acked_after_sync;
 use outcome::{exactly_once_outcome, runs_closed_at_end};
 use prefix::{created, prefix_of_reference, segments, well_formed};
 use quarantine::quarantine_recorded;
@@ -85,10 +88,11 @@ pub enum Invariant {
     QuarantineRecorded,
     /// A probe, not a trial check (`crate::campaign::probe`).
     TailRules,
+    AckedAfterSync,
 }
 
 impl Invariant {
-    pub const ALL: [Invariant; 17] = [
+    pub const ALL: [Invariant; 18] = [
         Invariant::OrphanMarkedUncertain,
         Invariant::EffectAtMostOnce,
         Invariant::AckedDurable,
@@ -106,6 +110,7 @@ impl Invariant {
         Invariant::RuleRefused,
         Invariant::QuarantineRecorded,
         Invariant::TailRules,
+        Invariant::AckedAfterSync,
     ];
 
     pub fn name(self) -> &'static str {
@@ -127,6 +132,7 @@ impl Invariant {
             Invariant::RuleRefused => "rule-refused",
             Invariant::QuarantineRecorded => "quarantine-recorded",
             Invariant::TailRules => "tail-rules",
+            Invariant::AckedAfterSync => "acked-after-sync",
         }
     }
 
@@ -151,6 +157,7 @@ impl Invariant {
             Invariant::RuleRefused => "an append the session rules forbid (a side effect without an operation id, a committed operation called again, a commit before its intent, a committed or unreconciled call started again, a parent that names no entry, a compaction not under the active leaf) is refused with `rule` and is not in the log after reopening",
             Invariant::QuarantineRecorded => "after a recovery, every torn tail seen after an earlier crash is kept whole in a quarantine file of the session directory that a durable tail_quarantined names at the offset it was cut from, and every quarantine file there is named by one (where the harness reads the session directory)",
             Invariant::TailRules => "bytes after the log's last acknowledged line are cut as a torn tail exactly when agentstore's tail rules say one write could leave them (at most 64 torn lines; a piece without a newline ends the file or is at most one 4 MiB line), else opening refuses with `damage`; never an acknowledged event lost (where the harness knows the log's format: in-process)",
+            Invariant::AckedAfterSync => "in Batch mode every ack comes after a successful sync that covers it (the in-process store's reported syncs): no follower is acknowledged while its group's sync is in flight, and a failed group sync acknowledges none of its waiters",
             Invariant::FailedSyncNotAcked => "after a write fails (ENOSPC), nothing is acknowledged until the store writes again and syncs what it wrote (a file the store never syncs: writes again, all it claims for it); after an fsync fails (EIO), nothing until that file is written again and synced: a retried fsync proves nothing, the kernel may have dropped the unsynced pages",
         }
     }
@@ -237,6 +244,7 @@ pub fn check(h: &History, reference: Option<&Reference>) -> Vec<Violation> {
     effect_at_most_once(h, &final_model, &mut out);
     exactly_once_outcome(h, reference, &mut out);
     failed_sync_not_acked(h, &mut out);
+    acked_after_sync(h, &mut out);
     // The same broken promise seen at several observations is one finding:
     // keep the earliest.
     let mut seen = std::collections::HashSet::new();
@@ -416,7 +424,8 @@ mod tests {
                 "context-window",
                 "rule-refused",
                 "quarantine-recorded",
-                "tail-rules"
+                "tail-rules",
+                "acked-after-sync"
             ]
         );
         for i in Invariant::ALL {

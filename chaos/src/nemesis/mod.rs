@@ -259,7 +259,10 @@ pub fn revealing(fault: agentstore::fault::Fault) -> Nemeses {
         }
     } else if matches!(
         fault,
-        Fault::FsyncRetry | Fault::KeepRefusedAppend | Fault::ReadErrorIsEof
+        Fault::FsyncRetry
+            | Fault::KeepRefusedAppend
+            | Fault::ReadErrorIsEof
+            | Fault::FailedSyncAcksFollowers
     ) {
         Nemeses {
             points: false,

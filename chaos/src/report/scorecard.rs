@@ -110,9 +110,10 @@ impl Row {
 pub fn row_of(invariant: Invariant) -> Row {
     use Capability as C;
     match invariant {
-        Invariant::AckedDurable | Invariant::LogPrefix | Invariant::FailedSyncNotAcked => {
-            Row::Capability(C::DurableAppend)
-        }
+        Invariant::AckedDurable
+        | Invariant::LogPrefix
+        | Invariant::FailedSyncNotAcked
+        | Invariant::AckedAfterSync => Row::Capability(C::DurableAppend),
         Invariant::OrphanMarkedUncertain
         | Invariant::RunsClosed
         | Invariant::RecoveryIdempotent => Row::Capability(C::OrphanMarking),

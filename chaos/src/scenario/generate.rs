@@ -125,6 +125,7 @@ pub fn random_scenario(seed: u64, max_steps: usize) -> Scenario {
                             },
                         })
                         .collect(),
+                    schedule: 0,
                 },
                 _ => Step::LargeOutput {
                     bytes: rng.range(20_000, 40_000),

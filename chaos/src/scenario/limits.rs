@@ -132,7 +132,7 @@ pub fn check(scenario: &Scenario) -> Result<(), (Vec<Seg>, String)> {
                 ]
             };
             counted += match step {
-                Step::Parallel { calls } => calls.len() + 1,
+                Step::Parallel { calls, .. } => calls.len() + 1,
                 _ => 1,
             };
             if counted > MAX_STEPS {
@@ -153,7 +153,7 @@ pub fn check(scenario: &Scenario) -> Result<(), (Vec<Seg>, String)> {
                 Step::Compact { summary, .. } => ("compaction", tally.event(json_len(summary))),
                 Step::SwitchTo { label } => ("leaf_moved", tally.event(json_len(label))),
                 Step::Checkpoint {} => ("checkpoint", 0),
-                Step::Parallel { calls } => {
+                Step::Parallel { calls, .. } => {
                     let largest = calls
                         .iter()
                         .enumerate()

@@ -90,6 +90,10 @@ pub struct Run {
     pub steps: Vec<Step>,
 }
 
+fn is_zero(n: &u64) -> bool {
+    *n == 0
+}
+
 fn default_model() -> String {
     "model-1".to_string()
 }
@@ -168,6 +172,11 @@ pub enum Step {
     /// are 2 to [`MAX_PARALLEL_CALLS`] tool steps without approval.
     Parallel {
         calls: Vec<Step>,
+        /// The seed of the harness's interleaving of the calls' waiters
+        /// (which waits next, when a group's leader syncs, in which order
+        /// the answers are reported): the same seed, the same interleaving.
+        #[serde(default, skip_serializing_if = "is_zero")]
+        schedule: u64,
     },
 }
 
@@ -251,8 +260,12 @@ pub enum Op {
         steps: Vec<PlanStep>,
     },
     Tool(ToolInvocation),
-    /// A `parallel` step's calls, in the order their events are written.
-    Parallel(Vec<ToolInvocation>),
+    /// A `parallel` step's calls, in the order their events are written,
+    /// and the seed of its waiters' interleaving.
+    Parallel {
+        calls: Vec<ToolInvocation>,
+        schedule: u64,
+    },
     Compact {
         summary: String,
         keep: usize,
@@ -284,7 +297,7 @@ impl fmt::Display for Op {
             Op::Assistant { .. } => write!(f, "assistant message"),
             Op::Plan { .. } => write!(f, "plan update"),
             Op::Tool(t) => write!(f, "{} call {}", t.kind.name(), t.call_id),
-            Op::Parallel(calls) => {
+            Op::Parallel { calls, .. } => {
                 let ids: Vec<&str> = calls.iter().map(|c| c.call_id.as_str()).collect();
                 write!(f, "parallel calls {}", ids.join(", "))
             }
@@ -365,13 +378,14 @@ impl Scenario {
                         label: label.clone(),
                     },
                     Step::Checkpoint {} => Op::Checkpoint,
-                    Step::Parallel { calls } => Op::Parallel(
-                        calls
+                    Step::Parallel { calls, schedule } => Op::Parallel {
+                        calls: calls
                             .iter()
                             .enumerate()
                             .map(|(k, call)| self.invocation(parallel_call_id(&run.id, s, k), call))
                             .collect(),
-                    ),
+                        schedule: *schedule,
+                    },
                     _ => Op::Tool(self.invocation(call_id(&run.id, s), step)),
                 };
                 ops.push(PlacedOp {
@@ -426,7 +440,7 @@ impl Scenario {
             .iter()
             .flat_map(|r| &r.steps)
             .flat_map(|s| match s {
-                Step::Parallel { calls } => calls.as_slice(),
+                Step::Parallel { calls, .. } => calls.as_slice(),
                 one => std::slice::from_ref(one),
             })
             .any(|s| matches!(s, Step::LargeOutput { .. }))
@@ -439,7 +453,7 @@ impl Scenario {
             .iter()
             .flat_map(|r| &r.steps)
             .map(|s| match s {
-                Step::Parallel { calls } => calls.len() + 1,
+                Step::Parallel { calls, .. } => calls.len() + 1,
                 _ => 1,
             })
             .sum()
@@ -529,7 +543,7 @@ impl Scenario {
                 }
                 check_tool_fields(step).map_err(|(field, m)| (at(field), m))?;
                 match step {
-                    Step::Parallel { calls } => {
+                    Step::Parallel { calls, .. } => {
                         if !(2..=MAX_PARALLEL_CALLS).contains(&calls.len()) {
                             return Err((
                                 at("calls"),
@@ -1029,7 +1043,7 @@ mod tests {
 {"do": "append_line", "path": "a.txt", "line": "y"}"#;
         let s = parse(&parallel(two), "p.json").unwrap();
         match &s.ops()[3].op {
-            Op::Parallel(calls) => {
+            Op::Parallel { calls, .. } => {
                 let ids: Vec<&str> = calls.iter().map(|c| c.call_id.as_str()).collect();
                 assert_eq!(ids, ["r1-2.0", "r1-2.1"]);
                 assert_eq!(calls[1].operation_id.as_deref(), Some("op-r1-2.1"));
@@ -1063,6 +1077,36 @@ mod tests {
             e.message.starts_with("runs[0].steps[2].calls[0].do: "),
             "{e}"
         );
+    }
+
+    #[test]
+    fn a_parallel_step_names_its_schedule_and_nothing_else_does() {
+        let with = |schedule: &str, step: &str| {
+            GOOD.replace(
+                r#"{"do": "switch_to", "label": "start"}"#,
+                &format!("{step}\n, \"schedule\": {schedule}}}"),
+            )
+        };
+        let calls = r#"{"do": "parallel", "calls": [
+{"do": "read_file", "path": "a.txt"}, {"do": "read_file", "path": "a.txt"}]"#;
+        let s = parse(&with("17", calls), "p.json").unwrap();
+        assert!(
+            matches!(s.ops()[3].op, Op::Parallel { schedule: 17, .. }),
+            "{:?}",
+            s.ops()[3].op
+        );
+        assert_eq!(parse(&s.to_json(), "again.json").unwrap(), s);
+        let e = parse(&with("-1", calls), "p.json").unwrap_err();
+        assert_eq!(e.line, Some(13), "{e}");
+        assert!(e.to_string().starts_with("p.json:13: "), "{e}");
+        let e = parse(&with("\"fast\"", calls), "p.json").unwrap_err();
+        assert_eq!(e.line, Some(13), "{e}");
+        let e = parse(
+            &with("3", r#"{"do": "read_file", "path": "a.txt""#),
+            "p.json",
+        )
+        .unwrap_err();
+        assert!(e.message.contains("schedule"), "{e}");
     }
 
     #[test]

@@ -120,6 +120,36 @@ impl Pending {
     }
 }
 
+/// What waits for a store's deferred writes ([`SessionStore::group_waiter`]),
+/// from as many threads at once as there are writes: the parallel
+/// appenders of a group commit.
+#[derive(Clone, Copy)]
+pub struct GroupWaiter<'a> {
+    session: &'a agentstore::Session,
+}
+
+impl std::fmt::Debug for GroupWaiter<'_> {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("GroupWaiter").finish_non_exhaustive()
+    }
+}
+
+impl GroupWaiter<'_> {
+    /// Returns once `pending` is durable by the store's account, or its
+    /// group commit failed.
+    pub fn wait(&self, pending: Pending) -> StoreResult<Ack> {
+        match pending.written {
+            Some(w) => store_work(|| {
+                self.session
+                    .wait(w)
+                    .map(|a| Ack { seq: a.seq() })
+                    .map_err(StoreError::from)
+            }),
+            None => Ok(Ack { seq: pending.seq }),
+        }
+    }
+}
+
 /// An uncertain call as recovery reports it.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Uncertain {
@@ -170,23 +200,11 @@ pub trait SessionStore {
             written: None,
         })
     }
-    /// Waits until the written events are durable, one thread per event
-    /// where the store deferred the wait: its parallel appenders. Each
-    /// answer is passed to `answered` (with its index in `pending`) by the
-    /// thread that got it, as soon as it has it; the results are also
-    /// returned in the order of `pending`.
-    fn wait(
-        &mut self,
-        pending: Vec<Pending>,
-        answered: &(dyn Fn(usize, &StoreResult<Ack>) + Sync),
-    ) -> Vec<StoreResult<Ack>> {
-        let mut out = Vec::new();
-        for (i, p) in pending.into_iter().enumerate() {
-            let result = Ok(Ack { seq: p.seq });
-            answered(i, &result);
-            out.push(result);
-        }
-        out
+    /// What waits for the writes [`SessionStore::write`] deferred, one
+    /// thread per write (the caller's schedule decides which waits when):
+    /// `None` for a store that acknowledges as it writes.
+    fn group_waiter(&self) -> Option<GroupWaiter<'_>> {
+        None
     }
     /// The store's own recovery after a crash.
     fn recover(&mut self) -> StoreResult<Recovered>;
@@ -634,13 +652,9 @@ impl SessionStore for ReferenceStore {
         })
     }
 
-    fn wait(
-        &mut self,
-        pending: Vec<Pending>,
-        answered: &(dyn Fn(usize, &StoreResult<Ack>) + Sync),
-    ) -> Vec<StoreResult<Ack>> {
-        crate::timing::timed(crate::timing::Part::Store, || {
-            self.wait_now(pending, answered)
+    fn group_waiter(&self) -> Option<GroupWaiter<'_>> {
+        Some(GroupWaiter {
+            session: &self.session,
         })
     }
 
@@ -707,41 +721,6 @@ impl ReferenceStore {
         Ok(Ack { seq: ack.seq() })
     }
 
-    fn wait_now(
-        &mut self,
-        pending: Vec<Pending>,
-        answered: &(dyn Fn(usize, &StoreResult<Ack>) + Sync),
-    ) -> Vec<StoreResult<Ack>> {
-        let session = &self.session;
-        std::thread::scope(|s| {
-            let waiters: Vec<_> = pending
-                .into_iter()
-                .enumerate()
-                .map(|(i, p)| {
-                    s.spawn(move || {
-                        let result = match p.written {
-                            Some(w) => session
-                                .wait(w)
-                                .map(|a| Ack { seq: a.seq() })
-                                .map_err(StoreError::from),
-                            None => Ok(Ack { seq: p.seq }),
-                        };
-                        answered(i, &result);
-                        result
-                    })
-                })
-                .collect();
-            waiters
-                .into_iter()
-                .map(|w| {
-                    w.join().unwrap_or_else(|_| {
-                        Err(StoreError::other("a waiter thread panicked".into()))
-                    })
-                })
-                .collect()
-        })
-    }
-
     fn events_now(&mut self, after: Option<Seq>) -> StoreResult<Vec<Record>> {
         let path = self.session.paths().events();
         let mut out = Vec::new();
@@ -793,15 +772,17 @@ mod tests {
             pending.push(p);
         }
         let seqs: Vec<Seq> = pending.iter().map(|p| p.seq).collect();
-        let answered = std::sync::Mutex::new(Vec::new());
-        let results = store.wait(pending, &|i, r| {
-            answered.lock().unwrap().push((i, r.as_ref().unwrap().seq));
+        let waiter = store
+            .group_waiter()
+            .expect("the reference store defers waits");
+        let acked: Vec<Seq> = std::thread::scope(|s| {
+            let threads: Vec<_> = pending
+                .into_iter()
+                .map(|p| s.spawn(move || waiter.wait(p).unwrap().seq))
+                .collect();
+            threads.into_iter().map(|t| t.join().unwrap()).collect()
         });
-        let acked: Vec<Seq> = results.into_iter().map(|r| r.unwrap().seq).collect();
         assert_eq!(acked, seqs);
-        let mut answered = answered.into_inner().unwrap();
-        answered.sort();
-        assert_eq!(answered, [(0, seqs[0]), (1, seqs[1]), (2, seqs[2])]);
         let texts: Vec<String> = store
             .events(Some(seqs[0] - 1))
             .unwrap()
