@@ -24,6 +24,7 @@ mod adk_adapter;
 mod builtin_scenarios;
 mod cli;
 mod conformance;
+mod coverage;
 mod differential;
 mod docs;
 mod earned_verdicts;

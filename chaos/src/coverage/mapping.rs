@@ -133,6 +133,17 @@ pub struct Region {
 }
 
 impl Region {
+    /// A region no counter counts (tests build summaries from these).
+    #[cfg(test)]
+    pub fn at(file: &str, start: (u32, u32), end: (u32, u32)) -> Region {
+        Region {
+            file: file.to_string(),
+            start,
+            end,
+            terms: Vec::new(),
+        }
+    }
+
     /// Its count in a profile's counters (or their difference).
     pub fn count(&self, counters: &[i64]) -> i64 {
         self.terms.iter().map(|&(i, c)| c * counters[i]).sum()

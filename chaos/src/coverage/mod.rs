@@ -268,7 +268,15 @@ fn snapshots(profile: &Path) -> Vec<(u64, PathBuf)> {
 
 impl Collector {
     fn counters(&self, path: &Path) -> Result<Vec<i64>, CoverageError> {
-        let bytes = std::fs::read(path).map_err(io("cannot read", path))?;
+        let bytes = match std::fs::read(path) {
+            // Killed (a timer) before the profile runtime had made its
+            // file, or before it had sized it: no store code ran yet.
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => Vec::new(),
+            read => read.map_err(io("cannot read", path))?,
+        };
+        if bytes.iter().all(|&b| b == 0) {
+            return Ok(vec![0; self.layout.counters]);
+        }
         Ok(self
             .layout
             .counters(&bytes, path)?

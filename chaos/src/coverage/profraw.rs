@@ -117,3 +117,59 @@ impl Layout {
         bytes
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// A profile with two functions (3 and 2 counters) and no binary ids.
+    fn profile(counters: &[u64; 5]) -> Vec<u8> {
+        let mut header = [0u64; 16];
+        header[0] = MAGIC;
+        header[1] = VERSION;
+        header[3] = 2; // data records
+        header[5] = 5; // counters
+        header[10] = (2 * DATA_BYTES) as u64; // counters start after the records
+        let mut bytes: Vec<u8> = header.iter().flat_map(|h| h.to_le_bytes()).collect();
+        for (i, (first, n)) in [(0u64, 3u32), (3, 2)].into_iter().enumerate() {
+            let mut record = vec![0u8; DATA_BYTES];
+            record[..8].copy_from_slice(&(100 + i as u64).to_le_bytes());
+            let ptr = (2 * DATA_BYTES) as i64 + first as i64 * 8 - (i * DATA_BYTES) as i64;
+            record[16..24].copy_from_slice(&ptr.to_le_bytes());
+            record[48..52].copy_from_slice(&n.to_le_bytes());
+            bytes.extend(record);
+        }
+        bytes.extend(counters.iter().flat_map(|c| c.to_le_bytes()));
+        bytes
+    }
+
+    #[test]
+    fn counters_are_found_read_and_replaced_per_function() {
+        let bytes = profile(&[1, 2, 3, 4, 5]);
+        let layout = Layout::of(&bytes, Path::new("p")).unwrap();
+        assert_eq!(layout.functions, vec![(0, 3), (3, 2)]);
+        assert_eq!(layout.identities[1].0, 101);
+        assert_eq!(
+            layout.counters(&bytes, Path::new("p")).unwrap(),
+            [1, 2, 3, 4, 5]
+        );
+        let replaced = layout.with_counters(&bytes, &[9, 8, 7, 6, 5]);
+        assert_eq!(
+            layout.counters(&replaced, Path::new("p")).unwrap(),
+            [9, 8, 7, 6, 5]
+        );
+    }
+
+    #[test]
+    fn a_file_that_is_not_a_version_10_profile_is_refused_by_name() {
+        let mut bytes = profile(&[0; 5]);
+        bytes[8] = 9;
+        let e = Layout::of(&bytes, Path::new("x.profraw")).unwrap_err();
+        assert!(
+            e.to_string().contains("x.profraw") && e.to_string().contains("version 9"),
+            "{e}"
+        );
+        let e = Layout::of(&profile(&[0; 5])[..200], Path::new("x")).unwrap_err();
+        assert!(e.to_string().contains("too short"), "{e}");
+    }
+}

@@ -33,13 +33,14 @@ impl Gap {
     }
 }
 
-/// A region with a gap.
+/// Adjacent regions with the same gap: a span of lines.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize)]
 pub struct Uncovered {
-    /// `LINE:COL-LINE:COL`.
-    pub at: String,
+    pub first_line: u32,
+    pub last_line: u32,
+    pub regions: usize,
     pub gap: Gap,
-    /// Trials that executed it (a).
+    /// The most trials that executed one of its regions (a).
     pub executed: u64,
     /// Its first source line, when the source is at hand.
     #[serde(skip_serializing_if = "Option::is_none")]
@@ -121,13 +122,23 @@ impl Summary {
             } else {
                 None
             };
-            if let Some(gap) = gap {
-                f.uncovered.push(Uncovered {
-                    at: format!("{}:{}-{}:{}", r.start.0, r.start.1, r.end.0, r.end.1),
+            let Some(gap) = gap else { continue };
+            // Regions come in source order: one that starts by the line
+            // after the span's end, with the same gap, extends it.
+            match f.uncovered.last_mut() {
+                Some(u) if u.gap == gap && r.start.0 <= u.last_line + 1 => {
+                    u.last_line = u.last_line.max(r.end.0);
+                    u.regions += 1;
+                    u.executed = u.executed.max(executed[i]);
+                }
+                _ => f.uncovered.push(Uncovered {
+                    first_line: r.start.0,
+                    last_line: r.end.0,
+                    regions: 1,
                     gap,
                     executed: executed[i],
                     source: source_line(&r.file, r.start.0),
-                });
+                }),
             }
         }
         let files: Vec<FileCoverage> = files.into_values().collect();
@@ -183,18 +194,19 @@ impl Summary {
             self.under_fault,
             self.observed,
         );
+        let _ = writeln!(
+            out,
+            "regions with a gap, by file (lines, regions, why; in parentheses the most trials that executed one):"
+        );
         for f in self.files.iter().filter(|f| !f.uncovered.is_empty()) {
-            let _ = writeln!(
-                out,
-                "{}: {} region(s) with a gap",
-                f.file,
-                f.uncovered.len()
-            );
+            let regions: usize = f.uncovered.iter().map(|u| u.regions).sum();
+            let _ = writeln!(out, "{}: {regions} region(s)", f.file);
             for u in &f.uncovered {
                 let _ = writeln!(
                     out,
-                    "  {:<16} {:<30} {}",
-                    u.at,
+                    "  {:<11} {:>3}  {:<36} {}",
+                    format!("{}-{}", u.first_line, u.last_line),
+                    u.regions,
                     format!("{} ({})", u.gap.says(), u.executed),
                     u.source.as_deref().unwrap_or("")
                 );
@@ -206,5 +218,50 @@ impl Summary {
     /// The figure the floor holds: percent of regions under a fault (b).
     pub fn under_fault_percent(&self) -> f64 {
         percent(self.under_fault, self.regions)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::coverage::mapping::Region;
+
+    #[test]
+    fn gaps_are_classed_and_adjacent_regions_with_one_gap_are_one_span() {
+        let regions: Vec<Region> = [(1, 1), (2, 2), (3, 3), (9, 9), (10, 10)]
+            .iter()
+            .map(|&(a, b)| Region::at("store/src/x.rs", (a, 1), (b, 5)))
+            .collect();
+        let s = Summary::of(
+            &regions,
+            4,
+            &[0, 0, 3, 2, 2],
+            &[0, 0, 0, 1, 1],
+            &[0, 0, 0, 0, 1],
+        );
+        let f = &s.files[0];
+        assert_eq!(
+            (f.regions, f.executed, f.under_fault, f.observed),
+            (5, 3, 2, 1)
+        );
+        let spans: Vec<_> = f
+            .uncovered
+            .iter()
+            .map(|u| (u.first_line, u.last_line, u.regions, u.gap))
+            .collect();
+        assert_eq!(
+            spans,
+            [
+                (1, 2, 2, Gap::NeverExecuted),
+                (3, 3, 1, Gap::NeverUnderFault),
+                (9, 9, 1, Gap::NeverObserved)
+            ]
+        );
+        assert!(
+            s.text()
+                .contains("3-3           1  executed, never under a fault (3)"),
+            "{}",
+            s.text()
+        );
     }
 }

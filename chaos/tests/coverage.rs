@@ -1,0 +1,140 @@
+//! `agentchaos run --coverage` holds a floor: a sampled campaign (one
+//! scenario, 20 trials per nemesis, crash points and syscalls) must execute
+//! at least the committed share of agentstore's code regions in a fault's
+//! window, and observe them after. The floors sit a few points under what
+//! it measured (timer kills land where the clock puts them, so a run moves
+//! by a point or so); raise them when a generator widens.
+//!
+//! It builds `agentchaos-coverage` first (chaos/coverage/build: agentstore,
+//! agentstore-pg and agentchaos again, instrumented; the dependencies are
+//! the test build's). It needs the `llvm-tools` rustup component: without
+//! it the test skips on a dev machine and fails under `CI=true`, where
+//! `.ci/run` adds it.
+
+use std::path::{Path, PathBuf};
+use std::process::Command;
+
+use serde_json::Value;
+
+/// Percent of the store's regions executed in a fault's window (b).
+const FLOOR_UNDER_FAULT: f64 = 31.0;
+/// Percent of the store's regions executed in a fault's window and then observed (c).
+const FLOOR_OBSERVED: f64 = 31.0;
+
+/// `target/<profile>` of this test executable.
+fn profile_dir() -> PathBuf {
+    let exe = std::env::current_exe().expect("the test knows its own path");
+    exe.parent()
+        .and_then(Path::parent)
+        .expect("a test executable lives in target/<profile>/deps")
+        .to_path_buf()
+}
+
+fn build() -> PathBuf {
+    let dir = profile_dir();
+    let root = Path::new(env!("CARGO_MANIFEST_DIR")).join("..");
+    let output = Command::new("sh")
+        .arg(root.join("chaos/coverage/build"))
+        .arg("--quiet")
+        .arg("--target-dir")
+        .arg(dir.parent().expect("target/<profile> has a parent"))
+        .output()
+        .expect("sh runs");
+    assert!(
+        output.status.success(),
+        "chaos/coverage/build failed: {}",
+        String::from_utf8_lossy(&output.stderr)
+    );
+    dir.join("agentchaos-coverage")
+}
+
+/// The failures of `figures` against the floors: none when they hold.
+fn below_floor(figures: &Value, under_fault: f64, observed: f64) -> Vec<String> {
+    let regions = figures["regions"].as_f64().unwrap_or(0.0);
+    let mut below = Vec::new();
+    for (key, floor) in [("under_fault", under_fault), ("observed", observed)] {
+        let got = 100.0 * figures[key].as_f64().unwrap_or(0.0) / regions.max(1.0);
+        if got < floor {
+            below.push(format!(
+                "{key}: expected at least {floor:.1}% of {regions} regions, found {got:.1}%"
+            ));
+        }
+    }
+    below
+}
+
+#[test]
+fn a_sampled_campaign_keeps_the_coverage_floor_under_a_fault() {
+    if !Path::new("/proc/self").exists() {
+        return; // Linux only, as the syscall nemesis.
+    }
+    let exe = build();
+    let scratch = tempfile::tempdir().expect("a scratch directory");
+    let json = scratch.path().join("coverage.json");
+    let output = Command::new(&exe)
+        .args(["run", "--coverage", "--quiet", "--trials", "20"])
+        .args([
+            "--scenario",
+            "builtin:approval-gated",
+            "--nemesis",
+            "points,syscall",
+        ])
+        .arg("--coverage-json")
+        .arg(&json)
+        .arg("--dir")
+        .arg(scratch.path())
+        .current_dir(scratch.path())
+        .output()
+        .expect("agentchaos-coverage runs");
+    let stderr = String::from_utf8_lossy(&output.stderr);
+    if stderr.contains("llvm-profdata not found") || stderr.contains("llvm-cov not found") {
+        assert!(
+            std::env::var("CI").as_deref() != Ok("true"),
+            "under CI=true the llvm-tools component must be installed: {stderr}"
+        );
+        eprintln!("skipped: {stderr}");
+        return;
+    }
+    let stdout = String::from_utf8_lossy(&output.stdout);
+    assert_eq!(
+        output.status.code(),
+        Some(0),
+        "the campaign failed: {stderr}\n{stdout}"
+    );
+    let figures: Value =
+        serde_json::from_str(&std::fs::read_to_string(&json).expect("the JSON was written"))
+            .expect("the JSON parses");
+    assert_eq!(figures["trials"], 40, "{figures}");
+    assert!(
+        stdout.contains("(b) under fault") && stdout.contains("store/src/log.rs"),
+        "the table is printed: {stdout}"
+    );
+    // Each file: observed ⊆ under a fault ⊆ executed ⊆ its regions.
+    for f in figures["files"].as_array().expect("files") {
+        let n = |k: &str| f[k].as_u64().expect("a count");
+        assert!(
+            n("observed") <= n("under_fault")
+                && n("under_fault") <= n("executed")
+                && n("executed") <= n("regions"),
+            "{f}"
+        );
+    }
+    let below = below_floor(&figures, FLOOR_UNDER_FAULT, FLOOR_OBSERVED);
+    assert!(
+        below.is_empty(),
+        "coverage under a fault fell below the floor: {below:?}; the uncovered regions:\n{stdout}"
+    );
+    // The floor can fail: the same figures against floors above them.
+    let above = 100.0 * figures["under_fault"].as_f64().expect("a count")
+        / figures["regions"].as_f64().expect("a count")
+        + 0.1;
+    assert_eq!(below_floor(&figures, above, 0.0).len(), 1);
+    // Nothing but the trial directories' profiles was written, all in the scratch directory.
+    let left: Vec<_> = std::fs::read_dir(scratch.path())
+        .expect("the scratch directory")
+        .flatten()
+        .map(|e| e.file_name())
+        .filter(|n| n != "coverage.json")
+        .collect();
+    assert!(left.is_empty(), "left behind: {left:?}");
+}
