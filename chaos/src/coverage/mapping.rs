@@ -156,6 +156,9 @@ pub struct Mapping {
     pub regions: Vec<Region>,
 }
 
+/// Where a region is: its file, first and last (line, column).
+type Place<F> = (F, (u32, u32), (u32, u32));
+
 /// The store's code regions of an export: per function (in export order),
 /// each region's file, position and count.
 type Exported = Vec<Vec<(String, (u32, u32), (u32, u32), u64)>>;
@@ -261,8 +264,7 @@ impl Mapping {
                 "the binary has no instrumented function".into(),
             ));
         };
-        let mut by_place: BTreeMap<(String, (u32, u32), (u32, u32)), Vec<(usize, i64)>> =
-            BTreeMap::new();
+        let mut by_place: BTreeMap<Place<String>, Vec<(usize, i64)>> = BTreeMap::new();
         for (f, regions) in first.iter().enumerate() {
             // Which data record this export entry is: any probe's positive count.
             let mut number: Option<u64> = None;
@@ -334,7 +336,7 @@ impl Mapping {
         raw: &Path,
         counters: &[i64],
     ) -> Result<(), CoverageError> {
-        let mut expected: BTreeMap<(&str, (u32, u32), (u32, u32)), u64> = BTreeMap::new();
+        let mut expected: BTreeMap<Place<&str>, u64> = BTreeMap::new();
         let export = exported(&tools.export(binary, raw)?)?;
         for (file, start, end, count) in export.iter().flatten() {
             *expected.entry((file.as_str(), *start, *end)).or_default() += count;
