@@ -1,9 +1,12 @@
 //! `agentchaos run --coverage` holds a floor: a sampled campaign (one
 //! scenario, 20 trials per nemesis, crash points and syscalls) must execute
-//! at least the committed share of agentstore's code regions in a fault's
-//! window, and observe them after. The floors sit a few points under what
-//! it measured (timer kills land where the clock puts them, so a run moves
-//! by a point or so); raise them when a generator widens.
+//! at least the committed number of agentstore's code regions in a fault's
+//! window, and observe them after. Counts, not shares: how many regions the
+//! store has depends on the build (an incremental one leaves out some
+//! functions nothing calls). The floors sit about 5 % under what it
+//! measured in four runs (2275 to 2336: timer kills land where the clock
+//! puts them);
+//! raise them when a generator widens.
 //!
 //! It builds `agentchaos-coverage` first (chaos/coverage/build: agentstore,
 //! agentstore-pg and agentchaos again, instrumented; the dependencies are
@@ -18,10 +21,10 @@ use std::process::Command;
 
 use serde_json::Value;
 
-/// Percent of the store's regions executed in a fault's window (b).
-const FLOOR_UNDER_FAULT: f64 = 31.0;
-/// Percent of the store's regions executed in a fault's window and then observed (c).
-const FLOOR_OBSERVED: f64 = 31.0;
+/// The store's regions executed in a fault's window (b).
+const FLOOR_UNDER_FAULT: u64 = 2150;
+/// The store's regions executed in a fault's window and then observed (c).
+const FLOOR_OBSERVED: u64 = 2150;
 
 /// `target/<profile>` of this test executable.
 fn profile_dir() -> PathBuf {
@@ -51,14 +54,13 @@ fn build() -> PathBuf {
 }
 
 /// The failures of `figures` against the floors: none when they hold.
-fn below_floor(figures: &Value, under_fault: f64, observed: f64) -> Vec<String> {
-    let regions = figures["regions"].as_f64().unwrap_or(0.0);
+fn below_floor(figures: &Value, under_fault: u64, observed: u64) -> Vec<String> {
     let mut below = Vec::new();
     for (key, floor) in [("under_fault", under_fault), ("observed", observed)] {
-        let got = 100.0 * figures[key].as_f64().unwrap_or(0.0) / regions.max(1.0);
+        let got = figures[key].as_u64().unwrap_or(0);
         if got < floor {
             below.push(format!(
-                "{key}: expected at least {floor:.1}% of {regions} regions, found {got:.1}%"
+                "{key}: expected at least {floor} regions, found {got}"
             ));
         }
     }
@@ -123,15 +125,17 @@ fn a_sampled_campaign_keeps_the_coverage_floor_under_a_fault() {
         );
     }
     let below = below_floor(&figures, FLOOR_UNDER_FAULT, FLOOR_OBSERVED);
+    eprintln!(
+        "under a fault: {} regions, observed: {} (floors {FLOOR_UNDER_FAULT}, {FLOOR_OBSERVED})",
+        figures["under_fault"], figures["observed"]
+    );
     assert!(
         below.is_empty(),
         "coverage under a fault fell below the floor: {below:?}; the uncovered regions:\n{stdout}"
     );
     // The floor can fail: the same figures against floors above them.
-    let above = 100.0 * figures["under_fault"].as_f64().expect("a count")
-        / figures["regions"].as_f64().expect("a count")
-        + 0.1;
-    assert_eq!(below_floor(&figures, above, 0.0).len(), 1);
+    let above = figures["under_fault"].as_u64().expect("a count") + 1;
+    assert_eq!(below_floor(&figures, above, 0).len(), 1);
     // Nothing but the trial directories' profiles was written, all in the scratch directory.
     let left: Vec<_> = std::fs::read_dir(scratch.path())
         .expect("the scratch directory")
