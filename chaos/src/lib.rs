@@ -30,6 +30,7 @@ pub mod bounded;
 pub mod campaign;
 pub mod check;
 pub mod child;
+pub mod coverage;
 pub mod history;
 pub mod model;
 pub mod nemesis;

@@ -263,6 +263,14 @@ struct RunArgs {
     /// three costs; the JSON report's `timings` has each trial's.
     #[arg(long, help_heading = OUTPUT)]
     timings: bool,
+    /// Measure what the campaign reaches of agentstore: per file, the code regions trials
+    /// executed, executed in a fault's window, and then observed, and each region with a gap.
+    /// Needs agentchaos-coverage (built by chaos/coverage/build) and the llvm-tools component.
+    #[arg(long, help_heading = OUTPUT)]
+    coverage: bool,
+    /// Write the --coverage figures as JSON.
+    #[arg(long, value_name = "FILE", requires = "coverage", help_heading = OUTPUT)]
+    coverage_json: Option<PathBuf>,
     #[command(flatten)]
     common: Common,
 }
@@ -527,7 +535,7 @@ fn db_crash(args: DbCrashArgs) -> Result<ExitCode, Failure> {
     })
 }
 
-fn main() -> ExitCode {
+pub fn main() -> ExitCode {
     let cli = match Cli::try_parse() {
         Ok(cli) => cli,
         Err(e) if !e.use_stderr() => e.exit(), // --help, --version
@@ -945,6 +953,13 @@ impl Drop for ReportFile {
 }
 
 fn run(args: RunArgs) -> Result<ExitCode, Failure> {
+    if args.coverage {
+        if args.common.adapter.is_some() {
+            return Err(bad_input(agentchaos::coverage::CoverageError::Adapter));
+        }
+        agentchaos::coverage::reexec_without_profile().map_err(failed)?;
+    }
+    let coverage_report = ReportFile::open("--coverage-json", &args.coverage_json)?;
     let json_report = ReportFile::open("--json", &args.json)?;
     let junit_report = ReportFile::open("--junit", &args.junit)?;
     let html_report = ReportFile::open_html(&args.html)?;
@@ -1025,6 +1040,21 @@ fn run(args: RunArgs) -> Result<ExitCode, Failure> {
     if args.timings {
         agentchaos::timing::enable();
     }
+    let coverage_dir = if args.coverage {
+        let dir = tempfile::Builder::new()
+            .prefix("agentchaos-coverage-")
+            .tempdir_in(&cfg.dir)
+            .map_err(|e| {
+                failed(format!(
+                    "cannot create a directory in {}: {e}",
+                    cfg.dir.display()
+                ))
+            })?;
+        agentchaos::coverage::begin(&cfg.agent_exe, dir.path()).map_err(failed)?;
+        Some(dir)
+    } else {
+        None
+    };
     let random_dir = match (&cfg.keep_failures, args.random) {
         (_, 0) => None,
         (Some(k), _) => Some(k.join("random")),
@@ -1082,6 +1112,13 @@ fn run(args: RunArgs) -> Result<ExitCode, Failure> {
     print!("{}", report::table(&result, &ctx));
     if args.timings {
         print!("{}", report::timings::text(&result));
+    }
+    if coverage_dir.is_some() {
+        let summary = agentchaos::coverage::finish().map_err(failed)?;
+        print!("{}", summary.text());
+        if let Some(f) = coverage_report {
+            f.write(&(serde_json::to_string_pretty(&summary).expect("figures serialize") + "\n"))?;
+        }
     }
     if let (Some(k), true) = (
         &cfg.keep_failures,

@@ -25,6 +25,7 @@ mod builtin_scenarios;
 mod cli;
 mod concurrency;
 mod conformance;
+mod coverage;
 mod differential;
 mod docs;
 mod earned_verdicts;

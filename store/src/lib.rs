@@ -21,6 +21,11 @@
 //!   disk and store latency report;
 //! - [`interrupt`]: clean exits on Ctrl-C and SIGTERM for long commands.
 
+// The `coverage` feature is agentchaos-coverage's build, which
+// chaos/coverage/rustc-wrapper instruments (and marks with this cfg).
+#[cfg(all(feature = "coverage", not(agentstore_coverage)))]
+compile_error!("the `coverage` feature is built by chaos/coverage/build, which instruments it");
+
 pub mod adapter;
 #[cfg(feature = "bench")]
 pub mod bench;

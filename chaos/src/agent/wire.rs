@@ -74,11 +74,13 @@ pub fn fingerprint(event: &Event) -> String {
 #[derive(Debug)]
 pub struct Reporter<W: Write> {
     out: W,
+    /// Bytes reported so far (the coverage copies are named by it).
+    reported: u64,
 }
 
 impl<W: Write> Reporter<W> {
     pub fn new(out: W) -> Self {
-        Reporter { out }
+        Reporter { out, reported: 0 }
     }
 
     /// Writes one line and flushes it (one `write` for the whole line).
@@ -88,7 +90,10 @@ impl<W: Write> Reporter<W> {
         self.out
             .write_all(&bytes)
             .and_then(|()| self.out.flush())
-            .map_err(|e| PipeError(format!("cannot report to the harness: {e}")))
+            .map_err(|e| PipeError(format!("cannot report to the harness: {e}")))?;
+        self.reported += bytes.len() as u64;
+        crate::coverage::after_report(self.reported);
+        Ok(())
     }
 }
 

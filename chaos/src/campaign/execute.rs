@@ -13,7 +13,8 @@ use std::time::Instant;
 use crate::campaign::trial::{self, TrialError};
 use crate::check::evidence::Evidence;
 use crate::check::{self, Violation};
-use crate::history::RunKind;
+use crate::coverage::{FaultedLife, Window};
+use crate::history::{History, RunKind};
 use crate::nemesis::{Crash, Plan};
 use crate::timeline::Timeline;
 use crate::timing::{self, Part, TrialTimings};
@@ -71,7 +72,7 @@ fn run_and_check(
         .as_ref()
         .map(|h| Evidence::of(h, &plan, &prepared.trace.hits))
         .unwrap_or_default();
-    let (violations, error, crash_point, covered_hit, timeline) = match &result {
+    let (violations, mut error, crash_point, covered_hit, timeline) = match &result {
         Ok(h) => {
             let covered = match plan.crash {
                 Some(Crash::Timer { .. }) => h.lives[0]
@@ -110,6 +111,12 @@ fn run_and_check(
             None,
         ),
     };
+    if let (Ok(h), true) = (&result, crate::coverage::enabled()) {
+        let faulted = faulted_lives(&plan, h, error.is_none());
+        if let Err(e) = crate::coverage::tally(dir, h.lives.len() as u32, &faulted) {
+            error.get_or_insert_with(|| TrialError::from(e.to_string()));
+        }
+    }
     // A trial the signal's sweep cut short is no failure to keep.
     let failed = (!violations.is_empty() || error.is_some()) && !agentstore::interrupt::requested();
     if let (Some(keep), true) = (&cfg.keep_failures, failed) {
@@ -153,4 +160,31 @@ fn run_and_check(
         finished: Instant::now(),
         timings: None,
     }
+}
+
+/// The lives of a trial its plan faulted, for coverage: how each fault's
+/// window ends, and whether the store was observed after it in a trial
+/// carried out as planned.
+fn faulted_lives(plan: &Plan, h: &History, as_planned: bool) -> Vec<FaultedLife> {
+    (0..h.lives.len() as u32)
+        .filter_map(|index| {
+            let crash = plan.crash_of(index)?;
+            let window = match crash {
+                Crash::Syscall { fault, .. } if !fault.kills() => Window::Survived {
+                    reported: h.lives[index as usize]
+                        .syscalls
+                        .as_ref()
+                        .and_then(|s| s.fault.as_ref())
+                        .and_then(|f| f.stdout_before)
+                        .unwrap_or(0),
+                },
+                _ => Window::UntilDeath,
+            };
+            Some(FaultedLife {
+                index,
+                window,
+                observed: as_planned && h.after_kill.len() > index as usize,
+            })
+        })
+        .collect()
 }

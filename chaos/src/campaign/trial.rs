@@ -291,6 +291,10 @@ fn life_env(plan: &Plan, kind: RunKind, index: u32, td: &TrialDir) -> Vec<(&'sta
         env.push(("AGENTCHAOS_TRACE", td.trace().display().to_string()));
         env.push(("AGENTCHAOS_SYNC_LOG", td.trace().display().to_string()));
     }
+    if kind == RunKind::Trial {
+        let faulted = plan.crash_of(index).is_some();
+        env.extend(crate::coverage::life_env(&td.dir, index, faulted));
+    }
     env
 }
 

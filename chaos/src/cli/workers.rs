@@ -10,7 +10,9 @@ use std::process::ExitCode;
 use agentstore::Durability;
 use clap::Args;
 
-use crate::{backend, bad_input, check_fault, failed, Failure, EXECUTION, EXIT_STORE, STORE, WHAT};
+use super::super::{
+    backend, bad_input, check_fault, failed, Failure, EXECUTION, EXIT_STORE, STORE, WHAT,
+};
 
 #[derive(Args, Debug)]
 #[command(after_help = "Examples:
@@ -129,7 +131,7 @@ pub(crate) fn run_workers(w: WorkersCli) -> Result<ExitCode, Failure> {
     use agentchaos::campaign::workers::{self, Database, SharedStore, WorkersConfig, WorkersError};
     use agentchaos::history::WorkerEvent;
     use agentchaos::nemesis::workers::{Needs, WorkerPlan};
-    let json_report = crate::ReportFile::open("--json", &w.json)?;
+    let json_report = super::super::ReportFile::open("--json", &w.json)?;
     if w.postgres {
         if let Some(n) = &w.store_fault {
             if agentstore_pg::fault::Fault::from_name(n).is_none() {
