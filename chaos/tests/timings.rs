@@ -47,16 +47,20 @@ fn assert_adds_up(report: &Value, stdout: &str) -> Vec<Value> {
             assert!(s >= -0.1 * wall, "{name} is negative: {t}");
             sum += s;
         }
+        // Within 10 %, or 5 ms for a short trial (the harness's
+        // HANDOVER_SLACK_MICROS: clock readings of two processes around a
+        // hand-over).
+        let slack = (0.1 * wall).max(0.005);
         assert!(
-            (sum - wall).abs() <= 0.1 * wall,
+            (sum - wall).abs() <= slack,
             "parts add up to {sum} s, the trial took {wall} s: {t}"
         );
         let measured = sum - part(parts, "other").1;
-        assert!(measured <= 1.1 * wall, "parts counted twice: {t}");
+        assert!(measured <= wall + slack, "parts counted twice: {t}");
         // Two processes' clock readings around one hand-over may overlap
         // a little (a process starts running before its spawner has read
         // the clock), never by a tenth of the trial.
-        assert!(part(parts, "excess").1 <= 0.1 * wall, "{t}");
+        assert!(part(parts, "excess").1 <= slack, "{t}");
         assert_eq!(t["adds_up"], true, "{t}");
     }
     trials.clone()

@@ -14,7 +14,7 @@ pub struct Summary {
     pub trials: usize,
     pub wall_micros: u64,
     pub counts: Counts,
-    /// Trials whose parts did not add up to their wall time within 10 %.
+    /// Trials whose parts did not add up to their wall time within 10 % (or 5 ms for a trial under 50 ms).
     pub mismatched: usize,
 }
 
@@ -159,7 +159,7 @@ pub fn text(result: &CampaignResult) -> String {
     if sum.mismatched > 0 {
         let _ = writeln!(
             out,
-            "{} trial(s) whose parts do not add up to their wall time within 10 %: a harness bug",
+            "{} trial(s) whose parts do not add up to their wall time within 10 % (or 5 ms): a harness bug",
             sum.mismatched
         );
     }
