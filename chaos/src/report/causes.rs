@@ -48,7 +48,7 @@ fn lives_before(when: &str) -> Option<usize> {
 }
 
 /// The crashes of `plan` that came before the observation `when` names
-/// ([`lives_before`]). At the end of the trial, those up to the first life
+/// (`lives_before`). At the end of the trial, those up to the first life
 /// after which `trial` (all the trial's violations) found anything wrong:
 /// a double crash's end repeats what its first crash left, as its
 /// observation after life 0 does; the whole plan when nothing was found

@@ -190,7 +190,7 @@ pub trait SessionStore {
     /// Appends one event; returns once the store says it is durable.
     fn append(&mut self, event: &Event) -> StoreResult<Ack>;
     /// Writes one event of a parallel group (parallel tool calls), to be
-    /// waited for with [`SessionStore::wait`] once the group is written. A
+    /// waited for with the [`GroupWaiter`] of [`SessionStore::group_waiter`] once the group is written. A
     /// store that cannot defer the wait appends it whole: every adapter,
     /// whose protocol has one request in flight (`chaos/PROTOCOL.md`).
     fn write(&mut self, event: &Event) -> StoreResult<Pending> {
