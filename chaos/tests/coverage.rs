@@ -21,19 +21,12 @@ use std::process::Command;
 
 use serde_json::Value;
 
+use crate::support::profile_dir;
+
 /// The store's regions executed in a fault's window (b).
 const FLOOR_UNDER_FAULT: u64 = 2150;
 /// The store's regions executed in a fault's window and then observed (c).
 const FLOOR_OBSERVED: u64 = 2150;
-
-/// `target/<profile>` of this test executable.
-fn profile_dir() -> PathBuf {
-    let exe = std::env::current_exe().expect("the test knows its own path");
-    exe.parent()
-        .and_then(Path::parent)
-        .expect("a test executable lives in target/<profile>/deps")
-        .to_path_buf()
-}
 
 fn build() -> PathBuf {
     let dir = profile_dir();

@@ -30,12 +30,23 @@ fn probe(root: &Path, script: &[&str]) -> Command {
 
 /// Runs the probe under the tracer; returns the outcome and its stdout.
 fn run(root: &Path, script: &[&str], fault: Option<FaultPlan>, record: bool) -> (Outcome, String) {
+    run_with(root, script, fault, record, false)
+}
+
+/// [`run`], with the reads of files under the root traced or not.
+fn run_with(
+    root: &Path,
+    script: &[&str],
+    fault: Option<FaultPlan>,
+    record: bool,
+    reads: bool,
+) -> (Outcome, String) {
     let config = TraceConfig {
         root: root.to_path_buf(),
         fault,
         record,
         seccomp: true,
-        reads: false,
+        reads,
     };
     let mut traced = Traced::spawn(probe(root, script), config).expect("spawn under ptrace");
     let mut out = traced.stdout.take().expect("stdout is piped");
@@ -507,22 +518,7 @@ fn a_kill_in_a_child_process_kills_the_whole_tree() {
 
 /// Runs the probe under the tracer with the reads traced.
 fn run_reads(root: &Path, script: &[&str], fault: Option<FaultPlan>) -> (Outcome, String) {
-    let config = TraceConfig {
-        root: root.to_path_buf(),
-        fault,
-        record: false,
-        seccomp: true,
-        reads: true,
-    };
-    let mut traced = Traced::spawn(probe(root, script), config).expect("spawn under ptrace");
-    let mut out = traced.stdout.take().expect("stdout is piped");
-    let reader = std::thread::spawn(move || {
-        let mut s = String::new();
-        out.read_to_string(&mut s).expect("read probe stdout");
-        s
-    });
-    let outcome = traced.run().expect("trace run");
-    (outcome, reader.join().expect("reader thread"))
+    run_with(root, script, fault, false, true)
 }
 
 /// read, readv and pread64 of a file under the root, counted apart from

@@ -29,7 +29,7 @@ use std::sync::Mutex;
 static BUILT: Mutex<bool> = Mutex::new(false);
 
 /// `target/<profile>` of the running test executable (`target/<profile>/deps/test-…`).
-fn profile_dir() -> PathBuf {
+pub fn profile_dir() -> PathBuf {
     let exe = std::env::current_exe().expect("the test knows its own path");
     exe.parent()
         .and_then(Path::parent)
