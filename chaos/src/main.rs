@@ -227,6 +227,12 @@ struct RunArgs {
     /// `deepest` (only those two), or `none` (first-life faults only).
     #[arg(long, value_name = "all|deepest|none", default_value_t = Restarts::All, help_heading = WHAT)]
     restarts: Restarts,
+    /// Run each scenario with a parallel step under N interleavings of its parallel appenders:
+    /// the default schedule (row NAME) and N-1 drawn from the seed (rows NAME.sched-S, whose
+    /// replay plans end in `,sched:S`). They matter most where the store groups syncs (group
+    /// commit): `--durability batch --schedules 4`.
+    #[arg(long, value_name = "N", default_value_t = 1, help_heading = WHAT)]
+    schedules: usize,
     /// Add N random scenarios generated from the seed (failing ones are shrunk).
     #[arg(long, value_name = "N", default_value_t = 0, help_heading = WHAT)]
     random: usize,
@@ -793,6 +799,7 @@ fn config<'a>(
         power_loss: PowerLossLimits::default(),
         hang_timeout: std::time::Duration::from_secs(common.hang_timeout),
         max_input_bytes: common.max_input_bytes,
+        schedules: 1,
     })
 }
 
@@ -1011,6 +1018,10 @@ fn run(args: RunArgs) -> Result<ExitCode, Failure> {
     }
     cfg.restarts = args.restarts;
     cfg.shard = args.shard;
+    if args.schedules == 0 {
+        return Err(bad_input("--schedules must be at least 1"));
+    }
+    cfg.schedules = args.schedules;
     if args.powerloss_states == 0 || args.powerloss_points == Some(0) {
         return Err(bad_input(
             "--powerloss-states and --powerloss-points must be at least 1",
@@ -1248,6 +1259,10 @@ fn replay(args: ReplayArgs) -> Result<ExitCode, Failure> {
         path: args.scenario.clone(),
         scenario,
         random_seed: None,
+        schedule: match &what {
+            What::Trial(plan) => plan.sched,
+            What::Probe(_) => 0,
+        },
     };
     agentchaos::child::begin().map_err(failed)?;
     let r = match what {
@@ -1320,6 +1335,7 @@ fn replay_power_loss(
         path: args.scenario.clone(),
         scenario,
         random_seed: None,
+        schedule: 0,
     };
     agentchaos::child::begin().map_err(failed)?;
     let pcfg = powercampaign::Config::of_campaign(cfg);
@@ -1398,6 +1414,7 @@ fn load_sources(paths: &[PathBuf], max_bytes: u64) -> Result<Vec<ScenarioSource>
                 path: f.path,
                 scenario: f.scenario,
                 random_seed: None,
+                schedule: 0,
             });
         }
     }

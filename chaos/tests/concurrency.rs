@@ -1,10 +1,21 @@
 //! Parallel appenders under the harness's schedule: a broken group commit
 //! is caught on a shipped scenario by the same plan every time, with the
 //! same findings, and the unbroken store passes the same plan every time.
-//! Nothing depends on which thread the OS runs first.
+//! A plan's `,sched:S` names the interleaving: the same seed replays the
+//! same operation order, another seed changes it, and a campaign over
+//! several schedules catches what one schedule misses. Nothing depends on
+//! which thread the OS runs first.
 
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 use std::process::Command;
+
+use agentchaos::campaign::trial::{self, TrialSetup};
+use agentchaos::history::{RunKind, SyncLine};
+use agentchaos::nemesis::Plan;
+use agentchaos::store::ReferenceBackend;
+use agentstore::Durability;
+
+use crate::campaign;
 
 /// The shipped scenario with parallel tool calls.
 fn shipped() -> PathBuf {
@@ -73,4 +84,113 @@ fn a_broken_group_commit_fails_ten_replays_of_ten_and_the_store_passes_ten_of_te
             assert_eq!(code, 0, "the unbroken store with {plan}:\n{findings}");
         }
     }
+}
+
+/// The order of operations of the unbroken Batch store's crash-free run
+/// of the shipped scenario under schedule `sched`: every ack and sync the
+/// agent's pipe showed, in its order, each ack with the append it answers.
+fn operation_order(sched: u64) -> Vec<String> {
+    let path = shipped();
+    let scenario =
+        agentchaos::scenario::load(&path, agentchaos::scenario::DEFAULT_MAX_INPUT_BYTES).unwrap();
+    let backend = ReferenceBackend {
+        durability: Durability::batch(),
+    };
+    let setup = TrialSetup {
+        backend: &backend,
+        agent_exe: Path::new(env!("CARGO_BIN_EXE_agentchaos")),
+        scenario_path: &path,
+        files: &scenario.files,
+        store_fault: None,
+        hang_timeout: agentchaos::campaign::trial::HANG_TIMEOUT,
+        max_input_bytes: agentchaos::scenario::DEFAULT_MAX_INPUT_BYTES,
+        schedule: sched,
+    };
+    let dir = tempfile::tempdir().unwrap();
+    let plan = Plan::NONE.scheduled(sched);
+    let h = trial::run(&setup, plan, &dir.path().join("t"), RunKind::Trial).unwrap();
+    let life = &h.lives[0];
+    assert!(life.done, "{plan}: {}", life.stderr);
+    life.syncs
+        .iter()
+        .map(|s| match *s {
+            SyncLine::Synced(seq) => format!("synced below {seq}"),
+            SyncLine::SyncFailed => "sync failed".to_string(),
+            SyncLine::Acked { write, seq } => {
+                let w = &life.writes[write];
+                format!("ack {} {} at {seq}", w.type_name, w.fingerprint)
+            }
+        })
+        .collect()
+}
+
+/// About 1 s: the same `sched:S` gives the same operation order in every
+/// run, and two seeds give two orders.
+#[test]
+fn a_schedule_seed_replays_its_operation_order_and_another_seed_changes_it() {
+    let first = operation_order(1);
+    assert!(first.iter().any(|l| l.starts_with("synced")), "{first:?}");
+    for _ in 0..2 {
+        assert_eq!(operation_order(1), first, "sched:1 again");
+    }
+    assert_ne!(operation_order(2), first, "sched:2 interleaves otherwise");
+}
+
+/// A follower acknowledged while its leader's sync is in flight is seen
+/// only by an interleaving that lets a follower wait while its leader is
+/// held before its fdatasync: schedule 18's crash-free run never does,
+/// schedule 1's does. A campaign over four schedules catches it, and the
+/// unbroken store passes the same campaign. About 15 s.
+#[test]
+fn an_early_follower_ack_is_missed_by_one_schedule_and_caught_over_four() {
+    let fault = "batch-follower-early-ack";
+    let (code, findings) = replay("none,sched:18", Some(fault));
+    assert_eq!(code, 0, "schedule 18 misses it:\n{findings}");
+    let (code, findings) = replay("none,sched:1", Some(fault));
+    assert_eq!(code, 1, "schedule 1 shows it:\n{findings}");
+    let args = [
+        "--durability",
+        "batch",
+        "--schedules",
+        "4",
+        "--nemesis",
+        "points",
+        "--trials",
+        "2",
+        "--restarts",
+        "none",
+    ];
+    let (code, report, stdout) =
+        campaign::run(&shipped(), &[&args[..], &["--store-fault", fault]].concat());
+    assert_eq!(code, 1, "{stdout}");
+    let rows: Vec<&str> = report["scenarios"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|s| s["name"].as_str().unwrap())
+        .collect();
+    assert_eq!(rows.len(), 4, "{rows:?}");
+    assert_eq!(rows[0], "parallel-tool-calls");
+    assert!(
+        rows[1..]
+            .iter()
+            .all(|r| r.starts_with("parallel-tool-calls.sched-")),
+        "{rows:?}"
+    );
+    let caught = report["violations"].as_array().unwrap();
+    assert!(
+        caught.iter().any(|v| v["invariant"] == "acked-after-sync"),
+        "{stdout}"
+    );
+    for v in caught {
+        let (row, plan) = (v["scenario"].as_str().unwrap(), v["plan"].as_str().unwrap());
+        let sched = row.strip_prefix("parallel-tool-calls.sched-");
+        assert_eq!(
+            plan.split_once(",sched:").map(|(_, s)| s),
+            sched,
+            "{row} replays as {plan}"
+        );
+    }
+    let (code, _, stdout) = campaign::run(&shipped(), &args);
+    assert_eq!(code, 0, "the unbroken store:\n{stdout}");
 }

@@ -155,8 +155,9 @@ proptest! {
             power_loss: Default::default(),
             hang_timeout: agentchaos::campaign::trial::HANG_TIMEOUT,
             max_input_bytes: agentchaos::scenario::DEFAULT_MAX_INPUT_BYTES,
+            schedules: 1,
         };
-        let result = runner::run(&cfg, vec![ScenarioSource { path, scenario: s.clone(), random_seed: None }]).unwrap();
+        let result = runner::run(&cfg, vec![ScenarioSource { path, scenario: s.clone(), random_seed: None, schedule: 0 }]).unwrap();
         let found: Vec<String> = result.scenarios[0]
             .violations()
             .map(|(plan, crash, v)| format!("{plan}: {} ({crash}): expected {}, found {}", v.invariant, v.expected, v.found))

@@ -131,6 +131,8 @@ pub fn opens(life: u32) -> usize {
 pub fn run(args: &AgentArgs, backend: &dyn StoreBackend) -> Result<(), AgentError> {
     let scenario = scenario::load(&args.scenario, args.max_input_bytes)
         .map_err(|e| AgentError::Harness(e.to_string()))?;
+    let sched = crate::scenario::interleaving::from_env()
+        .map_err(|e| AgentError::Harness(e.to_string()))?;
     let stdout = std::io::stdout();
     let mut reporter = Reporter::new(stdout);
     let open = || {
@@ -200,6 +202,7 @@ pub fn run(args: &AgentArgs, backend: &dyn StoreBackend) -> Result<(), AgentErro
         world: WorldClient::new(&args.world),
         workspace: args.spec.workspace.clone(),
         life: args.life,
+        sched,
     };
     let start = agent.position(&records)?;
     for i in start..ops.len() {
@@ -258,6 +261,8 @@ struct Agent<'a> {
     world: WorldClient,
     workspace: PathBuf,
     life: u32,
+    /// The plan's interleaving seed (`,sched:S`; 0: the default schedule).
+    sched: u64,
 }
 
 impl Agent<'_> {
@@ -652,7 +657,8 @@ impl Agent<'_> {
     /// crash inside the step), each unfinished call resumes alone, as
     /// [`Agent::tool`] resumes any call.
     fn parallel(&mut self, calls: &[ToolInvocation], schedule: u64) -> Result<(), AgentError> {
-        let group = |g: u64| Rng::derive(schedule, "parallel group", g);
+        let sched = self.sched;
+        let group = |g: u64| crate::scenario::interleaving::group_rng(sched, schedule, g);
         if calls
             .iter()
             .any(|c| self.model.calls.contains_key(&c.call_id))

@@ -25,6 +25,9 @@ pub struct ScenarioSource {
     pub scenario: Scenario,
     /// For generated scenarios: the seed that generated it.
     pub random_seed: Option<u64>,
+    /// The parallel appenders' interleaving seed its trials run under
+    /// (0: the default schedule; see [`crate::campaign::interleavings`]).
+    pub schedule: u64,
 }
 
 /// Everything a campaign needs.
@@ -53,6 +56,10 @@ pub struct Config<'a> {
     pub hang_timeout: std::time::Duration,
     /// The largest scenario file read (`--max-input-bytes`).
     pub max_input_bytes: u64,
+    /// How many interleavings of the parallel appenders a campaign runs
+    /// each scenario with a parallel step under (`--schedules`; 1: the
+    /// default schedule only).
+    pub schedules: usize,
 }
 
 /// The bounds of the power-loss nemesis: which persistence models, how
@@ -138,6 +145,7 @@ pub fn random_sources(
                 path,
                 scenario,
                 random_seed: Some(seed),
+                schedule: 0,
             })
         })
         .collect()

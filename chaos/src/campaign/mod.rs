@@ -5,7 +5,8 @@
 //! pool; [`powercampaign`] recovers every crash state a power loss allows;
 //! [`probe`] probes a finished store (damage, double commits, the writer
 //! lock); [`shrink`] minimizes a failing random scenario; [`replay`] re-runs
-//! one trial from its replay command; [`dbcrash`] crashes the database
+//! one trial from its replay command; [`interleavings`] names the
+//! parallel appenders' schedules; [`dbcrash`] crashes the database
 //! server under a database-backed store; [`workers`] runs many worker
 //! processes on one store's sessions, pausing, killing and cutting off
 //! lease holders and crashing the database under them. Nothing here
@@ -15,6 +16,7 @@ pub mod config;
 pub mod dbcrash;
 pub mod describe;
 pub mod execute;
+pub mod interleavings;
 pub mod pool;
 pub mod powercampaign;
 pub mod prepare;

@@ -49,6 +49,7 @@ const CONTROLLED_ENV: &[&str] = &[
     "AGENTCHAOS_KILL_AT",
     "AGENTCHAOS_TEAR",
     "AGENTCHAOS_SYNC_LOG",
+    crate::scenario::interleaving::SCHEDULE_ENV,
     agentstore::fault::FAULT_ENV,
 ];
 /// The check a state fails when the store cannot open or recover it.

@@ -43,6 +43,7 @@ pub fn setup<'a>(cfg: &'a Config<'_>, source: &'a ScenarioSource) -> TrialSetup<
         store_fault: cfg.store_fault.as_deref(),
         hang_timeout: cfg.hang_timeout,
         max_input_bytes: cfg.max_input_bytes,
+        schedule: source.schedule,
     }
 }
 
@@ -156,6 +157,11 @@ pub fn prepare_keeping(
 
 impl Prepared {
     /// The traced restarted life that comes after the crashes `before`.
+    /// The plan of its crash-free run, named with its schedule.
+    pub fn crash_free(&self) -> Plan {
+        Plan::NONE.scheduled(self.source.schedule)
+    }
+
     pub fn later_of(&self, before: Plan) -> Option<&LaterTrace> {
         self.later.iter().find(|t| t.before == before)
     }

@@ -169,7 +169,7 @@ impl ScenarioResult {
             .prepared
             .trace_violations
             .iter()
-            .map(|v| (Plan::NONE, "none (the crash-free run)", v));
+            .map(|v| (self.prepared.crash_free(), "none (the crash-free run)", v));
         trace.chain(self.outcomes.iter().flat_map(|o| {
             o.violations
                 .iter()
@@ -210,7 +210,7 @@ impl ScenarioResult {
             .filter_map(|o| o.error.as_ref().map(|e| (o.plan, e.message.as_str())))
             .collect();
         if let Some(u) = &self.prepared.unusable {
-            e.insert(0, (Plan::NONE, u.message.as_str()));
+            e.insert(0, (self.prepared.crash_free(), u.message.as_str()));
         }
         e
     }
@@ -344,6 +344,8 @@ pub fn run(cfg: &Config<'_>, sources: Vec<ScenarioSource>) -> Result<CampaignRes
     // Power loss runs once per campaign, like the probes: on the first shard.
     let power_sources =
         (cfg.nemesis.powerloss && cfg.shard.is_none_or(|(k, _)| k == 1)).then(|| sources.clone());
+    let schedules = crate::campaign::interleavings::seeds(cfg.seed, cfg.schedules);
+    let sources = crate::campaign::interleavings::expand(sources, &schedules);
     let result = run_in(cfg, sources, &capabilities, &dir);
     // Every worker has stopped and waited for its children: nothing
     // recreates the directory after this.
@@ -437,7 +439,11 @@ fn plans_of(cfg: &Config<'_>, p: &Prepared) -> Vec<Plan> {
             Mode::Sampled(n) => (0..n / 4).map(|_| *rng.pick(&reads)).collect(),
         });
     }
+    let sched = p.source.schedule;
     plans
+        .into_iter()
+        .map(|plan| plan.scheduled(sched))
+        .collect()
 }
 
 fn run_in(
@@ -480,7 +486,11 @@ fn prepare_all(
         let prepared = prepare_keeping(cfg, sources[i].clone(), &trace).map(|p| {
             // Probes are not trials: with --shard, the first shard runs them
             // all; those of the store as a whole, with the first scenario.
-            let probes = if p.unusable.is_none() && cfg.shard.is_none_or(|(k, _)| k == 1) {
+            // A scenario's probes run once, with its default schedule.
+            let probes = if p.unusable.is_none()
+                && p.source.schedule == 0
+                && cfg.shard.is_none_or(|(k, _)| k == 1)
+            {
                 crate::timing::outside_trials(crate::timing::Role::Probe, || {
                     run_probes(cfg, &p, claimed, &trace, i == 0)
                 })

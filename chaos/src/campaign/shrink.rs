@@ -9,7 +9,9 @@
 //! scenario that still violates the same invariant under some plan of the
 //! same kind (searched with the fewest crashed lives first, then in hit
 //! order, so the crash found is the simplest and earliest); repeat until
-//! nothing smaller fails or the time budget is spent. Each candidate costs a trace run plus up to one trial per hit,
+//! nothing smaller fails or the time budget is spent. A scenario with a
+//! parallel step is tried under the schedules 0, 1 and 2 before the
+//! failing plan's own (`,sched:S`), which it keeps if none of those fails. Each candidate costs a trace run plus up to one trial per hit,
 //! which is why random scenarios are kept small. This module must never
 //! report a shrunk result it has not seen fail.
 
@@ -17,6 +19,7 @@ use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant};
 
 use crate::campaign::config::{Config, ScenarioSource};
+use crate::campaign::interleavings;
 use crate::campaign::pool::parallel;
 use crate::campaign::runner;
 use crate::campaign::trial::TrialError;
@@ -104,7 +107,9 @@ fn search_order(mut plans: Vec<Plan>, original: &Plan) -> Vec<Plan> {
 }
 
 /// Does `scenario` (written to `path`) violate `inv` under some plan like
-/// `original`? Returns the earliest such plan.
+/// `original`? Returns the earliest such plan. With a parallel step, the
+/// schedules 0, 1 and 2 (the simplest replays) are tried before the
+/// original plan's own.
 fn reproduce(
     cfg: &Config<'_>,
     scenario: &Scenario,
@@ -115,11 +120,33 @@ fn reproduce(
 ) -> Result<Option<Plan>, TrialError> {
     std::fs::write(path, scenario.to_json())
         .map_err(|e| TrialError::from(format!("cannot write {}: {e}", path.display())))?;
-    let source = ScenarioSource {
-        path: path.to_path_buf(),
-        scenario: scenario.clone(),
-        random_seed: None,
+    let schedules = if interleavings::has_parallel(scenario) {
+        interleavings::shrink_order(original.sched)
+    } else {
+        vec![0]
     };
+    for sched in schedules {
+        let source = ScenarioSource {
+            path: path.to_path_buf(),
+            scenario: scenario.clone(),
+            random_seed: None,
+            schedule: sched,
+        };
+        if let Some(p) = reproduce_in(cfg, source, original, inv, dir)? {
+            return Ok(Some(p.scheduled(sched)));
+        }
+    }
+    Ok(None)
+}
+
+/// [`reproduce`] under `source`'s schedule.
+fn reproduce_in(
+    cfg: &Config<'_>,
+    source: ScenarioSource,
+    original: &Plan,
+    inv: Invariant,
+    dir: &Path,
+) -> Result<Option<Plan>, TrialError> {
     let prepared = crate::campaign::prepare::prepare(
         cfg,
         source,
@@ -165,7 +192,9 @@ fn reproduce(
 
 /// Shrinks every generated scenario of `result` that failed a deterministic
 /// plan, from the plan and invariant `start` picks for it (none: not
-/// shrunk), writing each minimal scenario to `dir/<name>-shrunk.json`.
+/// shrunk), writing each minimal scenario to `dir/<name>-shrunk.json`. A
+/// scenario run under several schedules is shrunk once, from its first
+/// failing row.
 pub fn shrink_failing_random(
     cfg: &Config<'_>,
     result: &runner::CampaignResult,
@@ -174,13 +203,16 @@ pub fn shrink_failing_random(
     start: impl Fn(&runner::ScenarioResult) -> Option<(Plan, Invariant)>,
 ) -> Vec<(String, Result<Shrunk, TrialError>)> {
     let mut out = Vec::new();
+    let mut shrunk_files = Vec::new();
     for s in &result.scenarios {
-        if s.prepared.source.random_seed.is_none() {
+        if s.prepared.source.random_seed.is_none() || shrunk_files.contains(&s.prepared.source.path)
+        {
             continue;
         }
         let Some((plan, invariant)) = start(s).filter(|(p, _)| p.deterministic()) else {
             continue;
         };
+        shrunk_files.push(s.prepared.source.path.clone());
         let path = dir.join(format!("{}-shrunk.json", s.name()));
         let shrunk = shrink(
             cfg,

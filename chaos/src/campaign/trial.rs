@@ -79,6 +79,7 @@ const CONTROLLED_ENV: &[&str] = &[
     "AGENTCHAOS_KILL_AT",
     "AGENTCHAOS_TEAR",
     "AGENTCHAOS_SYNC_LOG",
+    crate::scenario::interleaving::SCHEDULE_ENV,
     agentstore::fault::FAULT_ENV,
 ];
 
@@ -96,6 +97,8 @@ pub struct TrialSetup<'a> {
     pub hang_timeout: Duration,
     /// The largest scenario file the agent reads (`--max-input-bytes`).
     pub max_input_bytes: u64,
+    /// The parallel appenders' interleaving seed (0: the default schedule).
+    pub schedule: u64,
 }
 
 /// Paths inside a trial directory.
@@ -139,6 +142,11 @@ pub fn run(
     dir: &Path,
     kind: RunKind,
 ) -> Result<History, TrialError> {
+    assert!(
+        plan.sched == 0 || plan.sched == setup.schedule,
+        "the plan {plan} runs on a scenario source of schedule {}",
+        setup.schedule
+    );
     crate::child::within(
         || {
             let scenario = setup
@@ -189,7 +197,8 @@ fn run_marked(
     let error = loop {
         let index = lives.len() as u32;
         let crash = plan.crash_of(index);
-        let env = life_env(&plan, kind, index, &td);
+        let mut env = life_env(&plan, kind, index, &td);
+        env.extend(crate::scenario::interleaving::env(setup.schedule));
         let kill_at = env
             .iter()
             .find(|(k, _)| *k == "AGENTCHAOS_KILL_AT")

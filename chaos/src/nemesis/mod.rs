@@ -203,7 +203,7 @@ pub enum BadNemesis {
     Nemesis(String),
     #[error("--restarts {0:?} is not all, deepest or none")]
     Restarts(String),
-    #[error("plan {0:?} is not one of none, kill@N, tear@N:BYTES, powercut@N, timer@MICROSus, sys-kill-before@N, sys-kill-after@N, sys-tear@N:BYTES, sys-enospc@N, sys-eio@N, sys-eio-read@N, sys-eintr-read@N, sys-short-read@N:BYTES, optionally followed by up to {LATER_LIVES} crashes of the restarted lives, each +kill@M, +tear@M:BYTES or +sys-…@M")]
+    #[error("plan {0:?} is not one of none, kill@N, tear@N:BYTES, powercut@N, timer@MICROSus, sys-kill-before@N, sys-kill-after@N, sys-tear@N:BYTES, sys-enospc@N, sys-eio@N, sys-eio-read@N, sys-eintr-read@N, sys-short-read@N:BYTES, optionally followed by up to {LATER_LIVES} crashes of the restarted lives, each +kill@M, +tear@M:BYTES or +sys-…@M, then optionally ,sched:S (the parallel appenders' interleaving seed S)")]
     Plan(String),
 }
 
@@ -324,12 +324,18 @@ pub struct Plan {
     /// [`Crash::allowed_later`]). `later[1]` only after `later[0]`, and
     /// both only after `crash`: the parser refuses anything else.
     pub later: [Option<Crash>; LATER_LIVES],
+    /// The interleaving of the parallel appenders, by its seed (`,sched:S`;
+    /// 0 is the fixed default schedule, written without a suffix). It
+    /// names the trial; the schedule itself reaches the agent from its
+    /// scenario source (`crate::campaign::interleavings`).
+    pub sched: u64,
 }
 
 impl Plan {
     pub const NONE: Plan = Plan {
         crash: None,
         later: [None; LATER_LIVES],
+        sched: 0,
     };
 
     pub fn kill(at: u64) -> Plan {
@@ -341,7 +347,13 @@ impl Plan {
         Plan {
             crash: Some(crash),
             later: [None; LATER_LIVES],
+            sched: 0,
         }
+    }
+
+    /// This plan under the interleaving seeded by `sched`.
+    pub fn scheduled(self, sched: u64) -> Plan {
+        Plan { sched, ..self }
     }
 
     /// This plan, and then life `self.crashed_lives()` dies of `crash` too.
@@ -355,7 +367,9 @@ impl Plan {
         self
     }
 
-    /// The crashes of the first `lives` lives only.
+    /// The crashes of the first `lives` lives only, under the default
+    /// schedule: the key a traced restarted life is found by, within one
+    /// scenario source (whose schedule is already fixed).
     pub fn prefix(&self, lives: usize) -> Plan {
         let mut p = Plan::NONE;
         for life in 0..lives.min(self.crashed_lives()) {
@@ -469,7 +483,8 @@ impl fmt::Display for Crash {
 }
 
 /// `none`, or the first life's crash, then `+CRASH` for each restarted life
-/// that dies too: `kill@9+kill@2`, `kill@9+sys-eio@3`, `kill@9+kill@40+kill@5`.
+/// that dies too: `kill@9+kill@2`, `kill@9+sys-eio@3`, `kill@9+kill@40+kill@5`;
+/// then `,sched:S` under a schedule other than the default: `kill@9,sched:3`.
 impl fmt::Display for Plan {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         match self.crash {
@@ -478,6 +493,9 @@ impl fmt::Display for Plan {
         }
         for c in self.later.iter().flatten() {
             write!(f, "+{c}")?;
+        }
+        if self.sched != 0 {
+            write!(f, ",sched:{}", self.sched)?;
         }
         Ok(())
     }
@@ -539,7 +557,14 @@ impl FromStr for Plan {
 
     fn from_str(s: &str) -> Result<Plan, BadNemesis> {
         let bad = || BadNemesis::Plan(s.to_string());
-        let mut parts = s.split('+');
+        let (crashes, sched) = match s.split_once(',') {
+            None => (s, 0),
+            Some((crashes, sched)) => {
+                let seed = sched.strip_prefix("sched:").ok_or_else(bad)?;
+                (crashes, seed.parse::<u64>().map_err(|_| bad())?)
+            }
+        };
+        let mut parts = crashes.split('+');
         let first = parts.next().unwrap_or_default();
         let mut plan = if first == "none" {
             Plan::NONE
@@ -554,7 +579,7 @@ impl FromStr for Plan {
             }
             plan = plan.then(crash);
         }
-        Ok(plan)
+        Ok(plan.scheduled(sched))
     }
 }
 
@@ -944,6 +969,8 @@ mod tests {
             "kill@9+sys-eio-read@3",
             "kill@9+kill@40+tear@5:12",
             "sys-tear@3:7+sys-kill-after@2",
+            "none,sched:3",
+            "kill@9+sys-eio@3,sched:18446744073709551615",
         ] {
             let p: Plan = s.parse().unwrap();
             assert_eq!(p.to_string(), s);
@@ -974,6 +1001,10 @@ mod tests {
             "kill@1+timer@5us",
             "kill@1+kill@2+kill@3+kill@4",
             "kill@1+",
+            "kill@1,sched:",
+            "kill@1,sched:x",
+            "kill@1,seed:2",
+            "kill@1,sched:2,sched:3",
         ] {
             assert!(bad.parse::<Plan>().is_err(), "{bad}");
         }

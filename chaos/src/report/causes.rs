@@ -188,9 +188,13 @@ pub fn of_scenario(s: &ScenarioResult) -> Causes<'_> {
         .outcomes
         .iter()
         .map(|o| (o.plan, o.crash_point.as_str(), &o.violations[..]));
-    for (plan, crash, found) in [(Plan::NONE, "none (the crash-free run)", &trace[..])]
-        .into_iter()
-        .chain(trials)
+    for (plan, crash, found) in [(
+        s.prepared.crash_free(),
+        "none (the crash-free run)",
+        &trace[..],
+    )]
+    .into_iter()
+    .chain(trials)
     {
         for v in found {
             add(

@@ -426,9 +426,10 @@ pub fn score(
     for s in &result.scenarios {
         let path = &s.prepared.source.path;
         for v in &s.prepared.trace_violations {
-            let replay = replay_command(path, &Plan::NONE, store_fault, store_args);
+            let crash_free = s.prepared.crash_free();
+            let replay = replay_command(path, &crash_free, store_fault, store_args);
             let row = attribute(v, &Evidence::default(), &result.capabilities);
-            let cause = causes::key(&Plan::NONE, v, &s.prepared.trace_violations);
+            let cause = causes::key(&crash_free, v, &s.prepared.trace_violations);
             let rank = causes::simplicity(&Plan::NONE);
             add(row, s.name(), v, replay, cause, rank);
         }

@@ -10,6 +10,7 @@
 
 pub mod builtin;
 pub mod generate;
+pub mod interleaving;
 pub mod limits;
 pub mod name;
 pub mod rng;

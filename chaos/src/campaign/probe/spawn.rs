@@ -134,6 +134,7 @@ pub(super) fn child(
         "AGENTCHAOS_KILL_AT",
         "AGENTCHAOS_TEAR",
         "AGENTCHAOS_SYNC_LOG",
+        crate::scenario::interleaving::SCHEDULE_ENV,
     ] {
         cmd.env_remove(var);
     }

@@ -211,7 +211,7 @@ fn scenario_violations<'a>(s: &'a ScenarioResult, ctx: &Context<'_>) -> Vec<Show
             scenario: s.name(),
             crash: "none (the crash-free run)".to_string(),
             violation: v,
-            replay: replay_of(s, &crate::nemesis::Plan::NONE, ctx),
+            replay: replay_of(s, &s.prepared.crash_free(), ctx),
             timeline: s.prepared.trace_timeline.as_deref(),
         });
     }

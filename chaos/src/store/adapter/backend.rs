@@ -84,6 +84,7 @@ const NEMESIS_ENV: &[&str] = &[
     "AGENTCHAOS_KILL_AT",
     "AGENTCHAOS_TEAR",
     "AGENTCHAOS_SYNC_LOG",
+    crate::scenario::interleaving::SCHEDULE_ENV,
     agentstore::fault::FAULT_ENV,
 ];
 
