@@ -140,7 +140,7 @@ fn a_schedule_seed_replays_its_operation_order_and_another_seed_changes_it() {
 /// only by an interleaving that lets a follower wait while its leader is
 /// held before its fdatasync: schedule 18's crash-free run never does,
 /// schedule 1's does. A campaign over four schedules catches it, and the
-/// unbroken store passes the same campaign. About 15 s.
+/// unbroken store passes the same campaign. About 1 s.
 #[test]
 fn an_early_follower_ack_is_missed_by_one_schedule_and_caught_over_four() {
     let fault = "batch-follower-early-ack";
