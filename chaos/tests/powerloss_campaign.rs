@@ -79,6 +79,83 @@ fn agentstore_passes_every_state_of_every_model() {
     assert_eq!(power["recovered_through"], a.as_str());
 }
 
+/// Within a budget of crash points far below the ops, every (syscall
+/// kind, file role) pair the recordings reached gets a crash state right
+/// after one of its ops: the log's fdatasyncs, the checkpoint's and the
+/// blobs' fsyncs and renames, the directories' fsyncs. A budget below the
+/// site count says which sites it left out.
+#[test]
+fn a_sampled_campaign_reaches_every_durability_site() {
+    let dir = tempfile::tempdir().unwrap();
+    let json = dir.path().join("report.json");
+    let blob = Path::new(env!("CARGO_MANIFEST_DIR")).join("../scenarios/large-output-blob.json");
+    let (out, text) = powerloss(&[
+        "--scenario",
+        small().to_str().unwrap(),
+        "--scenario",
+        blob.to_str().unwrap(),
+        "--powerloss-model",
+        "strict",
+        "--powerloss-states",
+        "1",
+        "--powerloss-points",
+        "12",
+        "--json",
+        json.to_str().unwrap(),
+    ]);
+    assert!(out.status.success(), "{text}");
+    let report: serde_json::Value =
+        serde_json::from_str(&std::fs::read_to_string(&json).unwrap()).unwrap();
+    let power = &report["power_loss"];
+    let sites = power["durability_sites"].as_u64().unwrap();
+    assert_eq!(power["durability_sites_reached"], sites, "{power}");
+    let mut named = Vec::new();
+    for sc in power["scenarios"].as_array().unwrap() {
+        assert_eq!(sc["crash_points"], 12, "{sc}");
+        assert!(
+            sc["ops"].as_u64().unwrap() > 12 * 3,
+            "a budget far below the ops: {sc}"
+        );
+        for s in sc["sites"].as_array().unwrap() {
+            let k = s["crash_after"].as_u64().expect("every site reached");
+            assert!(k >= 1, "{s}");
+            named.push(s["site"].as_str().unwrap().to_string());
+        }
+    }
+    for site in [
+        "fdatasync log",
+        "fsync directory",
+        "fsync checkpoint",
+        "rename checkpoint",
+        "fsync blob",
+        "rename blob",
+    ] {
+        assert!(named.iter().any(|n| n == site), "{site} not in {named:?}");
+    }
+    assert!(
+        text.contains(&format!(
+            "power-loss durability sites: {sites} of {sites} reached by a crash state"
+        )),
+        "{text}"
+    );
+
+    let (out, text) = powerloss(&[
+        "--scenario",
+        blob.to_str().unwrap(),
+        "--powerloss-model",
+        "strict",
+        "--powerloss-states",
+        "1",
+        "--powerloss-points",
+        "3",
+    ]);
+    assert!(out.status.success(), "{text}");
+    assert!(
+        text.contains("; not reached: ") && text.contains("(raise --powerloss-points)"),
+        "{text}"
+    );
+}
+
 /// Runs the mutant on the small scenario and returns the report text.
 fn caught(fault: &str, invariant: &str, relies_on: &[&str]) -> String {
     caught_with(fault, &["--powerloss-states", "4"], invariant, relies_on)

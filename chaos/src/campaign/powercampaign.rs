@@ -7,7 +7,7 @@
 //!
 //! Owns: the recording run (the agent and its adapter traced by
 //! [`crate::nemesis::syscall`], acks placed between ops by their stdout offsets),
-//! crash-point selection, the per-state recovery and observation, naming
+//! the per-state recovery and observation, naming
 //! the persistence assumption of a failing state, and replay. Never: judges
 //! a state itself (the checker does), or writes outside its directories.
 //!
@@ -30,6 +30,7 @@ use serde_json::Value;
 use crate::agent::wire::{parse_line, ChildLine, ReportedCall, ServedContext};
 use crate::agent::world::World;
 use crate::campaign::config::ScenarioSource;
+use crate::campaign::powersites::SiteCover;
 use crate::check::{self, Invariant, Reference};
 use crate::history::{Append, History, Life, LifeEnd, RecoveryReport};
 use crate::nemesis::powerloss::{CrashState, Fate, Limits, Loss, Model, OpLog, Simulator, Tree};
@@ -670,6 +671,9 @@ pub struct ScenarioReport {
     pub ops: usize,
     pub acked: usize,
     pub crash_points: usize,
+    /// The recording's durability sites and the crash point that reached
+    /// each ([`crate::campaign::powersites`]).
+    pub sites: Vec<SiteCover>,
     pub models: Vec<(Model, ModelStats)>,
     /// The first failing state (lowest crash point) of each broken
     /// invariant, minimized.
@@ -717,28 +721,19 @@ impl CampaignReport {
     pub fn judged(&self) -> usize {
         self.scenarios.iter().map(|s| s.judged).sum()
     }
-}
-
-/// The crash points to test: all of `0..=ops`, or `max` sampled from the
-/// seed (always with 0 and `ops`), in order.
-pub fn crash_points(ops: usize, max: Option<usize>, seed: u64, name: &str) -> Vec<usize> {
-    let all: Vec<usize> = (0..=ops).collect();
-    let Some(max) = max.filter(|&m| m < all.len()) else {
-        return all;
-    };
-    let mut rng = crate::scenario::rng::Rng::derive(seed, name, 0x504f_5745);
-    let mut rest: Vec<usize> = (1..ops).collect();
-    // Fisher-Yates, then keep the first max-2.
-    for i in (1..rest.len()).rev() {
-        let j = rng.below(i as u64 + 1) as usize;
-        rest.swap(i, j);
+    /// Every durability site of the recordings, once, in the order first
+    /// seen, and whether a crash state of any scenario reached it.
+    pub fn durability_sites(&self) -> Vec<(&crate::campaign::powersites::Site, bool)> {
+        let mut out: Vec<(&crate::campaign::powersites::Site, bool)> = Vec::new();
+        for c in self.scenarios.iter().flat_map(|s| &s.sites) {
+            let reached = c.crash_after.is_some();
+            match out.iter_mut().find(|(s, _)| **s == c.site) {
+                Some((_, r)) => *r |= reached,
+                None => out.push((&c.site, reached)),
+            }
+        }
+        out
     }
-    let mut chosen: Vec<usize> = rest.into_iter().take(max.saturating_sub(2)).collect();
-    chosen.push(0);
-    chosen.push(ops);
-    chosen.sort_unstable();
-    chosen.dedup();
-    chosen
 }
 
 /// Runs the campaign over `sources`.
@@ -782,6 +777,7 @@ fn empty_report(
         ops: 0,
         acked: 0,
         crash_points: 0,
+        sites: Vec::new(),
         models: Vec::new(),
         failures: Vec::new(),
         judged: 0,
@@ -813,7 +809,13 @@ fn run_scenario(cfg: &Config, source: ScenarioSource, dir: &Path) -> ScenarioRep
     };
     let t1 = Instant::now();
     let ops = recording.log.ops.len();
-    let points = crash_points(ops, cfg.max_points, cfg.seed, &source.scenario.name);
+    let plan = crate::campaign::powersites::plan(
+        &recording.log,
+        cfg.max_points,
+        cfg.seed,
+        &source.scenario.name,
+    );
+    let points = plan.points;
     let limits = Limits {
         max_states: cfg.max_states,
         seed: cfg.seed,
@@ -845,6 +847,7 @@ fn run_scenario(cfg: &Config, source: ScenarioSource, dir: &Path) -> ScenarioRep
         ops,
         acked: recording.appends.iter().filter(|a| a.ack.is_some()).count(),
         crash_points: points.len(),
+        sites: plan.sites,
         models: cfg
             .models
             .iter()
@@ -1214,21 +1217,5 @@ mod tests {
         assert_eq!(f.when, "after the power loss, before recovery");
         assert!(!f.found.contains("life 0"), "{}", f.found);
         assert!(f.found.contains("(acknowledged before the power loss)"));
-    }
-
-    #[test]
-    fn crash_points_are_all_or_a_seeded_sample_with_both_ends() {
-        assert_eq!(crash_points(3, None, 1, "s"), [0, 1, 2, 3]);
-        assert_eq!(crash_points(3, Some(10), 1, "s"), [0, 1, 2, 3]);
-        let a = crash_points(100, Some(10), 1, "s");
-        assert_eq!(a.len(), 10);
-        assert_eq!((a[0], a[9]), (0, 100));
-        assert!(a.windows(2).all(|w| w[0] < w[1]));
-        assert_eq!(
-            a,
-            crash_points(100, Some(10), 1, "s"),
-            "same seed, same points"
-        );
-        assert_ne!(a, crash_points(100, Some(10), 2, "s"));
     }
 }

@@ -343,6 +343,7 @@ pub fn table(result: &CampaignResult, ctx: &Context<'_>) -> String {
             p.max_states,
             p.elapsed.as_secs_f64()
         );
+        out.push_str(&powerloss::sites_line(p));
         out.push_str(&powerloss::table(p));
     }
     let mut by: std::collections::BTreeMap<Invariant, usize> = Default::default();

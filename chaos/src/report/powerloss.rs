@@ -110,6 +110,35 @@ pub fn table(report: &CampaignReport) -> String {
     s
 }
 
+/// The durability-site line: how many sites of the recordings a crash
+/// state reached, and which it did not.
+pub fn sites_line(report: &CampaignReport) -> String {
+    let sites = report.durability_sites();
+    let reached = sites.iter().filter(|(_, r)| *r).count();
+    let names = |want: bool| {
+        sites
+            .iter()
+            .filter(|(_, r)| *r == want)
+            .map(|(s, _)| s.to_string())
+            .collect::<Vec<_>>()
+            .join(", ")
+    };
+    let mut s = format!(
+        "power-loss durability sites: {reached} of {} reached by a crash state right after one of their ops ({})",
+        sites.len(),
+        names(true)
+    );
+    if reached < sites.len() {
+        let _ = write!(
+            s,
+            "; not reached: {} (raise --powerloss-points)",
+            names(false)
+        );
+    }
+    s.push('\n');
+    s
+}
+
 /// The refusals a campaign found justified (no acknowledged event lost).
 pub fn refusals(report: &CampaignReport) -> String {
     let mut s = String::new();
@@ -134,12 +163,19 @@ pub fn json(report: &CampaignReport, store_flags: &[String]) -> Value {
         "states": report.states(),
         "distinct_states": report.judged(),
         "states_per_second": report.states() as f64 / secs,
+        "durability_sites": report.durability_sites().len(),
+        "durability_sites_reached": report.durability_sites().iter().filter(|(_, r)| *r).count(),
         "scenarios": report.scenarios.iter().map(|sc| json!({
             "name": sc.source.scenario.name,
             "path": sc.source.path,
             "ops": sc.ops,
             "acked": sc.acked,
             "crash_points": sc.crash_points,
+            "sites": sc.sites.iter().map(|c| json!({
+                "site": c.site.to_string(),
+                "ops": c.ops,
+                "crash_after": c.crash_after,
+            })).collect::<Vec<_>>(),
             "record_seconds": sc.record_time.as_secs_f64(),
             "check_seconds": sc.check_time.as_secs_f64(),
             "error": sc.error.as_ref().map(ToString::to_string),
