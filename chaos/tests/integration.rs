@@ -37,6 +37,7 @@ mod langchain_file_adapter;
 mod langgraph_adapter;
 mod langgraphjs_adapter;
 mod layout;
+mod leases;
 mod mutants;
 mod node_kit;
 mod node_package;

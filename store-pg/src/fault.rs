@@ -28,6 +28,19 @@ pub enum Fault {
     /// A takeover grants the next epoch without recovery: the new owner
     /// acts on the previous owner's unmarked orphans.
     TakeoverWithoutRecovery,
+    /// A renewal is not checked against the session's epoch: it extends
+    /// the current lease, whoever holds it, and the renewing connection
+    /// adopts that lease's epoch, so a taken-over owner writes on beside
+    /// its successor.
+    RenewWithoutEpochCheck,
+    /// A worker asking again for a session whose lapsed lease names its
+    /// own worker id is granted the same epoch: a second process under
+    /// that id shares the epoch with the first.
+    ReclaimSameEpoch,
+    /// Releasing a lease (closing a leased connection) is not checked
+    /// against the session's epoch: a fenced owner's close ends its
+    /// successor's live lease.
+    ReleaseWithoutFence,
 }
 
 impl Fault {
@@ -57,6 +70,21 @@ impl Fault {
             Fault::TakeoverWithoutRecovery,
             "takeover-without-recovery",
             "a takeover marks the previous owner's orphans before the new owner acts",
+        ),
+        (
+            Fault::RenewWithoutEpochCheck,
+            "renew-without-epoch-check",
+            "a taken-over owner's renewal is fenced like its writes",
+        ),
+        (
+            Fault::ReclaimSameEpoch,
+            "reclaim-same-epoch",
+            "every grant is a new epoch, even to the worker id that held the last one",
+        ),
+        (
+            Fault::ReleaseWithoutFence,
+            "release-without-fence",
+            "a fenced owner's close leaves its successor's lease alone",
         ),
     ];
 

@@ -151,9 +151,17 @@ fn apply_lease_step(
             if lease.is_live(now_ms) {
                 return Err(held(lease));
             }
+            // reclaim-same-epoch: broken on purpose, a lapsed lease goes back to its worker id at its epoch.
+            let reclaimed = lease.epoch > 0
+                && lease.worker_id == request.worker_id
+                && fault::active(Fault::ReclaimSameEpoch);
             *lease = LeaseRow {
                 worker_id: request.worker_id.clone(),
-                epoch: lease.epoch + 1,
+                epoch: if reclaimed {
+                    lease.epoch
+                } else {
+                    lease.epoch + 1
+                },
                 granted_at_ms: now_ms,
                 expires_at_ms: now_ms.saturating_add(request.ttl_ms),
             };
@@ -174,13 +182,17 @@ fn apply_lease_step(
             Ok(None)
         }
         LeaseStep::Renew { epoch, ttl_ms } => {
-            fence(lease, epoch)?;
+            if !fault::active(Fault::RenewWithoutEpochCheck) {
+                fence(lease, epoch)?; // Else broken on purpose: whoever holds the lease, it is extended.
+            }
             lease.granted_at_ms = now_ms;
             lease.expires_at_ms = now_ms.saturating_add(ttl_ms);
             Ok(Some(lease.grant()))
         }
         LeaseStep::Release { epoch } => {
-            fence(lease, epoch)?;
+            if !fault::active(Fault::ReleaseWithoutFence) {
+                fence(lease, epoch)?; // Else broken on purpose: a fenced close ends the successor's lease.
+            }
             lease.expires_at_ms = now_ms;
             Ok(None)
         }

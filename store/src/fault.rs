@@ -106,6 +106,12 @@ pub enum Fault {
     LeaseSameEpoch,
     /// Closing a fenced handle ends the current owner's lease (its expiry set to now): the next worker takes over a live owner's session at once.
     FencedCloseReleases,
+    /// Renewing a lease never compares the handle's epoch with the session's: a taken-over owner's renewal writes its old epoch back, and it holds the session again.
+    RenewWithoutEpochCheck,
+    /// A worker asking again for a session whose lapsed lease names its own worker id is granted the same epoch: a second process under that id shares the epoch with the first.
+    ReclaimSameEpoch,
+    /// Releasing a lease (closing a leased handle) is acknowledged but leaves the lease live: the next worker waits out the ttl of an owner that left.
+    ReleaseKeepsLease,
     /// Opening for writing takes the file's size for the end of the log: appends land after the pre-allocated zeros, which then sit between acknowledged lines.
     AppendAfterPreallocation,
     /// A blob is read back without checking its size and digest: a damaged blob is served as it is.
@@ -357,6 +363,21 @@ impl Fault {
             "a fenced worker's close leaves the current owner's lease alone (agentchaos workers)",
         ),
         (
+            Fault::RenewWithoutEpochCheck,
+            "renew-without-epoch-check",
+            "a taken-over owner's renewal is fenced like its writes (agentchaos workers)",
+        ),
+        (
+            Fault::ReclaimSameEpoch,
+            "reclaim-same-epoch",
+            "every grant is a new epoch, even to the worker id that held the last one (agentchaos workers)",
+        ),
+        (
+            Fault::ReleaseKeepsLease,
+            "release-keeps-lease",
+            "an acknowledged close of a leased session ends its lease (agentchaos workers)",
+        ),
+        (
             Fault::AppendAfterPreallocation,
             "append-after-preallocation",
             "a reopened log is appended at its last line, not after the zeros pre-allocated past it",
@@ -403,6 +424,9 @@ impl Fault {
         Fault::RefuseLeasedWrites,
         Fault::LeaseSameEpoch,
         Fault::FencedCloseReleases,
+        Fault::RenewWithoutEpochCheck,
+        Fault::ReclaimSameEpoch,
+        Fault::ReleaseKeepsLease,
     ];
 
     /// The faults the power-loss nemesis (`agentchaos run --nemesis powerloss`) catches and kill campaigns do

@@ -149,6 +149,13 @@ pub(crate) fn decide(
         Some(c) if c.is_live(now) && request.is_some() && fault::active(Fault::LeaseSameEpoch) => {
             c.epoch
         }
+        // reclaim-same-epoch: broken on purpose, a lapsed lease goes back to its worker id at its epoch.
+        Some(c)
+            if request.is_some_and(|r| r.worker_id == c.worker_id)
+                && fault::active(Fault::ReclaimSameEpoch) =>
+        {
+            c.epoch
+        }
         Some(c) => c.epoch + 1,
         None => 1,
     };

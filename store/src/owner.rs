@@ -126,7 +126,7 @@ impl Session {
                 self.paths().id()
             )));
         };
-        self.fenced(|s| {
+        let renew = move |s: &mut Session| {
             let now = now_ms();
             let record = LeaseRecord {
                 granted_at_ms: now,
@@ -140,7 +140,12 @@ impl Session {
                 ttl_ms: held.ttl_ms,
             });
             Ok(grant)
-        })
+        };
+        if fault::active(Fault::RenewWithoutEpochCheck) {
+            // Broken on purpose: the record is rewritten at this handle's epoch, unchecked.
+            return renew(self);
+        }
+        self.fenced(renew)
     }
 
     /// Ends the lease now (expires it, epoch kept) so the next owner need
@@ -150,6 +155,9 @@ impl Session {
         let Some(held) = self.lease.clone() else {
             return Ok(());
         };
+        if fault::active(Fault::ReleaseKeepsLease) {
+            return Ok(()); // Broken on purpose: acknowledged, the lease left live.
+        }
         let released = self.fenced(|s| {
             let now = now_ms();
             LeaseRecord {

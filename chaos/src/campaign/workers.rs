@@ -39,6 +39,8 @@ use crate::store::{SessionSpec, StoreBackend};
 use agentchaos_protocol::ErrorKind;
 use agentstore_pg::cluster::{Cluster, ClusterOptions, Listen};
 
+mod transitions;
+
 /// How long the harness waits for one reply of a worker that is running.
 const REPLY_TIMEOUT: Duration = Duration::from_secs(60);
 /// How often the next owner asks for an expired lease.
@@ -1039,6 +1041,9 @@ impl Run<'_> {
                 );
                 Ok((None, hit))
             }
+            Strike::Slow => Ok((None, self.slow(victim, &at, sessions)?)),
+            Strike::Lapse => Ok((None, self.lapse(victim, &at, sessions)?)),
+            Strike::Leave => Ok((None, self.leave(victim, &at, sessions)?)),
             Strike::DbCrash(model) => {
                 let db = self
                     .db

@@ -12,6 +12,8 @@ use agentchaos_protocol::message::LeaseGrant;
 use crate::agent::worker::{workload_operations, AppliedEffect, WorkerReply};
 use crate::history::{FinalLog, WorkerEvent};
 
+mod transitions;
+
 /// The invariants, by stable name.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash)]
 pub enum WorkerInvariant {
@@ -75,6 +77,8 @@ pub struct WorkerViolation {
 pub fn check(history: &[WorkerEvent], effects: &[AppliedEffect]) -> Vec<WorkerViolation> {
     let mut out = fenced_epoch_refused(history);
     out.extend(one_live_owner(history));
+    out.extend(transitions::one_holder_per_epoch(history));
+    out.extend(transitions::acked_close_ends_lease(history));
     out.extend(effect_once_across_workers(effects));
     out.extend(takeover_marks_orphans(history));
     out.extend(acked_survive_takeover(history));
@@ -182,9 +186,26 @@ fn one_live_owner(history: &[WorkerEvent]) -> Vec<WorkerViolation> {
     // holder is one process: a worker restarted under its id is another.
     let mut held: BTreeMap<&str, Vec<(String, &LeaseGrant)>> = BTreeMap::new();
     let mut lives: BTreeMap<&str, usize> = BTreeMap::new();
+    // An acknowledged close ends its holder's intervals of the session:
+    // (session, holder) -> the grants made before it.
+    let mut closed: BTreeMap<(&str, String), usize> = BTreeMap::new();
+    let holder_of =
+        |lives: &BTreeMap<&str, usize>, worker: &String| match lives.get(worker.as_str()) {
+            Some(life) => format!("{worker} (life {life})"),
+            None => worker.clone(),
+        };
     for event in history {
         if let WorkerEvent::Restarted { worker } = event {
             *lives.entry(worker).or_insert(1) += 1;
+        }
+        if let WorkerEvent::Replied {
+            worker,
+            session,
+            reply: WorkerReply::Closed,
+        } = event
+        {
+            let before = held.get(session.as_str()).map_or(0, Vec::len);
+            closed.insert((session, holder_of(&lives, worker)), before);
         }
         let (worker, session, grant) = match event {
             WorkerEvent::Granted {
@@ -200,16 +221,19 @@ fn one_live_owner(history: &[WorkerEvent]) -> Vec<WorkerViolation> {
             } => (worker, session, grant),
             _ => continue,
         };
-        let holder = match lives.get(worker.as_str()) {
-            Some(life) => format!("{worker} (life {life})"),
-            None => worker.clone(),
-        };
+        let holder = holder_of(&lives, worker);
         held.entry(session).or_default().push((holder, grant));
     }
     let mut out = Vec::new();
     for (session, grants) in held {
         'pairs: for (i, (wa, a)) in grants.iter().enumerate() {
-            for (wb, b) in &grants[i + 1..] {
+            // Grants after `wa` closed the session come after its lease.
+            let ended = closed
+                .get(&(session, wa.clone()))
+                .copied()
+                .filter(|&before| before > i)
+                .unwrap_or(usize::MAX);
+            for (wb, b) in &grants[i + 1..ended.max(i + 1).min(grants.len())] {
                 let overlap =
                     a.granted_at_ms < b.expires_at_ms && b.granted_at_ms < a.expires_at_ms;
                 // Two holders of one epoch are two owners as much as two epochs are.

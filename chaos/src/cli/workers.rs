@@ -29,7 +29,10 @@ pub(crate) struct WorkersCli {
     /// One plan: `none`, or strikes joined by `+`, each at the first session's owner of the
     /// moment, after its K-th write since its grant: `pause@K` (woken once the session is
     /// finished), `pause@K~J` (woken after the heir's J-th write), `kill@K`, `restart@K` (killed
-    /// and started again under the same worker id); with --postgres also
+    /// and started again under the same worker id), `slow@K` (sent nothing until another
+    /// worker took the session over, then its next write), `lapse@K` (its lease lapses and a
+    /// second process under its worker id takes the session back), `leave@K` (an acknowledged
+    /// close, then the next worker asks at once); with --postgres also
     /// `db-crash:MODEL@K` (crash the database server, MODEL immediate, kill or kill-frozen, and
     /// restart it) and `partition@K` (cut the owner's own link to the database until another
     /// worker took over; needs root and iproute2). Without it: a pause and a kill after every
@@ -37,6 +40,10 @@ pub(crate) struct WorkersCli {
     /// crashes and partitions.
     #[arg(long, value_name = "PLAN", help_heading = WHAT)]
     plan: Option<String>,
+    /// Run each plan N times (a replay that fails N of N runs is deterministic); with N > 1
+    /// the summary says how many runs of each plan failed.
+    #[arg(long, value_name = "N", default_value_t = 1, help_heading = WHAT)]
+    repeat: usize,
     /// Worker processes (at least 2: one to lose a session, one to take it over).
     #[arg(long, default_value_t = 2, help_heading = WHAT)]
     workers: usize,
@@ -159,6 +166,9 @@ pub(crate) fn run_workers(w: WorkersCli) -> Result<ExitCode, Failure> {
                 w.ttl_ms
             ))
         })?;
+    if w.repeat < 1 {
+        return Err(bad_input("--repeat must be at least 1"));
+    }
     if w.workers < 2 || w.sessions < 1 {
         return Err(bad_input(
             "--workers must be at least 2 and --sessions at least 1",
@@ -283,7 +293,13 @@ pub(crate) fn run_workers(w: WorkersCli) -> Result<ExitCode, Failure> {
     // Per strike kind: (planned, fired).
     let mut by_kind: std::collections::BTreeMap<&str, (usize, usize)> = Default::default();
     let mut trials_json = Vec::new();
-    for plan in &plans {
+    // Per plan, with --repeat: (runs, runs with a violation).
+    let mut runs: Vec<(String, usize, usize)> = Vec::new();
+    let trials: Vec<&WorkerPlan> = plans
+        .iter()
+        .flat_map(|p| std::iter::repeat_n(p, w.repeat))
+        .collect();
+    for &plan in &trials {
         let trial = workers::trial(
             &cfg,
             backend.as_ref(),
@@ -352,6 +368,17 @@ pub(crate) fn run_workers(w: WorkersCli) -> Result<ExitCode, Failure> {
         for (session, strike, why) in &gave_up {
             println!("  session {session} not completed, prevented by {strike}: {why}");
         }
+        match runs.last_mut() {
+            Some((p, n, failed)) if *p == plan.to_string() => {
+                *n += 1;
+                *failed += usize::from(!trial.violations.is_empty());
+            }
+            _ => runs.push((
+                plan.to_string(),
+                1,
+                usize::from(!trial.violations.is_empty()),
+            )),
+        }
         let mut violations_json = Vec::new();
         for v in &trial.violations {
             *by_invariant.entry(v.invariant.name()).or_insert(0) += 1;
@@ -399,12 +426,17 @@ pub(crate) fn run_workers(w: WorkersCli) -> Result<ExitCode, Failure> {
         .iter()
         .map(|(kind, (planned, fired))| format!("{kind} {fired}/{planned}"))
         .collect();
+    if w.repeat > 1 {
+        for (plan, n, failed) in &runs {
+            println!("{plan}: failed {failed} of {n} runs");
+        }
+    }
     if !kinds.is_empty() {
         println!("strikes fired/planned: {}", kinds.join(" · "));
     }
     println!(
         "total: {} trial(s), {violations} violation(s), {not_exercised} not exercised, {:.1}s · by invariant: {}",
-        plans.len(),
+        trials.len(),
         started.elapsed().as_secs_f64(),
         counts.join(" · ")
     );
@@ -427,10 +459,10 @@ pub(crate) fn run_workers(w: WorkersCli) -> Result<ExitCode, Failure> {
         let text = serde_json::to_string_pretty(&report).expect("a report serializes");
         f.write(&(text + "\n"))?;
     }
-    if violations == 0 && not_exercised == plans.len() {
+    if violations == 0 && not_exercised == trials.len() {
         return Err(bad_input(format!(
-            "workers: no plan was exercised: every one of the {} plan(s) has a strike that never fired (see NOT EXERCISED above)",
-            plans.len()
+            "workers: no plan was exercised: every one of the {} trial(s) has a strike that never fired (see NOT EXERCISED above)",
+            trials.len()
         )));
     }
     Ok(if violations == 0 {

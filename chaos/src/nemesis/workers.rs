@@ -38,6 +38,10 @@
 //! - `restart@K`: SIGKILL, then a new process under the same worker id,
 //!   which asks for every session it owned again and waits out its
 //!   predecessor's lease like any other worker.
+//! - `slow@K`, `lapse@K`, `leave@K`: the lease transitions of a live
+//!   owner (a slow owner taken over, a worker id taking its session back
+//!   in a second process, a graceful release), carried out by
+//!   `crate::campaign::workers::transitions`.
 //!
 //! `kill@3+kill@2` kills the first owner, then the worker that took over,
 //! in its own second life of the session. Strikes are ordered by observed
@@ -59,6 +63,16 @@ pub enum Strike {
     Restart,
     DbCrash(DatabaseCrash),
     Partition,
+    /// The owner runs on but is sent nothing until its lease lapsed and
+    /// another worker took the session over; then its next write goes.
+    Slow,
+    /// The owner's lease lapses while it runs on; a second process under
+    /// its worker id takes the session back; then the first one's next
+    /// write goes.
+    Lapse,
+    /// The owner releases its lease with an acknowledged close; another
+    /// worker asks for the session at once.
+    Leave,
 }
 
 impl Strike {
@@ -66,9 +80,13 @@ impl Strike {
     /// server the harness started, and for a partition network namespaces.
     pub fn needs(self) -> Needs {
         match self {
-            Strike::Pause | Strike::PauseUntil(_) | Strike::Kill | Strike::Restart => {
-                Needs::Processes
-            }
+            Strike::Pause
+            | Strike::PauseUntil(_)
+            | Strike::Kill
+            | Strike::Restart
+            | Strike::Slow
+            | Strike::Lapse
+            | Strike::Leave => Needs::Processes,
             Strike::DbCrash(_) => Needs::Database,
             Strike::Partition => Needs::Network,
         }
@@ -84,6 +102,9 @@ impl Strike {
             Strike::Restart => "restart",
             Strike::DbCrash(_) => "db-crash",
             Strike::Partition => "partition",
+            Strike::Slow => "slow",
+            Strike::Lapse => "lapse",
+            Strike::Leave => "leave",
         }
     }
 }
@@ -153,6 +174,9 @@ impl fmt::Display for WorkerPlan {
                 Strike::Restart => write!(f, "{sep}restart@{k}")?,
                 Strike::DbCrash(model) => write!(f, "{sep}db-crash:{model}@{k}")?,
                 Strike::Partition => write!(f, "{sep}partition@{k}")?,
+                Strike::Slow => write!(f, "{sep}slow@{k}")?,
+                Strike::Lapse => write!(f, "{sep}lapse@{k}")?,
+                Strike::Leave => write!(f, "{sep}leave@{k}")?,
             }
         }
         Ok(())
@@ -161,7 +185,7 @@ impl fmt::Display for WorkerPlan {
 
 /// A plan that does not parse, said in one line.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
-#[error("worker plan {0:?} is not none or strikes pause@K, pause@K~J, kill@K, restart@K, db-crash:MODEL@K (MODEL: immediate, kill or kill-frozen), partition@K joined by + (K: a step of the session's owner since its grant, 0 = right after it; J: the heir's step at which the paused owner wakes)")]
+#[error("worker plan {0:?} is not none or strikes pause@K, pause@K~J, kill@K, restart@K, slow@K, lapse@K, leave@K, db-crash:MODEL@K (MODEL: immediate, kill or kill-frozen), partition@K joined by + (K: a step of the session's owner since its grant, 0 = right after it; J: the heir's step at which the paused owner wakes)")]
 pub struct BadWorkerPlan(String);
 
 impl FromStr for WorkerPlan {
@@ -187,6 +211,9 @@ impl FromStr for WorkerPlan {
                     None if kind == "kill" => Strike::Kill,
                     None if kind == "restart" => Strike::Restart,
                     None if kind == "partition" => Strike::Partition,
+                    None if kind == "slow" => Strike::Slow,
+                    None if kind == "lapse" => Strike::Lapse,
+                    None if kind == "leave" => Strike::Leave,
                     Some(("db-crash", model)) => Strike::DbCrash(model.parse().map_err(|_| bad())?),
                     _ => return Err(bad()),
                 };
@@ -216,6 +243,9 @@ mod tests {
             "pause@3~1",
             "restart@4",
             "restart@2+pause@0~5",
+            "slow@3",
+            "lapse@0+leave@2",
+            "leave@5",
         ] {
             assert_eq!(p.parse::<WorkerPlan>().unwrap().to_string(), p);
         }
@@ -235,6 +265,9 @@ mod tests {
             "pause@3~",
             "pause@~1",
             "restart:x@1",
+            "slow@3~1",
+            "leave:x@1",
+            "lapse@",
         ] {
             let e = bad.parse::<WorkerPlan>().unwrap_err();
             assert!(e.to_string().contains(&format!("{bad:?}")), "{e}");

@@ -1,0 +1,186 @@
+//! The lease transitions of `agentchaos workers` under strikes (`slow@K`,
+//! `lapse@K`, `leave@K`): each of agentstore's faults on a lease path is
+//! caught by its replay in 10 of 10 runs (`--repeat 10`), and the
+//! unmodified store passes the same plan in 10 of 10; the same for the
+//! PostgreSQL store's faults (`--postgres`, a private cluster the campaign
+//! starts; skipped without PostgreSQL on a dev machine, failed under
+//! `CI=true`, as in `postgres.rs`).
+
+use std::process::Command;
+
+use agentstore_pg::cluster;
+
+use crate::support;
+
+fn workers(args: &[&str]) -> (i32, String) {
+    let out = Command::new(env!("CARGO_BIN_EXE_agentchaos"))
+        .arg("workers")
+        .args(args)
+        .output()
+        .unwrap();
+    let stdout = String::from_utf8_lossy(&out.stdout).into_owned();
+    let stderr = String::from_utf8_lossy(&out.stderr).into_owned();
+    (out.status.code().unwrap(), format!("{stdout}{stderr}"))
+}
+
+/// `fault` under `plan` (`ttl`: `--ttl-ms`) fails 10 of 10 runs of its
+/// printed replay, by `invariant`; the unmodified store passes 10 of 10.
+fn caught_ten_of_ten(fault: &str, plan: &str, ttl: &str, invariant: &str) -> String {
+    caught_on(&[], fault, plan, ttl, invariant)
+}
+
+/// As [`caught_ten_of_ten`], on the store `store` names (`--postgres`, or nothing).
+fn caught_on(store: &[&str], fault: &str, plan: &str, ttl: &str, invariant: &str) -> String {
+    let on = store.iter().map(|s| format!(" {s}")).collect::<String>();
+    let replay = format!(
+        "agentchaos workers --plan {plan} --workers 2 --sessions 2 --ttl-ms {ttl}{on} --store-fault {fault}"
+    );
+    let mut args: Vec<&str> = replay.split(' ').skip(2).collect();
+    args.extend(["--repeat", "10"]);
+    let (code, out) = workers(&args);
+    assert_eq!(code, 1, "{out}");
+    assert!(
+        out.contains(&format!("{plan}: failed 10 of 10 runs")),
+        "{out}"
+    );
+    assert!(out.contains(&format!("VIOLATION {invariant} ")), "{out}");
+    // The command it ran is the replay every violation prints.
+    assert!(out.contains(&format!("  replay:   {replay}\n")), "{out}");
+    let mut clean_args = vec!["--plan", plan, "--ttl-ms", ttl, "--repeat", "10"];
+    clean_args.extend_from_slice(store);
+    let (code, clean) = workers(&clean_args);
+    assert_eq!(code, 0, "{clean}");
+    assert!(
+        clean.contains(&format!("{plan}: failed 0 of 10 runs")),
+        "{clean}"
+    );
+    assert!(
+        clean.contains("10 trial(s), 0 violation(s), 0 not exercised"),
+        "{clean}"
+    );
+    out
+}
+
+/// A slow owner (alive, sent nothing while its lease lapsed) is taken
+/// over; its renewal before its next effect must be fenced like a write.
+#[test]
+fn a_renewal_without_an_epoch_check_is_caught_under_a_slow_owner() {
+    let out = caught_ten_of_ten(
+        "renew-without-epoch-check",
+        "slow@3",
+        "100,5000",
+        "fenced-epoch-refused",
+    );
+    assert!(
+        out.contains("found:    the store renewed its lease, and the worker applied op-s0-0 for w0 at epoch 1"),
+        "{out}"
+    );
+}
+
+/// A second process under the owner's worker id takes the lapsed session
+/// back: granted the same epoch, the first process's write is accepted.
+#[test]
+fn a_reclaim_at_the_same_epoch_is_caught_as_two_processes_holding_it() {
+    let out = caught_ten_of_ten("reclaim-same-epoch", "lapse@3", "100", "one-live-owner");
+    assert!(
+        out.contains("from w0 at epoch 1 while w0#2 held it: two processes held one epoch at once"),
+        "{out}"
+    );
+}
+
+/// An acknowledged close must end the lease: the next worker is granted
+/// the session at once.
+#[test]
+fn a_release_that_keeps_the_lease_is_caught_by_the_next_worker() {
+    let out = caught_ten_of_ten("release-keeps-lease", "leave@3", "300", "one-live-owner");
+    assert!(
+        out.contains("expected: w0's acknowledged close of session s0 ends its lease (epoch 1)"),
+        "{out}"
+    );
+}
+
+/// Every transition, one after another in one plan: a slow owner taken
+/// over, its heir's session taken back by a second process under the
+/// heir's id, then a graceful release; the unmodified store passes, each
+/// strike fired, every write of a superseded owner fenced.
+#[test]
+fn every_transition_in_one_plan_passes_on_the_unmodified_store() {
+    let (code, out) = workers(&["--plan", "slow@3+lapse@1+leave@2", "--ttl-ms", "100"]);
+    assert_eq!(code, 0, "{out}");
+    assert!(
+        out.contains("strikes fired/planned: lapse 1/1 · leave 1/1 · slow 1/1"),
+        "{out}"
+    );
+    let line = out.lines().find(|l| l.starts_with("slow@3+")).unwrap();
+    assert!(
+        line.contains("2 write(s) fenced, 6 effect(s) applied, 0 violation(s)"),
+        "{line}"
+    );
+}
+
+#[test]
+fn a_bad_repeat_is_refused_in_one_line() {
+    let (code, out) = workers(&["--plan", "slow@3", "--repeat", "0"]);
+    assert_eq!(code, 2, "{out}");
+    assert!(out.contains("--repeat must be at least 1"), "{out}");
+}
+
+/// Whether PostgreSQL's server binaries are here (the caller skips
+/// without them on a dev machine; under `CI=true` their absence fails),
+/// with `agentstore-pg` built beside `agentchaos`, where `--postgres` looks.
+fn postgres_here() -> bool {
+    if cluster::find_bindir().is_none() {
+        assert!(
+            !cluster::required(),
+            "PostgreSQL is not installed (CI=true)"
+        );
+        eprintln!("skipped: PostgreSQL is not installed");
+        return false;
+    }
+    support::workspace_bin("agentstore-pg");
+    true
+}
+
+/// The PostgreSQL store's renewal must be fenced: extending the current
+/// lease for a taken-over owner hands it its successor's epoch.
+#[test]
+fn postgres_a_renewal_without_an_epoch_check_is_caught() {
+    if postgres_here() {
+        caught_on(
+            &["--postgres"],
+            "renew-without-epoch-check",
+            "slow@3",
+            "100,5000",
+            "one-live-owner",
+        );
+    }
+}
+
+#[test]
+fn postgres_a_reclaim_at_the_same_epoch_is_caught() {
+    if postgres_here() {
+        caught_on(
+            &["--postgres"],
+            "reclaim-same-epoch",
+            "lapse@3",
+            "100",
+            "one-live-owner",
+        );
+    }
+}
+
+/// A fenced owner's close ends its successor's lease when the release is
+/// not fenced: the slow owner, refused, asks again and is granted the
+/// session while the heir's lease lives.
+#[test]
+fn postgres_a_release_without_a_fence_is_caught() {
+    if postgres_here() {
+        caught_on(
+            &["--postgres"],
+            "release-without-fence",
+            "slow@3",
+            "100,5000",
+            "one-live-owner",
+        );
+    }
+}
