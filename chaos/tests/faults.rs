@@ -202,6 +202,32 @@ fn the_unmodified_store_passes() {
     );
 }
 
+/// A `leaf_moved` to an entry off the active branch makes the store read
+/// the log to fold it. With that read failed (EIO), the store must refuse
+/// the append with nothing written, so that the agent's retry adds it once;
+/// a store that wrote it first and then failed leaves it twice (log-prefix).
+#[test]
+fn a_failed_read_folding_a_branch_move_refuses_it_unwritten() {
+    let (code, out) = campaign::replay(&format!(
+        "agentchaos replay --scenario {} --plan sys-eio-read@3",
+        Path::new(env!("CARGO_MANIFEST_DIR"))
+            .join("../scenarios/multi-run-compaction-branch.json")
+            .display()
+    ));
+    assert!(
+        out.contains(
+            "EIO injected at read 3 of 25: read(fd 5 = ROOT/sessions/session/events.jsonl"
+        ),
+        "the fault hits the log read of the fold:\n{out}"
+    );
+    assert!(
+        out.contains("40 append(s) announced, 39 acknowledged"),
+        "one append refused, then retried:\n{out}"
+    );
+    assert_eq!(code, 0, "{out}");
+    assert!(out.contains("result: no violations"), "{out}");
+}
+
 #[test]
 fn ack_before_fsync_is_caught_by_acked_durable() {
     assert_caught("ack-before-fsync");

@@ -417,17 +417,68 @@ impl Projection {
     }
 
     /// Folds the known event at `seq` (the next one) into the projection.
+    /// On an error the projection is unchanged.
     pub fn apply_event(
         &mut self,
         seq: Seq,
         event: &Event,
         nodes: &mut dyn NodeSource,
     ) -> Result<()> {
+        let fold = self.prepare(event, nodes)?;
+        self.apply_prepared(seq, event, fold);
+        Ok(())
+    }
+
+    /// Works out how folding `event` as the next one moves the active
+    /// branch: the only part of a fold that may read the log (through
+    /// `nodes`). A writer calls it before it writes the event, so that a
+    /// failed read refuses the append with nothing written, and then folds
+    /// with [`Projection::apply_prepared`], which cannot fail.
+    pub fn prepare(&self, event: &Event, nodes: &mut dyn NodeSource) -> Result<Fold> {
+        let switch = match (event.parent(), event) {
+            (Some(parent), _) => match parent.and_then(|p| seq_of_event_id(p)) {
+                None => Some(Switch::Root),
+                // fold-ignores-implicit-branch: broken on purpose, every entry extends the branch.
+                Some(p)
+                    if self.branch.last() == Some(&p)
+                        || fault::active(Fault::FoldIgnoresImplicitBranch) =>
+                {
+                    None
+                }
+                Some(p) => Some(self.path_to(p, nodes)?),
+            },
+            (None, Event::LeafMoved { leaf }) => {
+                // Broken on purpose: the leaf stays the last entry written.
+                let ignored = fault::active(Fault::FoldWrongLeaf);
+                match (seq_of_event_id(leaf), ignored) {
+                    (Some(seq), false) => Some(self.path_to(seq, nodes)?),
+                    _ => None,
+                }
+            }
+            (None, _) => None,
+        };
+        Ok(Fold { switch })
+    }
+
+    /// Folds the known event at `seq` (the next one), with the branch move
+    /// [`Projection::prepare`] worked out for it in this state.
+    pub fn apply_prepared(&mut self, seq: Seq, event: &Event, fold: Fold) {
         assert_eq!(seq, self.next_seq, "events are folded in order");
         self.next_seq = seq + 1;
-        if let Some(parent) = event.parent() {
-            let parent = parent.and_then(|p| seq_of_event_id(p));
-            self.attach(seq, parent, nodes)?;
+        match fold.switch {
+            None => {}
+            Some(Switch::Root) => {
+                self.branch.clear();
+                self.compaction = None;
+            }
+            Some(Switch::Truncate(len)) => self.branch.truncate(len),
+            Some(Switch::Path { branch, compaction }) => {
+                self.branch = branch;
+                self.compaction = compaction;
+            }
+        }
+        if event.parent().is_some() {
+            self.branch.push(seq);
         }
         match event {
             Event::SessionCreated {
@@ -541,14 +592,9 @@ impl Projection {
                     steps: steps.clone(),
                 })
             }
-            Event::LeafMoved { leaf } => {
-                // Broken on purpose: the leaf stays the last entry written.
-                let ignored = crate::fault::active(crate::fault::Fault::FoldWrongLeaf);
-                if let (Some(seq), false) = (seq_of_event_id(leaf), ignored) {
-                    self.switch_to(seq, nodes)?;
-                }
-            }
-            Event::UserMessage { .. }
+            // The branch moved above, as prepared.
+            Event::LeafMoved { .. }
+            | Event::UserMessage { .. }
             | Event::AssistantMessage { .. }
             | Event::Compaction { .. } => {}
         }
@@ -572,33 +618,14 @@ impl Projection {
                 self.branch.drain(..cut);
             }
         }
-        Ok(())
     }
 
-    /// Hangs the new node `seq` under `parent` and makes it the leaf.
-    fn attach(&mut self, seq: Seq, parent: Option<Seq>, nodes: &mut dyn NodeSource) -> Result<()> {
-        match parent {
-            None => {
-                self.branch.clear();
-                self.compaction = None;
-            }
-            // fold-ignores-implicit-branch: broken on purpose, every entry extends the branch.
-            Some(p)
-                if self.branch.last() == Some(&p)
-                    || fault::active(Fault::FoldIgnoresImplicitBranch) => {}
-            Some(p) => self.switch_to(p, nodes)?,
-        }
-        self.branch.push(seq);
-        Ok(())
-    }
-
-    /// Makes `leaf` the active leaf: the branch becomes the path to it.
-    fn switch_to(&mut self, leaf: Seq, nodes: &mut dyn NodeSource) -> Result<()> {
+    /// How making `leaf` the active leaf changes the branch: the path to it.
+    fn path_to(&self, leaf: Seq, nodes: &mut dyn NodeSource) -> Result<Switch> {
         if let Ok(i) = self.branch.binary_search(&leaf) {
             let still_compacted = self.compaction.as_ref().is_some_and(|c| c.seq <= leaf);
             if still_compacted || self.compaction.is_none() {
-                self.branch.truncate(i + 1);
-                return Ok(());
+                return Ok(Switch::Truncate(i + 1));
             }
         }
         // Walk up from the leaf through the log until the root, or until the
@@ -623,10 +650,33 @@ impl Projection {
             cursor = node.parent;
         }
         path.reverse();
-        self.branch = path;
-        self.compaction = compaction;
-        Ok(())
+        Ok(Switch::Path {
+            branch: path,
+            compaction,
+        })
     }
+}
+
+/// How folding one event moves the active branch, worked out by
+/// [`Projection::prepare`] before the event is written.
+#[derive(Debug)]
+pub struct Fold {
+    switch: Option<Switch>,
+}
+
+/// A move of the active branch.
+#[derive(Debug)]
+enum Switch {
+    /// A new root: the branch starts again, with no compaction.
+    Root,
+    /// The branch keeps its first entries, this many.
+    Truncate(usize),
+    /// The branch becomes this path from the window's start, under this
+    /// compaction.
+    Path {
+        branch: Vec<Seq>,
+        compaction: Option<CompactionView>,
+    },
 }
 
 /// Marks a call started without a logged intent. Only the `skip-intent`
@@ -707,4 +757,60 @@ pub fn fold<'a>(records: impl IntoIterator<Item = &'a Record>) -> Result<Project
         p.apply(rec, &mut seen)?;
     }
     Ok(p)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// A log whose every read fails, as under an injected EIO.
+    struct FailingReads;
+
+    impl NodeSource for FailingReads {
+        fn node(&mut self, _: Seq) -> Result<Option<Node>> {
+            Err(Error::Read {
+                path: "events.jsonl".into(),
+                offset: 0,
+                source: std::io::Error::from_raw_os_error(5),
+            })
+        }
+    }
+
+    fn user(parent: Option<Seq>) -> Event {
+        Event::UserMessage {
+            parent: parent.map(event_id),
+            text: "hello".into(),
+        }
+    }
+
+    /// A branch move to an entry off the branch reads the log. The read
+    /// happens while preparing the fold, before anything changes: a failed
+    /// read leaves the projection as it was (a writer prepares before it
+    /// writes, so the refused event is not in the log either).
+    #[test]
+    fn a_failed_read_while_moving_the_leaf_changes_nothing() {
+        let mut p = Projection::default();
+        let mut seen = SeenNodes::default();
+        // e0 <- e1, and e0 <- e2: the branch is e0, e2.
+        for (seq, event) in [(0, user(None)), (1, user(Some(0))), (2, user(Some(0)))] {
+            p.apply_event(seq, &event, &mut seen).unwrap();
+            seen.observe(&Record {
+                seq,
+                id: event_id(seq),
+                ts: String::new(),
+                redaction: crate::event::Redaction::Public,
+                body: Body::Known(event),
+            });
+        }
+        assert_eq!(p.branch(), [0, 2]);
+        let before = p.clone();
+        let to_e1 = Event::LeafMoved { leaf: event_id(1) };
+        assert!(p.prepare(&to_e1, &mut FailingReads).is_err());
+        assert!(p.apply_event(3, &to_e1, &mut FailingReads).is_err());
+        assert_eq!(p, before, "a failed read changed the projection");
+        let fold = p.prepare(&to_e1, &mut seen).unwrap();
+        p.apply_prepared(3, &to_e1, fold);
+        assert_eq!(p.branch(), [0, 1]);
+        assert_eq!(p.next_seq(), 4);
+    }
 }

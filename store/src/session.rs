@@ -4,7 +4,9 @@
 //! append is checked against the session rules first (a result for an
 //! unknown call, a second commit, a run finished twice, a parent that does
 //! not exist, a tool started before it was called or approved) and refused
-//! with [`Error::Rule`]; only then written, made durable, and folded.
+//! with [`Error::Rule`]; then what folding it needs is read from the log
+//! (a failed read refuses it with nothing written); only then written,
+//! made durable, and folded.
 //!
 //! Opening resumes from `snapshot.json` when the log confirms it and replays
 //! only the tail; otherwise it replays the whole log and says why.
@@ -25,7 +27,7 @@ use crate::lease::LeaseRecord;
 use crate::log::{EventLog, LogOptions};
 use crate::meta::SessionMeta;
 use crate::nodes::{LogNodes, RecentNodes};
-use crate::projection::Projection;
+use crate::projection::{Fold, Projection};
 use crate::scan::{self, LogPosition, Scanner, TornTail};
 
 /// How to create or open a session.
@@ -447,22 +449,29 @@ impl Session {
     }
 
     fn write_and_fold(&mut self, event: Event, redaction: Redaction) -> Result<Acked> {
+        let fold = self.prepare(&event)?;
         let ack = self.log.append_with(&event, redaction)?;
-        self.fold(ack.seq(), ack.offset(), &event)?;
+        self.fold(ack.seq(), ack.offset(), &event, fold);
         Ok(ack)
     }
 
-    fn fold(&mut self, seq: Seq, offset: u64, event: &Event) -> Result<()> {
-        self.index.note(LogPosition { offset, seq });
+    /// Reads what folding `event` needs from the log, before it is written:
+    /// a failed read refuses the append with nothing written, never after
+    /// the event is in the log (where a retry would add it twice).
+    fn prepare(&self, event: &Event) -> Result<Fold> {
         let events = self.paths.events();
-        self.projection.apply_event(
-            seq,
+        self.projection.prepare(
             event,
             &mut LogNodes {
                 path: &events,
                 index: &self.index,
             },
         )
+    }
+
+    fn fold(&mut self, seq: Seq, offset: u64, event: &Event, fold: Fold) {
+        self.index.note(LogPosition { offset, seq });
+        self.projection.apply_prepared(seq, event, fold);
     }
 
     /// Writes a public event after checking the session rules, and folds
@@ -476,8 +485,9 @@ impl Session {
     pub fn write(&mut self, event: Event) -> Result<Written> {
         self.fenced(|s| {
             s.check(&event)?;
+            let fold = s.prepare(&event)?;
             let written = s.log.write_with(&event, Redaction::Public)?;
-            s.fold(written.seq(), written.0.offset, &event)?;
+            s.fold(written.seq(), written.0.offset, &event, fold);
             if s.lease.is_some() {
                 return Ok(Written(s.log.wait(written)?));
             }
