@@ -47,6 +47,7 @@ use std::fmt;
 use std::str::FromStr;
 
 use crate::nemesis::database::DatabaseCrash;
+use crate::nemesis::pgproxy::StatementStrike;
 
 /// What one strike does to the session's owner.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -59,6 +60,9 @@ pub enum Strike {
     Restart,
     DbCrash(DatabaseCrash),
     Partition,
+    /// Inside the request after step K, at one of its statements
+    /// (`pause@K.S`, `kill@K.Sr`: [`crate::nemesis::pgproxy`]).
+    Statement(StatementStrike),
 }
 
 impl Strike {
@@ -69,14 +73,15 @@ impl Strike {
             Strike::Pause | Strike::PauseUntil(_) | Strike::Kill | Strike::Restart => {
                 Needs::Processes
             }
-            Strike::DbCrash(_) => Needs::Database,
+            Strike::DbCrash(_) | Strike::Statement(_) => Needs::Database,
             Strike::Partition => Needs::Network,
         }
     }
 }
 
 impl Strike {
-    /// Its kind, as a plan spells it: `pause`, `kill`, `db-crash`, `partition`.
+    /// Its kind, as a plan spells it (`pause`, `kill`, `db-crash`,
+    /// `partition`), or a statement strike's (`statement-pause`, …).
     pub fn kind(self) -> &'static str {
         match self {
             Strike::Pause | Strike::PauseUntil(_) => "pause",
@@ -84,6 +89,7 @@ impl Strike {
             Strike::Restart => "restart",
             Strike::DbCrash(_) => "db-crash",
             Strike::Partition => "partition",
+            Strike::Statement(s) => s.action.kind(),
         }
     }
 }
@@ -153,6 +159,7 @@ impl fmt::Display for WorkerPlan {
                 Strike::Restart => write!(f, "{sep}restart@{k}")?,
                 Strike::DbCrash(model) => write!(f, "{sep}db-crash:{model}@{k}")?,
                 Strike::Partition => write!(f, "{sep}partition@{k}")?,
+                Strike::Statement(s) => write!(f, "{sep}{}@{k}{s}", s.action.name())?,
             }
         }
         Ok(())
@@ -161,7 +168,7 @@ impl fmt::Display for WorkerPlan {
 
 /// A plan that does not parse, said in one line.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
-#[error("worker plan {0:?} is not none or strikes pause@K, pause@K~J, kill@K, restart@K, db-crash:MODEL@K (MODEL: immediate, kill or kill-frozen), partition@K joined by + (K: a step of the session's owner since its grant, 0 = right after it; J: the heir's step at which the paused owner wakes)")]
+#[error("worker plan {0:?} is not none or strikes pause@K, pause@K~J, kill@K, restart@K, db-crash:MODEL@K (MODEL: immediate, kill or kill-frozen), partition@K, ACTION@K.S or ACTION@K.Sr (ACTION: pause, kill, reset or drop; S: a statement of request K, from 1; r: after its reply) joined by + (K: a step of the session's owner since its grant, 0 = right after it; J: the heir's step at which the paused owner wakes)")]
 pub struct BadWorkerPlan(String);
 
 impl FromStr for WorkerPlan {
@@ -176,6 +183,10 @@ impl FromStr for WorkerPlan {
             .split('+')
             .map(|one| {
                 let (kind, step) = one.split_once('@').ok_or_else(bad)?;
+                if step.contains('.') {
+                    let (strike, k) = StatementStrike::parse(kind, step).ok_or_else(bad)?;
+                    return Ok((Strike::Statement(strike), k));
+                }
                 let (step, wake) = match step.split_once('~') {
                     Some((k, j)) if kind == "pause" => (k, Some(j.parse().map_err(|_| bad())?)),
                     Some(_) => return Err(bad()),
@@ -216,6 +227,9 @@ mod tests {
             "pause@3~1",
             "restart@4",
             "restart@2+pause@0~5",
+            "pause@3.1",
+            "kill@0.2r+drop@4.12",
+            "reset@1.1r",
         ] {
             assert_eq!(p.parse::<WorkerPlan>().unwrap().to_string(), p);
         }
@@ -235,6 +249,9 @@ mod tests {
             "pause@3~",
             "pause@~1",
             "restart:x@1",
+            "pause@3.0",
+            "restart@3.1",
+            "kill@3.1~2",
         ] {
             let e = bad.parse::<WorkerPlan>().unwrap_err();
             assert!(e.to_string().contains(&format!("{bad:?}")), "{e}");
@@ -243,5 +260,6 @@ mod tests {
         assert_eq!(needs("none"), Needs::Processes);
         assert_eq!(needs("kill@1+db-crash:kill@2"), Needs::Database);
         assert_eq!(needs("partition@1+pause@0"), Needs::Network);
+        assert_eq!(needs("pause@3.1"), Needs::Database);
     }
 }
