@@ -473,7 +473,7 @@ fn the_many_workers_campaign_with_every_strike_passes() {
         return;
     };
     assert_eq!(code, 0, "{out}");
-    let trials = if network { 50 } else { 46 };
+    let trials = if network { 55 } else { 51 };
     assert!(
         out.contains(&format!("total: {trials} trial(s), 0 violation(s)")),
         "{out}"
@@ -486,9 +486,13 @@ fn the_many_workers_campaign_with_every_strike_passes() {
         assert!(line.contains("6 effect(s) applied"), "{line}\n{out}");
     }
     assert!(out.contains("0 violation(s), 0 not exercised"), "{out}");
+    // A statement pause's zombie is fenced: its statement reached the
+    // server after the newer grant and committed nothing.
+    let line = out.lines().find(|l| l.starts_with("pause@3.1 ")).unwrap();
+    assert!(line.contains("1 takeover(s), 1 write(s) fenced"), "{out}");
     if network {
         assert!(
-            out.contains("strikes fired/planned: db-crash 6/6 · kill 21/21 · partition 4/4 · pause 21/21 · restart 2/2"),
+            out.contains("strikes fired/planned: connection-drop 1/1 · connection-reset 1/1 · db-crash 6/6 · kill 21/21 · partition 4/4 · pause 21/21 · restart 2/2 · statement-kill 1/1 · statement-pause 2/2"),
             "{out}"
         );
         let line = out.lines().find(|l| l.starts_with("partition@4")).unwrap();
@@ -518,6 +522,49 @@ fn the_many_workers_campaign_catches_lease_faults() {
             return;
         }
     }
+}
+
+/// A statement strike: the owner is held right before the first
+/// statement of its renewal before an effect (`pause@3.1`, inside the
+/// request) while the other worker takes the session over; let go, the
+/// renewal runs against the heir's epoch. The unmodified store fences it
+/// (the statement sent after the newer grant commits nothing: the
+/// campaign test checks the count); without the epoch check it is renewed
+/// and the zombie applies its effect again.
+#[test]
+fn a_statement_pause_catches_a_write_without_an_epoch_check() {
+    let Some(out) = pg_caught("no-epoch-check", "pause@3.1", "fenced-epoch-refused") else {
+        return;
+    };
+    assert!(
+        out.contains("VIOLATION effect-once-across-workers "),
+        "{out}"
+    );
+    assert!(
+        out.contains("strikes fired/planned: statement-pause 1/1"),
+        "{out}"
+    );
+}
+
+/// A reset connection (both sides closed inside the effect commit's
+/// transaction, the worker alive) ends its owner: the store does not
+/// reconnect, its write fails, and the same worker is granted the session
+/// again at a new epoch, with recovery; a pause while the transaction holds
+/// locks is reported not exercised, never passed.
+#[test]
+fn a_reset_connection_ends_its_owner_and_a_held_transaction_is_not_exercised() {
+    let Some((code, out)) = workers_pg(&["--plan", "reset@4.3"]) else {
+        return;
+    };
+    assert_eq!(code, 0, "{out}");
+    assert!(out.contains("1 takeover(s)"), "{out}");
+    assert!(
+        out.contains("strikes fired/planned: connection-reset 1/1"),
+        "{out}"
+    );
+    let (code, out) = workers_pg(&["--plan", "pause@4.3"]).unwrap();
+    assert_eq!(code, 2, "{out}");
+    assert!(out.contains("NOT EXERCISED pause@4.3: pause@4.3 never fired: w0 before statement 3 of its request 4 of s0: its transaction holds locks"), "{out}");
 }
 
 /// An asynchronous commit loses what the store acknowledged when the

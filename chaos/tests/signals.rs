@@ -299,6 +299,10 @@ const POINTS: &[&str] = &[
     "--quiet",
 ];
 
+/// A phase that restarted lives do not reach is reached sooner, and a
+/// campaign ends sooner, without crashing them.
+const NO_RESTARTS: &[&str] = &["--restarts", "none"];
+
 fn points(extra: &[&str]) -> Vec<String> {
     let small = small();
     POINTS
@@ -323,7 +327,7 @@ fn stop_in(phase: &str, args: &[String], stall_root: &str, signal: Signal) {
 fn a_signal_stops_the_crash_free_trace_run() {
     stop_in(
         "crash-free trace",
-        &points(&[]),
+        &points(NO_RESTARTS),
         "crash-free/",
         Signal::SIGINT,
     );
@@ -341,13 +345,13 @@ fn a_signal_stops_the_traces_of_restarted_lives() {
 
 #[test]
 fn a_signal_stops_a_probe() {
-    stop_in("probe", &points(&[]), "/probe", Signal::SIGINT);
+    stop_in("probe", &points(NO_RESTARTS), "/probe", Signal::SIGINT);
 }
 
 #[test]
 fn a_signal_stops_a_trial() {
     // Trial directories are NNNNNN-NNNNNNNNNN, trace runs' NNNNNN-crash-free.
-    stop_in("trial", &points(&[]), "-00000000", Signal::SIGINT);
+    stop_in("trial", &points(NO_RESTARTS), "-00000000", Signal::SIGINT);
 }
 
 #[test]
@@ -356,7 +360,7 @@ fn a_signal_stops_shrinking() {
     // recovery): shrinking runs its trials in a campaign directory of
     // its own, where the adapter stalls.
     // Seed 2's scenario stores no blob (which this store does not claim).
-    let args = points(&["--random", "1", "--seed", "2"]);
+    let args = points(&["--random", "1", "--seed", "2", "--restarts", "none"]);
     stop_in("shrinking", &args, "@later", Signal::SIGINT);
 }
 
@@ -409,7 +413,7 @@ fn a_daemon_an_adapter_leaves_behind_is_killed_and_named() {
     let dir = tempfile::tempdir().unwrap();
     let json = dir.path().join("report.json");
     let child = Command::new(env!("CARGO_BIN_EXE_agentchaos"))
-        .args(points(&[]))
+        .args(points(NO_RESTARTS))
         .arg("--adapter")
         .arg(stalling_adapter())
         .arg("--dir")

@@ -300,8 +300,14 @@ fn bad_usage_is_one_line_and_exit_2() {
         (vec!["--postgres", "--plan", "partition@x"], "partition@K"),
         (
             vec!["--plan", "partition@2"],
-            "--plan partition@2: database crashes and partitions need",
+            "--plan partition@2: database crashes, partitions and statement strikes need",
         ),
+        (
+            vec!["--plan", "pause@3.1"],
+            "--plan pause@3.1: database crashes, partitions and statement strikes need",
+        ),
+        (vec!["--postgres", "--plan", "pause@3.0"], "ACTION@K.S"),
+        (vec!["--every-statement"], "--postgres"),
         (
             vec!["--postgres", "--store-fault", "no-fdatasync"],
             "names no fault of the PostgreSQL store",

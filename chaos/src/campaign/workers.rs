@@ -39,7 +39,9 @@ use crate::store::{SessionSpec, StoreBackend};
 use agentchaos_protocol::ErrorKind;
 use agentstore_pg::cluster::{Cluster, ClusterOptions, Listen};
 
+mod statements;
 mod transitions;
+pub use statements::{sampled_statement_plans, statement_plans};
 
 /// How long the harness waits for one reply of a worker that is running.
 const REPLY_TIMEOUT: Duration = Duration::from_secs(60);
@@ -125,6 +127,8 @@ pub struct Database {
     // Dropped in this order: the server stops before its namespace goes.
     cluster: Cluster,
     network: Option<Partition>,
+    /// Each worker's proxy, in a trial with statement strikes.
+    proxies: Option<statements::Proxies>,
     bin: PathBuf,
     fault: Option<String>,
 }
@@ -153,6 +157,7 @@ impl Database {
         Ok(Database {
             cluster: Cluster::start(options).map_err(cluster_err)?,
             network: net,
+            proxies: None,
             bin: bin.to_path_buf(),
             fault: fault.map(str::to_string),
         })
@@ -182,10 +187,15 @@ impl Database {
         self.command(self.cluster.dsn())
     }
 
-    /// The adapter command of the workers: over their links when they run
-    /// in namespaces.
-    fn worker_adapter(&self) -> String {
-        self.command(self.cluster.tcp_dsn().unwrap_or_else(|| self.cluster.dsn()))
+    /// The adapter command of worker `index`: through its proxy in a
+    /// trial with statement strikes, else over its link when the workers
+    /// run in namespaces.
+    fn worker_adapter(&mut self, index: usize) -> Result<String, WorkersError> {
+        let dsn = match &mut self.proxies {
+            Some(p) => p.dsn(index)?,
+            None => self.cluster.tcp_dsn().unwrap_or_else(|| self.cluster.dsn()),
+        };
+        Ok(self.command(dsn))
     }
 }
 
@@ -312,9 +322,10 @@ impl Worker {
         args.push(dirs.world.display().to_string());
         args.extend(["--worker-id".into(), id.clone()]);
         args.extend(["--ttl-ms".into(), cfg.ttl_of(index).to_string()]);
-        let adapter = match (&cfg.store, &db) {
+        let mut db = db;
+        let adapter = match (&cfg.store, &mut db) {
             (SharedStore::Adapter(a), _) => Some(a.clone()),
-            (_, Some(db)) => Some(db.worker_adapter()),
+            (_, Some(db)) => Some(db.worker_adapter(index)?),
             _ => None,
         };
         if let Some(a) = adapter {
@@ -508,9 +519,33 @@ pub fn trial(
     }
     let dir = crate::campaign::scratch::campaign_dir(scratch)
         .map_err(|e| WorkersError::Harness(e.to_string()))?;
-    let outcome = trial_in(cfg, backend, plan, &dir, db);
+    let outcome = trial_in(cfg, backend, plan, &dir, db, false);
     let _ = std::fs::remove_dir_all(&dir);
-    outcome
+    outcome.map(|(trial, _)| trial)
+}
+
+/// The statements of each request of the first session's owner in a
+/// strike-free trial through the proxies (`db`: the campaign's cluster),
+/// request 0 first: what [`statement_plans`] enumerates.
+pub fn statement_counts(
+    cfg: &WorkersConfig,
+    backend: &dyn StoreBackend,
+    scratch: &Path,
+    db: &mut Database,
+) -> Result<Vec<usize>, WorkersError> {
+    let dir = crate::campaign::scratch::campaign_dir(scratch)
+        .map_err(|e| WorkersError::Harness(e.to_string()))?;
+    let outcome = trial_in(cfg, backend, WorkerPlan::default(), &dir, Some(db), true);
+    let _ = std::fs::remove_dir_all(&dir);
+    let (trial, counts) = outcome?;
+    match trial.violations.first() {
+        None => Ok(counts),
+        Some(v) => Err(WorkersError::Store(format!(
+            "the strike-free trial that counts the statements failed {}: {}",
+            v.invariant.name(),
+            v.found
+        ))),
+    }
 }
 
 fn cluster_err(e: agentstore_pg::cluster::ClusterError) -> WorkersError {
@@ -537,15 +572,26 @@ fn first_crash(strikes: &[(Strike, usize)]) -> Option<Strike> {
         .find(|s| matches!(s, Strike::DbCrash(_)))
 }
 
+/// A trial, and with `count` the statements of each request of the
+/// first session's owner.
 fn trial_in(
     cfg: &WorkersConfig,
     backend: &dyn StoreBackend,
     plan: WorkerPlan,
     dir: &Path,
     mut db: Option<&mut Database>,
-) -> Result<WorkersTrial, WorkersError> {
+    count: bool,
+) -> Result<(WorkersTrial, Vec<usize>), WorkersError> {
     if let Some(net) = db.as_deref().and_then(|d| d.network.as_ref()) {
         net.heal_all().map_err(net_err)?;
+    }
+    let statements = count
+        || plan
+            .strikes()
+            .iter()
+            .any(|(s, _)| matches!(s, Strike::Statement(_)));
+    if let Some(d) = db.as_deref_mut() {
+        d.proxies = statements.then(|| statements::Proxies::new(&d.cluster));
     }
     prepare(db.as_deref(), first_crash(plan.strikes()))?;
     let dirs = Dirs {
@@ -583,8 +629,11 @@ fn trial_in(
         states: vec![State::Running; workers.len()],
         workers,
         struck: Vec::new(),
+        held: Vec::new(),
+        counts: count.then(Vec::new),
     };
     let result = run.drive(&plan);
+    let counts = run.counts.take().unwrap_or_default();
     let strikes = std::mem::take(&mut run.struck);
     let mut history = std::mem::take(&mut run.history);
     let states = std::mem::take(&mut run.states);
@@ -596,6 +645,9 @@ fn trial_in(
             w.kill();
         }
     }
+    if let Some(d) = run.db.as_deref_mut() {
+        d.proxies = None;
+    }
     result?;
     for i in 0..cfg.sessions {
         history.push(final_log(cfg, backend, &dirs, &session_name(i)));
@@ -603,13 +655,14 @@ fn trial_in(
     let effects = read_effects(&dirs.world)
         .map_err(|e| WorkersError::Harness(format!("cannot read the world's effects: {e}")))?;
     let violations = check(&history, &effects);
-    Ok(WorkersTrial {
+    let trial = WorkersTrial {
         plan,
         strikes,
         history,
         effects,
         violations,
-    })
+    };
+    Ok((trial, counts))
 }
 
 /// `session`'s log once every worker is gone: a plain open, asked again
@@ -669,6 +722,11 @@ struct Run<'a> {
     states: Vec<State>,
     /// The plan's strikes so far, and at the end those that never fired.
     struck: Vec<StrikeRecord>,
+    /// Workers held inside a request by a statement strike.
+    held: Vec<statements::HeldStatement>,
+    /// In a counting trial: the statements of each request of the first
+    /// session's owner.
+    counts: Option<Vec<usize>>,
 }
 
 impl Run<'_> {
@@ -828,6 +886,11 @@ impl Run<'_> {
                 let next = planned.get(self.struck.len()).copied();
                 if let Some((strike, _)) = next.filter(|&(_, k)| i == 0 && sessions[0].steps == k) {
                     let label = plan.label(self.struck.len());
+                    if let Strike::Statement(s) = strike {
+                        let record = self.statement_strike(s, label, &mut sessions)?;
+                        self.struck.push(record);
+                        continue;
+                    }
                     let later = first_crash(&planned[self.struck.len() + 1..]);
                     let (zombie, hit) = self.strike(strike, &label, later, &mut sessions)?;
                     let wake = match strike {
@@ -844,10 +907,19 @@ impl Run<'_> {
                     continue;
                 }
                 let (owner, name) = (sessions[i].owner, sessions[i].name.clone());
+                let counting = i == 0 && self.counts.is_some();
+                if counting {
+                    self.count_next(owner)?;
+                }
                 let more = self.step(owner, &name)?;
+                if counting {
+                    let n = self.counted(owner)?;
+                    self.counts.get_or_insert_with(Vec::new).push(n);
+                }
                 sessions[i].steps += 1;
                 sessions[i].finished = !more;
                 if i == 0 && !more {
+                    self.let_go()?;
                     // The zombie writers go on where they were paused.
                     for (zombie, wake) in std::mem::take(&mut zombies) {
                         self.wake(zombie, wake.is_some(), &mut sessions)?;
@@ -1094,6 +1166,9 @@ impl Run<'_> {
                 };
                 Ok((None, hit))
             }
+            Strike::Statement(_) => Err(WorkersError::Harness(format!(
+                "{label}: a statement strike is carried out inside a request, not after it"
+            ))),
             Strike::Partition => {
                 self.renew(victim, &name)?;
                 let victim_id = self.workers[victim].id.clone();

@@ -37,13 +37,21 @@ pub(crate) struct WorkersCli {
     /// restart it) and `partition@K` (cut the owner's own link to the database until another
     /// worker took over; needs root and iproute2). Without it: a pause and a kill after every
     /// write, two kills of an heir in its second life, and with --postgres a sample of database
-    /// crashes and partitions.
+    /// crashes and partitions. With --postgres, `ACTION@K.S` strikes inside request K (the one
+    /// after the K-th write) before its S-th statement (from 1), `ACTION@K.Sr` after that
+    /// statement's reply: ACTION pause (held while another worker takes over, then let go),
+    /// kill, reset (both sides of the connection closed) or drop (never forwarded).
     #[arg(long, value_name = "PLAN", help_heading = WHAT)]
     plan: Option<String>,
     /// Run each plan N times (a replay that fails N of N runs is deterministic); with N > 1
     /// the summary says how many runs of each plan failed.
     #[arg(long, value_name = "N", default_value_t = 1, help_heading = WHAT)]
     repeat: usize,
+    /// With --postgres: every statement strike (each action before each statement of each
+    /// request of the first session's owner, and after each reply but a request's last),
+    /// counted in a strike-free trial, instead of a sample of them.
+    #[arg(long, conflicts_with = "plan", help_heading = WHAT)]
+    every_statement: bool,
     /// Worker processes (at least 2: one to lose a session, one to take it over).
     #[arg(long, default_value_t = 2, help_heading = WHAT)]
     workers: usize,
@@ -169,6 +177,11 @@ pub(crate) fn run_workers(w: WorkersCli) -> Result<ExitCode, Failure> {
     if w.repeat < 1 {
         return Err(bad_input("--repeat must be at least 1"));
     }
+    if w.every_statement && !w.postgres {
+        return Err(bad_input(
+            "--every-statement: statement strikes need a database server the harness started (--postgres)",
+        ));
+    }
     if w.workers < 2 || w.sessions < 1 {
         return Err(bad_input(
             "--workers must be at least 2 and --sessions at least 1",
@@ -184,7 +197,7 @@ pub(crate) fn run_workers(w: WorkersCli) -> Result<ExitCode, Failure> {
     if let Some(plan) = &explicit {
         if plan.needs() > Needs::Processes && !w.postgres {
             return Err(bad_input(format!(
-                "--plan {plan}: database crashes and partitions need a database server the harness started (--postgres)"
+                "--plan {plan}: database crashes, partitions and statement strikes need a database server the harness started (--postgres)"
             )));
         }
     }
@@ -219,6 +232,9 @@ pub(crate) fn run_workers(w: WorkersCli) -> Result<ExitCode, Failure> {
             match &database {
                 Some((db, _)) => {
                     plans.extend(workers::database_plans(db.has_network()));
+                    if !w.every_statement {
+                        plans.extend(workers::sampled_statement_plans());
+                    }
                     if !db.has_network() {
                         println!("partition strikes left out: no network namespaces here (they need root and iproute2)");
                     }
@@ -265,6 +281,23 @@ pub(crate) fn run_workers(w: WorkersCli) -> Result<ExitCode, Failure> {
         store,
     };
     let scratch = w.scratch.unwrap_or_else(std::env::temp_dir);
+    let mut plans = plans;
+    if let (true, Some((db, _))) = (w.every_statement, database.as_mut()) {
+        let counts = workers::statement_counts(&cfg, backend.as_ref(), &scratch, db).map_err(
+            |e| match e {
+                WorkersError::Harness(m) => failed(format!("workers --every-statement: {m}")),
+                WorkersError::Store(m) => Failure::Store(format!("workers --every-statement: {m}")),
+            },
+        )?;
+        let every = workers::statement_plans(&counts);
+        println!(
+            "statement points: {} statement(s) in {} request(s) of a session's owner, {} strike plan(s)",
+            counts.iter().sum::<usize>(),
+            counts.len(),
+            every.len()
+        );
+        plans.extend(every);
+    }
     let describe = if w.postgres {
         "PostgreSQL (agentstore-pg) on a private cluster".to_string()
     } else {

@@ -67,7 +67,8 @@
 //! puts the database and each worker in a network namespace of its own,
 //! every worker joined to the database by its own veth pair, which it
 //! cuts and heals (`partition@K`); [`workers`] names the many-workers
-//! strikes.
+//! strikes; [`pgproxy`] relays each worker's connections to the database
+//! and holds one of its statements (`pause@K.S`, `reset@K.Sr`, …).
 //!
 //! This module owns plan syntax, the environment a plan gives each
 //! process, the power cut itself, and which plans a campaign runs. It must
@@ -75,6 +76,7 @@
 
 pub mod database;
 pub mod partition;
+pub mod pgproxy;
 pub mod powerloss;
 pub mod syscall;
 mod syscall_plans;

@@ -51,6 +51,7 @@ use std::fmt;
 use std::str::FromStr;
 
 use crate::nemesis::database::DatabaseCrash;
+use crate::nemesis::pgproxy::StatementStrike;
 
 /// What one strike does to the session's owner.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -73,6 +74,9 @@ pub enum Strike {
     /// The owner releases its lease with an acknowledged close; another
     /// worker asks for the session at once.
     Leave,
+    /// Inside the request after step K, at one of its statements
+    /// (`pause@K.S`, `kill@K.Sr`: [`crate::nemesis::pgproxy`]).
+    Statement(StatementStrike),
 }
 
 impl Strike {
@@ -87,14 +91,15 @@ impl Strike {
             | Strike::Slow
             | Strike::Lapse
             | Strike::Leave => Needs::Processes,
-            Strike::DbCrash(_) => Needs::Database,
+            Strike::DbCrash(_) | Strike::Statement(_) => Needs::Database,
             Strike::Partition => Needs::Network,
         }
     }
 }
 
 impl Strike {
-    /// Its kind, as a plan spells it: `pause`, `kill`, `db-crash`, `partition`.
+    /// Its kind, as a plan spells it (`pause`, `kill`, `db-crash`,
+    /// `partition`), or a statement strike's (`statement-pause`, …).
     pub fn kind(self) -> &'static str {
         match self {
             Strike::Pause | Strike::PauseUntil(_) => "pause",
@@ -105,6 +110,7 @@ impl Strike {
             Strike::Slow => "slow",
             Strike::Lapse => "lapse",
             Strike::Leave => "leave",
+            Strike::Statement(s) => s.action.kind(),
         }
     }
 }
@@ -177,6 +183,7 @@ impl fmt::Display for WorkerPlan {
                 Strike::Slow => write!(f, "{sep}slow@{k}")?,
                 Strike::Lapse => write!(f, "{sep}lapse@{k}")?,
                 Strike::Leave => write!(f, "{sep}leave@{k}")?,
+                Strike::Statement(s) => write!(f, "{sep}{}@{k}{s}", s.action.name())?,
             }
         }
         Ok(())
@@ -185,7 +192,7 @@ impl fmt::Display for WorkerPlan {
 
 /// A plan that does not parse, said in one line.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
-#[error("worker plan {0:?} is not none or strikes pause@K, pause@K~J, kill@K, restart@K, slow@K, lapse@K, leave@K, db-crash:MODEL@K (MODEL: immediate, kill or kill-frozen), partition@K joined by + (K: a step of the session's owner since its grant, 0 = right after it; J: the heir's step at which the paused owner wakes)")]
+#[error("worker plan {0:?} is not none or strikes pause@K, pause@K~J, kill@K, restart@K, slow@K, lapse@K, leave@K, db-crash:MODEL@K (MODEL: immediate, kill or kill-frozen), partition@K, ACTION@K.S or ACTION@K.Sr (ACTION: pause, kill, reset or drop; S: a statement of request K, from 1; r: after its reply) joined by + (K: a step of the session's owner since its grant, 0 = right after it; J: the heir's step at which the paused owner wakes)")]
 pub struct BadWorkerPlan(String);
 
 impl FromStr for WorkerPlan {
@@ -200,6 +207,10 @@ impl FromStr for WorkerPlan {
             .split('+')
             .map(|one| {
                 let (kind, step) = one.split_once('@').ok_or_else(bad)?;
+                if step.contains('.') {
+                    let (strike, k) = StatementStrike::parse(kind, step).ok_or_else(bad)?;
+                    return Ok((Strike::Statement(strike), k));
+                }
                 let (step, wake) = match step.split_once('~') {
                     Some((k, j)) if kind == "pause" => (k, Some(j.parse().map_err(|_| bad())?)),
                     Some(_) => return Err(bad()),
@@ -246,6 +257,9 @@ mod tests {
             "slow@3",
             "lapse@0+leave@2",
             "leave@5",
+            "pause@3.1",
+            "kill@0.2r+drop@4.12",
+            "reset@1.1r",
         ] {
             assert_eq!(p.parse::<WorkerPlan>().unwrap().to_string(), p);
         }
@@ -268,6 +282,9 @@ mod tests {
             "slow@3~1",
             "leave:x@1",
             "lapse@",
+            "pause@3.0",
+            "restart@3.1",
+            "kill@3.1~2",
         ] {
             let e = bad.parse::<WorkerPlan>().unwrap_err();
             assert!(e.to_string().contains(&format!("{bad:?}")), "{e}");
@@ -276,5 +293,6 @@ mod tests {
         assert_eq!(needs("none"), Needs::Processes);
         assert_eq!(needs("kill@1+db-crash:kill@2"), Needs::Database);
         assert_eq!(needs("partition@1+pause@0"), Needs::Network);
+        assert_eq!(needs("pause@3.1"), Needs::Database);
     }
 }

@@ -1,0 +1,343 @@
+//! Statement strikes of the many-workers campaign (`pause@K.S`,
+//! `kill@K.Sr`, `reset@K.S`, `drop@K.S`, `--postgres` only): each worker
+//! reaches the database through a proxy of its own
+//! ([`crate::nemesis::pgproxy`]), which holds the statement the strike
+//! names while the harness pauses, kills, resets or drops there. Also
+//! counts the statements of each request of a strike-free trial, from
+//! which [`statement_plans`] enumerates every point.
+//!
+//! This module drives and records, like its parent; it must never judge.
+
+use std::collections::HashMap;
+use std::path::PathBuf;
+use std::time::{Duration, Instant};
+
+use nix::sys::signal::{kill, Signal};
+use nix::unistd::Pid;
+
+use super::{Run, Served, State, StrikeRecord, WorkersError, REPLY_TIMEOUT};
+use crate::agent::worker::{WorkerCommand, WorkerReply};
+use crate::history::WorkerEvent;
+use crate::nemesis::pgproxy::{Proxy, Release, StatementAction, StatementStrike};
+use crate::nemesis::workers::{Strike, WorkerPlan};
+use agentstore_pg::cluster::Cluster;
+
+/// How often the harness looks whether the proxy holds the statement or
+/// the request ended first (either is an observed state, never a timer).
+const HOLD_POLL: Duration = Duration::from_millis(1);
+
+/// Every worker's proxy to the cluster, started on a worker's first
+/// connection (its DSN).
+#[derive(Debug)]
+pub(super) struct Proxies {
+    dir: PathBuf,
+    upstream: PathBuf,
+    cluster_dsn: String,
+    socket_dir: String,
+    port: u16,
+    by_worker: HashMap<usize, Proxy>,
+}
+
+impl Proxies {
+    pub(super) fn new(cluster: &Cluster) -> Proxies {
+        let port = cluster.port();
+        Proxies {
+            dir: cluster.socket_dir().join("proxy"),
+            upstream: cluster.socket_dir().join(format!(".s.PGSQL.{port}")),
+            cluster_dsn: cluster.dsn(),
+            socket_dir: cluster.socket_dir().display().to_string(),
+            port,
+            by_worker: HashMap::new(),
+        }
+    }
+
+    /// Worker `index`'s DSN: its own proxy's socket directory.
+    pub(super) fn dsn(&mut self, index: usize) -> Result<String, WorkersError> {
+        let dir = self.dir.join(format!("w{index}"));
+        if !self.by_worker.contains_key(&index) {
+            let proxy = Proxy::start(&dir, self.port, self.upstream.clone()).map_err(|e| {
+                WorkersError::Harness(format!("cannot start w{index}'s database proxy: {e}"))
+            })?;
+            self.by_worker.insert(index, proxy);
+        }
+        Ok(self.cluster_dsn.replacen(
+            &format!("host={}", self.socket_dir),
+            &format!("host={}", dir.display()),
+            1,
+        ))
+    }
+
+    fn of(&self, index: usize) -> Result<&Proxy, WorkersError> {
+        self.by_worker
+            .get(&index)
+            .ok_or_else(|| WorkersError::Harness(format!("w{index} has no database proxy")))
+    }
+}
+
+/// A worker whose statement is held by a pause or a drop, to be let go
+/// (or, for a drop, its connection closed) once the session is finished.
+pub(super) struct HeldStatement {
+    worker: usize,
+    action: StatementAction,
+    command: WorkerCommand,
+}
+
+/// Every statement plan of `counts` (the statements of each request of a
+/// session's owner, from [`super::statement_counts`]): each action before
+/// each statement and after each reply but the request's last.
+pub fn statement_plans(counts: &[usize]) -> Vec<WorkerPlan> {
+    let mut plans = Vec::new();
+    for (k, &n) in counts.iter().enumerate() {
+        for s in 1..=n {
+            for after_reply in [false, true].into_iter().filter(|&a| !a || s < n) {
+                for action in StatementAction::ALL {
+                    let strike = StatementStrike {
+                        action,
+                        statement: s,
+                        after_reply,
+                    };
+                    plans.push(WorkerPlan::one(Strike::Statement(strike), k));
+                }
+            }
+        }
+    }
+    plans
+}
+
+/// The statement plans `agentchaos workers --postgres` runs by default:
+/// each action at least once, in the renewal before an effect (request 3:
+/// before its first statement, and after its `BEGIN`'s reply) and in the
+/// effect's commit (request 4, inside its transaction for the kill and the
+/// reset).
+pub fn sampled_statement_plans() -> Vec<WorkerPlan> {
+    [
+        "pause@3.1",
+        "pause@3.1r",
+        "kill@4.2",
+        "reset@4.3",
+        "drop@4.1",
+    ]
+    .iter()
+    .map(|p| p.parse().expect("a sampled plan parses"))
+    .collect()
+}
+
+impl Run<'_> {
+    fn proxy(&self, worker: usize) -> Result<&Proxy, WorkersError> {
+        self.db
+            .as_deref()
+            .and_then(|d| d.proxies.as_ref())
+            .ok_or_else(|| WorkersError::Harness("a statement strike needs the proxies".into()))?
+            .of(worker)
+    }
+
+    /// Arms the first session's owner's proxy for a count of the
+    /// statements of its next request (a strike-free trial's count).
+    pub(super) fn count_next(&mut self, worker: usize) -> Result<(), WorkersError> {
+        self.proxy(worker)?.arm(None);
+        Ok(())
+    }
+
+    /// The statements `worker` sent since [`Run::count_next`].
+    pub(super) fn counted(&self, worker: usize) -> Result<usize, WorkersError> {
+        Ok(self.proxy(worker)?.count())
+    }
+
+    /// Carries out `strike` (`label`, as the plan spells it) in the
+    /// first session's owner's next request: what it hit, or why it did
+    /// not fire.
+    pub(super) fn statement_strike(
+        &mut self,
+        strike: StatementStrike,
+        label: String,
+        sessions: &mut [Served],
+    ) -> Result<StrikeRecord, WorkersError> {
+        let victim = sessions[0].owner;
+        let name = sessions[0].name.clone();
+        let id = self.workers[victim].id.clone();
+        let point = format!(
+            "{id} {} statement {} of its request {} of {name}",
+            if strike.after_reply {
+                "after the reply of"
+            } else {
+                "before"
+            },
+            strike.statement,
+            sessions[0].steps
+        );
+        self.proxy(victim)?.arm(Some(strike));
+        let command = WorkerCommand::Step {
+            session: name.clone(),
+        };
+        self.workers[victim].send(&command)?;
+        let deadline = Instant::now() + REPLY_TIMEOUT;
+        let held = loop {
+            if let Some(held) = self.proxy(victim)?.held() {
+                break held;
+            }
+            if let Some(line) = self.workers[victim].answered() {
+                // The request ended before the point.
+                let count = self.proxy(victim)?.count();
+                self.proxy(victim)?.release(Release::Forward);
+                self.record_reply(victim, &name, &line, sessions)?;
+                return Ok(StrikeRecord {
+                    strike: Strike::Statement(strike),
+                    label,
+                    fired: false,
+                    what: format!("{point}: the request sent {count} statement(s)"),
+                });
+            }
+            if Instant::now() > deadline {
+                return Err(self.workers[victim].broken(format!(
+                    "neither a reply nor its statement {} within {}s",
+                    strike.statement,
+                    REPLY_TIMEOUT.as_secs()
+                )));
+            }
+            std::thread::sleep(HOLD_POLL);
+        };
+        let holds_lock = matches!(
+            strike.action,
+            StatementAction::Pause | StatementAction::Drop
+        );
+        if held.locked && holds_lock {
+            // A takeover would wait on the held transaction's row lock.
+            self.proxy(victim)?.release(Release::Forward);
+            let reply = self.workers[victim].receive(&command)?;
+            self.record(victim, &name, reply, sessions);
+            return Ok(StrikeRecord {
+                strike: Strike::Statement(strike),
+                label,
+                fired: false,
+                what: format!(
+                    "{point}: its transaction holds locks (it sent a statement since BEGIN: at least a share lock on each table it named, the session's row once locked) and the server ends no idle transaction (no idle_in_transaction_session_timeout), so another worker's open or takeover would wait for it while it is held"
+                ),
+            });
+        }
+        let ttl_ms = self.cfg.longest_ttl();
+        let hit = match strike.action {
+            StatementAction::Pause | StatementAction::Drop => {
+                self.states[victim] = State::Paused;
+                self.history
+                    .push(WorkerEvent::Paused { worker: id.clone() });
+                let heir = self.heir(victim)?;
+                self.acquire(heir, &name, true, ttl_ms)?;
+                sessions[0].owner = heir;
+                sessions[0].steps = 0;
+                self.held.push(HeldStatement {
+                    worker: victim,
+                    action: strike.action,
+                    command,
+                });
+                let what = match strike.action {
+                    StatementAction::Pause => "held",
+                    _ => "dropped (connection left open)",
+                };
+                format!("{what} {point}; {} took it over", self.workers[heir].id)
+            }
+            StatementAction::Kill => {
+                if let Some(peer) = held.peer {
+                    let _ = kill(Pid::from_raw(peer), Signal::SIGKILL);
+                }
+                self.proxy(victim)?.release(Release::Close);
+                let (_, hit) = self.strike(Strike::Kill, &label, None, sessions)?;
+                format!("held {point}, then {hit} (and its store process)")
+            }
+            StatementAction::Reset => {
+                self.proxy(victim)?.release(Release::Close);
+                let reply = self.workers[victim].receive(&command)?;
+                let more = self.record(victim, &name, reply, sessions);
+                // store-pg does not reconnect: the reset ends this owner's
+                // lease; it asks again, a new grant at a new epoch.
+                if !more {
+                    if let Err(reply) = self.acquire_or_refused(victim, &name, true, ttl_ms)? {
+                        return Err(WorkersError::Store(format!(
+                            "{id}: after the reset the store did not grant {name} again: {reply:?}"
+                        )));
+                    }
+                    sessions[0].steps = 0;
+                    sessions[0].finished = false;
+                }
+                format!("reset the connection of {point}; {id} asked for {name} again")
+            }
+        };
+        Ok(StrikeRecord {
+            strike: Strike::Statement(strike),
+            label,
+            fired: true,
+            what: hit,
+        })
+    }
+
+    /// Lets every held statement go (a drop: closes its connection)
+    /// once the first session is finished; each worker records its reply.
+    pub(super) fn let_go(&mut self) -> Result<(), WorkersError> {
+        for held in std::mem::take(&mut self.held) {
+            let release = match held.action {
+                StatementAction::Drop => Release::Close,
+                _ => Release::Forward,
+            };
+            self.proxy(held.worker)?.release(release);
+            let reply = self.workers[held.worker].receive(&held.command)?;
+            self.states[held.worker] = State::Running;
+            self.history.push(WorkerEvent::Resumed {
+                worker: self.workers[held.worker].id.clone(),
+            });
+            let WorkerCommand::Step { session } = held.command else {
+                continue;
+            };
+            let more = matches!(
+                reply,
+                WorkerReply::Acked { .. }
+                    | WorkerReply::Applied { .. }
+                    | WorkerReply::Renewed { .. }
+            );
+            self.history.push(WorkerEvent::Replied {
+                worker: self.workers[held.worker].id.clone(),
+                session: session.clone(),
+                reply,
+            });
+            // A statement the store accepted: the zombie writes on.
+            if more {
+                self.finish(held.worker, &session)?;
+            }
+        }
+        Ok(())
+    }
+
+    fn record_reply(
+        &mut self,
+        worker: usize,
+        session: &str,
+        line: &str,
+        sessions: &mut [Served],
+    ) -> Result<(), WorkersError> {
+        let reply: WorkerReply = serde_json::from_str(line)
+            .map_err(|e| self.workers[worker].broken(format!("unreadable reply {line:?}: {e}")))?;
+        self.record(worker, session, reply, sessions);
+        Ok(())
+    }
+
+    /// Records `worker`'s reply to a step of the first session: true while
+    /// it has more to do.
+    fn record(
+        &mut self,
+        worker: usize,
+        session: &str,
+        reply: WorkerReply,
+        sessions: &mut [Served],
+    ) -> bool {
+        let more = matches!(
+            reply,
+            WorkerReply::Acked { .. } | WorkerReply::Applied { .. } | WorkerReply::Renewed { .. }
+        );
+        self.history.push(WorkerEvent::Replied {
+            worker: self.workers[worker].id.clone(),
+            session: session.to_string(),
+            reply,
+        });
+        sessions[0].steps += 1;
+        sessions[0].finished = !more;
+        more
+    }
+}
