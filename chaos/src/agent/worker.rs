@@ -88,6 +88,17 @@ pub enum WorkerReply {
     Failed { what: String, message: String },
 }
 
+impl WorkerReply {
+    /// The store accepted the step (a write, an effect or a renewal): the
+    /// worker has more to do for the session.
+    pub fn accepted(&self) -> bool {
+        matches!(
+            self,
+            WorkerReply::Acked { .. } | WorkerReply::Applied { .. } | WorkerReply::Renewed { .. }
+        )
+    }
+}
+
 /// What the worker is told on its command line.
 #[derive(Debug, Clone)]
 pub struct WorkerArgs {

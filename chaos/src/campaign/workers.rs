@@ -819,10 +819,7 @@ impl Run<'_> {
         let reply = w.call(&WorkerCommand::Step {
             session: session.to_string(),
         })?;
-        let more = matches!(
-            reply,
-            WorkerReply::Acked { .. } | WorkerReply::Applied { .. } | WorkerReply::Renewed { .. }
-        );
+        let more = reply.accepted();
         self.history.push(WorkerEvent::Replied {
             worker: w.id.clone(),
             session: session.to_string(),
@@ -1201,12 +1198,7 @@ impl Run<'_> {
                 // Its old connection delivers the write now, after the
                 // takeover: judged as any write (it must be fenced).
                 let reply = self.workers[victim].receive(&write)?;
-                let more = matches!(
-                    reply,
-                    WorkerReply::Acked { .. }
-                        | WorkerReply::Applied { .. }
-                        | WorkerReply::Renewed { .. }
-                );
+                let more = reply.accepted();
                 self.history.push(WorkerEvent::Replied {
                     worker: victim_id,
                     session: name.clone(),

@@ -286,12 +286,7 @@ impl Run<'_> {
             let WorkerCommand::Step { session } = held.command else {
                 continue;
             };
-            let more = matches!(
-                reply,
-                WorkerReply::Acked { .. }
-                    | WorkerReply::Applied { .. }
-                    | WorkerReply::Renewed { .. }
-            );
+            let more = reply.accepted();
             self.history.push(WorkerEvent::Replied {
                 worker: self.workers[held.worker].id.clone(),
                 session: session.clone(),
@@ -327,10 +322,7 @@ impl Run<'_> {
         reply: WorkerReply,
         sessions: &mut [Served],
     ) -> bool {
-        let more = matches!(
-            reply,
-            WorkerReply::Acked { .. } | WorkerReply::Applied { .. } | WorkerReply::Renewed { .. }
-        );
+        let more = reply.accepted();
         self.history.push(WorkerEvent::Replied {
             worker: self.workers[worker].id.clone(),
             session: session.to_string(),

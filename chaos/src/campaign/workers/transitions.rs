@@ -23,12 +23,8 @@ impl Run<'_> {
         at: &str,
         sessions: &mut [Served],
     ) -> Result<String, WorkersError> {
-        let name = sessions[0].name.clone();
         let heir = self.heir(victim)?;
-        self.acquire(heir, &name, true, self.cfg.longest_ttl())?;
-        sessions[0].owner = heir;
-        sessions[0].steps = 0;
-        self.late_write(victim, &name)?;
+        self.take_over_from_live(heir, victim, sessions)?;
         self.close_if_fenced(victim, sessions)?;
         Ok(format!(
             "let the lease of {at} lapse while it ran; {} took it over, then the slow owner wrote",
@@ -46,7 +42,6 @@ impl Run<'_> {
         at: &str,
         sessions: &mut [Served],
     ) -> Result<String, WorkersError> {
-        let name = sessions[0].name.clone();
         let first = self.workers[victim].id.clone();
         let mut second = Worker::start(self.cfg, self.dirs, self.db.as_deref_mut(), victim)?;
         second.id = format!("{first}#2");
@@ -54,10 +49,7 @@ impl Run<'_> {
         self.workers.push(second);
         self.states.push(State::Running);
         let taker = self.workers.len() - 1;
-        self.acquire(taker, &name, true, self.cfg.longest_ttl())?;
-        sessions[0].owner = taker;
-        sessions[0].steps = 0;
-        self.late_write(victim, &name)?;
+        self.take_over_from_live(taker, victim, sessions)?;
         Ok(format!(
             "let the lease of {at} lapse while it ran; a second process under worker id {first} ({second_id}) took the session back, then the first one wrote"
         ))
@@ -102,11 +94,21 @@ impl Run<'_> {
         ))
     }
 
-    /// `worker`'s next write of `session` after another took it over,
-    /// recorded; a write the store accepted has it write on to the end.
-    fn late_write(&mut self, worker: usize, session: &str) -> Result<(), WorkersError> {
-        if self.step(worker, session)? {
-            self.finish(worker, session)?;
+    /// `taker` waits out the lease of `victim`, still running, and takes
+    /// the first session over; then `victim`'s next write goes, recorded
+    /// (a write the store accepted has it write on to the end).
+    fn take_over_from_live(
+        &mut self,
+        taker: usize,
+        victim: usize,
+        sessions: &mut [Served],
+    ) -> Result<(), WorkersError> {
+        let name = sessions[0].name.clone();
+        self.acquire(taker, &name, true, self.cfg.longest_ttl())?;
+        sessions[0].owner = taker;
+        sessions[0].steps = 0;
+        if self.step(victim, &name)? {
+            self.finish(victim, &name)?;
         }
         Ok(())
     }
