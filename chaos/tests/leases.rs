@@ -6,22 +6,9 @@
 //! starts; skipped without PostgreSQL on a dev machine, failed under
 //! `CI=true`, as in `postgres.rs`).
 
-use std::process::Command;
-
-use agentstore_pg::cluster;
-
+use crate::postgres::postgres_installed;
 use crate::support;
-
-fn workers(args: &[&str]) -> (i32, String) {
-    let out = Command::new(env!("CARGO_BIN_EXE_agentchaos"))
-        .arg("workers")
-        .args(args)
-        .output()
-        .unwrap();
-    let stdout = String::from_utf8_lossy(&out.stdout).into_owned();
-    let stderr = String::from_utf8_lossy(&out.stderr).into_owned();
-    (out.status.code().unwrap(), format!("{stdout}{stderr}"))
-}
+use crate::workers::workers;
 
 /// `fault` under `plan` (`ttl`: `--ttl-ms`) fails 10 of 10 runs of its
 /// printed replay, by `invariant`; the unmodified store passes 10 of 10.
@@ -129,12 +116,7 @@ fn a_bad_repeat_is_refused_in_one_line() {
 /// without them on a dev machine; under `CI=true` their absence fails),
 /// with `agentstore-pg` built beside `agentchaos`, where `--postgres` looks.
 fn postgres_here() -> bool {
-    if cluster::find_bindir().is_none() {
-        assert!(
-            !cluster::required(),
-            "PostgreSQL is not installed (CI=true)"
-        );
-        eprintln!("skipped: PostgreSQL is not installed");
+    if !postgres_installed() {
         return false;
     }
     support::workspace_bin("agentstore-pg");

@@ -35,7 +35,7 @@ fn private_cluster() -> Option<Cluster> {
 
 /// Whether PostgreSQL's server binaries are here: false (the caller
 /// skips) on a dev machine without them; under `CI=true` their absence fails.
-fn postgres_installed() -> bool {
+pub(crate) fn postgres_installed() -> bool {
     if cluster::find_bindir().is_some() {
         return true;
     }

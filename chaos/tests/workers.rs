@@ -5,7 +5,8 @@
 
 use std::process::Command;
 
-fn workers(args: &[&str]) -> (i32, String) {
+/// `agentchaos workers ARGS…`: exit code and output (stdout, then stderr).
+pub(crate) fn workers(args: &[&str]) -> (i32, String) {
     let out = Command::new(env!("CARGO_BIN_EXE_agentchaos"))
         .arg("workers")
         .args(args)
