@@ -261,6 +261,33 @@ fn kill_descendants(registry: &mut Registry) {
     }
 }
 
+/// SIGKILLs `pid` (a child of this process, not yet reaped) after every
+/// one of its descendants, with `pid` stopped meanwhile: a crash of the
+/// whole tree at once. Killed first, a parent would close its pipes
+/// before the kernel sends its children their parent-death signal (the
+/// files go first when a process exits), and a store process idle on its
+/// stdin would read EOF and close its files cleanly, which is no crash
+/// (agentstore's log then cuts its pre-allocated zeros, and the next
+/// life makes other syscalls than the plan numbered). Stopped, `pid`
+/// neither starts another child nor sees one die.
+pub fn kill_tree(pid: u32) {
+    let Some(root) = i32::try_from(pid).ok().and_then(stat) else {
+        return;
+    };
+    send(&root, nix::libc::SIGSTOP);
+    // Bounded: a process in uninterruptible sleep stops when it wakes.
+    for _ in 0..1_000 {
+        if stat(root.pid).is_none_or(|now| now.start != root.start || now.stopped || now.zombie) {
+            break;
+        }
+        std::thread::sleep(Duration::from_micros(200));
+    }
+    for p in descendants(root.pid).iter().filter(|p| !p.zombie) {
+        sigkill(p);
+    }
+    sigkill(&root);
+}
+
 /// One process, as `/proc/PID/stat` tells it.
 #[derive(Debug, Clone)]
 struct Stat {
@@ -268,6 +295,8 @@ struct Stat {
     ppid: i32,
     session: i32,
     zombie: bool,
+    /// Stopped by a signal (not by a tracer).
+    stopped: bool,
     /// Start time in clock ticks since boot: with the pid, names one process.
     start: u64,
 }
@@ -282,6 +311,7 @@ fn stat(pid: i32) -> Option<Stat> {
     Some(Stat {
         pid,
         zombie: matches!(*fields.first()?, "Z" | "X"),
+        stopped: *fields.first()? == "T",
         ppid: fields.get(1)?.parse().ok()?,
         session: fields.get(3)?.parse().ok()?,
         start: fields.get(19)?.parse().ok()?,
@@ -356,6 +386,11 @@ fn descendants_by_scan(root: i32) -> Vec<Stat> {
 /// SIGKILL to `p`, through a pidfd checked to still name it: never to a
 /// recycled pid.
 fn sigkill(p: &Stat) {
+    send(p, nix::libc::SIGKILL);
+}
+
+/// Signal `sig` to `p`, through a pidfd checked to still name it.
+fn send(p: &Stat, sig: i32) {
     use nix::libc;
     // SAFETY: plain system calls on integers; the descriptor is owned at once.
     #[allow(unsafe_code)]
@@ -373,7 +408,7 @@ fn sigkill(p: &Stat) {
             libc::syscall(
                 libc::SYS_pidfd_send_signal,
                 fd.as_raw_fd(),
-                libc::SIGKILL,
+                sig,
                 std::ptr::null::<libc::siginfo_t>(),
                 0,
             );
@@ -589,5 +624,56 @@ fn command_line(pid: i32) -> String {
     match line.char_indices().nth(200) {
         Some((at, _)) => format!("{}…", &line[..at]),
         None => line,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::io::BufRead as _;
+    use std::process::Stdio;
+    use std::time::Instant;
+
+    /// A process the killed one started, reading a pipe that only the
+    /// killed one writes (as a store process reads its agent's requests):
+    /// killed with the tree, it never reads the pipe's end. A SIGKILL of
+    /// the parent alone lets it read EOF and write its mark.
+    #[test]
+    fn a_killed_tree_dies_before_any_of_it_reads_its_parents_pipe_end() {
+        let dir = tempfile::tempdir().unwrap();
+        let mark = dir.path().join("eof");
+        let mut parent = Command::new("bash")
+            .arg("-c")
+            .arg(r#"exec 5> >(read -r _; echo eof > "$1"); echo $!; exec sleep 600"#)
+            .arg("bash")
+            .arg(&mark)
+            .stdout(Stdio::piped())
+            .spawn()
+            .unwrap();
+        let mut line = String::new();
+        std::io::BufReader::new(parent.stdout.take().unwrap())
+            .read_line(&mut line)
+            .unwrap();
+        let reader: i32 = line.trim().parse().unwrap();
+        kill_tree(parent.id());
+        let status = parent.wait().unwrap();
+        assert_eq!(
+            std::os::unix::process::ExitStatusExt::signal(&status),
+            Some(9)
+        );
+        // Gone (or a zombie its new parent has not reaped yet): it either
+        // died of its SIGKILL or read EOF and wrote its mark first.
+        let deadline = Instant::now() + Duration::from_secs(30);
+        while stat(reader).is_some_and(|s| !s.zombie) && Instant::now() < deadline {
+            std::thread::sleep(Duration::from_millis(5));
+        }
+        assert!(
+            stat(reader).is_none_or(|s| s.zombie),
+            "the reader still runs"
+        );
+        assert!(
+            !mark.exists(),
+            "the reader read EOF: it outlived its parent"
+        );
     }
 }

@@ -447,8 +447,9 @@ fn next_step(
     }
 }
 
-/// How to kill a running first process: the child itself, or every
-/// process the tracer follows.
+/// How to kill a running first process: the child and the store
+/// processes it started, all at once ([`crate::child::kill_tree`]), or
+/// every process the tracer follows.
 #[derive(Clone)]
 enum Killer {
     Child(Arc<Mutex<Child>>),
@@ -459,7 +460,9 @@ impl Killer {
     fn kill(&self) {
         match self {
             Killer::Child(c) => {
-                let _ = c.lock().unwrap_or_else(|p| p.into_inner()).kill();
+                // Held: the child is not reaped (its pid not reused) meanwhile.
+                let child = c.lock().unwrap_or_else(|p| p.into_inner());
+                crate::child::kill_tree(child.id());
             }
             Killer::Traced(m) => m.kill(),
         }

@@ -1060,7 +1060,9 @@ impl Run<'_> {
             }
             Strike::Kill => {
                 let w = &mut self.workers[victim];
-                w.signal(Signal::SIGKILL)?;
+                // With its store process, so that neither reads EOF first
+                // and shuts down as a service does, releasing its leases.
+                crate::child::kill_tree(w.child.id());
                 let _ = w.child.wait();
                 self.states[victim] = State::Killed;
                 self.history.push(WorkerEvent::Killed {
@@ -1086,7 +1088,7 @@ impl Run<'_> {
             Strike::Restart => {
                 let id = self.workers[victim].id.clone();
                 let w = &mut self.workers[victim];
-                w.signal(Signal::SIGKILL)?;
+                crate::child::kill_tree(w.child.id());
                 let _ = w.child.wait();
                 self.history
                     .push(WorkerEvent::Killed { worker: id.clone() });
