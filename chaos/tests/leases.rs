@@ -1,5 +1,5 @@
 //! The lease transitions of `agentchaos workers` under strikes (`slow@K`,
-//! `lapse@K`, `leave@K`): each of agentstore's faults on a lease path is
+//! `lapse@K`, `leave@K`, and a kill inside a renewal, `kill@K.P`): each of agentstore's faults on a lease path is
 //! caught by its replay in 10 of 10 runs (`--repeat 10`), and the
 //! unmodified store passes the same plan in 10 of 10; the same for the
 //! PostgreSQL store's faults (`--postgres`, a private cluster the campaign
@@ -82,6 +82,29 @@ fn a_release_that_keeps_the_lease_is_caught_by_the_next_worker() {
     let out = caught_ten_of_ten("release-keeps-lease", "leave@3", "300", "one-live-owner");
     assert!(
         out.contains("expected: w0's acknowledged close of session s0 ends its lease (epoch 1)"),
+        "{out}"
+    );
+}
+
+/// A kill inside the owner's renewal (its first crash point there,
+/// `lease.write`) must leave the session to the next worker: a lease
+/// record rewritten in place is left empty, and no one can take over.
+#[test]
+fn a_lease_written_in_place_is_caught_by_a_kill_inside_the_renewal() {
+    let out = caught_ten_of_ten(
+        "lease-written-in-place",
+        "kill@3.1",
+        "100",
+        "acked-survive-takeover",
+    );
+    assert!(out.contains("VIOLATION work-completes "), "{out}");
+    assert!(
+        out.contains("found:    the store refused w1's takeover"),
+        "{out}"
+    );
+    assert!(out.contains("the lease record does not parse"), "{out}");
+    assert!(
+        out.contains("strikes fired/planned: crash-point-kill 10/10"),
         "{out}"
     );
 }
