@@ -7,10 +7,10 @@
 
 use std::collections::BTreeMap;
 
-use agentchaos_protocol::event::Decision;
+use agentchaos_protocol::event::{Decision, PlanStep, StepStatus};
 
 use crate::scenario::rng::Rng;
-use crate::scenario::{Run, SafeName, Scenario, Step, TestSpec};
+use crate::scenario::{Run, SafeName, Scenario, Step, TestSpec, MAX_PARALLEL_CALLS};
 
 /// A random, valid scenario of at most `max_steps` steps per run.
 pub fn random_scenario(seed: u64, max_steps: usize) -> Scenario {
@@ -48,91 +48,63 @@ pub fn random_scenario(seed: u64, max_steps: usize) -> Scenario {
     for r in 0..scenario.runs.len() {
         let n = rng.range(1, max_steps.max(1) as u64);
         for s in 0..n {
-            let approval = |rng: &mut Rng| {
-                rng.chance(1, 5).then(|| {
-                    if rng.chance(1, 3) {
-                        Decision::Denied
-                    } else {
-                        Decision::Approved
-                    }
+            let mut label = |rng: &mut Rng| {
+                rng.chance(1, 2).then(|| {
+                    n_label += 1;
+                    format!("l{n_label}")
                 })
             };
-            let step = match rng.below(13) {
-                0 | 1 => {
-                    let label = rng.chance(1, 2).then(|| {
-                        n_label += 1;
-                        format!("l{n_label}")
-                    });
-                    labels.extend(label.clone());
-                    Step::User {
-                        text: format!("request {r}.{s}"),
-                        label,
-                        reply_to: None,
-                    }
-                }
+            let step = match rng.below(15) {
+                0 | 1 => Step::User {
+                    text: format!("request {r}.{s}"),
+                    label: label(&mut rng),
+                    reply_to: reply_to(&mut rng, &labels),
+                },
                 2 => Step::Assistant {
                     text: format!("answer {r}.{s}"),
-                    label: None,
-                    reply_to: (!labels.is_empty() && rng.chance(1, 3))
-                        .then(|| rng.pick(&labels).clone()),
-                },
-                3 => Step::ReadFile {
-                    path: rng
-                        .pick(&["src/lib.rs", "NOTES.md", "missing.txt"])
-                        .to_string(),
-                    approval: None,
-                },
-                4 => Step::RunTests { approval: None },
-                5 => Step::WriteFile {
-                    path: "src/lib.rs".into(),
-                    content: format!("fn answer() -> u32 {{ 42 }} // {r}.{s}\n"),
-                    approval: approval(&mut rng),
-                },
-                6 => Step::AppendLine {
-                    path: "NOTES.md".into(),
-                    line: format!("note {r}.{s}"),
-                    approval: approval(&mut rng),
-                },
-                7 | 8 => Step::Remote {
-                    service: rng.pick(&["deploy", "chat", "ci"]).to_string(),
-                    action: format!("action {r}.{s}"),
-                    approval: approval(&mut rng),
+                    label: label(&mut rng),
+                    reply_to: reply_to(&mut rng, &labels),
                 },
                 9 if entries > 0 => Step::Compact {
                     summary: format!("summary at {r}.{s}"),
-                    keep: rng.range(1, 3) as usize,
+                    // Up to one more than there is to keep: the store
+                    // keeps what exists.
+                    keep: rng.range(1, entries as u64 + 1) as usize,
                 },
                 10 if !labels.is_empty() => Step::SwitchTo {
                     label: rng.pick(&labels).clone(),
                 },
                 11 => Step::Checkpoint {},
                 12 => Step::Parallel {
-                    calls: (0..rng.range(2, 4))
-                        .map(|k| match rng.below(3) {
-                            0 => Step::ReadFile {
-                                path: "NOTES.md".into(),
-                                approval: None,
-                            },
-                            1 => Step::AppendLine {
-                                path: "NOTES.md".into(),
-                                line: format!("note {r}.{s}.{k}"),
-                                approval: None,
-                            },
-                            _ => Step::Remote {
-                                service: rng.pick(&["deploy", "chat", "ci"]).to_string(),
-                                action: format!("action {r}.{s}.{k}"),
-                                approval: None,
+                    calls: (0..rng.range(2, MAX_PARALLEL_CALLS as u64))
+                        .map(|k| tool(&mut rng, &format!("{r}.{s}.{k}"), false))
+                        .collect(),
+                    schedule: rng.below(1 << 16),
+                },
+                13 => Step::Plan {
+                    goal: format!("goal {r}.{s}"),
+                    steps: (0..rng.range(1, 4))
+                        .map(|k| PlanStep {
+                            id: format!("p{k}"),
+                            title: format!("step {k}"),
+                            status: match rng.below(4) {
+                                0 => StepStatus::Pending,
+                                1 => StepStatus::InProgress,
+                                2 => StepStatus::Done,
+                                _ => StepStatus::Blocked(format!("waiting on {r}.{s}")),
                             },
                         })
                         .collect(),
-                    schedule: 0,
                 },
-                _ => Step::LargeOutput {
-                    bytes: rng.range(20_000, 40_000),
-                    approval: None,
-                },
+                _ => tool(&mut rng, &format!("{r}.{s}"), true),
             };
-            if !matches!(step, Step::Checkpoint {} | Step::SwitchTo { .. }) {
+            if let Some(l) = step.label() {
+                labels.push(l.to_string());
+            }
+            if !matches!(
+                step,
+                Step::Checkpoint {} | Step::SwitchTo { .. } | Step::Plan { .. }
+            ) {
                 entries += 1;
             }
             scenario.runs[r].steps.push(step);
@@ -140,6 +112,66 @@ pub fn random_scenario(seed: u64, max_steps: usize) -> Scenario {
     }
     debug_assert!(scenario.validate().is_ok(), "generated scenarios are valid");
     scenario
+}
+
+/// A label an earlier message set, now and then: a reply to it.
+fn reply_to(rng: &mut Rng, labels: &[String]) -> Option<String> {
+    (!labels.is_empty() && rng.chance(1, 3)).then(|| rng.pick(labels).clone())
+}
+
+/// A tool step of any kind; `approval` whether it may wait for the
+/// scripted human (a parallel call may not), with either outcome.
+fn tool(rng: &mut Rng, tag: &str, approval: bool) -> Step {
+    let approval = if approval && rng.chance(1, 5) {
+        Some(if rng.chance(1, 3) {
+            Decision::Denied
+        } else {
+            Decision::Approved
+        })
+    } else {
+        None
+    };
+    match rng.below(7) {
+        0 => Step::ReadFile {
+            path: rng
+                .pick(&["src/lib.rs", "NOTES.md", "missing.txt"])
+                .to_string(),
+            approval,
+        },
+        1 => Step::RunTests { approval },
+        2 => Step::WriteFile {
+            path: "src/lib.rs".into(),
+            content: format!("fn answer() -> u32 {{ 42 }} // {tag}\n"),
+            approval,
+        },
+        3 => Step::AppendLine {
+            path: "NOTES.md".into(),
+            line: format!("note {tag}"),
+            approval,
+        },
+        4 | 5 => Step::Remote {
+            service: rng.pick(&["deploy", "chat", "ci"]).to_string(),
+            action: format!("action {tag}"),
+            approval,
+        },
+        _ => Step::LargeOutput {
+            bytes: blob_size(rng),
+            approval,
+        },
+    }
+}
+
+/// A blob size from each class a store may treat apart: a byte, less than
+/// a page, around a page boundary, tens of kilobytes, and (rarely, as it
+/// costs every trial its writing) a quarter of a mebibyte and more.
+fn blob_size(rng: &mut Rng) -> u64 {
+    match rng.below(10) {
+        0 => 1,
+        1 | 2 => rng.range(2, 4095),
+        3 => rng.range(4095, 4097),
+        9 => rng.range(256 << 10, 300 << 10),
+        _ => rng.range(20_000, 40_000),
+    }
 }
 
 #[cfg(test)]
@@ -157,5 +189,112 @@ mod tests {
                 .iter()
                 .all(|r| !r.steps.is_empty() && r.steps.len() <= 6));
         }
+    }
+
+    /// Every kind of step, each approval outcome, each plan-step status
+    /// and each blob size class appears within 200 seeds: a kind the
+    /// generator never draws is a part of the store no random trial reaches.
+    #[test]
+    fn generated_scenarios_use_every_step_kind_and_option() {
+        let mut seen = std::collections::BTreeSet::new();
+        let mut note = |step: &Step, parallel: bool| {
+            let kind = serde_json::to_value(step).expect("a step serializes")["do"]
+                .as_str()
+                .expect("a step names what it does")
+                .to_string();
+            seen.insert(kind.clone());
+            if parallel {
+                seen.insert(format!("parallel {kind}"));
+            }
+            if let Some((_, approval)) = step.tool() {
+                seen.insert(format!("approval {approval:?}"));
+            }
+            match step {
+                Step::Plan { steps, .. } => seen.extend(steps.iter().map(|p| match &p.status {
+                    StepStatus::Blocked(_) => "plan blocked".to_string(),
+                    other => format!("plan {other:?}"),
+                })),
+                Step::LargeOutput { bytes, .. } => {
+                    seen.insert(
+                        match bytes {
+                            1 => "blob 1 byte",
+                            2..=4094 => "blob under a page",
+                            4095..=4097 => "blob at a page",
+                            20_000..=40_000 => "blob tens of KiB",
+                            _ => "blob over 256 KiB",
+                        }
+                        .to_string(),
+                    );
+                }
+                Step::User {
+                    reply_to: Some(_), ..
+                } => {
+                    seen.insert("user reply".into());
+                }
+                Step::Assistant { label: Some(_), .. } => {
+                    seen.insert("assistant label".into());
+                }
+                Step::Parallel { schedule, .. } if *schedule != 0 => {
+                    seen.insert("parallel schedule".into());
+                }
+                _ => {}
+            }
+        };
+        for seed in 0..200 {
+            for step in random_scenario(seed, 8).runs.iter().flat_map(|r| &r.steps) {
+                note(step, false);
+                if let Step::Parallel { calls, .. } = step {
+                    calls.iter().for_each(|c| note(c, true));
+                }
+            }
+        }
+        let kinds = [
+            "user",
+            "assistant",
+            "plan",
+            "read_file",
+            "run_tests",
+            "write_file",
+            "append_line",
+            "remote",
+            "large_output",
+            "compact",
+            "switch_to",
+            "checkpoint",
+            "parallel",
+        ];
+        let options = [
+            "approval None",
+            "approval Some(Approved)",
+            "approval Some(Denied)",
+            "plan Pending",
+            "plan InProgress",
+            "plan Done",
+            "plan blocked",
+            "blob 1 byte",
+            "blob under a page",
+            "blob at a page",
+            "blob tens of KiB",
+            "blob over 256 KiB",
+            "user reply",
+            "assistant label",
+            "parallel schedule",
+        ];
+        let tools = [
+            "read_file",
+            "run_tests",
+            "write_file",
+            "append_line",
+            "remote",
+            "large_output",
+        ];
+        let missing: Vec<String> = kinds
+            .iter()
+            .chain(&options)
+            .map(|k| k.to_string())
+            .chain(tools.iter().map(|t| format!("parallel {t}")))
+            .filter(|k| !seen.contains(k))
+            .collect();
+        assert!(missing.is_empty(), "never generated: {missing:?}");
     }
 }
