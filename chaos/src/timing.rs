@@ -32,9 +32,10 @@ pub enum Role {
     Probe,
     /// A power-loss state's recovery.
     Recovery,
-    /// What a worker thread keeps ready for its trials, started before its
-    /// first trial and between two: its fork server, or the warm processes
-    /// of its next trial's first life (an adapter that cannot fork).
+    /// What a worker thread makes ready for its trials: its fork server
+    /// (started before its first trial) and the store processes it makes
+    /// ahead of their use (forked, or started warm for an adapter that
+    /// cannot fork), before a trial or beside a running life.
     Worker,
 }
 

@@ -572,8 +572,9 @@ fn run_life(
     } = crate::timing::timed(crate::timing::Part::AgentStart, || {
         start(cmd, syscall.clone(), setup.agent_exe)
     })?;
-    // They load while this life runs.
-    crate::timing::as_role(crate::timing::Role::Observer, || {
+    // They load while this life runs. Made ahead, beside the life: the
+    // worker's cost, not one of this trial's parts (it overlaps them).
+    crate::timing::outside_trials(crate::timing::Role::Worker, || {
         setup.backend.warm_up(life_spec.warm_next)
     });
     let store_killer = match (&adapters, &running) {

@@ -647,7 +647,7 @@ impl StoreBackend for AdapterBackend {
     }
 
     fn fork_life(&self, opens: usize) -> StoreResult<Option<LifeAdapters>> {
-        if !matches!(self.fork_server()?, Some(_)) {
+        if self.fork_server()?.is_none() {
             return Ok(None);
         }
         self.life_processes(opens)
