@@ -78,6 +78,12 @@ CREATE TABLE IF NOT EXISTS {schema}.blobs (
 /// Connects to `dsn`, sets the durability every session connection uses
 /// (`synchronous_commit = on`: a commit returns after its WAL is flushed
 /// on the server) and creates the tables if they are missing.
+///
+/// The tables are created (or given the lease columns) only when the
+/// catalog says something is missing: `ALTER TABLE` takes an exclusive
+/// lock on `sessions` even when each column exists, so running it on every
+/// connect would make a worker's open wait for any other worker's
+/// transaction that holds a session row.
 pub fn connect(dsn: &str) -> Result<Client> {
     let mut client = Client::connect(dsn, NoTls).map_err(StoreError::pg("connect"))?;
     let sync = if fault::active(Fault::SynchronousCommitOff) {
@@ -90,6 +96,9 @@ pub fn connect(dsn: &str) -> Result<Client> {
             "SET synchronous_commit = {sync}; SET TIME ZONE 'UTC';"
         ))
         .map_err(StoreError::pg("set synchronous_commit"))?;
+    if tables_are_complete(&mut client, schema_name())? {
+        return Ok(client);
+    }
     let mut tx = client.transaction().map_err(StoreError::pg("begin"))?;
     tx.execute("SELECT pg_advisory_xact_lock($1)", &[&DDL_LOCK])
         .map_err(StoreError::pg("lock the schema"))?;
@@ -100,4 +109,24 @@ pub fn connect(dsn: &str) -> Result<Client> {
     .map_err(StoreError::pg("create tables"))?;
     tx.commit().map_err(StoreError::pg("commit the tables"))?;
     Ok(client)
+}
+
+/// Whether every table and column of [`tables`] exists, read from the
+/// catalog alone: `to_regclass` and `pg_attribute` take no lock on the
+/// tables, so a transaction holding a session row never delays this.
+fn tables_are_complete(client: &mut Client, schema: &str) -> Result<bool> {
+    let row = client
+        .query_one(
+            "SELECT to_regclass($1 || '.events') IS NOT NULL
+                AND to_regclass($1 || '.effects') IS NOT NULL
+                AND to_regclass($1 || '.blobs') IS NOT NULL
+                AND (SELECT count(*) FROM pg_attribute
+                     WHERE attrelid = to_regclass($1 || '.sessions')
+                       AND attname IN ('lease_worker', 'lease_epoch',
+                                       'lease_granted_ms', 'lease_expires_ms')
+                       AND NOT attisdropped) = 4",
+            &[&schema],
+        )
+        .map_err(StoreError::pg("read the catalog"))?;
+    Ok(row.get(0))
 }

@@ -205,3 +205,36 @@ fn a_takeover_after_expiry_fences_the_old_owner_and_marks_its_orphans() {
         .expect("a released lease is taken over at once");
     assert_eq!(t.expect("a grant").grant.epoch, 3);
 }
+
+/// A worker holding one session's row inside its transaction (as every
+/// write does, `FOR UPDATE`) must not delay another worker's open of
+/// another session: connecting reads the catalog and changes no table when
+/// the tables are complete. The second open runs with a `lock_timeout`, so
+/// a connect that asked for a table lock fails at once instead of hanging.
+#[test]
+fn opening_a_session_waits_for_no_other_sessions_transaction() {
+    let Some(c) = cluster() else { return };
+    let ws = tempfile::tempdir().expect("workspace");
+    let root = ws.path().join("root");
+    for session in ["busy", "other"] {
+        PgStore::create(&c.dsn(), &root, session, ws.path(), None).expect("create");
+    }
+    let mut holder = postgres::Client::connect(&c.dsn(), postgres::NoTls).expect("connect");
+    let mut tx = holder.transaction().expect("begin");
+    let held = tx
+        .query(
+            "SELECT key FROM agentstore.sessions WHERE session = 'busy' FOR UPDATE",
+            &[],
+        )
+        .expect("lock the busy session's row");
+    assert_eq!(held.len(), 1);
+
+    let impatient = format!("{} options='-c lock_timeout=2000'", c.dsn());
+    let (mut s, _) = PgStore::open(&impatient, &root, "other", None, None)
+        .expect("open beside a transaction holding another session's row");
+    s.append(&Event::RunStarted {
+        run_id: "r1".into(),
+    })
+    .expect("append beside it");
+    tx.rollback().expect("rollback");
+}
