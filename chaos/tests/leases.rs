@@ -1,5 +1,5 @@
 //! The lease transitions of `agentchaos workers` under strikes (`slow@K`,
-//! `lapse@K`, `leave@K`): each of agentstore's faults on a lease path is
+//! `lapse@K`, `leave@K`, and a kill inside a renewal, `kill@K.P`): each of agentstore's faults on a lease path is
 //! caught by its replay in 10 of 10 runs (`--repeat 10`), and the
 //! unmodified store passes the same plan in 10 of 10; the same for the
 //! PostgreSQL store's faults (`--postgres`, a private cluster the campaign
@@ -16,7 +16,11 @@ fn caught_ten_of_ten(fault: &str, plan: &str, ttl: &str, invariant: &str) -> Str
     caught_on(&[], fault, plan, ttl, invariant)
 }
 
-/// As [`caught_ten_of_ten`], on the store `store` names (`--postgres`, or nothing).
+/// As [`caught_ten_of_ten`], on the store `store` names (`--postgres`, or
+/// nothing). The broken and the unmodified store run at once: each is a
+/// campaign of its own (its own scratch directories, and with `--postgres`
+/// its own cluster), whose verdicts no timing changes, and both mostly
+/// wait out leases.
 fn caught_on(store: &[&str], fault: &str, plan: &str, ttl: &str, invariant: &str) -> String {
     let on = store.iter().map(|s| format!(" {s}")).collect::<String>();
     let replay = format!(
@@ -24,7 +28,12 @@ fn caught_on(store: &[&str], fault: &str, plan: &str, ttl: &str, invariant: &str
     );
     let mut args: Vec<&str> = replay.split(' ').skip(2).collect();
     args.extend(["--repeat", "10"]);
-    let (code, out) = workers(&args);
+    let mut clean_args = vec!["--plan", plan, "--ttl-ms", ttl, "--repeat", "10"];
+    clean_args.extend_from_slice(store);
+    let ((code, out), (clean_code, clean)) = std::thread::scope(|s| {
+        let clean = s.spawn(|| workers(&clean_args));
+        (workers(&args), clean.join().unwrap())
+    });
     assert_eq!(code, 1, "{out}");
     assert!(
         out.contains(&format!("{plan}: failed 10 of 10 runs")),
@@ -33,10 +42,7 @@ fn caught_on(store: &[&str], fault: &str, plan: &str, ttl: &str, invariant: &str
     assert!(out.contains(&format!("VIOLATION {invariant} ")), "{out}");
     // The command it ran is the replay every violation prints.
     assert!(out.contains(&format!("  replay:   {replay}\n")), "{out}");
-    let mut clean_args = vec!["--plan", plan, "--ttl-ms", ttl, "--repeat", "10"];
-    clean_args.extend_from_slice(store);
-    let (code, clean) = workers(&clean_args);
-    assert_eq!(code, 0, "{clean}");
+    assert_eq!(clean_code, 0, "{clean}");
     assert!(
         clean.contains(&format!("{plan}: failed 0 of 10 runs")),
         "{clean}"
@@ -82,6 +88,29 @@ fn a_release_that_keeps_the_lease_is_caught_by_the_next_worker() {
     let out = caught_ten_of_ten("release-keeps-lease", "leave@3", "300", "one-live-owner");
     assert!(
         out.contains("expected: w0's acknowledged close of session s0 ends its lease (epoch 1)"),
+        "{out}"
+    );
+}
+
+/// A kill inside the owner's renewal (its first crash point there,
+/// `lease.write`) must leave the session to the next worker: a lease
+/// record rewritten in place is left empty, and no one can take over.
+#[test]
+fn a_lease_written_in_place_is_caught_by_a_kill_inside_the_renewal() {
+    let out = caught_ten_of_ten(
+        "lease-written-in-place",
+        "kill@3.1",
+        "100",
+        "acked-survive-takeover",
+    );
+    assert!(out.contains("VIOLATION work-completes "), "{out}");
+    assert!(
+        out.contains("found:    the store refused w1's takeover"),
+        "{out}"
+    );
+    assert!(out.contains("the lease record does not parse"), "{out}");
+    assert!(
+        out.contains("strikes fired/planned: crash-point-kill 10/10"),
         "{out}"
     );
 }

@@ -249,6 +249,43 @@ fn each_strike_records_what_it_hit_in_the_scorecard_and_the_json_report() {
 }
 
 #[test]
+fn a_kill_at_a_crash_point_names_the_point_and_a_request_without_it_is_not_exercised() {
+    let dir = tempfile::tempdir().unwrap();
+    let json = dir.path().join("workers.json");
+    // Inside the owner's renewal before its first effect (after its temp
+    // file was written), then inside the heir's renewal before the effect
+    // it runs again.
+    let plan = "kill@3.2+kill@3.1";
+    let (code, out) = workers(&["--plan", plan, "--json", json.to_str().unwrap()]);
+    assert_eq!(code, 0, "{out}");
+    assert!(
+        out.contains("strikes fired/planned: crash-point-kill 2/2"),
+        "{out}"
+    );
+    let report: serde_json::Value =
+        serde_json::from_str(&std::fs::read_to_string(&json).unwrap()).unwrap();
+    let strikes = &report["trials"][0]["strikes"];
+    assert_eq!(strikes[0]["kind"], "crash-point-kill", "{report}");
+    assert_eq!(
+        strikes[0]["what"],
+        "killed w0 at crash point 2 of its request 3 of s0 (lease.fsync); w1 took its 1 session(s) over",
+        "{report}"
+    );
+    assert_eq!(
+        strikes[1]["what"],
+        "killed w1 at crash point 1 of its request 3 of s0 (lease.write); w2 took its 2 session(s) over",
+        "{report}"
+    );
+    // A write passes two crash points (its log write and fdatasync).
+    let (code, out) = workers(&["--plan", "kill@1.3"]);
+    assert_eq!(code, 2, "{out}");
+    assert!(
+        out.contains("NOT EXERCISED kill@1.3: kill@1.3 never fired: w0 at crash point 3 of its request 1 of s0: the request passed 2 crash point(s)"),
+        "{out}"
+    );
+}
+
+#[test]
 fn an_overlapping_pause_wakes_the_zombie_while_the_heir_is_mid_session() {
     // Paused before its commit; it wakes after the heir's first write. The
     // heir's lease is long (5 s, per worker), so the zombie, fenced and
@@ -308,6 +345,14 @@ fn bad_usage_is_one_line_and_exit_2() {
             "--plan pause@3.1: database crashes, partitions and statement strikes need",
         ),
         (vec!["--postgres", "--plan", "pause@3.0"], "ACTION@K.S"),
+        (
+            vec!["--plan", "kill@3.1r"],
+            "only kill@K.P strikes (at its crash points)",
+        ),
+        (
+            vec!["--adapter", "x", "--plan", "kill@3.1"],
+            "--plan kill@3.1: kill@K.P strikes at agentstore's own crash points, so only in-process",
+        ),
         (vec!["--every-statement"], "--postgres"),
         (
             vec!["--postgres", "--store-fault", "no-fdatasync"],

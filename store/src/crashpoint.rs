@@ -9,6 +9,8 @@
 //!   (a trace run: which points does this scenario reach, in which order).
 //! - `AGENTCHAOS_KILL_AT=N`: at the N-th hit (0-based, counted over all points
 //!   in this process) send SIGKILL to ourselves: no destructors, no flushes.
+//!   A harness running the store inside its own long-lived process (agentchaos's
+//!   worker) arms such a kill itself, relative to now, with [`kill_in`].
 //! - `AGENTCHAOS_TEAR=BYTES`: if hit N is a write, first let only BYTES bytes
 //!   of it reach the file (a torn write), then die.
 //! - `AGENTCHAOS_SYNC_LOG=FILE`: append `LEN PATH` after every successful
@@ -25,6 +27,7 @@
 
 use std::fs::File;
 use std::io::Write;
+use std::num::NonZeroU64;
 use std::os::unix::fs::FileExt;
 use std::path::Path;
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -33,12 +36,15 @@ use std::sync::{Mutex, OnceLock};
 #[derive(Debug)]
 struct Control {
     trace: Option<Mutex<File>>,
-    kill_at: Option<u64>,
+    /// The hit to kill at; [`NEVER`] for none.
+    kill_at: AtomicU64,
     tear: Option<usize>,
     sync_log: Option<Mutex<File>>,
 }
 
 static CONTROL: OnceLock<Option<Control>> = OnceLock::new();
+/// `kill_at` when no kill is armed.
+const NEVER: u64 = u64::MAX;
 static HITS: AtomicU64 = AtomicU64::new(0);
 
 fn open_append(var: &str) -> Option<Mutex<File>> {
@@ -71,13 +77,14 @@ fn parse_var<T: std::str::FromStr>(var: &str) -> Option<T> {
 fn control() -> Option<&'static Control> {
     CONTROL
         .get_or_init(|| {
+            let kill_at: Option<u64> = parse_var("AGENTCHAOS_KILL_AT");
             let c = Control {
                 trace: open_append("AGENTCHAOS_TRACE"),
-                kill_at: parse_var("AGENTCHAOS_KILL_AT"),
+                kill_at: AtomicU64::new(kill_at.unwrap_or(NEVER)),
                 tear: parse_var("AGENTCHAOS_TEAR"),
                 sync_log: open_append("AGENTCHAOS_SYNC_LOG"),
             };
-            let active = c.trace.is_some() || c.kill_at.is_some() || c.sync_log.is_some();
+            let active = c.trace.is_some() || kill_at.is_some() || c.sync_log.is_some();
             active.then_some(c)
         })
         .as_ref()
@@ -97,7 +104,22 @@ fn count(c: &Control, point: &'static str) -> bool {
         let mut f = trace.lock().unwrap_or_else(|p| p.into_inner());
         let _ = writeln!(f, "{point}");
     }
-    c.kill_at == Some(n)
+    c.kill_at.load(Ordering::SeqCst) == n
+}
+
+/// Arms a kill at the `nth` crash point this process hits from now on (1:
+/// the next one), in place of any kill armed before; `None` disarms. False
+/// when crash points are off in this process (no `AGENTCHAOS_*` variable
+/// set): nothing is armed then.
+pub fn kill_in(nth: Option<NonZeroU64>) -> bool {
+    let Some(c) = control() else {
+        return false;
+    };
+    let at = nth.map_or(NEVER, |n| {
+        HITS.load(Ordering::SeqCst).saturating_add(n.get() - 1)
+    });
+    c.kill_at.store(at, Ordering::SeqCst);
+    true
 }
 
 /// A crash point that is not a write: kill here if told to.

@@ -112,6 +112,8 @@ pub enum Fault {
     ReclaimSameEpoch,
     /// Releasing a lease (closing a leased handle) is acknowledged but leaves the lease live: the next worker waits out the ttl of an owner that left.
     ReleaseKeepsLease,
+    /// The lease record is rewritten in place (truncate, write, fsync), not through a temp file and a rename: a crash inside a grant or a renewal leaves `lease.json` empty, and no worker can take the session over.
+    LeaseWrittenInPlace,
     /// Opening for writing takes the file's size for the end of the log: appends land after the pre-allocated zeros, which then sit between acknowledged lines.
     AppendAfterPreallocation,
     /// A blob is read back without checking its size and digest: a damaged blob is served as it is.
@@ -378,6 +380,11 @@ impl Fault {
             "an acknowledged close of a leased session ends its lease (agentchaos workers)",
         ),
         (
+            Fault::LeaseWrittenInPlace,
+            "lease-written-in-place",
+            "the lease record is replaced atomically: a crash inside a renewal leaves the session to the next worker (agentchaos workers)",
+        ),
+        (
             Fault::AppendAfterPreallocation,
             "append-after-preallocation",
             "a reopened log is appended at its last line, not after the zeros pre-allocated past it",
@@ -427,6 +434,7 @@ impl Fault {
         Fault::RenewWithoutEpochCheck,
         Fault::ReclaimSameEpoch,
         Fault::ReleaseKeepsLease,
+        Fault::LeaseWrittenInPlace,
     ];
 
     /// The faults the power-loss nemesis (`agentchaos run --nemesis powerloss`) catches and kill campaigns do

@@ -338,7 +338,8 @@ pub fn rename_noreplace_durable(from: &Path, to: &Path) -> Result<()> {
 }
 
 /// Overwrites `path` in place (truncate, write, fsync). Not atomic: a crash
-/// can leave a torn file. Used only by the `non-atomic-snapshot` fault.
+/// can leave a torn file. Used only by the `non-atomic-snapshot` and
+/// `lease-written-in-place` faults.
 pub fn overwrite_in_place(path: &Path, bytes: &[u8], what: &'static str) -> Result<()> {
     let (write_point, sync_point, _) = crash_points(what);
     let mut file = open_nofollow(

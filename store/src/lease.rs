@@ -87,6 +87,10 @@ impl LeaseRecord {
                 self.worker_id.len()
             )));
         }
+        if fault::active(Fault::LeaseWrittenInPlace) {
+            // Broken on purpose: a crash between the truncate and the write leaves it empty.
+            return fsutil::overwrite_in_place(&paths.lease(), &bytes, "lease");
+        }
         fsutil::replace_atomic(&paths.lease(), &bytes, "lease")
     }
 

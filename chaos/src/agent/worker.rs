@@ -17,6 +17,7 @@
 
 use std::collections::{BTreeMap, VecDeque};
 use std::io::{BufRead, Write};
+use std::num::NonZeroU64;
 use std::path::{Path, PathBuf};
 
 use agentchaos_protocol::event::{
@@ -47,6 +48,11 @@ pub enum WorkerCommand {
     /// Close `session` now (a fenced worker stops acting for it): its
     /// handle goes, and a live lease of its own is released.
     Close { session: String },
+    /// Die (SIGKILL, by its own hand) at the `point`-th crash point its
+    /// in-process agentstore passes from now on (1: the next), inside the
+    /// next request; none disarms. Crash points are on only when the
+    /// harness started it with `AGENTCHAOS_TRACE`.
+    KillAt { point: Option<NonZeroU64> },
 }
 
 /// One reply to the harness.
@@ -83,6 +89,8 @@ pub enum WorkerReply {
     Done,
     /// The session was closed.
     Closed,
+    /// A kill at a crash point was armed (or disarmed).
+    Armed,
     /// The worker cannot go on with the session (a refusal other than
     /// `fenced`, or a position it cannot resume from).
     Failed { what: String, message: String },
@@ -366,6 +374,16 @@ impl<'a> Worker<'a> {
                     message: format!("this worker does not own session {session}"),
                 },
             },
+            WorkerCommand::KillAt { point } => {
+                if agentstore::crashpoint::kill_in(point) {
+                    WorkerReply::Armed
+                } else {
+                    WorkerReply::Failed {
+                        what: "kill_at".into(),
+                        message: "crash points are off in this worker: only an agentstore in-process started with AGENTCHAOS_TRACE has them".into(),
+                    }
+                }
+            }
             WorkerCommand::Renew { session } => match self.owned.get_mut(&session) {
                 Some(o) => match o.store.renew_lease() {
                     Ok(grant) => WorkerReply::Renewed { grant },

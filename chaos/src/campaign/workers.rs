@@ -39,8 +39,10 @@ use crate::store::{SessionSpec, StoreBackend};
 use agentchaos_protocol::ErrorKind;
 use agentstore_pg::cluster::{Cluster, ClusterOptions, Listen};
 
+mod crashpoints;
 mod statements;
 mod transitions;
+pub use crashpoints::crash_point_plans;
 pub use statements::{sampled_statement_plans, statement_plans};
 
 /// How long the harness waits for one reply of a worker that is running.
@@ -300,6 +302,9 @@ struct Worker {
     stdin: ChildStdin,
     lines: Receiver<std::io::Result<String>>,
     stderr: PathBuf,
+    /// Its crash points' trace (`AGENTCHAOS_TRACE`), in a trial with
+    /// crash-point strikes.
+    trace: Option<PathBuf>,
 }
 
 impl Worker {
@@ -352,6 +357,15 @@ impl Worker {
         if let SharedStore::InProcess { fault: Some(f) } = &cfg.store {
             cmd.env(agentstore::fault::FAULT_ENV, f);
         }
+        let trace = dirs.crash_points.then(|| {
+            (1..)
+                .map(|n| dirs.scratch.join(format!("{id}.{n}.trace")))
+                .find(|p| !p.exists())
+                .expect("a free trace name")
+        });
+        if let Some(t) = &trace {
+            cmd.env("AGENTCHAOS_TRACE", t);
+        }
         let mut child = crate::child::spawn(&mut cmd)
             .map_err(|e| WorkersError::Harness(format!("cannot start worker {id}: {e}")))?;
         let stdin = child.stdin.take().expect("piped stdin");
@@ -370,6 +384,7 @@ impl Worker {
             stdin,
             lines,
             stderr: stderr_path,
+            trace,
         })
     }
 
@@ -472,6 +487,9 @@ struct Dirs {
     root: PathBuf,
     workspace: PathBuf,
     world: PathBuf,
+    /// Whether the workers trace their crash points (a trial with
+    /// crash-point strikes).
+    crash_points: bool,
 }
 
 fn session_name(i: usize) -> String {
@@ -516,6 +534,11 @@ pub fn trial(
                 "plan {plan}: a database strike needs a database server the harness started (agentchaos workers --postgres)"
             ),
         }));
+    }
+    if plan.strikes_crash_points() && !matches!(cfg.store, SharedStore::InProcess { .. }) {
+        return Err(WorkersError::Harness(format!(
+            "plan {plan}: kill@K.P strikes at agentstore's own crash points, in-process only (not through an adapter or --postgres)"
+        )));
     }
     let dir = crate::campaign::scratch::campaign_dir(scratch)
         .map_err(|e| WorkersError::Harness(e.to_string()))?;
@@ -599,6 +622,7 @@ fn trial_in(
         root: dir.join("root"),
         workspace: dir.join("workspace"),
         world: dir.join("world"),
+        crash_points: plan.strikes_crash_points(),
     };
     for d in [&dirs.root, &dirs.workspace, &dirs.world] {
         std::fs::create_dir_all(d)
@@ -888,6 +912,11 @@ impl Run<'_> {
                         self.struck.push(record);
                         continue;
                     }
+                    if let Strike::CrashPoint(p) = strike {
+                        let record = self.crash_point_strike(p, label, &mut sessions)?;
+                        self.struck.push(record);
+                        continue;
+                    }
                     let later = first_crash(&planned[self.struck.len() + 1..]);
                     let (zombie, hit) = self.strike(strike, &label, later, &mut sessions)?;
                     let wake = match strike {
@@ -1163,8 +1192,8 @@ impl Run<'_> {
                 };
                 Ok((None, hit))
             }
-            Strike::Statement(_) => Err(WorkersError::Harness(format!(
-                "{label}: a statement strike is carried out inside a request, not after it"
+            Strike::Statement(_) | Strike::CrashPoint(_) => Err(WorkersError::Harness(format!(
+                "{label}: a strike at a point inside a request is carried out there, not after it"
             ))),
             Strike::Partition => {
                 self.renew(victim, &name)?;

@@ -526,6 +526,21 @@ fn work_completes(history: &[WorkerEvent], effects: &[AppliedEffect]) -> Vec<Wor
         });
         let mut events = vec![grant_line(owner, grant)];
         let mut found = Vec::new();
+        // Another worker's open refused after that grant: no takeover.
+        let mut refusals = Vec::new();
+        for e in &history[at + 1..] {
+            if let WorkerEvent::Replied {
+                worker,
+                session: s,
+                reply: reply @ WorkerReply::Failed { what, .. },
+            } = e
+            {
+                if s == session && worker != owner && what == "open" {
+                    refusals.push(format!("then {}", reply_line(worker, reply)));
+                    found.push(format!("the store refused {worker}'s takeover"));
+                }
+            }
+        }
         match last {
             Some(WorkerReply::Done) => {}
             Some(reply) => {
@@ -542,6 +557,7 @@ fn work_completes(history: &[WorkerEvent], effects: &[AppliedEffect]) -> Vec<Wor
             }
             None => found.push(format!("{owner} never wrote after its grant")),
         }
+        events.extend(refusals);
         let operations = workload_operations(session);
         let missing: Vec<&String> = operations
             .iter()

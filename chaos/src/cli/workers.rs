@@ -40,7 +40,9 @@ pub(crate) struct WorkersCli {
     /// crashes and partitions. With --postgres, `ACTION@K.S` strikes inside request K (the one
     /// after the K-th write) before its S-th statement (from 1), `ACTION@K.Sr` after that
     /// statement's reply: ACTION pause (held while another worker takes over, then let go),
-    /// kill, reset (both sides of the connection closed) or drop (never forwarded).
+    /// kill, reset (both sides of the connection closed) or drop (never forwarded). For
+    /// agentstore in-process, `kill@K.P` kills the owner at the P-th crash point (from 1) its
+    /// store passes inside request K; without --plan a sample of them runs.
     #[arg(long, value_name = "PLAN", help_heading = WHAT)]
     plan: Option<String>,
     /// Run each plan N times (a replay that fails N of N runs is deterministic); with N > 1
@@ -188,16 +190,28 @@ pub(crate) fn run_workers(w: WorkersCli) -> Result<ExitCode, Failure> {
         ));
     }
     let explicit = match &w.plan {
-        Some(p) => Some(
-            p.parse::<WorkerPlan>()
-                .map_err(|e| bad_input(format!("--plan: {e}")))?,
-        ),
+        Some(p) => {
+            let plan = p
+                .parse::<WorkerPlan>()
+                .map_err(|e| bad_input(format!("--plan: {e}")))?;
+            // agentstore's strike points inside a request are its crash points.
+            Some(if w.postgres {
+                plan
+            } else {
+                plan.at_crash_points()
+            })
+        }
         None => None,
     };
     if let Some(plan) = &explicit {
         if plan.needs() > Needs::Processes && !w.postgres {
             return Err(bad_input(format!(
-                "--plan {plan}: database crashes, partitions and statement strikes need a database server the harness started (--postgres)"
+                "--plan {plan}: database crashes, partitions and statement strikes need a database server the harness started (--postgres); inside a request of agentstore in-process only kill@K.P strikes (at its crash points)"
+            )));
+        }
+        if plan.strikes_crash_points() && w.adapter.is_some() {
+            return Err(bad_input(format!(
+                "--plan {plan}: kill@K.P strikes at agentstore's own crash points, so only in-process (not through --adapter)"
             )));
         }
     }
@@ -239,9 +253,14 @@ pub(crate) fn run_workers(w: WorkersCli) -> Result<ExitCode, Failure> {
                         println!("partition strikes left out: no network namespaces here (they need root and iproute2)");
                     }
                 }
-                None => println!(
-                    "database crashes and partitions left out: this store has no database server the harness started (--postgres has)"
-                ),
+                None => {
+                    if w.adapter.is_none() {
+                        plans.extend(workers::crash_point_plans());
+                    }
+                    println!(
+                        "database crashes and partitions left out: this store has no database server the harness started (--postgres has)"
+                    )
+                }
             }
             plans
         }

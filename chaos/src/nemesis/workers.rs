@@ -43,6 +43,14 @@
 //!   in a second process, a graceful release), carried out by
 //!   `crate::campaign::workers::transitions`.
 //!
+//! - `kill@K.P` (agentstore in-process): SIGKILL at the P-th crash point
+//!   (`agentstore::crashpoint`, from 1) the store passes inside request K
+//!   (the one after step K), the worker dying by its own hand there, as in
+//!   the single-agent campaign's crash points; another worker takes over
+//!   every session it owned after expiry. It is spelled as the statement
+//!   kill of `--postgres` ([`WorkerPlan::at_crash_points`]): a strike point
+//!   inside a request is a statement there, a crash point here.
+//!
 //! `kill@3+kill@2` kills the first owner, then the worker that took over,
 //! in its own second life of the session. Strikes are ordered by observed
 //! states (replies, grants), never by sleeps: a plan replays the same.
@@ -51,7 +59,7 @@ use std::fmt;
 use std::str::FromStr;
 
 use crate::nemesis::database::DatabaseCrash;
-use crate::nemesis::pgproxy::StatementStrike;
+use crate::nemesis::pgproxy::{StatementAction, StatementStrike};
 
 /// What one strike does to the session's owner.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -77,6 +85,9 @@ pub enum Strike {
     /// Inside the request after step K, at one of its statements
     /// (`pause@K.S`, `kill@K.Sr`: [`crate::nemesis::pgproxy`]).
     Statement(StatementStrike),
+    /// Inside the request after step K, a kill at its P-th crash point of
+    /// agentstore in-process (`kill@K.P`), from 1.
+    CrashPoint(usize),
 }
 
 impl Strike {
@@ -90,7 +101,8 @@ impl Strike {
             | Strike::Restart
             | Strike::Slow
             | Strike::Lapse
-            | Strike::Leave => Needs::Processes,
+            | Strike::Leave
+            | Strike::CrashPoint(_) => Needs::Processes,
             Strike::DbCrash(_) | Strike::Statement(_) => Needs::Database,
             Strike::Partition => Needs::Network,
         }
@@ -111,6 +123,7 @@ impl Strike {
             Strike::Lapse => "lapse",
             Strike::Leave => "leave",
             Strike::Statement(s) => s.action.kind(),
+            Strike::CrashPoint(_) => "crash-point-kill",
         }
     }
 }
@@ -156,6 +169,32 @@ impl WorkerPlan {
         WorkerPlan::one(self.strikes[i].0, self.strikes[i].1).to_string()
     }
 
+    /// This plan for agentstore in-process, whose strike points inside a
+    /// request are its crash points: each `kill@K.P` a kill at crash point
+    /// P; the other statement strikes stay (they need `--postgres`).
+    pub fn at_crash_points(self) -> WorkerPlan {
+        let strikes = self
+            .strikes
+            .into_iter()
+            .map(|(strike, k)| match strike {
+                Strike::Statement(StatementStrike {
+                    action: StatementAction::Kill,
+                    statement,
+                    after_reply: false,
+                }) => (Strike::CrashPoint(statement), k),
+                other => (other, k),
+            })
+            .collect();
+        WorkerPlan { strikes }
+    }
+
+    /// Whether it strikes at agentstore's crash points.
+    pub fn strikes_crash_points(&self) -> bool {
+        self.strikes
+            .iter()
+            .any(|(s, _)| matches!(s, Strike::CrashPoint(_)))
+    }
+
     /// What its strikes need, at most.
     pub fn needs(&self) -> Needs {
         self.strikes
@@ -184,6 +223,7 @@ impl fmt::Display for WorkerPlan {
                 Strike::Lapse => write!(f, "{sep}lapse@{k}")?,
                 Strike::Leave => write!(f, "{sep}leave@{k}")?,
                 Strike::Statement(s) => write!(f, "{sep}{}@{k}{s}", s.action.name())?,
+                Strike::CrashPoint(p) => write!(f, "{sep}kill@{k}.{p}")?,
             }
         }
         Ok(())
@@ -192,7 +232,7 @@ impl fmt::Display for WorkerPlan {
 
 /// A plan that does not parse, said in one line.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
-#[error("worker plan {0:?} is not none or strikes pause@K, pause@K~J, kill@K, restart@K, slow@K, lapse@K, leave@K, db-crash:MODEL@K (MODEL: immediate, kill or kill-frozen), partition@K, ACTION@K.S or ACTION@K.Sr (ACTION: pause, kill, reset or drop; S: a statement of request K, from 1; r: after its reply) joined by + (K: a step of the session's owner since its grant, 0 = right after it; J: the heir's step at which the paused owner wakes)")]
+#[error("worker plan {0:?} is not none or strikes pause@K, pause@K~J, kill@K, restart@K, slow@K, lapse@K, leave@K, db-crash:MODEL@K (MODEL: immediate, kill or kill-frozen), partition@K, ACTION@K.S or ACTION@K.Sr (ACTION: pause, kill, reset or drop; S: a statement of request K, from 1, or for agentstore in-process kill@K.P, P a crash point of request K; r: after its reply) joined by + (K: a step of the session's owner since its grant, 0 = right after it; J: the heir's step at which the paused owner wakes)")]
 pub struct BadWorkerPlan(String);
 
 impl FromStr for WorkerPlan {
@@ -294,5 +334,27 @@ mod tests {
         assert_eq!(needs("kill@1+db-crash:kill@2"), Needs::Database);
         assert_eq!(needs("partition@1+pause@0"), Needs::Network);
         assert_eq!(needs("pause@3.1"), Needs::Database);
+    }
+
+    #[test]
+    fn a_kill_at_a_point_is_a_crash_point_for_agentstore_and_prints_the_same() {
+        let plan: WorkerPlan = "kill@3.1+pause@0.2+kill@2.4r+kill@0.3".parse().unwrap();
+        let points = plan.clone().at_crash_points();
+        assert_eq!(points.to_string(), plan.to_string());
+        let kinds: Vec<&str> = points.strikes().iter().map(|(s, _)| s.kind()).collect();
+        assert_eq!(
+            kinds,
+            [
+                "crash-point-kill",
+                "statement-pause",
+                "statement-kill",
+                "crash-point-kill"
+            ]
+        );
+        assert!(points.strikes_crash_points());
+        assert_eq!(points.needs(), Needs::Database);
+        assert!(!plan.strikes_crash_points());
+        let only: WorkerPlan = "kill@3.1".parse().unwrap();
+        assert_eq!(only.at_crash_points().needs(), Needs::Processes);
     }
 }

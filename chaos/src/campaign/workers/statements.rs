@@ -315,7 +315,7 @@ impl Run<'_> {
 
     /// Records `worker`'s reply to a step of the first session: true while
     /// it has more to do.
-    fn record(
+    pub(super) fn record(
         &mut self,
         worker: usize,
         session: &str,

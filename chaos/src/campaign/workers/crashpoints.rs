@@ -1,0 +1,181 @@
+//! Crash-point strikes of the many-workers campaign (`kill@K.P`, agentstore
+//! in-process only): the first session's owner arms a kill at the P-th
+//! crash point its store passes from the start of request K
+//! ([`agentstore::crashpoint::kill_in`]) and dies there by its own SIGKILL,
+//! inside one append, renewal or recovery; the next worker takes over every
+//! session it owned once its lease expired. Every worker of such a trial
+//! traces its crash points (`AGENTCHAOS_TRACE`): the trace names the point
+//! hit, or counts the points of a request that ended before it.
+//!
+//! This module drives and records, like its parent; it must never judge.
+
+use std::num::NonZeroU64;
+use std::os::unix::process::ExitStatusExt;
+use std::path::Path;
+use std::sync::mpsc::RecvTimeoutError;
+
+use nix::sys::signal::Signal;
+
+use super::{Run, Served, State, StrikeRecord, Worker, WorkersError, REPLY_TIMEOUT};
+use crate::agent::worker::{WorkerCommand, WorkerReply};
+use crate::history::WorkerEvent;
+use crate::nemesis::workers::{Strike, WorkerPlan};
+
+/// The crash-point plans `agentchaos workers` runs by default for
+/// agentstore in-process: inside the first write (`run_started`: its log
+/// write after the pre-allocation, then its fdatasync, the line written
+/// but not acknowledged), inside the renewal before the first effect (its
+/// temp file not yet written, then before its rename, then before its
+/// directory fsync: renewed on disk, never reported), inside an effect's
+/// commit before its fdatasync, and in the heir's own renewal before the
+/// effect it runs again after taking over.
+pub fn crash_point_plans() -> Vec<WorkerPlan> {
+    [
+        "kill@0.2",
+        "kill@0.3",
+        "kill@3.1",
+        "kill@3.3",
+        "kill@3.4",
+        "kill@4.2",
+        "kill@3.2+kill@3.1",
+    ]
+    .iter()
+    .map(|p| {
+        p.parse::<WorkerPlan>()
+            .expect("a sampled plan parses")
+            .at_crash_points()
+    })
+    .collect()
+}
+
+/// The lines of a trace file (0 when there is none yet).
+fn trace_lines(path: &Path) -> usize {
+    std::fs::read_to_string(path).map_or(0, |t| t.lines().count())
+}
+
+impl Worker {
+    /// The reply to `command`, sent before, or None when the worker died
+    /// of SIGKILL (its own, at an armed crash point) before replying.
+    fn reply_or_killed(
+        &mut self,
+        command: &WorkerCommand,
+    ) -> Result<Option<WorkerReply>, WorkersError> {
+        match self.lines.recv_timeout(REPLY_TIMEOUT) {
+            Err(RecvTimeoutError::Disconnected) => {
+                let status = self
+                    .child
+                    .wait()
+                    .map_err(|e| self.broken(format!("cannot reap it: {e}")))?;
+                if status.signal() == Some(Signal::SIGKILL as i32) {
+                    Ok(None)
+                } else {
+                    Err(self.broken(format!(
+                        "it exited ({status}) before replying to {command:?}"
+                    )))
+                }
+            }
+            Ok(Ok(line)) => serde_json::from_str(&line)
+                .map(Some)
+                .map_err(|e| self.broken(format!("unreadable reply {line:?}: {e}"))),
+            Ok(Err(e)) => Err(self.broken(format!("cannot read its reply: {e}"))),
+            Err(RecvTimeoutError::Timeout) => Err(self.broken(format!(
+                "no reply to {command:?} within {}s",
+                REPLY_TIMEOUT.as_secs()
+            ))),
+        }
+    }
+
+    /// Arms (or with None disarms) its kill at a crash point.
+    fn kill_at(&mut self, point: Option<NonZeroU64>) -> Result<(), WorkersError> {
+        let command = WorkerCommand::KillAt { point };
+        match self.call(&command)? {
+            WorkerReply::Armed => Ok(()),
+            other => Err(self.broken(format!("{command:?} answered {other:?}"))),
+        }
+    }
+}
+
+impl Run<'_> {
+    /// Carries out `kill@K.P` (`label`) at crash point `point` of the first
+    /// session's owner's next request: what it hit, or why it did not fire.
+    pub(super) fn crash_point_strike(
+        &mut self,
+        point: usize,
+        label: String,
+        sessions: &mut [Served],
+    ) -> Result<StrikeRecord, WorkersError> {
+        let victim = sessions[0].owner;
+        let name = sessions[0].name.clone();
+        let id = self.workers[victim].id.clone();
+        let at = format!(
+            "{id} at crash point {point} of its request {} of {name}",
+            sessions[0].steps
+        );
+        let trace = self.workers[victim]
+            .trace
+            .clone()
+            .ok_or_else(|| WorkersError::Harness(format!("{id} traces no crash points")))?;
+        let before = trace_lines(&trace);
+        let nth = NonZeroU64::new(point as u64)
+            .ok_or_else(|| WorkersError::Harness(format!("{label}: crash points count from 1")))?;
+        self.workers[victim].kill_at(Some(nth))?;
+        let command = WorkerCommand::Step {
+            session: name.clone(),
+        };
+        self.workers[victim].send(&command)?;
+        if let Some(reply) = self.workers[victim].reply_or_killed(&command)? {
+            // The request ended before the point.
+            let passed = trace_lines(&trace) - before;
+            self.workers[victim].kill_at(None)?;
+            self.record(victim, &name, reply, sessions);
+            return Ok(StrikeRecord {
+                strike: Strike::CrashPoint(point),
+                label,
+                fired: false,
+                what: format!("{at}: the request passed {passed} crash point(s)"),
+            });
+        }
+        let hit = std::fs::read_to_string(&trace)
+            .ok()
+            .and_then(|t| t.lines().last().map(str::to_string))
+            .unwrap_or_default();
+        self.states[victim] = State::Killed;
+        self.history
+            .push(WorkerEvent::Killed { worker: id.clone() });
+        let heir = self.heir(victim)?;
+        let heir_id = self.workers[heir].id.clone();
+        let ttl_ms = self.cfg.longest_ttl();
+        let (mut taken, mut refused) = (0, Vec::new());
+        for s in sessions
+            .iter_mut()
+            .filter(|s| s.owner == victim && !s.finished)
+        {
+            match self.acquire_or_refused(heir, &s.name, true, ttl_ms)? {
+                Ok(()) => {
+                    s.owner = heir;
+                    s.steps = 0;
+                    taken += 1;
+                }
+                // A crash must not cost the session: the refusal is
+                // recorded, and the checker judges what it left.
+                Err(reply) => {
+                    s.finished = true;
+                    refused.push(format!("{}: {reply:?}", s.name));
+                }
+            }
+        }
+        let mut what = format!("killed {at} ({hit}); {heir_id} took its {taken} session(s) over");
+        if !refused.is_empty() {
+            what.push_str(&format!(
+                "; the store refused {heir_id} {}",
+                refused.join(", ")
+            ));
+        }
+        Ok(StrikeRecord {
+            strike: Strike::CrashPoint(point),
+            label,
+            fired: true,
+            what,
+        })
+    }
+}
