@@ -13,9 +13,7 @@
 # Stores: agentstore in-process, the Rust reference adapter
 # (`agentchaos reference-adapter`), the Python kit's hello store, the Node
 # kit's hello store (each skipped, saying so, when its runtime or kit is
-# missing). The Python store runs on the interpreter `python3` resolves to
-# (PYTHON to choose another), not through a version manager's shim, which
-# would add a start of its own to each adapter process. Under the defaults the power-loss nemesis runs on one crash
+# missing). Under the defaults the power-loss nemesis runs on one crash
 # point and one state: trials/s counts the trials only.
 # Prints a Markdown table: store, nemeses, build, trials/s, ratio to the
 # in-process runs of the same build and nemeses (the mean of the run before
@@ -27,7 +25,6 @@ B=${BIN:-target/release}
 SCENARIO=${SCENARIO:-scenarios/deploy-and-notify.json}
 K=chaos/adapters/python
 N=chaos/adapters/node
-PY=${PYTHON:-$(python3 -c 'import sys; print(sys.executable)')}
 OUT=$(mktemp -d)
 trap 'rm -rf "$OUT"' EXIT
 
@@ -39,9 +36,9 @@ fi
 stores="in-process|"
 stores="$stores
 rust adapter|$B/agentchaos reference-adapter"
-if PYTHONPATH=$K "$PY" -c 'import agentchaos_adapter' 2>/dev/null; then
+if PYTHONPATH=$K python3 -c 'import agentchaos_adapter' 2>/dev/null; then
     stores="$stores
-python hello|env PYTHONPATH=$K $PY $K/examples/hello_store.py"
+python hello|env PYTHONPATH=$K python3 $K/examples/hello_store.py"
 else
     echo "adapter_speed: the Python kit does not import (pip install ./$K): skipped" >&2
 fi
@@ -73,7 +70,7 @@ run() {
 }
 
 field() {
-    "$PY" -c 'import json,sys
+    python3 -c 'import json,sys
 r=json.load(open(sys.argv[1]))
 p=r["adapter_processes"]
 print("%s %d/%d" % (r["trials_per_second"] or 0, p["spawned"], p["forked"]))' "$1"
@@ -97,7 +94,7 @@ for nem in points defaults; do
             rate=$1 procs=$2
             run "$dir" "$nem" "" "$OUT/base.json"
             set -- $(field "$OUT/base.json")
-            ratio=$("$PY" -c "import sys; a,b,c=map(float,sys.argv[1:]); print('%.0f %%' % (100*a/((b+c)/2)) if b+c else '-')" "$rate" "$prev" "$1")
+            ratio=$(python3 -c "import sys; a,b,c=map(float,sys.argv[1:]); print('%.0f %%' % (100*a/((b+c)/2)) if b+c else '-')" "$rate" "$prev" "$1")
             echo "| $store | $nem | $name | $(printf %.1f "$rate") | $ratio | $procs |"
             prev=$1
         done

@@ -150,57 +150,26 @@ pub fn parallel<T: Send>(
     n: usize,
     f: impl Fn(usize) -> T + Sync,
 ) -> Vec<Result<T, PoolError>> {
-    parallel_ready(jobs, n, |_| {}, f)
-}
-
-/// [`parallel`], with each thread made ready for its items by `ready(next)`
-/// (`next`: the index the thread will likely take next, as a hint; another
-/// thread may take it first): once on every thread before any thread takes
-/// an index (every thread's first `ready` has returned when the first `f`
-/// starts), and again after each of its items while indices remain. What a
-/// thread keeps for its items (an adapter's fork server) is started there,
-/// off the items' clock. A panic in `ready` is ignored: whatever it did not
-/// start, `f` starts when it needs it.
-pub fn parallel_ready<T: Send>(
-    jobs: usize,
-    n: usize,
-    ready: impl Fn(usize) + Sync,
-    f: impl Fn(usize) -> T + Sync,
-) -> Vec<Result<T, PoolError>> {
     let next = AtomicUsize::new(0);
     let results: Mutex<Vec<Option<Result<T, PoolError>>>> =
         Mutex::new((0..n).map(|_| None).collect());
-    let threads = jobs.clamp(1, n.max(1));
-    let all_ready = std::sync::Barrier::new(threads);
-    let get_ready = |hint: usize| {
-        if hint < n && !agentstore::interrupt::requested() {
-            let _ = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| ready(hint)));
-        }
-    };
     std::thread::scope(|scope| {
-        for t in 0..threads {
-            let (next, results, all_ready, get_ready, f) =
-                (&next, &results, &all_ready, &get_ready, &f);
-            scope.spawn(move || {
-                get_ready(t);
-                all_ready.wait();
-                loop {
-                    let i = next.fetch_add(1, Ordering::SeqCst);
-                    if i >= n || agentstore::interrupt::requested() {
-                        break;
-                    }
-                    let r = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| f(i)))
-                        .map_err(|p| {
-                            let msg = p
-                                .downcast_ref::<String>()
-                                .cloned()
-                                .or_else(|| p.downcast_ref::<&str>().map(|s| s.to_string()))
-                                .unwrap_or_else(|| "unknown panic".to_string());
-                            PoolError::Panicked(msg)
-                        });
-                    results.lock().unwrap_or_else(|p| p.into_inner())[i] = Some(r);
-                    get_ready(next.load(Ordering::SeqCst));
+        for _ in 0..jobs.clamp(1, n.max(1)) {
+            scope.spawn(|| loop {
+                let i = next.fetch_add(1, Ordering::SeqCst);
+                if i >= n || agentstore::interrupt::requested() {
+                    break;
                 }
+                let r =
+                    std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| f(i))).map_err(|p| {
+                        let msg = p
+                            .downcast_ref::<String>()
+                            .cloned()
+                            .or_else(|| p.downcast_ref::<&str>().map(|s| s.to_string()))
+                            .unwrap_or_else(|| "unknown panic".to_string());
+                        PoolError::Panicked(msg)
+                    });
+                results.lock().unwrap_or_else(|p| p.into_inner())[i] = Some(r);
             });
         }
     });
@@ -227,32 +196,5 @@ mod tests {
         std::panic::set_hook(hook);
         assert_eq!(out[0], Ok(0));
         assert_eq!(out[1], Err(PoolError::Panicked("boom".into())));
-    }
-
-    #[test]
-    fn every_thread_is_ready_before_the_first_item_starts() {
-        let readied = AtomicUsize::new(0);
-        let seen = parallel_ready(
-            3,
-            20,
-            |next| {
-                assert!(next < 20, "a hint past the items: {next}");
-                readied.fetch_add(1, Ordering::SeqCst);
-            },
-            |i| (i, readied.load(Ordering::SeqCst)),
-        );
-        for r in seen {
-            let (_, readied_before) = r.unwrap();
-            assert!(
-                readied_before >= 3,
-                "an item started before every thread was ready"
-            );
-        }
-        // A panic in `ready` leaves the items to run.
-        let hook = std::panic::take_hook();
-        std::panic::set_hook(Box::new(|_| {}));
-        let out = parallel_ready(2, 3, |_| panic!("not ready"), |i| i);
-        std::panic::set_hook(hook);
-        assert_eq!(out, vec![Ok(0), Ok(1), Ok(2)]);
     }
 }

@@ -24,7 +24,7 @@
 use crate::campaign::config::{Config, Mode, ScenarioSource};
 use crate::campaign::describe::describe_crash;
 use crate::campaign::execute::{run_trial, TrialOutcome};
-use crate::campaign::pool::{parallel, parallel_ready, Progress, NOT_RUN};
+use crate::campaign::pool::{parallel, Progress, NOT_RUN};
 use crate::campaign::prepare::{prepare_keeping, Prepared};
 use crate::campaign::scratch::campaign_dir;
 use std::collections::{BTreeMap, BTreeSet};
@@ -519,17 +519,7 @@ fn run_jobs(
     dir: &Path,
 ) -> Vec<TrialOutcome> {
     let progress = Progress::start(cfg.progress, jobs.len(), "trials");
-    // Each worker's fork server (or warm processes) is started before its
-    // first trial and topped up between trials: costs outside the trials.
-    let ready = |next: usize| {
-        let opens = jobs.get(next).map_or(0, |(_, plan)| {
-            crate::campaign::trial::first_life_opens(plan)
-        });
-        crate::timing::outside_trials(crate::timing::Role::Worker, || {
-            cfg.backend.ready_worker(opens)
-        })
-    };
-    let outcomes = parallel_ready(cfg.jobs, jobs.len(), ready, |i| {
+    let outcomes = parallel(cfg.jobs, jobs.len(), |i| {
         let (s, plan) = jobs[i];
         let o = run_trial(
             cfg,

@@ -172,6 +172,14 @@ fn run_marked(
         dir: dir.to_path_buf(),
     };
     let spec = td.spec();
+    // Store processes started ahead and not taken die with the trial.
+    struct CoolDown<'a>(&'a dyn StoreBackend);
+    impl Drop for CoolDown<'_> {
+        fn drop(&mut self) {
+            self.0.cool_down();
+        }
+    }
+    let _cool_down = CoolDown(setup.backend);
     prepare(setup, &td)?;
     let world = World::start(&td.world()).map_err(|e| format!("cannot start the world: {e}"))?;
     let observe = |what: &str| {
@@ -306,19 +314,8 @@ fn forkable(crash: Option<Crash>) -> bool {
     matches!(crash, None | Some(Crash::Kill { .. }))
 }
 
-/// How many store processes the first life of a trial of `plan` takes
-/// made ahead ([`StoreBackend::life_processes`]): a worker thread starts
-/// them before the trial ([`StoreBackend::ready_worker`]).
-pub fn first_life_opens(plan: &Plan) -> usize {
-    if forkable(plan.crash_of(0)) {
-        agent::opens(0)
-    } else {
-        0
-    }
-}
-
-/// How many store processes to make ahead while life `index` runs
-/// ([`StoreBackend::warm_up`]): the observers of
+/// How many store processes to start ahead while life `index` runs (an
+/// adapter that cannot fork, [`StoreBackend::warm_up`]): the observers of
 /// its two pauses after a restart and the one after it ends, and, when the
 /// plan kills it, those of the next life if that one can take them.
 fn warm_next(plan: &Plan, kind: RunKind, index: u32) -> usize {
@@ -575,9 +572,8 @@ fn run_life(
     } = crate::timing::timed(crate::timing::Part::AgentStart, || {
         start(cmd, syscall.clone(), setup.agent_exe)
     })?;
-    // They load while this life runs. Made ahead, beside the life: the
-    // worker's cost, not one of this trial's parts (it overlaps them).
-    crate::timing::outside_trials(crate::timing::Role::Worker, || {
+    // They load while this life runs.
+    crate::timing::as_role(crate::timing::Role::Observer, || {
         setup.backend.warm_up(life_spec.warm_next)
     });
     let store_killer = match (&adapters, &running) {

@@ -175,7 +175,7 @@ pub fn text(result: &CampaignResult) -> String {
         if !outside.is_empty() {
             let _ = writeln!(
                 out,
-                "in no trial's parts (the workers' fork servers and the processes they made ahead, probes, power-loss recoveries): {}",
+                "outside the trials (probes, power-loss recoveries): {}",
                 outside.join(", ")
             );
         }

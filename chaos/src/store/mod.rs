@@ -396,19 +396,13 @@ pub trait StoreBackend: Send + Sync + std::fmt::Debug {
     fn life_processes(&self, opens: usize) -> StoreResult<Option<adapter::backend::LifeAdapters>> {
         self.fork_life(opens)
     }
-    /// Makes sure this thread holds `n` store processes made ahead (forked
-    /// by a fork server, or started warm for an adapter that cannot fork),
-    /// for the current trial's next observations and life; by default
-    /// nothing.
+    /// Starts `n` store processes ahead on this thread, for the current
+    /// trial's next observations and life, where that saves time (an
+    /// adapter that cannot fork); by default nothing.
     fn warm_up(&self, _n: usize) {}
-    /// Makes this worker thread ready for its next trial, before its first
-    /// trial and between two, off the trials' clock
-    /// ([`crate::campaign::pool::parallel_ready`]): starts what the thread
-    /// keeps for its trials (an adapter's fork server) and the store
-    /// processes of the next trial's first life (`first_life_opens` of
-    /// them, 0 when that life starts its own) and first observation, made
-    /// ahead ([`StoreBackend::warm_up`]); by default nothing.
-    fn ready_worker(&self, _first_life_opens: usize) {}
+    /// Kills and reaps what [`StoreBackend::warm_up`] started on this
+    /// thread and nobody took (at the trial's end).
+    fn cool_down(&self) {}
     /// The adapter command line, for a store behind one (the power-loss
     /// nemesis recovers its states through it).
     fn adapter_line(&self) -> Option<&str> {

@@ -15,10 +15,7 @@
 //! version 1 adapter is started as before): each harness thread keeps one
 //! fork server per adapter command line, which has done its imports and
 //! never opens a session, and every observation, probe and power-loss
-//! recovery gets a child forked from it (forked ahead of its use where the
-//! thread can tell it will be needed: [`StoreBackend::warm_up`],
-//! [`StoreBackend::ready_worker`]; a child forked ahead has been sent
-//! nothing, as one forked at its use). An observer is never reused: a
+//! recovery gets a child forked from it. An observer is never reused: a
 //! forked child's memory is the server's, untouched by any session, so
 //! what it serves comes from the disk (a process that had read the session
 //! before could serve a cached copy and hide lost events).
@@ -26,12 +23,9 @@
 //! An adapter that is not a fork server (Node cannot fork) gets *warm*
 //! processes instead: while a life runs, the harness thread starts the
 //! adapter processes of the trial's next observers and life ahead
-//! ([`WarmProcess`], [`StoreBackend::warm_up`]), and before each trial
-//! those of its first life and first observation
-//! ([`StoreBackend::ready_worker`]), so they load their code off the
-//! critical path; one has been sent nothing, so it has opened no session
-//! and its taker is its first user, as with a forked child, whichever of
-//! the thread's trials takes it.
+//! ([`WarmProcess`], [`StoreBackend::warm_up`]), so they load their code
+//! off the critical path; one has been sent nothing, so it has opened no
+//! session and its taker is its first user, as with a forked child.
 //!
 //! A life the nemesis kills at one of the agent's crash points (or does not
 //! kill) gets its store processes forked (or warm) too ([`StoreBackend::life_processes`]):
@@ -130,13 +124,11 @@ thread_local! {
     /// dies with the thread that started it (`PR_SET_PDEATHSIG`), so it is
     /// only ever used by that thread.
     static FORK_SERVERS: RefCell<Vec<(String, Arc<Mutex<Client>>)>> = const { RefCell::new(Vec::new()) };
-    /// This thread's store processes made ahead, by adapter command line:
-    /// forked by its fork server, or started warm for an adapter that is
-    /// none ([`StoreBackend::warm_up`], [`StoreBackend::ready_worker`]),
-    /// each sent nothing yet, waiting for its `hello`. Unmarked, they
-    /// outlive the trial that made them; dropped with the thread (killed
-    /// and reaped), and each dies with the thread that made it.
-    static READY: RefCell<Vec<(String, Vec<LifeProcess>)>> = const { RefCell::new(Vec::new()) };
+    /// This thread's warm processes of adapters that are not fork servers,
+    /// by adapter command line: started ahead for the trial it runs
+    /// ([`StoreBackend::warm_up`]), each waiting for its `hello`, killed at
+    /// the trial's end if unused. Each dies with the thread that started it.
+    static WARM: RefCell<Vec<(String, Vec<WarmProcess>)>> = const { RefCell::new(Vec::new()) };
 }
 
 /// A store behind an adapter program.
@@ -453,70 +445,79 @@ impl AdapterBackend {
         }
     }
 
-    /// A fresh adapter process, greeted: in the harness, one the thread
-    /// made ahead or one made now (forked when the adapter is a fork
-    /// server, else started); in an agent, started. Either way it dies
-    /// with the thread that asked for it.
+    /// A fresh adapter process: forked when the adapter is a fork server
+    /// and this is the harness's backend, else started (in the harness, a
+    /// warm one, and another started to take its place); either way it
+    /// dies with the thread that asked for it.
     fn spawn(&self) -> StoreResult<Client> {
+        if let Some(client) = self.fork()? {
+            return Ok(client);
+        }
         if self.forking.is_none() {
             return Client::spawn(self.command(), self.options).map_err(err);
         }
-        let [process] = <[LifeProcess; 1]>::try_from(self.take_ready(1)?)
-            .expect("take_ready(1) gives one process");
-        match process {
-            LifeProcess::Forked(forked) => Client::forked(forked).map_err(err),
-            LifeProcess::Warm(warm) => warm.greet(self.options).map_err(err),
-        }
+        let [warm] = <[WarmProcess; 1]>::try_from(self.take_warm(1)?)
+            .expect("take_warm(1) gives one process");
+        warm.greet(self.options).map_err(err)
     }
 
-    /// `n` fresh processes of this adapter (the harness's backend): the
-    /// thread's ready ones first ([`StoreBackend::warm_up`]), then made
-    /// now. Each has been sent nothing (a forked one has the server's
-    /// memory, a warm one has loaded its code), so whoever takes it is its
-    /// first user.
-    fn take_ready(&self, n: usize) -> StoreResult<Vec<LifeProcess>> {
-        let mut taken = READY.with(|ready| {
-            let mut ready = ready.borrow_mut();
-            match ready.iter_mut().find(|(line, _)| *line == self.line) {
-                Some((_, held)) => held.drain(..n.min(held.len())).collect(),
+    /// Kills and reaps this thread's warm processes of this adapter.
+    fn drain_warm(&self) {
+        let ready = WARM.with(|warm| {
+            let mut warm = warm.borrow_mut();
+            match warm.iter_mut().find(|(line, _)| *line == self.line) {
+                Some((_, ready)) => std::mem::take(ready),
                 None => Vec::new(),
             }
         });
-        let server = self.fork_server()?;
+        drop(ready);
+    }
+
+    /// `n` processes of this adapter, which is not a fork server: the
+    /// thread's warm ones first ([`StoreBackend::warm_up`]), then started
+    /// now. A warm process has loaded its code but opened no session, so
+    /// whoever takes it is its first user.
+    fn take_warm(&self, n: usize) -> StoreResult<Vec<WarmProcess>> {
+        let mut taken = WARM.with(|warm| {
+            let mut warm = warm.borrow_mut();
+            match warm.iter_mut().find(|(line, _)| *line == self.line) {
+                Some((_, ready)) => ready.drain(..n.min(ready.len())).collect(),
+                None => Vec::new(),
+            }
+        });
         while taken.len() < n {
-            taken.push(self.make(server.as_ref())?);
+            taken.push(WarmProcess::start(self.command()).map_err(err)?);
         }
         Ok(taken)
     }
 
-    /// A fresh process: forked by `server`, or, without one, started.
-    fn make(&self, server: Option<&Arc<Mutex<Client>>>) -> StoreResult<LifeProcess> {
-        match server {
-            Some(server) => ForkedProcess::fork(server)
-                .map(LifeProcess::Forked)
-                .map_err(|e| self.broken(server, e)),
-            None => WarmProcess::start(self.command())
-                .map(LifeProcess::Warm)
-                .map_err(err),
+    /// Whether this is the harness's backend of an adapter that is not a
+    /// fork server (asked once): the one that keeps warm processes.
+    fn warms(&self) -> bool {
+        match &self.forking {
+            None => false,
+            Some(_) => matches!(self.fork_server(), Ok(None)),
         }
     }
 
-    /// Forgets `server` after `e`, and the processes it forked ahead: the
-    /// next fork starts a new one.
+    /// A process forked by this thread's fork server, or `None` when the
+    /// adapter is none (it speaks only protocol version 1, or cannot fork).
+    fn fork(&self) -> StoreResult<Option<Client>> {
+        let Some(server) = self.fork_server()? else {
+            return Ok(None);
+        };
+        Client::fork(&server)
+            .map(Some)
+            .map_err(|e| self.broken(&server, e))
+    }
+
+    /// Forgets `server` after `e`: the next fork starts a new one.
     fn broken(&self, server: &Arc<Mutex<Client>>, e: ClientError) -> StoreError {
         FORK_SERVERS.with(|servers| {
             servers
                 .borrow_mut()
                 .retain(|(_, s)| !Arc::ptr_eq(s, server))
         });
-        let forked = READY.with(|ready| {
-            let mut ready = ready.borrow_mut();
-            ready
-                .iter_mut()
-                .find(|(line, _)| *line == self.line)
-                .map(|(_, held)| std::mem::take(held))
-        });
-        drop(forked);
         err(e)
     }
 
@@ -639,65 +640,65 @@ impl StoreBackend for AdapterBackend {
 
     fn capabilities(&self) -> StoreResult<Vec<Capability>> {
         // Asked once, before any trial (on a thread that may run none):
-        // nothing is made ahead for it.
-        let client = self.spawn()?;
+        // no warm processes are started for it.
+        let client = match self.fork()? {
+            Some(client) => client,
+            None => Client::spawn(self.command(), self.options).map_err(err)?,
+        };
         let claimed = client.hello().capabilities.clone();
         client.shutdown().map_err(err)?;
         Ok(claimed)
     }
 
     fn fork_life(&self, opens: usize) -> StoreResult<Option<LifeAdapters>> {
-        if self.fork_server()?.is_none() {
+        let Some(server) = self.fork_server()? else {
             return Ok(None);
+        };
+        let mut processes = Vec::with_capacity(opens);
+        for _ in 0..opens {
+            let forked = ForkedProcess::fork(&server).map_err(|e| self.broken(&server, e))?;
+            processes.push(LifeProcess::Forked(forked));
         }
-        self.life_processes(opens)
-    }
-
-    fn life_processes(&self, opens: usize) -> StoreResult<Option<LifeAdapters>> {
-        if self.forking.is_none() {
-            return Ok(None);
-        }
-        let processes = self.take_ready(opens)?;
         Ok(Some(LifeAdapters { processes }))
     }
 
+    fn life_processes(&self, opens: usize) -> StoreResult<Option<LifeAdapters>> {
+        if let Some(forked) = self.fork_life(opens)? {
+            return Ok(Some(forked));
+        }
+        if self.forking.is_none() {
+            return Ok(None);
+        }
+        let processes = self.take_warm(opens)?;
+        Ok(Some(LifeAdapters {
+            processes: processes.into_iter().map(LifeProcess::Warm).collect(),
+        }))
+    }
+
     fn warm_up(&self, n: usize) {
-        if n == 0 || self.forking.is_none() {
+        if n == 0 || !self.warms() {
             return;
         }
-        // A process that cannot be made now is made (and its failure
-        // reported) when it is needed.
-        let Ok(server) = self.fork_server() else {
-            return;
-        };
-        let held = READY.with(|ready| {
-            let ready = ready.borrow();
-            let found = ready.iter().find(|(line, _)| *line == self.line);
-            found.map_or(0, |(_, held)| held.len())
-        });
-        let mut made = Vec::with_capacity(n.saturating_sub(held));
-        for _ in held..n {
-            // Unmarked: it may serve a later trial of this thread, so this
-            // trial's end leaves it alone.
-            match crate::child::unmarked(|| self.make(server.as_ref())) {
-                Ok(p) => made.push(p),
+        let mut started = Vec::with_capacity(n);
+        for _ in 0..n {
+            // A process that cannot start now is started (and its failure
+            // reported) when it is needed.
+            match WarmProcess::start(self.command()) {
+                Ok(p) => started.push(p),
                 Err(_) => break,
             }
         }
-        READY.with(|ready| {
-            let mut ready = ready.borrow_mut();
-            match ready.iter_mut().find(|(line, _)| *line == self.line) {
-                Some((_, held)) => held.extend(made),
-                None => ready.push((self.line.clone(), made)),
+        WARM.with(|warm| {
+            let mut warm = warm.borrow_mut();
+            match warm.iter_mut().find(|(line, _)| *line == self.line) {
+                Some((_, ready)) => ready.extend(started),
+                None => warm.push((self.line.clone(), started)),
             }
         });
     }
 
-    fn ready_worker(&self, first_life_opens: usize) {
-        // Its fork server, if it is one, is started now and kept (a failure
-        // to start one is reported when a trial needs it), and the next
-        // trial's first life's processes and first observer are made.
-        self.warm_up(first_life_opens + 1);
+    fn cool_down(&self) {
+        self.drain_warm();
     }
 
     fn open(&self, spec: &SessionSpec) -> StoreResult<Box<dyn SessionStore>> {
