@@ -553,15 +553,9 @@ impl Agent<'_> {
             .open_run_id()
             .ok_or(AgentError::Store("no open run".into()))?
             .to_string();
-        let tools = [
-            "read_file",
-            "run_tests",
-            "write_file",
-            "append_line",
-            "remote",
-            "large_output",
-        ]
-        .join(",");
+        let tools = crate::scenario::ToolKind::ALL
+            .map(crate::scenario::ToolKind::name)
+            .join(",");
         self.append(Event::RequestHeader {
             run_id,
             model: run.model.clone(),

@@ -248,21 +248,18 @@ mod tests {
                 }
             }
         }
+        let tools = crate::scenario::ToolKind::ALL.map(crate::scenario::ToolKind::name);
         let kinds = [
             "user",
             "assistant",
             "plan",
-            "read_file",
-            "run_tests",
-            "write_file",
-            "append_line",
-            "remote",
-            "large_output",
             "compact",
             "switch_to",
             "checkpoint",
             "parallel",
-        ];
+        ]
+        .into_iter()
+        .chain(tools);
         let options = [
             "approval None",
             "approval Some(Approved)",
@@ -280,17 +277,8 @@ mod tests {
             "assistant label",
             "parallel schedule",
         ];
-        let tools = [
-            "read_file",
-            "run_tests",
-            "write_file",
-            "append_line",
-            "remote",
-            "large_output",
-        ];
         let missing: Vec<String> = kinds
-            .iter()
-            .chain(&options)
+            .chain(options)
             .map(|k| k.to_string())
             .chain(tools.iter().map(|t| format!("parallel {t}")))
             .filter(|k| !seen.contains(k))

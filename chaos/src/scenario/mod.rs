@@ -205,17 +205,18 @@ impl ToolKind {
         }
     }
 
+    /// Every tool kind, in the order the agent's request header lists them.
+    pub const ALL: [ToolKind; 6] = [
+        ToolKind::ReadFile,
+        ToolKind::RunTests,
+        ToolKind::WriteFile,
+        ToolKind::AppendLine,
+        ToolKind::Remote,
+        ToolKind::LargeOutput,
+    ];
+
     pub fn from_name(name: &str) -> Option<ToolKind> {
-        [
-            ToolKind::ReadFile,
-            ToolKind::RunTests,
-            ToolKind::WriteFile,
-            ToolKind::AppendLine,
-            ToolKind::Remote,
-            ToolKind::LargeOutput,
-        ]
-        .into_iter()
-        .find(|k| k.name() == name)
+        ToolKind::ALL.into_iter().find(|k| k.name() == name)
     }
 
     /// What the call does to the world, which decides what recovery may do.
