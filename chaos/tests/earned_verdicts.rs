@@ -183,7 +183,13 @@ fn a_store_that_rewrites_its_log_fails_durable_append_under_the_syscall_nemesis(
 /// acknowledged events, and fails the power row.
 #[test]
 fn a_store_without_fsync_passes_the_process_crash_row_and_fails_the_power_row() {
-    let (code, report, stdout) = campaign::run(&fixture(), &["--store-fault", "no-fdatasync"]);
+    // No restarted life is crashed (`--restarts none`: 206 trials instead
+    // of 841): a store without fsync recovers the same in every life, and
+    // this is about the two rows, not about recovery.
+    let (code, report, stdout) = campaign::run(
+        &fixture(),
+        &["--store-fault", "no-fdatasync", "--restarts", "none"],
+    );
     assert_eq!(code, 1, "{stdout}");
     assert!(
         report["mode"]
@@ -225,7 +231,9 @@ fn a_store_without_fsync_passes_the_process_crash_row_and_fails_the_power_row() 
 
 #[test]
 fn the_reference_store_passes_every_default_nemesis() {
-    let (code, report, stdout) = campaign::run(&fixture(), &[] as &[&str]);
+    // The deepest restart's lives, not every restarted life's (592 trials
+    // instead of 925): every nemesis still meets a restarted life.
+    let (code, report, stdout) = campaign::run(&fixture(), &["--restarts", "deepest"]);
     assert_eq!(code, 0, "{stdout}");
     for key in [
         "durable_append",
