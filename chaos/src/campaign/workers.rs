@@ -505,6 +505,19 @@ struct Served {
     finished: bool,
 }
 
+/// Whom a strike hits: the first session's owner of the moment, and where
+/// that owner is in the session.
+struct Target {
+    /// The owner's index among the workers.
+    victim: usize,
+    /// The session's name.
+    session: String,
+    /// The owner's worker id.
+    worker: String,
+    /// Requests (steps) the owner has taken in the session since its grant.
+    steps: usize,
+}
+
 /// Runs one trial of `plan` in a fresh scratch directory under `scratch`;
 /// `db`: the cluster of a `--postgres` campaign, which the database
 /// strikes crash and cut off.
@@ -754,6 +767,17 @@ struct Run<'a> {
 }
 
 impl Run<'_> {
+    /// Whom a strike at this moment hits ([`Target`]).
+    fn target(&self, sessions: &[Served]) -> Target {
+        let first = &sessions[0];
+        Target {
+            victim: first.owner,
+            session: first.name.clone(),
+            worker: self.workers[first.owner].id.clone(),
+            steps: first.steps,
+        }
+    }
+
     /// `worker` takes `session`'s lease; a refusal other than `lease_held`
     /// (or `lease_held` when not `wait`ing) is the store's failure.
     fn acquire(
@@ -1065,12 +1089,13 @@ impl Run<'_> {
         sessions: &mut [Served],
     ) -> Result<(Option<usize>, String), WorkersError> {
         let ttl_ms = self.cfg.longest_ttl();
-        let victim = sessions[0].owner;
-        let name = sessions[0].name.clone();
-        let at = format!(
-            "{} after its step {} of {name}",
-            self.workers[victim].id, sessions[0].steps
-        );
+        let Target {
+            victim,
+            session: name,
+            worker,
+            steps,
+        } = self.target(sessions);
+        let at = format!("{worker} after its step {steps} of {name}");
         match strike {
             Strike::Pause | Strike::PauseUntil(_) => {
                 // Renewed now, so the lease is surely live when the heir first asks.

@@ -16,7 +16,7 @@ use std::sync::mpsc::RecvTimeoutError;
 
 use nix::sys::signal::Signal;
 
-use super::{Run, Served, State, StrikeRecord, Worker, WorkersError, REPLY_TIMEOUT};
+use super::{Run, Served, State, StrikeRecord, Target, Worker, WorkersError, REPLY_TIMEOUT};
 use crate::agent::worker::{WorkerCommand, WorkerReply};
 use crate::history::WorkerEvent;
 use crate::nemesis::workers::{Strike, WorkerPlan};
@@ -104,13 +104,13 @@ impl Run<'_> {
         label: String,
         sessions: &mut [Served],
     ) -> Result<StrikeRecord, WorkersError> {
-        let victim = sessions[0].owner;
-        let name = sessions[0].name.clone();
-        let id = self.workers[victim].id.clone();
-        let at = format!(
-            "{id} at crash point {point} of its request {} of {name}",
-            sessions[0].steps
-        );
+        let Target {
+            victim,
+            session: name,
+            worker: id,
+            steps,
+        } = self.target(sessions);
+        let at = format!("{id} at crash point {point} of its request {steps} of {name}");
         let trace = self.workers[victim]
             .trace
             .clone()

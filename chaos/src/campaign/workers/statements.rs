@@ -15,7 +15,7 @@ use std::time::{Duration, Instant};
 use nix::sys::signal::{kill, Signal};
 use nix::unistd::Pid;
 
-use super::{Run, Served, State, StrikeRecord, WorkersError, REPLY_TIMEOUT};
+use super::{Run, Served, State, StrikeRecord, Target, WorkersError, REPLY_TIMEOUT};
 use crate::agent::worker::{WorkerCommand, WorkerReply};
 use crate::history::WorkerEvent;
 use crate::nemesis::pgproxy::{Proxy, Release, StatementAction, StatementStrike};
@@ -152,18 +152,20 @@ impl Run<'_> {
         label: String,
         sessions: &mut [Served],
     ) -> Result<StrikeRecord, WorkersError> {
-        let victim = sessions[0].owner;
-        let name = sessions[0].name.clone();
-        let id = self.workers[victim].id.clone();
+        let Target {
+            victim,
+            session: name,
+            worker: id,
+            steps,
+        } = self.target(sessions);
         let point = format!(
-            "{id} {} statement {} of its request {} of {name}",
+            "{id} {} statement {} of its request {steps} of {name}",
             if strike.after_reply {
                 "after the reply of"
             } else {
                 "before"
             },
             strike.statement,
-            sessions[0].steps
         );
         self.proxy(victim)?.arm(Some(strike));
         let command = WorkerCommand::Step {
