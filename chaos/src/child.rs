@@ -504,16 +504,6 @@ pub fn within<T>(during: impl FnOnce() -> String, f: impl FnOnce() -> T) -> T {
     out
 }
 
-/// Runs `f` (which starts a process that outlives the current trial: a
-/// fork server kept for the thread's later trials) without the trial's
-/// mark, so the trial's end leaves that process alone.
-pub fn unmarked<T>(f: impl FnOnce() -> T) -> T {
-    let tag = TAG.with(|t| t.borrow_mut().take());
-    let out = f();
-    TAG.with(|t| *t.borrow_mut() = tag);
-    out
-}
-
 /// Every [`Leak`] recorded since the last call.
 pub fn take_leaks() -> Vec<Leak> {
     std::mem::take(&mut *LEAKS.lock().unwrap_or_else(|p| p.into_inner()))

@@ -12,10 +12,11 @@
 //! In the harness ([`AdapterBackend::forking`]), a fresh adapter process is
 //! forked, not started, when the adapter speaks protocol version 2 as a fork
 //! server (`chaos/PROTOCOL.md`, section 8; negotiated once per backend, a
-//! version 1 adapter is started as before): each harness thread keeps one
-//! fork server per adapter command line, which has done its imports and
-//! never opens a session, and every observation, probe and power-loss
-//! recovery gets a child forked from it. An observer is never reused: a
+//! version 1 adapter is started as before): the harness keeps one fork
+//! server per adapter command line for the whole process, shared by every
+//! thread ([`fork_servers`]), which has done its imports and never opens a
+//! session, and every observation, probe and power-loss recovery gets a
+//! child forked from it. An observer is never reused: a
 //! forked child's memory is the server's, untouched by any session, so
 //! what it serves comes from the disk (a process that had read the session
 //! before could serve a cached copy and hide lost events).
@@ -119,11 +120,55 @@ const NOT_APPLICABLE: &[NotApplicable] = &[
     },
 ];
 
+/// The harness's fork servers, by adapter command line: one each for the
+/// whole process, whichever thread forks. Every campaign phase runs on
+/// threads of its own (the probes, the trials, power loss, shrinking), and
+/// a server per thread started the adapter's interpreter and imports again
+/// for each: six times per campaign on two jobs.
+fn fork_servers() -> std::sync::MutexGuard<'static, Vec<(String, Arc<Mutex<Client>>)>> {
+    static SERVERS: Mutex<Vec<(String, Arc<Mutex<Client>>)>> = Mutex::new(Vec::new());
+    SERVERS.lock().unwrap_or_else(|p| p.into_inner())
+}
+
+/// Starts a fork server from the one thread that never exits, so that it
+/// lives as long as the harness: it dies (`PR_SET_PDEATHSIG`) with the
+/// thread that started it, and a campaign's threads end with its phases.
+/// Started from no trial, it is marked as none's: a trial's end does not
+/// take it for a leftover.
+fn spawn_fork_server(
+    cmd: std::process::Command,
+    options: ClientOptions,
+) -> Result<Client, ClientError> {
+    type Start = (
+        std::process::Command,
+        ClientOptions,
+        std::sync::mpsc::Sender<Result<Client, ClientError>>,
+    );
+    static KEEPER: OnceLock<Mutex<std::sync::mpsc::Sender<Start>>> = OnceLock::new();
+    let keeper = KEEPER.get_or_init(|| {
+        let (tx, rx) = std::sync::mpsc::channel::<Start>();
+        std::thread::Builder::new()
+            .name("agentchaos-fork-servers".into())
+            .spawn(move || {
+                for (cmd, options, reply) in rx {
+                    let _ = reply.send(Client::spawn_fork_server(cmd, options));
+                }
+            })
+            .expect("the fork servers' thread starts");
+        Mutex::new(tx)
+    });
+    let (reply, answer) = std::sync::mpsc::channel();
+    keeper
+        .lock()
+        .unwrap_or_else(|p| p.into_inner())
+        .send((cmd, options, reply))
+        .expect("the fork servers' thread never exits");
+    answer
+        .recv()
+        .expect("the fork servers' thread answers every start")
+}
+
 thread_local! {
-    /// This thread's fork servers, by adapter command line. A fork server
-    /// dies with the thread that started it (`PR_SET_PDEATHSIG`), so it is
-    /// only ever used by that thread.
-    static FORK_SERVERS: RefCell<Vec<(String, Arc<Mutex<Client>>)>> = const { RefCell::new(Vec::new()) };
     /// This thread's warm processes of adapters that are not fork servers,
     /// by adapter command line: started ahead for the trial it runs
     /// ([`StoreBackend::warm_up`]), each waiting for its `hello`, killed at
@@ -500,7 +545,7 @@ impl AdapterBackend {
         }
     }
 
-    /// A process forked by this thread's fork server, or `None` when the
+    /// A process forked by the harness's fork server, or `None` when the
     /// adapter is none (it speaks only protocol version 1, or cannot fork).
     fn fork(&self) -> StoreResult<Option<Client>> {
         let Some(server) = self.fork_server()? else {
@@ -513,15 +558,11 @@ impl AdapterBackend {
 
     /// Forgets `server` after `e`: the next fork starts a new one.
     fn broken(&self, server: &Arc<Mutex<Client>>, e: ClientError) -> StoreError {
-        FORK_SERVERS.with(|servers| {
-            servers
-                .borrow_mut()
-                .retain(|(_, s)| !Arc::ptr_eq(s, server))
-        });
+        fork_servers().retain(|(_, s)| !Arc::ptr_eq(s, server));
         err(e)
     }
 
-    /// This thread's fork server for the adapter (started now if it has
+    /// The harness's fork server for the adapter (started now if there is
     /// none), or `None` when the adapter is none or this backend never forks.
     fn fork_server(&self) -> StoreResult<Option<Arc<Mutex<Client>>>> {
         let Some(forking) = &self.forking else {
@@ -530,25 +571,17 @@ impl AdapterBackend {
         if forking.get() == Some(&false) {
             return Ok(None);
         }
-        let server = FORK_SERVERS.with(|servers| {
-            let servers = servers.borrow();
-            let found = servers.iter().find(|(line, _)| *line == self.line);
-            found.map(|(_, server)| Arc::clone(server))
-        });
-        let server = match server {
-            Some(server) => server,
-            // It outlives the trial that happens to start it: unmarked, so
-            // that trial's end does not take it for a leftover.
-            None => match crate::child::unmarked(|| {
-                Client::spawn_fork_server(self.command(), self.options)
-            }) {
+        // Held while a server starts: a second thread waits for it
+        // instead of starting another.
+        let mut servers = fork_servers();
+        let found = servers.iter().find(|(line, _)| *line == self.line);
+        let server = match found {
+            Some((_, server)) => Arc::clone(server),
+            None => match spawn_fork_server(self.command(), self.options) {
                 Ok(server) if server.hello().fork => {
                     let _ = forking.set(true);
                     let server = Arc::new(Mutex::new(server));
-                    FORK_SERVERS.with(|servers| {
-                        let mut servers = servers.borrow_mut();
-                        servers.push((self.line.clone(), Arc::clone(&server)))
-                    });
+                    servers.push((self.line.clone(), Arc::clone(&server)));
                     server
                 }
                 Ok(server) => {
