@@ -48,10 +48,12 @@ fn replay(plan: &str, fault: Option<&str>) -> (i32, String) {
 /// Each broken group commit, the plan that shows it on the shipped
 /// scenario and the invariant that names it: `none` (the crash-free run:
 /// the schedule lets a follower wait while its leader is held before its
-/// fdatasync), and EIO on the fdatasync of the parallel calls' first
+/// fdatasync), EIO on the fdatasync of the parallel calls' first
 /// group while both followers wait for it (`agentchaos run --durability
 /// batch --nemesis syscall --store-fault failed-sync-acks-followers`
-/// finds it if the store's syscalls change).
+/// finds it if the store's syscalls change), and the ledger probe that
+/// writes two commits of one operation into one group (a ledger that
+/// takes in a commit only once a sync covers it accepts the second).
 const BROKEN: &[(&str, &str, &str)] = &[
     ("batch-follower-early-ack", "none", "acked-after-sync"),
     (
@@ -59,9 +61,14 @@ const BROKEN: &[(&str, &str, &str)] = &[
         "sys-eio@27",
         "acked-after-sync",
     ),
+    (
+        "ledger-folded-at-sync",
+        "probe:ledger-race@op-triage-1.1",
+        "ledger-refuses-double-commit",
+    ),
 ];
 
-/// About 4 s: 40 replays of one trial each.
+/// About 6 s: 60 replays of one trial or probe each.
 #[test]
 fn a_broken_group_commit_fails_ten_replays_of_ten_and_the_store_passes_ten_of_ten() {
     for &(fault, plan, invariant) in BROKEN {

@@ -56,6 +56,7 @@ const BATCH: &[&str] = &[
     "batch-ack-when-written",
     "batch-follower-early-ack",
     "failed-sync-acks-followers",
+    "ledger-folded-at-sync",
 ];
 
 /// Each fault and the invariants that must catch it (the first is the one
@@ -85,6 +86,7 @@ const EXPECTED: &[(&str, &[&str])] = &[
         "failed-sync-acks-followers",
         &["acked-after-sync", "failed-sync-not-acked", "acked-durable"],
     ),
+    ("ledger-folded-at-sync", &["ledger-refuses-double-commit"]),
     (
         "fold-branch-ignores-compaction",
         &["checkpoint-projection", "context-window"],
@@ -556,6 +558,29 @@ fn blob_unchecked_read_is_caught_by_damage_refused() {
         "{found}"
     );
     assert!(v["replay"].as_str().unwrap().contains("/blobs/"), "{v}");
+}
+
+/// Two commits of one operation written into one Batch group, before a
+/// sync covers either: only the `ledger-race` probe writes them, and only
+/// a Batch write returns before its sync. In Sync mode every write is
+/// acknowledged, its commit in the ledger, before the next one, and the
+/// same broken store passes.
+#[test]
+fn ledger_folded_at_sync_is_caught_only_by_two_commits_in_one_group() {
+    let report = assert_caught("ledger-folded-at-sync");
+    for v in report["violations"].as_array().unwrap() {
+        assert!(
+            v["replay"]
+                .as_str()
+                .unwrap()
+                .contains("--plan probe:ledger-race@"),
+            "{v}"
+        );
+    }
+    assert_hidden_without_it(
+        "ledger-folded-at-sync",
+        "in Sync mode a commit is in the ledger before the next write",
+    );
 }
 
 #[test]

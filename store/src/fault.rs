@@ -60,6 +60,8 @@ pub enum Fault {
     BatchFollowerEarlyAck,
     /// Batch mode: when a group sync fails, the leader is refused but the appenders that waited for it are woken as acknowledged.
     FailedSyncAcksFollowers,
+    /// Batch mode: a commit written by one of several parallel appenders enters the effect ledger only once a sync covers it, so a second commit of the same operation written into the same group is accepted.
+    LedgerFoldedAtSync,
     /// The projection ignores a compaction's window: its branch still starts at the root.
     FoldBranchIgnoresCompaction,
     /// The projection ignores `leaf_moved`: the active leaf stays the last entry written.
@@ -248,6 +250,11 @@ impl Fault {
             Fault::FailedSyncAcksFollowers,
             "failed-sync-acks-followers",
             "in Batch mode a failed group sync refuses every waiter of its group (run with --durability batch)",
+        ),
+        (
+            Fault::LedgerFoldedAtSync,
+            "ledger-folded-at-sync",
+            "an operation is committed at most once, also when two commits of it are written into one group (run with --durability batch)",
         ),
         (
             Fault::FoldBranchIgnoresCompaction,

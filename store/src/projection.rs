@@ -166,6 +166,16 @@ impl Projection {
     pub fn committed_operations(&self) -> &BTreeSet<String> {
         &self.committed_ops
     }
+    /// The `ledger-folded-at-sync` fault only: takes `operation` out of
+    /// the ledger (its commit is written, no sync covers it yet) or puts it
+    /// back.
+    pub(crate) fn set_committed_for_fault(&mut self, operation: &str, committed: bool) {
+        if committed {
+            self.committed_ops.insert(operation.to_string());
+        } else {
+            self.committed_ops.remove(operation);
+        }
+    }
     /// The active leaf.
     pub fn leaf(&self) -> Option<EventId> {
         self.branch.last().map(|&s| event_id(s))

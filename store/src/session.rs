@@ -99,6 +99,10 @@ pub struct Session {
     /// Whether this handle holds the writer lock now: always, unless
     /// leased (a leased handle takes it for each write).
     pub(crate) lock_held: bool,
+    /// The `ledger-folded-at-sync` fault's commits (seq, operation id)
+    /// written by [`Session::write`] and kept out of the ledger until a
+    /// sync covers them. Always empty without that fault.
+    unsynced_commits: Vec<(Seq, String)>,
 }
 
 fn workspace_string(workspace: &Path) -> Result<String> {
@@ -155,6 +159,7 @@ impl Session {
             repaired,
             lease: None,
             lock_held: true,
+            unsynced_commits: Vec::new(),
         };
         session.index.note(LogPosition {
             offset: init.acked.offset(),
@@ -320,6 +325,7 @@ impl Session {
             repaired: report.repaired.clone(),
             lease: held,
             lock_held: true,
+            unsynced_commits: Vec::new(),
         };
         session.record_quarantines()?;
         let rebound_from = session.bind_workspace(options.workspace.as_deref())?;
@@ -484,15 +490,41 @@ impl Session {
     /// A leased session waits before it lets go of the writer lock.
     pub fn write(&mut self, event: Event) -> Result<Written> {
         self.fenced(|s| {
+            if fault::active(Fault::LedgerFoldedAtSync) {
+                s.fold_synced_commits();
+            }
             s.check(&event)?;
             let fold = s.prepare(&event)?;
             let written = s.log.write_with(&event, Redaction::Public)?;
             s.fold(written.seq(), written.0.offset, &event, fold);
+            if let Event::EffectCommitted { operation_id, .. } = &event {
+                if fault::active(Fault::LedgerFoldedAtSync) {
+                    // Broken on purpose: the commit stays out of the ledger
+                    // until a sync covers it, so the next write of the same
+                    // group may commit the operation again.
+                    s.projection.set_committed_for_fault(operation_id, false);
+                    s.unsynced_commits
+                        .push((written.seq(), operation_id.clone()));
+                }
+            }
             if s.lease.is_some() {
                 return Ok(Written(s.log.wait(written)?));
             }
             Ok(written)
         })
+    }
+
+    /// The `ledger-folded-at-sync` fault: the commits a sync now covers
+    /// enter the ledger.
+    fn fold_synced_commits(&mut self) {
+        let durable = self.log.durable().next_seq();
+        let (synced, unsynced) = std::mem::take(&mut self.unsynced_commits)
+            .into_iter()
+            .partition(|(seq, _)| *seq < durable);
+        self.unsynced_commits = unsynced;
+        for (_, operation) in synced {
+            self.projection.set_committed_for_fault(&operation, true);
+        }
     }
 
     /// Returns once an event [`Session::write`] wrote is durable (see

@@ -75,7 +75,7 @@ fn run_probes(
             return vec![ProbeOutcome {
                 probe: probe::Probe::Ledger {
                     operation: String::new(),
-                    another_call: false,
+                    second: probe::SecondCommit::SameCall,
                 },
                 told: String::new(),
                 violations: Vec::new(),

@@ -152,6 +152,49 @@ impl Target {
         }
     }
 
+    /// Writes `events` as parallel appenders do, each before any is
+    /// acknowledged (one group, in Batch mode), then waits for each; a
+    /// refused write first waits for those before it. Through an adapter,
+    /// which acknowledges every write before the next is sent, each is
+    /// appended in turn. The error names the write (from 0) it came from.
+    pub(super) fn write_group(
+        &mut self,
+        events: &[Event],
+    ) -> Result<Vec<Seq>, (usize, ChildError)> {
+        let session = match self {
+            Target::Reference { session, .. } => session,
+            Target::Adapter(_) => {
+                return events
+                    .iter()
+                    .enumerate()
+                    .map(|(i, e)| self.append(e).map_err(|err| (i, err)))
+                    .collect();
+            }
+        };
+        let mut written = Vec::with_capacity(events.len());
+        for (i, e) in events.iter().enumerate() {
+            match session.write(e.clone()) {
+                Ok(w) => written.push(w),
+                Err(err) => {
+                    for w in written {
+                        let _ = session.wait(w);
+                    }
+                    return Err((i, err.into()));
+                }
+            }
+        }
+        written
+            .into_iter()
+            .enumerate()
+            .map(|(i, w)| {
+                session
+                    .wait(w)
+                    .map(|a| a.seq())
+                    .map_err(|err| (i, err.into()))
+            })
+            .collect()
+    }
+
     pub(super) fn recover(
         &mut self,
     ) -> Result<agentchaos_protocol::message::RecoveryState, ChildError> {

@@ -1,8 +1,10 @@
-//! The ledger probes (`ledger@OP`, `ledger-retry@OP`): an operation's
-//! commit appended a second time, from the same call or from a retry under
-//! a new call id, in a fresh session replaying the crash-free run; their
-//! verdict ([`judge_ledger`], `ledger-refuses-double-commit`) and the
-//! child's side. It must never append to the crash-free run's session.
+//! The ledger probes (`ledger@OP`, `ledger-retry@OP`, `ledger-race@OP`):
+//! an operation's commit appended a second time, from the same call or from
+//! a retry under a new call id, after the first commit's ack or written
+//! into the same group as the first ([`SecondCommit`]), in a fresh session
+//! replaying the crash-free run; their verdict ([`judge_ledger`],
+//! `ledger-refuses-double-commit`) and the child's side. It must never
+//! append to the crash-free run's session.
 
 use std::path::Path;
 
@@ -12,22 +14,24 @@ use serde::{Deserialize, Serialize};
 use crate::campaign::probe::child::{fail, open_replayed, read_events, refused, ChildArgs};
 use crate::campaign::probe::rules::not_refused_by_rule;
 use crate::campaign::probe::spawn::child_with_events;
-use crate::campaign::probe::{tell, ProbeError, ProbeReply, ProbeSetup};
+use crate::campaign::probe::{tell, ProbeError, ProbeReply, ProbeSetup, SecondCommit};
 use crate::check::{Invariant, Violation};
 use crate::model::describe_record;
 
 /// The events a ledger probe's child replays, then those it appends as the
-/// probe (the last is the second commit).
+/// probe (the last is the second commit); the last `group` of those are
+/// written as one group, each before any is acknowledged.
 #[derive(Debug, Serialize, Deserialize)]
 struct LedgerEvents {
     replay: Vec<Event>,
     then: Vec<Event>,
+    group: usize,
 }
 
 pub(super) fn ledger(
     setup: &ProbeSetup<'_>,
     operation: &str,
-    another_call: bool,
+    second: SecondCommit,
     dir: &Path,
 ) -> Result<(String, Vec<Violation>, bool), ProbeError> {
     let reference = setup.reference;
@@ -46,7 +50,7 @@ pub(super) fn ledger(
     let first = &reference[commit];
     let commit_event = event(first)?;
     // Event 0 (session_created) is the store's own, written by open.
-    let (events, how) = if another_call {
+    let (events, how) = if second != SecondCommit::SameCall {
         let Event::EffectCommitted {
             call_id,
             operation_id,
@@ -108,10 +112,22 @@ pub(super) fn ledger(
             .iter()
             .map(event)
             .collect::<Result<_, _>>()?;
+        let (group, commits) = if second == SecondCommit::RetryInOneGroup {
+            (
+                2,
+                "both commits written into one group before either was acknowledged",
+            )
+        } else {
+            (0, "both commits")
+        };
         (
-            LedgerEvents { replay, then },
+            LedgerEvents {
+                replay,
+                then,
+                group,
+            },
             format!(
-                "replaying {} event(s) up to before {}, then call {retry} with the same operation id, its intent, both commits",
+                "replaying {} event(s) up to before {}, then call {retry} with the same operation id, its intent, {commits}",
                 commit - 1,
                 describe_record(first)
             ),
@@ -125,6 +141,7 @@ pub(super) fn ledger(
             LedgerEvents {
                 replay,
                 then: vec![commit_event.clone()],
+                group: 0,
             },
             format!(
                 "replaying {commit} event(s) up to {}, then the same commit again",
@@ -136,35 +153,35 @@ pub(super) fn ledger(
     let told = format!("{how}: {}", tell(&reply));
     Ok((
         told,
-        judge_ledger(operation, first, another_call, &reply)?
+        judge_ledger(operation, first, second, &reply)?
             .into_iter()
             .collect(),
         matches!(reply, ProbeReply::NotReplayed { .. }),
     ))
 }
 
-/// The ledger verdict: `first` is the first commit; `another_call`: the
-/// second comes from another call with the same operation id.
+/// The ledger verdict: `first` is the first commit; `second`: where the
+/// second one comes from.
 pub fn judge_ledger(
     operation: &str,
     first: &Record,
-    another_call: bool,
+    second: SecondCommit,
     reply: &ProbeReply,
 ) -> Result<Option<Violation>, ProbeError> {
     let violation = |found: String| {
         Violation {
         invariant: Invariant::LedgerRefusesDoubleCommit,
-        when: if another_call {
-            "after the crash-free run, in a fresh session replaying its events, with the operation retried under a new call id"
-        } else {
-            "after the crash-free run, in a fresh session replaying its events up to the first commit"
+        when: match second {
+            SecondCommit::SameCall => "after the crash-free run, in a fresh session replaying its events up to the first commit",
+            SecondCommit::Retry => "after the crash-free run, in a fresh session replaying its events, with the operation retried under a new call id",
+            SecondCommit::RetryInOneGroup => "after the crash-free run, in a fresh session replaying its events, with the operation retried under a new call id and both commits written into one group",
         }.into(),
         expected: format!(
             "a second effect_committed for operation {operation} ({}) refused with `rule`, nothing written",
-            if another_call {
-                "from another call, after the first call's commit"
-            } else {
-                "from the same call"
+            match second {
+                SecondCommit::SameCall => "from the same call",
+                SecondCommit::Retry => "from another call, after the first call's commit",
+                SecondCommit::RetryInOneGroup => "from another call, written right after the first call's commit, before a sync covered either",
             }
         ),
         found,
@@ -184,7 +201,8 @@ pub(super) fn child_ledger(args: &ChildArgs) -> Result<ProbeReply, ProbeError> {
         Err(not_replayed) => return Ok(not_replayed),
     };
     let mut last = None;
-    for e in &events.then {
+    let (one_by_one, group) = events.then.split_at(events.then.len() - events.group);
+    for e in one_by_one {
         let before = target.events().map_err(fail("events"))?.len() as u64;
         match target.append(e) {
             Ok(seq) => last = Some(seq),
@@ -194,6 +212,27 @@ pub(super) fn child_ledger(args: &ChildArgs) -> Result<ProbeReply, ProbeError> {
                     &format!("append of {}", e.type_name()),
                     err,
                     Some((before, after)),
+                );
+            }
+        }
+    }
+    if !group.is_empty() {
+        let before = target.events().map_err(fail("events"))?.len() as u64;
+        match target.write_group(group) {
+            Ok(seqs) => last = seqs.last().copied(),
+            Err((i, err)) => {
+                let after = target.events().map_err(fail("events"))?.len() as u64;
+                // The group's writes before the refused one are its own
+                // to keep: what the refused write left is judged.
+                return refused(
+                    &format!(
+                        "write {} of {} in one group ({})",
+                        i + 1,
+                        group.len(),
+                        group[i].type_name()
+                    ),
+                    err,
+                    Some((before + i as u64, after)),
                 );
             }
         }
@@ -210,11 +249,15 @@ mod tests {
     #[test]
     fn an_accepted_second_commit_is_a_violation() {
         let reference = log();
-        for another_call in [false, true] {
+        for second in [
+            SecondCommit::SameCall,
+            SecondCommit::Retry,
+            SecondCommit::RetryInOneGroup,
+        ] {
             let accepted = judge_ledger(
                 "op",
                 &reference[2],
-                another_call,
+                second,
                 &ProbeReply::Accepted { seq: 3 },
             )
             .unwrap()
@@ -223,9 +266,15 @@ mod tests {
             assert!(accepted.found.contains("committed twice"));
             assert_eq!(
                 accepted.expected.contains("from another call"),
-                another_call,
+                second != SecondCommit::SameCall,
                 "{}",
                 accepted.expected
+            );
+            assert_eq!(
+                accepted.when.contains("into one group"),
+                second == SecondCommit::RetryInOneGroup,
+                "{}",
+                accepted.when
             );
         }
         let refused = |kind: &str, after: u64| ProbeReply::Refused {
@@ -235,18 +284,26 @@ mod tests {
             events_before: Some(3),
             events_after: Some(after),
         };
+        assert!(judge_ledger(
+            "op",
+            &reference[2],
+            SecondCommit::SameCall,
+            &refused("rule", 3)
+        )
+        .unwrap()
+        .is_none());
+        assert!(judge_ledger(
+            "op",
+            &reference[2],
+            SecondCommit::SameCall,
+            &refused("rule", 4)
+        )
+        .unwrap()
+        .is_some());
         assert!(
-            judge_ledger("op", &reference[2], false, &refused("rule", 3))
-                .unwrap()
-                .is_none()
-        );
-        assert!(
-            judge_ledger("op", &reference[2], false, &refused("rule", 4))
+            judge_ledger("op", &reference[2], SecondCommit::Retry, &refused("io", 3))
                 .unwrap()
                 .is_some()
         );
-        assert!(judge_ledger("op", &reference[2], true, &refused("io", 3))
-            .unwrap()
-            .is_some());
     }
 }

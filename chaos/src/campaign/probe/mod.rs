@@ -50,6 +50,11 @@
 //!   nothing written by it, passes; the second commit acknowledged is
 //!   `ledger-refuses-double-commit` (a ledger keyed by call, not by
 //!   operation, lets it through).
+//! - `ledger-race@OP` (`effect_ledger`, in-process): the same retry with
+//!   the two commits written into one group, the second before any sync
+//!   covers the first ([`SecondCommit::RetryInOneGroup`]; a Batch write
+//!   returns before its sync). A ledger that takes a commit in only once
+//!   a sync covers it lets the second through.
 //! - `rule-CASE@OP` (`effect_ledger`): the session rules that keep an
 //!   effect from running twice ([`RuleCase`], PROTOCOL.md §3), on the
 //!   scenario's first committed operation OP: the crash-free run's events
@@ -186,6 +191,23 @@ use tail::torn_tail;
 /// The unit a disk writes atomically: a lost sector reads as zeros.
 pub const SECTOR_BYTES: u64 = 512;
 
+/// Where a ledger probe's second commit of an operation comes from.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum SecondCommit {
+    /// The same call commits again (`ledger@OP`).
+    SameCall,
+    /// A retry under a new call id, committed once the first commit is
+    /// acknowledged (`ledger-retry@OP`).
+    Retry,
+    /// A retry under a new call id whose commit is written into the same
+    /// group as the first call's, before either is acknowledged
+    /// (`ledger-race@OP`): two appenders committing one operation at once.
+    /// In-process only: the adapter protocol acknowledges each write
+    /// before the harness sends the next, so through an adapter this is
+    /// `Retry`.
+    RetryInOneGroup,
+}
+
 /// One probe, as `agentchaos replay --plan probe:<this>` names it.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum Probe {
@@ -203,11 +225,10 @@ pub enum Probe {
         offset: u64,
         len: u64,
     },
-    /// Commit operation `operation` a second time: from the same call, or
-    /// from `another_call` opened with the same operation id.
+    /// Commit operation `operation` a second time, from where `second` says.
     Ledger {
         operation: String,
-        another_call: bool,
+        second: SecondCommit,
     },
     /// Append what the session rule `case` forbids, in a fresh session
     /// replaying the crash-free run up to the commit of `operation`.
@@ -496,10 +517,7 @@ pub fn run(setup: &ProbeSetup<'_>, probe: &Probe, dir: &Path) -> ProbeOutcome {
             Probe::Zeros { file, offset, len } => {
                 damage(setup, file, &Change::Zeros(*offset, *len), dir)
             }
-            Probe::Ledger {
-                operation,
-                another_call,
-            } => ledger(setup, operation, *another_call, dir),
+            Probe::Ledger { operation, second } => ledger(setup, operation, *second, dir),
             Probe::Rule { case, operation } => rule(setup, *case, operation, dir),
             Probe::CompactionRule { compaction, breaks } => {
                 compaction_rule(setup, compaction, *breaks, dir)

@@ -10,7 +10,7 @@ use std::str::FromStr;
 use crate::campaign::probe::compaction::CompactionBreak;
 use crate::campaign::probe::rules::RuleCase;
 use crate::campaign::probe::tail::Tail;
-use crate::campaign::probe::Probe;
+use crate::campaign::probe::{Probe, SecondCommit};
 
 /// How a replay's `--plan` names a probe.
 pub const PLAN_PREFIX: &str = "probe:";
@@ -30,14 +30,14 @@ impl fmt::Display for Probe {
             Probe::Zeros { file, offset, len } => {
                 write!(f, "zeros@{}:{offset}+{len}", file.display())
             }
-            Probe::Ledger {
-                operation,
-                another_call: false,
-            } => write!(f, "ledger@{operation}"),
-            Probe::Ledger {
-                operation,
-                another_call: true,
-            } => write!(f, "ledger-retry@{operation}"),
+            Probe::Ledger { operation, second } => {
+                let kind = match second {
+                    SecondCommit::SameCall => "ledger",
+                    SecondCommit::Retry => "ledger-retry",
+                    SecondCommit::RetryInOneGroup => "ledger-race",
+                };
+                write!(f, "{kind}@{operation}")
+            }
             Probe::Rule { case, operation } => write!(f, "rule-{}@{operation}", case.name()),
             Probe::CompactionRule { compaction, breaks } => {
                 write!(f, "{}@{compaction}", breaks.name())
@@ -73,7 +73,7 @@ impl FromStr for Probe {
     fn from_str(s: &str) -> Result<Probe, BadProbePlan> {
         let bad = || {
             BadProbePlan(format!(
-                "probe {s:?} is not damage@FILE:OFFSET, fused@FILE:OFFSET, zeros@FILE:OFFSET+LEN, tail@FILE:lines-N, tail@FILE:zeros-N, tail@FILE:lost-sector, tail@FILE:misplaced-zeros, tail@FILE:unterminated-N (N >= 8), cut@FILE:LEN, cut-unreadable-snapshot@FILE:LEN, ledger@OPERATION, ledger-retry@OPERATION, rule-CASE@OPERATION (CASE: {}), rule-compaction-off-leaf@EVENT_ID, rule-compaction-kept-off-branch@EVENT_ID, limit or lock",
+                "probe {s:?} is not damage@FILE:OFFSET, fused@FILE:OFFSET, zeros@FILE:OFFSET+LEN, tail@FILE:lines-N, tail@FILE:zeros-N, tail@FILE:lost-sector, tail@FILE:misplaced-zeros, tail@FILE:unterminated-N (N >= 8), cut@FILE:LEN, cut-unreadable-snapshot@FILE:LEN, ledger@OPERATION, ledger-retry@OPERATION, ledger-race@OPERATION, rule-CASE@OPERATION (CASE: {}), rule-compaction-off-leaf@EVENT_ID, rule-compaction-kept-off-branch@EVENT_ID, limit or lock",
                 RuleCase::ALL.map(RuleCase::name).join(", ")
             ))
         };
@@ -144,10 +144,16 @@ impl FromStr for Probe {
                     tail: tail.ok_or_else(bad)?,
                 })
             }
-            Some((kind @ ("ledger" | "ledger-retry"), op)) if !op.is_empty() => Ok(Probe::Ledger {
-                operation: op.to_string(),
-                another_call: kind == "ledger-retry",
-            }),
+            Some((kind @ ("ledger" | "ledger-retry" | "ledger-race"), op)) if !op.is_empty() => {
+                Ok(Probe::Ledger {
+                    operation: op.to_string(),
+                    second: match kind {
+                        "ledger" => SecondCommit::SameCall,
+                        "ledger-retry" => SecondCommit::Retry,
+                        _ => SecondCommit::RetryInOneGroup,
+                    },
+                })
+            }
             Some((kind, id)) if !id.is_empty() && CompactionBreak::from_name(kind).is_some() => {
                 Ok(Probe::CompactionRule {
                     compaction: id.to_string(),
@@ -179,6 +185,7 @@ mod tests {
             "fused@sessions/s/events.jsonl:99",
             "ledger@op-deploy-1",
             "ledger-retry@op-deploy-1",
+            "ledger-race@op-deploy-1",
             "rule-no-operation-id@op-deploy-1",
             "rule-restart-unreconciled@op:with:colons",
             "rule-parent-missing@op-deploy-1",

@@ -14,7 +14,7 @@ use crate::campaign::probe::rules::{RuleCase, Situation};
 use crate::campaign::probe::tail::{
     Tail, TAIL_MAX_LINES, TAIL_MAX_LINE_BYTES, TAIL_MAX_ZERO_BYTES,
 };
-use crate::campaign::probe::{complete_lines, Probe, ProbeError, SECTOR_BYTES};
+use crate::campaign::probe::{complete_lines, Probe, ProbeError, SecondCommit, SECTOR_BYTES};
 use crate::scenario::rng::Rng;
 use crate::store::adapter::Capability;
 use crate::store::SessionSpec;
@@ -186,12 +186,23 @@ pub fn plan(
         probes.push(Probe::Lock);
     }
     if claimed.contains(&Capability::EffectLedger) {
+        // Two commits in one group need writes whose acks are deferred,
+        // which only agentstore in-process has (`SecondCommit::RetryInOneGroup`).
+        let seconds: &[SecondCommit] = if agentstore.is_some() {
+            &[
+                SecondCommit::SameCall,
+                SecondCommit::Retry,
+                SecondCommit::RetryInOneGroup,
+            ]
+        } else {
+            &[SecondCommit::SameCall, SecondCommit::Retry]
+        };
         for r in reference {
             if let Some(Event::EffectCommitted { operation_id, .. }) = r.event() {
-                for another_call in [false, true] {
+                for &second in seconds {
                     let p = Probe::Ledger {
                         operation: operation_id.clone(),
-                        another_call,
+                        second,
                     };
                     if !probes.contains(&p) {
                         probes.push(p);
@@ -491,12 +502,17 @@ mod tests {
             assert_eq!(file, Path::new("s/log"));
             assert!((25..75).contains(offset), "{offset}");
         }
-        for another_call in [false, true] {
+        for second in [SecondCommit::SameCall, SecondCommit::Retry] {
             assert!(all.contains(&Probe::Ledger {
                 operation: "op".into(),
-                another_call,
+                second,
             }));
         }
+        // Not through an adapter: it acknowledges every write before the next.
+        assert!(!all.contains(&Probe::Ledger {
+            operation: "op".into(),
+            second: SecondCommit::RetryInOneGroup,
+        }));
         let none = plan(
             &[Capability::DurableAppend],
             dir.path(),
