@@ -14,7 +14,7 @@
 //! server (`chaos/PROTOCOL.md`, section 8; negotiated once per backend, a
 //! version 1 adapter is started as before): the harness keeps one fork
 //! server per adapter command line for the whole process, shared by every
-//! thread ([`fork_servers`]), which has done its imports and never opens a
+//! thread (`fork_servers`), which has done its imports and never opens a
 //! session, and every observation, probe and power-loss recovery gets a
 //! child forked from it. An observer is never reused: a
 //! forked child's memory is the server's, untouched by any session, so
