@@ -11,5 +11,16 @@ compile_error!("agentchaos-coverage is built by chaos/coverage/build, which inst
 mod cli_main;
 
 fn main() -> std::process::ExitCode {
+    // The profile runtime writes a profile when any process of this binary
+    // exits, into the working directory unless `LLVM_PROFILE_FILE` names
+    // one. Unless a parent named one (`run --coverage` does for each agent
+    // life), write none: `--help`, a run without `--coverage` and its
+    // children leave nothing behind.
+    if std::env::var_os("LLVM_PROFILE_FILE").is_none() {
+        if let Err(e) = agentchaos::coverage::reexec_without_profile() {
+            eprintln!("agentchaos-coverage: {e}");
+            return std::process::ExitCode::from(agentchaos::agent::EXIT_HARNESS_FAILED);
+        }
+    }
     cli_main::main()
 }
