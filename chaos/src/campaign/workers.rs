@@ -511,9 +511,9 @@ struct Target {
     /// The owner's index among the workers.
     victim: usize,
     /// The session's name.
-    session: String,
+    name: String,
     /// The owner's worker id.
-    worker: String,
+    id: String,
     /// Requests (steps) the owner has taken in the session since its grant.
     steps: usize,
 }
@@ -772,8 +772,8 @@ impl Run<'_> {
         let first = &sessions[0];
         Target {
             victim: first.owner,
-            session: first.name.clone(),
-            worker: self.workers[first.owner].id.clone(),
+            name: first.name.clone(),
+            id: self.workers[first.owner].id.clone(),
             steps: first.steps,
         }
     }
@@ -1091,11 +1091,11 @@ impl Run<'_> {
         let ttl_ms = self.cfg.longest_ttl();
         let Target {
             victim,
-            session: name,
-            worker,
+            name,
+            id,
             steps,
         } = self.target(sessions);
-        let at = format!("{worker} after its step {steps} of {name}");
+        let at = format!("{id} after its step {steps} of {name}");
         match strike {
             Strike::Pause | Strike::PauseUntil(_) => {
                 // Renewed now, so the lease is surely live when the heir first asks.

@@ -19,13 +19,14 @@ use crate::check::{Invariant, Violation};
 use crate::model::describe_record;
 
 /// The events a ledger probe's child replays, then those it appends as the
-/// probe (the last is the second commit); the last `group` of those are
-/// written as one group, each before any is acknowledged.
+/// probe (the last is the second commit); with `commits_in_one_group`, the
+/// last two (both commits) are written as one group, the second before the
+/// first is acknowledged.
 #[derive(Debug, Serialize, Deserialize)]
 struct LedgerEvents {
     replay: Vec<Event>,
     then: Vec<Event>,
-    group: usize,
+    commits_in_one_group: bool,
 }
 
 pub(super) fn ledger(
@@ -112,19 +113,17 @@ pub(super) fn ledger(
             .iter()
             .map(event)
             .collect::<Result<_, _>>()?;
-        let (group, commits) = if second == SecondCommit::RetryInOneGroup {
-            (
-                2,
-                "both commits written into one group before either was acknowledged",
-            )
+        let commits_in_one_group = second == SecondCommit::RetryInOneGroup;
+        let commits = if commits_in_one_group {
+            "both commits written into one group before either was acknowledged"
         } else {
-            (0, "both commits")
+            "both commits"
         };
         (
             LedgerEvents {
                 replay,
                 then,
-                group,
+                commits_in_one_group,
             },
             format!(
                 "replaying {} event(s) up to before {}, then call {retry} with the same operation id, its intent, {commits}",
@@ -141,7 +140,7 @@ pub(super) fn ledger(
             LedgerEvents {
                 replay,
                 then: vec![commit_event.clone()],
-                group: 0,
+                commits_in_one_group: false,
             },
             format!(
                 "replaying {commit} event(s) up to {}, then the same commit again",
@@ -201,7 +200,10 @@ pub(super) fn child_ledger(args: &ChildArgs) -> Result<ProbeReply, ProbeError> {
         Err(not_replayed) => return Ok(not_replayed),
     };
     let mut last = None;
-    let (one_by_one, group) = events.then.split_at(events.then.len() - events.group);
+    let in_group = if events.commits_in_one_group { 2 } else { 0 };
+    let (one_by_one, group) = events
+        .then
+        .split_at(events.then.len().saturating_sub(in_group));
     for e in one_by_one {
         let before = target.events().map_err(fail("events"))?.len() as u64;
         match target.append(e) {

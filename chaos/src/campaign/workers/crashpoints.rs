@@ -106,8 +106,8 @@ impl Run<'_> {
     ) -> Result<StrikeRecord, WorkersError> {
         let Target {
             victim,
-            session: name,
-            worker: id,
+            name,
+            id,
             steps,
         } = self.target(sessions);
         let at = format!("{id} at crash point {point} of its request {steps} of {name}");

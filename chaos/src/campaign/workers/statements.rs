@@ -154,8 +154,8 @@ impl Run<'_> {
     ) -> Result<StrikeRecord, WorkersError> {
         let Target {
             victim,
-            session: name,
-            worker: id,
+            name,
+            id,
             steps,
         } = self.target(sessions);
         let point = format!(

@@ -144,7 +144,7 @@ fn spawn_fork_server(
         ClientOptions,
         std::sync::mpsc::Sender<Result<Client, ClientError>>,
     );
-    static KEEPER: OnceLock<Mutex<std::sync::mpsc::Sender<Start>>> = OnceLock::new();
+    static KEEPER: OnceLock<std::sync::mpsc::Sender<Start>> = OnceLock::new();
     let keeper = KEEPER.get_or_init(|| {
         let (tx, rx) = std::sync::mpsc::channel::<Start>();
         std::thread::Builder::new()
@@ -155,12 +155,10 @@ fn spawn_fork_server(
                 }
             })
             .expect("the fork servers' thread starts");
-        Mutex::new(tx)
+        tx
     });
     let (reply, answer) = std::sync::mpsc::channel();
     keeper
-        .lock()
-        .unwrap_or_else(|p| p.into_inner())
         .send((cmd, options, reply))
         .expect("the fork servers' thread never exits");
     answer
