@@ -94,10 +94,18 @@ fn run_probes(
         .take_while(|_| !agentstore::interrupt::requested())
         .map(|(i, p)| {
             let scratch = dir.join(format!("probe{i}"));
-            let outcome = crate::child::within(
+            let mut outcome = crate::child::within(
                 || format!("the probe {p} of {}", prepared.source.scenario.name),
                 || probe::run(&setup, p, &scratch),
             );
+            if crate::coverage::enabled() {
+                let judged = outcome.error.is_none() && !outcome.skipped;
+                if let Err(e) = crate::coverage::tally_probe(&scratch, p.is_fault(), judged) {
+                    outcome
+                        .error
+                        .get_or_insert(probe::ProbeError::Harness(e.to_string()));
+                }
+            }
             let _ = std::fs::remove_dir_all(&scratch);
             outcome
         })

@@ -24,8 +24,18 @@
 //! (`%c`): the counters live in the mmapped file, so a SIGKILLed life
 //! leaves them as they were at its death. A faulted life also copies its
 //! profile after every report ([`after_report`]); the window is the
-//! difference of two such states. Crash-free trace runs, probes and the
-//! power-loss nemesis are not counted (their processes write no profile).
+//! difference of two such states.
+//!
+//! Probes are counted beside trials ([`tally_probe`]): a probe child
+//! writes a profile of its own (`LLVM_PROFILE_FILE` from [`probe_env`]).
+//! Its regions count as (a) executed; for a probe that breaks bytes on
+//! disk before its child starts (damage, fused, zeros, cut, tail), the
+//! whole child is the fault's window: everything the store runs there
+//! meets the broken copy, so its regions count as (b), and as (c) when
+//! the probe's verdict was judged. The other probes (ledger, rules, lock,
+//! limit) try a forbidden request on intact files: (a) only. Crash-free
+//! trace runs and the power-loss nemesis are not counted (their processes
+//! write no profile).
 //!
 //! This module owns the profiles and the figures; it must never decide
 //! what a trial does.
@@ -103,11 +113,13 @@ struct Collector {
     tally: Tally,
 }
 
-/// Per region, trials that (a) executed it, (b) in a fault's window,
-/// (c) and were observed; and every life's counters summed.
+/// Per region, trials and probes that (a) executed it, (b) in a fault's
+/// window, (c) and were observed; and every counted process's counters
+/// summed.
 #[derive(Debug, Default)]
 struct Tally {
     trials: u64,
+    probes: u64,
     executed: Vec<u64>,
     faulted: Vec<u64>,
     observed: Vec<u64>,
@@ -192,6 +204,7 @@ pub fn begin(binary: &Path, work: &Path) -> Result<(), CoverageError> {
             observed: vec![0; regions],
             sum: vec![0; layout.counters],
             trials: 0,
+            probes: 0,
         },
         layout,
         mapping: Arc::new(mapping),
@@ -339,31 +352,97 @@ pub fn tally(trial_dir: &Path, lives: u32, faulted: &[FaultedLife]) -> Result<()
         }
     }
     let mut c = collector.lock().unwrap_or_else(|p| p.into_inner());
-    let t = &mut c.tally;
-    t.trials += 1;
-    for (total, hit) in [
-        (&mut t.executed, &executed),
-        (&mut t.faulted, &in_window),
-        (&mut t.observed, &observed),
-    ] {
-        for (n, h) in total.iter_mut().zip(hit) {
-            *n += u64::from(*h);
+    c.tally.trials += 1;
+    c.tally.add(&executed, &in_window, &observed, &sum);
+    Ok(())
+}
+
+impl Tally {
+    /// Adds one trial's or probe's regions (a), (b), (c) and counters.
+    fn add(&mut self, executed: &[bool], in_window: &[bool], observed: &[bool], sum: &[i64]) {
+        for (total, hit) in [
+            (&mut self.executed, executed),
+            (&mut self.faulted, in_window),
+            (&mut self.observed, observed),
+        ] {
+            for (n, h) in total.iter_mut().zip(hit) {
+                *n += u64::from(*h);
+            }
+        }
+        for (s, v) in self.sum.iter_mut().zip(sum) {
+            *s += v;
         }
     }
-    for (s, v) in t.sum.iter_mut().zip(&sum) {
-        *s += v;
+}
+
+/// The profile name of a probe child (one per process: `%p`), in the
+/// probe's scratch directory `dir`.
+const PROBE_PROFILE_PREFIX: &str = "cov-probe-";
+
+/// The environment of a probe child whose scratch directory is `dir`
+/// (none when coverage is off): its own profile there.
+pub fn probe_env(dir: &Path) -> Vec<(&'static str, String)> {
+    if !enabled() {
+        return Vec::new();
     }
+    vec![(
+        "LLVM_PROFILE_FILE",
+        dir.join(format!("{PROBE_PROFILE_PREFIX}%p%c.profraw"))
+            .display()
+            .to_string(),
+    )]
+}
+
+/// Counts one probe whose children wrote their profiles into `dir`: its
+/// regions executed (a); when `breaks_bytes` (the probe altered the files
+/// before its child opened them) also in a fault's window (b), and
+/// observed (c) when its verdict was `judged`. Read before `dir` goes.
+pub fn tally_probe(dir: &Path, breaks_bytes: bool, judged: bool) -> Result<(), CoverageError> {
+    let Some(collector) = COLLECTOR.get() else {
+        return Ok(());
+    };
+    let mut profiles: Vec<PathBuf> = std::fs::read_dir(dir)
+        .map_err(io("cannot list", dir))?
+        .flatten()
+        .filter(|e| {
+            e.file_name()
+                .to_string_lossy()
+                .starts_with(PROBE_PROFILE_PREFIX)
+        })
+        .map(|e| e.path())
+        .collect();
+    profiles.sort();
+    let (mapping, layout_counters) = {
+        let c = collector.lock().unwrap_or_else(|p| p.into_inner());
+        (c.mapping.clone(), c.layout.counters)
+    };
+    let mut sum = vec![0i64; layout_counters];
+    for profile in &profiles {
+        let counters = collector
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .counters(profile)?;
+        for (s, v) in sum.iter_mut().zip(&counters) {
+            *s += v;
+        }
+    }
+    let executed: Vec<bool> = mapping.regions.iter().map(|r| r.count(&sum) > 0).collect();
+    let in_window: Vec<bool> = executed.iter().map(|&e| e && breaks_bytes).collect();
+    let observed: Vec<bool> = in_window.iter().map(|&w| w && judged).collect();
+    let mut c = collector.lock().unwrap_or_else(|p| p.into_inner());
+    c.tally.probes += 1;
+    c.tally.add(&executed, &in_window, &observed, &sum);
     Ok(())
 }
 
 /// Ends the measurement: checks the decoded mapping against llvm-cov on
-/// every counted life's counters summed, and returns the figures.
+/// every counted process's counters summed, and returns the figures.
 pub fn finish() -> Result<Summary, CoverageError> {
     let Some(collector) = COLLECTOR.get() else {
         return Err(CoverageError::Tools("coverage was not started".into()));
     };
     let c = collector.lock().unwrap_or_else(|p| p.into_inner());
-    if c.tally.trials > 0 {
+    if c.tally.trials + c.tally.probes > 0 {
         let raw = c.work.join("all-lives.profraw");
         let sum: Vec<u64> = c.tally.sum.iter().map(|&v| v as u64).collect();
         std::fs::write(&raw, c.layout.with_counters(&c.template, &sum))
@@ -373,6 +452,7 @@ pub fn finish() -> Result<Summary, CoverageError> {
     Ok(Summary::of(
         &c.mapping.regions,
         c.tally.trials,
+        c.tally.probes,
         &c.tally.executed,
         &c.tally.faulted,
         &c.tally.observed,

@@ -40,14 +40,14 @@ pub struct Uncovered {
     pub last_line: u32,
     pub regions: usize,
     pub gap: Gap,
-    /// The most trials that executed one of its regions (a).
+    /// The most trials and probes that executed one of its regions (a).
     pub executed: u64,
     /// Its first source line, when the source is at hand.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub source: Option<String>,
 }
 
-/// Regions of one file, and trials per figure.
+/// Regions of one file, and trials and probes per figure.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize)]
 pub struct FileCoverage {
     pub file: String,
@@ -67,6 +67,8 @@ pub struct Summary {
     /// Regions, not branches: branch coverage needs an unstable rustc flag.
     pub unit: &'static str,
     pub trials: u64,
+    /// Probes counted beside the trials (see `tally_probe`).
+    pub probes: u64,
     pub regions: usize,
     pub executed: usize,
     pub under_fault: usize,
@@ -95,6 +97,7 @@ impl Summary {
     pub fn of(
         regions: &[Region],
         trials: u64,
+        probes: u64,
         executed: &[u64],
         faulted: &[u64],
         observed: &[u64],
@@ -146,6 +149,7 @@ impl Summary {
         Summary {
             unit: "region",
             trials,
+            probes,
             regions: total(|f| f.regions),
             executed: total(|f| f.executed),
             under_fault: total(|f| f.under_fault),
@@ -159,8 +163,8 @@ impl Summary {
         let mut out = String::new();
         let _ = writeln!(
             out,
-            "coverage of agentstore (code regions of store/src) over {} trial(s): (a) executed, (b) executed in a fault's window, (c) then observed",
-            self.trials
+            "coverage of agentstore (code regions of store/src) over {} trial(s) and {} probe(s): (a) executed, (b) executed in a fault's window, (c) then observed",
+            self.trials, self.probes
         );
         let row = |out: &mut String, name: &str, n: usize, a: usize, b: usize, c: usize| {
             let _ = writeln!(
@@ -196,7 +200,7 @@ impl Summary {
         );
         let _ = writeln!(
             out,
-            "regions with a gap, by file (lines, regions, why; in parentheses the most trials that executed one):"
+            "regions with a gap, by file (lines, regions, why; in parentheses the most trials and probes that executed one):"
         );
         for f in self.files.iter().filter(|f| !f.uncovered.is_empty()) {
             let regions: usize = f.uncovered.iter().map(|u| u.regions).sum();
@@ -234,7 +238,8 @@ mod tests {
             .collect();
         let s = Summary::of(
             &regions,
-            4,
+            3,
+            1,
             &[0, 0, 3, 2, 2],
             &[0, 0, 0, 1, 1],
             &[0, 0, 0, 0, 1],

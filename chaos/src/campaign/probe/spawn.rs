@@ -141,6 +141,10 @@ pub(super) fn child(
     if let Some(f) = setup.store_fault {
         cmd.env(agentstore::fault::FAULT_ENV, f);
     }
+    // Every probe's root lies in its scratch directory, where its profile goes too.
+    if let Some(scratch) = root.parent() {
+        cmd.envs(crate::coverage::probe_env(scratch));
+    }
     let out = output_unless_hung(cmd, setup.hang_timeout).map_err(|e| {
         ProbeError::Harness(format!(
             "cannot start the probe {}: {e}",
