@@ -287,12 +287,9 @@ impl Collector {
             Err(e) if e.kind() == std::io::ErrorKind::NotFound => Vec::new(),
             read => read.map_err(io("cannot read", path))?,
         };
-        if bytes.iter().all(|&b| b == 0) {
-            return Ok(vec![0; self.layout.counters]);
-        }
         Ok(self
             .layout
-            .counters(&bytes, path)?
+            .counted(&bytes, path)?
             .into_iter()
             .map(|c| c as i64)
             .collect())

@@ -93,6 +93,18 @@ impl Layout {
     }
 
     /// The counters of a profile with this layout.
+    /// The counters of a process's profile in continuous mode, which may
+    /// have been killed before its runtime had written the file out to its
+    /// size: none (or all zeros, or fewer bytes than reach the counters'
+    /// end) counts as nothing counted, since the runtime maps the counters
+    /// into the file only once the file holds them.
+    pub fn counted(&self, bytes: &[u8], path: &Path) -> Result<Vec<u64>, CoverageError> {
+        if bytes.iter().all(|&b| b == 0) || bytes.len() < self.counters_at + self.counters * 8 {
+            return Ok(vec![0; self.counters]);
+        }
+        self.counters(bytes, path)
+    }
+
     pub fn counters(&self, bytes: &[u8], path: &Path) -> Result<Vec<u64>, CoverageError> {
         let layout = Layout::of(bytes, path)?;
         if layout != *self {
@@ -171,5 +183,20 @@ mod tests {
         );
         let e = Layout::of(&profile(&[0; 5])[..200], Path::new("x")).unwrap_err();
         assert!(e.to_string().contains("too short"), "{e}");
+    }
+
+    #[test]
+    fn a_profile_cut_before_its_counters_end_counted_nothing_and_another_binarys_is_refused() {
+        let full = profile(&[1, 2, 3, 4, 5]);
+        let layout = Layout::of(&full, Path::new("p")).unwrap();
+        let p = Path::new("p");
+        assert_eq!(layout.counted(&full, p).unwrap(), [1, 2, 3, 4, 5]);
+        for cut in [0, 100, full.len() - 1] {
+            assert_eq!(layout.counted(&full[..cut], p).unwrap(), [0; 5], "{cut}");
+        }
+        assert_eq!(layout.counted(&vec![0; full.len()], p).unwrap(), [0; 5]);
+        let mut other = full.clone();
+        other[16 * 8 + 48] = 4; // the first function counts 4 counters, not 3
+        assert!(layout.counted(&other, p).is_err());
     }
 }
