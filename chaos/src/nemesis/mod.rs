@@ -37,11 +37,14 @@
 //!   sees its result (the store cannot react to it).
 //! - `sys-tear@N:B`: writes only: syscall N writes only its first B bytes,
 //!   then SIGKILL (a torn write the store did not choose).
-//! - `sys-enospc@N`: writes only: syscall N fails with ENOSPC, nothing
-//!   written, and the process goes on (a full disk).
-//! - `sys-eio@N`: fsync/fdatasync only: syscall N fails with EIO and the
-//!   process goes on (a failing device; Linux may have dropped the dirty
-//!   pages, so a retried fsync can succeed for data that is gone).
+//! - `sys-enospc@N`: a call that needs space (a write, an open that
+//!   creates, mkdir, rename): syscall N fails with ENOSPC, nothing done,
+//!   and the process goes on (a full disk).
+//! - `sys-eio@N`: any counted call but a write (fsync, fdatasync,
+//!   truncate, rename, unlink, an open that creates, mkdir, …): syscall N
+//!   fails with EIO, nothing done, and the process goes on (a failing
+//!   device; after a failed fsync Linux may have dropped the dirty pages,
+//!   so a retried fsync can succeed for data that is gone).
 //!
 //!
 //! and, counting only the reads of the store's files (read, pread64,
@@ -1185,15 +1188,22 @@ mod tests {
         assert_eq!(trace.calls[1].key, "pwrite64(fd 4 ROOT/s/events.jsonl)");
         let plans = trace.exhaustive(&mut Rng::new(1));
         let kinds: Vec<String> = plans.iter().map(|p| p.to_string()).collect();
-        // mkdir: 2 kills; the write: 2 kills, a tear, ENOSPC; the sync: 2 kills, EIO.
-        assert_eq!(plans.len(), 9, "{kinds:?}");
+        // mkdir: 2 kills, ENOSPC, EIO; the write: 2 kills, a tear, ENOSPC;
+        // the sync: 2 kills, EIO. A write never fails with EIO, a sync never
+        // with ENOSPC.
+        assert_eq!(plans.len(), 11, "{kinds:?}");
         for k in [
             "sys-kill-before@0",
             "sys-kill-after@0",
+            "sys-enospc@0",
+            "sys-eio@0",
             "sys-enospc@1",
             "sys-eio@2",
         ] {
             assert!(kinds.contains(&k.to_string()), "{kinds:?}");
+        }
+        for k in ["sys-eio@1", "sys-enospc@2"] {
+            assert!(!kinds.contains(&k.to_string()), "{kinds:?}");
         }
         let tear = plans.iter().find(|p| p.kind() == "sys-tear").unwrap();
         assert!(matches!(

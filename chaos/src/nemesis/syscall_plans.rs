@@ -18,9 +18,11 @@ pub enum SysFault {
     Tear {
         bytes: u64,
     },
-    /// The write fails with ENOSPC; the process goes on.
+    /// A call that needs space (a write, a creating open, mkdir, rename)
+    /// fails with ENOSPC; the process goes on.
     Enospc,
-    /// The fsync/fdatasync fails with EIO; the process goes on.
+    /// Any counted call but a write (fsync, fdatasync, truncate, rename,
+    /// unlink, a creating open, mkdir, …) fails with EIO; the process goes on.
     Eio,
     /// Reads (the index counts reads): the read fails with EIO; the process goes on.
     EioRead,
@@ -73,8 +75,8 @@ impl SysFault {
         match self {
             SysFault::KillBefore | SysFault::KillAfter => call.read_got.is_none(),
             SysFault::Tear { bytes } => call.write_len.is_some_and(|l| bytes >= 1 && bytes < l),
-            SysFault::Enospc => call.write_len.is_some(),
-            SysFault::Eio => call.is_sync,
+            SysFault::Enospc => call.write_len.is_some() || call.allocates,
+            SysFault::Eio => call.write_len.is_none() && call.read_got.is_none(),
             SysFault::EioRead | SysFault::EintrRead => call.read_got.is_some(),
             SysFault::ShortRead { bytes } => call.read_got.is_some_and(|g| bytes >= 1 && bytes < g),
         }
@@ -97,6 +99,10 @@ pub struct TracedCall {
     pub write_len: Option<u64>,
     /// fsync or fdatasync.
     pub is_sync: bool,
+    /// Not a write, but may need a new block or inode, so a full disk can
+    /// fail it: an open that creates, mkdir, rename (the target directory
+    /// may grow).
+    pub allocates: bool,
     /// Reads: how many bytes it read (0 at the end of the file, or when it
     /// failed).
     pub read_got: Option<u64>,
@@ -130,6 +136,11 @@ impl TracedCall {
                 _ => None,
             },
             is_sync: matches!(e.call, Call::Sync { .. }),
+            allocates: match e.call {
+                Call::Open { flags, .. } => flags & nix::libc::O_CREAT != 0,
+                Call::Mkdir { .. } | Call::Rename { .. } => true,
+                _ => false,
+            },
             read_got: match e.call {
                 Call::Read { .. } => Some(e.result.map_or(0, |r| r.max(0) as u64)),
                 _ => None,
