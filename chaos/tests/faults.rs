@@ -122,6 +122,7 @@ const EXPECTED: &[(&str, &[&str])] = &[
     ("zeros-first-run-only", &["tail-rules"]),
     ("unterminated-checksum-damage", &["tail-rules"]),
     ("read-error-is-eof", &["acked-durable"]),
+    ("blob-rename-error-ignored", &["blob-readable"]),
 ];
 
 /// Faults the small fixture cannot show: it has no compaction, no branch
@@ -135,6 +136,7 @@ const FIXTURES: &[(&str, &str)] = &[
     ("context-budget-drops-recovery", "compaction.json"),
     ("context-budget-drops-newest", "compaction.json"),
     ("blob-unchecked-read", "blob.json"),
+    ("blob-rename-error-ignored", "blob.json"),
     ("reconcile-reads", "blob.json"),
     ("compaction-anywhere", "compaction.json"),
     ("compaction-keeps-anything", "compaction.json"),
@@ -637,6 +639,30 @@ fn read_error_is_eof_is_caught_only_by_faulting_a_recovery_read() {
         ));
         assert_eq!(code, 0, "{first_life} ends no log:\n{out}");
     }
+}
+
+/// A store that ignores a failed rename of a blob into place acknowledges
+/// the event that references it: only a rename the syscall nemesis fails
+/// (EIO or ENOSPC) shows it, and the same replay passes on the unmodified
+/// store, which refuses that append.
+#[test]
+fn blob_rename_error_ignored_is_caught_only_by_failing_a_rename() {
+    let report = assert_caught("blob-rename-error-ignored");
+    let v = campaign::first_violation(&report, "blob-readable");
+    let plan = v["plan"].as_str().unwrap();
+    assert!(
+        plan.starts_with("sys-eio@") || plan.starts_with("sys-enospc@"),
+        "a failed call: {v}"
+    );
+    assert!(v["crash_point"].as_str().unwrap().contains("rename"), "{v}");
+    let replay = v["replay"].as_str().unwrap();
+    let (replayed, out) = campaign::replay(replay);
+    assert_eq!(replayed, 1, "the replay reproduces it:\n{out}");
+    assert!(out.contains("VIOLATION blob-readable"), "{out}");
+    let unmodified = replay.replace(" --store-fault blob-rename-error-ignored", "");
+    assert_ne!(unmodified, replay);
+    let (code, out) = campaign::replay(&unmodified);
+    assert_eq!(code, 0, "the unmodified store refuses the append:\n{out}");
 }
 
 /// Only a crash of a restarted life during its re-run of a reconciled call

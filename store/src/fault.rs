@@ -130,6 +130,8 @@ pub enum Fault {
     UnterminatedChecksumDamage,
     /// Reading the log takes a failed read (EIO) or a short read for the end of the file: an open cuts or appends over the acknowledged lines after it.
     ReadErrorIsEof,
+    /// A failed rename of a blob's temp file into place is ignored: the event that references the blob is acknowledged while no blob is under its name.
+    BlobRenameErrorIgnored,
 }
 
 impl Fault {
@@ -425,6 +427,11 @@ impl Fault {
             Fault::ReadErrorIsEof,
             "read-error-is-eof",
             "a failed or short read of the log is refused or read on, never taken for its end (nothing acknowledged is cut or appended over)",
+        ),
+        (
+            Fault::BlobRenameErrorIgnored,
+            "blob-rename-error-ignored",
+            "every blob an acknowledged event references reads back under its name",
         ),
     ];
 

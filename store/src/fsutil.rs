@@ -317,7 +317,11 @@ pub fn replace_atomic(path: &Path, bytes: &[u8], what: &'static str) -> Result<(
     }
     drop(file);
     crashpoint::hit(rename_point);
-    std::fs::rename(&tmp, path).map_err(Error::io("rename", path))?;
+    match std::fs::rename(&tmp, path) {
+        // Broken on purpose: the blob stays under its temporary name.
+        Err(_) if what == "blob" && fault::active(Fault::BlobRenameErrorIgnored) => {}
+        renamed => renamed.map_err(Error::io("rename", path))?,
+    }
     if what == "meta" && fault::active(Fault::NoDirFsyncCreate) {
         // Broken on purpose: this fsync would also make events.jsonl's entry durable.
         return Ok(());

@@ -268,6 +268,7 @@ pub fn revealing(fault: agentstore::fault::Fault) -> Nemeses {
             | Fault::KeepRefusedAppend
             | Fault::ReadErrorIsEof
             | Fault::FailedSyncAcksFollowers
+            | Fault::BlobRenameErrorIgnored
     ) {
         Nemeses {
             points: false,
