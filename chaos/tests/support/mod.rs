@@ -3,8 +3,9 @@
 //!
 //! `CARGO_BIN_EXE_*` only exists for binaries of the test's own package,
 //! and `cargo test -p agentchaos` does not build the other packages'
-//! binaries. So the first use runs `$CARGO build --workspace --bins
-//! --examples`, once per test process, with the profile and target directory
+//! binaries. So the first use runs `$CARGO build --workspace --examples`
+//! naming every other package's binary (`--bin`, [`build_workspace`]), once
+//! per test process, with the profile and target directory
 //! of the running test, then returns the binary's path next to this test's
 //! `deps/` directory. Without `$CARGO` (the test binary run by hand) it uses
 //! whatever binary is there. Examples live in `target/<profile>/examples/`.
@@ -63,11 +64,15 @@ fn built(under_profile: &Path) -> PathBuf {
     path
 }
 
-/// `$CARGO build --workspace --bins --examples` into `dir`
-/// (`target/<profile>`), with that profile, except `agentchaos`'s own
-/// binary: `cargo test` built it (`CARGO_BIN_EXE_agentchaos`) with the
-/// features a test build unifies, `cargo build` would link another one in
-/// its place, and tests running it meanwhile would find no file there.
+/// `$CARGO build --workspace --examples --bin …` into `dir`
+/// (`target/<profile>`), with that profile, every binary named but
+/// `agentchaos`'s own: `cargo test` built those (`CARGO_BIN_EXE_agentchaos`),
+/// `cargo build` would link them again in their place if it resolved them
+/// otherwise, and tests running them meanwhile would find no file there.
+/// One invocation over the whole workspace resolves features as `cargo
+/// test --workspace` does; `--exclude agentchaos` resolved fewer (serde,
+/// syn, clap, rusqlite and SQLite's C build, tokio-postgres), and every CI
+/// run compiled them a second time in the middle of its tests.
 fn build_workspace(cargo: &str, dir: &Path) {
     let profile = match dir.file_name().and_then(|n| n.to_str()) {
         Some("debug") => "test",
@@ -75,20 +80,53 @@ fn build_workspace(cargo: &str, dir: &Path) {
         None => panic!("odd target directory {}", dir.display()),
     };
     let target_dir = dir.parent().expect("target/<profile> has a parent");
-    for packages in [
-        &["--workspace", "--exclude", "agentchaos", "--bins"][..],
-        &["--workspace", "--examples"][..],
-    ] {
-        let output = Command::new(cargo)
-            .args(["build", "--quiet", "--profile", profile])
-            .args(packages)
-            .arg("--target-dir")
-            .arg(target_dir)
-            .current_dir(env!("CARGO_MANIFEST_DIR"))
-            .output()
-            .expect("cargo runs");
-        built_or_panic(&output);
+    let mut cmd = Command::new(cargo);
+    cmd.args([
+        "build",
+        "--quiet",
+        "--profile",
+        profile,
+        "--workspace",
+        "--examples",
+    ]);
+    for bin in other_packages_bins(cargo) {
+        cmd.args(["--bin", &bin]);
     }
+    let output = cmd
+        .arg("--target-dir")
+        .arg(target_dir)
+        .current_dir(env!("CARGO_MANIFEST_DIR"))
+        .output()
+        .expect("cargo runs");
+    built_or_panic(&output);
+}
+
+/// The binary targets of every workspace package but `agentchaos`
+/// (`cargo metadata`).
+fn other_packages_bins(cargo: &str) -> Vec<String> {
+    let output = Command::new(cargo)
+        .args(["metadata", "--no-deps", "--format-version", "1"])
+        .current_dir(env!("CARGO_MANIFEST_DIR"))
+        .output()
+        .expect("cargo runs");
+    built_or_panic(&output);
+    let metadata: serde_json::Value =
+        serde_json::from_slice(&output.stdout).expect("cargo metadata prints JSON");
+    let bins: Vec<String> = metadata["packages"]
+        .as_array()
+        .expect("packages")
+        .iter()
+        .filter(|p| p["name"] != env!("CARGO_PKG_NAME"))
+        .flat_map(|p| p["targets"].as_array().expect("targets"))
+        .filter(|t| {
+            t["kind"]
+                .as_array()
+                .is_some_and(|k| k.contains(&"bin".into()))
+        })
+        .map(|t| t["name"].as_str().expect("a name").to_string())
+        .collect();
+    assert!(!bins.is_empty(), "cargo metadata lists no binary");
+    bins
 }
 
 fn built_or_panic(output: &std::process::Output) {
