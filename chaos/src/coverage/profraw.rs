@@ -92,7 +92,6 @@ impl Layout {
         })
     }
 
-    /// The counters of a profile with this layout.
     /// The counters of a process's profile in continuous mode, which may
     /// have been killed before its runtime had written the file out to its
     /// size: none (or all zeros, or fewer bytes than reach the counters'
@@ -105,6 +104,7 @@ impl Layout {
         self.counters(bytes, path)
     }
 
+    /// The counters of a profile with this layout.
     pub fn counters(&self, bytes: &[u8], path: &Path) -> Result<Vec<u64>, CoverageError> {
         let layout = Layout::of(bytes, path)?;
         if layout != *self {

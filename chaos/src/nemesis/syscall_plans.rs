@@ -97,8 +97,6 @@ pub struct TracedCall {
     pub key: String,
     /// Writes: the byte count.
     pub write_len: Option<u64>,
-    /// fsync or fdatasync.
-    pub is_sync: bool,
     /// Not a write, but may need a new block or inode, so a full disk can
     /// fail it: an open that creates, mkdir, rename (the target directory
     /// may grow).
@@ -135,7 +133,6 @@ impl TracedCall {
                 Call::Write { len, .. } => Some(len),
                 _ => None,
             },
-            is_sync: matches!(e.call, Call::Sync { .. }),
             allocates: match e.call {
                 Call::Open { flags, .. } => flags & nix::libc::O_CREAT != 0,
                 Call::Mkdir { .. } | Call::Rename { .. } => true,
