@@ -60,6 +60,16 @@ fn below_floor(figures: &Value, under_fault: u64, observed: u64) -> Vec<String> 
     below
 }
 
+/// The files in `dir` but the campaign's `coverage.json`.
+fn left_beside_the_report(dir: &Path) -> Vec<std::ffi::OsString> {
+    std::fs::read_dir(dir)
+        .expect("the scratch directory")
+        .flatten()
+        .map(|e| e.file_name())
+        .filter(|n| n != "coverage.json")
+        .collect()
+}
+
 #[test]
 #[ignore = "builds agentchaos-coverage (about 100 s of CPU): run with --ignored"]
 fn a_sampled_campaign_keeps_the_coverage_floor_under_a_fault() {
@@ -135,12 +145,7 @@ fn a_sampled_campaign_keeps_the_coverage_floor_under_a_fault() {
     let above = figures["under_fault"].as_u64().expect("a count") + 1;
     assert_eq!(below_floor(&figures, above, 0).len(), 1);
     // Nothing but the trial directories' profiles was written, all in the scratch directory.
-    let left: Vec<_> = std::fs::read_dir(scratch.path())
-        .expect("the scratch directory")
-        .flatten()
-        .map(|e| e.file_name())
-        .filter(|n| n != "coverage.json")
-        .collect();
+    let left = left_beside_the_report(scratch.path());
     assert!(left.is_empty(), "left behind: {left:?}");
     // Nor does a command that measures nothing write a profile.
     let help = Command::new(&exe)
@@ -149,11 +154,6 @@ fn a_sampled_campaign_keeps_the_coverage_floor_under_a_fault() {
         .output()
         .expect("agentchaos-coverage runs");
     assert!(help.status.success());
-    let left: Vec<_> = std::fs::read_dir(scratch.path())
-        .expect("the scratch directory")
-        .flatten()
-        .map(|e| e.file_name())
-        .filter(|n| n != "coverage.json")
-        .collect();
+    let left = left_beside_the_report(scratch.path());
     assert!(left.is_empty(), "--help left behind: {left:?}");
 }
