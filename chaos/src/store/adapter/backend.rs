@@ -313,10 +313,7 @@ impl LifeAdapters {
         let Some(pid) = self.processes.get(i).map(LifeProcess::pid) else {
             return;
         };
-        let deadline = Instant::now() + bound;
-        while !super::client::ended(pid) && Instant::now() < deadline {
-            std::thread::sleep(Duration::from_millis(1));
-        }
+        super::client::await_end(pid, bound);
     }
 
     /// The child's `--adapter-fds` value once the pipe ends are its

@@ -1,8 +1,9 @@
 //! Talking to an adapter process: spawn it, send one request, read and
 //! validate one reply, never hang and never panic on what it sends.
 //!
-//! [`Client`] owns the child process and two reader threads (stdout lines
-//! into a channel, stderr into a bounded tail kept for diagnostics). Every
+//! [`Client`] owns the child process, reads its stdout on the calling
+//! thread (a reply wakes the caller directly), and keeps a reader thread
+//! for stderr (a bounded tail kept for diagnostics). Every
 //! reply is checked: it must be one JSON object on one line, carry the id
 //! of the request just sent, hold exactly one of `ok` and `error`, and fit
 //! the reply shape of its operation. Anything else, an EOF or a silence
@@ -27,13 +28,12 @@
 
 use std::fmt;
 use std::fs::File;
-use std::io::{BufRead, BufReader, IoSlice, Read, Write};
+use std::io::{IoSlice, Read, Write};
 use std::os::fd::{AsRawFd, OwnedFd, RawFd};
 use std::os::unix::net::UnixStream;
 use std::os::unix::process::{CommandExt, ExitStatusExt};
 use std::process::{Child, Command, ExitStatus, Stdio};
 use std::sync::atomic::{AtomicU64, Ordering};
-use std::sync::mpsc::{self, Receiver, RecvTimeoutError};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
@@ -339,7 +339,7 @@ impl ClientError {
     }
 }
 
-/// What the stdout reader thread saw.
+/// What reading the adapter's stdout gave.
 enum Incoming {
     Line(StdoutLine),
     Incomplete(StdoutLine),
@@ -355,34 +355,138 @@ struct StderrTail {
     closed: bool,
 }
 
-fn read_stdout(stdout: impl Read, tx: mpsc::Sender<Incoming>) {
-    let mut reader = BufReader::new(stdout);
-    let mut number = 0;
-    loop {
-        let mut buf = Vec::new();
-        let read = (&mut reader)
-            .take(MAX_REPLY_BYTES as u64)
-            .read_until(b'\n', &mut buf);
-        let incoming = match read {
-            Ok(0) => Incoming::Eof(number),
-            Ok(_) => {
-                number += 1;
-                if buf.last() == Some(&b'\n') {
-                    buf.pop();
-                    let text = String::from_utf8_lossy(&buf).into_owned();
-                    Incoming::Line(StdoutLine { number, text })
-                } else if buf.len() >= MAX_REPLY_BYTES {
-                    Incoming::TooLong(number)
-                } else {
-                    let text = String::from_utf8_lossy(&buf).into_owned();
-                    Incoming::Incomplete(StdoutLine { number, text })
+/// The adapter's stdout, read on the calling thread, line by line: a reply
+/// costs the caller one wake-up (the pipe's), not a hand-over from a
+/// reader thread as well. After an EOF, a line too long or a read error,
+/// every later read is an EOF.
+#[derive(Debug)]
+struct Replies {
+    stdout: File,
+    buf: Vec<u8>,
+    /// Where the unread bytes of `buf` start.
+    at: usize,
+    /// Lines read so far.
+    number: u64,
+    ended: bool,
+}
+
+/// Bytes asked for per read of the adapter's stdout.
+const READ_CHUNK: usize = 64 * 1024;
+
+impl Replies {
+    fn new(stdout: File) -> Replies {
+        Replies {
+            stdout,
+            buf: Vec::new(),
+            at: 0,
+            number: 0,
+            ended: false,
+        }
+    }
+
+    /// The next line, or what stopped it; `None` when nothing came within `timeout`.
+    fn next(&mut self, timeout: Duration) -> Option<Incoming> {
+        let deadline = Instant::now() + timeout;
+        let mut searched = self.at;
+        loop {
+            if self.ended {
+                return Some(Incoming::Eof(self.number));
+            }
+            if let Some(nl) = self.buf[searched..].iter().position(|&b| b == b'\n') {
+                let end = searched + nl;
+                self.number += 1;
+                let text = String::from_utf8_lossy(&self.buf[self.at..end]).into_owned();
+                self.at = end + 1;
+                if self.at == self.buf.len() {
+                    self.buf.clear();
+                    self.at = 0;
+                }
+                return Some(Incoming::Line(StdoutLine {
+                    number: self.number,
+                    text,
+                }));
+            }
+            searched = self.buf.len();
+            if self.buf.len() - self.at >= MAX_REPLY_BYTES {
+                self.ended = true;
+                return Some(Incoming::TooLong(self.number + 1));
+            }
+            match wait_readable(
+                &self.stdout,
+                deadline.saturating_duration_since(Instant::now()),
+            ) {
+                Ok(false) => return None,
+                Ok(true) => {}
+                Err(e) => {
+                    self.ended = true;
+                    return Some(Incoming::ReadError(e.to_string()));
                 }
             }
-            Err(e) => Incoming::ReadError(e.to_string()),
+            if self.at > 0 {
+                self.buf.drain(..self.at);
+                searched -= self.at;
+                self.at = 0;
+            }
+            let len = self.buf.len();
+            let room = READ_CHUNK.min(MAX_REPLY_BYTES - len);
+            self.buf.resize(len + room, 0);
+            let read = loop {
+                match (&self.stdout).read(&mut self.buf[len..]) {
+                    Err(e) if e.kind() == std::io::ErrorKind::Interrupted => continue,
+                    r => break r,
+                }
+            };
+            match read {
+                Ok(0) => {
+                    self.buf.truncate(len);
+                    self.ended = true;
+                    if len == 0 {
+                        return Some(Incoming::Eof(self.number));
+                    }
+                    self.number += 1;
+                    let text = String::from_utf8_lossy(&self.buf).into_owned();
+                    return Some(Incoming::Incomplete(StdoutLine {
+                        number: self.number,
+                        text,
+                    }));
+                }
+                Ok(n) => self.buf.truncate(len + n),
+                Err(e) => {
+                    self.buf.truncate(len);
+                    self.ended = true;
+                    return Some(Incoming::ReadError(e.to_string()));
+                }
+            }
+        }
+    }
+}
+
+/// Whether `file` has something to read (data or its end) within `timeout`.
+fn wait_readable(file: &File, timeout: Duration) -> std::io::Result<bool> {
+    use nix::libc;
+    let deadline = Instant::now() + timeout;
+    loop {
+        let left = deadline.saturating_duration_since(Instant::now());
+        // Whole milliseconds, rounded up: never 0 before the deadline.
+        let ms = left.as_micros().div_ceil(1000).min(i32::MAX as u128) as i32;
+        let mut fd = libc::pollfd {
+            fd: file.as_raw_fd(),
+            events: libc::POLLIN,
+            revents: 0,
         };
-        let last = !matches!(incoming, Incoming::Line(_));
-        if tx.send(incoming).is_err() || last {
-            return;
+        // SAFETY: one valid pollfd, for a descriptor `file` holds open.
+        #[allow(unsafe_code)]
+        let ready = unsafe { libc::poll(&mut fd, 1, ms) };
+        match ready {
+            0 if Instant::now() >= deadline => return Ok(false),
+            0 => continue,
+            n if n > 0 => return Ok(true),
+            _ => {
+                let e = std::io::Error::last_os_error();
+                if e.kind() != std::io::ErrorKind::Interrupted {
+                    return Err(e);
+                }
+            }
         }
     }
 }
@@ -450,10 +554,7 @@ impl Proc {
         match self {
             Proc::Spawned(child) => child.wait(),
             Proc::Inherited { pid } => {
-                let deadline = Instant::now() + EXIT_GRACE;
-                while !ended(*pid) && Instant::now() < deadline {
-                    std::thread::sleep(Duration::from_millis(1));
-                }
+                await_end(*pid, EXIT_GRACE);
                 Ok(ExitStatus::from_raw(0))
             }
             Proc::Forked {
@@ -668,13 +769,42 @@ pub(crate) fn ended(pid: u32) -> bool {
     }
 }
 
+/// Waits at most `bound` for process `pid` to end (see [`ended`]); says
+/// whether it has. `pid` must not be reaped meanwhile (the caller's child
+/// or, for an inherited process, the harness's, reaped after the life), so
+/// it names the same process throughout. Woken by the process's pidfd the
+/// moment it exits, not by polling; where pidfds are missing (Linux < 5.3),
+/// polls `/proc` every millisecond.
+pub(crate) fn await_end(pid: u32, bound: Duration) -> bool {
+    use nix::libc;
+    use std::os::fd::FromRawFd;
+    let deadline = Instant::now() + bound;
+    let Ok(raw) = i32::try_from(pid) else {
+        return ended(pid);
+    };
+    // SAFETY: pidfd_open takes a pid and flags and returns a new descriptor.
+    #[allow(unsafe_code)]
+    let fd = unsafe { libc::syscall(libc::SYS_pidfd_open, raw, 0) };
+    if fd < 0 {
+        while !ended(pid) && Instant::now() < deadline {
+            std::thread::sleep(Duration::from_millis(1));
+        }
+        return ended(pid);
+    }
+    // SAFETY: the descriptor was just returned to this process and is owned here only.
+    #[allow(unsafe_code)]
+    let pidfd = File::from(unsafe { OwnedFd::from_raw_fd(fd as i32) });
+    // A pidfd reads as readable once its process has exited.
+    wait_readable(&pidfd, bound).unwrap_or(false) || ended(pid)
+}
+
 /// A running adapter and the conversation with it.
 #[derive(Debug)]
 pub struct Client {
     label: String,
     child: Proc,
     stdin: Option<File>,
-    replies: Receiver<Incoming>,
+    replies: Replies,
     stderr: Arc<Mutex<StderrTail>>,
     timeout: Duration,
     next_id: u64,
@@ -729,8 +859,8 @@ impl Client {
     /// as it was before any session was opened, without an interpreter
     /// start-up; it is killed and reaped when the returned client ends.
     pub fn fork(server: &Arc<Mutex<Client>>) -> Result<Client, ClientError> {
-        let (label, options) = server_label(server);
         let mut forked = ForkedProcess::fork(server)?;
+        let (label, options) = server_label(&forked.server);
         let child = Proc::Forked {
             pid: forked.pid,
             server: Arc::clone(&forked.server),
@@ -810,9 +940,7 @@ impl Client {
         stderr: OwnedFd,
         options: ClientOptions,
     ) -> Client {
-        let (tx, replies) = mpsc::channel();
-        let stdout = File::from(stdout);
-        std::thread::spawn(move || read_stdout(stdout, tx));
+        let replies = Replies::new(File::from(stdout));
         let tail = Arc::new(Mutex::new(StderrTail::default()));
         let child_stderr = File::from(stderr);
         let theirs = Arc::clone(&tail);
@@ -1008,10 +1136,10 @@ impl Client {
         }
         if matches!(self.child, Proc::Forked { .. }) {
             let eof = loop {
-                match self.replies.recv_timeout(self.timeout) {
-                    Ok(Incoming::Line(_)) => continue,
-                    Ok(_) | Err(RecvTimeoutError::Disconnected) => break true,
-                    Err(RecvTimeoutError::Timeout) => break false,
+                match self.replies.next(self.timeout) {
+                    Some(Incoming::Line(_)) => continue,
+                    Some(_) => break true,
+                    None => break false,
                 }
             };
             let _ = kill_group(&mut self.child);
@@ -1193,7 +1321,7 @@ impl Client {
         if let Err(e) = sent {
             // A closed pipe usually means the adapter is gone: say how it ended.
             if e.kind() == std::io::ErrorKind::BrokenPipe {
-                if let Ok(Incoming::Eof(lines)) = self.replies.recv_timeout(EXIT_GRACE) {
+                if let Some(Incoming::Eof(lines)) = self.replies.next(EXIT_GRACE) {
                     let exit = self.exit_description();
                     return Err(self.fail(req, Problem::Eof { lines, exit }).into());
                 }
@@ -1203,41 +1331,36 @@ impl Client {
             };
             return Err(self.fail(req, problem).into());
         }
-        let line = match self.replies.recv_timeout(self.timeout) {
-            Ok(Incoming::Line(line)) => {
+        let line = match self.replies.next(self.timeout) {
+            Some(Incoming::Line(line)) => {
                 if let Some(hook) = self.on_reply {
                     hook(op);
                 }
                 line
             }
-            Ok(Incoming::Incomplete(line)) => {
+            Some(Incoming::Incomplete(line)) => {
                 self.lines = line.number;
                 return Err(self.fail(req, Problem::Incomplete { line }).into());
             }
-            Ok(Incoming::TooLong(number)) => {
+            Some(Incoming::TooLong(number)) => {
                 return Err(self.fail(req, Problem::TooLong { number }).into())
             }
-            Ok(Incoming::Eof(lines)) => {
+            Some(Incoming::Eof(lines)) => {
                 let exit = self.exit_description();
                 return Err(self.fail(req, Problem::Eof { lines, exit }).into());
             }
-            Ok(Incoming::ReadError(reason)) => {
+            Some(Incoming::ReadError(reason)) => {
                 let exit = self.exit_description();
                 let exit = format!("reading stdout failed ({reason}); {exit}");
                 let lines = self.lines;
                 return Err(self.fail(req, Problem::Eof { lines, exit }).into());
             }
-            Err(RecvTimeoutError::Timeout) => {
+            None => {
                 let problem = Problem::Timeout {
                     after: self.timeout,
                     lines: self.lines,
                 };
                 return Err(self.fail(req, problem).into());
-            }
-            Err(RecvTimeoutError::Disconnected) => {
-                let exit = self.exit_description();
-                let lines = self.lines;
-                return Err(self.fail(req, Problem::Eof { lines, exit }).into());
             }
         };
         self.lines = line.number;
