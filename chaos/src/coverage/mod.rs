@@ -40,6 +40,7 @@
 //! This module owns the profiles and the figures; it must never decide
 //! what a trial does.
 
+mod faultcode;
 mod mapping;
 mod profraw;
 pub mod summary;
@@ -446,12 +447,43 @@ pub fn finish() -> Result<Summary, CoverageError> {
             .map_err(io("cannot write", &raw))?;
         c.mapping.verify(&c.tools, &c.binary, &raw, &c.tally.sum)?;
     }
+    let fault_code = fault_profile_regions(&c.mapping.regions)?;
     Ok(Summary::of(
         &c.mapping.regions,
+        &fault_code,
         c.tally.trials,
         c.tally.probes,
         &c.tally.executed,
         &c.tally.faulted,
         &c.tally.observed,
     ))
+}
+
+/// Which of `regions` are fault-profile code, from the store's source
+/// where this binary was built (read once per file).
+fn fault_profile_regions(regions: &[mapping::Region]) -> Result<Vec<bool>, CoverageError> {
+    let root = Path::new(env!("CARGO_MANIFEST_DIR")).join("..");
+    let mut blocks: std::collections::HashMap<&str, Vec<faultcode::Block>> = Default::default();
+    let mut flags = Vec::with_capacity(regions.len());
+    for r in regions {
+        if !blocks.contains_key(r.file.as_str()) {
+            let path = root.join(&r.file);
+            let source = std::fs::read_to_string(&path).map_err(io("cannot read", &path))?;
+            let found = faultcode::blocks(&source).map_err(|e| {
+                let at = e.span().start();
+                CoverageError::Tools(format!(
+                    "cannot parse {} (line {}, column {}) to find its fault-profile code: {e}",
+                    path.display(),
+                    at.line,
+                    at.column + 1
+                ))
+            })?;
+            blocks.insert(&r.file, found);
+        }
+        let in_one = blocks[r.file.as_str()]
+            .iter()
+            .any(|b| b.holds(r.start, r.end));
+        flags.push(in_one);
+    }
+    Ok(flags)
 }

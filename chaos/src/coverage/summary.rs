@@ -2,7 +2,9 @@
 //! executed (a), executed in a fault's window (b) and then observed (c),
 //! and every region not reached under a fault, with why: never executed,
 //! or executed but never in a fault's window; then the regions reached
-//! under a fault but never observed. Text for the terminal, JSON for tools.
+//! under a fault but never observed. Fault-profile code (see
+//! `faultcode`) is counted apart, in none of these figures. Text for the
+//! terminal, JSON for tools.
 
 use std::collections::BTreeMap;
 use std::fmt::Write;
@@ -51,7 +53,10 @@ pub struct Uncovered {
 #[derive(Debug, Clone, PartialEq, Eq, Serialize)]
 pub struct FileCoverage {
     pub file: String,
+    /// Its regions but those of fault-profile code.
     pub regions: usize,
+    /// Regions of fault-profile code, counted in no other figure.
+    pub fault_profile: usize,
     /// Regions some trial executed (a).
     pub executed: usize,
     /// Regions some trial executed in a fault's window (b).
@@ -70,6 +75,7 @@ pub struct Summary {
     /// Probes counted beside the trials (see `tally_probe`).
     pub probes: u64,
     pub regions: usize,
+    pub fault_profile: usize,
     pub executed: usize,
     pub under_fault: usize,
     pub observed: usize,
@@ -94,8 +100,11 @@ fn source_line(file: &str, line: u32) -> Option<String> {
 }
 
 impl Summary {
+    /// The figures of `regions` (`fault_code[i]`: the `i`-th is
+    /// fault-profile code) from each one's count of trials and probes.
     pub fn of(
         regions: &[Region],
+        fault_code: &[bool],
         trials: u64,
         probes: u64,
         executed: &[u64],
@@ -107,11 +116,16 @@ impl Summary {
             let f = files.entry(&r.file).or_insert_with(|| FileCoverage {
                 file: r.file.clone(),
                 regions: 0,
+                fault_profile: 0,
                 executed: 0,
                 under_fault: 0,
                 observed: 0,
                 uncovered: Vec::new(),
             });
+            if fault_code[i] {
+                f.fault_profile += 1;
+                continue;
+            }
             f.regions += 1;
             f.executed += usize::from(executed[i] > 0);
             f.under_fault += usize::from(faulted[i] > 0);
@@ -151,6 +165,7 @@ impl Summary {
             trials,
             probes,
             regions: total(|f| f.regions),
+            fault_profile: total(|f| f.fault_profile),
             executed: total(|f| f.executed),
             under_fault: total(|f| f.under_fault),
             observed: total(|f| f.observed),
@@ -166,10 +181,10 @@ impl Summary {
             "coverage of agentstore (code regions of store/src) over {} trial(s) and {} probe(s): (a) executed, (b) executed in a fault's window, (c) then observed",
             self.trials, self.probes
         );
-        let row = |out: &mut String, name: &str, n: usize, a: usize, b: usize, c: usize| {
+        let row = |out: &mut String, name: &str, n: usize, [a, b, c]: [usize; 3], apart: usize| {
             let _ = writeln!(
                 out,
-                "  {name:<28} {n:>7} {a:>7} {:>6.1}% {b:>7} {:>6.1}% {c:>7} {:>6.1}%",
+                "  {name:<28} {n:>7} {a:>7} {:>6.1}% {b:>7} {:>6.1}% {c:>7} {:>6.1}% {apart:>13}",
                 percent(a, n),
                 percent(b, n),
                 percent(c, n)
@@ -177,26 +192,18 @@ impl Summary {
         };
         let _ = writeln!(
             out,
-            "  {:<28} {:>7} {:>15} {:>15} {:>15}",
-            "file", "regions", "(a) executed", "(b) under fault", "(c) observed"
+            "  {:<28} {:>7} {:>15} {:>15} {:>15} {:>13}",
+            "file", "regions", "(a) executed", "(b) under fault", "(c) observed", "fault profile"
         );
         for f in &self.files {
-            row(
-                &mut out,
-                &f.file,
-                f.regions,
-                f.executed,
-                f.under_fault,
-                f.observed,
-            );
+            let figures = [f.executed, f.under_fault, f.observed];
+            row(&mut out, &f.file, f.regions, figures, f.fault_profile);
         }
-        row(
-            &mut out,
-            "total",
-            self.regions,
-            self.executed,
-            self.under_fault,
-            self.observed,
+        let figures = [self.executed, self.under_fault, self.observed];
+        row(&mut out, "total", self.regions, figures, self.fault_profile);
+        let _ = writeln!(
+            out,
+            "fault profile: regions that run only while a fault profile (--store-fault) is on, in no other column"
         );
         let _ = writeln!(
             out,
@@ -238,6 +245,7 @@ mod tests {
             .collect();
         let s = Summary::of(
             &regions,
+            &[false; 5],
             3,
             1,
             &[0, 0, 3, 2, 2],
@@ -268,5 +276,32 @@ mod tests {
             "{}",
             s.text()
         );
+    }
+
+    #[test]
+    fn fault_profile_code_is_counted_apart_and_is_no_gap() {
+        let regions: Vec<Region> = [(1, 1), (2, 2), (3, 3)]
+            .iter()
+            .map(|&(a, b)| Region::at("store/src/x.rs", (a, 1), (b, 5)))
+            .collect();
+        let s = Summary::of(
+            &regions,
+            &[false, true, false],
+            1,
+            0,
+            &[1, 0, 0],
+            &[1, 0, 0],
+            &[1, 0, 0],
+        );
+        let f = &s.files[0];
+        assert_eq!((f.regions, f.fault_profile, f.executed), (2, 1, 1));
+        assert_eq!((s.regions, s.fault_profile), (2, 1));
+        let gaps: Vec<_> = f
+            .uncovered
+            .iter()
+            .map(|u| (u.first_line, u.last_line))
+            .collect();
+        assert_eq!(gaps, [(3, 3)], "line 2 is fault-profile code, no gap");
+        assert!(s.text().contains("fault profile"), "{}", s.text());
     }
 }
