@@ -4,8 +4,8 @@
 //! window, and observe them after. Counts, not shares: how many regions the
 //! store has depends on the build (an incremental one leaves out some
 //! functions nothing calls). The floors sit about 5 % under what it
-//! measured in four runs (2275 to 2336: timer kills land where the clock
-//! puts them);
+//! measured in four runs, probes counted (2856 to 2896 under a fault,
+//! one fewer observed: timer kills land where the clock puts them);
 //! raise them when a generator widens.
 //!
 //! It builds `agentchaos-coverage` first (chaos/coverage/build: agentstore,
@@ -24,9 +24,9 @@ use serde_json::Value;
 use crate::support::profile_dir;
 
 /// The store's regions executed in a fault's window (b).
-const FLOOR_UNDER_FAULT: u64 = 2150;
+const FLOOR_UNDER_FAULT: u64 = 2700;
 /// The store's regions executed in a fault's window and then observed (c).
-const FLOOR_OBSERVED: u64 = 2150;
+const FLOOR_OBSERVED: u64 = 2700;
 
 fn build() -> PathBuf {
     let dir = profile_dir();
