@@ -286,6 +286,46 @@ fn a_kill_at_a_crash_point_names_the_point_and_a_request_without_it_is_not_exerc
 }
 
 #[test]
+fn a_kill_inside_the_heirs_takeover_names_its_point_and_a_third_worker_takes_over() {
+    let dir = tempfile::tempdir().unwrap();
+    let json = dir.path().join("workers.json");
+    // The owner dies writing its renewal; the heir dies between two marks
+    // of its recovery; a fresh worker takes over both workers' sessions.
+    let plan = "kill@3.1+kill@take.10";
+    let (code, out) = workers(&["--plan", plan, "--json", json.to_str().unwrap()]);
+    assert_eq!(code, 0, "{out}");
+    assert!(
+        out.contains("crash-point-kill 1/1 · takeover-crash-point-kill 1/1"),
+        "{out}"
+    );
+    let report: serde_json::Value =
+        serde_json::from_str(&std::fs::read_to_string(&json).unwrap()).unwrap();
+    let strikes = &report["trials"][0]["strikes"];
+    assert_eq!(
+        strikes[0]["what"],
+        "killed w0 at crash point 1 of its request 3 of s0 (lease.write); w2 took its 2 session(s) over",
+        "{report}"
+    );
+    assert_eq!(strikes[1]["kind"], "takeover-crash-point-kill", "{report}");
+    assert_eq!(
+        strikes[1]["what"],
+        "killed w1 at crash point 10 of its takeover of s0 (recovery.mark); w2 takes over",
+        "{report}"
+    );
+    // The takeover passes 13 crash points: a 14th never comes.
+    let (code, out) = workers(&["--plan", "kill@3.1+kill@take.14"]);
+    assert_eq!(code, 2, "{out}");
+    assert!(
+        out.contains("kill@take.14 never fired: w1's takeover of s0 passed 13 crash point(s), none the 14-th"),
+        "{out}"
+    );
+    // It names the heir of a crash-point kill, and nothing else.
+    let (code, out) = workers(&["--plan", "kill@3+kill@take.1"]);
+    assert_eq!(code, 2, "{out}");
+    assert!(out.contains("worker plan \"kill@3+kill@take.1\""), "{out}");
+}
+
+#[test]
 fn an_overlapping_pause_wakes_the_zombie_while_the_heir_is_mid_session() {
     // Paused before its commit; it wakes after the heir's first write. The
     // heir's lease is long (5 s, per worker), so the zombie, fenced and

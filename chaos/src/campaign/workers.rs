@@ -36,6 +36,7 @@ use crate::nemesis::partition::{self, Partition};
 use crate::nemesis::workers::{Needs, Strike, WorkerPlan};
 use crate::shell::word;
 use crate::store::{SessionSpec, StoreBackend};
+use agentchaos_protocol::message::{LeaseGrant, WireRecord};
 use agentchaos_protocol::ErrorKind;
 use agentstore_pg::cluster::{Cluster, ClusterOptions, Listen};
 
@@ -796,6 +797,33 @@ impl Run<'_> {
             })
     }
 
+    /// Records `worker`'s grant of `session` and the records it was served.
+    fn record_grant(
+        &mut self,
+        worker: usize,
+        session: &str,
+        grant: LeaseGrant,
+        records: Vec<WireRecord>,
+    ) -> Result<(), WorkersError> {
+        let id = self.workers[worker].id.clone();
+        let records = records
+            .into_iter()
+            .map(|r| r.into_record())
+            .collect::<Result<Vec<_>, _>>()
+            .map_err(|e| {
+                WorkersError::Store(format!(
+                    "worker {id}: the store served a record that does not fit: {e}"
+                ))
+            })?;
+        self.history.push(WorkerEvent::Granted {
+            worker: id,
+            session: session.to_string(),
+            grant,
+            records,
+        });
+        Ok(())
+    }
+
     /// As [`Run::acquire`], a refusal other than `lease_held` returned
     /// (and recorded) instead: after a database crash a store that lost
     /// the session refuses it, and the final log says what was lost.
@@ -818,22 +846,7 @@ impl Run<'_> {
                     recovery: _,
                     records,
                 } => {
-                    let records = records
-                        .into_iter()
-                        .map(|r| r.into_record())
-                        .collect::<Result<Vec<_>, _>>()
-                        .map_err(|e| {
-                            WorkersError::Store(format!(
-                                "worker {}: the store served a record that does not fit: {e}",
-                                w.id
-                            ))
-                        })?;
-                    self.history.push(WorkerEvent::Granted {
-                        worker: w.id.clone(),
-                        session: session.to_string(),
-                        grant,
-                        records,
-                    });
+                    self.record_grant(worker, session, grant, records)?;
                     return Ok(Ok(()));
                 }
                 WorkerReply::Held { .. } if wait && agentstore::interrupt::requested() => {
@@ -937,8 +950,16 @@ impl Run<'_> {
                         continue;
                     }
                     if let Strike::CrashPoint(p) = strike {
-                        let record = self.crash_point_strike(p, label, &mut sessions)?;
-                        self.struck.push(record);
+                        // A `kill@take.Q` next is carried out by this strike's heir.
+                        let next = self.struck.len() + 1;
+                        let takeover = match planned.get(next) {
+                            Some(&(Strike::TakeoverCrashPoint(q), _)) => {
+                                Some((q, plan.label(next)))
+                            }
+                            _ => None,
+                        };
+                        let records = self.crash_point_strike(p, label, takeover, &mut sessions)?;
+                        self.struck.extend(records);
                         continue;
                     }
                     let later = first_crash(&planned[self.struck.len() + 1..]);
@@ -1219,9 +1240,11 @@ impl Run<'_> {
                 };
                 Ok((None, hit))
             }
-            Strike::Statement(_) | Strike::CrashPoint(_) => Err(WorkersError::Harness(format!(
-                "{label}: a strike at a point inside a request is carried out there, not after it"
-            ))),
+            Strike::Statement(_) | Strike::CrashPoint(_) | Strike::TakeoverCrashPoint(_) => {
+                Err(WorkersError::Harness(format!(
+                    "{label}: a strike at a point inside a request is carried out there, not after it"
+                )))
+            }
             Strike::Partition => {
                 self.renew(victim, &name)?;
                 let victim_id = self.workers[victim].id.clone();

@@ -42,7 +42,8 @@ pub(crate) struct WorkersCli {
     /// statement's reply: ACTION pause (held while another worker takes over, then let go),
     /// kill, reset (both sides of the connection closed) or drop (never forwarded). For
     /// agentstore in-process, `kill@K.P` kills the owner at the P-th crash point (from 1) its
-    /// store passes inside request K; without --plan a sample of them runs.
+    /// store passes inside request K, and `kill@take.Q` right after it the heir at the Q-th
+    /// crash point of its takeover; without --plan a sample of them runs.
     #[arg(long, value_name = "PLAN", help_heading = WHAT)]
     plan: Option<String>,
     /// Run each plan N times (a replay that fails N of N runs is deterministic); with N > 1

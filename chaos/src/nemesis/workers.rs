@@ -51,6 +51,12 @@
 //!   kill of `--postgres` ([`WorkerPlan::at_crash_points`]): a strike point
 //!   inside a request is a statement there, a crash point here.
 //!
+//! - `kill@take.P` (agentstore in-process, right after a `kill@K.P`): the
+//!   worker that takes the session over dies at the P-th crash point of
+//!   its takeover request (the lease written, the recovery's marks
+//!   appended, …); the next worker takes over from both once the leases
+//!   they may have left expired.
+//!
 //! `kill@3+kill@2` kills the first owner, then the worker that took over,
 //! in its own second life of the session. Strikes are ordered by observed
 //! states (replies, grants), never by sleeps: a plan replays the same.
@@ -88,6 +94,9 @@ pub enum Strike {
     /// Inside the request after step K, a kill at its P-th crash point of
     /// agentstore in-process (`kill@K.P`), from 1.
     CrashPoint(usize),
+    /// The heir of the `kill@K.P` before it killed at the P-th crash point
+    /// of its takeover request (`kill@take.P`), from 1.
+    TakeoverCrashPoint(usize),
 }
 
 impl Strike {
@@ -102,7 +111,8 @@ impl Strike {
             | Strike::Slow
             | Strike::Lapse
             | Strike::Leave
-            | Strike::CrashPoint(_) => Needs::Processes,
+            | Strike::CrashPoint(_)
+            | Strike::TakeoverCrashPoint(_) => Needs::Processes,
             Strike::DbCrash(_) | Strike::Statement(_) => Needs::Database,
             Strike::Partition => Needs::Network,
         }
@@ -124,6 +134,7 @@ impl Strike {
             Strike::Leave => "leave",
             Strike::Statement(s) => s.action.kind(),
             Strike::CrashPoint(_) => "crash-point-kill",
+            Strike::TakeoverCrashPoint(_) => "takeover-crash-point-kill",
         }
     }
 }
@@ -192,7 +203,7 @@ impl WorkerPlan {
     pub fn strikes_crash_points(&self) -> bool {
         self.strikes
             .iter()
-            .any(|(s, _)| matches!(s, Strike::CrashPoint(_)))
+            .any(|(s, _)| matches!(s, Strike::CrashPoint(_) | Strike::TakeoverCrashPoint(_)))
     }
 
     /// What its strikes need, at most.
@@ -224,6 +235,7 @@ impl fmt::Display for WorkerPlan {
                 Strike::Leave => write!(f, "{sep}leave@{k}")?,
                 Strike::Statement(s) => write!(f, "{sep}{}@{k}{s}", s.action.name())?,
                 Strike::CrashPoint(p) => write!(f, "{sep}kill@{k}.{p}")?,
+                Strike::TakeoverCrashPoint(p) => write!(f, "{sep}kill@take.{p}")?,
             }
         }
         Ok(())
@@ -232,7 +244,7 @@ impl fmt::Display for WorkerPlan {
 
 /// A plan that does not parse, said in one line.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
-#[error("worker plan {0:?} is not none or strikes pause@K, pause@K~J, kill@K, restart@K, slow@K, lapse@K, leave@K, db-crash:MODEL@K (MODEL: immediate, kill or kill-frozen), partition@K, ACTION@K.S or ACTION@K.Sr (ACTION: pause, kill, reset or drop; S: a statement of request K, from 1, or for agentstore in-process kill@K.P, P a crash point of request K; r: after its reply) joined by + (K: a step of the session's owner since its grant, 0 = right after it; J: the heir's step at which the paused owner wakes)")]
+#[error("worker plan {0:?} is not none or strikes pause@K, pause@K~J, kill@K, restart@K, slow@K, lapse@K, leave@K, db-crash:MODEL@K (MODEL: immediate, kill or kill-frozen), partition@K, ACTION@K.S or ACTION@K.Sr (ACTION: pause, kill, reset or drop; S: a statement of request K, from 1, or for agentstore in-process kill@K.P, P a crash point of request K; r: after its reply), kill@take.P right after a kill@K.P (P: a crash point of the heir's takeover) joined by + (K: a step of the session's owner since its grant, 0 = right after it; J: the heir's step at which the paused owner wakes)")]
 pub struct BadWorkerPlan(String);
 
 impl FromStr for WorkerPlan {
@@ -247,6 +259,14 @@ impl FromStr for WorkerPlan {
             .split('+')
             .map(|one| {
                 let (kind, step) = one.split_once('@').ok_or_else(bad)?;
+                if let Some(p) = step.strip_prefix("take.") {
+                    let digits = !p.is_empty() && p.bytes().all(|b| b.is_ascii_digit());
+                    let p = p
+                        .parse()
+                        .ok()
+                        .filter(|&p| digits && p >= 1 && kind == "kill");
+                    return Ok((Strike::TakeoverCrashPoint(p.ok_or_else(bad)?), 0));
+                }
                 if step.contains('.') {
                     let (strike, k) = StatementStrike::parse(kind, step).ok_or_else(bad)?;
                     return Ok((Strike::Statement(strike), k));
@@ -271,6 +291,24 @@ impl FromStr for WorkerPlan {
                 Ok((strike, after_step))
             })
             .collect::<Result<Vec<_>, _>>()?;
+        // A takeover kill names the heir of the crash-point kill before it.
+        let after_a_crash_point_kill = |i: usize| {
+            i > 0
+                && matches!(
+                    strikes[i - 1].0,
+                    Strike::CrashPoint(_)
+                        | Strike::Statement(StatementStrike {
+                            action: StatementAction::Kill,
+                            after_reply: false,
+                            ..
+                        })
+                )
+        };
+        if (0..strikes.len()).any(|i| {
+            matches!(strikes[i].0, Strike::TakeoverCrashPoint(_)) && !after_a_crash_point_kill(i)
+        }) {
+            return Err(bad());
+        }
         Ok(WorkerPlan { strikes })
     }
 }
@@ -300,6 +338,8 @@ mod tests {
             "pause@3.1",
             "kill@0.2r+drop@4.12",
             "reset@1.1r",
+            "kill@3.2+kill@take.1",
+            "kill@0.1+kill@take.12+kill@2",
         ] {
             assert_eq!(p.parse::<WorkerPlan>().unwrap().to_string(), p);
         }
@@ -325,6 +365,14 @@ mod tests {
             "pause@3.0",
             "restart@3.1",
             "kill@3.1~2",
+            "kill@take.1",
+            "kill@3+kill@take.1",
+            "kill@3.1r+kill@take.1",
+            "pause@3.1+kill@take.1",
+            "kill@3.1+kill@take.0",
+            "kill@3.1+kill@take.",
+            "kill@3.1+pause@take.1",
+            "kill@3.1+kill@take.+1",
         ] {
             let e = bad.parse::<WorkerPlan>().unwrap_err();
             assert!(e.to_string().contains(&format!("{bad:?}")), "{e}");

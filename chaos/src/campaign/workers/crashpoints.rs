@@ -3,7 +3,9 @@
 //! crash point its store passes from the start of request K
 //! ([`agentstore::crashpoint::kill_in`]) and dies there by its own SIGKILL,
 //! inside one append, renewal or recovery; the next worker takes over every
-//! session it owned once its lease expired. Every worker of such a trial
+//! session it owned once its lease expired; with `kill@take.Q` after it,
+//! that worker dies at crash point Q of its takeover, and the one after
+//! takes over from both. Every worker of such a trial
 //! traces its crash points (`AGENTCHAOS_TRACE`): the trace names the point
 //! hit, or counts the points of a request that ended before it.
 //!
@@ -13,6 +15,7 @@ use std::num::NonZeroU64;
 use std::os::unix::process::ExitStatusExt;
 use std::path::Path;
 use std::sync::mpsc::RecvTimeoutError;
+use std::time::{Duration, Instant};
 
 use nix::sys::signal::Signal;
 
@@ -27,8 +30,10 @@ use crate::nemesis::workers::{Strike, WorkerPlan};
 /// but not acknowledged), inside the renewal before the first effect (its
 /// temp file not yet written, then before its rename, then before its
 /// directory fsync: renewed on disk, never reported), inside an effect's
-/// commit before its fdatasync, and in the heir's own renewal before the
-/// effect it runs again after taking over.
+/// commit before its fdatasync, in the heir's own renewal before the
+/// effect it runs again after taking over, and inside the heir's takeover
+/// (its lease record half written; between the recovery's marks), so that
+/// a third worker takes over from both.
 pub fn crash_point_plans() -> Vec<WorkerPlan> {
     [
         "kill@0.2",
@@ -38,6 +43,8 @@ pub fn crash_point_plans() -> Vec<WorkerPlan> {
         "kill@3.4",
         "kill@4.2",
         "kill@3.2+kill@3.1",
+        "kill@3.1+kill@take.1",
+        "kill@3.1+kill@take.10",
     ]
     .iter()
     .map(|p| {
@@ -46,6 +53,22 @@ pub fn crash_point_plans() -> Vec<WorkerPlan> {
             .at_crash_points()
     })
     .collect()
+}
+
+/// What a `kill@take.Q` came to.
+struct TakeoverKill {
+    record: StrikeRecord,
+    then: AfterTakeover,
+}
+
+/// Where a takeover with a kill armed in it left the session.
+enum AfterTakeover {
+    /// The heir died inside it; `next` takes over from both.
+    Killed { next: usize },
+    /// It ended before the point: the heir holds the session.
+    TookOver,
+    /// The store refused it (the session is finished; why, in words).
+    Refused(String),
 }
 
 /// The lines of a trace file (0 when there is none yet).
@@ -97,13 +120,16 @@ impl Worker {
 
 impl Run<'_> {
     /// Carries out `kill@K.P` (`label`) at crash point `point` of the first
-    /// session's owner's next request: what it hit, or why it did not fire.
+    /// session's owner's next request, and with `takeover` (`kill@take.Q`
+    /// and its label) a kill at crash point Q of the heir's takeover: what
+    /// each hit, or why it did not fire.
     pub(super) fn crash_point_strike(
         &mut self,
         point: usize,
         label: String,
+        takeover: Option<(usize, String)>,
         sessions: &mut [Served],
-    ) -> Result<StrikeRecord, WorkersError> {
+    ) -> Result<Vec<StrikeRecord>, WorkersError> {
         let Target {
             victim,
             name,
@@ -128,12 +154,19 @@ impl Run<'_> {
             let passed = trace_lines(&trace) - before;
             self.workers[victim].kill_at(None)?;
             self.record(victim, &name, reply, sessions);
-            return Ok(StrikeRecord {
+            let mut records = vec![StrikeRecord {
                 strike: Strike::CrashPoint(point),
                 label,
                 fired: false,
                 what: format!("{at}: the request passed {passed} crash point(s)"),
-            });
+            }];
+            records.extend(takeover.map(|(q, label)| StrikeRecord {
+                strike: Strike::TakeoverCrashPoint(q),
+                label,
+                fired: false,
+                what: "the kill before it never fired: no takeover".to_string(),
+            }));
+            return Ok(records);
         }
         let hit = std::fs::read_to_string(&trace)
             .ok()
@@ -142,13 +175,31 @@ impl Run<'_> {
         self.states[victim] = State::Killed;
         self.history
             .push(WorkerEvent::Killed { worker: id.clone() });
-        let heir = self.heir(victim)?;
+        let mut records = Vec::new();
+        let mut heir = self.heir(victim)?;
+        // The workers whose sessions the heir takes over: the victim, and
+        // an heir killed inside its takeover.
+        let mut dead = vec![victim];
+        let (mut taken, mut refused) = (0, Vec::new());
+        if let Some((q, takeover_label)) = takeover {
+            let outcome = self.takeover_kill(victim, heir, q, takeover_label, sessions)?;
+            records.push(outcome.record);
+            let mut refused_first = None;
+            match outcome.then {
+                AfterTakeover::Killed { next } => {
+                    dead.push(heir);
+                    heir = next;
+                }
+                AfterTakeover::TookOver => taken += 1,
+                AfterTakeover::Refused(why) => refused_first = Some(why),
+            }
+            refused.extend(refused_first);
+        }
         let heir_id = self.workers[heir].id.clone();
         let ttl_ms = self.cfg.longest_ttl();
-        let (mut taken, mut refused) = (0, Vec::new());
         for s in sessions
             .iter_mut()
-            .filter(|s| s.owner == victim && !s.finished)
+            .filter(|s| dead.contains(&s.owner) && !s.finished)
         {
             match self.acquire_or_refused(heir, &s.name, true, ttl_ms)? {
                 Ok(()) => {
@@ -171,11 +222,125 @@ impl Run<'_> {
                 refused.join(", ")
             ));
         }
-        Ok(StrikeRecord {
-            strike: Strike::CrashPoint(point),
-            label,
-            fired: true,
+        records.insert(
+            0,
+            StrikeRecord {
+                strike: Strike::CrashPoint(point),
+                label,
+                fired: true,
+                what,
+            },
+        );
+        Ok(records)
+    }
+
+    /// Carries out `kill@take.Q` (`label`): `heir` takes over the first of
+    /// `victim`'s unfinished sessions with a kill armed at crash point `q`
+    /// of that request, armed again before each try while the lease is
+    /// still held (a refused try passes the same points each time, so the
+    /// kill lands at the same one whatever the clock). Returns the record
+    /// and, when the heir died there, the next heir.
+    fn takeover_kill(
+        &mut self,
+        victim: usize,
+        heir: usize,
+        q: usize,
+        label: String,
+        sessions: &mut [Served],
+    ) -> Result<TakeoverKill, WorkersError> {
+        let nth = NonZeroU64::new(q as u64)
+            .ok_or_else(|| WorkersError::Harness(format!("{label}: crash points count from 1")))?;
+        let heir_id = self.workers[heir].id.clone();
+        let record = |fired, what| StrikeRecord {
+            strike: Strike::TakeoverCrashPoint(q),
+            label: label.clone(),
+            fired,
             what,
-        })
+        };
+        let Some(s) = sessions
+            .iter_mut()
+            .find(|s| s.owner == victim && !s.finished)
+        else {
+            return Err(WorkersError::Harness(format!(
+                "{label}: the killed owner has no session left to take over"
+            )));
+        };
+        let name = s.name.clone();
+        let trace = self.workers[heir]
+            .trace
+            .clone()
+            .ok_or_else(|| WorkersError::Harness(format!("{heir_id} traces no crash points")))?;
+        let deadline =
+            Instant::now() + Duration::from_millis(self.cfg.longest_ttl()) + REPLY_TIMEOUT;
+        let command = WorkerCommand::Acquire {
+            session: name.clone(),
+        };
+        loop {
+            let before = trace_lines(&trace);
+            self.workers[heir].kill_at(Some(nth))?;
+            self.workers[heir].send(&command)?;
+            let Some(reply) = self.workers[heir].reply_or_killed(&command)? else {
+                let hit = std::fs::read_to_string(&trace)
+                    .ok()
+                    .and_then(|t| t.lines().last().map(str::to_string))
+                    .unwrap_or_default();
+                self.states[heir] = State::Killed;
+                self.history.push(WorkerEvent::Killed {
+                    worker: heir_id.clone(),
+                });
+                let next = self.heir(heir)?;
+                let what = format!(
+                    "killed {heir_id} at crash point {q} of its takeover of {name} ({hit}); {} takes over",
+                    self.workers[next].id
+                );
+                return Ok(TakeoverKill {
+                    record: record(true, what),
+                    then: AfterTakeover::Killed { next },
+                });
+            };
+            let passed = trace_lines(&trace) - before;
+            self.workers[heir].kill_at(None)?;
+            match reply {
+                WorkerReply::Held { .. } if Instant::now() < deadline => {
+                    std::thread::sleep(super::ACQUIRE_POLL);
+                }
+                WorkerReply::Granted {
+                    grant, records, ..
+                } => {
+                    self.record_grant(heir, &name, grant, records)?;
+                    s.owner = heir;
+                    s.steps = 0;
+                    let what = format!(
+                        "{heir_id}'s takeover of {name} passed {passed} crash point(s), none the {q}-th: it took the session over"
+                    );
+                    return Ok(TakeoverKill {
+                        record: record(false, what),
+                        then: AfterTakeover::TookOver,
+                    });
+                }
+                WorkerReply::Held { message } => {
+                    return Err(WorkersError::Store(format!(
+                        "worker {heir_id}: session {name} still refused lease_held {}s after its lease should have expired: {message}",
+                        REPLY_TIMEOUT.as_secs()
+                    )))
+                }
+                // A crash must not cost the session: the refusal is
+                // recorded, and the checker judges what it left.
+                other => {
+                    self.history.push(WorkerEvent::Replied {
+                        worker: heir_id.clone(),
+                        session: name.clone(),
+                        reply: other.clone(),
+                    });
+                    s.finished = true;
+                    let what = format!("the store refused {heir_id}'s takeover of {name}");
+                    let why = format!("{name}: {other:?}");
+                    return Ok(TakeoverKill {
+                        record: record(false, what),
+                        then: AfterTakeover::Refused(why),
+                    });
+                }
+            }
+        }
     }
 }
