@@ -289,9 +289,10 @@ fn a_kill_at_a_crash_point_names_the_point_and_a_request_without_it_is_not_exerc
 fn a_kill_inside_the_heirs_takeover_names_its_point_and_a_third_worker_takes_over() {
     let dir = tempfile::tempdir().unwrap();
     let json = dir.path().join("workers.json");
-    // The owner dies writing its renewal; the heir dies between two marks
-    // of its recovery; a fresh worker takes over both workers' sessions.
-    let plan = "kill@3.1+kill@take.10";
+    // The owner dies writing its renewal; the heir dies inside its
+    // recovery, its orphan's mark written, not synced; a fresh worker
+    // takes over both workers' sessions.
+    let plan = "kill@3.1+kill@take.12";
     let (code, out) = workers(&["--plan", plan, "--json", json.to_str().unwrap()]);
     assert_eq!(code, 0, "{out}");
     assert!(
@@ -309,7 +310,7 @@ fn a_kill_inside_the_heirs_takeover_names_its_point_and_a_third_worker_takes_ove
     assert_eq!(strikes[1]["kind"], "takeover-crash-point-kill", "{report}");
     assert_eq!(
         strikes[1]["what"],
-        "killed w1 at crash point 10 of its takeover of s0 (recovery.mark); w2 takes over",
+        "killed w1 at crash point 12 of its takeover of s0 (log.fdatasync); w2 takes over",
         "{report}"
     );
     // The takeover passes 13 crash points: a 14th never comes.
@@ -323,6 +324,35 @@ fn a_kill_inside_the_heirs_takeover_names_its_point_and_a_third_worker_takes_ove
     let (code, out) = workers(&["--plan", "kill@3+kill@take.1"]);
     assert_eq!(code, 2, "{out}");
     assert!(out.contains("worker plan \"kill@3+kill@take.1\""), "{out}");
+}
+
+#[test]
+fn a_recovery_that_marks_twice_is_caught_after_a_takeover_that_died_halfway() {
+    // The heir's recovery marked c0, then died; the next takeover must go
+    // on from that mark, not mark c0 again.
+    let plan = "kill@3.1+kill@take.12";
+    let out = caught("mark-twice", plan, "takeover-marks-orphans", &[]);
+    assert!(
+        out.contains("found:    call c0 marked at seq 5 and again at seq 6, no event of the call between them"),
+        "{out}"
+    );
+    let (code, out) = workers(&[
+        "--plan",
+        plan,
+        "--store-fault",
+        "mark-twice",
+        "--repeat",
+        "10",
+    ]);
+    assert_eq!(code, 1, "{out}");
+    assert!(
+        out.contains(&format!("{plan}: failed 10 of 10 runs")),
+        "{out}"
+    );
+    // A takeover whose heir was never killed inside it marks once: the
+    // fault hides.
+    let (code, out) = workers(&["--plan", "kill@3.1", "--store-fault", "mark-twice"]);
+    assert_eq!(code, 0, "{out}");
 }
 
 #[test]

@@ -6,7 +6,7 @@
 
 use std::collections::BTreeMap;
 
-use agentchaos_protocol::event::{Phase, Record};
+use agentchaos_protocol::event::{Event, Phase, Record};
 use agentchaos_protocol::message::LeaseGrant;
 
 use crate::agent::worker::{workload_operations, AppliedEffect, WorkerReply};
@@ -327,6 +327,16 @@ fn takeover_marks_orphans(history: &[WorkerEvent]) -> Vec<WorkerViolation> {
                 ..at(format!("run {run} still open after the grant"))
             });
         }
+        for (call_id, first, again) in marked_twice(records) {
+            out.push(WorkerViolation {
+                expected: format!(
+                    "call {call_id} marked uncertain once for its attempt: a recovery marks only what no recovery marked before (a takeover after one that died halfway goes on from its marks)"
+                ),
+                ..at(format!(
+                    "call {call_id} marked at seq {first} and again at seq {again}, no event of the call between them"
+                ))
+            });
+        }
         for call in &view.open_calls {
             if call.recovery != Some(call.phase) {
                 out.push(WorkerViolation {
@@ -343,6 +353,35 @@ fn takeover_marks_orphans(history: &[WorkerEvent]) -> Vec<WorkerViolation> {
                 });
             }
         }
+    }
+    out
+}
+
+/// The calls `records` mark uncertain twice for one attempt: a
+/// `tool_recovery` at the first seq and another at the second, with no
+/// event of the call between them (no new start, result or
+/// reconciliation).
+fn marked_twice(records: &[Record]) -> Vec<(String, u64, u64)> {
+    let mut last_mark: BTreeMap<&str, u64> = BTreeMap::new();
+    let mut out = Vec::new();
+    for r in records {
+        let Some(event) = r.event() else { continue };
+        let call = match event {
+            Event::ToolCall { call_id, .. }
+            | Event::ToolStarted { call_id }
+            | Event::EffectCommitted { call_id, .. }
+            | Event::ToolResult { call_id, .. }
+            | Event::ToolReconciled { call_id, .. }
+            | Event::Approval { call_id, .. } => call_id,
+            Event::ToolRecovery { call_id, .. } => {
+                if let Some(first) = last_mark.insert(call_id, r.seq) {
+                    out.push((call_id.clone(), first, r.seq));
+                }
+                continue;
+            }
+            _ => continue,
+        };
+        last_mark.remove(call.as_str());
     }
     out
 }
@@ -788,6 +827,40 @@ mod tests {
             },
         );
         assert!(work_completes(&gave_up, &[]).is_empty());
+    }
+
+    #[test]
+    fn a_call_marked_twice_without_an_event_of_it_between_is_named() {
+        use agentchaos_protocol::event::{event_id, Body, RecoveryStatus};
+        let record = |seq, event| Record {
+            seq,
+            id: event_id(seq),
+            ts: String::new(),
+            redaction: Default::default(),
+            body: Body::Known(event),
+        };
+        let mark = |call: &str| Event::ToolRecovery {
+            call_id: call.into(),
+            status: RecoveryStatus::Uncertain,
+            phase: Phase::Started,
+        };
+        let started = |call: &str| Event::ToolStarted {
+            call_id: call.into(),
+        };
+        // c1 marked, started again, marked again: two attempts, once each.
+        let once = vec![
+            record(1, mark("c1")),
+            record(2, mark("c2")),
+            record(3, started("c1")),
+            record(4, mark("c1")),
+        ];
+        assert!(marked_twice(&once).is_empty());
+        let twice = vec![
+            record(1, mark("c1")),
+            record(2, mark("c2")),
+            record(3, mark("c1")),
+        ];
+        assert_eq!(marked_twice(&twice), [("c1".to_string(), 1, 3)]);
     }
 
     #[test]

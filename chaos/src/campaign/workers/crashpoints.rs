@@ -32,8 +32,8 @@ use crate::nemesis::workers::{Strike, WorkerPlan};
 /// directory fsync: renewed on disk, never reported), inside an effect's
 /// commit before its fdatasync, in the heir's own renewal before the
 /// effect it runs again after taking over, and inside the heir's takeover
-/// (its lease record half written; between the recovery's marks), so that
-/// a third worker takes over from both.
+/// (its lease record half written; its first orphan's mark written, not
+/// yet synced), so that a third worker takes over from both.
 pub fn crash_point_plans() -> Vec<WorkerPlan> {
     [
         "kill@0.2",
@@ -44,7 +44,7 @@ pub fn crash_point_plans() -> Vec<WorkerPlan> {
         "kill@4.2",
         "kill@3.2+kill@3.1",
         "kill@3.1+kill@take.1",
-        "kill@3.1+kill@take.10",
+        "kill@3.1+kill@take.12",
     ]
     .iter()
     .map(|p| {
