@@ -184,16 +184,14 @@ impl Run<'_> {
         if let Some((q, takeover_label)) = takeover {
             let outcome = self.takeover_kill(victim, heir, q, takeover_label, sessions)?;
             records.push(outcome.record);
-            let mut refused_first = None;
             match outcome.then {
                 AfterTakeover::Killed { next } => {
                     dead.push(heir);
                     heir = next;
                 }
                 AfterTakeover::TookOver => taken += 1,
-                AfterTakeover::Refused(why) => refused_first = Some(why),
+                AfterTakeover::Refused(why) => refused.push(why),
             }
-            refused.extend(refused_first);
         }
         let heir_id = self.workers[heir].id.clone();
         let ttl_ms = self.cfg.longest_ttl();
@@ -238,8 +236,8 @@ impl Run<'_> {
     /// `victim`'s unfinished sessions with a kill armed at crash point `q`
     /// of that request, armed again before each try while the lease is
     /// still held (a refused try passes the same points each time, so the
-    /// kill lands at the same one whatever the clock). Returns the record
-    /// and, when the heir died there, the next heir.
+    /// kill lands at the same one whatever the clock): what it hit, and
+    /// where it left the session.
     fn takeover_kill(
         &mut self,
         victim: usize,
