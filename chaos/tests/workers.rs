@@ -327,6 +327,29 @@ fn a_kill_inside_the_heirs_takeover_names_its_point_and_a_third_worker_takes_ove
 }
 
 #[test]
+fn every_point_kills_at_each_counted_crash_point_and_each_one_fires() {
+    // A strike-free trial counts the crash points of each request of the
+    // first session's owner; a plan per point runs beside the others, and
+    // none is left unexercised: the count is what the kills meet.
+    let (code, out) = workers(&["--every-point", "--sessions", "1"]);
+    assert_eq!(code, 0, "{out}");
+    let line = out
+        .lines()
+        .find(|l| l.starts_with("crash points: "))
+        .unwrap_or_else(|| panic!("{out}"));
+    let n: usize = line["crash points: ".len()..]
+        .split(' ')
+        .next()
+        .and_then(|n| n.parse().ok())
+        .unwrap_or_else(|| panic!("{line}"));
+    assert!(n > 18, "more than one point per request: {line}");
+    assert!(line.ends_with(&format!("{n} strike plan(s)")), "{line}");
+    assert!(out.contains("0 violation(s), 0 not exercised"), "{out}");
+    let (code, out) = workers(&["--every-point", "--postgres"]);
+    assert_eq!(code, 2, "{out}");
+}
+
+#[test]
 fn a_recovery_that_marks_twice_is_caught_after_a_takeover_that_died_halfway() {
     // The heir's recovery marked c0, then died; the next takeover must go
     // on from that mark, not mark c0 again.

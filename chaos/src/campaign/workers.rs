@@ -43,7 +43,7 @@ use agentstore_pg::cluster::{Cluster, ClusterOptions, Listen};
 mod crashpoints;
 mod statements;
 mod transitions;
-pub use crashpoints::crash_point_plans;
+pub use crashpoints::{crash_point_every_plans, crash_point_plans};
 pub use statements::{sampled_statement_plans, statement_plans};
 
 /// How long the harness waits for one reply of a worker that is running.
@@ -561,24 +561,26 @@ pub fn trial(
     outcome.map(|(trial, _)| trial)
 }
 
-/// The statements of each request of the first session's owner in a
-/// strike-free trial through the proxies (`db`: the campaign's cluster),
-/// request 0 first: what [`statement_plans`] enumerates.
-pub fn statement_counts(
+/// The strike points of each request of the first session's owner in a
+/// strike-free trial, request 0 first: with `db` (the campaign's cluster)
+/// its statements, through the proxies, what [`statement_plans`]
+/// enumerates; without, agentstore in-process's crash points, what
+/// [`crash_point_every_plans`] enumerates.
+pub fn strike_point_counts(
     cfg: &WorkersConfig,
     backend: &dyn StoreBackend,
     scratch: &Path,
-    db: &mut Database,
+    db: Option<&mut Database>,
 ) -> Result<Vec<usize>, WorkersError> {
     let dir = crate::campaign::scratch::campaign_dir(scratch)
         .map_err(|e| WorkersError::Harness(e.to_string()))?;
-    let outcome = trial_in(cfg, backend, WorkerPlan::default(), &dir, Some(db), true);
+    let outcome = trial_in(cfg, backend, WorkerPlan::default(), &dir, db, true);
     let _ = std::fs::remove_dir_all(&dir);
     let (trial, counts) = outcome?;
     match trial.violations.first() {
         None => Ok(counts),
         Some(v) => Err(WorkersError::Store(format!(
-            "the strike-free trial that counts the statements failed {}: {}",
+            "the strike-free trial that counts the strike points failed {}: {}",
             v.invariant.name(),
             v.found
         ))),
@@ -636,7 +638,8 @@ fn trial_in(
         root: dir.join("root"),
         workspace: dir.join("workspace"),
         world: dir.join("world"),
-        crash_points: plan.strikes_crash_points(),
+        // A count without a database counts agentstore's crash points.
+        crash_points: plan.strikes_crash_points() || (count && db.is_none()),
     };
     for d in [&dirs.root, &dirs.workspace, &dirs.world] {
         std::fs::create_dir_all(d)
@@ -979,12 +982,10 @@ impl Run<'_> {
                 }
                 let (owner, name) = (sessions[i].owner, sessions[i].name.clone());
                 let counting = i == 0 && self.counts.is_some();
-                if counting {
-                    self.count_next(owner)?;
-                }
+                let baseline = if counting { self.count_next(owner)? } else { 0 };
                 let more = self.step(owner, &name)?;
                 if counting {
-                    let n = self.counted(owner)?;
+                    let n = self.counted(owner, baseline)?;
                     self.counts.get_or_insert_with(Vec::new).push(n);
                 }
                 sessions[i].steps += 1;

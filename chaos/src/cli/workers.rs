@@ -55,6 +55,11 @@ pub(crate) struct WorkersCli {
     /// counted in a strike-free trial, instead of a sample of them.
     #[arg(long, conflicts_with = "plan", help_heading = WHAT)]
     every_statement: bool,
+    /// For agentstore in-process: a kill at every crash point (`kill@K.P`) of every request
+    /// of the first session's owner, counted in a strike-free trial, beside the campaign's
+    /// other plans.
+    #[arg(long, conflicts_with_all = ["plan", "postgres", "adapter"], help_heading = WHAT)]
+    every_point: bool,
     /// Worker processes (at least 2: one to lose a session, one to take it over).
     #[arg(long, default_value_t = 2, help_heading = WHAT)]
     workers: usize,
@@ -302,13 +307,29 @@ pub(crate) fn run_workers(w: WorkersCli) -> Result<ExitCode, Failure> {
     };
     let scratch = w.scratch.unwrap_or_else(std::env::temp_dir);
     let mut plans = plans;
+    if w.every_point {
+        let counts =
+            workers::strike_point_counts(&cfg, backend.as_ref(), &scratch, None).map_err(|e| {
+                match e {
+                    WorkersError::Harness(m) => failed(format!("workers --every-point: {m}")),
+                    WorkersError::Store(m) => Failure::Store(format!("workers --every-point: {m}")),
+                }
+            })?;
+        let every = workers::crash_point_every_plans(&counts);
+        println!(
+            "crash points: {} crash point(s) in {} request(s) of a session's owner, {} strike plan(s)",
+            counts.iter().sum::<usize>(),
+            counts.len(),
+            every.len()
+        );
+        plans.extend(every);
+    }
     if let (true, Some((db, _))) = (w.every_statement, database.as_mut()) {
-        let counts = workers::statement_counts(&cfg, backend.as_ref(), &scratch, db).map_err(
-            |e| match e {
+        let counts = workers::strike_point_counts(&cfg, backend.as_ref(), &scratch, Some(db))
+            .map_err(|e| match e {
                 WorkersError::Harness(m) => failed(format!("workers --every-statement: {m}")),
                 WorkersError::Store(m) => Failure::Store(format!("workers --every-statement: {m}")),
-            },
-        )?;
+            })?;
         let every = workers::statement_plans(&counts);
         println!(
             "statement points: {} statement(s) in {} request(s) of a session's owner, {} strike plan(s)",

@@ -55,6 +55,17 @@ pub fn crash_point_plans() -> Vec<WorkerPlan> {
     .collect()
 }
 
+/// Every crash-point plan of `counts` (the crash points of each request
+/// of a session's owner, from [`super::strike_point_counts`]): a kill at
+/// each point of each request, `kill@K.P`.
+pub fn crash_point_every_plans(counts: &[usize]) -> Vec<WorkerPlan> {
+    counts
+        .iter()
+        .enumerate()
+        .flat_map(|(k, &n)| (1..=n).map(move |p| WorkerPlan::one(Strike::CrashPoint(p), k)))
+        .collect()
+}
+
 /// What a `kill@take.Q` came to.
 struct TakeoverKill {
     record: StrikeRecord,
@@ -119,6 +130,16 @@ impl Worker {
 }
 
 impl Run<'_> {
+    /// The crash points `worker` has passed so far (its trace's lines).
+    pub(super) fn crash_points_passed(&self, worker: usize) -> Result<usize, WorkersError> {
+        let w = &self.workers[worker];
+        let trace = w
+            .trace
+            .as_ref()
+            .ok_or_else(|| WorkersError::Harness(format!("{} traces no crash points", w.id)))?;
+        Ok(trace_lines(trace))
+    }
+
     /// Carries out `kill@K.P` (`label`) at crash point `point` of the first
     /// session's owner's next request, and with `takeover` (`kill@take.Q`
     /// and its label) a kill at crash point Q of the heir's takeover: what

@@ -83,7 +83,7 @@ pub(super) struct HeldStatement {
 }
 
 /// Every statement plan of `counts` (the statements of each request of a
-/// session's owner, from [`super::statement_counts`]): each action before
+/// session's owner, from [`super::strike_point_counts`]): each action before
 /// each statement and after each reply but the request's last.
 pub fn statement_plans(counts: &[usize]) -> Vec<WorkerPlan> {
     let mut plans = Vec::new();
@@ -131,15 +131,24 @@ impl Run<'_> {
             .of(worker)
     }
 
-    /// Arms the first session's owner's proxy for a count of the
-    /// statements of its next request (a strike-free trial's count).
-    pub(super) fn count_next(&mut self, worker: usize) -> Result<(), WorkersError> {
+    /// Starts a count of the strike points of the first session's owner's
+    /// next request (a strike-free trial's count): arms its proxy for the
+    /// statements; without a database, its crash points so far (the
+    /// baseline [`Run::counted`] takes).
+    pub(super) fn count_next(&mut self, worker: usize) -> Result<usize, WorkersError> {
+        if self.db.is_none() {
+            return self.crash_points_passed(worker);
+        }
         self.proxy(worker)?.arm(None);
-        Ok(())
+        Ok(0)
     }
 
-    /// The statements `worker` sent since [`Run::count_next`].
-    pub(super) fn counted(&self, worker: usize) -> Result<usize, WorkersError> {
+    /// The statements `worker` sent, or the crash points it passed, since
+    /// [`Run::count_next`] (which gave `baseline`).
+    pub(super) fn counted(&self, worker: usize, baseline: usize) -> Result<usize, WorkersError> {
+        if self.db.is_none() {
+            return Ok(self.crash_points_passed(worker)? - baseline);
+        }
         Ok(self.proxy(worker)?.count())
     }
 
