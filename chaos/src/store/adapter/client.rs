@@ -363,6 +363,9 @@ struct StderrTail {
 struct Replies {
     stdout: File,
     buf: Vec<u8>,
+    /// What one read fills, then copied to `buf` (no zero-fill of a
+    /// chunk per read).
+    chunk: Box<[u8]>,
     /// Where the unread bytes of `buf` start.
     at: usize,
     /// Lines read so far.
@@ -378,6 +381,7 @@ impl Replies {
         Replies {
             stdout,
             buf: Vec::new(),
+            chunk: vec![0; READ_CHUNK].into_boxed_slice(),
             at: 0,
             number: 0,
             ended: false,
@@ -429,16 +433,14 @@ impl Replies {
             }
             let len = self.buf.len();
             let room = READ_CHUNK.min(MAX_REPLY_BYTES - len);
-            self.buf.resize(len + room, 0);
             let read = loop {
-                match (&self.stdout).read(&mut self.buf[len..]) {
+                match (&self.stdout).read(&mut self.chunk[..room]) {
                     Err(e) if e.kind() == std::io::ErrorKind::Interrupted => continue,
                     r => break r,
                 }
             };
             match read {
                 Ok(0) => {
-                    self.buf.truncate(len);
                     self.ended = true;
                     if len == 0 {
                         return Some(Incoming::Eof(self.number));
@@ -450,9 +452,8 @@ impl Replies {
                         text,
                     }));
                 }
-                Ok(n) => self.buf.truncate(len + n),
+                Ok(n) => self.buf.extend_from_slice(&self.chunk[..n]),
                 Err(e) => {
-                    self.buf.truncate(len);
                     self.ended = true;
                     return Some(Incoming::ReadError(e.to_string()));
                 }
