@@ -56,8 +56,8 @@ pub(crate) struct WorkersCli {
     #[arg(long, conflicts_with = "plan", help_heading = WHAT)]
     every_statement: bool,
     /// For agentstore in-process: a kill at every crash point (`kill@K.P`) of every request
-    /// of the first session's owner, counted in a strike-free trial, beside the campaign's
-    /// other plans.
+    /// of the first session's owner, counted in a strike-free trial, instead of the default
+    /// plans.
     #[arg(long, conflicts_with_all = ["plan", "postgres", "adapter"], help_heading = WHAT)]
     every_point: bool,
     /// Worker processes (at least 2: one to lose a session, one to take it over).
@@ -322,7 +322,7 @@ pub(crate) fn run_workers(w: WorkersCli) -> Result<ExitCode, Failure> {
             counts.len(),
             every.len()
         );
-        plans.extend(every);
+        plans = every;
     }
     if let (true, Some((db, _))) = (w.every_statement, database.as_mut()) {
         let counts = workers::strike_point_counts(&cfg, backend.as_ref(), &scratch, Some(db))
