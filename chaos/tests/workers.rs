@@ -17,6 +17,20 @@ pub(crate) fn workers(args: &[&str]) -> (i32, String) {
     (out.status.code().unwrap(), format!("{stdout}{stderr}"))
 }
 
+/// [`workers`] with `--json`: its exit code, output and JSON report.
+fn workers_report(args: &[&str]) -> (i32, String, serde_json::Value) {
+    let dir = tempfile::tempdir().unwrap();
+    let json = dir.path().join("workers.json");
+    let mut all = args.to_vec();
+    all.extend(["--json", json.to_str().unwrap()]);
+    let (code, out) = workers(&all);
+    let report = std::fs::read_to_string(&json)
+        .ok()
+        .and_then(|t| serde_json::from_str(&t).ok())
+        .unwrap_or_else(|| panic!("no JSON report: {out}"));
+    (code, out, report)
+}
+
 /// The fault is caught under `plan` by `invariant`, with a replay command
 /// naming the fault; the unmodified store passes the same plan.
 fn caught(fault: &str, plan: &str, invariant: &str, extra: &[&str]) -> String {
@@ -220,17 +234,13 @@ fn a_strike_that_never_fires_is_not_exercised_never_a_pass() {
 
 #[test]
 fn each_strike_records_what_it_hit_in_the_scorecard_and_the_json_report() {
-    let dir = tempfile::tempdir().unwrap();
-    let json = dir.path().join("workers.json");
-    let (code, out) = workers(&["--plan", "kill@3+pause@2", "--json", json.to_str().unwrap()]);
+    let (code, out, report) = workers_report(&["--plan", "kill@3+pause@2"]);
     assert_eq!(code, 0, "{out}");
     assert!(out.contains("strikes fired 2/2"), "{out}");
     assert!(
         out.contains("strikes fired/planned: kill 1/1 · pause 1/1"),
         "{out}"
     );
-    let report: serde_json::Value =
-        serde_json::from_str(&std::fs::read_to_string(&json).unwrap()).unwrap();
     let trial = &report["trials"][0];
     assert_eq!(trial["verdict"], "pass", "{report}");
     assert_eq!(trial["strikes"][0]["strike"], "kill@3", "{report}");
@@ -250,20 +260,16 @@ fn each_strike_records_what_it_hit_in_the_scorecard_and_the_json_report() {
 
 #[test]
 fn a_kill_at_a_crash_point_names_the_point_and_a_request_without_it_is_not_exercised() {
-    let dir = tempfile::tempdir().unwrap();
-    let json = dir.path().join("workers.json");
     // Inside the owner's renewal before its first effect (after its temp
     // file was written), then inside the heir's renewal before the effect
     // it runs again.
     let plan = "kill@3.2+kill@3.1";
-    let (code, out) = workers(&["--plan", plan, "--json", json.to_str().unwrap()]);
+    let (code, out, report) = workers_report(&["--plan", plan]);
     assert_eq!(code, 0, "{out}");
     assert!(
         out.contains("strikes fired/planned: crash-point-kill 2/2"),
         "{out}"
     );
-    let report: serde_json::Value =
-        serde_json::from_str(&std::fs::read_to_string(&json).unwrap()).unwrap();
     let strikes = &report["trials"][0]["strikes"];
     assert_eq!(strikes[0]["kind"], "crash-point-kill", "{report}");
     assert_eq!(
@@ -287,20 +293,16 @@ fn a_kill_at_a_crash_point_names_the_point_and_a_request_without_it_is_not_exerc
 
 #[test]
 fn a_kill_inside_the_heirs_takeover_names_its_point_and_a_third_worker_takes_over() {
-    let dir = tempfile::tempdir().unwrap();
-    let json = dir.path().join("workers.json");
     // The owner dies writing its renewal; the heir dies inside its
     // recovery, its orphan's mark written, not synced; a fresh worker
     // takes over both workers' sessions.
     let plan = "kill@3.1+kill@take.12";
-    let (code, out) = workers(&["--plan", plan, "--json", json.to_str().unwrap()]);
+    let (code, out, report) = workers_report(&["--plan", plan]);
     assert_eq!(code, 0, "{out}");
     assert!(
         out.contains("crash-point-kill 1/1 · takeover-crash-point-kill 1/1"),
         "{out}"
     );
-    let report: serde_json::Value =
-        serde_json::from_str(&std::fs::read_to_string(&json).unwrap()).unwrap();
     let strikes = &report["trials"][0]["strikes"];
     assert_eq!(
         strikes[0]["what"],

@@ -662,6 +662,18 @@ mod tests {
         }
     }
 
+    /// A served record of `event` at `seq`.
+    fn record(seq: u64, event: Event) -> Record {
+        use agentchaos_protocol::event::{event_id, Body};
+        Record {
+            seq,
+            id: event_id(seq),
+            ts: String::new(),
+            redaction: Default::default(),
+            body: Body::Known(event),
+        }
+    }
+
     #[test]
     fn a_write_of_an_older_epoch_after_a_takeover_is_a_violation_and_before_it_is_not() {
         let ack = |epoch| WorkerReply::Acked {
@@ -831,14 +843,7 @@ mod tests {
 
     #[test]
     fn a_call_marked_twice_without_an_event_of_it_between_is_named() {
-        use agentchaos_protocol::event::{event_id, Body, RecoveryStatus};
-        let record = |seq, event| Record {
-            seq,
-            id: event_id(seq),
-            ts: String::new(),
-            redaction: Default::default(),
-            body: Body::Known(event),
-        };
+        use agentchaos_protocol::event::RecoveryStatus;
         let mark = |call: &str| Event::ToolRecovery {
             call_id: call.into(),
             status: RecoveryStatus::Uncertain,
@@ -878,14 +883,6 @@ mod tests {
 
     #[test]
     fn an_acknowledged_event_missing_after_a_takeover_is_a_violation() {
-        use agentchaos_protocol::event::{event_id, Body, Event};
-        let record = |seq, event| Record {
-            seq,
-            id: event_id(seq),
-            ts: String::new(),
-            redaction: Default::default(),
-            body: Body::Known(event),
-        };
         let started = Event::RunStarted {
             run_id: "r1".into(),
         };

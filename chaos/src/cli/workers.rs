@@ -151,7 +151,7 @@ fn agentstore_pg_bin() -> Result<PathBuf, Failure> {
 
 pub(crate) fn run_workers(w: WorkersCli) -> Result<ExitCode, Failure> {
     use agentchaos::agent::worker::WorkerReply;
-    use agentchaos::campaign::workers::{self, Database, SharedStore, WorkersConfig, WorkersError};
+    use agentchaos::campaign::workers::{self, Database, SharedStore, WorkersConfig};
     use agentchaos::history::WorkerEvent;
     use agentchaos::nemesis::workers::{Needs, WorkerPlan};
     let json_report = super::super::ReportFile::open("--json", &w.json)?;
@@ -308,35 +308,16 @@ pub(crate) fn run_workers(w: WorkersCli) -> Result<ExitCode, Failure> {
     let scratch = w.scratch.unwrap_or_else(std::env::temp_dir);
     let mut plans = plans;
     if w.every_point {
-        let counts =
-            workers::strike_point_counts(&cfg, backend.as_ref(), &scratch, None).map_err(|e| {
-                match e {
-                    WorkersError::Harness(m) => failed(format!("workers --every-point: {m}")),
-                    WorkersError::Store(m) => Failure::Store(format!("workers --every-point: {m}")),
-                }
-            })?;
-        let every = workers::crash_point_every_plans(&counts);
-        println!(
-            "crash points: {} crash point(s) in {} request(s) of a session's owner, {} strike plan(s)",
-            counts.iter().sum::<usize>(),
-            counts.len(),
-            every.len()
-        );
-        plans = every;
+        let counts = workers::strike_point_counts(&cfg, backend.as_ref(), &scratch, None)
+            .map_err(workers_failure("--every-point"))?;
+        plans = workers::crash_point_every_plans(&counts);
+        say_points("crash", "crash point", &counts, plans.len());
     }
     if let (true, Some((db, _))) = (w.every_statement, database.as_mut()) {
         let counts = workers::strike_point_counts(&cfg, backend.as_ref(), &scratch, Some(db))
-            .map_err(|e| match e {
-                WorkersError::Harness(m) => failed(format!("workers --every-statement: {m}")),
-                WorkersError::Store(m) => Failure::Store(format!("workers --every-statement: {m}")),
-            })?;
+            .map_err(workers_failure("--every-statement"))?;
         let every = workers::statement_plans(&counts);
-        println!(
-            "statement points: {} statement(s) in {} request(s) of a session's owner, {} strike plan(s)",
-            counts.iter().sum::<usize>(),
-            counts.len(),
-            every.len()
-        );
+        say_points("statement", "statement", &counts, every.len());
         plans.extend(every);
     }
     let describe = if w.postgres {
@@ -381,10 +362,7 @@ pub(crate) fn run_workers(w: WorkersCli) -> Result<ExitCode, Failure> {
             &scratch,
             database.as_mut().map(|(db, _)| db),
         )
-        .map_err(|e| match e {
-            WorkersError::Harness(m) => failed(format!("workers {plan}: {m}")),
-            WorkersError::Store(m) => Failure::Store(format!("workers {plan}: {m}")),
-        })?;
+        .map_err(workers_failure(plan))?;
         let takeovers = trial
             .history
             .iter()
@@ -544,4 +522,26 @@ pub(crate) fn run_workers(w: WorkersCli) -> Result<ExitCode, Failure> {
     } else {
         ExitCode::from(EXIT_STORE)
     })
+}
+
+/// What a failed part of the campaign (`what`: a plan, a flag) is: the
+/// harness's failure or the store's, named in one line.
+fn workers_failure(
+    what: impl std::fmt::Display,
+) -> impl FnOnce(agentchaos::campaign::workers::WorkersError) -> Failure {
+    use agentchaos::campaign::workers::WorkersError;
+    move |e| match e {
+        WorkersError::Harness(m) => failed(format!("workers {what}: {m}")),
+        WorkersError::Store(m) => Failure::Store(format!("workers {what}: {m}")),
+    }
+}
+
+/// The line that says what a strike-free count found: `kind points: N
+/// units in M request(s) …`, and how many plans they make.
+fn say_points(kind: &str, unit: &str, counts: &[usize], plans: usize) {
+    println!(
+        "{kind} points: {} {unit}(s) in {} request(s) of a session's owner, {plans} strike plan(s)",
+        counts.iter().sum::<usize>(),
+        counts.len(),
+    );
 }

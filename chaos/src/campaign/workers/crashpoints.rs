@@ -82,6 +82,14 @@ enum AfterTakeover {
     Refused(String),
 }
 
+/// The crash point a trace file names last: where its worker died.
+fn last_point(path: &Path) -> String {
+    std::fs::read_to_string(path)
+        .ok()
+        .and_then(|t| t.lines().last().map(str::to_string))
+        .unwrap_or_default()
+}
+
 /// The lines of a trace file (0 when there is none yet).
 fn trace_lines(path: &Path) -> usize {
     std::fs::read_to_string(path).map_or(0, |t| t.lines().count())
@@ -189,10 +197,7 @@ impl Run<'_> {
             }));
             return Ok(records);
         }
-        let hit = std::fs::read_to_string(&trace)
-            .ok()
-            .and_then(|t| t.lines().last().map(str::to_string))
-            .unwrap_or_default();
+        let hit = last_point(&trace);
         self.states[victim] = State::Killed;
         self.history
             .push(WorkerEvent::Killed { worker: id.clone() });
@@ -299,10 +304,7 @@ impl Run<'_> {
             self.workers[heir].kill_at(Some(nth))?;
             self.workers[heir].send(&command)?;
             let Some(reply) = self.workers[heir].reply_or_killed(&command)? else {
-                let hit = std::fs::read_to_string(&trace)
-                    .ok()
-                    .and_then(|t| t.lines().last().map(str::to_string))
-                    .unwrap_or_default();
+                let hit = last_point(&trace);
                 self.states[heir] = State::Killed;
                 self.history.push(WorkerEvent::Killed {
                     worker: heir_id.clone(),
