@@ -579,3 +579,57 @@ fn reads_are_counted_apart_and_failed_or_shortened_in_the_process() {
 fn at_read(at: u64, fault: SyscallFault) -> Option<FaultPlan> {
     Some(FaultPlan { at, fault })
 }
+
+#[test]
+fn a_full_disk_fails_every_call_that_needs_space_from_its_call_on() {
+    let root = tempfile::tempdir().unwrap();
+    let script = [
+        "append a.txt",
+        "write a.txt first",
+        "fdatasync a.txt",
+        "append b.txt",
+        "rename a.txt c.txt",
+        "append c.txt",
+        "write c.txt second",
+        "mkdir d",
+    ];
+    let (outcome, stdout) = run(root.path(), &script, at(2, SyscallFault::DiskFull), false);
+    // From #2 on: the sync, the rename and the open of a file already there
+    // need no space and run; creating b.txt, the write and mkdir fail.
+    assert_eq!(
+        stdout,
+        "err append b.txt: No space left on device (os error 28)\n\
+         err write c.txt second: No space left on device (os error 28)\n\
+         err mkdir d: No space left on device (os error 28)\ndone\n"
+    );
+    assert_eq!(outcome.exit, Exit::Code { code: 0 });
+    assert_eq!(
+        fs::read_to_string(root.path().join("c.txt")).unwrap(),
+        "first"
+    );
+    assert!(!root.path().join("b.txt").exists() && !root.path().join("d").exists());
+    let failed: Vec<bool> = outcome
+        .events
+        .iter()
+        .map(|e| e.result.unwrap() == -28)
+        .collect();
+    assert_eq!(
+        failed,
+        [false, false, false, true, false, false, true, true]
+    );
+    let report = outcome.fault.unwrap().to_string();
+    assert!(
+        report.starts_with(
+            "disk full from syscall #2 on (ENOSPC at every call that needs space); the first it failed, #3: openat("
+        ) && report.contains("b.txt"),
+        "{report}"
+    );
+
+    // Nothing from the planned call on needs space: said, not "injected".
+    let script = ["append c.txt", "fsync c.txt"];
+    let (outcome, _) = run(root.path(), &script, at(1, SyscallFault::DiskFull), false);
+    assert_eq!(
+        outcome.fault.unwrap().outcome,
+        FaultOutcome::NoSpaceNeeded { counted: 2 }
+    );
+}

@@ -179,6 +179,23 @@ impl Call {
             Call::Rename { from, to, .. } => vec![from, to],
         }
     }
+
+    /// Does the call need free space, so that a full disk fails it with
+    /// ENOSPC ([`SyscallFault::DiskFull`](super::SyscallFault::DiskFull))?
+    /// A write, an open that creates a file not there yet (asked at the
+    /// call's enter, so before it runs), mkdir. Every write counts, even
+    /// one over blocks the file already has: stricter than a real full
+    /// disk, where such an overwrite may succeed. A rename reuses its
+    /// directory's space, and fsync, truncate, unlink and reads need none.
+    pub fn needs_space(&self) -> bool {
+        match self {
+            Call::Write { .. } | Call::Mkdir { .. } => true,
+            Call::Open { path, flags, .. } => {
+                flags & nix::libc::O_CREAT != 0 && std::fs::symlink_metadata(path).is_err()
+            }
+            _ => false,
+        }
+    }
 }
 
 /// One counted system call.

@@ -80,6 +80,15 @@ pub enum SyscallFault {
     /// restored at its exit: a short read, which POSIX allows anywhere;
     /// the process goes on.
     ShortRead { keep: u64 },
+    /// A disk that fills up and stays full: from the planned call on, every
+    /// counted call that needs space ([`Call::needs_space`]: a write, an
+    /// open that creates, mkdir, rename) is skipped and returns ENOSPC;
+    /// the others (fsync, truncate, unlink, reads) run. The process goes
+    /// on. `fallocate` is not traced, so a store that reserves space with
+    /// it gets it even on this full disk.
+    ///
+    /// [`Call::needs_space`]: super::Call::needs_space
+    DiskFull,
 }
 
 impl SyscallFault {
@@ -112,6 +121,7 @@ impl fmt::Display for SyscallFault {
                 write!(f, "fail with {errno}")
             }
             SyscallFault::ShortRead { keep } => write!(f, "shorten to {keep} bytes"),
+            SyscallFault::DiskFull => f.write_str("disk full from"),
         }
     }
 }
@@ -129,10 +139,13 @@ pub struct FaultPlan {
 #[serde(tag = "outcome", rename_all = "kebab-case")]
 pub enum FaultOutcome {
     /// The fault hit this call (its `result` is what the process saw, if it
-    /// lived to see one).
+    /// lived to see one). A full disk: the first call it failed.
     Injected { event: SyscallEvent },
     /// The run made only `counted` counted calls (reads, for a read fault).
     NotReached { counted: u64 },
+    /// A full disk: none of the `counted` calls from the planned one on
+    /// needed space, so nothing failed.
+    NoSpaceNeeded { counted: u64 },
     /// The call at `at` cannot take this fault (a tear on a non-write, or a
     /// tear keeping as many bytes as the write has); nothing was injected.
     NotApplicable { event: SyscallEvent, reason: String },
@@ -158,6 +171,13 @@ impl fmt::Display for FaultReport {
         let FaultPlan { at, fault } = self.plan;
         let counts = fault.counts();
         match &self.outcome {
+            FaultOutcome::Injected { event } if fault == SyscallFault::DiskFull => write!(
+                f,
+                "{fault} {counts} #{at} on (ENOSPC at every call that needs space); the first it failed, #{}: {} in pid {}",
+                event.index,
+                event.call_text(),
+                event.pid
+            ),
             FaultOutcome::Injected { event } => {
                 write!(
                     f,
@@ -174,6 +194,10 @@ impl fmt::Display for FaultReport {
             FaultOutcome::NotReached { counted } => write!(
                 f,
                 "{fault} {counts} #{at}: not reached, the run made only {counted} counted {counts}s"
+            ),
+            FaultOutcome::NoSpaceNeeded { counted } => write!(
+                f,
+                "{fault} {counts} #{at}: no call needed space from it to the run's last ({counted} counted {counts}s); nothing failed"
             ),
             FaultOutcome::NotApplicable { event, reason } => write!(
                 f,

@@ -194,6 +194,7 @@ impl Traced {
                 stops: 0,
                 plan: config.fault,
                 hit: None,
+                first_full: None,
                 stdout_before: None,
                 recorder,
                 events: Vec::new(),
@@ -292,8 +293,11 @@ struct Engine {
     /// ptrace stops so far.
     stops: u64,
     plan: Option<FaultPlan>,
-    /// Set when the planned call was reached.
+    /// Set when the planned call was reached (a full disk: when it failed
+    /// its first call).
     hit: Option<Hit>,
+    /// A full disk: the index of the first call it failed.
+    first_full: Option<usize>,
     /// Record mode: bytes the process had written to its stdout when the
     /// planned call entered.
     stdout_before: Option<u64>,
@@ -480,9 +484,21 @@ impl Engine {
             .counted
             .store(index as u64 + 1, Ordering::SeqCst);
         let mut on_exit = OnExit::Nothing;
-        if let Some(plan) = self
+        let full = self
             .plan
-            .filter(|p| p.at == index as u64 && !p.fault.is_read())
+            .is_some_and(|p| p.fault == SyscallFault::DiskFull && p.at <= index as u64);
+        if full && decoded.call.needs_space() {
+            if self.hit.is_none() {
+                self.hit = Some(Hit::Taken);
+                self.first_full = Some(index);
+                self.stdout_before = self.recorder.as_ref().map(Recorder::stream);
+            }
+            regs.orig_rax = u64::MAX;
+            setregs(pid, regs)?;
+            on_exit = OnExit::Fail(Errno::ENOSPC);
+        } else if let Some(plan) = self
+            .plan
+            .filter(|p| p.at == index as u64 && !p.fault.is_read() && !full)
         {
             self.hit = Some(Hit::Taken);
             self.stdout_before = self.recorder.as_ref().map(Recorder::stream);
@@ -522,6 +538,7 @@ impl Engine {
                 SyscallFault::FailRead { .. } | SyscallFault::ShortRead { .. } => {
                     unreachable!("a read fault is planned among the reads")
                 }
+                SyscallFault::DiskFull => unreachable!("a full disk is handled above"),
             }
         }
         self.set_inflight(pid, decoded, Some(Counted::Call(index)), on_exit);
@@ -715,11 +732,17 @@ impl Engine {
             } else {
                 &events
             };
-            let event = counted.get(plan.at as usize).cloned();
+            let at = self.first_full.unwrap_or(plan.at as usize);
+            let event = counted.get(at).cloned();
             let outcome = match (self.hit.take(), event) {
                 (Some(Hit::Taken), Some(event)) => FaultOutcome::Injected { event },
                 (Some(Hit::NotApplicable(reason)), Some(event)) => {
                     FaultOutcome::NotApplicable { event, reason }
+                }
+                (None, Some(_)) if plan.fault == SyscallFault::DiskFull => {
+                    FaultOutcome::NoSpaceNeeded {
+                        counted: counted.len() as u64,
+                    }
                 }
                 _ => FaultOutcome::NotReached {
                     counted: counted.len() as u64,
