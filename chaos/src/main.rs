@@ -201,7 +201,8 @@ struct RunArgs {
     /// Which nemeses run, comma-separated: `points` (crash points in the store and the agent:
     /// kill, tear, powercut, timer, double crash), `syscall` (ptrace, no instrumentation:
     /// sys-kill-before, sys-kill-after, sys-tear, sys-enospc, sys-eio at each file-mutating
-    /// syscall the first agent process tree makes under the store root, and sys-eio-read,
+    /// syscall the first agent process tree makes under the store root, sys-full (the disk
+    /// full from a call on), and sys-eio-read,
     /// sys-eintr-read, sys-short-read at each read of the store's files), `powerloss` (every
     /// on-disk state a power cut may leave under three persistence models, recovered by the
     /// store; chaos/POWERLOSS.md), or `all`. syscall and powerloss need Linux x86_64. Default:
@@ -311,7 +312,8 @@ struct ReplayArgs {
     #[arg(long, value_name = "FILE", help_heading = WHAT)]
     scenario: PathBuf,
     /// The plan: none, kill@N, tear@N:BYTES, powercut@N, timer@Dus (crash points), or
-    /// sys-kill-before@N, sys-kill-after@N, sys-tear@N:BYTES, sys-enospc@N, sys-eio@N (the
+    /// sys-kill-before@N, sys-kill-after@N, sys-tear@N:BYTES, sys-enospc@N, sys-eio@N,
+    /// sys-full@N (the
     /// syscall nemesis: N counts the store syscalls of the first agent process tree, as
     /// `agentchaos run --nemesis syscall` enumerated them; Linux x86_64 only), or
     /// sys-eio-read@N, sys-eintr-read@N, sys-short-read@N:BYTES (N counts its reads of the

@@ -123,6 +123,9 @@ const EXPECTED: &[(&str, &[&str])] = &[
     ("unterminated-checksum-damage", &["tail-rules"]),
     ("read-error-is-eof", &["acked-durable"]),
     ("blob-rename-error-ignored", &["blob-readable"]),
+    // No invariant: the open never returns, and the hung life fails the run
+    // as the store's error.
+    ("quarantine-retries-any-error", &[]),
 ];
 
 /// Faults the small fixture cannot show: it has no compaction, no branch
@@ -870,4 +873,67 @@ fn every_fault_the_store_offers_has_an_expectation() {
         listed, expected,
         "every fault profile has a row in EXPECTED and a test here"
     );
+}
+
+/// A store that retries its torn tail's save after any error, not only a
+/// taken name, never returns from an open on a full disk: only a full-disk
+/// plan reaches it (a tear, then a disk that fills inside the next life's
+/// open, before the save), and the run fails on the hung life, the store's
+/// error (exit 1), with a replay that hangs again; the same replay passes
+/// on the unmodified store, whose open refuses with ENOSPC.
+#[test]
+fn quarantine_retries_any_error_is_caught_as_an_open_that_hangs_on_a_full_disk() {
+    let fault = "quarantine-retries-any-error";
+    let nemesis =
+        agentchaos::nemesis::revealing(agentstore::fault::Fault::from_name(fault).unwrap())
+            .to_string();
+    assert_eq!(nemesis, "points,syscall");
+    let args = [
+        "--trials",
+        "8",
+        "--nemesis",
+        &nemesis,
+        "--hang-timeout",
+        "5",
+        "--store-fault",
+        fault,
+    ];
+    let (code, report, stdout) = campaign::run(&fixture(None), &args);
+    assert_eq!(code, 1, "{stdout}");
+    assert_eq!(report["violation_count"], 0, "{stdout}");
+    let hung = report["scenarios"][0]["errors"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|e| e["error"].as_str().unwrap().starts_with("life 1 hung"))
+        .unwrap_or_else(|| panic!("a hung restarted life:\n{stdout}"));
+    let plan = hung["plan"].as_str().unwrap();
+    assert!(
+        plan.starts_with("tear@") && plan.contains("+sys-full@"),
+        "{plan}"
+    );
+    let replay = format!(
+        "agentchaos replay --scenario {} --plan {plan} --hang-timeout 5",
+        fixture(None).display()
+    );
+    assert!(
+        stdout.contains(&format!(
+            "  replay: agentchaos replay --scenario {} --plan {plan} --store-fault {fault}",
+            fixture(None).display()
+        )),
+        "{stdout}"
+    );
+    let (code, out) = campaign::replay(&format!("{replay} --store-fault {fault}"));
+    assert_eq!(code, 1, "{out}");
+    assert!(out.contains("ERROR: life 1 hung"), "{out}");
+    assert!(
+        out.contains("the disk full from syscall ") && out.contains(".torn-"),
+        "the description names the save the full disk failed:\n{out}"
+    );
+    let (code, out) = campaign::replay(&replay);
+    assert_eq!(
+        code, 0,
+        "the unmodified store refuses the open and recovers after:\n{out}"
+    );
+    assert!(out.contains("No space left on device"), "{out}");
 }

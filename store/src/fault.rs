@@ -132,6 +132,8 @@ pub enum Fault {
     ReadErrorIsEof,
     /// A failed rename of a blob's temp file into place is ignored: the event that references the blob is acknowledged while no blob is under its name.
     BlobRenameErrorIgnored,
+    /// Creating the file a torn tail is saved to is retried under the next name after any error, not only when the name is taken: on a full disk an open with a torn tail never returns.
+    QuarantineRetriesAnyError,
 }
 
 impl Fault {
@@ -432,6 +434,11 @@ impl Fault {
             Fault::BlobRenameErrorIgnored,
             "blob-rename-error-ignored",
             "every blob an acknowledged event references reads back under its name",
+        ),
+        (
+            Fault::QuarantineRetriesAnyError,
+            "quarantine-retries-any-error",
+            "an open that cannot save a torn tail (a full disk) refuses, and never loops",
         ),
     ];
 

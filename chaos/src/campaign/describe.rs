@@ -33,6 +33,15 @@ fn syscall_text(
         });
     let n = syscalls.map_or(0, |t| t.counted(fault).len());
     let counts = fault.to_syscall().counts();
+    if fault == SysFault::DiskFull {
+        // Not one call: the first that needs space from `at` on, wherever it is.
+        let of = syscalls.map(|_| format!(" of {n}")).unwrap_or_default();
+        let first = injected.map_or_else(
+            || " (no call needed space after it)".to_string(),
+            |c| format!(" (the first call it failed: {c})"),
+        );
+        return format!("{counts} {at}{of}{first}");
+    }
     let call = injected
         .or_else(|| {
             syscalls
@@ -47,6 +56,10 @@ fn syscall_text(
 /// `None` when it did (or the plan is not a syscall plan); else why not.
 pub fn syscall_mismatch(plan: &Plan, prepared: &Prepared, h: &History) -> Option<String> {
     let (life, at, fault) = plan.syscall_fault()?;
+    if fault == SysFault::DiskFull {
+        // It fails whichever calls need space from `at` on: no one call to match.
+        return None;
+    }
     let sys = h.lives.get(life as usize)?.syscalls.as_ref()?;
     let Some(FaultReport {
         outcome: FaultOutcome::Injected { event },
@@ -217,6 +230,9 @@ fn sys_fault_text(fault: SysFault, call: &str) -> String {
         }
         SysFault::Enospc => format!("ENOSPC injected at {call}; the process went on"),
         SysFault::Eio => format!("EIO injected at {call}; the process went on"),
+        SysFault::DiskFull => format!(
+            "the disk full from {call} to the end of the life (ENOSPC at every write, creating open and mkdir); the process went on"
+        ),
         SysFault::EioRead => format!("EIO injected at {call}; the process went on"),
         SysFault::EintrRead => format!("EINTR injected at {call}; the process went on"),
         SysFault::ShortRead { bytes } => {

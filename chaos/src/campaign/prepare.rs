@@ -215,10 +215,12 @@ fn trace_restarts(
         Restarts::All if cfg.nemesis.points => nemesis::tear_restart(trace),
         _ => None,
     };
+    // Its syscalls too, with the syscall nemesis: the full-disk plans fill
+    // the disk at each call of its open, the torn tail's save among them.
     if let Some(before) = torn {
         let dir = dir.with_extension("later-torn");
         out.extend(
-            trace_later(cfg, source, before, false, &dir)?.map(|t| LaterTrace {
+            trace_later(cfg, source, before, cfg.nemesis.syscall, &dir)?.map(|t| LaterTrace {
                 every_point: false,
                 torn_again: true,
                 ..t

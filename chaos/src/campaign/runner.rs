@@ -35,7 +35,7 @@ use crate::campaign::probe::{self, probe_setup, ProbeOutcome};
 use crate::campaign::trial::{TrialDir, TrialError};
 use crate::check::evidence::Evidence;
 use crate::check::{Invariant, Violation};
-use crate::nemesis::{self, Plan};
+use crate::nemesis::{self, Crash, LaterTrace, Plan, SysFault, SyscallTrace};
 use crate::scenario::rng::Rng;
 use crate::store::adapter::Capability;
 
@@ -446,6 +446,8 @@ fn plans_of(cfg: &Config<'_>, p: &Prepared) -> Vec<Plan> {
             Mode::Sampled(_) if reads.is_empty() => Vec::new(),
             Mode::Sampled(n) => (0..n / 4).map(|_| *rng.pick(&reads)).collect(),
         });
+        let mut rng = Rng::derive(cfg.seed, &p.source.scenario.name, 4);
+        plans.extend(disk_full_plans(cfg.mode, sys, &p.later, &mut rng));
     }
     let sched = p.source.schedule;
     plans
@@ -453,6 +455,58 @@ fn plans_of(cfg: &Config<'_>, p: &Prepared) -> Vec<Plan> {
         .map(|plan| plan.scheduled(sched))
         .collect()
 }
+
+/// The full-disk plans of one scenario, from a generator of their own (so
+/// they change no other plan): a disk that fills at a call that needs
+/// space and stays full to the end of the life. In the first life at each
+/// such call (exhaustive) or at an eighth of `--trials` of them drawn from
+/// the seed; in each restarted life traced under the tracer (the one with
+/// the most recovery work, and the one after a torn tail, whose open must
+/// save the torn bytes to a file it cannot create) at each such call
+/// (exhaustive) or at the first [`DISK_FULL_OPENING_CALLS`] of them, which
+/// are its open's.
+fn disk_full_plans(
+    mode: Mode,
+    first: &SyscallTrace,
+    later: &[LaterTrace],
+    rng: &mut Rng,
+) -> Vec<Plan> {
+    let full = |at: usize| Crash::Syscall {
+        at: at as u64,
+        fault: SysFault::DiskFull,
+    };
+    let fills = |t: &SyscallTrace| -> Vec<usize> {
+        (0..t.calls.len())
+            .filter(|&at| t.calls[at].write_len.is_some() || t.calls[at].allocates)
+            .collect()
+    };
+    let in_first = fills(first);
+    let first_life: Vec<Plan> = match mode {
+        Mode::Exhaustive => in_first.iter().map(|&at| Plan::first(full(at))).collect(),
+        Mode::Sampled(_) if in_first.is_empty() => Vec::new(),
+        Mode::Sampled(n) => (0..n / 8)
+            .map(|_| Plan::first(full(*rng.pick(&in_first))))
+            .collect(),
+    };
+    let restarted = later.iter().flat_map(|t| {
+        let calls = t.syscalls.as_ref().map(fills).unwrap_or_default();
+        let take = match mode {
+            Mode::Exhaustive => calls.len(),
+            Mode::Sampled(_) => DISK_FULL_OPENING_CALLS,
+        };
+        calls
+            .into_iter()
+            .take(take)
+            .map(|at| t.before.then(full(at)))
+            .collect::<Vec<_>>()
+    });
+    first_life.into_iter().chain(restarted).collect()
+}
+
+/// How many of a restarted life's first calls that need space a sampled
+/// campaign fills the disk at: its open's (agentstore's: the lock, the
+/// torn tail's save, the record of the cut, the recovery's marks).
+const DISK_FULL_OPENING_CALLS: usize = 4;
 
 fn run_in(
     cfg: &Config<'_>,

@@ -45,7 +45,11 @@
 //!   fails with EIO, nothing done, and the process goes on (a failing
 //!   device; after a failed fsync Linux may have dropped the dirty pages,
 //!   so a retried fsync can succeed for data that is gone).
-//!
+//! - `sys-full@N`: the disk fills up at syscall N and stays full for the
+//!   rest of the life: from N on, every counted call that needs space (a
+//!   write, an open that creates a file not there yet, mkdir) fails with
+//!   ENOSPC, nothing done, and the process goes on; the next life finds
+//!   the space freed. The store must refuse, not loop or acknowledge.
 //!
 //! and, counting only the reads of the store's files (read, pread64,
 //! readv, preadv, preadv2 of a file under the root, in their own
@@ -208,7 +212,7 @@ pub enum BadNemesis {
     Nemesis(String),
     #[error("--restarts {0:?} is not all, deepest or none")]
     Restarts(String),
-    #[error("plan {0:?} is not one of none, kill@N, tear@N:BYTES, powercut@N, timer@MICROSus, sys-kill-before@N, sys-kill-after@N, sys-tear@N:BYTES, sys-enospc@N, sys-eio@N, sys-eio-read@N, sys-eintr-read@N, sys-short-read@N:BYTES, optionally followed by up to {LATER_LIVES} crashes of the restarted lives, each +kill@M, +tear@M:BYTES or +sys-…@M, then optionally ,sched:S (the parallel appenders' interleaving seed S)")]
+    #[error("plan {0:?} is not one of none, kill@N, tear@N:BYTES, powercut@N, timer@MICROSus, sys-kill-before@N, sys-kill-after@N, sys-tear@N:BYTES, sys-enospc@N, sys-eio@N, sys-full@N, sys-eio-read@N, sys-eintr-read@N, sys-short-read@N:BYTES, optionally followed by up to {LATER_LIVES} crashes of the restarted lives, each +kill@M, +tear@M:BYTES or +sys-…@M, then optionally ,sched:S (the parallel appenders' interleaving seed S)")]
     Plan(String),
 }
 
@@ -253,6 +257,8 @@ impl Nemeses {
 ///   models lose unsynced data.
 /// - A failed sync, a refused write or a failed or short read needs an
 ///   injected errno or a cut count: the syscall nemesis.
+/// - A torn tail saved on a full disk needs both: a crash point's tear,
+///   then the syscall nemesis's full disk in the next life.
 /// - Every other fault shows under crash points.
 pub fn revealing(fault: agentstore::fault::Fault) -> Nemeses {
     use agentstore::fault::Fault;
@@ -272,6 +278,14 @@ pub fn revealing(fault: agentstore::fault::Fault) -> Nemeses {
     ) {
         Nemeses {
             points: false,
+            syscall: true,
+            powerloss: false,
+        }
+    } else if fault == Fault::QuarantineRetriesAnyError {
+        // A torn tail (a crash point's tear), then a full disk in the next
+        // life (the syscall nemesis).
+        Nemeses {
+            points: true,
             syscall: true,
             powerloss: false,
         }
@@ -416,7 +430,7 @@ impl Plan {
     /// The kind, for reports: `kill`, `tear`, `powercut`, `timer`,
     /// `double` (a restarted life crashes too),
     /// `sys-kill-before`, `sys-kill-after`, `sys-tear`, `sys-enospc`, `sys-eio`,
-    /// `sys-eio-read`, `sys-eintr-read`, `sys-short-read`, `none`.
+    /// `sys-full`, `sys-eio-read`, `sys-eintr-read`, `sys-short-read`, `none`.
     pub fn kind(&self) -> &'static str {
         match (self.crash, self.later[0]) {
             (None, _) => "none",
@@ -427,6 +441,7 @@ impl Plan {
                 SysFault::Tear { .. } => "sys-tear",
                 SysFault::Enospc => "sys-enospc",
                 SysFault::Eio => "sys-eio",
+                SysFault::DiskFull => "sys-full",
                 SysFault::EioRead => "sys-eio-read",
                 SysFault::EintrRead => "sys-eintr-read",
                 SysFault::ShortRead { .. } => "sys-short-read",
@@ -480,6 +495,7 @@ impl fmt::Display for Crash {
                 SysFault::Tear { bytes } => write!(f, "sys-tear@{at}:{bytes}"),
                 SysFault::Enospc => write!(f, "sys-enospc@{at}"),
                 SysFault::Eio => write!(f, "sys-eio@{at}"),
+                SysFault::DiskFull => write!(f, "sys-full@{at}"),
                 SysFault::EioRead => write!(f, "sys-eio-read@{at}"),
                 SysFault::EintrRead => write!(f, "sys-eintr-read@{at}"),
                 SysFault::ShortRead { bytes } => write!(f, "sys-short-read@{at}:{bytes}"),
@@ -529,6 +545,7 @@ impl FromStr for Crash {
             "sys-kill-after" => sys(SysFault::KillAfter)?,
             "sys-enospc" => sys(SysFault::Enospc)?,
             "sys-eio" => sys(SysFault::Eio)?,
+            "sys-full" => sys(SysFault::DiskFull)?,
             "sys-eio-read" => sys(SysFault::EioRead)?,
             "sys-eintr-read" => sys(SysFault::EintrRead)?,
             "sys-short-read" => {
@@ -820,9 +837,11 @@ impl LaterTrace {
         plans
     }
 
-    /// Every applicable syscall fault at every file-mutating syscall of this life.
+    /// Every applicable syscall fault at every file-mutating syscall of
+    /// this life; none for a torn-again life, whose syscalls are traced for
+    /// the full-disk plans only.
     pub fn syscall_plans(&self, rng: &mut Rng) -> Vec<Plan> {
-        self.syscalls
+        self.faulted_syscalls()
             .iter()
             .flat_map(|s| s.exhaustive(rng))
             .filter_map(|p| p.crash)
@@ -831,14 +850,19 @@ impl LaterTrace {
     }
 
     /// Every applicable read fault at every read of the store's files in
-    /// this life (its recovery's among them).
+    /// this life (its recovery's among them); none for a torn-again life.
     pub fn read_plans(&self, rng: &mut Rng) -> Vec<Plan> {
-        self.syscalls
+        self.faulted_syscalls()
             .iter()
             .flat_map(|s| s.read_plans(rng))
             .filter_map(|p| p.crash)
             .map(|c| self.before.then(c))
             .collect()
+    }
+
+    /// The syscall trace the single-call faults are planned on.
+    fn faulted_syscalls(&self) -> Option<&SyscallTrace> {
+        self.syscalls.as_ref().filter(|_| !self.torn_again)
     }
 }
 
@@ -968,11 +992,13 @@ mod tests {
             "sys-tear@3:7",
             "sys-enospc@5",
             "sys-eio@6",
+            "sys-full@7",
             "sys-eio-read@2",
             "sys-eintr-read@0",
             "sys-short-read@4:9",
             "kill@9+sys-eio@3",
             "kill@9+sys-eio-read@3",
+            "tear@13:4294967295+sys-full@3",
             "kill@9+kill@40+tear@5:12",
             "sys-tear@3:7+sys-kill-after@2",
             "none,sched:3",

@@ -24,6 +24,9 @@ pub enum SysFault {
     /// Any counted call but a write (fsync, fdatasync, truncate, rename,
     /// unlink, a creating open, mkdir, …) fails with EIO; the process goes on.
     Eio,
+    /// The disk is full from this call on, to the end of the life: every
+    /// call that needs space fails with ENOSPC; the process goes on.
+    DiskFull,
     /// Reads (the index counts reads): the read fails with EIO; the process goes on.
     EioRead,
     /// Reads: the read fails with EINTR, nothing read; the process goes on.
@@ -45,6 +48,7 @@ impl SysFault {
                 errno: Errno::ENOSPC,
             },
             SysFault::Eio => SyscallFault::Fail { errno: Errno::EIO },
+            SysFault::DiskFull => SyscallFault::DiskFull,
             SysFault::EioRead => SyscallFault::FailRead { errno: Errno::EIO },
             SysFault::EintrRead => SyscallFault::FailRead {
                 errno: Errno::EINTR,
@@ -76,6 +80,8 @@ impl SysFault {
             SysFault::KillBefore | SysFault::KillAfter => call.read_got.is_none(),
             SysFault::Tear { bytes } => call.write_len.is_some_and(|l| bytes >= 1 && bytes < l),
             SysFault::Enospc => call.write_len.is_some() || call.allocates,
+            // From any call on: it fails the first that needs space, and every one after.
+            SysFault::DiskFull => true,
             SysFault::Eio => call.write_len.is_none() && call.read_got.is_none(),
             SysFault::EioRead | SysFault::EintrRead => call.read_got.is_some(),
             SysFault::ShortRead { bytes } => call.read_got.is_some_and(|g| bytes >= 1 && bytes < g),
