@@ -462,9 +462,9 @@ fn plans_of(cfg: &Config<'_>, p: &Prepared) -> Vec<Plan> {
 /// such call (exhaustive) or at an eighth of `--trials` of them drawn from
 /// the seed; in each restarted life traced under the tracer (the one with
 /// the most recovery work, and the one after a torn tail, whose open must
-/// save the torn bytes to a file it cannot create) at each such call
-/// (exhaustive) or at the first [`DISK_FULL_OPENING_CALLS`] of them, which
-/// are its open's.
+/// save the torn bytes to a file it cannot create) at the first
+/// [`DISK_FULL_OPENING_CALLS`] of them, its open's: past its open a
+/// restarted life writes as the first life does.
 fn disk_full_plans(
     mode: Mode,
     first: &SyscallTrace,
@@ -490,21 +490,17 @@ fn disk_full_plans(
     };
     let restarted = later.iter().flat_map(|t| {
         let calls = t.syscalls.as_ref().map(fills).unwrap_or_default();
-        let take = match mode {
-            Mode::Exhaustive => calls.len(),
-            Mode::Sampled(_) => DISK_FULL_OPENING_CALLS,
-        };
         calls
             .into_iter()
-            .take(take)
+            .take(DISK_FULL_OPENING_CALLS)
             .map(|at| t.before.then(full(at)))
             .collect::<Vec<_>>()
     });
     first_life.into_iter().chain(restarted).collect()
 }
 
-/// How many of a restarted life's first calls that need space a sampled
-/// campaign fills the disk at: its open's (agentstore's: the lock, the
+/// How many of a restarted life's first calls that need space the disk
+/// fills at: its open's (agentstore's: the lock, the
 /// torn tail's save, the record of the cut, the recovery's marks).
 const DISK_FULL_OPENING_CALLS: usize = 4;
 
