@@ -389,17 +389,25 @@ fn sigkill(p: &Stat) {
     send(p, nix::libc::SIGKILL);
 }
 
+/// A pidfd for process `pid` (Linux 5.3 and later): a descriptor that
+/// names that process and no other, readable once it has exited.
+pub(crate) fn pidfd_open(pid: i32) -> std::io::Result<OwnedFd> {
+    // SAFETY: pidfd_open takes a pid and flags and returns a new descriptor.
+    #[allow(unsafe_code)]
+    let fd = unsafe { nix::libc::syscall(nix::libc::SYS_pidfd_open, pid, 0) };
+    if fd < 0 {
+        return Err(std::io::Error::last_os_error());
+    }
+    // SAFETY: the descriptor was just returned to this process and is owned here only.
+    #[allow(unsafe_code)]
+    Ok(unsafe { OwnedFd::from_raw_fd(fd as i32) })
+}
+
 /// Signal `sig` to `p`, through a pidfd checked to still name it.
 fn send(p: &Stat, sig: i32) {
     use nix::libc;
-    // SAFETY: plain system calls on integers; the descriptor is owned at once.
-    #[allow(unsafe_code)]
-    let fd = unsafe {
-        let fd = libc::syscall(libc::SYS_pidfd_open, p.pid, 0);
-        if fd < 0 {
-            return;
-        }
-        OwnedFd::from_raw_fd(fd as i32)
+    let Ok(fd) = pidfd_open(p.pid) else {
+        return;
     };
     if stat(p.pid).is_some_and(|now| now.start == p.start) {
         // SAFETY: as above; a null siginfo is allowed.

@@ -267,17 +267,9 @@ impl LifeAdapters {
     /// are reaped only when this is dropped, so no pid it signals is reused.
     pub fn kill_with(&self, agent: u32) -> std::io::Result<std::thread::JoinHandle<()>> {
         use nix::libc;
-        use std::os::fd::{AsRawFd, FromRawFd, OwnedFd};
+        use std::os::fd::AsRawFd;
         let pid = i32::try_from(agent).map_err(std::io::Error::other)?;
-        // SAFETY: pidfd_open takes a pid and flags and returns a new descriptor.
-        #[allow(unsafe_code)]
-        let fd = unsafe { libc::syscall(libc::SYS_pidfd_open, pid, 0) };
-        if fd < 0 {
-            return Err(std::io::Error::last_os_error());
-        }
-        // SAFETY: the descriptor was just returned to this process and is owned here only.
-        #[allow(unsafe_code)]
-        let pidfd = unsafe { OwnedFd::from_raw_fd(fd as i32) };
+        let pidfd = crate::child::pidfd_open(pid)?;
         let groups: Vec<u32> = self.processes.iter().map(LifeProcess::pid).collect();
         Ok(std::thread::spawn(move || {
             loop {

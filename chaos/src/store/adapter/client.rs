@@ -777,24 +777,17 @@ pub(crate) fn ended(pid: u32) -> bool {
 /// moment it exits, not by polling; where pidfds are missing (Linux < 5.3),
 /// polls `/proc` every millisecond.
 pub(crate) fn await_end(pid: u32, bound: Duration) -> bool {
-    use nix::libc;
-    use std::os::fd::FromRawFd;
     let deadline = Instant::now() + bound;
     let Ok(raw) = i32::try_from(pid) else {
         return ended(pid);
     };
-    // SAFETY: pidfd_open takes a pid and flags and returns a new descriptor.
-    #[allow(unsafe_code)]
-    let fd = unsafe { libc::syscall(libc::SYS_pidfd_open, raw, 0) };
-    if fd < 0 {
+    let Ok(fd) = crate::child::pidfd_open(raw) else {
         while !ended(pid) && Instant::now() < deadline {
             std::thread::sleep(Duration::from_millis(1));
         }
         return ended(pid);
-    }
-    // SAFETY: the descriptor was just returned to this process and is owned here only.
-    #[allow(unsafe_code)]
-    let pidfd = File::from(unsafe { OwnedFd::from_raw_fd(fd as i32) });
+    };
+    let pidfd = File::from(fd);
     // A pidfd reads as readable once its process has exited.
     wait_readable(&pidfd, bound).unwrap_or(false) || ended(pid)
 }
