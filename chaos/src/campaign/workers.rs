@@ -20,6 +20,7 @@
 //! module runs and records; it must never judge.
 
 use std::io::{BufRead, BufReader, Write};
+use std::num::NonZeroU64;
 use std::path::{Path, PathBuf};
 use std::process::{Child, ChildStdin, Command, Stdio};
 use std::sync::mpsc::{Receiver, RecvTimeoutError};
@@ -506,6 +507,15 @@ struct Served {
     finished: bool,
 }
 
+/// How a worker's acquire of a lease ended ([`Run::try_acquire`]).
+enum Acquired {
+    Granted,
+    /// A refusal other than `lease_held` (or `lease_held` when not waiting).
+    Refused(WorkerReply),
+    /// The worker died at the crash point armed for its try.
+    Killed,
+}
+
 /// Whom a strike hits: the first session's owner of the moment, and where
 /// that owner is in the session.
 struct Target {
@@ -837,12 +847,46 @@ impl Run<'_> {
         wait: bool,
         ttl_ms: u64,
     ) -> Result<Result<(), WorkerReply>, WorkersError> {
+        match self.try_acquire(worker, session, wait, ttl_ms, None)? {
+            Acquired::Granted => Ok(Ok(())),
+            Acquired::Refused(reply) => Ok(Err(reply)),
+            Acquired::Killed => unreachable!("no kill was armed"),
+        }
+    }
+
+    /// `worker` asks for `session`'s lease, and while `wait`ing asks again
+    /// as long as it is held (at most `ttl_ms` and [`REPLY_TIMEOUT`]: then
+    /// the store's failure). With `kill`, a kill is armed at that crash
+    /// point of each try, again before each one: a refused try passes the
+    /// same points each time, so the kill lands at the same one whatever
+    /// the clock. A grant is recorded with the records it served, and so is
+    /// a refusal other than `lease_held`.
+    fn try_acquire(
+        &mut self,
+        worker: usize,
+        session: &str,
+        wait: bool,
+        ttl_ms: u64,
+        kill: Option<NonZeroU64>,
+    ) -> Result<Acquired, WorkersError> {
         let deadline = Instant::now() + Duration::from_millis(ttl_ms) + REPLY_TIMEOUT;
+        let command = WorkerCommand::Acquire {
+            session: session.to_string(),
+        };
         loop {
             let w = &mut self.workers[worker];
-            let reply = w.call(&WorkerCommand::Acquire {
-                session: session.to_string(),
-            })?;
+            let reply = match kill {
+                None => w.call(&command)?,
+                Some(point) => {
+                    w.kill_at(Some(point))?;
+                    w.send(&command)?;
+                    let Some(reply) = w.reply_or_killed(&command)? else {
+                        return Ok(Acquired::Killed);
+                    };
+                    w.kill_at(None)?;
+                    reply
+                }
+            };
             match reply {
                 WorkerReply::Granted {
                     grant,
@@ -850,7 +894,7 @@ impl Run<'_> {
                     records,
                 } => {
                     self.record_grant(worker, session, grant, records)?;
-                    return Ok(Ok(()));
+                    return Ok(Acquired::Granted);
                 }
                 WorkerReply::Held { .. } if wait && agentstore::interrupt::requested() => {
                     return Err(WorkersError::Harness(crate::child::INTERRUPTED.to_string()));
@@ -859,7 +903,7 @@ impl Run<'_> {
                     if Instant::now() >= deadline {
                         return Err(WorkersError::Store(format!(
                             "worker {}: session {session} still refused lease_held {}s after its lease should have expired: {message}",
-                            w.id,
+                            self.workers[worker].id,
                             REPLY_TIMEOUT.as_secs()
                         )));
                     }
@@ -867,11 +911,11 @@ impl Run<'_> {
                 }
                 other => {
                     self.history.push(WorkerEvent::Replied {
-                        worker: w.id.clone(),
+                        worker: self.workers[worker].id.clone(),
                         session: session.to_string(),
                         reply: other.clone(),
                     });
-                    return Ok(Err(other));
+                    return Ok(Acquired::Refused(other));
                 }
             }
         }

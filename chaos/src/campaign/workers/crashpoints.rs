@@ -15,11 +15,12 @@ use std::num::NonZeroU64;
 use std::os::unix::process::ExitStatusExt;
 use std::path::Path;
 use std::sync::mpsc::RecvTimeoutError;
-use std::time::{Duration, Instant};
 
 use nix::sys::signal::Signal;
 
-use super::{Run, Served, State, StrikeRecord, Target, Worker, WorkersError, REPLY_TIMEOUT};
+use super::{
+    Acquired, Run, Served, State, StrikeRecord, Target, Worker, WorkersError, REPLY_TIMEOUT,
+};
 use crate::agent::worker::{WorkerCommand, WorkerReply};
 use crate::history::WorkerEvent;
 use crate::nemesis::workers::{Strike, WorkerPlan};
@@ -98,7 +99,7 @@ fn trace_lines(path: &Path) -> usize {
 impl Worker {
     /// The reply to `command`, sent before, or None when the worker died
     /// of SIGKILL (its own, at an armed crash point) before replying.
-    fn reply_or_killed(
+    pub(super) fn reply_or_killed(
         &mut self,
         command: &WorkerCommand,
     ) -> Result<Option<WorkerReply>, WorkersError> {
@@ -128,7 +129,7 @@ impl Worker {
     }
 
     /// Arms (or with None disarms) its kill at a crash point.
-    fn kill_at(&mut self, point: Option<NonZeroU64>) -> Result<(), WorkersError> {
+    pub(super) fn kill_at(&mut self, point: Option<NonZeroU64>) -> Result<(), WorkersError> {
         let command = WorkerCommand::KillAt { point };
         match self.call(&command)? {
             WorkerReply::Armed => Ok(()),
@@ -260,10 +261,8 @@ impl Run<'_> {
 
     /// Carries out `kill@take.Q` (`label`): `heir` takes over the first of
     /// `victim`'s unfinished sessions with a kill armed at crash point `q`
-    /// of that request, armed again before each try while the lease is
-    /// still held (a refused try passes the same points each time, so the
-    /// kill lands at the same one whatever the clock): what it hit, and
-    /// where it left the session.
+    /// of each try (`try_acquire`): what it hit, and where it left the
+    /// session.
     fn takeover_kill(
         &mut self,
         victim: usize,
@@ -294,16 +293,10 @@ impl Run<'_> {
             .trace
             .clone()
             .ok_or_else(|| WorkersError::Harness(format!("{heir_id} traces no crash points")))?;
-        let deadline =
-            Instant::now() + Duration::from_millis(self.cfg.longest_ttl()) + REPLY_TIMEOUT;
-        let command = WorkerCommand::Acquire {
-            session: name.clone(),
-        };
-        loop {
-            let before = trace_lines(&trace);
-            self.workers[heir].kill_at(Some(nth))?;
-            self.workers[heir].send(&command)?;
-            let Some(reply) = self.workers[heir].reply_or_killed(&command)? else {
+        let before = trace_lines(&trace);
+        let ttl_ms = self.cfg.longest_ttl();
+        let (record, then) = match self.try_acquire(heir, &name, true, ttl_ms, Some(nth))? {
+            Acquired::Killed => {
                 let hit = last_point(&trace);
                 self.states[heir] = State::Killed;
                 self.history.push(WorkerEvent::Killed {
@@ -314,54 +307,26 @@ impl Run<'_> {
                     "killed {heir_id} at crash point {q} of its takeover of {name} ({hit}); {} takes over",
                     self.workers[next].id
                 );
-                return Ok(TakeoverKill {
-                    record: record(true, what),
-                    then: AfterTakeover::Killed { next },
-                });
-            };
-            let passed = trace_lines(&trace) - before;
-            self.workers[heir].kill_at(None)?;
-            match reply {
-                WorkerReply::Held { .. } if Instant::now() < deadline => {
-                    std::thread::sleep(super::ACQUIRE_POLL);
-                }
-                WorkerReply::Granted {
-                    grant, records, ..
-                } => {
-                    self.record_grant(heir, &name, grant, records)?;
-                    s.owner = heir;
-                    s.steps = 0;
-                    let what = format!(
-                        "{heir_id}'s takeover of {name} passed {passed} crash point(s), none the {q}-th: it took the session over"
-                    );
-                    return Ok(TakeoverKill {
-                        record: record(false, what),
-                        then: AfterTakeover::TookOver,
-                    });
-                }
-                WorkerReply::Held { message } => {
-                    return Err(WorkersError::Store(format!(
-                        "worker {heir_id}: session {name} still refused lease_held {}s after its lease should have expired: {message}",
-                        REPLY_TIMEOUT.as_secs()
-                    )))
-                }
-                // A crash must not cost the session: the refusal is
-                // recorded, and the checker judges what it left.
-                other => {
-                    self.history.push(WorkerEvent::Replied {
-                        worker: heir_id.clone(),
-                        session: name.clone(),
-                        reply: other.clone(),
-                    });
-                    s.finished = true;
-                    let what = format!("the store refused {heir_id}'s takeover of {name}");
-                    let why = format!("{name}: {other:?}");
-                    return Ok(TakeoverKill {
-                        record: record(false, what),
-                        then: AfterTakeover::Refused(why),
-                    });
-                }
+                (record(true, what), AfterTakeover::Killed { next })
             }
-        }
+            Acquired::Granted => {
+                let passed = trace_lines(&trace) - before;
+                s.owner = heir;
+                s.steps = 0;
+                let what = format!(
+                    "{heir_id}'s takeover of {name} passed {passed} crash point(s), none the {q}-th: it took the session over"
+                );
+                (record(false, what), AfterTakeover::TookOver)
+            }
+            // A crash must not cost the session: the refusal is recorded,
+            // and the checker judges what it left.
+            Acquired::Refused(other) => {
+                s.finished = true;
+                let what = format!("the store refused {heir_id}'s takeover of {name}");
+                let why = format!("{name}: {other:?}");
+                (record(false, what), AfterTakeover::Refused(why))
+            }
+        };
+        Ok(TakeoverKill { record, then })
     }
 }
