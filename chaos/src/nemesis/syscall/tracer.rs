@@ -194,7 +194,6 @@ impl Traced {
                 stops: 0,
                 plan: config.fault,
                 hit: None,
-                first_full: None,
                 stdout_before: None,
                 recorder,
                 events: Vec::new(),
@@ -278,6 +277,10 @@ enum OnExit {
 #[derive(Debug)]
 enum Hit {
     Taken,
+    /// A full disk failed its first call, `Engine::events[first]`.
+    Filled {
+        first: usize,
+    },
     /// It could not take the fault, and why.
     NotApplicable(String),
 }
@@ -296,8 +299,6 @@ struct Engine {
     /// Set when the planned call was reached (a full disk: when it failed
     /// its first call).
     hit: Option<Hit>,
-    /// A full disk: the index of the first call it failed.
-    first_full: Option<usize>,
     /// Record mode: bytes the process had written to its stdout when the
     /// planned call entered.
     stdout_before: Option<u64>,
@@ -489,8 +490,7 @@ impl Engine {
             .is_some_and(|p| p.fault == SyscallFault::DiskFull && p.at <= index as u64);
         if full && decoded.call.needs_space() {
             if self.hit.is_none() {
-                self.hit = Some(Hit::Taken);
-                self.first_full = Some(index);
+                self.hit = Some(Hit::Filled { first: index });
                 self.stdout_before = self.recorder.as_ref().map(Recorder::stream);
             }
             regs.orig_rax = u64::MAX;
@@ -732,10 +732,15 @@ impl Engine {
             } else {
                 &events
             };
-            let at = self.first_full.unwrap_or(plan.at as usize);
-            let event = counted.get(at).cloned();
-            let outcome = match (self.hit.take(), event) {
-                (Some(Hit::Taken), Some(event)) => FaultOutcome::Injected { event },
+            let hit = self.hit.take();
+            let at = match hit {
+                Some(Hit::Filled { first }) => first,
+                _ => plan.at as usize,
+            };
+            let outcome = match (hit, counted.get(at).cloned()) {
+                (Some(Hit::Taken | Hit::Filled { .. }), Some(event)) => {
+                    FaultOutcome::Injected { event }
+                }
                 (Some(Hit::NotApplicable(reason)), Some(event)) => {
                     FaultOutcome::NotApplicable { event, reason }
                 }
