@@ -35,7 +35,7 @@ use crate::campaign::probe::{self, probe_setup, ProbeOutcome};
 use crate::campaign::trial::{TrialDir, TrialError};
 use crate::check::evidence::Evidence;
 use crate::check::{Invariant, Violation};
-use crate::nemesis::{self, Crash, LaterTrace, Plan, SysFault, SyscallTrace};
+use crate::nemesis::{self, LaterTrace, Plan};
 use crate::scenario::rng::Rng;
 use crate::store::adapter::Capability;
 
@@ -446,8 +446,15 @@ fn plans_of(cfg: &Config<'_>, p: &Prepared) -> Vec<Plan> {
             Mode::Sampled(_) if reads.is_empty() => Vec::new(),
             Mode::Sampled(n) => (0..n / 4).map(|_| *rng.pick(&reads)).collect(),
         });
+        // A disk that fills and stays full, from a generator of its own
+        // too: the first life at every call that may need space, or an
+        // eighth of N of them; each traced restarted life at its open's.
         let mut rng = Rng::derive(cfg.seed, &p.source.scenario.name, 4);
-        plans.extend(disk_full_plans(cfg.mode, sys, &p.later, &mut rng));
+        plans.extend(match cfg.mode {
+            Mode::Exhaustive => sys.disk_full_plans(),
+            Mode::Sampled(n) => sys.disk_full_sample(n / 8, &mut rng),
+        });
+        plans.extend(p.later.iter().flat_map(LaterTrace::disk_full_plans));
     }
     let sched = p.source.schedule;
     plans
@@ -455,54 +462,6 @@ fn plans_of(cfg: &Config<'_>, p: &Prepared) -> Vec<Plan> {
         .map(|plan| plan.scheduled(sched))
         .collect()
 }
-
-/// The full-disk plans of one scenario, from a generator of their own (so
-/// they change no other plan): a disk that fills at a call that needs
-/// space and stays full to the end of the life. In the first life at each
-/// such call (exhaustive) or at an eighth of `--trials` of them drawn from
-/// the seed; in each restarted life traced under the tracer (the one with
-/// the most recovery work, and the one after a torn tail, whose open must
-/// save the torn bytes to a file it cannot create) at the first
-/// [`DISK_FULL_OPENING_CALLS`] of them, its open's: past its open a
-/// restarted life writes as the first life does.
-fn disk_full_plans(
-    mode: Mode,
-    first: &SyscallTrace,
-    later: &[LaterTrace],
-    rng: &mut Rng,
-) -> Vec<Plan> {
-    let full = |at: usize| Crash::Syscall {
-        at: at as u64,
-        fault: SysFault::DiskFull,
-    };
-    let fills = |t: &SyscallTrace| -> Vec<usize> {
-        (0..t.calls.len())
-            .filter(|&at| t.calls[at].write_len.is_some() || t.calls[at].allocates)
-            .collect()
-    };
-    let in_first = fills(first);
-    let first_life: Vec<Plan> = match mode {
-        Mode::Exhaustive => in_first.iter().map(|&at| Plan::first(full(at))).collect(),
-        Mode::Sampled(_) if in_first.is_empty() => Vec::new(),
-        Mode::Sampled(n) => (0..n / 8)
-            .map(|_| Plan::first(full(*rng.pick(&in_first))))
-            .collect(),
-    };
-    let restarted = later.iter().flat_map(|t| {
-        let calls = t.syscalls.as_ref().map(fills).unwrap_or_default();
-        calls
-            .into_iter()
-            .take(DISK_FULL_OPENING_CALLS)
-            .map(|at| t.before.then(full(at)))
-            .collect::<Vec<_>>()
-    });
-    first_life.into_iter().chain(restarted).collect()
-}
-
-/// How many of a restarted life's first calls that need space the disk
-/// fills at: its open's (agentstore's: the lock, the
-/// torn tail's save, the record of the cut, the recovery's marks).
-const DISK_FULL_OPENING_CALLS: usize = 4;
 
 fn run_in(
     cfg: &Config<'_>,

@@ -766,6 +766,12 @@ pub struct LaterTrace {
     pub torn_again: bool,
 }
 
+/// How many of a restarted life's first calls that may need space the
+/// disk fills at ([`LaterTrace::disk_full_plans`]): its open's
+/// (agentstore's: the lock, the torn tail's save, the record of the cut,
+/// the recovery's marks).
+pub const DISK_FULL_OPENING_CALLS: usize = 4;
+
 /// How many hits after its recovery a restarted life is crashed at (unless
 /// [`LaterTrace::every_point`]): enough for the reconciliation and re-run of
 /// an uncertain call (its intent, effect, commit and result, each a write
@@ -857,6 +863,24 @@ impl LaterTrace {
             .flat_map(|s| s.read_plans(rng))
             .filter_map(|p| p.crash)
             .map(|c| self.before.then(c))
+            .collect()
+    }
+
+    /// The disk fills at each of this life's first
+    /// [`DISK_FULL_OPENING_CALLS`] calls that may need space, its open's,
+    /// and stays full; a torn-again life's too (its open saves the torn
+    /// bytes to a file it must create). Past its open a restarted life
+    /// writes as the first life does.
+    pub fn disk_full_plans(&self) -> Vec<Plan> {
+        self.syscalls
+            .iter()
+            .flat_map(|s| s.fills_at().take(DISK_FULL_OPENING_CALLS))
+            .map(|at| {
+                self.before.then(Crash::Syscall {
+                    at: at as u64,
+                    fault: SysFault::DiskFull,
+                })
+            })
             .collect()
     }
 
@@ -1232,6 +1256,28 @@ mod tests {
         for k in ["sys-eio@1", "sys-enospc@2"] {
             assert!(!kinds.contains(&k.to_string()), "{kinds:?}");
         }
+        // A disk fills at the mkdir and the write, not at the sync.
+        let full: Vec<String> = trace
+            .disk_full_plans()
+            .iter()
+            .map(|p| p.to_string())
+            .collect();
+        assert_eq!(full, ["sys-full@0", "sys-full@1"]);
+        // A torn-again life: its open is filled, nothing else planned at its syscalls.
+        let torn = LaterTrace {
+            before: Plan::first(Crash::Tear { at: 9, bytes: 3 }),
+            hits: Vec::new(),
+            syscalls: Some(trace.clone()),
+            every_point: false,
+            torn_again: true,
+        };
+        assert!(torn.syscall_plans(&mut Rng::new(1)).is_empty());
+        let full: Vec<String> = torn
+            .disk_full_plans()
+            .iter()
+            .map(|p| p.to_string())
+            .collect();
+        assert_eq!(full, ["tear@9:3+sys-full@0", "tear@9:3+sys-full@1"]);
         let tear = plans.iter().find(|p| p.kind() == "sys-tear").unwrap();
         assert!(matches!(
             tear.crash,

@@ -79,7 +79,7 @@ impl SysFault {
         match self {
             SysFault::KillBefore | SysFault::KillAfter => call.read_got.is_none(),
             SysFault::Tear { bytes } => call.write_len.is_some_and(|l| bytes >= 1 && bytes < l),
-            SysFault::Enospc => call.write_len.is_some() || call.allocates,
+            SysFault::Enospc => call.may_need_space(),
             // From any call on: it fails the first that needs space, and every one after.
             SysFault::DiskFull => true,
             SysFault::Eio => call.write_len.is_none() && call.read_got.is_none(),
@@ -113,6 +113,12 @@ pub struct TracedCall {
 }
 
 impl TracedCall {
+    /// A write, or a call that may need a new block or inode
+    /// ([`Self::allocates`]): what ENOSPC can fail, and where a disk can fill.
+    pub fn may_need_space(&self) -> bool {
+        self.write_len.is_some() || self.allocates
+    }
+
     /// `root` is the canonical store root of the run that made the call.
     pub fn new(e: &SyscallEvent, root: &Path) -> TracedCall {
         let root = root.display().to_string();
@@ -302,6 +308,30 @@ impl SyscallTrace {
                     .map(move |f| SyscallTrace::plan(at, f))
             })
             .collect()
+    }
+
+    /// The full-disk plans of a first life: the disk fills at each call
+    /// that may need space and stays full.
+    pub fn disk_full_plans(&self) -> Vec<Plan> {
+        self.fills_at()
+            .map(|at| SyscallTrace::plan(at, SysFault::DiskFull))
+            .collect()
+    }
+
+    /// `n` full-disk plans sampled from the seed.
+    pub fn disk_full_sample(&self, n: usize, rng: &mut Rng) -> Vec<Plan> {
+        let at: Vec<usize> = self.fills_at().collect();
+        if at.is_empty() {
+            return Vec::new();
+        }
+        (0..n)
+            .map(|_| SyscallTrace::plan(*rng.pick(&at), SysFault::DiskFull))
+            .collect()
+    }
+
+    /// The calls a disk can fill at ([`TracedCall::may_need_space`]).
+    pub fn fills_at(&self) -> impl Iterator<Item = usize> + '_ {
+        (0..self.calls.len()).filter(|&at| self.calls[at].may_need_space())
     }
 
     /// `n` plans sampled from the seed: a random file-mutating syscall, a
