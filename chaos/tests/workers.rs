@@ -331,22 +331,61 @@ fn a_kill_inside_the_heirs_takeover_names_its_point_and_a_third_worker_takes_ove
 #[test]
 fn every_point_kills_at_each_counted_crash_point_and_each_one_fires() {
     // A strike-free trial counts the crash points of each request of the
-    // first session's owner; a plan per point runs beside the others, and
-    // none is left unexercised: the count is what the kills meet.
+    // first session's owner, a second one those of the heir's takeover
+    // after kill@3.1; a plan per point runs, and none is left
+    // unexercised: the counts are what the kills meet.
+    let count = |out: &str, prefix: &str| -> usize {
+        let line = out
+            .lines()
+            .find(|l| l.starts_with(prefix))
+            .unwrap_or_else(|| panic!("{out}"));
+        let n = line[prefix.len()..]
+            .split(' ')
+            .next()
+            .and_then(|n| n.parse().ok())
+            .unwrap_or_else(|| panic!("{line}"));
+        assert!(line.ends_with(&format!(" {n} strike plan(s)")), "{line}");
+        n
+    };
     let (code, out) = workers(&["--every-point", "--sessions", "1"]);
     assert_eq!(code, 0, "{out}");
-    let line = out
+    let requests = count(&out, "crash points: ");
+    assert!(requests > 18, "more than one point per request: {out}");
+    // The lease record's 4 points, then the recovery's.
+    let takeover = count(&out, "takeover crash points: ");
+    assert!(takeover > 4, "{out}");
+    assert!(
+        out.contains(&format!("takeover-crash-point-kill {takeover}/{takeover}")),
+        "{out}"
+    );
+    assert!(
+        out.contains(&format!(
+            "total: {} trial(s), 0 violation(s), 0 not exercised",
+            requests + takeover
+        )),
+        "{out}"
+    );
+    // A recovery that marks again what a dead heir marked is found by the
+    // enumerated takeover points, with no plan picked for it: from the
+    // point the first mark is written on.
+    let (code, out) = workers(&[
+        "--every-point",
+        "--sessions",
+        "1",
+        "--store-fault",
+        "mark-twice",
+    ]);
+    assert_eq!(code, 1, "{out}");
+    let caught: Vec<&str> = out
         .lines()
-        .find(|l| l.starts_with("crash points: "))
-        .unwrap_or_else(|| panic!("{out}"));
-    let n: usize = line["crash points: ".len()..]
-        .split(' ')
-        .next()
-        .and_then(|n| n.parse().ok())
-        .unwrap_or_else(|| panic!("{line}"));
-    assert!(n > 18, "more than one point per request: {line}");
-    assert!(line.ends_with(&format!("{n} strike plan(s)")), "{line}");
-    assert!(out.contains("0 violation(s), 0 not exercised"), "{out}");
+        .filter_map(|l| l.strip_prefix("  plan:     "))
+        .collect();
+    assert!(!caught.is_empty(), "{out}");
+    assert!(
+        caught.iter().all(|p| p.starts_with("kill@3.1+kill@take.")),
+        "only takeover kills find it: {caught:?}"
+    );
+    assert!(out.contains("VIOLATION takeover-marks-orphans "), "{out}");
     let (code, out) = workers(&["--every-point", "--postgres"]);
     assert_eq!(code, 2, "{out}");
 }

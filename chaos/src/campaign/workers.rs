@@ -44,7 +44,9 @@ use agentstore_pg::cluster::{Cluster, ClusterOptions, Listen};
 mod crashpoints;
 mod statements;
 mod transitions;
-pub use crashpoints::{crash_point_every_plans, crash_point_plans};
+pub use crashpoints::{
+    crash_point_every_plans, crash_point_plans, kill_before_takeover, takeover_every_plans,
+};
 pub use statements::{sampled_statement_plans, statement_plans};
 
 /// How long the harness waits for one reply of a worker that is running.
@@ -582,15 +584,55 @@ pub fn strike_point_counts(
     scratch: &Path,
     db: Option<&mut Database>,
 ) -> Result<Vec<usize>, WorkersError> {
+    counting_trial(cfg, backend, scratch, db, WorkerPlan::default()).map(|c| c.requests)
+}
+
+/// The crash points of the heir's takeover after [`kill_before_takeover`]
+/// (agentstore in-process), what [`takeover_every_plans`] enumerates:
+/// counted in a trial whose takeover kill is armed past any point it has,
+/// the same path the plans take.
+pub fn takeover_point_count(
+    cfg: &WorkersConfig,
+    backend: &dyn StoreBackend,
+    scratch: &Path,
+) -> Result<usize, WorkersError> {
+    let plan = kill_before_takeover().then(Strike::TakeoverCrashPoint(usize::MAX), 0);
+    let counted = counting_trial(cfg, backend, scratch, None, plan)?;
+    counted.takeover.ok_or_else(|| {
+        WorkersError::Harness(format!(
+            "the trial that counts a takeover's crash points took nothing over after {}",
+            kill_before_takeover()
+        ))
+    })
+}
+
+/// What a counting trial counted.
+#[derive(Debug, Default)]
+struct PointCounts {
+    /// The strike points of each request of the first session's owner.
+    requests: Vec<usize>,
+    /// The crash points of a takeover that passed its armed kill.
+    takeover: Option<usize>,
+}
+
+/// Runs `plan` counting strike points ([`PointCounts`]); a violation is
+/// the store's failure: a count from a broken run would plan nothing real.
+fn counting_trial(
+    cfg: &WorkersConfig,
+    backend: &dyn StoreBackend,
+    scratch: &Path,
+    db: Option<&mut Database>,
+    plan: WorkerPlan,
+) -> Result<PointCounts, WorkersError> {
     let dir = crate::campaign::scratch::campaign_dir(scratch)
         .map_err(|e| WorkersError::Harness(e.to_string()))?;
-    let outcome = trial_in(cfg, backend, WorkerPlan::default(), &dir, db, true);
+    let outcome = trial_in(cfg, backend, plan, &dir, db, true);
     let _ = std::fs::remove_dir_all(&dir);
     let (trial, counts) = outcome?;
     match trial.violations.first() {
         None => Ok(counts),
         Some(v) => Err(WorkersError::Store(format!(
-            "the strike-free trial that counts the strike points failed {}: {}",
+            "the trial that counts the strike points failed {}: {}",
             v.invariant.name(),
             v.found
         ))),
@@ -621,8 +663,7 @@ fn first_crash(strikes: &[(Strike, usize)]) -> Option<Strike> {
         .find(|s| matches!(s, Strike::DbCrash(_)))
 }
 
-/// A trial, and with `count` the statements of each request of the
-/// first session's owner.
+/// A trial, and with `count` what it counted ([`PointCounts`]).
 fn trial_in(
     cfg: &WorkersConfig,
     backend: &dyn StoreBackend,
@@ -630,7 +671,7 @@ fn trial_in(
     dir: &Path,
     mut db: Option<&mut Database>,
     count: bool,
-) -> Result<(WorkersTrial, Vec<usize>), WorkersError> {
+) -> Result<(WorkersTrial, PointCounts), WorkersError> {
     if let Some(net) = db.as_deref().and_then(|d| d.network.as_ref()) {
         net.heal_all().map_err(net_err)?;
     }
@@ -681,7 +722,7 @@ fn trial_in(
         workers,
         struck: Vec::new(),
         held: Vec::new(),
-        counts: count.then(Vec::new),
+        counts: count.then(PointCounts::default),
     };
     let result = run.drive(&plan);
     let counts = run.counts.take().unwrap_or_default();
@@ -775,9 +816,8 @@ struct Run<'a> {
     struck: Vec<StrikeRecord>,
     /// Workers held inside a request by a statement strike.
     held: Vec<statements::HeldStatement>,
-    /// In a counting trial: the statements of each request of the first
-    /// session's owner.
-    counts: Option<Vec<usize>>,
+    /// In a counting trial: what it counted.
+    counts: Option<PointCounts>,
 }
 
 impl Run<'_> {
@@ -1030,7 +1070,10 @@ impl Run<'_> {
                 let more = self.step(owner, &name)?;
                 if counting {
                     let n = self.counted(owner, baseline)?;
-                    self.counts.get_or_insert_with(Vec::new).push(n);
+                    self.counts
+                        .get_or_insert_with(Default::default)
+                        .requests
+                        .push(n);
                 }
                 sessions[i].steps += 1;
                 sessions[i].finished = !more;

@@ -56,8 +56,9 @@ pub(crate) struct WorkersCli {
     #[arg(long, conflicts_with = "plan", help_heading = WHAT)]
     every_statement: bool,
     /// For agentstore in-process: a kill at every crash point (`kill@K.P`) of every request
-    /// of the first session's owner, counted in a strike-free trial, instead of the default
-    /// plans.
+    /// of the first session's owner, counted in a strike-free trial, and at every crash point
+    /// of the heir's takeover after `kill@3.1` (`kill@3.1+kill@take.Q`), instead of the
+    /// default plans.
     #[arg(long, conflicts_with_all = ["plan", "postgres", "adapter"], help_heading = WHAT)]
     every_point: bool,
     /// Worker processes (at least 2: one to lose a session, one to take it over).
@@ -312,6 +313,15 @@ pub(crate) fn run_workers(w: WorkersCli) -> Result<ExitCode, Failure> {
             .map_err(workers_failure("--every-point"))?;
         plans = workers::crash_point_every_plans(&counts);
         say_points("crash", "crash point", &counts, plans.len());
+        let points = workers::takeover_point_count(&cfg, backend.as_ref(), &scratch)
+            .map_err(workers_failure("--every-point"))?;
+        let takeovers = workers::takeover_every_plans(points);
+        println!(
+            "takeover crash points: {points} in the heir's takeover after {}, {} strike plan(s)",
+            workers::kill_before_takeover(),
+            takeovers.len()
+        );
+        plans.extend(takeovers);
     }
     if let (true, Some((db, _))) = (w.every_statement, database.as_mut()) {
         let counts = workers::strike_point_counts(&cfg, backend.as_ref(), &scratch, Some(db))

@@ -67,6 +67,22 @@ pub fn crash_point_every_plans(counts: &[usize]) -> Vec<WorkerPlan> {
         .collect()
 }
 
+/// The owner's kill every takeover kill of `--every-point` follows
+/// (`kill@3.1`): inside its renewal before the first effect, so that the
+/// heir's takeover has an interrupted run to close and a call to mark.
+pub fn kill_before_takeover() -> WorkerPlan {
+    WorkerPlan::one(Strike::CrashPoint(1), 3)
+}
+
+/// A kill at each of the `points` crash points of the heir's takeover
+/// after [`kill_before_takeover`] (from [`super::takeover_point_count`]):
+/// `kill@3.1+kill@take.Q`.
+pub fn takeover_every_plans(points: usize) -> Vec<WorkerPlan> {
+    (1..=points)
+        .map(|q| kill_before_takeover().then(Strike::TakeoverCrashPoint(q), 0))
+        .collect()
+}
+
 /// What a `kill@take.Q` came to.
 struct TakeoverKill {
     record: StrikeRecord,
@@ -77,8 +93,9 @@ struct TakeoverKill {
 enum AfterTakeover {
     /// The heir died inside it; `next` takes over from both.
     Killed { next: usize },
-    /// It ended before the point: the heir holds the session.
-    TookOver,
+    /// It ended before the point, having `passed` crash points: the heir
+    /// holds the session.
+    TookOver { passed: usize },
     /// The store refused it (the session is finished; why, in words).
     Refused(String),
 }
@@ -216,7 +233,12 @@ impl Run<'_> {
                     dead.push(heir);
                     heir = next;
                 }
-                AfterTakeover::TookOver => taken += 1,
+                AfterTakeover::TookOver { passed } => {
+                    taken += 1;
+                    if let Some(counts) = self.counts.as_mut() {
+                        counts.takeover = Some(passed);
+                    }
+                }
                 AfterTakeover::Refused(why) => refused.push(why),
             }
         }
@@ -316,7 +338,7 @@ impl Run<'_> {
                 let what = format!(
                     "{heir_id}'s takeover of {name} passed {passed} crash point(s), none the {q}-th: it took the session over"
                 );
-                (record(false, what), AfterTakeover::TookOver)
+                (record(false, what), AfterTakeover::TookOver { passed })
             }
             // A crash must not cost the session: the refusal is recorded,
             // and the checker judges what it left.
