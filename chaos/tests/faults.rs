@@ -56,6 +56,7 @@ const BATCH: &[&str] = &[
     "batch-ack-when-written",
     "batch-follower-early-ack",
     "failed-sync-acks-followers",
+    "failed-write-cuts-group",
     "ledger-folded-at-sync",
 ];
 
@@ -86,6 +87,7 @@ const EXPECTED: &[(&str, &[&str])] = &[
         "failed-sync-acks-followers",
         &["acked-after-sync", "failed-sync-not-acked", "acked-durable"],
     ),
+    ("failed-write-cuts-group", &["acked-durable"]),
     ("ledger-folded-at-sync", &["ledger-refuses-double-commit"]),
     (
         "fold-branch-ignores-compaction",
@@ -145,6 +147,7 @@ const FIXTURES: &[(&str, &str)] = &[
     ("compaction-keeps-anything", "compaction.json"),
     ("batch-follower-early-ack", "parallel.json"),
     ("failed-sync-acks-followers", "parallel.json"),
+    ("failed-write-cuts-group", "parallel.json"),
 ];
 
 /// Runs the fault's campaign, asserts it is caught as [`EXPECTED`] says,
@@ -708,6 +711,40 @@ fn batch_follower_early_ack_is_caught_by_acked_after_sync() {
 #[test]
 fn failed_sync_acks_followers_is_caught_by_acked_after_sync() {
     assert_caught("failed-sync-acks-followers");
+}
+
+/// A failed write that cuts the log back to its durable length, not to
+/// where its own line starts: the syscall nemesis fails the second write
+/// of a parallel group (ENOSPC), which cuts the first appender's line;
+/// the group sync then acknowledges it, and the next life does not find
+/// it. With no parallel group (the small fixture's steps append alone,
+/// even in Batch mode) the durable length is where each line starts, and
+/// the same campaign passes.
+#[test]
+fn failed_write_cuts_group_is_caught_only_with_parallel_appenders() {
+    let report = assert_caught("failed-write-cuts-group");
+    let v = campaign::first_violation(&report, "acked-durable");
+    assert!(
+        v["plan"].as_str().unwrap().contains("sys-enospc@")
+            || v["plan"].as_str().unwrap().contains("sys-full@"),
+        "a failed write: {v}"
+    );
+    let (code, report, stdout) = campaign::run(
+        &fixture(None),
+        &[
+            "--exhaustive",
+            "--nemesis",
+            "syscall",
+            "--restarts",
+            "none",
+            "--durability",
+            "batch",
+            "--store-fault",
+            "failed-write-cuts-group",
+        ],
+    );
+    assert_eq!(code, 0, "no parallel group, nothing cut:\n{stdout}");
+    assert_eq!(report["violation_count"], 0);
 }
 
 #[test]

@@ -60,6 +60,8 @@ pub enum Fault {
     BatchFollowerEarlyAck,
     /// Batch mode: when a group sync fails, the leader is refused but the appenders that waited for it are woken as acknowledged.
     FailedSyncAcksFollowers,
+    /// Batch mode: a failed write cuts the log back to its durable length, not to where its own line starts: the lines other appenders wrote and wait on are cut, and the group sync that follows acknowledges them.
+    FailedWriteCutsGroup,
     /// Batch mode: a commit written by one of several parallel appenders enters the effect ledger only once a sync covers it, so a second commit of the same operation written into the same group is accepted.
     LedgerFoldedAtSync,
     /// The projection ignores a compaction's window: its branch still starts at the root.
@@ -254,6 +256,11 @@ impl Fault {
             Fault::FailedSyncAcksFollowers,
             "failed-sync-acks-followers",
             "in Batch mode a failed group sync refuses every waiter of its group (run with --durability batch)",
+        ),
+        (
+            Fault::FailedWriteCutsGroup,
+            "failed-write-cuts-group",
+            "in Batch mode a failed write takes back its own line only: no event another appender wrote is lost (run with --durability batch)",
         ),
         (
             Fault::LedgerFoldedAtSync,

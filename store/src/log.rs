@@ -26,7 +26,9 @@
 //! group holds at most [`MAX_LINE_BYTES`] of lines (or one line).
 //!
 //! Failure rules:
-//! - a failed write is rolled back to where that line started;
+//! - a failed write is rolled back to where that line started (the lines
+//!   before it, in `Batch` mode perhaps other appenders' waiting for their
+//!   group's sync, stay);
 //! - a failed `fdatasync` rolls back to the last durable length and poisons
 //!   the handle: every later append fails until the session is reopened,
 //!   because after a failed sync the kernel may have dropped the dirty pages
@@ -564,9 +566,15 @@ impl EventLog {
         };
         st.buf = buf;
         if let Err(e) = written {
-            // Never leave a fragment the next append would fuse with.
-            match self.file.set_len(start.offset) {
-                Ok(()) => st.allocated = start.offset,
+            // Never leave a fragment the next append would fuse with; the
+            // lines before it may be other appenders', waiting for a sync.
+            let cut = if fault::active(Fault::FailedWriteCutsGroup) {
+                st.durable.len // Broken on purpose: those lines go too.
+            } else {
+                start.offset
+            };
+            match self.file.set_len(cut) {
+                Ok(()) => st.allocated = cut,
                 Err(t) => {
                     st.poisoned = Some(format!("write failed ({e}) and rollback failed ({t})"))
                 }

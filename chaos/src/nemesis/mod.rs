@@ -274,6 +274,7 @@ pub fn revealing(fault: agentstore::fault::Fault) -> Nemeses {
             | Fault::KeepRefusedAppend
             | Fault::ReadErrorIsEof
             | Fault::FailedSyncAcksFollowers
+            | Fault::FailedWriteCutsGroup
             | Fault::BlobRenameErrorIgnored
     ) {
         Nemeses {
