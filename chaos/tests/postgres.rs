@@ -486,6 +486,29 @@ fn the_many_workers_campaign_with_every_strike_passes() {
         assert!(line.contains("6 effect(s) applied"), "{line}\n{out}");
     }
     assert!(out.contains("0 violation(s), 0 not exercised"), "{out}");
+    // The statement strikes name the statements they hit, by SQL text:
+    // the sample's five strikes land before or after three of them.
+    let coverage = out
+        .lines()
+        .find(|l| l.starts_with("statement coverage: "))
+        .unwrap_or_else(|| panic!("{out}"));
+    assert!(
+        coverage.starts_with("statement coverage: 3 of the "),
+        "{coverage}"
+    );
+    let begin = out
+        .lines()
+        .find(|l| l.ends_with("  START TRANSACTION"))
+        .unwrap_or_else(|| panic!("{out}"));
+    let counts: Vec<usize> = begin
+        .split_whitespace()
+        .take(3)
+        .map(|n| n.parse().unwrap())
+        .collect();
+    assert!(
+        counts[0] >= 1 && counts[1] >= 1 && counts[2] > counts[0] + counts[1],
+        "BEGIN struck before and after its reply, and run more often: {begin}"
+    );
     // A statement pause's zombie is fenced: its statement reached the
     // server after the newer grant and committed nothing.
     let line = out.lines().find(|l| l.starts_with("pause@3.1 ")).unwrap();

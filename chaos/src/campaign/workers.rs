@@ -47,7 +47,7 @@ mod transitions;
 pub use crashpoints::{
     crash_point_every_plans, crash_point_plans, kill_before_takeover, takeover_every_plans,
 };
-pub use statements::{sampled_statement_plans, statement_plans};
+pub use statements::{sampled_statement_plans, statement_plans, StatementCoverage, StatementUse};
 
 /// How long the harness waits for one reply of a worker that is running.
 const REPLY_TIMEOUT: Duration = Duration::from_secs(60);
@@ -224,6 +224,9 @@ pub struct WorkersTrial {
     pub history: Vec<WorkerEvent>,
     pub effects: Vec<AppliedEffect>,
     pub violations: Vec<WorkerViolation>,
+    /// The store's statements it ran and struck (empty without the
+    /// proxies: a trial without statement strikes).
+    pub statements: StatementCoverage,
 }
 
 impl WorkersTrial {
@@ -723,6 +726,7 @@ fn trial_in(
         struck: Vec::new(),
         held: Vec::new(),
         counts: count.then(PointCounts::default),
+        struck_statements: Vec::new(),
     };
     let result = run.drive(&plan);
     let counts = run.counts.take().unwrap_or_default();
@@ -737,8 +741,11 @@ fn trial_in(
             w.kill();
         }
     }
+    let mut statements = StatementCoverage::default();
     if let Some(d) = run.db.as_deref_mut() {
-        d.proxies = None;
+        if let Some(proxies) = d.proxies.take() {
+            statements = proxies.coverage(&run.struck_statements);
+        }
     }
     result?;
     for i in 0..cfg.sessions {
@@ -753,6 +760,7 @@ fn trial_in(
         history,
         effects,
         violations,
+        statements,
     };
     Ok((trial, counts))
 }
@@ -818,6 +826,9 @@ struct Run<'a> {
     held: Vec<statements::HeldStatement>,
     /// In a counting trial: what it counted.
     counts: Option<PointCounts>,
+    /// Each fired statement strike's SQL text, and whether it was after
+    /// the statement's reply.
+    struck_statements: Vec<(String, bool)>,
 }
 
 impl Run<'_> {

@@ -358,6 +358,7 @@ pub(crate) fn run_workers(w: WorkersCli) -> Result<ExitCode, Failure> {
     // Per strike kind: (planned, fired).
     let mut by_kind: std::collections::BTreeMap<&str, (usize, usize)> = Default::default();
     let mut trials_json = Vec::new();
+    let mut statements = workers::StatementCoverage::default();
     // Per plan, with --repeat: (runs, runs with a violation).
     let mut runs: Vec<(String, usize, usize)> = Vec::new();
     let trials: Vec<&WorkerPlan> = plans
@@ -373,6 +374,7 @@ pub(crate) fn run_workers(w: WorkersCli) -> Result<ExitCode, Failure> {
             database.as_mut().map(|(db, _)| db),
         )
         .map_err(workers_failure(plan))?;
+        statements.add(&trial.statements);
         let takeovers = trial
             .history
             .iter()
@@ -496,6 +498,7 @@ pub(crate) fn run_workers(w: WorkersCli) -> Result<ExitCode, Failure> {
     if !kinds.is_empty() {
         println!("strikes fired/planned: {}", kinds.join(" · "));
     }
+    say_statement_coverage(&statements);
     println!(
         "total: {} trial(s), {violations} violation(s), {not_exercised} not exercised, {:.1}s · by invariant: {}",
         trials.len(),
@@ -513,6 +516,12 @@ pub(crate) fn run_workers(w: WorkersCli) -> Result<ExitCode, Failure> {
             }).collect::<serde_json::Map<_, _>>(),
             "violations": violations,
             "not_exercised": not_exercised,
+            "statements": statements.by_sql.iter().map(|(sql, u)| serde_json::json!({
+                "sql": sql,
+                "executed": u.executed,
+                "struck_before": u.struck_before,
+                "struck_after": u.struck_after,
+            })).collect::<Vec<_>>(),
             "by_invariant": agentchaos::check::workers::WorkerInvariant::ALL
                 .iter()
                 .map(|i| (i.name().to_string(), serde_json::json!(by_invariant.get(i.name()).unwrap_or(&0))))
@@ -548,6 +557,32 @@ fn workers_failure(
 
 /// The line that says what a strike-free count found: `kind points: N
 /// units in M request(s) …`, and how many plans they make.
+/// The store's statements the trials with statement strikes ran, and how
+/// often a strike landed before each or after its reply (nothing without
+/// such trials).
+fn say_statement_coverage(coverage: &agentchaos::campaign::workers::StatementCoverage) {
+    if coverage.by_sql.is_empty() {
+        return;
+    }
+    println!(
+        "statement coverage: {} of the {} distinct statements the store sent were struck (the trials with statement strikes; each one's final logs checked after)",
+        coverage.struck(),
+        coverage.by_sql.len()
+    );
+    println!("  before  after  executed  statement");
+    for (sql, u) in &coverage.by_sql {
+        let shown: String = if sql.chars().count() > 100 {
+            sql.chars().take(99).chain(['…']).collect()
+        } else {
+            sql.clone()
+        };
+        println!(
+            "  {:>6}  {:>5}  {:>8}  {shown}",
+            u.struck_before, u.struck_after, u.executed
+        );
+    }
+}
+
 fn say_points(kind: &str, unit: &str, counts: &[usize], plans: usize) {
     println!(
         "{kind} points: {} {unit}(s) in {} request(s) of a session's owner, {plans} strike plan(s)",

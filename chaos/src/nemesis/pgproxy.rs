@@ -15,6 +15,10 @@
 //! after the S-th statement's reply reached the worker (`@K.Sr`). The
 //! harness then decides what becomes of it ([`Release`]).
 //!
+//! It also records the SQL text of every statement it counts (a `Query`'s,
+//! or the `Parse` an `Execute`'s `Bind` names), and of the statement an
+//! armed strike names: what the campaign's statement coverage is made of.
+//!
 //! A held round trip whose connection is inside a transaction that sent
 //! anything after its `BEGIN` holds that transaction's locks while it is
 //! held (preparing a statement alone takes a share lock on each table it
@@ -150,6 +154,10 @@ struct State {
     release: Option<Release>,
     stopping: bool,
     streams: Vec<UnixStream>,
+    /// Every statement's SQL text since the proxy started, in order.
+    sql: Vec<String>,
+    /// The SQL text of the statement the armed strike names, once seen.
+    struck_sql: Option<String>,
 }
 
 struct Shared {
@@ -205,6 +213,19 @@ impl Proxy {
         st.after_pending = false;
         st.held = None;
         st.release = None;
+        st.struck_sql = None;
+    }
+
+    /// The SQL text of every statement this worker sent since the proxy
+    /// started, in order.
+    pub fn statements(&self) -> Vec<String> {
+        self.shared.lock().sql.clone()
+    }
+
+    /// The SQL text of the statement the armed strike names, once it was
+    /// sent: held before it, or its reply let through.
+    pub fn struck_statement(&self) -> Option<String> {
+        self.shared.lock().struck_sql.clone()
     }
 
     /// Statements since the last arming.
@@ -265,6 +286,59 @@ fn message(r: &mut impl Read) -> Option<(u8, Vec<u8>)> {
     let mut all = head;
     all.extend(body);
     Some((all[0], all))
+}
+
+/// The NUL-terminated string at the start of `bytes`, and what follows it.
+fn cstr(bytes: &[u8]) -> Option<(String, &[u8])> {
+    let end = bytes.iter().position(|&b| b == 0)?;
+    Some((
+        String::from_utf8_lossy(&bytes[..end]).into_owned(),
+        &bytes[end + 1..],
+    ))
+}
+
+/// SQL text as the coverage names it: runs of whitespace as one space.
+fn one_line(sql: &str) -> String {
+    sql.split_whitespace().collect::<Vec<_>>().join(" ")
+}
+
+/// What one connection's frontend prepared and bound, to name the SQL
+/// text of each `Execute`.
+#[derive(Default)]
+struct Prepared {
+    /// Prepared statement name to its SQL text (`Parse`).
+    by_name: std::collections::HashMap<String, String>,
+    /// The SQL text of the statement the last `Bind` named.
+    bound: Option<String>,
+}
+
+impl Prepared {
+    /// Takes in one frontend message (`bytes`, type byte included); the
+    /// SQL text of the statement it runs, if it runs one.
+    fn statement_of(&mut self, kind: u8, bytes: &[u8]) -> Option<String> {
+        let body = bytes.get(5..)?;
+        match kind {
+            b'Q' => cstr(body).map(|(sql, _)| one_line(&sql)),
+            b'P' => {
+                let (name, rest) = cstr(body)?;
+                let (sql, _) = cstr(rest)?;
+                self.by_name.insert(name, one_line(&sql));
+                None
+            }
+            b'B' => {
+                let (_portal, rest) = cstr(body)?;
+                let (name, _) = cstr(rest)?;
+                self.bound = self.by_name.get(&name).cloned();
+                None
+            }
+            b'E' => Some(
+                self.bound
+                    .clone()
+                    .unwrap_or_else(|| "(a statement prepared before the proxy saw it)".into()),
+            ),
+            _ => None,
+        }
+    }
 }
 
 fn relay(mut client: UnixStream, upstream: &Path, shared: Arc<Shared>) {
@@ -335,16 +409,19 @@ fn relay(mut client: UnixStream, upstream: &Path, shared: Arc<Shared>) {
         }
         break;
     }
+    let mut prepared = Prepared::default();
     loop {
         // One round trip: messages up to Sync, Query, Flush or Terminate.
         let mut group = Vec::new();
-        let mut statement = false;
+        let mut statement = None;
         loop {
             let Some((kind, bytes)) = message(&mut client) else {
                 let _ = server.shutdown(Shutdown::Both);
                 return;
             };
-            statement |= matches!(kind, b'Q' | b'E');
+            if let Some(sql) = prepared.statement_of(kind, &bytes) {
+                statement = Some(sql);
+            }
             group.extend(bytes);
             if matches!(kind, b'S' | b'Q' | b'H' | b'X') {
                 break;
@@ -352,12 +429,14 @@ fn relay(mut client: UnixStream, upstream: &Path, shared: Arc<Shared>) {
         }
         let mut st = shared.lock();
         let mut strike = st.after_pending;
-        if statement {
+        if let Some(sql) = statement {
             st.count += 1;
             if let Some(armed) = st.armed.filter(|a| a.statement == st.count) {
                 strike |= !armed.after_reply;
                 st.after_pending = armed.after_reply;
+                st.struck_sql = Some(sql.clone());
             }
+            st.sql.push(sql);
         }
         if strike && st.armed.is_some() {
             st.after_pending = false;
@@ -390,6 +469,36 @@ fn relay(mut client: UnixStream, upstream: &Path, shared: Arc<Shared>) {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// A frontend message as the wire carries it: type, length, body.
+    fn msg(kind: u8, body: &[u8]) -> Vec<u8> {
+        let mut m = vec![kind];
+        m.extend(((body.len() + 4) as u32).to_be_bytes());
+        m.extend(body);
+        m
+    }
+
+    #[test]
+    fn an_execute_is_named_by_the_sql_its_bind_prepared_and_a_query_by_its_own() {
+        let mut p = Prepared::default();
+        let parse = msg(b'P', b"s0\0SELECT  1\n  FROM t\0\0\0");
+        assert_eq!(p.statement_of(b'P', &parse), None);
+        assert_eq!(p.statement_of(b'B', &msg(b'B', b"\0s0\0\0\0")), None);
+        assert_eq!(
+            p.statement_of(b'E', &msg(b'E', b"\0\0\0\0\0")).as_deref(),
+            Some("SELECT 1 FROM t")
+        );
+        assert_eq!(
+            p.statement_of(b'Q', &msg(b'Q', b"BEGIN\0")).as_deref(),
+            Some("BEGIN")
+        );
+        // A Bind of a statement it never saw prepared.
+        p.statement_of(b'B', &msg(b'B', b"\0s9\0\0\0"));
+        assert!(p
+            .statement_of(b'E', &msg(b'E', b"\0\0\0\0\0"))
+            .unwrap()
+            .starts_with("(a statement prepared before"));
+    }
 
     #[test]
     fn statement_points_parse_and_bad_ones_do_not() {

@@ -8,7 +8,7 @@
 //!
 //! This module drives and records, like its parent; it must never judge.
 
-use std::collections::HashMap;
+use std::collections::{BTreeMap, HashMap};
 use std::path::PathBuf;
 use std::time::{Duration, Instant};
 
@@ -67,10 +67,69 @@ impl Proxies {
         ))
     }
 
+    /// The statements every worker sent through its proxy, with the
+    /// strikes that hit them (`struck`: each one's SQL text and whether it
+    /// was after the reply).
+    pub(super) fn coverage(&self, struck: &[(String, bool)]) -> StatementCoverage {
+        let mut coverage = StatementCoverage::default();
+        for proxy in self.by_worker.values() {
+            for sql in proxy.statements() {
+                coverage.by_sql.entry(sql).or_default().executed += 1;
+            }
+        }
+        for (sql, after_reply) in struck {
+            let u = coverage.by_sql.entry(sql.clone()).or_default();
+            if *after_reply {
+                u.struck_after += 1;
+            } else {
+                u.struck_before += 1;
+            }
+        }
+        coverage
+    }
+
     fn of(&self, index: usize) -> Result<&Proxy, WorkersError> {
         self.by_worker
             .get(&index)
             .ok_or_else(|| WorkersError::Harness(format!("w{index} has no database proxy")))
+    }
+}
+
+/// Which of the store's statements a campaign ran, and which its strikes
+/// hit: per SQL text (whitespace collapsed), through the proxies, so only
+/// trials with a statement strike (or a count) add to it. Every trial
+/// ends with the final logs' check, so a statement struck was observed.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct StatementCoverage {
+    pub by_sql: BTreeMap<String, StatementUse>,
+}
+
+/// How often one statement ran, and was struck before it was sent or
+/// after its reply.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct StatementUse {
+    pub executed: usize,
+    pub struck_before: usize,
+    pub struck_after: usize,
+}
+
+impl StatementCoverage {
+    /// Adds `other`'s counts to these.
+    pub fn add(&mut self, other: &StatementCoverage) {
+        for (sql, u) in &other.by_sql {
+            let mine = self.by_sql.entry(sql.clone()).or_default();
+            mine.executed += u.executed;
+            mine.struck_before += u.struck_before;
+            mine.struck_after += u.struck_after;
+        }
+    }
+
+    /// The statements struck before or after, of those that ran.
+    pub fn struck(&self) -> usize {
+        self.by_sql
+            .values()
+            .filter(|u| u.struck_before + u.struck_after > 0)
+            .count()
     }
 }
 
@@ -211,6 +270,7 @@ impl Run<'_> {
             strike.action,
             StatementAction::Pause | StatementAction::Drop
         );
+        let sql = self.proxy(victim)?.struck_statement();
         if held.locked && holds_lock {
             // A takeover would wait on the held transaction's row lock.
             self.proxy(victim)?.release(Release::Forward);
@@ -272,6 +332,9 @@ impl Run<'_> {
                 format!("reset the connection of {point}; {id} asked for {name} again")
             }
         };
+        if let Some(sql) = sql {
+            self.struck_statements.push((sql, strike.after_reply));
+        }
         Ok(StrikeRecord {
             strike: Strike::Statement(strike),
             label,
