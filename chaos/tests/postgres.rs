@@ -473,7 +473,7 @@ fn the_many_workers_campaign_with_every_strike_passes() {
         return;
     };
     assert_eq!(code, 0, "{out}");
-    let trials = if network { 55 } else { 51 };
+    let trials = if network { 57 } else { 53 };
     assert!(
         out.contains(&format!("total: {trials} trial(s), 0 violation(s)")),
         "{out}"
@@ -487,13 +487,14 @@ fn the_many_workers_campaign_with_every_strike_passes() {
     }
     assert!(out.contains("0 violation(s), 0 not exercised"), "{out}");
     // The statement strikes name the statements they hit, by SQL text:
-    // the sample's five strikes land before or after three of them.
+    // the sample's seven land before or after five of them, the takeover
+    // kills before its COMMIT and its paged read.
     let coverage = out
         .lines()
         .find(|l| l.starts_with("statement coverage: "))
         .unwrap_or_else(|| panic!("{out}"));
     assert!(
-        coverage.starts_with("statement coverage: 3 of the "),
+        coverage.starts_with("statement coverage: 5 of the "),
         "{coverage}"
     );
     let begin = out
@@ -509,13 +510,22 @@ fn the_many_workers_campaign_with_every_strike_passes() {
         counts[0] >= 1 && counts[1] >= 1 && counts[2] > counts[0] + counts[1],
         "BEGIN struck before and after its reply, and run more often: {begin}"
     );
+    // The heir killed in its takeover leaves the session to the next
+    // worker, which finishes it.
+    for plan in ["kill@3.1+kill@take.10 ", "kill@3.1+kill@take.11 "] {
+        let line = out.lines().find(|l| l.starts_with(plan)).unwrap();
+        assert!(
+            line.contains("2 takeover(s), 0 write(s) fenced, 6 effect(s) applied, 0 violation(s), strikes fired 2/2"),
+            "{out}"
+        );
+    }
     // A statement pause's zombie is fenced: its statement reached the
     // server after the newer grant and committed nothing.
     let line = out.lines().find(|l| l.starts_with("pause@3.1 ")).unwrap();
     assert!(line.contains("1 takeover(s), 1 write(s) fenced"), "{out}");
     if network {
         assert!(
-            out.contains("strikes fired/planned: connection-drop 1/1 · connection-reset 1/1 · db-crash 6/6 · kill 21/21 · partition 4/4 · pause 21/21 · restart 2/2 · statement-kill 1/1 · statement-pause 2/2"),
+            out.contains("strikes fired/planned: connection-drop 1/1 · connection-reset 1/1 · db-crash 6/6 · kill 21/21 · partition 4/4 · pause 21/21 · restart 2/2 · statement-kill 3/3 · statement-pause 2/2 · takeover-statement-kill 2/2"),
             "{out}"
         );
         let line = out.lines().find(|l| l.starts_with("partition@4")).unwrap();
@@ -588,6 +598,41 @@ fn a_reset_connection_ends_its_owner_and_a_held_transaction_is_not_exercised() {
     let (code, out) = workers_pg(&["--plan", "pause@4.3"]).unwrap();
     assert_eq!(code, 2, "{out}");
     assert!(out.contains("NOT EXERCISED pause@4.3: pause@4.3 never fired: w0 before statement 3 of its request 4 of s0: its transaction holds locks"), "{out}");
+}
+
+/// `kill@take.S` kills the heir of a statement kill before the S-th
+/// statement of its takeover, named by its SQL text, and the next worker
+/// finishes the session; a takeover of fewer statements leaves the strike
+/// not exercised, with the count it sent.
+#[test]
+fn a_kill_inside_the_heirs_takeover_lands_before_its_statement_or_is_not_exercised() {
+    let dir = tempfile::tempdir().unwrap();
+    let json = dir.path().join("report.json");
+    let Some((code, out)) = workers_pg(&[
+        "--plan",
+        "kill@3.1+kill@take.7",
+        "--json",
+        json.to_str().unwrap(),
+    ]) else {
+        return;
+    };
+    assert_eq!(code, 0, "{out}");
+    assert!(out.contains("strikes fired 2/2"), "{out}");
+    let report = std::fs::read_to_string(&json).unwrap();
+    assert!(
+        report.contains(
+            "killed w1 at statement 7 of its takeover of s0 (INSERT INTO agentstore.events "
+        ),
+        "{report}"
+    );
+    let (code, out) = workers_pg(&["--plan", "kill@3.1+kill@take.12"]).unwrap();
+    assert_eq!(code, 2, "{out}");
+    assert!(
+        out.contains(
+            "kill@take.12 never fired: w1's takeover of s0 passed 11 statement(s), none the 12-th"
+        ),
+        "{out}"
+    );
 }
 
 /// An asynchronous commit loses what the store acknowledged when the

@@ -517,8 +517,18 @@ enum Acquired {
     Granted,
     /// A refusal other than `lease_held` (or `lease_held` when not waiting).
     Refused(WorkerReply),
-    /// The worker died at the crash point armed for its try.
+    /// The worker died at the point armed for its try.
     Killed,
+}
+
+/// Where a kill is armed in each try of an acquire: at a crash point of
+/// agentstore in-process (the worker kills itself there), or before a
+/// statement of a `--postgres` worker (its proxy holds it and the harness
+/// kills the worker and its store process).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum KillAt {
+    CrashPoint(NonZeroU64),
+    Statement(usize),
 }
 
 /// Whom a strike hits: the first session's owner of the moment, and where
@@ -907,18 +917,18 @@ impl Run<'_> {
 
     /// `worker` asks for `session`'s lease, and while `wait`ing asks again
     /// as long as it is held (at most `ttl_ms` and [`REPLY_TIMEOUT`]: then
-    /// the store's failure). With `kill`, a kill is armed at that crash
-    /// point of each try, again before each one: a refused try passes the
-    /// same points each time, so the kill lands at the same one whatever
-    /// the clock. A grant is recorded with the records it served, and so is
-    /// a refusal other than `lease_held`.
+    /// the store's failure). With `kill`, a kill is armed at that point of
+    /// each try, again before each one: a refused try passes the same
+    /// points each time, so the kill lands at the same one whatever the
+    /// clock. A grant is recorded with the records it served, and so is a
+    /// refusal other than `lease_held`.
     fn try_acquire(
         &mut self,
         worker: usize,
         session: &str,
         wait: bool,
         ttl_ms: u64,
-        kill: Option<NonZeroU64>,
+        kill: Option<KillAt>,
     ) -> Result<Acquired, WorkersError> {
         let deadline = Instant::now() + Duration::from_millis(ttl_ms) + REPLY_TIMEOUT;
         let command = WorkerCommand::Acquire {
@@ -928,7 +938,13 @@ impl Run<'_> {
             let w = &mut self.workers[worker];
             let reply = match kill {
                 None => w.call(&command)?,
-                Some(point) => {
+                Some(KillAt::Statement(s)) => {
+                    match self.killed_before_statement(worker, s, &command)? {
+                        Some(reply) => reply,
+                        None => return Ok(Acquired::Killed),
+                    }
+                }
+                Some(KillAt::CrashPoint(point)) => {
                     w.kill_at(Some(point))?;
                     w.send(&command)?;
                     let Some(reply) = w.reply_or_killed(&command)? else {
@@ -1042,20 +1058,21 @@ impl Run<'_> {
                 let next = planned.get(self.struck.len()).copied();
                 if let Some((strike, _)) = next.filter(|&(_, k)| i == 0 && sessions[0].steps == k) {
                     let label = plan.label(self.struck.len());
+                    // A `kill@take.Q` next is carried out by this strike's heir.
+                    let next = self.struck.len() + 1;
+                    let takeover = match planned.get(next) {
+                        Some(&(
+                            Strike::TakeoverCrashPoint(q) | Strike::TakeoverStatement(q),
+                            _,
+                        )) => Some((q, plan.label(next))),
+                        _ => None,
+                    };
                     if let Strike::Statement(s) = strike {
-                        let record = self.statement_strike(s, label, &mut sessions)?;
-                        self.struck.push(record);
+                        let records = self.statement_strike(s, label, takeover, &mut sessions)?;
+                        self.struck.extend(records);
                         continue;
                     }
                     if let Strike::CrashPoint(p) = strike {
-                        // A `kill@take.Q` next is carried out by this strike's heir.
-                        let next = self.struck.len() + 1;
-                        let takeover = match planned.get(next) {
-                            Some(&(Strike::TakeoverCrashPoint(q), _)) => {
-                                Some((q, plan.label(next)))
-                            }
-                            _ => None,
-                        };
                         let records = self.crash_point_strike(p, label, takeover, &mut sessions)?;
                         self.struck.extend(records);
                         continue;
@@ -1339,11 +1356,12 @@ impl Run<'_> {
                 };
                 Ok((None, hit))
             }
-            Strike::Statement(_) | Strike::CrashPoint(_) | Strike::TakeoverCrashPoint(_) => {
-                Err(WorkersError::Harness(format!(
-                    "{label}: a strike at a point inside a request is carried out there, not after it"
-                )))
-            }
+            Strike::Statement(_)
+            | Strike::CrashPoint(_)
+            | Strike::TakeoverCrashPoint(_)
+            | Strike::TakeoverStatement(_) => Err(WorkersError::Harness(format!(
+                "{label}: a strike at a point inside a request is carried out there, not after it"
+            ))),
             Strike::Partition => {
                 self.renew(victim, &name)?;
                 let victim_id = self.workers[victim].id.clone();

@@ -40,10 +40,11 @@ pub(crate) struct WorkersCli {
     /// crashes and partitions. With --postgres, `ACTION@K.S` strikes inside request K (the one
     /// after the K-th write) before its S-th statement (from 1), `ACTION@K.Sr` after that
     /// statement's reply: ACTION pause (held while another worker takes over, then let go),
-    /// kill, reset (both sides of the connection closed) or drop (never forwarded). For
-    /// agentstore in-process, `kill@K.P` kills the owner at the P-th crash point (from 1) its
-    /// store passes inside request K, and `kill@take.Q` right after it the heir at the Q-th
-    /// crash point of its takeover; without --plan a sample of them runs.
+    /// kill, reset (both sides of the connection closed) or drop (never forwarded);
+    /// `kill@take.S` right after a `kill@K.S` kills the heir before the S-th statement of its
+    /// takeover. For agentstore in-process, `kill@K.P` kills the owner at the P-th crash
+    /// point (from 1) its store passes inside request K, and `kill@take.Q` right after it the
+    /// heir at the Q-th crash point of its takeover; without --plan a sample of them runs.
     #[arg(long, value_name = "PLAN", help_heading = WHAT)]
     plan: Option<String>,
     /// Run each plan N times (a replay that fails N of N runs is deterministic); with N > 1

@@ -51,11 +51,12 @@
 //!   kill of `--postgres` ([`WorkerPlan::at_crash_points`]): a strike point
 //!   inside a request is a statement there, a crash point here.
 //!
-//! - `kill@take.P` (agentstore in-process, right after a `kill@K.P`): the
-//!   worker that takes the session over dies at the P-th crash point of
-//!   its takeover request (the lease written, the recovery's marks
-//!   appended, …); the next worker takes over from both once the leases
-//!   they may have left expired.
+//! - `kill@take.P` (right after a `kill@K.P`): the worker that takes the
+//!   session over dies at the P-th crash point of its takeover request
+//!   (agentstore in-process: the lease written, the recovery's marks
+//!   appended, …) or, with `--postgres`, before its P-th statement; the
+//!   next worker takes over from both once the leases they may have left
+//!   expired.
 //!
 //! `kill@3+kill@2` kills the first owner, then the worker that took over,
 //! in its own second life of the session. Strikes are ordered by observed
@@ -95,8 +96,12 @@ pub enum Strike {
     /// agentstore in-process (`kill@K.P`), from 1.
     CrashPoint(usize),
     /// The heir of the `kill@K.P` before it killed at the P-th crash point
-    /// of its takeover request (`kill@take.P`), from 1.
+    /// of its takeover request (`kill@take.P`, agentstore in-process), from 1.
     TakeoverCrashPoint(usize),
+    /// The heir of the statement kill `kill@K.S` before it killed before
+    /// the S-th statement of its takeover request (`kill@take.S`,
+    /// `--postgres`), from 1.
+    TakeoverStatement(usize),
 }
 
 impl Strike {
@@ -113,7 +118,9 @@ impl Strike {
             | Strike::Leave
             | Strike::CrashPoint(_)
             | Strike::TakeoverCrashPoint(_) => Needs::Processes,
-            Strike::DbCrash(_) | Strike::Statement(_) => Needs::Database,
+            Strike::DbCrash(_) | Strike::Statement(_) | Strike::TakeoverStatement(_) => {
+                Needs::Database
+            }
             Strike::Partition => Needs::Network,
         }
     }
@@ -135,6 +142,7 @@ impl Strike {
             Strike::Statement(s) => s.action.kind(),
             Strike::CrashPoint(_) => "crash-point-kill",
             Strike::TakeoverCrashPoint(_) => "takeover-crash-point-kill",
+            Strike::TakeoverStatement(_) => "takeover-statement-kill",
         }
     }
 }
@@ -182,7 +190,8 @@ impl WorkerPlan {
 
     /// This plan for agentstore in-process, whose strike points inside a
     /// request are its crash points: each `kill@K.P` a kill at crash point
-    /// P; the other statement strikes stay (they need `--postgres`).
+    /// P, each `kill@take.P` one in the heir's takeover; the other
+    /// statement strikes stay (they need `--postgres`).
     pub fn at_crash_points(self) -> WorkerPlan {
         let strikes = self
             .strikes
@@ -193,6 +202,7 @@ impl WorkerPlan {
                     statement,
                     after_reply: false,
                 }) => (Strike::CrashPoint(statement), k),
+                Strike::TakeoverStatement(p) => (Strike::TakeoverCrashPoint(p), k),
                 other => (other, k),
             })
             .collect();
@@ -235,7 +245,9 @@ impl fmt::Display for WorkerPlan {
                 Strike::Leave => write!(f, "{sep}leave@{k}")?,
                 Strike::Statement(s) => write!(f, "{sep}{}@{k}{s}", s.action.name())?,
                 Strike::CrashPoint(p) => write!(f, "{sep}kill@{k}.{p}")?,
-                Strike::TakeoverCrashPoint(p) => write!(f, "{sep}kill@take.{p}")?,
+                Strike::TakeoverCrashPoint(p) | Strike::TakeoverStatement(p) => {
+                    write!(f, "{sep}kill@take.{p}")?
+                }
             }
         }
         Ok(())
@@ -244,7 +256,7 @@ impl fmt::Display for WorkerPlan {
 
 /// A plan that does not parse, said in one line.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
-#[error("worker plan {0:?} is not none or strikes pause@K, pause@K~J, kill@K, restart@K, slow@K, lapse@K, leave@K, db-crash:MODEL@K (MODEL: immediate, kill or kill-frozen), partition@K, ACTION@K.S or ACTION@K.Sr (ACTION: pause, kill, reset or drop; S: a statement of request K, from 1, or for agentstore in-process kill@K.P, P a crash point of request K; r: after its reply), kill@take.P right after a kill@K.P (P: a crash point of the heir's takeover) joined by + (K: a step of the session's owner since its grant, 0 = right after it; J: the heir's step at which the paused owner wakes)")]
+#[error("worker plan {0:?} is not none or strikes pause@K, pause@K~J, kill@K, restart@K, slow@K, lapse@K, leave@K, db-crash:MODEL@K (MODEL: immediate, kill or kill-frozen), partition@K, ACTION@K.S or ACTION@K.Sr (ACTION: pause, kill, reset or drop; S: a statement of request K, from 1, or for agentstore in-process kill@K.P, P a crash point of request K; r: after its reply), kill@take.S right after a kill@K.S (S: a statement of the heir's takeover, or for agentstore in-process a crash point) joined by + (K: a step of the session's owner since its grant, 0 = right after it; J: the heir's step at which the paused owner wakes)")]
 pub struct BadWorkerPlan(String);
 
 impl FromStr for WorkerPlan {
@@ -265,7 +277,7 @@ impl FromStr for WorkerPlan {
                         .parse()
                         .ok()
                         .filter(|&p| digits && p >= 1 && kind == "kill");
-                    return Ok((Strike::TakeoverCrashPoint(p.ok_or_else(bad)?), 0));
+                    return Ok((Strike::TakeoverStatement(p.ok_or_else(bad)?), 0));
                 }
                 if step.contains('.') {
                     let (strike, k) = StatementStrike::parse(kind, step).ok_or_else(bad)?;
@@ -291,7 +303,7 @@ impl FromStr for WorkerPlan {
                 Ok((strike, after_step))
             })
             .collect::<Result<Vec<_>, _>>()?;
-        // A takeover kill names the heir of the crash-point kill before it.
+        // A takeover kill names the heir of the kill at a point before it.
         let after_a_crash_point_kill = |i: usize| {
             i > 0
                 && matches!(
@@ -305,7 +317,7 @@ impl FromStr for WorkerPlan {
                 )
         };
         if (0..strikes.len()).any(|i| {
-            matches!(strikes[i].0, Strike::TakeoverCrashPoint(_)) && !after_a_crash_point_kill(i)
+            matches!(strikes[i].0, Strike::TakeoverStatement(_)) && !after_a_crash_point_kill(i)
         }) {
             return Err(bad());
         }
@@ -386,7 +398,9 @@ mod tests {
 
     #[test]
     fn a_kill_at_a_point_is_a_crash_point_for_agentstore_and_prints_the_same() {
-        let plan: WorkerPlan = "kill@3.1+pause@0.2+kill@2.4r+kill@0.3".parse().unwrap();
+        let plan: WorkerPlan = "kill@3.1+pause@0.2+kill@2.4r+kill@0.3+kill@take.2"
+            .parse()
+            .unwrap();
         let points = plan.clone().at_crash_points();
         assert_eq!(points.to_string(), plan.to_string());
         let kinds: Vec<&str> = points.strikes().iter().map(|(s, _)| s.kind()).collect();
@@ -396,7 +410,8 @@ mod tests {
                 "crash-point-kill",
                 "statement-pause",
                 "statement-kill",
-                "crash-point-kill"
+                "crash-point-kill",
+                "takeover-crash-point-kill"
             ]
         );
         assert!(points.strikes_crash_points());

@@ -19,7 +19,7 @@ use std::sync::mpsc::RecvTimeoutError;
 use nix::sys::signal::Signal;
 
 use super::{
-    Acquired, Run, Served, State, StrikeRecord, Target, Worker, WorkersError, REPLY_TIMEOUT,
+    Acquired, KillAt, Run, Served, State, StrikeRecord, Target, Worker, WorkersError, REPLY_TIMEOUT,
 };
 use crate::agent::worker::{WorkerCommand, WorkerReply};
 use crate::history::WorkerEvent;
@@ -219,14 +219,46 @@ impl Run<'_> {
         self.states[victim] = State::Killed;
         self.history
             .push(WorkerEvent::Killed { worker: id.clone() });
+        let takeover = takeover.map(|(q, label)| {
+            let at = NonZeroU64::new(q as u64).map(KillAt::CrashPoint);
+            (at, q, label)
+        });
+        let (mut records, took) = self.take_over_after_kill(victim, takeover, sessions)?;
+        records.insert(
+            0,
+            StrikeRecord {
+                strike: Strike::CrashPoint(point),
+                label,
+                fired: true,
+                what: format!("killed {at} ({hit}); {took}"),
+            },
+        );
+        Ok(records)
+    }
+
+    /// After `victim`'s kill, its heir takes over every session it owned
+    /// once its lease expired; with `takeover` (where, the point's number
+    /// and the `kill@take.Q` label) the heir is killed at that point of
+    /// its first takeover and the next worker takes over from both. The
+    /// takeover strike's record, if any, and what became of the sessions,
+    /// in words.
+    pub(super) fn take_over_after_kill(
+        &mut self,
+        victim: usize,
+        takeover: Option<(Option<KillAt>, usize, String)>,
+        sessions: &mut [Served],
+    ) -> Result<(Vec<StrikeRecord>, String), WorkersError> {
         let mut records = Vec::new();
         let mut heir = self.heir(victim)?;
         // The workers whose sessions the heir takes over: the victim, and
         // an heir killed inside its takeover.
         let mut dead = vec![victim];
         let (mut taken, mut refused) = (0, Vec::new());
-        if let Some((q, takeover_label)) = takeover {
-            let outcome = self.takeover_kill(victim, heir, q, takeover_label, sessions)?;
+        if let Some((at, q, takeover_label)) = takeover {
+            let at = at.ok_or_else(|| {
+                WorkersError::Harness(format!("{takeover_label}: points count from 1"))
+            })?;
+            let outcome = self.takeover_kill(victim, heir, at, q, takeover_label, sessions)?;
             records.push(outcome.record);
             match outcome.then {
                 AfterTakeover::Killed { next } => {
@@ -262,42 +294,36 @@ impl Run<'_> {
                 }
             }
         }
-        let mut what = format!("killed {at} ({hit}); {heir_id} took its {taken} session(s) over");
+        let mut took = format!("{heir_id} took its {taken} session(s) over");
         if !refused.is_empty() {
-            what.push_str(&format!(
+            took.push_str(&format!(
                 "; the store refused {heir_id} {}",
                 refused.join(", ")
             ));
         }
-        records.insert(
-            0,
-            StrikeRecord {
-                strike: Strike::CrashPoint(point),
-                label,
-                fired: true,
-                what,
-            },
-        );
-        Ok(records)
+        Ok((records, took))
     }
 
     /// Carries out `kill@take.Q` (`label`): `heir` takes over the first of
-    /// `victim`'s unfinished sessions with a kill armed at crash point `q`
-    /// of each try (`try_acquire`): what it hit, and where it left the
+    /// `victim`'s unfinished sessions with a kill armed `at` point `q` of
+    /// each try (`try_acquire`): what it hit, and where it left the
     /// session.
     fn takeover_kill(
         &mut self,
         victim: usize,
         heir: usize,
+        at: KillAt,
         q: usize,
         label: String,
         sessions: &mut [Served],
     ) -> Result<TakeoverKill, WorkersError> {
-        let nth = NonZeroU64::new(q as u64)
-            .ok_or_else(|| WorkersError::Harness(format!("{label}: crash points count from 1")))?;
         let heir_id = self.workers[heir].id.clone();
+        let (strike, unit) = match at {
+            KillAt::CrashPoint(_) => (Strike::TakeoverCrashPoint(q), "crash point"),
+            KillAt::Statement(_) => (Strike::TakeoverStatement(q), "statement"),
+        };
         let record = |fired, what| StrikeRecord {
-            strike: Strike::TakeoverCrashPoint(q),
+            strike,
             label: label.clone(),
             fired,
             what,
@@ -311,32 +337,53 @@ impl Run<'_> {
             )));
         };
         let name = s.name.clone();
-        let trace = self.workers[heir]
-            .trace
-            .clone()
-            .ok_or_else(|| WorkersError::Harness(format!("{heir_id} traces no crash points")))?;
-        let before = trace_lines(&trace);
+        // Agentstore's crash points are in the worker's trace; statements
+        // are counted by its proxy, from its last try's arming.
+        let trace = match at {
+            KillAt::CrashPoint(_) => Some(self.workers[heir].trace.clone().ok_or_else(|| {
+                WorkersError::Harness(format!("{heir_id} traces no crash points"))
+            })?),
+            KillAt::Statement(_) => None,
+        };
+        let before = trace.as_deref().map_or(0, trace_lines);
         let ttl_ms = self.cfg.longest_ttl();
-        let (record, then) = match self.try_acquire(heir, &name, true, ttl_ms, Some(nth))? {
+        if matches!(at, KillAt::Statement(_)) {
+            // A refused try sends statements too (the lookup, the lock, its
+            // ROLLBACK): the victim's lease, last renewed before its kill,
+            // is waited out first, so that the try the kill lands in is the
+            // granted one, and statement Q the same one in every run.
+            std::thread::sleep(std::time::Duration::from_millis(ttl_ms));
+        }
+        let (record, then) = match self.try_acquire(heir, &name, true, ttl_ms, Some(at))? {
             Acquired::Killed => {
-                let hit = last_point(&trace);
+                let hit = match &trace {
+                    Some(trace) => last_point(trace),
+                    None => {
+                        let sql = self.proxy(heir)?.struck_statement().unwrap_or_default();
+                        self.struck_statements.push((sql.clone(), false));
+                        sql
+                    }
+                };
                 self.states[heir] = State::Killed;
                 self.history.push(WorkerEvent::Killed {
                     worker: heir_id.clone(),
                 });
                 let next = self.heir(heir)?;
                 let what = format!(
-                    "killed {heir_id} at crash point {q} of its takeover of {name} ({hit}); {} takes over",
+                    "killed {heir_id} at {unit} {q} of its takeover of {name} ({hit}); {} takes over",
                     self.workers[next].id
                 );
                 (record(true, what), AfterTakeover::Killed { next })
             }
             Acquired::Granted => {
-                let passed = trace_lines(&trace) - before;
+                let passed = match &trace {
+                    Some(trace) => trace_lines(trace) - before,
+                    None => self.proxy(heir)?.count(),
+                };
                 s.owner = heir;
                 s.steps = 0;
                 let what = format!(
-                    "{heir_id}'s takeover of {name} passed {passed} crash point(s), none the {q}-th: it took the session over"
+                    "{heir_id}'s takeover of {name} passed {passed} {unit}(s), none the {q}-th: it took the session over"
                 );
                 (record(false, what), AfterTakeover::TookOver { passed })
             }

@@ -15,7 +15,7 @@ use std::time::{Duration, Instant};
 use nix::sys::signal::{kill, Signal};
 use nix::unistd::Pid;
 
-use super::{Run, Served, State, StrikeRecord, Target, WorkersError, REPLY_TIMEOUT};
+use super::{KillAt, Run, Served, State, StrikeRecord, Target, WorkersError, REPLY_TIMEOUT};
 use crate::agent::worker::{WorkerCommand, WorkerReply};
 use crate::history::WorkerEvent;
 use crate::nemesis::pgproxy::{Proxy, Release, StatementAction, StatementStrike};
@@ -167,7 +167,8 @@ pub fn statement_plans(counts: &[usize]) -> Vec<WorkerPlan> {
 /// each action at least once, in the renewal before an effect (request 3:
 /// before its first statement, and after its `BEGIN`'s reply) and in the
 /// effect's commit (request 4, inside its transaction for the kill and the
-/// reset).
+/// reset); and the heir of a kill killed in its takeover, before its
+/// `COMMIT` (statement 10) and right after it (11).
 pub fn sampled_statement_plans() -> Vec<WorkerPlan> {
     [
         "pause@3.1",
@@ -175,6 +176,8 @@ pub fn sampled_statement_plans() -> Vec<WorkerPlan> {
         "kill@4.2",
         "reset@4.3",
         "drop@4.1",
+        "kill@3.1+kill@take.10",
+        "kill@3.1+kill@take.11",
     ]
     .iter()
     .map(|p| p.parse().expect("a sampled plan parses"))
@@ -182,7 +185,7 @@ pub fn sampled_statement_plans() -> Vec<WorkerPlan> {
 }
 
 impl Run<'_> {
-    fn proxy(&self, worker: usize) -> Result<&Proxy, WorkersError> {
+    pub(super) fn proxy(&self, worker: usize) -> Result<&Proxy, WorkersError> {
         self.db
             .as_deref()
             .and_then(|d| d.proxies.as_ref())
@@ -202,6 +205,51 @@ impl Run<'_> {
         Ok(0)
     }
 
+    /// Sends `command` to `worker` with its proxy armed to hold the
+    /// `statement`-th statement: the reply when the request ended first,
+    /// or None when it got there and the harness killed the worker and
+    /// its store process (a takeover's `kill@take.S`).
+    pub(super) fn killed_before_statement(
+        &mut self,
+        worker: usize,
+        statement: usize,
+        command: &WorkerCommand,
+    ) -> Result<Option<WorkerReply>, WorkersError> {
+        self.proxy(worker)?.arm(Some(StatementStrike {
+            action: StatementAction::Kill,
+            statement,
+            after_reply: false,
+        }));
+        self.workers[worker].send(command)?;
+        let deadline = Instant::now() + REPLY_TIMEOUT;
+        loop {
+            if let Some(held) = self.proxy(worker)?.held() {
+                if let Some(peer) = held.peer {
+                    let _ = kill(Pid::from_raw(peer), Signal::SIGKILL);
+                }
+                let w = &mut self.workers[worker];
+                crate::child::kill_tree(w.child.id());
+                let _ = w.child.wait();
+                self.proxy(worker)?.release(Release::Close);
+                return Ok(None);
+            }
+            if let Some(line) = self.workers[worker].answered() {
+                // Disarmed, its count kept: the statements the try sent.
+                self.proxy(worker)?.release(Release::Forward);
+                return serde_json::from_str(&line).map(Some).map_err(|e| {
+                    self.workers[worker].broken(format!("unreadable reply {line:?}: {e}"))
+                });
+            }
+            if Instant::now() > deadline {
+                return Err(self.workers[worker].broken(format!(
+                    "neither a reply to {command:?} nor its statement {statement} within {}s",
+                    REPLY_TIMEOUT.as_secs()
+                )));
+            }
+            std::thread::sleep(HOLD_POLL);
+        }
+    }
+
     /// The statements `worker` sent, or the crash points it passed, since
     /// [`Run::count_next`] (which gave `baseline`).
     pub(super) fn counted(&self, worker: usize, baseline: usize) -> Result<usize, WorkersError> {
@@ -212,14 +260,25 @@ impl Run<'_> {
     }
 
     /// Carries out `strike` (`label`, as the plan spells it) in the
-    /// first session's owner's next request: what it hit, or why it did
+    /// first session's owner's next request, and with `takeover`
+    /// (`kill@take.S` after a statement kill, and its label) a kill before
+    /// statement S of the heir's takeover: what each hit, or why it did
     /// not fire.
     pub(super) fn statement_strike(
         &mut self,
         strike: StatementStrike,
         label: String,
+        takeover: Option<(usize, String)>,
         sessions: &mut [Served],
-    ) -> Result<StrikeRecord, WorkersError> {
+    ) -> Result<Vec<StrikeRecord>, WorkersError> {
+        let not_reached = |takeover: Option<(usize, String)>| {
+            takeover.map(|(q, label)| StrikeRecord {
+                strike: Strike::TakeoverStatement(q),
+                label,
+                fired: false,
+                what: "the kill before it never fired: no takeover".to_string(),
+            })
+        };
         let Target {
             victim,
             name,
@@ -250,12 +309,14 @@ impl Run<'_> {
                 let count = self.proxy(victim)?.count();
                 self.proxy(victim)?.release(Release::Forward);
                 self.record_reply(victim, &name, &line, sessions)?;
-                return Ok(StrikeRecord {
+                let mut records = vec![StrikeRecord {
                     strike: Strike::Statement(strike),
                     label,
                     fired: false,
                     what: format!("{point}: the request sent {count} statement(s)"),
-                });
+                }];
+                records.extend(not_reached(takeover));
+                return Ok(records);
             }
             if Instant::now() > deadline {
                 return Err(self.workers[victim].broken(format!(
@@ -276,16 +337,17 @@ impl Run<'_> {
             self.proxy(victim)?.release(Release::Forward);
             let reply = self.workers[victim].receive(&command)?;
             self.record(victim, &name, reply, sessions);
-            return Ok(StrikeRecord {
+            return Ok(vec![StrikeRecord {
                 strike: Strike::Statement(strike),
                 label,
                 fired: false,
                 what: format!(
                     "{point}: its transaction holds locks (it sent a statement since BEGIN: at least a share lock on each table it named, the session's row once locked) and the server ends no idle transaction (no idle_in_transaction_session_timeout), so another worker's open or takeover would wait for it while it is held"
                 ),
-            });
+            }]);
         }
         let ttl_ms = self.cfg.longest_ttl();
+        let mut takeover_records = Vec::new();
         let hit = match strike.action {
             StatementAction::Pause | StatementAction::Drop => {
                 self.states[victim] = State::Paused;
@@ -311,8 +373,28 @@ impl Run<'_> {
                     let _ = kill(Pid::from_raw(peer), Signal::SIGKILL);
                 }
                 self.proxy(victim)?.release(Release::Close);
-                let (_, hit) = self.strike(Strike::Kill, &label, None, sessions)?;
-                format!("held {point}, then {hit} (and its store process)")
+                match takeover {
+                    None => {
+                        let (_, hit) = self.strike(Strike::Kill, &label, None, sessions)?;
+                        format!("held {point}, then {hit} (and its store process)")
+                    }
+                    Some((q, takeover_label)) => {
+                        let w = &mut self.workers[victim];
+                        crate::child::kill_tree(w.child.id());
+                        let _ = w.child.wait();
+                        self.states[victim] = State::Killed;
+                        self.history
+                            .push(WorkerEvent::Killed { worker: id.clone() });
+                        let at = (q >= 1).then_some(KillAt::Statement(q));
+                        let (records, took) = self.take_over_after_kill(
+                            victim,
+                            Some((at, q, takeover_label)),
+                            sessions,
+                        )?;
+                        takeover_records = records;
+                        format!("held {point}, then killed {id} and its store process; {took}")
+                    }
+                }
             }
             StatementAction::Reset => {
                 self.proxy(victim)?.release(Release::Close);
@@ -335,12 +417,14 @@ impl Run<'_> {
         if let Some(sql) = sql {
             self.struck_statements.push((sql, strike.after_reply));
         }
-        Ok(StrikeRecord {
+        let mut records = vec![StrikeRecord {
             strike: Strike::Statement(strike),
             label,
             fired: true,
             what: hit,
-        })
+        }];
+        records.extend(takeover_records);
+        Ok(records)
     }
 
     /// Lets every held statement go (a drop: closes its connection)
