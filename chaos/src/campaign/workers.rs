@@ -600,20 +600,25 @@ pub fn strike_point_counts(
     counting_trial(cfg, backend, scratch, db, WorkerPlan::default()).map(|c| c.requests)
 }
 
-/// The crash points of the heir's takeover after [`kill_before_takeover`]
-/// (agentstore in-process), what [`takeover_every_plans`] enumerates:
-/// counted in a trial whose takeover kill is armed past any point it has,
-/// the same path the plans take.
+/// The strike points of the heir's takeover after [`kill_before_takeover`],
+/// what [`takeover_every_plans`] enumerates: with `db` its statements,
+/// without agentstore in-process's crash points. Counted in a trial whose
+/// takeover kill is armed past any point it has, the same path the plans
+/// take.
 pub fn takeover_point_count(
     cfg: &WorkersConfig,
     backend: &dyn StoreBackend,
     scratch: &Path,
+    db: Option<&mut Database>,
 ) -> Result<usize, WorkersError> {
-    let plan = kill_before_takeover().then(Strike::TakeoverCrashPoint(usize::MAX), 0);
-    let counted = counting_trial(cfg, backend, scratch, None, plan)?;
+    let mut plan = kill_before_takeover().then(Strike::TakeoverStatement(usize::MAX), 0);
+    if db.is_none() {
+        plan = plan.at_crash_points();
+    }
+    let counted = counting_trial(cfg, backend, scratch, db, plan)?;
     counted.takeover.ok_or_else(|| {
         WorkersError::Harness(format!(
-            "the trial that counts a takeover's crash points took nothing over after {}",
+            "the trial that counts a takeover's strike points took nothing over after {}",
             kill_before_takeover()
         ))
     })

@@ -53,7 +53,8 @@ pub(crate) struct WorkersCli {
     repeat: usize,
     /// With --postgres: every statement strike (each action before each statement of each
     /// request of the first session's owner, and after each reply but a request's last),
-    /// counted in a strike-free trial, instead of a sample of them.
+    /// counted in a strike-free trial, and a kill before every statement of the heir's
+    /// takeover after `kill@3.1` (`kill@3.1+kill@take.S`), instead of a sample of them.
     #[arg(long, conflicts_with = "plan", help_heading = WHAT)]
     every_statement: bool,
     /// For agentstore in-process: a kill at every crash point (`kill@K.P`) of every request
@@ -314,22 +315,23 @@ pub(crate) fn run_workers(w: WorkersCli) -> Result<ExitCode, Failure> {
             .map_err(workers_failure("--every-point"))?;
         plans = workers::crash_point_every_plans(&counts);
         say_points("crash", "crash point", &counts, plans.len());
-        let points = workers::takeover_point_count(&cfg, backend.as_ref(), &scratch)
+        let points = workers::takeover_point_count(&cfg, backend.as_ref(), &scratch, None)
             .map_err(workers_failure("--every-point"))?;
         let takeovers = workers::takeover_every_plans(points);
-        println!(
-            "takeover crash points: {points} in the heir's takeover after {}, {} strike plan(s)",
-            workers::kill_before_takeover(),
-            takeovers.len()
-        );
-        plans.extend(takeovers);
+        say_takeover_points("crash point", points, takeovers.len());
+        plans.extend(takeovers.into_iter().map(WorkerPlan::at_crash_points));
     }
     if let (true, Some((db, _))) = (w.every_statement, database.as_mut()) {
-        let counts = workers::strike_point_counts(&cfg, backend.as_ref(), &scratch, Some(db))
+        let counts = workers::strike_point_counts(&cfg, backend.as_ref(), &scratch, Some(&mut *db))
             .map_err(workers_failure("--every-statement"))?;
         let every = workers::statement_plans(&counts);
         say_points("statement", "statement", &counts, every.len());
         plans.extend(every);
+        let points = workers::takeover_point_count(&cfg, backend.as_ref(), &scratch, Some(db))
+            .map_err(workers_failure("--every-statement"))?;
+        let takeovers = workers::takeover_every_plans(points);
+        say_takeover_points("statement", points, takeovers.len());
+        plans.extend(takeovers);
     }
     let describe = if w.postgres {
         "PostgreSQL (agentstore-pg) on a private cluster".to_string()
@@ -589,5 +591,12 @@ fn say_points(kind: &str, unit: &str, counts: &[usize], plans: usize) {
         "{kind} points: {} {unit}(s) in {} request(s) of a session's owner, {plans} strike plan(s)",
         counts.iter().sum::<usize>(),
         counts.len(),
+    );
+}
+
+fn say_takeover_points(unit: &str, points: usize, plans: usize) {
+    println!(
+        "takeover {unit}s: {points} in the heir's takeover after {}, {plans} strike plan(s)",
+        agentchaos::campaign::workers::kill_before_takeover(),
     );
 }

@@ -23,6 +23,7 @@ use super::{
 };
 use crate::agent::worker::{WorkerCommand, WorkerReply};
 use crate::history::WorkerEvent;
+use crate::nemesis::pgproxy::{StatementAction, StatementStrike};
 use crate::nemesis::workers::{Strike, WorkerPlan};
 
 /// The crash-point plans `agentchaos workers` runs by default for
@@ -67,19 +68,29 @@ pub fn crash_point_every_plans(counts: &[usize]) -> Vec<WorkerPlan> {
         .collect()
 }
 
-/// The owner's kill every takeover kill of `--every-point` follows
-/// (`kill@3.1`): inside its renewal before the first effect, so that the
-/// heir's takeover has an interrupted run to close and a call to mark.
+/// The owner's kill every takeover kill of `--every-point` and
+/// `--every-statement` follows (`kill@3.1`, spelled as a statement kill:
+/// [`WorkerPlan::at_crash_points`] makes it agentstore's): inside its
+/// renewal before the first effect, so that the heir's takeover has an
+/// interrupted run to close and a call to mark.
 pub fn kill_before_takeover() -> WorkerPlan {
-    WorkerPlan::one(Strike::CrashPoint(1), 3)
+    WorkerPlan::one(
+        Strike::Statement(StatementStrike {
+            action: StatementAction::Kill,
+            statement: 1,
+            after_reply: false,
+        }),
+        3,
+    )
 }
 
-/// A kill at each of the `points` crash points of the heir's takeover
+/// A kill at each of the `points` strike points of the heir's takeover
 /// after [`kill_before_takeover`] (from [`super::takeover_point_count`]):
-/// `kill@3.1+kill@take.Q`.
+/// `kill@3.1+kill@take.Q`, spelled as statement kills (for agentstore
+/// in-process, [`WorkerPlan::at_crash_points`] of each).
 pub fn takeover_every_plans(points: usize) -> Vec<WorkerPlan> {
     (1..=points)
-        .map(|q| kill_before_takeover().then(Strike::TakeoverCrashPoint(q), 0))
+        .map(|q| kill_before_takeover().then(Strike::TakeoverStatement(q), 0))
         .collect()
 }
 
