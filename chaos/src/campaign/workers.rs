@@ -920,6 +920,18 @@ impl Run<'_> {
         }
     }
 
+    /// SIGKILL of `victim` with its store process, so that neither reads
+    /// EOF first and shuts down as a service does, releasing its leases.
+    fn kill_with_its_store(&mut self, victim: usize) {
+        let w = &mut self.workers[victim];
+        crate::child::kill_tree(w.child.id());
+        let _ = w.child.wait();
+        self.states[victim] = State::Killed;
+        self.history.push(WorkerEvent::Killed {
+            worker: w.id.clone(),
+        });
+    }
+
     /// `worker` asks for `session`'s lease, and while `wait`ing asks again
     /// as long as it is held (at most `ttl_ms` and [`REPLY_TIMEOUT`]: then
     /// the store's failure). With `kill`, a kill is armed at that point of
@@ -1255,15 +1267,7 @@ impl Run<'_> {
                 Ok((Some(victim), hit))
             }
             Strike::Kill => {
-                let w = &mut self.workers[victim];
-                // With its store process, so that neither reads EOF first
-                // and shuts down as a service does, releasing its leases.
-                crate::child::kill_tree(w.child.id());
-                let _ = w.child.wait();
-                self.states[victim] = State::Killed;
-                self.history.push(WorkerEvent::Killed {
-                    worker: w.id.clone(),
-                });
+                self.kill_with_its_store(victim);
                 let heir = self.heir(victim)?;
                 let mut taken = 0;
                 for s in sessions

@@ -379,12 +379,7 @@ impl Run<'_> {
                         format!("held {point}, then {hit} (and its store process)")
                     }
                     Some((q, takeover_label)) => {
-                        let w = &mut self.workers[victim];
-                        crate::child::kill_tree(w.child.id());
-                        let _ = w.child.wait();
-                        self.states[victim] = State::Killed;
-                        self.history
-                            .push(WorkerEvent::Killed { worker: id.clone() });
+                        self.kill_with_its_store(victim);
                         let at = (q >= 1).then_some(KillAt::Statement(q));
                         let (records, took) = self.take_over_after_kill(
                             victim,
