@@ -230,10 +230,15 @@ impl Run<'_> {
         self.states[victim] = State::Killed;
         self.history
             .push(WorkerEvent::Killed { worker: id.clone() });
-        let takeover = takeover.map(|(q, label)| {
-            let at = NonZeroU64::new(q as u64).map(KillAt::CrashPoint);
-            (at, q, label)
-        });
+        let takeover = match takeover {
+            Some((q, label)) => {
+                let nth = NonZeroU64::new(q as u64).ok_or_else(|| {
+                    WorkersError::Harness(format!("{label}: crash points count from 1"))
+                })?;
+                Some((KillAt::CrashPoint(nth), label))
+            }
+            None => None,
+        };
         let (mut records, took) = self.take_over_after_kill(victim, takeover, sessions)?;
         records.insert(
             0,
@@ -248,15 +253,15 @@ impl Run<'_> {
     }
 
     /// After `victim`'s kill, its heir takes over every session it owned
-    /// once its lease expired; with `takeover` (where, the point's number
-    /// and the `kill@take.Q` label) the heir is killed at that point of
+    /// once its lease expired; with `takeover` (where, and the `kill@take.Q`
+    /// label) the heir is killed at that point of
     /// its first takeover and the next worker takes over from both. The
     /// takeover strike's record, if any, and what became of the sessions,
     /// in words.
     pub(super) fn take_over_after_kill(
         &mut self,
         victim: usize,
-        takeover: Option<(Option<KillAt>, usize, String)>,
+        takeover: Option<(KillAt, String)>,
         sessions: &mut [Served],
     ) -> Result<(Vec<StrikeRecord>, String), WorkersError> {
         let mut records = Vec::new();
@@ -265,11 +270,8 @@ impl Run<'_> {
         // an heir killed inside its takeover.
         let mut dead = vec![victim];
         let (mut taken, mut refused) = (0, Vec::new());
-        if let Some((at, q, takeover_label)) = takeover {
-            let at = at.ok_or_else(|| {
-                WorkersError::Harness(format!("{takeover_label}: points count from 1"))
-            })?;
-            let outcome = self.takeover_kill(victim, heir, at, q, takeover_label, sessions)?;
+        if let Some((at, takeover_label)) = takeover {
+            let outcome = self.takeover_kill(victim, heir, at, takeover_label, sessions)?;
             records.push(outcome.record);
             match outcome.then {
                 AfterTakeover::Killed { next } => {
@@ -316,7 +318,7 @@ impl Run<'_> {
     }
 
     /// Carries out `kill@take.Q` (`label`): `heir` takes over the first of
-    /// `victim`'s unfinished sessions with a kill armed `at` point `q` of
+    /// `victim`'s unfinished sessions with a kill armed `at` its point of
     /// each try (`try_acquire`): what it hit, and where it left the
     /// session.
     fn takeover_kill(
@@ -324,14 +326,16 @@ impl Run<'_> {
         victim: usize,
         heir: usize,
         at: KillAt,
-        q: usize,
         label: String,
         sessions: &mut [Served],
     ) -> Result<TakeoverKill, WorkersError> {
         let heir_id = self.workers[heir].id.clone();
-        let (strike, unit) = match at {
-            KillAt::CrashPoint(_) => (Strike::TakeoverCrashPoint(q), "crash point"),
-            KillAt::Statement(_) => (Strike::TakeoverStatement(q), "statement"),
+        let (strike, unit, q) = match at {
+            KillAt::CrashPoint(p) => {
+                let q = p.get() as usize;
+                (Strike::TakeoverCrashPoint(q), "crash point", q)
+            }
+            KillAt::Statement(q) => (Strike::TakeoverStatement(q), "statement", q),
         };
         let record = |fired, what| StrikeRecord {
             strike,

@@ -380,10 +380,9 @@ impl Run<'_> {
                     }
                     Some((q, takeover_label)) => {
                         self.kill_with_its_store(victim);
-                        let at = (q >= 1).then_some(KillAt::Statement(q));
                         let (records, took) = self.take_over_after_kill(
                             victim,
-                            Some((at, q, takeover_label)),
+                            Some((KillAt::Statement(q), takeover_label)),
                             sessions,
                         )?;
                         takeover_records = records;
