@@ -18,7 +18,7 @@ use nix::unistd::Pid;
 use super::{KillAt, Run, Served, State, StrikeRecord, Target, WorkersError, REPLY_TIMEOUT};
 use crate::agent::worker::{WorkerCommand, WorkerReply};
 use crate::history::WorkerEvent;
-use crate::nemesis::pgproxy::{Proxy, Release, StatementAction, StatementStrike};
+use crate::nemesis::pgproxy::{Held, Proxy, Release, StatementAction, StatementStrike};
 use crate::nemesis::workers::{Strike, WorkerPlan};
 use agentstore_pg::cluster::Cluster;
 
@@ -141,6 +141,14 @@ pub(super) struct HeldStatement {
     command: WorkerCommand,
 }
 
+/// What became of a request sent with its proxy armed ([`Run::send_armed`]).
+enum Armed {
+    /// The proxy holds the statement the strike names.
+    Held(Held),
+    /// The request ended first: its reply's line.
+    Answered(String),
+}
+
 /// Every statement plan of `counts` (the statements of each request of a
 /// session's owner, from [`super::strike_point_counts`]): each action before
 /// each statement and after each reply but the request's last.
@@ -205,6 +213,48 @@ impl Run<'_> {
         Ok(0)
     }
 
+    /// Sends `command` to `worker` with its proxy armed with `strike`, and
+    /// waits until the proxy holds the statement it names or the request
+    /// ended first (its reply's line; the proxy's count kept, disarmed).
+    fn send_armed(
+        &mut self,
+        worker: usize,
+        strike: StatementStrike,
+        command: &WorkerCommand,
+    ) -> Result<Armed, WorkersError> {
+        self.proxy(worker)?.arm(Some(strike));
+        self.workers[worker].send(command)?;
+        let deadline = Instant::now() + REPLY_TIMEOUT;
+        loop {
+            if let Some(held) = self.proxy(worker)?.held() {
+                return Ok(Armed::Held(held));
+            }
+            if let Some(line) = self.workers[worker].answered() {
+                self.proxy(worker)?.release(Release::Forward);
+                return Ok(Armed::Answered(line));
+            }
+            if Instant::now() > deadline {
+                return Err(self.workers[worker].broken(format!(
+                    "neither a reply to {command:?} nor its statement {} within {}s",
+                    strike.statement,
+                    REPLY_TIMEOUT.as_secs()
+                )));
+            }
+            std::thread::sleep(HOLD_POLL);
+        }
+    }
+
+    /// Kills the store process `held` before a statement (the connection's
+    /// peer), so that the statement is never sent, and closes the held
+    /// connection; the worker's own process is the caller's to kill.
+    fn kill_held_store(&mut self, worker: usize, held: Held) -> Result<(), WorkersError> {
+        if let Some(peer) = held.peer {
+            let _ = kill(Pid::from_raw(peer), Signal::SIGKILL);
+        }
+        self.proxy(worker)?.release(Release::Close);
+        Ok(())
+    }
+
     /// Sends `command` to `worker` with its proxy armed to hold the
     /// `statement`-th statement: the reply when the request ended first,
     /// or None when it got there and the harness killed the worker and
@@ -215,38 +265,22 @@ impl Run<'_> {
         statement: usize,
         command: &WorkerCommand,
     ) -> Result<Option<WorkerReply>, WorkersError> {
-        self.proxy(worker)?.arm(Some(StatementStrike {
+        let strike = StatementStrike {
             action: StatementAction::Kill,
             statement,
             after_reply: false,
-        }));
-        self.workers[worker].send(command)?;
-        let deadline = Instant::now() + REPLY_TIMEOUT;
-        loop {
-            if let Some(held) = self.proxy(worker)?.held() {
-                if let Some(peer) = held.peer {
-                    let _ = kill(Pid::from_raw(peer), Signal::SIGKILL);
-                }
+        };
+        match self.send_armed(worker, strike, command)? {
+            Armed::Held(held) => {
+                self.kill_held_store(worker, held)?;
                 let w = &mut self.workers[worker];
                 crate::child::kill_tree(w.child.id());
                 let _ = w.child.wait();
-                self.proxy(worker)?.release(Release::Close);
-                return Ok(None);
+                Ok(None)
             }
-            if let Some(line) = self.workers[worker].answered() {
-                // Disarmed, its count kept: the statements the try sent.
-                self.proxy(worker)?.release(Release::Forward);
-                return serde_json::from_str(&line).map(Some).map_err(|e| {
-                    self.workers[worker].broken(format!("unreadable reply {line:?}: {e}"))
-                });
-            }
-            if Instant::now() > deadline {
-                return Err(self.workers[worker].broken(format!(
-                    "neither a reply to {command:?} nor its statement {statement} within {}s",
-                    REPLY_TIMEOUT.as_secs()
-                )));
-            }
-            std::thread::sleep(HOLD_POLL);
+            Armed::Answered(line) => serde_json::from_str(&line).map(Some).map_err(|e| {
+                self.workers[worker].broken(format!("unreadable reply {line:?}: {e}"))
+            }),
         }
     }
 
@@ -294,20 +328,14 @@ impl Run<'_> {
             },
             strike.statement,
         );
-        self.proxy(victim)?.arm(Some(strike));
         let command = WorkerCommand::Step {
             session: name.clone(),
         };
-        self.workers[victim].send(&command)?;
-        let deadline = Instant::now() + REPLY_TIMEOUT;
-        let held = loop {
-            if let Some(held) = self.proxy(victim)?.held() {
-                break held;
-            }
-            if let Some(line) = self.workers[victim].answered() {
+        let held = match self.send_armed(victim, strike, &command)? {
+            Armed::Held(held) => held,
+            Armed::Answered(line) => {
                 // The request ended before the point.
                 let count = self.proxy(victim)?.count();
-                self.proxy(victim)?.release(Release::Forward);
                 self.record_reply(victim, &name, &line, sessions)?;
                 let mut records = vec![StrikeRecord {
                     strike: Strike::Statement(strike),
@@ -318,14 +346,6 @@ impl Run<'_> {
                 records.extend(not_reached(takeover));
                 return Ok(records);
             }
-            if Instant::now() > deadline {
-                return Err(self.workers[victim].broken(format!(
-                    "neither a reply nor its statement {} within {}s",
-                    strike.statement,
-                    REPLY_TIMEOUT.as_secs()
-                )));
-            }
-            std::thread::sleep(HOLD_POLL);
         };
         let holds_lock = matches!(
             strike.action,
@@ -369,10 +389,7 @@ impl Run<'_> {
                 format!("{what} {point}; {} took it over", self.workers[heir].id)
             }
             StatementAction::Kill => {
-                if let Some(peer) = held.peer {
-                    let _ = kill(Pid::from_raw(peer), Signal::SIGKILL);
-                }
-                self.proxy(victim)?.release(Release::Close);
+                self.kill_held_store(victim, held)?;
                 match takeover {
                     None => {
                         let (_, hit) = self.strike(Strike::Kill, &label, None, sessions)?;
