@@ -214,7 +214,7 @@ fn no_fdatasync_is_caught() {
     );
     assert!(
         text.contains("VIOLATION log-prefix in small")
-            && text.contains("found: damage: damaged STATE/sessions/session/events.jsonl")
+            && text.contains("found: damage: damaged sessions/session/events.jsonl")
             && text.contains("a valid line starts"),
         "{text}"
     );

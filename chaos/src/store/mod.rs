@@ -519,7 +519,10 @@ fn observe_reference(paths: &SessionPaths) -> StoreResult<Observation> {
     // close cuts and a crash leaves.
     let mut logical = bytes.len();
     if !bytes.is_empty() {
-        let mut scanner = Scanner::new(&bytes[..], &events, LogPosition::START);
+        // Named from the store's root, so that a message about the log reads
+        // the same in every trial directory and every replay.
+        let shown = events.strip_prefix(paths.root()).unwrap_or(&events);
+        let mut scanner = Scanner::new(&bytes[..], shown, LogPosition::START);
         loop {
             match scanner.next_record() {
                 Ok(Some((offset, rec))) => {
@@ -848,6 +851,37 @@ mod tests {
         );
         assert!(store.context(None).unwrap().contains("<recovery>"));
         assert_eq!(store.events(Some(3)).unwrap().len(), 2);
+    }
+
+    #[test]
+    fn damage_is_named_from_the_store_root_so_every_trial_words_it_alike() {
+        let dir = tempfile::tempdir().unwrap();
+        let spec = spec_in(dir.path());
+        let backend = ReferenceBackend::default();
+        let mut store = backend.open(&spec).unwrap();
+        store
+            .append(&Event::RunStarted {
+                run_id: "r1".into(),
+            })
+            .unwrap();
+        store
+            .append(&Event::UserMessage {
+                parent: None,
+                text: "hi".into(),
+            })
+            .unwrap();
+        store.close().unwrap();
+        let events = SessionPaths::new(&spec.root, &session_id(&spec).unwrap()).events();
+        let mut bytes = std::fs::read(&events).unwrap();
+        // A flipped byte inside the first line: damage, not a torn tail.
+        bytes[10] ^= 0x20;
+        std::fs::write(&events, bytes).unwrap();
+        let damage = backend.observe(&spec).unwrap().damage.expect("damage");
+        assert!(damage.contains("sessions/s/events.jsonl"), "{damage}");
+        assert!(
+            !damage.contains(&*dir.path().to_string_lossy()),
+            "{damage}"
+        );
     }
 }
 
