@@ -79,11 +79,12 @@ fn agentstore_passes_every_state_of_every_model() {
     assert_eq!(power["recovered_through"], a.as_str());
 }
 
-/// Within a budget of crash points far below the ops, every (syscall
-/// kind, file role) pair the recordings reached gets a crash state right
-/// after one of its ops: the log's fdatasyncs, the checkpoint's and the
-/// blobs' fsyncs and renames, the directories' fsyncs. A budget below the
-/// site count says which sites it left out.
+/// Within a budget of crash points below the ops (sites take at most
+/// half of it), every (syscall kind, file role) pair the recordings
+/// reached gets a crash state right after one of its ops: the log's
+/// fdatasyncs, the checkpoint's and the blobs' fsyncs and renames, the
+/// directories' fsyncs. A budget below the site count says which sites it
+/// left out.
 #[test]
 fn a_sampled_campaign_reaches_every_durability_site() {
     let dir = tempfile::tempdir().unwrap();
@@ -99,7 +100,7 @@ fn a_sampled_campaign_reaches_every_durability_site() {
         "--powerloss-states",
         "1",
         "--powerloss-points",
-        "12",
+        "24",
         "--json",
         json.to_str().unwrap(),
     ]);
@@ -111,10 +112,10 @@ fn a_sampled_campaign_reaches_every_durability_site() {
     assert_eq!(power["durability_sites_reached"], sites, "{power}");
     let mut named = Vec::new();
     for sc in power["scenarios"].as_array().unwrap() {
-        assert_eq!(sc["crash_points"], 12, "{sc}");
+        assert_eq!(sc["crash_points"], 24, "{sc}");
         assert!(
-            sc["ops"].as_u64().unwrap() > 12 * 3,
-            "a budget far below the ops: {sc}"
+            sc["ops"].as_u64().unwrap() > 24 * 2,
+            "a budget below the ops: {sc}"
         );
         for s in sc["sites"].as_array().unwrap() {
             let k = s["crash_after"].as_u64().expect("every site reached");

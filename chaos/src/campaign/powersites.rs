@@ -5,8 +5,9 @@
 //! reached: `fdatasync log`, `rename checkpoint`, `fsync directory`,
 //! `rename blob`, … ([`sites`]). Within `--powerloss-points`, [`plan`]
 //! first takes, for every site, the crash point right after one of its ops
-//! (drawn from the seed), then spends the rest of the budget on a seeded
-//! sample of every other point, always with the first and the last.
+//! (drawn from the seed), in at most half of the budget, then spends the
+//! rest on a seeded sample of every other point, always with the first and
+//! the last.
 //!
 //! Owns: classifying an op into a site and choosing crash points. Never:
 //! builds or judges a state, or reads the store's files (it sees only the
@@ -165,8 +166,8 @@ fn role(path: &Path) -> String {
 
 /// The crash points to judge in `log` (ops applied), at most `max` of them
 /// (all when `None` or when there are fewer): the first and the last, one
-/// point right after an op of every site while the budget lasts, then a
-/// seeded sample of the rest. The same seed and name give the same plan.
+/// point right after an op of every site while half of the rest of the
+/// budget lasts, then a seeded sample of the rest. The same seed and name give the same plan.
 pub fn plan(log: &OpLog, max: Option<usize>, seed: u64, name: &str) -> Plan {
     let ops = log.ops.len();
     let found = sites(log);
@@ -192,9 +193,14 @@ pub fn plan(log: &OpLog, max: Option<usize>, seed: u64, name: &str) -> Plan {
 fn sample(ops: usize, found: &[SiteOps], max: usize, seed: u64, name: &str) -> Vec<usize> {
     let mut chosen: BTreeSet<usize> = [0, ops].into();
     let budget = max.max(2);
+    // Sites get at most half of the points between both ends. Right after a
+    // site's sync nothing unsynced is left to lose; a store that acknowledges
+    // before it syncs loses what it acknowledged between two sites, where
+    // only the seeded sample lands.
+    let for_sites = 2 + (budget - 2) / 2;
     let mut pick = Rng::derive(seed, name, 0x5349_5445);
     for s in found {
-        if chosen.len() >= budget {
+        if chosen.len() >= for_sites {
             break;
         }
         if !s.ops.iter().any(|i| chosen.contains(&(i + 1))) {
@@ -315,20 +321,48 @@ mod tests {
     }
 
     #[test]
-    fn every_site_gets_a_point_within_the_budget() {
+    fn every_site_gets_a_point_within_half_the_budget() {
         let log = log_with_one_checkpoint();
         for seed in 0..50 {
-            let plan = plan(&log, Some(6), seed, "s");
-            assert_eq!(plan.points.len(), 6, "seed {seed}: {plan:?}");
+            let plan = plan(&log, Some(10), seed, "s");
+            assert_eq!(plan.points.len(), 10, "seed {seed}: {plan:?}");
             assert!(
                 plan.sites.iter().all(|s| s.crash_after.is_some()),
                 "seed {seed}: {plan:?}"
             );
-            assert_eq!(plan, super::plan(&log, Some(6), seed, "s"), "same seed");
+            assert_eq!(plan, super::plan(&log, Some(10), seed, "s"), "same seed");
         }
         let full = plan(&log, None, 1, "s");
         assert_eq!(full.points.len(), 88);
         assert!(full.sites.iter().all(|s| s.crash_after.is_some()));
+    }
+
+    /// Ten sites, each one fsync of its own file, then 100 writes of a log
+    /// that is never synced: what a store acknowledging before it syncs
+    /// leaves. With 8 points, the sites could take every point between
+    /// both ends; half of them must land among the writes all the same.
+    #[test]
+    fn half_the_budget_is_sampled_between_the_sites() {
+        let mut ops: Vec<Op> = (0..10)
+            .map(|n| Op::Fsync {
+                path: p(&format!("db-{}", "abcdefghij".as_bytes()[n] as char)),
+            })
+            .collect();
+        ops.extend((0..100).map(|offset| Op::Write {
+            path: p("log"),
+            offset,
+            data: crate::nemesis::powerloss::Bytes(vec![b'x']),
+        }));
+        let log = OpLog::from_ops(ops);
+        assert_eq!(sites(&log).len(), 10);
+        for seed in 0..50 {
+            let plan = plan(&log, Some(8), seed, "s");
+            assert_eq!(plan.points.len(), 8, "seed {seed}: {plan:?}");
+            let among_writes = plan.points.iter().filter(|&&k| k > 10 && k < 110).count();
+            assert!(among_writes >= 1, "seed {seed}: {plan:?}");
+            let reached = plan.sites.iter().filter(|s| s.crash_after.is_some()).count();
+            assert!(reached >= 3, "seed {seed}: {plan:?}");
+        }
     }
 
     #[test]
