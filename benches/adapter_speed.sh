@@ -12,8 +12,9 @@
 #
 # Stores: agentstore in-process, the Rust reference adapter
 # (`agentchaos reference-adapter`), the Python kit's hello store, the Node
-# kit's hello store (each skipped, saying so, when its runtime or kit is
-# missing). Under the defaults the power-loss nemesis runs on one crash
+# kit's hello store, LangGraph's SqliteSaver through the Python kit and
+# LangGraph.js's SqliteSaver through the Node kit (each skipped, saying so,
+# when its runtime, kit or package is missing). Under the defaults the power-loss nemesis runs on one crash
 # point and one state: trials/s counts the trials only.
 # Prints a Markdown table: store, nemeses, build, trials/s, ratio to the
 # in-process runs of the same build and nemeses (the mean of the run before
@@ -47,6 +48,20 @@ if command -v node >/dev/null && [ -d "$N/node_modules" ]; then
 node hello|node $N/examples/hello_store.mjs"
 else
     echo "adapter_speed: no node or no $N/node_modules (npm ci --prefix $N): skipped" >&2
+fi
+LG=chaos/adapters/langgraph
+if PYTHONPATH=$K python3 -c 'import agentchaos_adapter, langgraph.checkpoint.sqlite' 2>/dev/null; then
+    stores="$stores
+langgraph|env PYTHONPATH=$K python3 $LG/adapter.py"
+else
+    echo "adapter_speed: LangGraph does not import (pip install -r $LG/requirements.txt): skipped" >&2
+fi
+LGJS=chaos/adapters/langgraphjs
+if command -v node >/dev/null && [ -d "$LGJS/node_modules" ]; then
+    stores="$stores
+langgraph.js|node $LGJS/adapter.mjs"
+else
+    echo "adapter_speed: no node or no $LGJS/node_modules (npm ci --prefix $LGJS): skipped" >&2
 fi
 
 # run BUILD_DIR NEMESES ADAPTER_LINE JSON: one campaign, its JSON report.
@@ -94,7 +109,7 @@ for nem in points defaults; do
             rate=$1 procs=$2
             run "$dir" "$nem" "" "$OUT/base.json"
             set -- $(field "$OUT/base.json")
-            ratio=$(python3 -c "import sys; a,b,c=map(float,sys.argv[1:]); print('%.0f %%' % (100*a/((b+c)/2)) if b+c else '-')" "$rate" "$prev" "$1")
+            ratio=$(python3 -c "import sys; a,b,c=map(float,sys.argv[1:]); r=100*a/((b+c)/2) if b+c else None; print('-' if r is None else ('%.1f %%' if r < 10 else '%.0f %%') % r)" "$rate" "$prev" "$1")
             echo "| $store | $nem | $name | $(printf %.1f "$rate") | $ratio | $procs |"
             prev=$1
         done
