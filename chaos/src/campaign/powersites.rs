@@ -360,7 +360,11 @@ mod tests {
             assert_eq!(plan.points.len(), 8, "seed {seed}: {plan:?}");
             let among_writes = plan.points.iter().filter(|&&k| k > 10 && k < 110).count();
             assert!(among_writes >= 1, "seed {seed}: {plan:?}");
-            let reached = plan.sites.iter().filter(|s| s.crash_after.is_some()).count();
+            let reached = plan
+                .sites
+                .iter()
+                .filter(|s| s.crash_after.is_some())
+                .count();
             assert!(reached >= 3, "seed {seed}: {plan:?}");
         }
     }

@@ -878,10 +878,7 @@ mod tests {
         std::fs::write(&events, bytes).unwrap();
         let damage = backend.observe(&spec).unwrap().damage.expect("damage");
         assert!(damage.contains("sessions/s/events.jsonl"), "{damage}");
-        assert!(
-            !damage.contains(&*dir.path().to_string_lossy()),
-            "{damage}"
-        );
+        assert!(!damage.contains(&*dir.path().to_string_lossy()), "{damage}");
     }
 }
 
