@@ -10,7 +10,7 @@ use crate::campaign::scratch::keep_trial;
 use std::path::Path;
 use std::time::Instant;
 
-use crate::campaign::trial::{self, TrialError};
+use crate::campaign::trial::{self, TrialDir, TrialError};
 use crate::check::evidence::Evidence;
 use crate::check::{self, Violation};
 use crate::coverage::{FaultedLife, Window};
@@ -83,8 +83,13 @@ fn run_and_check(
                     .map(|n| n as u64),
                 c => c.and_then(|c| c.hit()),
             };
-            let violations =
-                timing::timed(Part::Checker, || check::check(h, Some(&prepared.reference)));
+            let root = TrialDir { dir: dir.into() }.spec().root;
+            let violations = timing::timed(Part::Checker, || {
+                check::check(h, Some(&prepared.reference))
+                    .into_iter()
+                    .map(|v| v.rooted(&root))
+                    .collect::<Vec<_>>()
+            });
             let timeline = (!violations.is_empty()).then(|| {
                 Box::new(Timeline::of(
                     h,

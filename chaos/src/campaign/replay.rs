@@ -229,7 +229,15 @@ fn replay_in(
     });
     let _ = writeln!(narrative, "crash: {crash}");
     narrative.push_str(&story(&history));
-    let violations = check::check(&history, Some(&prepared.reference));
+    let root = crate::campaign::trial::TrialDir {
+        dir: trial_dir.clone(),
+    }
+    .spec()
+    .root;
+    let violations: Vec<_> = check::check(&history, Some(&prepared.reference))
+        .into_iter()
+        .map(|v| v.rooted(&root))
+        .collect();
     for v in &violations {
         narrative.push('\n');
         narrative.push_str(&explain(v, &prepared.source.scenario.name, &crash, &replay));

@@ -185,6 +185,28 @@ pub struct Violation {
     pub events: Vec<String>,
 }
 
+impl Violation {
+    /// Names every path under the trial's store root `root` `ROOT/…`, as
+    /// the syscall nemesis does, so that a finding reads the same in every
+    /// run and in its replay: a store's own messages (a refused open, an
+    /// agent that could not go on) name the files of its scratch directory.
+    pub fn rooted(mut self, root: &std::path::Path) -> Violation {
+        let root = root.display().to_string();
+        if root.is_empty() {
+            return self;
+        }
+        for text in [&mut self.expected, &mut self.found]
+            .into_iter()
+            .chain(self.events.iter_mut())
+        {
+            if text.contains(&root) {
+                *text = text.replace(&root, "ROOT");
+            }
+        }
+        self
+    }
+}
+
 /// What the crash-free run of the same scenario produced.
 #[derive(Debug, Clone)]
 pub struct Reference {
@@ -401,6 +423,28 @@ pub fn explain(v: &Violation, scenario: &str, crash_point: &str, replay: &str) -
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_finding_names_the_trials_store_root_root() {
+        let scratch = std::path::Path::new("/dev/shm/agentchaos-12-ab/000000-0000000018/root");
+        let rooted = v(
+            Invariant::ExactlyOnceOutcome,
+            "after life 0 gave up",
+            "life 1 resumes".into(),
+            format!(
+                "adapter refused open (damage): {}/sessions.db: malformed",
+                scratch.display()
+            ),
+            vec![format!("seq 0 session_created in {}", scratch.display())],
+        )
+        .rooted(scratch);
+        assert_eq!(
+            rooted.found,
+            "adapter refused open (damage): ROOT/sessions.db: malformed"
+        );
+        assert_eq!(rooted.events, ["seq 0 session_created in ROOT"]);
+        assert_eq!(rooted.expected, "life 1 resumes");
+    }
 
     #[test]
     fn names_are_stable_and_round_trip() {
