@@ -14,8 +14,9 @@
 # (`agentchaos reference-adapter`), the Python kit's hello store, the Node
 # kit's hello store, LangGraph's SqliteSaver through the Python kit and
 # LangGraph.js's SqliteSaver through the Node kit (each skipped, saying so,
-# when its runtime, kit or package is missing). Under the defaults the power-loss nemesis runs on one crash
-# point and one state: trials/s counts the trials only.
+# when its runtime, kit or package is missing). Under the defaults the
+# power-loss nemesis runs on one crash point and one state: trials/s counts
+# the trials only.
 # Prints a Markdown table: store, nemeses, build, trials/s, ratio to the
 # in-process runs of the same build and nemeses (the mean of the run before
 # the store's and the one after), adapter processes spawned / forked.

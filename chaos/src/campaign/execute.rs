@@ -10,9 +10,9 @@ use crate::campaign::scratch::keep_trial;
 use std::path::Path;
 use std::time::Instant;
 
-use crate::campaign::trial::{self, TrialDir, TrialError};
+use crate::campaign::trial::{self, TrialError};
 use crate::check::evidence::Evidence;
-use crate::check::{self, Violation};
+use crate::check::Violation;
 use crate::coverage::{FaultedLife, Window};
 use crate::history::{History, RunKind};
 use crate::nemesis::{Crash, Plan};
@@ -83,13 +83,8 @@ fn run_and_check(
                     .map(|n| n as u64),
                 c => c.and_then(|c| c.hit()),
             };
-            let root = TrialDir { dir: dir.into() }.spec().root;
-            let violations = timing::timed(Part::Checker, || {
-                check::check(h, Some(&prepared.reference))
-                    .into_iter()
-                    .map(|v| v.rooted(&root))
-                    .collect::<Vec<_>>()
-            });
+            let violations =
+                timing::timed(Part::Checker, || trial::judge(h, &prepared.reference, dir));
             let timeline = (!violations.is_empty()).then(|| {
                 Box::new(Timeline::of(
                     h,

@@ -167,7 +167,8 @@ fn role(path: &Path) -> String {
 /// The crash points to judge in `log` (ops applied), at most `max` of them
 /// (all when `None` or when there are fewer): the first and the last, one
 /// point right after an op of every site while half of the rest of the
-/// budget lasts, then a seeded sample of the rest. The same seed and name give the same plan.
+/// budget lasts, then a seeded sample of the rest. The same seed and name
+/// give the same plan.
 pub fn plan(log: &OpLog, max: Option<usize>, seed: u64, name: &str) -> Plan {
     let ops = log.ops.len();
     let found = sites(log);

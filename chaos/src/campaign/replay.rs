@@ -14,7 +14,7 @@ use crate::campaign::config::{replay_command, Config, ScenarioSource};
 use crate::campaign::describe::{describe_crash, describe_crashes};
 use crate::campaign::trial::{self, TrialError};
 use crate::check::explain;
-use crate::check::{self, Violation};
+use crate::check::Violation;
 use crate::history::{History, LifeEnd, RunKind};
 use crate::model::describe_record;
 use crate::nemesis::{Crash, Plan};
@@ -229,15 +229,7 @@ fn replay_in(
     });
     let _ = writeln!(narrative, "crash: {crash}");
     narrative.push_str(&story(&history));
-    let root = crate::campaign::trial::TrialDir {
-        dir: trial_dir.clone(),
-    }
-    .spec()
-    .root;
-    let violations: Vec<_> = check::check(&history, Some(&prepared.reference))
-        .into_iter()
-        .map(|v| v.rooted(&root))
-        .collect();
+    let violations = trial::judge(&history, &prepared.reference, &trial_dir);
     for v in &violations {
         narrative.push('\n');
         narrative.push_str(&explain(v, &prepared.source.scenario.name, &crash, &replay));
