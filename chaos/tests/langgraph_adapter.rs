@@ -9,6 +9,7 @@
 //! or the kit (it needs `jsonschema`); under `CI=true`, where `.ci/run`
 //! installs them, a missing package fails instead.
 
+use crate::campaign;
 use crate::python;
 
 use std::path::{Path, PathBuf};
@@ -586,4 +587,55 @@ fn the_kit_self_test_passes() {
             "{text}"
         );
     }
+}
+
+/// A sampled campaign of a shipped scenario under the crash points, once
+/// per recovery mode: recording intents as pending writes
+/// (`--recovery phases`) passes every claimed row; a stock graph's re-run
+/// of every unfinished node (`--recovery rerun`) applies a started or
+/// committed side effect again, and the finding's replay names the mode.
+#[test]
+fn a_sampled_campaign_passes_with_phases_and_fails_with_rerun() {
+    if !langgraph_available("a_sampled_campaign_passes_with_phases_and_fails_with_rerun") {
+        return;
+    }
+    let scenario =
+        Path::new(env!("CARGO_MANIFEST_DIR")).join("../scenarios/deploy-and-notify.json");
+    let campaign_of = |mode: &str| {
+        let adapter =
+            python::adapter_command(&adapter_dir().join("adapter.py"), &["--recovery", mode]);
+        campaign::run(
+            &scenario,
+            &[
+                "--adapter",
+                &adapter,
+                "--nemesis",
+                "points",
+                "--trials",
+                "24",
+            ],
+        )
+    };
+
+    let (code, report, stdout) = campaign_of("phases");
+    assert_eq!(code, 0, "{stdout}");
+    assert_eq!(report["trials"], 24, "{stdout}");
+    campaign::assert_rows(
+        &report,
+        "pass",
+        &["orphan_marking", "checkpoint_projection", "outcome"],
+        &stdout,
+    );
+
+    let (code, report, stdout) = campaign_of("rerun");
+    assert_eq!(code, 1, "{stdout}");
+    assert_eq!(report["error_count"], 0, "{stdout}");
+    let effect = campaign::first_violation(&report, "effect-at-most-once");
+    assert!(
+        effect["replay"]
+            .as_str()
+            .is_some_and(|r| r.contains("--plan kill@") && r.contains("--recovery rerun")),
+        "{effect}"
+    );
+    campaign::assert_rows(&report, "fail", &["orphan_marking", "outcome"], &stdout);
 }
