@@ -864,12 +864,6 @@ mod tests {
                 run_id: "r1".into(),
             })
             .unwrap();
-        store
-            .append(&Event::UserMessage {
-                parent: None,
-                text: "hi".into(),
-            })
-            .unwrap();
         store.close().unwrap();
         let events = SessionPaths::new(&spec.root, &session_id(&spec).unwrap()).events();
         let mut bytes = std::fs::read(&events).unwrap();
