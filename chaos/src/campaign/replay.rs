@@ -33,7 +33,8 @@ pub struct Replayed {
     pub timeline: Option<Box<Timeline>>,
 }
 
-fn story(h: &History) -> String {
+fn story(h: &History, root: &Path) -> String {
+    let trial_root = root.display().to_string();
     let mut s = String::new();
     for (i, life) in h.lives.iter().enumerate() {
         let acked = life.writes.iter().filter(|w| w.acked.is_some()).count();
@@ -44,7 +45,10 @@ fn story(h: &History) -> String {
                 (None, None) => "killed (SIGKILL) by the timer".to_string(),
             },
             LifeEnd::Exited(0) if life.done => "finished the scenario".to_string(),
-            LifeEnd::Exited(c) => format!("exited with status {c}: {}", life.stderr),
+            LifeEnd::Exited(c) => format!(
+                "exited with status {c}: {}",
+                life.stderr.replace(&trial_root, "ROOT")
+            ),
             LifeEnd::Signaled(sig) => format!("died of signal {sig}"),
             LifeEnd::Hung => "hung and was killed by the watchdog".to_string(),
         };
@@ -228,7 +232,11 @@ fn replay_in(
             .map(TrialError::from)
     });
     let _ = writeln!(narrative, "crash: {crash}");
-    narrative.push_str(&story(&history));
+    let root = trial::TrialDir {
+        dir: trial_dir.clone(),
+    }
+    .root();
+    narrative.push_str(&story(&history, &root));
     let violations = trial::judge(&history, &prepared.reference, &trial_dir);
     for v in &violations {
         narrative.push('\n');

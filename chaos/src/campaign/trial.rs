@@ -109,9 +109,13 @@ pub struct TrialDir {
 }
 
 impl TrialDir {
+    /// The store root of the trial's session.
+    pub fn root(&self) -> PathBuf {
+        self.dir.join("root")
+    }
     pub fn spec(&self) -> SessionSpec {
         SessionSpec {
-            root: self.dir.join("root"),
+            root: self.root(),
             session: "session".to_string(),
             workspace: self.dir.join("ws"),
         }
@@ -137,7 +141,7 @@ impl TrialDir {
 /// The violations of a trial's history `h`, run in `dir`, with every path
 /// under its store root written `ROOT/…` ([`Violation::rooted`]).
 pub fn judge(h: &History, reference: &Reference, dir: &Path) -> Vec<Violation> {
-    let root = TrialDir { dir: dir.into() }.spec().root;
+    let root = TrialDir { dir: dir.into() }.root();
     check::check(h, Some(reference))
         .into_iter()
         .map(|v| v.rooted(&root))
