@@ -10,9 +10,9 @@ use crate::campaign::scratch::keep_trial;
 use std::path::Path;
 use std::time::Instant;
 
-use crate::campaign::trial::{self, TrialError};
+use crate::campaign::trial::{self, TrialDir, TrialError};
 use crate::check::evidence::Evidence;
-use crate::check::Violation;
+use crate::check::{self, Violation};
 use crate::coverage::{FaultedLife, Window};
 use crate::history::{History, RunKind};
 use crate::nemesis::{Crash, Plan};
@@ -83,8 +83,10 @@ fn run_and_check(
                     .map(|n| n as u64),
                 c => c.and_then(|c| c.hit()),
             };
-            let violations =
-                timing::timed(Part::Checker, || trial::judge(h, &prepared.reference, dir));
+            let root = TrialDir { dir: dir.into() }.root();
+            let violations = timing::timed(Part::Checker, || {
+                check::check_rooted(h, &prepared.reference, &root)
+            });
             let timeline = (!violations.is_empty()).then(|| {
                 Box::new(Timeline::of(
                     h,

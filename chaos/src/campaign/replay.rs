@@ -14,7 +14,7 @@ use crate::campaign::config::{replay_command, Config, ScenarioSource};
 use crate::campaign::describe::{describe_crash, describe_crashes};
 use crate::campaign::trial::{self, TrialError};
 use crate::check::explain;
-use crate::check::Violation;
+use crate::check::{self, Violation};
 use crate::history::{History, LifeEnd, RunKind};
 use crate::model::describe_record;
 use crate::nemesis::{Crash, Plan};
@@ -237,7 +237,7 @@ fn replay_in(
     }
     .root();
     narrative.push_str(&story(&history, &root));
-    let violations = trial::judge(&history, &prepared.reference, &trial_dir);
+    let violations = check::check_rooted(&history, &prepared.reference, &root);
     for v in &violations {
         narrative.push('\n');
         narrative.push_str(&explain(v, &prepared.source.scenario.name, &crash, &replay));

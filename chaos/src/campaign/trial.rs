@@ -40,7 +40,6 @@ use std::time::{Duration, Instant};
 use crate::agent::wire::{parse_line, ChildLine};
 use crate::agent::world::World;
 use crate::agent::{self, tools};
-use crate::check::{self, Reference, Violation};
 use crate::history::{
     Append, History, Life, LifeEnd, RecoveryReport, RunKind, SyncLine, SyscallLife,
 };
@@ -136,16 +135,6 @@ impl TrialDir {
     fn timings(&self, life: u32) -> PathBuf {
         self.dir.join(format!("life{life}.timings"))
     }
-}
-
-/// The violations of a trial's history `h`, run in `dir`, with every path
-/// under its store root written `ROOT/…` ([`Violation::rooted`]).
-pub fn judge(h: &History, reference: &Reference, dir: &Path) -> Vec<Violation> {
-    let root = TrialDir { dir: dir.into() }.root();
-    check::check(h, Some(reference))
-        .into_iter()
-        .map(|v| v.rooted(&root))
-        .collect()
 }
 
 /// Runs one trial in `dir` (created empty by the caller's parent; must not

@@ -237,6 +237,15 @@ fn v(
     }
 }
 
+/// [`check`] of a trial whose store root was `root`, with every path under
+/// it written `ROOT/…` in the findings ([`Violation::rooted`]).
+pub fn check_rooted(h: &History, reference: &Reference, root: &std::path::Path) -> Vec<Violation> {
+    check(h, Some(reference))
+        .into_iter()
+        .map(|v| v.rooted(root))
+        .collect()
+}
+
 /// Checks every invariant on one trial. `reference` is `None` for the trace run itself.
 pub fn check(h: &History, reference: Option<&Reference>) -> Vec<Violation> {
     let mut out = Vec::new();
