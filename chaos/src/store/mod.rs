@@ -798,17 +798,23 @@ mod tests {
         assert_eq!(texts, ["a", "b", "c"]);
     }
 
-    #[test]
-    fn reference_store_appends_recovers_and_is_observed_without_a_lock() {
-        let dir = tempfile::tempdir().unwrap();
-        let spec = spec_in(dir.path());
-        let backend = ReferenceBackend::default();
-        let mut store = backend.open(&spec).unwrap();
+    /// The reference store's session at `spec`, created with run `r1` started.
+    fn opened_with_a_run(backend: &ReferenceBackend, spec: &SessionSpec) -> Box<dyn SessionStore> {
+        let mut store = backend.open(spec).unwrap();
         store
             .append(&Event::RunStarted {
                 run_id: "r1".into(),
             })
             .unwrap();
+        store
+    }
+
+    #[test]
+    fn reference_store_appends_recovers_and_is_observed_without_a_lock() {
+        let dir = tempfile::tempdir().unwrap();
+        let spec = spec_in(dir.path());
+        let backend = ReferenceBackend::default();
+        let mut store = opened_with_a_run(&backend, &spec);
         let call = Event::ToolCall {
             parent: None,
             call_id: "c".into(),
@@ -858,13 +864,7 @@ mod tests {
         let dir = tempfile::tempdir().unwrap();
         let spec = spec_in(dir.path());
         let backend = ReferenceBackend::default();
-        let mut store = backend.open(&spec).unwrap();
-        store
-            .append(&Event::RunStarted {
-                run_id: "r1".into(),
-            })
-            .unwrap();
-        store.close().unwrap();
+        opened_with_a_run(&backend, &spec).close().unwrap();
         let events = SessionPaths::new(&spec.root, &session_id(&spec).unwrap()).events();
         let mut bytes = std::fs::read(&events).unwrap();
         // A flipped byte inside the first line: damage, not a torn tail.
