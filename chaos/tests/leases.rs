@@ -1,5 +1,8 @@
 //! The lease transitions of `agentchaos workers` under strikes (`slow@K`,
-//! `lapse@K`, `leave@K`, and a kill inside a renewal, `kill@K.P`): each of agentstore's faults on a lease path is
+//! `lapse@K`, `leave@K`, a kill inside a renewal, `kill@K.P`, and with
+//! `--postgres` a connection reset or dropped under its owner,
+//! `reset@K.S`, `drop@K.S`, and a pause inside its transaction,
+//! `pause@K.S`): each of agentstore's faults on a lease path is
 //! caught by its replay in 10 of 10 runs (`--repeat 10`), and the
 //! unmodified store passes the same plan in 10 of 10; the same for the
 //! PostgreSQL store's faults (`--postgres`, a private cluster the campaign
@@ -192,6 +195,64 @@ fn postgres_a_release_without_a_fence_is_caught() {
             "slow@3",
             "100,5000",
             "one-live-owner",
+        );
+    }
+}
+
+/// A write whose connection died in its `COMMIT` (the round trip reset
+/// before the server got it) must not be acknowledged on the store's
+/// word alone: the server rolled it back, and the acknowledged effect
+/// commit is missing from the log.
+#[test]
+fn postgres_a_lost_commit_taken_as_committed_is_caught() {
+    if postgres_here() {
+        caught_on(
+            &["--postgres"],
+            "lost-commit-assumed",
+            "reset@4.7",
+            "300",
+            "acked-survive-takeover",
+        );
+    }
+}
+
+/// A reconnect is not a new owner: the owner's renewal dropped (never
+/// sent) while the other worker took the session over, then its
+/// connection closed; a store that adopts the session's epoch on
+/// reconnecting renews the heir's lease for the zombie, which applies its
+/// effect again.
+#[test]
+fn postgres_a_reconnect_that_adopts_the_epoch_is_caught() {
+    if postgres_here() {
+        let out = caught_on(
+            &["--postgres"],
+            "reconnect-adopts-epoch",
+            "drop@3.1",
+            "300",
+            "fenced-epoch-refused",
+        );
+        assert!(
+            out.contains("VIOLATION effect-once-across-workers "),
+            "{out}"
+        );
+    }
+}
+
+/// A fence checked at one moment and relied on at another: a write that
+/// reads the session's epoch without locking its row, held inside its
+/// transaction after that read (`pause@4.3`) while the other worker takes
+/// the session over, commits after the newer grant and writes its stale
+/// lease over the heir's. The unmodified store locks the row, so the
+/// takeover waits for the held write instead.
+#[test]
+fn postgres_a_fence_without_the_row_lock_is_caught() {
+    if postgres_here() {
+        caught_on(
+            &["--postgres"],
+            "fence-without-row-lock",
+            "pause@4.3",
+            "300",
+            "fenced-epoch-refused",
         );
     }
 }

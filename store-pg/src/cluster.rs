@@ -64,6 +64,36 @@ pub enum ClusterError {
     Stop { pid: i32, how: String, secs: u64 },
     #[error("the cluster's server is not running")]
     NotRunning,
+    /// A query of the harness's own (never the store's) failed.
+    #[error("{what}: {why}")]
+    Query { what: String, why: String },
+}
+
+/// The harness's own connection to the cluster, which asks the server
+/// which client backends wait for a lock another transaction holds.
+pub struct LockWatch(postgres::Client);
+
+impl LockWatch {
+    /// How many client backends wait for a lock now
+    /// (`pg_stat_activity.wait_event_type = 'Lock'`).
+    pub fn waiting(&mut self) -> Result<i64, ClusterError> {
+        self.0
+            .query_one(
+                "SELECT count(*) FROM pg_stat_activity WHERE wait_event_type = 'Lock'",
+                &[],
+            )
+            .map(|row| row.get(0))
+            .map_err(|e| ClusterError::Query {
+                what: "ask which backends wait for a lock".into(),
+                why: e.to_string(),
+            })
+    }
+}
+
+impl std::fmt::Debug for LockWatch {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("LockWatch")
+    }
 }
 
 fn io(what: impl Into<String>) -> impl FnOnce(std::io::Error) -> ClusterError {
@@ -469,6 +499,16 @@ impl Cluster {
             out.push((pid, title));
         }
         Ok(out)
+    }
+
+    /// A connection that watches which backends wait for a lock.
+    pub fn lock_watch(&self) -> Result<LockWatch, ClusterError> {
+        postgres::Client::connect(&self.dsn(), postgres::NoTls)
+            .map(LockWatch)
+            .map_err(|e| ClusterError::Query {
+                what: "connect to watch the locks".into(),
+                why: e.to_string(),
+            })
     }
 
     /// Pids of the server's background processes (WAL writer, background

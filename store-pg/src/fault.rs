@@ -41,6 +41,16 @@ pub enum Fault {
     /// against the session's epoch: a fenced owner's close ends its
     /// successor's live lease.
     ReleaseWithoutFence,
+    /// A write whose connection died in its `COMMIT` is acknowledged
+    /// without asking the server whether it committed.
+    LostCommitAssumed,
+    /// A reconnecting connection adopts the session's current lease epoch,
+    /// whoever was granted it: a reconnect becomes the new owner.
+    ReconnectAdoptsEpoch,
+    /// A write reads the session row (its lease and epoch) without locking
+    /// it (no `FOR UPDATE`): the epoch is checked at one moment, and a
+    /// takeover that commits before this write's commit is overwritten.
+    FenceWithoutRowLock,
 }
 
 impl Fault {
@@ -85,6 +95,21 @@ impl Fault {
             Fault::ReleaseWithoutFence,
             "release-without-fence",
             "a fenced owner's close leaves its successor's lease alone",
+        ),
+        (
+            Fault::LostCommitAssumed,
+            "lost-commit-assumed",
+            "a write whose connection died is acknowledged only if the server committed it",
+        ),
+        (
+            Fault::ReconnectAdoptsEpoch,
+            "reconnect-adopts-epoch",
+            "a reconnect keeps its connection's epoch: it is not a new owner",
+        ),
+        (
+            Fault::FenceWithoutRowLock,
+            "fence-without-row-lock",
+            "a write's epoch check holds until it commits (the session row stays locked)",
         ),
     ];
 

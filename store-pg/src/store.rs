@@ -40,6 +40,8 @@ pub struct StoredEvent {
 
 /// An open session.
 pub struct PgStore {
+    /// Where `client` connects again when its connection dies.
+    dsn: String,
     client: Client,
     key: i64,
     session: String,
@@ -285,6 +287,44 @@ fn uncertain_call(call: &OpenCall) -> UncertainCall {
     }
 }
 
+/// How long a store waits for the server to say what became of a
+/// transaction whose connection died (its old backend ends it once it
+/// sees the connection closed).
+const OUTCOME_TIMEOUT: std::time::Duration = std::time::Duration::from_secs(30);
+
+/// A write transaction that did not commit.
+enum Attempt {
+    /// Refused by the rules or the lease, or failed by the database; the
+    /// connection lives and nothing was written.
+    Failed(StoreError),
+    /// The connection died under it. `txid`: its transaction's id, once
+    /// the server gave one; `at_commit`: what it wrote, when the connection
+    /// died in its `COMMIT` (the one place it may have committed).
+    Lost {
+        error: StoreError,
+        txid: Option<i64>,
+        at_commit: Option<Box<Written>>,
+    },
+}
+
+impl Attempt {
+    fn into_error(self) -> StoreError {
+        match self {
+            Attempt::Failed(e) | Attempt::Lost { error: e, .. } => e,
+        }
+    }
+}
+
+/// What a write transaction wrote, to take in once it committed.
+struct Written {
+    seqs: Vec<Seq>,
+    grant: Option<LeaseGrant>,
+    /// Its events, in seq order.
+    appended: Vec<Event>,
+    /// The fold with them.
+    projection: Projection,
+}
+
 /// What a leased open was granted, and the recovery it ran under the
 /// new epoch in the same transaction.
 #[derive(Debug, Clone, PartialEq)]
@@ -344,6 +384,7 @@ impl PgStore {
             key
         };
         let mut store = PgStore {
+            dsn: dsn.to_string(),
             client,
             key,
             session: session.to_string(),
@@ -356,7 +397,7 @@ impl PgStore {
             schema_version: agentchaos_protocol::event::SCHEMA_VERSION,
             workspace,
         };
-        store.transact(LeaseStep::PlainOpen, move |_| Ok(vec![created]))?;
+        store.transact(LeaseStep::PlainOpen, |_| Ok(vec![created.clone()]))?;
         let takeover = lease.map(|r| store.take_over(r)).transpose()?;
         Ok((store, takeover))
     }
@@ -392,6 +433,7 @@ impl PgStore {
             }
         };
         let mut store = PgStore {
+            dsn: dsn.to_string(),
             client,
             key,
             session: session.to_string(),
@@ -527,15 +569,13 @@ impl PgStore {
     /// Reads the events appended since this process last looked (outside
     /// any write transaction) and folds them.
     fn catch_up_outside(&mut self) -> Result<()> {
-        let (events, projection) = (&mut self.events, &mut self.projection);
-        fetch_and_fold(&mut self.client, self.key, events, projection)
+        self.reading(|s| fetch_and_fold(&mut s.client, s.key, &mut s.events, &mut s.projection))
     }
 
     /// Appends `event` after checking the rules (and, on a leased
     /// connection, the epoch); returns its seq once the transaction committed.
     pub fn append(&mut self, event: &Event) -> Result<Seq> {
-        let event = event.clone();
-        let (seqs, _) = self.transact(self.write_step(), move |_| Ok(vec![event]))?;
+        let (seqs, _) = self.transact(self.write_step(), |_| Ok(vec![event.clone()]))?;
         Ok(seqs[0])
     }
 
@@ -543,8 +583,7 @@ impl PgStore {
     /// against the fold of those before it): all of them are committed or
     /// none. Returns their seqs once the transaction committed.
     pub fn append_all(&mut self, events: &[Event]) -> Result<Vec<Seq>> {
-        let events = events.to_vec();
-        let (seqs, _) = self.transact(self.write_step(), move |_| Ok(events))?;
+        let (seqs, _) = self.transact(self.write_step(), |_| Ok(events.to_vec()))?;
         Ok(seqs)
     }
 
@@ -589,45 +628,123 @@ impl PgStore {
     /// let `build` decide the events from the current fold, check and
     /// insert each, write the lease and `next_seq`, commit. On success this
     /// process's fold includes them; on any error nothing of them was
-    /// written (or, when the commit's answer was lost, the next transaction
-    /// folds whatever the database kept). Returns the seqs and, for an
-    /// acquired or renewed lease, its grant.
+    /// written. Returns the seqs and, for an acquired or renewed lease, its
+    /// grant.
+    ///
+    /// When the connection dies under it, the store reconnects (the same
+    /// lease, the same epoch: a reconnect is not a new owner) and asks the
+    /// server what became of the transaction (`txid_status`): committed
+    /// (the connection died after the server took its `COMMIT`) is
+    /// success; anything else wrote nothing, and the transaction runs once
+    /// more on the new connection, fenced like the first.
     fn transact(
         &mut self,
         step: LeaseStep<'_>,
-        build: impl FnOnce(&Projection) -> Result<Vec<Event>>,
+        build: impl Fn(&Projection) -> Result<Vec<Event>>,
     ) -> Result<(Vec<Seq>, Option<LeaseGrant>)> {
-        let s = schema::schema_name();
-        let mut tx = self.client.transaction().map_err(StoreError::pg("begin"))?;
-        let row = tx
-            .query_one(
-                &format!(
-                    "SELECT lease_worker, lease_epoch, lease_granted_ms, lease_expires_ms,
-                        (extract(epoch FROM clock_timestamp()) * 1000)::bigint
-                     FROM {s}.sessions WHERE key = $1 FOR UPDATE"
-                ),
-                &[&self.key],
-            )
-            .map_err(StoreError::pg("lock the session"))?;
-        let mut lease = LeaseRow {
-            worker_id: row.get(0),
-            epoch: row.get::<_, i64>(1) as u64,
-            granted_at_ms: row.get::<_, i64>(2) as u64,
-            expires_at_ms: row.get::<_, i64>(3) as u64,
+        let (error, txid, at_commit) = match self.transact_once(step, &build) {
+            Ok(done) => return Ok(done),
+            Err(Attempt::Failed(e)) => return Err(e),
+            Err(Attempt::Lost {
+                error,
+                txid,
+                at_commit,
+            }) => (error, txid, at_commit),
         };
-        let now_ms = if fault::active(Fault::LeaseByWorkerClock) {
-            worker_clock_ms() // Broken on purpose: the worker's clock, not the database's.
+        self.reconnect(&error)?;
+        let committed = if fault::active(Fault::LostCommitAssumed) {
+            at_commit.is_some() // Broken on purpose: the server is not asked.
         } else {
-            row.get::<_, i64>(4) as u64
+            match txid {
+                Some(txid) => self.committed(txid, &error)?,
+                None => false,
+            }
         };
-        let grant = apply_lease_step(&self.session, step, &mut lease, now_ms)?;
-        fetch_and_fold(&mut tx, self.key, &mut self.events, &mut self.projection)?;
-        let events = build(&self.projection)?;
-        let mut projection = self.projection.clone();
-        let mut held = std::mem::take(&mut self.events);
-        let before = held.len();
-        let written = write_checked(&mut tx, self.key, &events, &mut projection, &mut held);
-        let written = written.and_then(|seqs| {
+        if !committed {
+            let step = self.held_epoch(step);
+            return self
+                .transact_once(step, &build)
+                .map_err(Attempt::into_error);
+        }
+        let written = at_commit.ok_or_else(|| {
+            StoreError::Io(format!(
+                "{error}; the server says its transaction committed, but this process never sent its COMMIT"
+            ))
+        })?;
+        Ok(self.keep(*written))
+    }
+
+    /// `step` fenced by the epoch this connection holds now (a retry's).
+    fn held_epoch<'a>(&self, step: LeaseStep<'a>) -> LeaseStep<'a> {
+        let Some(epoch) = self.lease.as_ref().map(|h| h.grant.epoch) else {
+            return step;
+        };
+        match step {
+            LeaseStep::Fence { .. } => LeaseStep::Fence { epoch },
+            LeaseStep::Renew { ttl_ms, .. } => LeaseStep::Renew { epoch, ttl_ms },
+            LeaseStep::Release { .. } => LeaseStep::Release { epoch },
+            other => other,
+        }
+    }
+
+    /// Takes in what a committed transaction wrote.
+    fn keep(&mut self, written: Written) -> (Vec<Seq>, Option<LeaseGrant>) {
+        self.events.extend(written.appended);
+        self.projection = written.projection;
+        (written.seqs, written.grant)
+    }
+
+    /// One try of [`PgStore::transact`]; a connection that died under it is
+    /// [`Attempt::Lost`], with what it would have written when it died in
+    /// the `COMMIT`.
+    fn transact_once(
+        &mut self,
+        step: LeaseStep<'_>,
+        build: &impl Fn(&Projection) -> Result<Vec<Event>>,
+    ) -> Result<(Vec<Seq>, Option<LeaseGrant>), Attempt> {
+        let s = schema::schema_name();
+        let key = self.key;
+        let mut txid = None;
+        // Where this try's own events start in `self.events`, once folded.
+        let mut mark = None;
+        let mut at_commit = None;
+        let lock = if fault::active(Fault::FenceWithoutRowLock) {
+            "" // Broken on purpose: the row is read, not locked.
+        } else {
+            " FOR UPDATE"
+        };
+        let result = (|| {
+            let mut tx = self.client.transaction().map_err(StoreError::pg("begin"))?;
+            let row = tx
+                .query_one(
+                    &format!(
+                        "SELECT lease_worker, lease_epoch, lease_granted_ms, lease_expires_ms,
+                            (extract(epoch FROM clock_timestamp()) * 1000)::bigint, txid_current()
+                         FROM {s}.sessions WHERE key = $1{lock}"
+                    ),
+                    &[&key],
+                )
+                .map_err(StoreError::pg("lock the session"))?;
+            txid = Some(row.get::<_, i64>(5));
+            let mut lease = LeaseRow {
+                worker_id: row.get(0),
+                epoch: row.get::<_, i64>(1) as u64,
+                granted_at_ms: row.get::<_, i64>(2) as u64,
+                expires_at_ms: row.get::<_, i64>(3) as u64,
+            };
+            let now_ms = if fault::active(Fault::LeaseByWorkerClock) {
+                worker_clock_ms() // Broken on purpose: the worker's clock, not the database's.
+            } else {
+                row.get::<_, i64>(4) as u64
+            };
+            let grant = apply_lease_step(&self.session, step, &mut lease, now_ms)?;
+            // What others appended is the database's, whatever becomes of
+            // this transaction: it stays folded.
+            fetch_and_fold(&mut tx, key, &mut self.events, &mut self.projection)?;
+            mark = Some(self.events.len());
+            let events = build(&self.projection)?;
+            let mut projection = self.projection.clone();
+            let seqs = write_checked(&mut tx, key, &events, &mut projection, &mut self.events)?;
             tx.execute(
                 &format!(
                     "UPDATE {s}.sessions SET next_seq = $2, lease_worker = $3, lease_epoch = $4,
@@ -635,7 +752,7 @@ impl PgStore {
                      WHERE key = $1"
                 ),
                 &[
-                    &self.key,
+                    &key,
                     &(projection.next_seq() as i64),
                     &lease.worker_id,
                     &(lease.epoch as i64),
@@ -644,20 +761,100 @@ impl PgStore {
                 ],
             )
             .map_err(StoreError::pg("advance next_seq and the lease"))?;
-            tx.commit().map_err(StoreError::pg("commit"))?;
-            Ok(seqs)
+            match tx.commit() {
+                Ok(()) => {
+                    self.projection = projection;
+                    Ok((seqs, grant))
+                }
+                Err(e) => {
+                    at_commit = Some((seqs, grant, projection));
+                    Err(StoreError::pg("commit")(e))
+                }
+            }
+        })();
+        let error = match result {
+            Ok(done) => return Ok(done),
+            Err(error) => error,
+        };
+        let appended = mark.map_or_else(Vec::new, |m| self.events.split_off(m));
+        if !self.client.is_closed() {
+            return Err(Attempt::Failed(error));
+        }
+        let at_commit = at_commit.map(|(seqs, grant, projection)| {
+            Box::new(Written {
+                seqs,
+                grant,
+                appended,
+                projection,
+            })
         });
-        match written {
-            Ok(seqs) => {
-                self.events = held;
-                self.projection = projection;
-                Ok((seqs, grant))
+        Err(Attempt::Lost {
+            error,
+            txid,
+            at_commit,
+        })
+    }
+
+    /// A new connection in place of one that died of `error`. It keeps
+    /// this connection's lease and epoch: a reconnect is not a new owner.
+    fn reconnect(&mut self, error: &StoreError) -> Result<()> {
+        self.client = schema::connect(&self.dsn)
+            .map_err(|e| StoreError::Io(format!("{error}; reconnecting: {e}")))?;
+        if fault::active(Fault::ReconnectAdoptsEpoch) {
+            // Broken on purpose: the session's epoch, whoever was granted it.
+            let s = schema::schema_name();
+            let row = self
+                .client
+                .query_one(
+                    &format!("SELECT lease_epoch FROM {s}.sessions WHERE key = $1"),
+                    &[&self.key],
+                )
+                .map_err(StoreError::pg("read the lease"))?;
+            if let Some(held) = &mut self.lease {
+                held.grant.epoch = row.get::<_, i64>(0) as u64;
             }
-            Err(e) => {
-                held.truncate(before);
-                self.events = held;
-                Err(e)
+        }
+        Ok(())
+    }
+
+    /// Whether transaction `txid`, whose connection died of `error`,
+    /// committed, by the server's word (`txid_status`). A transaction
+    /// still in progress is one whose old backend has not yet seen its
+    /// connection close; it ends either way, and the answer is waited for.
+    fn committed(&mut self, txid: i64, error: &StoreError) -> Result<bool> {
+        let deadline = std::time::Instant::now() + OUTCOME_TIMEOUT;
+        loop {
+            let status: Option<String> = self
+                .client
+                .query_one("SELECT txid_status($1)", &[&txid])
+                .map_err(StoreError::pg("ask what became of the lost transaction"))?
+                .get(0);
+            match status.as_deref() {
+                Some("committed") => return Ok(true),
+                Some("aborted") => return Ok(false),
+                Some("in progress") if std::time::Instant::now() < deadline => {
+                    std::thread::sleep(std::time::Duration::from_millis(5));
+                }
+                other => {
+                    return Err(StoreError::Io(format!(
+                        "{error}; transaction {txid} is {} after {}s: its outcome is unknown, the write is not acknowledged",
+                        other.unwrap_or("forgotten by the server"),
+                        OUTCOME_TIMEOUT.as_secs()
+                    )))
+                }
             }
+        }
+    }
+
+    /// Runs `read` (idempotent: a read, or an insert that does nothing the
+    /// second time) once more on a new connection when its connection died.
+    fn reading<T>(&mut self, read: impl Fn(&mut Self) -> Result<T>) -> Result<T> {
+        match read(self) {
+            Err(e) if self.client.is_closed() => {
+                self.reconnect(&e)?;
+                read(self)
+            }
+            other => other,
         }
     }
 
@@ -667,16 +864,17 @@ impl PgStore {
         let s = schema::schema_name();
         let from = after.map_or(0, |a| a as i64 + 1);
         let limit = limit.map_or(i64::MAX, |l| l.min(i64::MAX as u64) as i64);
-        let rows = self
-            .client
-            .query(
-                &format!(
-                    "SELECT seq, ts, event FROM {s}.events WHERE session_key = $1 AND seq >= $2
-                     ORDER BY seq LIMIT $3"
-                ),
-                &[&self.key, &from, &limit],
-            )
-            .map_err(StoreError::pg("read events"))?;
+        let rows = self.reading(|st| {
+            st.client
+                .query(
+                    &format!(
+                        "SELECT seq, ts, event FROM {s}.events WHERE session_key = $1 AND seq >= $2
+                         ORDER BY seq LIMIT $3"
+                    ),
+                    &[&st.key, &from, &limit],
+                )
+                .map_err(StoreError::pg("read events"))
+        })?;
         Ok(rows
             .iter()
             .map(|r| StoredEvent {
@@ -697,14 +895,16 @@ impl PgStore {
     pub fn put_blob(&mut self, bytes: &[u8]) -> Result<BlobRef> {
         let s = schema::schema_name();
         let digest = sha256_hex(bytes);
-        self.client
-            .execute(
-                &format!(
-                    "INSERT INTO {s}.blobs (digest, data) VALUES ($1, $2) ON CONFLICT (digest) DO NOTHING"
-                ),
-                &[&digest, &bytes],
-            )
-            .map_err(StoreError::pg("insert blob"))?;
+        self.reading(|st| {
+            st.client
+                .execute(
+                    &format!(
+                        "INSERT INTO {s}.blobs (digest, data) VALUES ($1, $2) ON CONFLICT (digest) DO NOTHING"
+                    ),
+                    &[&digest, &bytes],
+                )
+                .map_err(StoreError::pg("insert blob"))
+        })?;
         Ok(BlobRef {
             digest,
             size: bytes.len() as u64,
@@ -715,12 +915,14 @@ impl PgStore {
     pub fn get_blob(&mut self, reference: &BlobRef) -> Result<Vec<u8>> {
         let s = schema::schema_name();
         let row = self
-            .client
-            .query_opt(
-                &format!("SELECT data FROM {s}.blobs WHERE digest = $1"),
-                &[&reference.digest],
-            )
-            .map_err(StoreError::pg("read blob"))?
+            .reading(|st| {
+                st.client
+                    .query_opt(
+                        &format!("SELECT data FROM {s}.blobs WHERE digest = $1"),
+                        &[&reference.digest],
+                    )
+                    .map_err(StoreError::pg("read blob"))
+            })?
             .ok_or_else(|| StoreError::NotFound(format!("no blob {}", reference.digest)))?;
         let data: Vec<u8> = row.get(0);
         if sha256_hex(&data) != reference.digest || data.len() as u64 != reference.size {
@@ -740,9 +942,11 @@ impl PgStore {
         self.transact(self.write_step(), |_| Ok(Vec::new()))?;
         // CHECKPOINT needs superuser or pg_checkpoint; without it the WAL
         // alone still holds every committed event.
-        self.client
-            .batch_execute("CHECKPOINT")
-            .map_err(StoreError::pg("checkpoint"))?;
+        self.reading(|st| {
+            st.client
+                .batch_execute("CHECKPOINT")
+                .map_err(StoreError::pg("checkpoint"))
+        })?;
         Ok(self.projection.next_seq())
     }
 }

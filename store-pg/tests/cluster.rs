@@ -238,3 +238,49 @@ fn opening_a_session_waits_for_no_other_sessions_transaction() {
     .expect("append beside it");
     tx.rollback().expect("rollback");
 }
+
+/// A store whose connection the server ended (`pg_terminate_backend`)
+/// reconnects at its next write, under the same lease and epoch: the
+/// write is acknowledged once, and a renewal keeps the epoch. The
+/// reconnect is not a new owner: once another worker took the session
+/// over, the reconnected store's writes are fenced.
+#[test]
+fn a_store_whose_connection_died_reconnects_under_the_same_epoch() {
+    let Some(c) = cluster() else { return };
+    let ws = tempfile::tempdir().expect("workspace");
+    let root = ws.path().join("root");
+    let (mut a, t) = PgStore::create(&c.dsn(), &root, "s", ws.path(), Some(&lease("a", 0)))
+        .expect("create with a lease");
+    assert_eq!(t.expect("a grant").grant.epoch, 1);
+    let mut admin = postgres::Client::connect(&c.dsn(), postgres::NoTls).expect("connect");
+    let terminate_others = |admin: &mut postgres::Client| {
+        admin
+            .execute(
+                "SELECT pg_terminate_backend(pid) FROM pg_stat_activity
+                 WHERE backend_type = 'client backend' AND pid <> pg_backend_pid()",
+                &[],
+            )
+            .expect("terminate the store's backend")
+    };
+    assert_eq!(terminate_others(&mut admin), 1);
+    let seq = a
+        .append(&Event::RunStarted {
+            run_id: "r1".into(),
+        })
+        .expect("the write reconnects");
+    assert_eq!(seq, 1);
+    assert_eq!(a.renew_lease().expect("renew").epoch, 1);
+    let (_, t) = PgStore::open(&c.dsn(), &root, "s", None, Some(&lease("b", 600_000)))
+        .expect("take over the lapsed lease");
+    assert_eq!(t.expect("a grant").grant.epoch, 2);
+    terminate_others(&mut admin);
+    assert!(
+        matches!(
+            a.append(&Event::RunStarted {
+                run_id: "r2".into()
+            }),
+            Err(StoreError::Fenced(_))
+        ),
+        "a reconnect is not a new owner"
+    );
+}

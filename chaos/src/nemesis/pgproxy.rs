@@ -13,7 +13,9 @@
 //! counts the statements of that worker and holds the round trip the
 //! strike names: the S-th statement (`@K.S`), or the first round trip
 //! after the S-th statement's reply reached the worker (`@K.Sr`). The
-//! harness then decides what becomes of it ([`Release`]).
+//! harness then decides what becomes of it ([`Release`]): forwarded,
+//! never sent (the connection closed), or sent with the server's answer
+//! swallowed before the connection is closed (a lost reply).
 //!
 //! It also records the SQL text of every statement it counts (a `Query`'s,
 //! or the `Parse` an `Execute`'s `Bind` names), and of the statement an
@@ -48,24 +50,30 @@ pub enum StatementAction {
     Reset,
     /// Never forward the round trip, and keep the connection open.
     Drop,
+    /// Forward the round trip, then close both sides of the connection
+    /// once the server answered it, the answer never relayed: the worker
+    /// cannot tell whether its statement ran (a lost `COMMIT` reply).
+    Cut,
 }
 
 impl StatementAction {
     /// Every action, as a plan spells it.
-    pub const ALL: [StatementAction; 4] = [
+    pub const ALL: [StatementAction; 5] = [
         StatementAction::Pause,
         StatementAction::Kill,
         StatementAction::Reset,
         StatementAction::Drop,
+        StatementAction::Cut,
     ];
 
-    /// As a plan spells it: `pause`, `kill`, `reset`, `drop`.
+    /// As a plan spells it: `pause`, `kill`, `reset`, `drop`, `cut`.
     pub fn name(self) -> &'static str {
         match self {
             StatementAction::Pause => "pause",
             StatementAction::Kill => "kill",
             StatementAction::Reset => "reset",
             StatementAction::Drop => "drop",
+            StatementAction::Cut => "cut",
         }
     }
 
@@ -76,6 +84,7 @@ impl StatementAction {
             StatementAction::Kill => "statement-kill",
             StatementAction::Reset => "connection-reset",
             StatementAction::Drop => "connection-drop",
+            StatementAction::Cut => "lost-reply",
         }
     }
 }
@@ -131,6 +140,8 @@ pub enum Release {
     Forward,
     /// Close both sides of its connection, nothing forwarded.
     Close,
+    /// Forward it, swallow the server's answer, then close both sides.
+    LoseReply,
 }
 
 /// A held round trip.
@@ -367,6 +378,11 @@ fn relay(mut client: UnixStream, upstream: &Path, shared: Arc<Shared>) {
         return;
     };
     let (replies_in_tx, replies_locked) = (Arc::clone(&in_tx), Arc::clone(&locked));
+    // Set before a round trip whose answer is to be lost: the relay of
+    // replies swallows from then on, and says when the answer ended.
+    let muted = Arc::new(AtomicBool::new(false));
+    let replies_muted = Arc::clone(&muted);
+    let (answered, answer_ended) = std::sync::mpsc::channel::<()>();
     std::thread::spawn(move || {
         // Server to client, message by message: `ReadyForQuery` says
         // whether the connection is inside a transaction (status T or E).
@@ -377,6 +393,13 @@ fn relay(mut client: UnixStream, upstream: &Path, shared: Arc<Shared>) {
                 if idle {
                     replies_locked.store(false, Ordering::SeqCst);
                 }
+            }
+            if replies_muted.load(Ordering::SeqCst) {
+                if kind == b'Z' {
+                    let _ = answered.send(());
+                    return;
+                }
+                continue;
             }
             if to_client.write_all(&bytes).is_err() {
                 break;
@@ -448,11 +471,25 @@ fn relay(mut client: UnixStream, upstream: &Path, shared: Arc<Shared>) {
             while st.release.is_none() {
                 st = shared.changed.wait(st).unwrap_or_else(|e| e.into_inner());
             }
-            if st.release == Some(Release::Close) {
-                drop(st);
-                let _ = client.shutdown(Shutdown::Both);
-                let _ = server.shutdown(Shutdown::Both);
-                return;
+            match st.release {
+                Some(Release::Close) => {
+                    drop(st);
+                    let _ = client.shutdown(Shutdown::Both);
+                    let _ = server.shutdown(Shutdown::Both);
+                    return;
+                }
+                Some(Release::LoseReply) => {
+                    drop(st);
+                    muted.store(true, Ordering::SeqCst);
+                    if server.write_all(&group).is_ok() {
+                        // The server ran it and answered (or closed).
+                        let _ = answer_ended.recv();
+                    }
+                    let _ = client.shutdown(Shutdown::Both);
+                    let _ = server.shutdown(Shutdown::Both);
+                    return;
+                }
+                _ => {}
             }
         }
         drop(st);

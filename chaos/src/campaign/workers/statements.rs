@@ -1,5 +1,5 @@
 //! Statement strikes of the many-workers campaign (`pause@K.S`,
-//! `kill@K.Sr`, `reset@K.S`, `drop@K.S`, `--postgres` only): each worker
+//! `kill@K.Sr`, `reset@K.S`, `drop@K.S`, `cut@K.S`, `--postgres` only): each worker
 //! reaches the database through a proxy of its own
 //! ([`crate::nemesis::pgproxy`]), which holds the statement the strike
 //! names while the harness pauses, kills, resets or drops there. Also
@@ -15,12 +15,14 @@ use std::time::{Duration, Instant};
 use nix::sys::signal::{kill, Signal};
 use nix::unistd::Pid;
 
-use super::{KillAt, Run, Served, State, StrikeRecord, Target, WorkersError, REPLY_TIMEOUT};
+use super::{
+    cluster_err, KillAt, Run, Served, State, StrikeRecord, Target, WorkersError, REPLY_TIMEOUT,
+};
 use crate::agent::worker::{WorkerCommand, WorkerReply};
 use crate::history::WorkerEvent;
 use crate::nemesis::pgproxy::{Held, Proxy, Release, StatementAction, StatementStrike};
 use crate::nemesis::workers::{Strike, WorkerPlan};
-use agentstore_pg::cluster::Cluster;
+use agentstore_pg::cluster::{Cluster, LockWatch};
 
 /// How often the harness looks whether the proxy holds the statement or
 /// the request ended first (either is an observed state, never a timer).
@@ -174,15 +176,22 @@ pub fn statement_plans(counts: &[usize]) -> Vec<WorkerPlan> {
 /// The statement plans `agentchaos workers --postgres` runs by default:
 /// each action at least once, in the renewal before an effect (request 3:
 /// before its first statement, and after its `BEGIN`'s reply) and in the
-/// effect's commit (request 4, inside its transaction for the kill and the
-/// reset); and the heir of a kill killed in its takeover, before its
-/// `COMMIT` (statement 10) and right after it (11).
+/// effect's commit (request 4, inside its transaction for the kill, the
+/// reset and a pause once the session's row is locked, and at its
+/// `COMMIT`, statement 7, for the reset and the lost reply); a drop before the renewal, whose connection closes after
+/// another worker took over, so the store reconnects as a fenced owner;
+/// and the heir of a kill killed in its takeover, before its `COMMIT`
+/// (statement 10) and right after it (11).
 pub fn sampled_statement_plans() -> Vec<WorkerPlan> {
     [
         "pause@3.1",
         "pause@3.1r",
+        "pause@4.3",
         "kill@4.2",
         "reset@4.3",
+        "reset@4.7",
+        "cut@4.7",
+        "drop@3.1",
         "drop@4.1",
         "kill@3.1+kill@take.10",
         "kill@3.1+kill@take.11",
@@ -199,6 +208,16 @@ impl Run<'_> {
             .and_then(|d| d.proxies.as_ref())
             .ok_or_else(|| WorkersError::Harness("a statement strike needs the proxies".into()))?
             .of(worker)
+    }
+
+    /// The harness's own connection to the cluster, to see a backend wait
+    /// for a lock.
+    fn lock_watch(&self) -> Result<LockWatch, WorkersError> {
+        let db = self
+            .db
+            .as_deref()
+            .ok_or_else(|| WorkersError::Harness("a statement strike needs the database".into()))?;
+        db.cluster.lock_watch().map_err(cluster_err)
     }
 
     /// Starts a count of the strike points of the first session's owner's
@@ -347,12 +366,20 @@ impl Run<'_> {
                 return Ok(records);
             }
         };
-        let holds_lock = matches!(
-            strike.action,
-            StatementAction::Pause | StatementAction::Drop
-        );
         let sql = self.proxy(victim)?.struck_statement();
-        if held.locked && holds_lock {
+        if held.locked && strike.action == StatementAction::Pause {
+            let hit = self.pause_in_transaction(victim, &name, &point, command, sessions)?;
+            if let Some(sql) = sql {
+                self.struck_statements.push((sql, strike.after_reply));
+            }
+            return Ok(vec![StrikeRecord {
+                strike: Strike::Statement(strike),
+                label,
+                fired: true,
+                what: hit,
+            }]);
+        }
+        if held.locked && strike.action == StatementAction::Drop {
             // A takeover would wait on the held transaction's row lock.
             self.proxy(victim)?.release(Release::Forward);
             let reply = self.workers[victim].receive(&command)?;
@@ -362,7 +389,7 @@ impl Run<'_> {
                 label,
                 fired: false,
                 what: format!(
-                    "{point}: its transaction holds locks (it sent a statement since BEGIN: at least a share lock on each table it named, the session's row once locked) and the server ends no idle transaction (no idle_in_transaction_session_timeout), so another worker's open or takeover would wait for it while it is held"
+                    "{point}: its transaction holds locks (it sent a statement since BEGIN: at least a share lock on each table it named, the session's row once locked) and a dropped round trip is let go only once the session is finished, which a takeover waiting for those locks never lets happen"
                 ),
             }]);
         }
@@ -407,12 +434,20 @@ impl Run<'_> {
                     }
                 }
             }
-            StatementAction::Reset => {
-                self.proxy(victim)?.release(Release::Close);
+            StatementAction::Reset | StatementAction::Cut => {
+                let (release, what) = match strike.action {
+                    StatementAction::Reset => (Release::Close, "reset the connection of"),
+                    _ => (
+                        Release::LoseReply,
+                        "sent and lost the server's answer, then reset the connection, of",
+                    ),
+                };
+                self.proxy(victim)?.release(release);
                 let reply = self.workers[victim].receive(&command)?;
                 let more = self.record(victim, &name, reply, sessions);
-                // store-pg does not reconnect: the reset ends this owner's
-                // lease; it asks again, a new grant at a new epoch.
+                // A store that reconnects answers the request itself; one
+                // that does not refuses it, and the worker asks again: a
+                // new grant at a new epoch.
                 if !more {
                     if let Err(reply) = self.acquire_or_refused(victim, &name, true, ttl_ms)? {
                         return Err(WorkersError::Store(format!(
@@ -421,8 +456,10 @@ impl Run<'_> {
                     }
                     sessions[0].steps = 0;
                     sessions[0].finished = false;
+                    format!("{what} {point}; the store refused the request and {id} asked for {name} again")
+                } else {
+                    format!("{what} {point}; the store reconnected and answered the request")
                 }
-                format!("reset the connection of {point}; {id} asked for {name} again")
             }
         };
         if let Some(sql) = sql {
@@ -436,6 +473,109 @@ impl Run<'_> {
         }];
         records.extend(takeover_records);
         Ok(records)
+    }
+
+    /// A pause inside a transaction that holds locks (`pause@K.S` after
+    /// its `BEGIN` and a statement): the heir asks for the session while
+    /// the owner's transaction is open. A takeover that locks what the
+    /// held transaction locked (the session's row) waits for it, which the
+    /// server shows (the heir's backend waits for a lock): the owner is let
+    /// go first, its write ends before the takeover, and its next write
+    /// is the zombie's. A takeover that does not wait is granted while the
+    /// owner's transaction is open; the owner is let go after, and its
+    /// write ends after the newer grant. Either order is what the store
+    /// did, and the history records it as such.
+    fn pause_in_transaction(
+        &mut self,
+        victim: usize,
+        name: &str,
+        point: &str,
+        command: WorkerCommand,
+        sessions: &mut [Served],
+    ) -> Result<String, WorkersError> {
+        let id = self.workers[victim].id.clone();
+        self.states[victim] = State::Paused;
+        self.history
+            .push(WorkerEvent::Paused { worker: id.clone() });
+        let heir = self.heir(victim)?;
+        let heir_id = self.workers[heir].id.clone();
+        let ttl_ms = self.cfg.longest_ttl();
+        let mut watch = self.lock_watch()?;
+        let acquire = WorkerCommand::Acquire {
+            session: name.to_string(),
+        };
+        let deadline = Instant::now() + Duration::from_millis(ttl_ms) + REPLY_TIMEOUT;
+        let waited = loop {
+            self.workers[heir].send(&acquire)?;
+            let reply = loop {
+                if let Some(line) = self.workers[heir].answered() {
+                    break Some(line);
+                }
+                if watch.waiting().map_err(cluster_err)? > 0 {
+                    break None;
+                }
+                if Instant::now() > deadline {
+                    return Err(self.workers[heir].broken(format!(
+                        "neither a reply to {acquire:?} nor a wait for the held transaction's locks within {}s",
+                        REPLY_TIMEOUT.as_secs()
+                    )));
+                }
+                std::thread::sleep(HOLD_POLL);
+            };
+            let Some(line) = reply else { break true };
+            let reply: WorkerReply = serde_json::from_str(&line).map_err(|e| {
+                self.workers[heir].broken(format!("unreadable reply {line:?}: {e}"))
+            })?;
+            match reply {
+                WorkerReply::Held { .. } => std::thread::sleep(super::ACQUIRE_POLL),
+                WorkerReply::Granted { grant, records, .. } => {
+                    self.record_grant(heir, name, grant, records)?;
+                    break false;
+                }
+                other => {
+                    return Err(WorkersError::Store(format!(
+                        "{heir_id}: the store did not grant {name} a lease: {other:?}"
+                    )))
+                }
+            }
+        };
+        self.proxy(victim)?.release(Release::Forward);
+        let reply = self.workers[victim].receive(&command)?;
+        self.states[victim] = State::Running;
+        self.history
+            .push(WorkerEvent::Resumed { worker: id.clone() });
+        let more = reply.accepted();
+        self.history.push(WorkerEvent::Replied {
+            worker: id.clone(),
+            session: name.to_string(),
+            reply,
+        });
+        if waited {
+            // The takeover went on once the owner's transaction ended.
+            match self.workers[heir].receive(&acquire)? {
+                WorkerReply::Granted { grant, records, .. } => {
+                    self.record_grant(heir, name, grant, records)?
+                }
+                WorkerReply::Held { .. } => self.acquire(heir, name, true, ttl_ms)?,
+                other => {
+                    return Err(WorkersError::Store(format!(
+                        "{heir_id}: the store did not grant {name} a lease: {other:?}"
+                    )))
+                }
+            }
+        }
+        sessions[0].owner = heir;
+        sessions[0].steps = 0;
+        sessions[0].finished = false;
+        // The zombie writes on, as a real one would, until it is refused.
+        if more {
+            self.finish(victim, name)?;
+        }
+        Ok(if waited {
+            format!("held {point}, inside its transaction; {heir_id}'s takeover waited for its locks, so it was let go first, then {heir_id} took the session over")
+        } else {
+            format!("held {point}, inside its transaction; {heir_id} took the session over meanwhile, then it was let go")
+        })
     }
 
     /// Lets every held statement go (a drop: closes its connection)
