@@ -23,7 +23,14 @@
 //!   for the expiry, acquires, recovers (the run closed, the call marked
 //!   uncertain) and appends. Reported per session length: the lease wait
 //!   (about T by construction), open + recovery, the first acknowledged
-//!   append, and the total from death to that append.
+//!   append, and the total from death to that append;
+//! - **connection faults** (the PostgreSQL store alone: agentstore has no
+//!   connection): an owner's acknowledged append and a taken-over owner's
+//!   write refused `fenced`, each on a live connection and on one the
+//!   server ended right before the write (`pg_terminate_backend`, as a
+//!   server restart or a reset between client and server leaves it): the
+//!   store reconnects under the same lease and runs the write again.
+//!   [`CONNECTION_ROUNDS`] writes of each, interleaved; median and worst.
 //!
 //! It owns the private cluster it starts (unless given a DSN), a scratch
 //! directory for agentstore's sessions on the file system of the
@@ -55,10 +62,12 @@ pub const TAKEOVER_ROUNDS: usize = 3;
 /// The size of each appended event as JSON (what the PostgreSQL store
 /// keeps in its `event` column; agentstore frames it in a longer line).
 pub const EVENT_JSON_BYTES: usize = 200;
+/// Writes of each kind and connection state in the connection section.
+pub const CONNECTION_ROUNDS: usize = 20;
 /// Session lengths of the takeover section unless told otherwise.
 pub const DEFAULT_LENGTHS: [u64; 4] = [10, 100, 1_000, 10_000];
 /// The `format` field of the JSON report.
-pub const REPORT_FORMAT: u32 = 1;
+pub const REPORT_FORMAT: u32 = 2;
 /// The private cluster's `max_connections`: the append section holds
 /// `2 * (1 + 8 + 64)` connections at once (a server given by `--dsn` must
 /// allow as many).
@@ -176,6 +185,8 @@ pub enum BenchError {
         session: String,
         what: String,
     },
+    #[error("connection faults: {0}")]
+    Connection(String),
 }
 
 /// One append configuration's result.
@@ -240,6 +251,46 @@ pub struct TakeoverSection {
     pub rows: Vec<TakeoverRow>,
 }
 
+/// The state of a writer's connection right before its write.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum ConnectionState {
+    Alive,
+    /// The server ended it (`pg_terminate_backend`): the write finds it
+    /// dead, connects again and runs once more.
+    EndedByServer,
+}
+
+impl ConnectionState {
+    pub const ALL: [ConnectionState; 2] = [ConnectionState::Alive, ConnectionState::EndedByServer];
+
+    pub fn name(self) -> &'static str {
+        match self {
+            ConnectionState::Alive => "alive",
+            ConnectionState::EndedByServer => "ended by server",
+        }
+    }
+}
+
+/// One connection state of the connection section, in milliseconds.
+#[derive(Debug, Clone, Serialize, Deserialize)]
+pub struct ConnectionRow {
+    pub connection: ConnectionState,
+    /// The owner's append, acknowledged.
+    pub append_p50_ms: f64,
+    pub append_max_ms: f64,
+    /// A taken-over owner's append, refused `fenced`.
+    pub fenced_p50_ms: f64,
+    pub fenced_max_ms: f64,
+}
+
+/// The connection section.
+#[derive(Debug, Clone, Serialize, Deserialize)]
+pub struct ConnectionSection {
+    pub rounds: usize,
+    pub rows: Vec<ConnectionRow>,
+}
+
 /// A run's report (`--json`).
 #[derive(Debug, Clone, Serialize, Deserialize)]
 pub struct Report {
@@ -262,6 +313,7 @@ pub struct Report {
     pub baseline: String,
     pub appends: Vec<AppendRow>,
     pub takeover: TakeoverSection,
+    pub connection: ConnectionSection,
 }
 
 /// The run's servers and directories.
@@ -923,6 +975,125 @@ fn takeovers(env: &Env, lengths: &[u64], ttl: Duration) -> Result<TakeoverSectio
     })
 }
 
+/// `dsn` with `application_name` set, so the section can end exactly
+/// its own writers' connections (and never another client's, on a server
+/// given by `--dsn`).
+fn named_dsn(dsn: &str, name: &str) -> String {
+    if dsn.starts_with("postgres://") || dsn.starts_with("postgresql://") {
+        let sep = if dsn.contains('?') { '&' } else { '?' };
+        format!("{dsn}{sep}application_name={name}")
+    } else {
+        format!("{dsn} application_name={name}")
+    }
+}
+
+/// Ends every backend of `name`'s connections and waits until the server
+/// shows none: the next write finds its connection dead.
+fn end_connections(admin: &mut postgres::Client, name: &str) -> Result<(), BenchError> {
+    admin
+        .execute(
+            "SELECT pg_terminate_backend(pid) FROM pg_stat_activity WHERE application_name = $1",
+            &[&name],
+        )
+        .map_err(StoreError::pg("end the writer's connection"))?;
+    let deadline = Instant::now() + Duration::from_secs(30);
+    loop {
+        let left: i64 = admin
+            .query_one(
+                "SELECT count(*) FROM pg_stat_activity WHERE application_name = $1",
+                &[&name],
+            )
+            .map_err(StoreError::pg("look for the writer's backend"))?
+            .get(0);
+        if left == 0 {
+            return Ok(());
+        }
+        if Instant::now() > deadline {
+            return Err(BenchError::Connection(format!(
+                "the server still shows {left} backend(s) of {name} 30 s after pg_terminate_backend"
+            )));
+        }
+        std::thread::sleep(RETRY);
+    }
+}
+
+/// The connection section: an owner and a taken-over owner (fenced by an
+/// heir that took its session over) write, each on its own named
+/// connection, alive or ended by the server right before the write.
+fn connection_faults(env: &Env) -> Result<ConnectionSection, BenchError> {
+    let pid = std::process::id();
+    let owner_name = format!("agentstore-pg-bench-owner-{pid}");
+    let zombie_name = format!("agentstore-pg-bench-zombie-{pid}");
+    let long = lease("owner", Duration::from_secs(600));
+    let (mut owner, _) = PgStore::create(
+        &named_dsn(&env.dsn, &owner_name),
+        &env.pg_root,
+        "connection-owner",
+        &env.workspace,
+        Some(&long),
+    )?;
+    // The zombie's lease lapses at once; the heir takes the session over.
+    let (mut zombie, _) = PgStore::create(
+        &named_dsn(&env.dsn, &zombie_name),
+        &env.pg_root,
+        "connection-zombie",
+        &env.workspace,
+        Some(&lease("zombie", Duration::ZERO)),
+    )?;
+    let (_heir, _) = PgStore::open(
+        &env.dsn,
+        &env.pg_root,
+        "connection-zombie",
+        None,
+        Some(&lease("heir", Duration::from_secs(600))),
+    )?;
+    let mut admin = client(&env.dsn)?;
+    let event = message_of_json_size(EVENT_JSON_BYTES);
+    let mut times: Vec<(ConnectionState, Vec<f64>, Vec<f64>)> = ConnectionState::ALL
+        .iter()
+        .map(|&c| (c, Vec::new(), Vec::new()))
+        .collect();
+    for round in 0..CONNECTION_ROUNDS {
+        // Rotated per round, as the append section's slices are.
+        for i in 0..times.len() {
+            let (state, appends, fenced) = &mut times[(i + round) % ConnectionState::ALL.len()];
+            if *state == ConnectionState::EndedByServer {
+                end_connections(&mut admin, &owner_name)?;
+            }
+            let start = Instant::now();
+            owner.append(&event)?;
+            appends.push(ms(start.elapsed()));
+            if *state == ConnectionState::EndedByServer {
+                end_connections(&mut admin, &zombie_name)?;
+            }
+            let start = Instant::now();
+            match zombie.append(&event) {
+                Err(StoreError::Fenced(_)) => fenced.push(ms(start.elapsed())),
+                other => {
+                    return Err(BenchError::Connection(format!(
+                        "the taken-over owner's append was not refused fenced: {other:?}"
+                    )))
+                }
+            }
+        }
+    }
+    let worst = |v: &[f64]| v.iter().copied().fold(0.0, f64::max);
+    let rows = times
+        .into_iter()
+        .map(|(connection, appends, fenced)| ConnectionRow {
+            connection,
+            append_max_ms: worst(&appends),
+            fenced_max_ms: worst(&fenced),
+            append_p50_ms: median(appends),
+            fenced_p50_ms: median(fenced),
+        })
+        .collect();
+    Ok(ConnectionSection {
+        rounds: CONNECTION_ROUNDS,
+        rows,
+    })
+}
+
 fn io(what: impl Into<String>) -> impl FnOnce(std::io::Error) -> BenchError {
     let what = what.into();
     move |source| BenchError::Io { what, source }
@@ -1024,8 +1195,10 @@ pub fn run(config: &Config) -> Result<Report, BenchError> {
             env.floor_table
         ))
         .map_err(StoreError::pg("create the floor table"))?;
-    let measured = appends(&env, config.per_configuration, cluster.as_ref())
-        .and_then(|a| Ok((a, takeovers(&env, &config.lengths, config.ttl)?)));
+    let measured = appends(&env, config.per_configuration, cluster.as_ref()).and_then(|a| {
+        let t = takeovers(&env, &config.lengths, config.ttl)?;
+        Ok((a, t, connection_faults(&env)?))
+    });
     client(&env.dsn)?
         .batch_execute(&format!("DROP TABLE {}", env.floor_table))
         .map_err(StoreError::pg("drop the floor table"))?;
@@ -1033,7 +1206,7 @@ pub fn run(config: &Config) -> Result<Report, BenchError> {
         let root = env.pg_root.to_string_lossy().into_owned();
         delete_root(&env.dsn, &root)?;
     }
-    let (appends, takeover) = measured?;
+    let (appends, takeover, connection) = measured?;
     drop(cluster);
     let event = message_of_json_size(EVENT_JSON_BYTES);
     Ok(Report {
@@ -1056,6 +1229,7 @@ pub fn run(config: &Config) -> Result<Report, BenchError> {
         baseline: "agentstore-sync, 1 session".into(),
         appends,
         takeover,
+        connection,
     })
 }
 
@@ -1126,6 +1300,24 @@ impl Report {
                 r.first_append_ms,
                 r.recovery_ms,
                 r.total_ms
+            ));
+        }
+        out.push_str(&format!(
+            "\nConnection faults (PostgreSQL): the writer's connection alive, or ended by the server right before the write (it reconnects under the same lease and runs the write again); {} writes of each, ms\n",
+            self.connection.rounds
+        ));
+        out.push_str(&format!(
+            "{:<16} {:>11} {:>11} {:>11} {:>11}\n",
+            "connection", "append p50", "append max", "fenced p50", "fenced max"
+        ));
+        for r in &self.connection.rows {
+            out.push_str(&format!(
+                "{:<16} {:>11.2} {:>11.2} {:>11.2} {:>11.2}\n",
+                r.connection.name(),
+                r.append_p50_ms,
+                r.append_max_ms,
+                r.fenced_p50_ms,
+                r.fenced_max_ms
             ));
         }
         out

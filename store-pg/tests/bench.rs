@@ -6,7 +6,9 @@
 use std::path::Path;
 use std::process::{Command, Output};
 
-use agentstore_pg::bench::{Report, TakeoverStore, Target, SESSIONS, TAKEOVER_ROUNDS};
+use agentstore_pg::bench::{
+    ConnectionState, Report, TakeoverStore, Target, CONNECTION_ROUNDS, SESSIONS, TAKEOVER_ROUNDS,
+};
 use agentstore_pg::cluster::{self, Cluster, ClusterOptions};
 
 const BIN: &str = env!("CARGO_BIN_EXE_agentstore-pg");
@@ -139,6 +141,25 @@ fn check_shape(report: &Report, text: &str) {
         ] {
             assert!(v.is_finite() && v > 0.0, "{what}: {name} is {v}");
         }
+    }
+    let states: Vec<ConnectionState> = report
+        .connection
+        .rows
+        .iter()
+        .map(|r| r.connection)
+        .collect();
+    assert_eq!(states, ConnectionState::ALL.to_vec());
+    assert_eq!(report.connection.rounds, CONNECTION_ROUNDS);
+    for r in &report.connection.rows {
+        let what = r.connection.name();
+        for (name, p50, max) in [
+            ("append", r.append_p50_ms, r.append_max_ms),
+            ("fenced", r.fenced_p50_ms, r.fenced_max_ms),
+        ] {
+            assert!(p50.is_finite() && p50 > 0.0, "{what}: {name} p50 is {p50}");
+            assert!(max >= p50, "{what}: {name} max {max} below its p50 {p50}");
+        }
+        assert!(text.contains(what), "{what} missing in:\n{text}");
     }
     assert!(report.postgres_version.starts_with("PostgreSQL"));
     assert!(report.event_json_bytes == 200 && report.agentstore_line_bytes > 200);
