@@ -40,7 +40,8 @@ pub(crate) struct WorkersCli {
     /// crashes and partitions. With --postgres, `ACTION@K.S` strikes inside request K (the one
     /// after the K-th write) before its S-th statement (from 1), `ACTION@K.Sr` after that
     /// statement's reply: ACTION pause (held while another worker takes over, then let go),
-    /// kill, reset (both sides of the connection closed) or drop (never forwarded);
+    /// kill, reset (both sides of the connection closed), drop (never forwarded) or cut (sent,
+    /// the server's answer lost, the connection closed);
     /// `kill@take.S` right after a `kill@K.S` kills the heir before the S-th statement of its
     /// takeover. For agentstore in-process, `kill@K.P` kills the owner at the P-th crash
     /// point (from 1) its store passes inside request K, and `kill@take.Q` right after it the

@@ -1,8 +1,9 @@
 //! Statement strikes of the many-workers campaign (`pause@K.S`,
-//! `kill@K.Sr`, `reset@K.S`, `drop@K.S`, `cut@K.S`, `--postgres` only): each worker
-//! reaches the database through a proxy of its own
+//! `kill@K.Sr`, `reset@K.S`, `drop@K.S`, `cut@K.S`, `--postgres` only):
+//! each worker reaches the database through a proxy of its own
 //! ([`crate::nemesis::pgproxy`]), which holds the statement the strike
-//! names while the harness pauses, kills, resets or drops there. Also
+//! names while the harness pauses, kills, resets, drops or loses its
+//! reply there. Also
 //! counts the statements of each request of a strike-free trial, from
 //! which [`statement_plans`] enumerates every point.
 //!
@@ -178,10 +179,11 @@ pub fn statement_plans(counts: &[usize]) -> Vec<WorkerPlan> {
 /// before its first statement, and after its `BEGIN`'s reply) and in the
 /// effect's commit (request 4, inside its transaction for the kill, the
 /// reset and a pause once the session's row is locked, and at its
-/// `COMMIT`, statement 7, for the reset and the lost reply); a drop before the renewal, whose connection closes after
-/// another worker took over, so the store reconnects as a fenced owner;
-/// and the heir of a kill killed in its takeover, before its `COMMIT`
-/// (statement 10) and right after it (11).
+/// `COMMIT`, statement 7, for the reset and the lost reply); a drop
+/// before the renewal, whose connection closes after another worker took
+/// over, so the store reconnects as a fenced owner; and the heir of a kill
+/// killed in its takeover, before its `COMMIT` (statement 10) and right
+/// after it (11).
 pub fn sampled_statement_plans() -> Vec<WorkerPlan> {
     [
         "pause@3.1",
