@@ -228,7 +228,7 @@ fn postgres_a_reconnect_that_adopts_the_epoch_is_caught() {
             &["--postgres"],
             "reconnect-adopts-epoch",
             "drop@3.1",
-            "300",
+            "100",
             "fenced-epoch-refused",
         );
         assert!(
@@ -251,7 +251,7 @@ fn postgres_a_fence_without_the_row_lock_is_caught() {
             &["--postgres"],
             "fence-without-row-lock",
             "pause@4.3",
-            "300",
+            "100",
             "fenced-epoch-refused",
         );
     }
