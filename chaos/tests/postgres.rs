@@ -471,7 +471,9 @@ fn the_many_workers_campaign_with_every_strike_passes() {
     let network = partitions_here();
     let dir = tempfile::tempdir().unwrap();
     let json = dir.path().join("report.json");
-    let Some((code, out)) = workers_pg(&["--json", json.to_str().unwrap()]) else {
+    // A 100 ms lease: the campaign mostly waits out leases.
+    let Some((code, out)) = workers_pg(&["--json", json.to_str().unwrap(), "--ttl-ms", "100"])
+    else {
         return;
     };
     assert_eq!(code, 0, "{out}");

@@ -347,7 +347,23 @@ fn every_point_kills_at_each_counted_crash_point_and_each_one_fires() {
         assert!(line.ends_with(&format!(" {n} strike plan(s)")), "{line}");
         n
     };
-    let (code, out) = workers(&["--every-point", "--sessions", "1"]);
+    // The unmodified store's campaign and the broken one's (below) run at
+    // once: each has its own scratch directories, and both mostly wait
+    // out leases.
+    let clean_args = ["--every-point", "--sessions", "1", "--ttl-ms", "100"];
+    let broken_args = [
+        "--every-point",
+        "--sessions",
+        "1",
+        "--ttl-ms",
+        "100",
+        "--store-fault",
+        "mark-twice",
+    ];
+    let ((code, out), (broken_code, broken)) = std::thread::scope(|s| {
+        let broken = s.spawn(|| workers(&broken_args));
+        (workers(&clean_args), broken.join().unwrap())
+    });
     assert_eq!(code, 0, "{out}");
     let requests = count(&out, "crash points: ");
     assert!(requests > 18, "more than one point per request: {out}");
@@ -368,13 +384,7 @@ fn every_point_kills_at_each_counted_crash_point_and_each_one_fires() {
     // A recovery that marks again what a dead heir marked is found by the
     // enumerated takeover points, with no plan picked for it: from the
     // point the first mark is written on.
-    let (code, out) = workers(&[
-        "--every-point",
-        "--sessions",
-        "1",
-        "--store-fault",
-        "mark-twice",
-    ]);
+    let (code, out) = (broken_code, broken);
     assert_eq!(code, 1, "{out}");
     let caught: Vec<&str> = out
         .lines()
