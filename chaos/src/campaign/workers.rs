@@ -513,6 +513,15 @@ struct Served {
 }
 
 /// How a worker's acquire of a lease ended ([`Run::try_acquire`]).
+/// What one reply to an acquire means ([`Run::answer_to_acquire`]).
+enum AcquireAnswer {
+    Granted,
+    /// `lease_held` while waiting: ask again.
+    Held(String),
+    /// A refusal other than `lease_held` (or `lease_held` when not waiting).
+    Refused(WorkerReply),
+}
+
 enum Acquired {
     Granted,
     /// A refusal other than `lease_held` (or `lease_held` when not waiting).
@@ -868,12 +877,48 @@ impl Run<'_> {
         ttl_ms: u64,
     ) -> Result<(), WorkersError> {
         self.acquire_or_refused(worker, session, wait, ttl_ms)?
-            .map_err(|other| {
-                WorkersError::Store(format!(
-                    "worker {}: the store did not grant session {session} a lease: {other:?}",
-                    self.workers[worker].id
-                ))
-            })
+            .map_err(|other| self.not_granted(worker, session, &other))
+    }
+
+    /// The store's failure: it refused `worker` `session`'s lease with
+    /// `reply`, which is neither a grant nor `lease_held`.
+    fn not_granted(&self, worker: usize, session: &str, reply: &WorkerReply) -> WorkersError {
+        WorkersError::Store(format!(
+            "worker {}: the store did not grant session {session} a lease: {reply:?}",
+            self.workers[worker].id
+        ))
+    }
+
+    /// What `reply`, `worker`'s answer to an acquire of `session`, means:
+    /// a grant is recorded with the records it served; `lease_held` is
+    /// worth asking again only while `wait`ing; anything else is recorded
+    /// and returned as a refusal.
+    fn answer_to_acquire(
+        &mut self,
+        worker: usize,
+        session: &str,
+        reply: WorkerReply,
+        wait: bool,
+    ) -> Result<AcquireAnswer, WorkersError> {
+        Ok(match reply {
+            WorkerReply::Granted {
+                grant,
+                recovery: _,
+                records,
+            } => {
+                self.record_grant(worker, session, grant, records)?;
+                AcquireAnswer::Granted
+            }
+            WorkerReply::Held { message } if wait => AcquireAnswer::Held(message),
+            other => {
+                self.history.push(WorkerEvent::Replied {
+                    worker: self.workers[worker].id.clone(),
+                    session: session.to_string(),
+                    reply: other.clone(),
+                });
+                AcquireAnswer::Refused(other)
+            }
+        })
     }
 
     /// Records `worker`'s grant of `session` and the records it was served.
@@ -971,19 +1016,12 @@ impl Run<'_> {
                     reply
                 }
             };
-            match reply {
-                WorkerReply::Granted {
-                    grant,
-                    recovery: _,
-                    records,
-                } => {
-                    self.record_grant(worker, session, grant, records)?;
-                    return Ok(Acquired::Granted);
-                }
-                WorkerReply::Held { .. } if wait && agentstore::interrupt::requested() => {
+            match self.answer_to_acquire(worker, session, reply, wait)? {
+                AcquireAnswer::Granted => return Ok(Acquired::Granted),
+                AcquireAnswer::Held(_) if agentstore::interrupt::requested() => {
                     return Err(WorkersError::Harness(crate::child::INTERRUPTED.to_string()));
                 }
-                WorkerReply::Held { message } if wait => {
+                AcquireAnswer::Held(message) => {
                     if Instant::now() >= deadline {
                         return Err(WorkersError::Store(format!(
                             "worker {}: session {session} still refused lease_held {}s after its lease should have expired: {message}",
@@ -993,14 +1031,7 @@ impl Run<'_> {
                     }
                     std::thread::sleep(ACQUIRE_POLL);
                 }
-                other => {
-                    self.history.push(WorkerEvent::Replied {
-                        worker: self.workers[worker].id.clone(),
-                        session: session.to_string(),
-                        reply: other.clone(),
-                    });
-                    return Ok(Acquired::Refused(other));
-                }
+                AcquireAnswer::Refused(other) => return Ok(Acquired::Refused(other)),
             }
         }
     }

@@ -17,7 +17,8 @@ use nix::sys::signal::{kill, Signal};
 use nix::unistd::Pid;
 
 use super::{
-    cluster_err, KillAt, Run, Served, State, StrikeRecord, Target, WorkersError, REPLY_TIMEOUT,
+    cluster_err, AcquireAnswer, KillAt, Run, Served, State, StrikeRecord, Target, WorkersError,
+    REPLY_TIMEOUT,
 };
 use crate::agent::worker::{WorkerCommand, WorkerReply};
 use crate::history::WorkerEvent;
@@ -446,11 +447,12 @@ impl Run<'_> {
                 };
                 self.proxy(victim)?.release(release);
                 let reply = self.workers[victim].receive(&command)?;
+                let refused = matches!(reply, WorkerReply::Failed { .. });
                 let more = self.record(victim, &name, reply, sessions);
                 // A store that reconnects answers the request itself; one
                 // that does not refuses it, and the worker asks again: a
                 // new grant at a new epoch.
-                if !more {
+                if refused {
                     if let Err(reply) = self.acquire_or_refused(victim, &name, true, ttl_ms)? {
                         return Err(WorkersError::Store(format!(
                             "{id}: after the reset the store did not grant {name} again: {reply:?}"
@@ -459,8 +461,10 @@ impl Run<'_> {
                     sessions[0].steps = 0;
                     sessions[0].finished = false;
                     format!("{what} {point}; the store refused the request and {id} asked for {name} again")
-                } else {
+                } else if more {
                     format!("{what} {point}; the store reconnected and answered the request")
+                } else {
+                    format!("{what} {point}; the store reconnected and answered that the worker has nothing more to do for {name}")
                 }
             }
         };
@@ -528,17 +532,10 @@ impl Run<'_> {
             let reply: WorkerReply = serde_json::from_str(&line).map_err(|e| {
                 self.workers[heir].broken(format!("unreadable reply {line:?}: {e}"))
             })?;
-            match reply {
-                WorkerReply::Held { .. } => std::thread::sleep(super::ACQUIRE_POLL),
-                WorkerReply::Granted { grant, records, .. } => {
-                    self.record_grant(heir, name, grant, records)?;
-                    break false;
-                }
-                other => {
-                    return Err(WorkersError::Store(format!(
-                        "{heir_id}: the store did not grant {name} a lease: {other:?}"
-                    )))
-                }
+            match self.answer_to_acquire(heir, name, reply, true)? {
+                AcquireAnswer::Held(_) => std::thread::sleep(super::ACQUIRE_POLL),
+                AcquireAnswer::Granted => break false,
+                AcquireAnswer::Refused(other) => return Err(self.not_granted(heir, name, &other)),
             }
         };
         self.proxy(victim)?.release(Release::Forward);
@@ -554,16 +551,11 @@ impl Run<'_> {
         });
         if waited {
             // The takeover went on once the owner's transaction ended.
-            match self.workers[heir].receive(&acquire)? {
-                WorkerReply::Granted { grant, records, .. } => {
-                    self.record_grant(heir, name, grant, records)?
-                }
-                WorkerReply::Held { .. } => self.acquire(heir, name, true, ttl_ms)?,
-                other => {
-                    return Err(WorkersError::Store(format!(
-                        "{heir_id}: the store did not grant {name} a lease: {other:?}"
-                    )))
-                }
+            let reply = self.workers[heir].receive(&acquire)?;
+            match self.answer_to_acquire(heir, name, reply, true)? {
+                AcquireAnswer::Granted => {}
+                AcquireAnswer::Held(_) => self.acquire(heir, name, true, ttl_ms)?,
+                AcquireAnswer::Refused(other) => return Err(self.not_granted(heir, name, &other)),
             }
         }
         sessions[0].owner = heir;
