@@ -89,7 +89,7 @@ impl State {
         let mut mine = self.applications.iter().filter(|a| a.id == id);
         let first = mine.next();
         let count = first.map_or(0, |_| 1 + mine.count() as u32);
-        debug_assert!(!applied || count > 0);
+        assert!(!applied || count > 0);
         Reply {
             count,
             external_ref: first.map(|a| format!("{}/{}#1", a.service, a.id)),

@@ -110,7 +110,7 @@ pub fn random_scenario(seed: u64, max_steps: usize) -> Scenario {
             scenario.runs[r].steps.push(step);
         }
     }
-    debug_assert!(scenario.validate().is_ok(), "generated scenarios are valid");
+    assert!(scenario.validate().is_ok(), "generated scenarios are valid");
     scenario
 }
 
