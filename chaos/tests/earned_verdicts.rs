@@ -339,9 +339,10 @@ fn a_store_that_writes_late_loses_its_creation_and_each_loss_is_one_cause() {
             "--restarts",
             "deepest",
             // A sample keeps the Python store's campaign short; this seed's
-            // holds double crashes after one first crash (kill@25+…).
+            // 12 trials hold double crashes after one first crash, as did
+            // those of seeds 1 to 4 at 12 and 16 trials.
             "--trials",
-            "30",
+            "12",
             "--seed",
             "2",
         ],
