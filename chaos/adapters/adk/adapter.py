@@ -68,11 +68,17 @@ def main(argv: list[str]) -> int:
             f"aiosqlite {package_version('aiosqlite')}, sqlite {sqlite3.sqlite_version}"
         )
         claims = ("durable_append", "orphan_marking", "effect_ledger", "branches", "compaction")
-        loop = asyncio.new_event_loop()
+        # Made in the process that serves a session, never in the fork
+        # server: a loop's selector is an epoll instance, which every
+        # forked child would share with the others alive at once, each
+        # woken for the others' descriptors.
+        loop = None
         service = None
         session = None
 
         def run(self, call):
+            if self.loop is None:
+                self.loop = asyncio.new_event_loop()
             return self.loop.run_until_complete(call)
 
         def open(self, root, session, create):
