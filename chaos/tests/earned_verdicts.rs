@@ -48,13 +48,13 @@ fn agentstore_adapter(fault: Option<&str>, extra: &str) -> String {
 
 /// The issue's own store: a Python adapter that rewrites its file on every
 /// append, under the default nemeses (sampled, to keep a Python store's
-/// campaign short: 6 plans per nemesis, 6 power-loss crash points).
+/// campaign short: 3 plans per nemesis, 3 power-loss crash points).
 #[test]
 fn a_python_store_that_rewrites_its_file_fails_durable_append_under_the_defaults() {
     let store = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/fixtures/rewriting_store.py");
     let adapter = python::adapter_command(&store, &[]);
     let (code, report, stdout) =
-        campaign::run(&fixture(), &["--adapter", &adapter, "--trials", "6"]);
+        campaign::run(&fixture(), &["--adapter", &adapter, "--trials", "3"]);
     assert_eq!(code, 1, "{stdout}");
     let durable = row(&report, "durable_append");
     assert_eq!(durable["verdict"], "fail", "{stdout}");
