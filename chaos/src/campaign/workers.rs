@@ -512,7 +512,6 @@ struct Served {
     finished: bool,
 }
 
-/// How a worker's acquire of a lease ended ([`Run::try_acquire`]).
 /// What one reply to an acquire means ([`Run::answer_to_acquire`]).
 enum AcquireAnswer {
     Granted,
@@ -522,6 +521,7 @@ enum AcquireAnswer {
     Refused(WorkerReply),
 }
 
+/// How a worker's acquire of a lease ended ([`Run::try_acquire`]).
 enum Acquired {
     Granted,
     /// A refusal other than `lease_held` (or `lease_held` when not waiting).
