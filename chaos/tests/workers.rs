@@ -351,16 +351,8 @@ fn every_point_kills_at_each_counted_crash_point_and_each_one_fires() {
     // once: each has its own scratch directories, and both mostly wait
     // out leases.
     let clean_args = ["--every-point", "--sessions", "1", "--ttl-ms", "100"];
-    let broken_args = [
-        "--every-point",
-        "--sessions",
-        "1",
-        "--ttl-ms",
-        "100",
-        "--store-fault",
-        "mark-twice",
-    ];
-    let ((code, out), (broken_code, broken)) = std::thread::scope(|s| {
+    let broken_args = [&clean_args[..], &["--store-fault", "mark-twice"]].concat();
+    let ((code, out), (broken_code, broken_out)) = std::thread::scope(|s| {
         let broken = s.spawn(|| workers(&broken_args));
         (workers(&clean_args), broken.join().unwrap())
     });
@@ -384,18 +376,20 @@ fn every_point_kills_at_each_counted_crash_point_and_each_one_fires() {
     // A recovery that marks again what a dead heir marked is found by the
     // enumerated takeover points, with no plan picked for it: from the
     // point the first mark is written on.
-    let (code, out) = (broken_code, broken);
-    assert_eq!(code, 1, "{out}");
-    let caught: Vec<&str> = out
+    assert_eq!(broken_code, 1, "{broken_out}");
+    let caught: Vec<&str> = broken_out
         .lines()
         .filter_map(|l| l.strip_prefix("  plan:     "))
         .collect();
-    assert!(!caught.is_empty(), "{out}");
+    assert!(!caught.is_empty(), "{broken_out}");
     assert!(
         caught.iter().all(|p| p.starts_with("kill@3.1+kill@take.")),
         "only takeover kills find it: {caught:?}"
     );
-    assert!(out.contains("VIOLATION takeover-marks-orphans "), "{out}");
+    assert!(
+        broken_out.contains("VIOLATION takeover-marks-orphans "),
+        "{broken_out}"
+    );
     let (code, out) = workers(&["--every-point", "--postgres"]);
     assert_eq!(code, 2, "{out}");
 }
