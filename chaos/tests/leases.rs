@@ -216,6 +216,27 @@ fn postgres_a_lost_commit_taken_as_committed_is_caught() {
     }
 }
 
+/// The same mistake in a takeover: the heir's connection reset before
+/// its takeover's `COMMIT` (after the owner's kill) is taken as a grant.
+/// The server rolled the takeover back with its recovery marks, so the
+/// heir acts on the previous owner's orphans at an epoch no grant wrote.
+#[test]
+fn postgres_a_lost_takeover_commit_taken_as_a_grant_is_caught() {
+    if postgres_here() {
+        let out = caught_on(
+            &["--postgres"],
+            "lost-commit-assumed",
+            "kill@3.1+reset@take.10",
+            "300",
+            "takeover-marks-orphans",
+        );
+        assert!(
+            out.contains("found:    no tool_recovery for call c0"),
+            "{out}"
+        );
+    }
+}
+
 /// A reconnect is not a new owner: the owner's renewal dropped (never
 /// sent) while the other worker took the session over, then its
 /// connection closed; a store that adopts the session's epoch on

@@ -477,7 +477,7 @@ fn the_many_workers_campaign_with_every_strike_passes() {
         return;
     };
     assert_eq!(code, 0, "{out}");
-    let trials = if network { 61 } else { 57 };
+    let trials = if network { 63 } else { 59 };
     assert!(
         out.contains(&format!("total: {trials} trial(s), 0 violation(s)")),
         "{out}"
@@ -491,8 +491,9 @@ fn the_many_workers_campaign_with_every_strike_passes() {
     }
     assert!(out.contains("0 violation(s), 0 not exercised"), "{out}");
     // The statement strikes name the statements they hit, by SQL text:
-    // the sample's eleven land before or after five of them, the takeover
-    // kills before its COMMIT and its paged read.
+    // the sample's thirteen land before or after five of them, the takeover
+    // kills before its COMMIT and its paged read, its connection faults at
+    // its COMMIT.
     let coverage = out
         .lines()
         .find(|l| l.starts_with("statement coverage: "))
@@ -535,6 +536,8 @@ fn the_many_workers_campaign_with_every_strike_passes() {
     // acknowledged once. Neither is a takeover. Held inside its
     // transaction once the row is locked, the owner makes the heir's
     // takeover wait, so it is let go first and its next write is fenced.
+    // The same holds for the heir's takeover: reset before its `COMMIT`
+    // or its answer lost, the store asks the server and grants it once.
     let report = std::fs::read_to_string(&json).unwrap();
     for (plan, outcome, hit) in [
         (
@@ -552,6 +555,16 @@ fn the_many_workers_campaign_with_every_strike_passes() {
             "1 takeover(s), 1 write(s) fenced, 6 effect(s) applied, 0 violation(s)",
             "held w0 before statement 3 of its request 4 of s0, inside its transaction; w1's takeover waited for its locks, so it was let go first",
         ),
+        (
+            "kill@3.1+reset@take.10",
+            "1 takeover(s), 0 write(s) fenced, 6 effect(s) applied, 0 violation(s), strikes fired 2/2",
+            "reset the connection of w1 before statement 10 of its takeover of s0; the store reconnected and granted it",
+        ),
+        (
+            "kill@3.1+cut@take.10",
+            "1 takeover(s), 0 write(s) fenced, 6 effect(s) applied, 0 violation(s), strikes fired 2/2",
+            "sent and lost the server's answer, then reset the connection, of w1 before statement 10 of its takeover of s0; the store reconnected and granted it",
+        ),
     ] {
         let line = out
             .lines()
@@ -562,7 +575,7 @@ fn the_many_workers_campaign_with_every_strike_passes() {
     }
     if network {
         assert!(
-            out.contains("strikes fired/planned: connection-drop 2/2 · connection-reset 2/2 · db-crash 6/6 · kill 21/21 · lost-reply 1/1 · partition 4/4 · pause 21/21 · restart 2/2 · statement-kill 3/3 · statement-pause 3/3 · takeover-statement-kill 2/2"),
+            out.contains("strikes fired/planned: connection-drop 2/2 · connection-reset 2/2 · db-crash 6/6 · kill 21/21 · lost-reply 1/1 · partition 4/4 · pause 21/21 · restart 2/2 · statement-kill 5/5 · statement-pause 3/3 · takeover-connection-reset 1/1 · takeover-lost-reply 1/1 · takeover-statement-kill 2/2"),
             "{out}"
         );
         let line = out.lines().find(|l| l.starts_with("partition@4")).unwrap();

@@ -34,7 +34,7 @@ use crate::check::workers::{check, WorkerViolation};
 use crate::history::{FinalLog, WorkerEvent};
 use crate::nemesis::database::DatabaseCrash;
 use crate::nemesis::partition::{self, Partition};
-use crate::nemesis::workers::{Needs, Strike, WorkerPlan};
+use crate::nemesis::workers::{Needs, Strike, TakeoverFault, WorkerPlan};
 use crate::shell::word;
 use crate::store::{SessionSpec, StoreBackend};
 use agentchaos_protocol::message::{LeaseGrant, WireRecord};
@@ -540,6 +540,15 @@ enum KillAt {
     Statement(usize),
 }
 
+/// Where a strike is armed in the heir's takeover (`ACTION@take.Q`): a
+/// kill at a crash point of agentstore in-process, or a fault at a
+/// statement of a `--postgres` heir.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum TakeoverAt {
+    CrashPoint(NonZeroU64),
+    Statement(TakeoverFault, usize),
+}
+
 /// Whom a strike hits: the first session's owner of the moment, and where
 /// that owner is in the session.
 struct Target {
@@ -620,7 +629,10 @@ pub fn takeover_point_count(
     scratch: &Path,
     db: Option<&mut Database>,
 ) -> Result<usize, WorkersError> {
-    let mut plan = kill_before_takeover().then(Strike::TakeoverStatement(usize::MAX), 0);
+    let mut plan = kill_before_takeover().then(
+        Strike::TakeoverStatement(TakeoverFault::Kill, usize::MAX),
+        0,
+    );
     if db.is_none() {
         plan = plan.at_crash_points();
     }
@@ -1106,22 +1118,26 @@ impl Run<'_> {
                 let next = planned.get(self.struck.len()).copied();
                 if let Some((strike, _)) = next.filter(|&(_, k)| i == 0 && sessions[0].steps == k) {
                     let label = plan.label(self.struck.len());
-                    // A `kill@take.Q` next is carried out by this strike's heir.
+                    // An `ACTION@take.Q` next is carried out by this strike's heir.
                     let next = self.struck.len() + 1;
-                    let takeover = match planned.get(next) {
-                        Some(&(
-                            Strike::TakeoverCrashPoint(q) | Strike::TakeoverStatement(q),
-                            _,
-                        )) => Some((q, plan.label(next))),
-                        _ => None,
+                    let (at_statement, at_crash_point) = match planned.get(next) {
+                        Some(&(Strike::TakeoverStatement(fault, q), _)) => {
+                            (Some((fault, q, plan.label(next))), None)
+                        }
+                        Some(&(Strike::TakeoverCrashPoint(q), _)) => {
+                            (None, Some((q, plan.label(next))))
+                        }
+                        _ => (None, None),
                     };
                     if let Strike::Statement(s) = strike {
-                        let records = self.statement_strike(s, label, takeover, &mut sessions)?;
+                        let records =
+                            self.statement_strike(s, label, at_statement, &mut sessions)?;
                         self.struck.extend(records);
                         continue;
                     }
                     if let Strike::CrashPoint(p) = strike {
-                        let records = self.crash_point_strike(p, label, takeover, &mut sessions)?;
+                        let records =
+                            self.crash_point_strike(p, label, at_crash_point, &mut sessions)?;
                         self.struck.extend(records);
                         continue;
                     }
@@ -1399,7 +1415,7 @@ impl Run<'_> {
             Strike::Statement(_)
             | Strike::CrashPoint(_)
             | Strike::TakeoverCrashPoint(_)
-            | Strike::TakeoverStatement(_) => Err(WorkersError::Harness(format!(
+            | Strike::TakeoverStatement(..) => Err(WorkersError::Harness(format!(
                 "{label}: a strike at a point inside a request is carried out there, not after it"
             ))),
             Strike::Partition => {

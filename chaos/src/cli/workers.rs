@@ -43,7 +43,8 @@ pub(crate) struct WorkersCli {
     /// kill, reset (both sides of the connection closed), drop (never forwarded) or cut (sent,
     /// the server's answer lost, the connection closed);
     /// `kill@take.S` right after a `kill@K.S` kills the heir before the S-th statement of its
-    /// takeover. For agentstore in-process, `kill@K.P` kills the owner at the P-th crash
+    /// takeover, `reset@take.S` resets its connection there and `cut@take.S` loses statement
+    /// S's answer (the heir lives on). For agentstore in-process, `kill@K.P` kills the owner at the P-th crash
     /// point (from 1) its store passes inside request K, and `kill@take.Q` right after it the
     /// heir at the Q-th crash point of its takeover; without --plan a sample of them runs.
     #[arg(long, value_name = "PLAN", help_heading = WHAT)]
@@ -54,8 +55,9 @@ pub(crate) struct WorkersCli {
     repeat: usize,
     /// With --postgres: every statement strike (each action before each statement of each
     /// request of the first session's owner, and after each reply but a request's last),
-    /// counted in a strike-free trial, and a kill before every statement of the heir's
-    /// takeover after `kill@3.1` (`kill@3.1+kill@take.S`), instead of a sample of them.
+    /// counted in a strike-free trial, and a kill, a reset and a lost answer at every statement
+    /// of the heir's takeover after `kill@3.1` (`kill@3.1+kill@take.S`, `reset@take.S`,
+    /// `cut@take.S`), instead of a sample of them.
     #[arg(long, conflicts_with = "plan", help_heading = WHAT)]
     every_statement: bool,
     /// For agentstore in-process: a kill at every crash point (`kill@K.P`) of every request
@@ -157,7 +159,7 @@ pub(crate) fn run_workers(w: WorkersCli) -> Result<ExitCode, Failure> {
     use agentchaos::agent::worker::WorkerReply;
     use agentchaos::campaign::workers::{self, Database, SharedStore, WorkersConfig};
     use agentchaos::history::WorkerEvent;
-    use agentchaos::nemesis::workers::{Needs, WorkerPlan};
+    use agentchaos::nemesis::workers::{Needs, TakeoverFault, WorkerPlan};
     let json_report = super::super::ReportFile::open("--json", &w.json)?;
     if w.postgres {
         if let Some(n) = &w.store_fault {
@@ -318,7 +320,7 @@ pub(crate) fn run_workers(w: WorkersCli) -> Result<ExitCode, Failure> {
         say_points("crash", "crash point", &counts, plans.len());
         let points = workers::takeover_point_count(&cfg, backend.as_ref(), &scratch, None)
             .map_err(workers_failure("--every-point"))?;
-        let takeovers = workers::takeover_every_plans(points);
+        let takeovers = workers::takeover_every_plans(points, &[TakeoverFault::Kill]);
         say_takeover_points("crash point", points, takeovers.len());
         plans.extend(takeovers.into_iter().map(WorkerPlan::at_crash_points));
     }
@@ -330,7 +332,14 @@ pub(crate) fn run_workers(w: WorkersCli) -> Result<ExitCode, Failure> {
         plans.extend(every);
         let points = workers::takeover_point_count(&cfg, backend.as_ref(), &scratch, Some(db))
             .map_err(workers_failure("--every-statement"))?;
-        let takeovers = workers::takeover_every_plans(points);
+        let takeovers = workers::takeover_every_plans(
+            points,
+            &[
+                TakeoverFault::Kill,
+                TakeoverFault::Reset,
+                TakeoverFault::Cut,
+            ],
+        );
         say_takeover_points("statement", points, takeovers.len());
         plans.extend(takeovers);
     }

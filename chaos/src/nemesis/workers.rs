@@ -57,6 +57,11 @@
 //!   appended, …) or, with `--postgres`, before its P-th statement; the
 //!   next worker takes over from both once the leases they may have left
 //!   expired.
+//! - `reset@take.S`, `cut@take.S` (`--postgres`, right after a `kill@K.S`):
+//!   the heir's connection is closed before the S-th statement of its
+//!   takeover, or that statement is sent and its answer lost (a takeover
+//!   whose `COMMIT` may or may not have run); the heir lives on, and when
+//!   the store refuses it the takeover, it asks again.
 //!
 //! `kill@3+kill@2` kills the first owner, then the worker that took over,
 //! in its own second life of the session. Strikes are ordered by observed
@@ -98,10 +103,42 @@ pub enum Strike {
     /// The heir of the `kill@K.P` before it killed at the P-th crash point
     /// of its takeover request (`kill@take.P`, agentstore in-process), from 1.
     TakeoverCrashPoint(usize),
-    /// The heir of the statement kill `kill@K.S` before it killed before
-    /// the S-th statement of its takeover request (`kill@take.S`,
-    /// `--postgres`), from 1.
-    TakeoverStatement(usize),
+    /// The heir of the statement kill `kill@K.S` before it struck at the
+    /// S-th statement of its takeover request (`kill@take.S`,
+    /// `reset@take.S`, `cut@take.S`, `--postgres`), from 1.
+    TakeoverStatement(TakeoverFault, usize),
+}
+
+/// What a strike in the heir's takeover does at its statement.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum TakeoverFault {
+    /// SIGKILL the heir and its store process before the statement.
+    Kill,
+    /// Close both sides of the heir's connection before the statement.
+    Reset,
+    /// Send the statement, lose the server's answer, close the connection.
+    Cut,
+}
+
+impl TakeoverFault {
+    /// The proxy's action for it.
+    pub fn action(self) -> StatementAction {
+        match self {
+            TakeoverFault::Kill => StatementAction::Kill,
+            TakeoverFault::Reset => StatementAction::Reset,
+            TakeoverFault::Cut => StatementAction::Cut,
+        }
+    }
+
+    fn parse(name: &str) -> Option<TakeoverFault> {
+        [
+            TakeoverFault::Kill,
+            TakeoverFault::Reset,
+            TakeoverFault::Cut,
+        ]
+        .into_iter()
+        .find(|f| f.action().name() == name)
+    }
 }
 
 impl Strike {
@@ -118,7 +155,7 @@ impl Strike {
             | Strike::Leave
             | Strike::CrashPoint(_)
             | Strike::TakeoverCrashPoint(_) => Needs::Processes,
-            Strike::DbCrash(_) | Strike::Statement(_) | Strike::TakeoverStatement(_) => {
+            Strike::DbCrash(_) | Strike::Statement(_) | Strike::TakeoverStatement(..) => {
                 Needs::Database
             }
             Strike::Partition => Needs::Network,
@@ -142,7 +179,9 @@ impl Strike {
             Strike::Statement(s) => s.action.kind(),
             Strike::CrashPoint(_) => "crash-point-kill",
             Strike::TakeoverCrashPoint(_) => "takeover-crash-point-kill",
-            Strike::TakeoverStatement(_) => "takeover-statement-kill",
+            Strike::TakeoverStatement(TakeoverFault::Kill, _) => "takeover-statement-kill",
+            Strike::TakeoverStatement(TakeoverFault::Reset, _) => "takeover-connection-reset",
+            Strike::TakeoverStatement(TakeoverFault::Cut, _) => "takeover-lost-reply",
         }
     }
 }
@@ -202,7 +241,9 @@ impl WorkerPlan {
                     statement,
                     after_reply: false,
                 }) => (Strike::CrashPoint(statement), k),
-                Strike::TakeoverStatement(p) => (Strike::TakeoverCrashPoint(p), k),
+                Strike::TakeoverStatement(TakeoverFault::Kill, p) => {
+                    (Strike::TakeoverCrashPoint(p), k)
+                }
                 other => (other, k),
             })
             .collect();
@@ -245,8 +286,9 @@ impl fmt::Display for WorkerPlan {
                 Strike::Leave => write!(f, "{sep}leave@{k}")?,
                 Strike::Statement(s) => write!(f, "{sep}{}@{k}{s}", s.action.name())?,
                 Strike::CrashPoint(p) => write!(f, "{sep}kill@{k}.{p}")?,
-                Strike::TakeoverCrashPoint(p) | Strike::TakeoverStatement(p) => {
-                    write!(f, "{sep}kill@take.{p}")?
+                Strike::TakeoverCrashPoint(p) => write!(f, "{sep}kill@take.{p}")?,
+                Strike::TakeoverStatement(fault, p) => {
+                    write!(f, "{sep}{}@take.{p}", fault.action().name())?
                 }
             }
         }
@@ -256,7 +298,7 @@ impl fmt::Display for WorkerPlan {
 
 /// A plan that does not parse, said in one line.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
-#[error("worker plan {0:?} is not none or strikes pause@K, pause@K~J, kill@K, restart@K, slow@K, lapse@K, leave@K, db-crash:MODEL@K (MODEL: immediate, kill or kill-frozen), partition@K, ACTION@K.S or ACTION@K.Sr (ACTION: pause, kill, reset or drop; S: a statement of request K, from 1, or for agentstore in-process kill@K.P, P a crash point of request K; r: after its reply), kill@take.S right after a kill@K.S (S: a statement of the heir's takeover, or for agentstore in-process a crash point) joined by + (K: a step of the session's owner since its grant, 0 = right after it; J: the heir's step at which the paused owner wakes)")]
+#[error("worker plan {0:?} is not none or strikes pause@K, pause@K~J, kill@K, restart@K, slow@K, lapse@K, leave@K, db-crash:MODEL@K (MODEL: immediate, kill or kill-frozen), partition@K, ACTION@K.S or ACTION@K.Sr (ACTION: pause, kill, reset, drop or cut; S: a statement of request K, from 1, or for agentstore in-process kill@K.P, P a crash point of request K; r: after its reply), kill@take.S, reset@take.S or cut@take.S right after a kill@K.S (S: a statement of the heir's takeover, or for agentstore in-process kill@take.P, P a crash point) joined by + (K: a step of the session's owner since its grant, 0 = right after it; J: the heir's step at which the paused owner wakes)")]
 pub struct BadWorkerPlan(String);
 
 impl FromStr for WorkerPlan {
@@ -273,11 +315,12 @@ impl FromStr for WorkerPlan {
                 let (kind, step) = one.split_once('@').ok_or_else(bad)?;
                 if let Some(p) = step.strip_prefix("take.") {
                     let digits = !p.is_empty() && p.bytes().all(|b| b.is_ascii_digit());
-                    let p = p
-                        .parse()
-                        .ok()
-                        .filter(|&p| digits && p >= 1 && kind == "kill");
-                    return Ok((Strike::TakeoverStatement(p.ok_or_else(bad)?), 0));
+                    let p = p.parse().ok().filter(|&p| digits && p >= 1);
+                    let fault = TakeoverFault::parse(kind);
+                    return Ok((
+                        Strike::TakeoverStatement(fault.ok_or_else(bad)?, p.ok_or_else(bad)?),
+                        0,
+                    ));
                 }
                 if step.contains('.') {
                     let (strike, k) = StatementStrike::parse(kind, step).ok_or_else(bad)?;
@@ -317,7 +360,7 @@ impl FromStr for WorkerPlan {
                 )
         };
         if (0..strikes.len()).any(|i| {
-            matches!(strikes[i].0, Strike::TakeoverStatement(_)) && !after_a_crash_point_kill(i)
+            matches!(strikes[i].0, Strike::TakeoverStatement(..)) && !after_a_crash_point_kill(i)
         }) {
             return Err(bad());
         }
@@ -352,6 +395,8 @@ mod tests {
             "reset@1.1r",
             "kill@3.2+kill@take.1",
             "kill@0.1+kill@take.12+kill@2",
+            "kill@3.1+reset@take.10",
+            "kill@3.1+cut@take.11+kill@1",
         ] {
             assert_eq!(p.parse::<WorkerPlan>().unwrap().to_string(), p);
         }
@@ -384,6 +429,9 @@ mod tests {
             "kill@3.1+kill@take.0",
             "kill@3.1+kill@take.",
             "kill@3.1+pause@take.1",
+            "kill@3.1+drop@take.1",
+            "kill@3.1+cut@take.0",
+            "reset@3.1+reset@take.1",
             "kill@3.1+kill@take.+1",
         ] {
             let e = bad.parse::<WorkerPlan>().unwrap_err();
@@ -419,5 +467,10 @@ mod tests {
         assert!(!plan.strikes_crash_points());
         let only: WorkerPlan = "kill@3.1".parse().unwrap();
         assert_eq!(only.at_crash_points().needs(), Needs::Processes);
+        // A connection fault in the takeover has no crash point to be.
+        let cut: WorkerPlan = "kill@3.1+cut@take.10".parse().unwrap();
+        let cut = cut.at_crash_points();
+        assert_eq!(cut.strikes()[1].0.kind(), "takeover-lost-reply");
+        assert_eq!(cut.needs(), Needs::Database);
     }
 }

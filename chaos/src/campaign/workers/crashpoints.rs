@@ -19,12 +19,13 @@ use std::sync::mpsc::RecvTimeoutError;
 use nix::sys::signal::Signal;
 
 use super::{
-    Acquired, KillAt, Run, Served, State, StrikeRecord, Target, Worker, WorkersError, REPLY_TIMEOUT,
+    Acquired, KillAt, Run, Served, State, StrikeRecord, TakeoverAt, Target, Worker, WorkersError,
+    REPLY_TIMEOUT,
 };
 use crate::agent::worker::{WorkerCommand, WorkerReply};
 use crate::history::WorkerEvent;
 use crate::nemesis::pgproxy::{StatementAction, StatementStrike};
-use crate::nemesis::workers::{Strike, WorkerPlan};
+use crate::nemesis::workers::{Strike, TakeoverFault, WorkerPlan};
 
 /// The crash-point plans `agentchaos workers` runs by default for
 /// agentstore in-process: inside the first write (`run_started`: its log
@@ -84,24 +85,29 @@ pub fn kill_before_takeover() -> WorkerPlan {
     )
 }
 
-/// A kill at each of the `points` strike points of the heir's takeover
-/// after [`kill_before_takeover`] (from [`super::takeover_point_count`]):
-/// `kill@3.1+kill@take.Q`, spelled as statement kills (for agentstore
-/// in-process, [`WorkerPlan::at_crash_points`] of each).
-pub fn takeover_every_plans(points: usize) -> Vec<WorkerPlan> {
+/// Each of `faults` at each of the `points` strike points of the heir's
+/// takeover after [`kill_before_takeover`] (from
+/// [`super::takeover_point_count`]): `kill@3.1+kill@take.Q`, …, spelled
+/// as statement strikes (for agentstore in-process, kills only, and
+/// [`WorkerPlan::at_crash_points`] of each).
+pub fn takeover_every_plans(points: usize, faults: &[TakeoverFault]) -> Vec<WorkerPlan> {
     (1..=points)
-        .map(|q| kill_before_takeover().then(Strike::TakeoverStatement(q), 0))
+        .flat_map(|q| {
+            faults
+                .iter()
+                .map(move |&f| kill_before_takeover().then(Strike::TakeoverStatement(f, q), 0))
+        })
         .collect()
 }
 
-/// What a `kill@take.Q` came to.
-struct TakeoverKill {
-    record: StrikeRecord,
-    then: AfterTakeover,
+/// What an `ACTION@take.Q` came to.
+pub(super) struct TakeoverOutcome {
+    pub(super) record: StrikeRecord,
+    pub(super) then: AfterTakeover,
 }
 
-/// Where a takeover with a kill armed in it left the session.
-enum AfterTakeover {
+/// Where a takeover with a strike armed in it left the session.
+pub(super) enum AfterTakeover {
     /// The heir died inside it; `next` takes over from both.
     Killed { next: usize },
     /// It ended before the point, having `passed` crash points: the heir
@@ -235,7 +241,7 @@ impl Run<'_> {
                 let nth = NonZeroU64::new(q as u64).ok_or_else(|| {
                     WorkersError::Harness(format!("{label}: crash points count from 1"))
                 })?;
-                Some((KillAt::CrashPoint(nth), label))
+                Some((TakeoverAt::CrashPoint(nth), label))
             }
             None => None,
         };
@@ -253,15 +259,15 @@ impl Run<'_> {
     }
 
     /// After `victim`'s kill, its heir takes over every session it owned
-    /// once its lease expired; with `takeover` (where, and the `kill@take.Q`
-    /// label) the heir is killed at that point of
-    /// its first takeover and the next worker takes over from both. The
+    /// once its lease expired; with `takeover` (where, and the
+    /// `ACTION@take.Q` label) the heir is struck at that point of its first
+    /// takeover (killed: the next worker takes over from both). The
     /// takeover strike's record, if any, and what became of the sessions,
     /// in words.
     pub(super) fn take_over_after_kill(
         &mut self,
         victim: usize,
-        takeover: Option<(KillAt, String)>,
+        takeover: Option<(TakeoverAt, String)>,
         sessions: &mut [Served],
     ) -> Result<(Vec<StrikeRecord>, String), WorkersError> {
         let mut records = Vec::new();
@@ -271,7 +277,7 @@ impl Run<'_> {
         let mut dead = vec![victim];
         let (mut taken, mut refused) = (0, Vec::new());
         if let Some((at, takeover_label)) = takeover {
-            let outcome = self.takeover_kill(victim, heir, at, takeover_label, sessions)?;
+            let outcome = self.takeover_strike(victim, heir, at, takeover_label, sessions)?;
             records.push(outcome.record);
             match outcome.then {
                 AfterTakeover::Killed { next } => {
@@ -317,25 +323,38 @@ impl Run<'_> {
         Ok((records, took))
     }
 
-    /// Carries out `kill@take.Q` (`label`): `heir` takes over the first of
-    /// `victim`'s unfinished sessions with a kill armed `at` its point of
-    /// each try (`try_acquire`): what it hit, and where it left the
-    /// session.
-    fn takeover_kill(
+    /// Carries out `ACTION@take.Q` (`label`): `heir` takes over the first
+    /// of `victim`'s unfinished sessions with the strike armed `at` its
+    /// point (a kill: of each try, `try_acquire`): what it hit, and where
+    /// it left the session.
+    fn takeover_strike(
         &mut self,
         victim: usize,
         heir: usize,
-        at: KillAt,
+        at: TakeoverAt,
         label: String,
         sessions: &mut [Served],
-    ) -> Result<TakeoverKill, WorkersError> {
+    ) -> Result<TakeoverOutcome, WorkersError> {
         let heir_id = self.workers[heir].id.clone();
-        let (strike, unit, q) = match at {
-            KillAt::CrashPoint(p) => {
+        let (strike, unit, q, at) = match at {
+            TakeoverAt::CrashPoint(p) => {
                 let q = p.get() as usize;
-                (Strike::TakeoverCrashPoint(q), "crash point", q)
+                (
+                    Strike::TakeoverCrashPoint(q),
+                    "crash point",
+                    q,
+                    KillAt::CrashPoint(p),
+                )
             }
-            KillAt::Statement(q) => (Strike::TakeoverStatement(q), "statement", q),
+            TakeoverAt::Statement(TakeoverFault::Kill, q) => (
+                Strike::TakeoverStatement(TakeoverFault::Kill, q),
+                "statement",
+                q,
+                KillAt::Statement(q),
+            ),
+            TakeoverAt::Statement(fault, q) => {
+                return self.takeover_connection_fault(victim, heir, fault, q, label, sessions)
+            }
         };
         let record = |fired, what| StrikeRecord {
             strike,
@@ -411,6 +430,6 @@ impl Run<'_> {
                 (record(false, what), AfterTakeover::Refused(why))
             }
         };
-        Ok(TakeoverKill { record, then })
+        Ok(TakeoverOutcome { record, then })
     }
 }

@@ -16,14 +16,15 @@ use std::time::{Duration, Instant};
 use nix::sys::signal::{kill, Signal};
 use nix::unistd::Pid;
 
+use super::crashpoints::{AfterTakeover, TakeoverOutcome};
 use super::{
-    cluster_err, AcquireAnswer, KillAt, Run, Served, State, StrikeRecord, Target, WorkersError,
+    cluster_err, AcquireAnswer, Run, Served, State, StrikeRecord, TakeoverAt, Target, WorkersError,
     REPLY_TIMEOUT,
 };
 use crate::agent::worker::{WorkerCommand, WorkerReply};
 use crate::history::WorkerEvent;
 use crate::nemesis::pgproxy::{Held, Proxy, Release, StatementAction, StatementStrike};
-use crate::nemesis::workers::{Strike, WorkerPlan};
+use crate::nemesis::workers::{Strike, TakeoverFault, WorkerPlan};
 use agentstore_pg::cluster::{Cluster, LockWatch};
 
 /// How often the harness looks whether the proxy holds the statement or
@@ -184,7 +185,8 @@ pub fn statement_plans(counts: &[usize]) -> Vec<WorkerPlan> {
 /// before the renewal, whose connection closes after another worker took
 /// over, so the store reconnects as a fenced owner; and the heir of a kill
 /// killed in its takeover, before its `COMMIT` (statement 10) and right
-/// after it (11).
+/// after it (11), its connection reset before that `COMMIT`, and the
+/// `COMMIT`'s answer lost.
 pub fn sampled_statement_plans() -> Vec<WorkerPlan> {
     [
         "pause@3.1",
@@ -198,6 +200,8 @@ pub fn sampled_statement_plans() -> Vec<WorkerPlan> {
         "drop@4.1",
         "kill@3.1+kill@take.10",
         "kill@3.1+kill@take.11",
+        "kill@3.1+reset@take.10",
+        "kill@3.1+cut@take.10",
     ]
     .iter()
     .map(|p| p.parse().expect("a sampled plan parses"))
@@ -317,19 +321,19 @@ impl Run<'_> {
 
     /// Carries out `strike` (`label`, as the plan spells it) in the
     /// first session's owner's next request, and with `takeover`
-    /// (`kill@take.S` after a statement kill, and its label) a kill before
-    /// statement S of the heir's takeover: what each hit, or why it did
+    /// (`ACTION@take.S` after a statement kill, and its label) that fault
+    /// at statement S of the heir's takeover: what each hit, or why it did
     /// not fire.
     pub(super) fn statement_strike(
         &mut self,
         strike: StatementStrike,
         label: String,
-        takeover: Option<(usize, String)>,
+        takeover: Option<(TakeoverFault, usize, String)>,
         sessions: &mut [Served],
     ) -> Result<Vec<StrikeRecord>, WorkersError> {
-        let not_reached = |takeover: Option<(usize, String)>| {
-            takeover.map(|(q, label)| StrikeRecord {
-                strike: Strike::TakeoverStatement(q),
+        let not_reached = |takeover: Option<(TakeoverFault, usize, String)>| {
+            takeover.map(|(fault, q, label)| StrikeRecord {
+                strike: Strike::TakeoverStatement(fault, q),
                 label,
                 fired: false,
                 what: "the kill before it never fired: no takeover".to_string(),
@@ -425,11 +429,11 @@ impl Run<'_> {
                         let (_, hit) = self.strike(Strike::Kill, &label, None, sessions)?;
                         format!("held {point}, then {hit} (and its store process)")
                     }
-                    Some((q, takeover_label)) => {
+                    Some((fault, q, takeover_label)) => {
                         self.kill_with_its_store(victim);
                         let (records, took) = self.take_over_after_kill(
                             victim,
-                            Some((KillAt::Statement(q), takeover_label)),
+                            Some((TakeoverAt::Statement(fault, q), takeover_label)),
                             sessions,
                         )?;
                         takeover_records = records;
@@ -479,6 +483,116 @@ impl Run<'_> {
         }];
         records.extend(takeover_records);
         Ok(records)
+    }
+
+    /// Carries out `reset@take.Q` or `cut@take.Q` (`label`): `heir` asks
+    /// for the first of `victim`'s unfinished sessions, once the victim's
+    /// lease has surely expired, with its proxy armed at statement `q`
+    /// (the heir lives on): what it hit, and where it left the session. A
+    /// store that reconnects answers the request itself; one that refuses
+    /// it is asked again by the heir, as a real worker would, and a second
+    /// refusal is recorded for the checker.
+    pub(super) fn takeover_connection_fault(
+        &mut self,
+        victim: usize,
+        heir: usize,
+        fault: TakeoverFault,
+        q: usize,
+        label: String,
+        sessions: &mut [Served],
+    ) -> Result<TakeoverOutcome, WorkersError> {
+        let heir_id = self.workers[heir].id.clone();
+        let Some(s) = sessions
+            .iter()
+            .position(|s| s.owner == victim && !s.finished)
+        else {
+            return Err(WorkersError::Harness(format!(
+                "{label}: the killed owner has no session left to take over"
+            )));
+        };
+        let name = sessions[s].name.clone();
+        let ttl_ms = self.cfg.longest_ttl();
+        // As for a kill in the takeover: the victim's lease is waited out
+        // first, so that the try the fault lands in is the granted one.
+        std::thread::sleep(Duration::from_millis(ttl_ms));
+        let strike = StatementStrike {
+            action: fault.action(),
+            statement: q,
+            after_reply: false,
+        };
+        let acquire = WorkerCommand::Acquire {
+            session: name.clone(),
+        };
+        let record = |fired, what| StrikeRecord {
+            strike: Strike::TakeoverStatement(fault, q),
+            label: label.clone(),
+            fired,
+            what,
+        };
+        let (release, what) = match fault {
+            TakeoverFault::Reset => (Release::Close, "reset the connection of"),
+            _ => (
+                Release::LoseReply,
+                "sent and lost the server's answer, then reset the connection, of",
+            ),
+        };
+        let (fired, reply) = match self.send_armed(heir, strike, &acquire)? {
+            Armed::Answered(line) => {
+                let reply = serde_json::from_str(&line).map_err(|e| {
+                    self.workers[heir].broken(format!("unreadable reply {line:?}: {e}"))
+                })?;
+                (false, reply)
+            }
+            Armed::Held(_) => {
+                if let Some(sql) = self.proxy(heir)?.struck_statement() {
+                    self.struck_statements.push((sql, false));
+                }
+                self.proxy(heir)?.release(release);
+                (true, self.workers[heir].receive(&acquire)?)
+            }
+        };
+        let passed = self.proxy(heir)?.count();
+        let point = format!("{heir_id} before statement {q} of its takeover of {name}");
+        let answer = self.answer_to_acquire(heir, &name, reply, true)?;
+        let (what, then) = match answer {
+            AcquireAnswer::Granted if fired => (
+                format!("{what} {point}; the store reconnected and granted it"),
+                AfterTakeover::TookOver { passed },
+            ),
+            AcquireAnswer::Granted => (
+                format!("{heir_id}'s takeover of {name} sent {passed} statement(s), none the {q}-th: it took the session over"),
+                AfterTakeover::TookOver { passed },
+            ),
+            AcquireAnswer::Held(_) | AcquireAnswer::Refused(_) => {
+                let took = match self.acquire_or_refused(heir, &name, true, ttl_ms)? {
+                    Ok(()) => AfterTakeover::TookOver { passed },
+                    Err(reply) => AfterTakeover::Refused(format!("{name}: {reply:?}")),
+                };
+                let how = match &took {
+                    AfterTakeover::Refused(_) => "refused it again",
+                    _ => "granted it",
+                };
+                let what = if fired {
+                    format!("{what} {point}; the store refused the request, {heir_id} asked again and the store {how}")
+                } else {
+                    format!("{heir_id}'s takeover of {name} ended before statement {q}, refused; it asked again and the store {how}")
+                };
+                (what, took)
+            }
+        };
+        match then {
+            AfterTakeover::TookOver { .. } => {
+                sessions[s].owner = heir;
+                sessions[s].steps = 0;
+            }
+            // A crash must not cost the session: the refusal is recorded,
+            // and the checker judges what it left.
+            _ => sessions[s].finished = true,
+        }
+        Ok(TakeoverOutcome {
+            record: record(fired, what),
+            then,
+        })
     }
 
     /// A pause inside a transaction that holds locks (`pause@K.S` after
