@@ -25,12 +25,17 @@
 //!   (about T by construction), open + recovery, the first acknowledged
 //!   append, and the total from death to that append;
 //! - **connection faults** (the PostgreSQL store alone: agentstore has no
-//!   connection): an owner's acknowledged append and a taken-over owner's
-//!   write refused `fenced`, each on a live connection and on one the
+//!   connection): an owner's acknowledged append, a taken-over owner's
+//!   write refused `fenced`, and a takeover (open with recovery and the
+//!   first append, after a lease that lapsed with a run and a tool call
+//!   open), each under one [`ConnectionState`]: a live connection; one the
 //!   server ended right before the write (`pg_terminate_backend`, as a
-//!   server restart or a reset between client and server leaves it): the
-//!   store reconnects under the same lease and runs the write again.
-//!   [`CONNECTION_ROUNDS`] writes of each, interleaved; median and worst.
+//!   server restart leaves it: the store reconnects under the same lease
+//!   and runs the write again); and, through the bench's relay
+//!   ([`relay`], a private cluster only), every server read delayed, the
+//!   connection reset before the write's `COMMIT`, or the `COMMIT`'s
+//!   answer lost. [`CONNECTION_ROUNDS`] writes of each, interleaved;
+//!   median and worst.
 //!
 //! It owns the private cluster it starts (unless given a DSN), a scratch
 //! directory for agentstore's sessions on the file system of the
@@ -53,6 +58,9 @@ use serde::{Deserialize, Serialize};
 use crate::cluster::{Cluster, ClusterError, ClusterOptions};
 use crate::{PgStore, StoreError};
 
+mod relay;
+use relay::{Relay, WireFault};
+
 /// Concurrent sessions of the append section.
 pub const SESSIONS: [usize; 3] = [1, 8, 64];
 /// Slices each configuration's measurement is cut into, interleaved.
@@ -67,7 +75,10 @@ pub const CONNECTION_ROUNDS: usize = 20;
 /// Session lengths of the takeover section unless told otherwise.
 pub const DEFAULT_LENGTHS: [u64; 4] = [10, 100, 1_000, 10_000];
 /// The `format` field of the JSON report.
-pub const REPORT_FORMAT: u32 = 2;
+pub const REPORT_FORMAT: u32 = 3;
+/// How long the relay holds each read from the server in the `delayed`
+/// connection state.
+pub const WIRE_DELAY: Duration = Duration::from_millis(1);
 /// The private cluster's `max_connections`: the append section holds
 /// `2 * (1 + 8 + 64)` connections at once (a server given by `--dsn` must
 /// allow as many).
@@ -259,29 +270,91 @@ pub enum ConnectionState {
     /// The server ended it (`pg_terminate_backend`): the write finds it
     /// dead, connects again and runs once more.
     EndedByServer,
+    /// Every read from the server held [`WIRE_DELAY`] by the relay.
+    Delayed,
+    /// The relay closes the connection right before the write's `COMMIT`:
+    /// the server rolls it back; the store reconnects, asks the server
+    /// what became of it and runs it again.
+    ResetBeforeCommit,
+    /// The relay forwards the `COMMIT` and loses its answer: it committed;
+    /// the store reconnects and asks the server, which says so.
+    CommitAnswerLost,
 }
 
 impl ConnectionState {
-    pub const ALL: [ConnectionState; 2] = [ConnectionState::Alive, ConnectionState::EndedByServer];
+    pub const ALL: [ConnectionState; 5] = [
+        ConnectionState::Alive,
+        ConnectionState::EndedByServer,
+        ConnectionState::Delayed,
+        ConnectionState::ResetBeforeCommit,
+        ConnectionState::CommitAnswerLost,
+    ];
 
     pub fn name(self) -> &'static str {
         match self {
             ConnectionState::Alive => "alive",
             ConnectionState::EndedByServer => "ended by server",
+            ConnectionState::Delayed => "delayed 1 ms",
+            ConnectionState::ResetBeforeCommit => "reset at COMMIT",
+            ConnectionState::CommitAnswerLost => "COMMIT answer lost",
+        }
+    }
+
+    /// What the relay puts on the wire in this state (None: no relay needed).
+    fn wire(self) -> Option<WireFault> {
+        match self {
+            ConnectionState::Alive | ConnectionState::EndedByServer => None,
+            ConnectionState::Delayed => Some(WireFault::Delay(WIRE_DELAY)),
+            ConnectionState::ResetBeforeCommit => Some(WireFault::ResetBeforeCommit),
+            ConnectionState::CommitAnswerLost => Some(WireFault::LoseCommitAnswer),
+        }
+    }
+
+    /// Whether the fault lands on a fenced write: one refused before it
+    /// sends a `COMMIT` escapes a fault at the `COMMIT`.
+    fn reaches_fenced(self) -> bool {
+        !matches!(
+            self,
+            ConnectionState::ResetBeforeCommit | ConnectionState::CommitAnswerLost
+        )
+    }
+
+    /// Whether the fault lands on a takeover: a takeover opens a
+    /// connection of its own, so there is none for the server to end
+    /// before it.
+    fn reaches_takeover(self) -> bool {
+        self != ConnectionState::EndedByServer
+    }
+}
+
+/// Median and worst of one kind of write, in milliseconds.
+#[derive(Debug, Clone, Copy, Serialize, Deserialize)]
+pub struct Timing {
+    pub p50_ms: f64,
+    pub max_ms: f64,
+}
+
+impl Timing {
+    fn of(values: Vec<f64>) -> Timing {
+        Timing {
+            max_ms: values.iter().copied().fold(0.0, f64::max),
+            p50_ms: median(values),
         }
     }
 }
 
-/// One connection state of the connection section, in milliseconds.
+/// One connection state of the connection section; None where the
+/// state's fault cannot land on that write.
 #[derive(Debug, Clone, Serialize, Deserialize)]
 pub struct ConnectionRow {
     pub connection: ConnectionState,
     /// The owner's append, acknowledged.
-    pub append_p50_ms: f64,
-    pub append_max_ms: f64,
+    pub append: Timing,
     /// A taken-over owner's append, refused `fenced`.
-    pub fenced_p50_ms: f64,
-    pub fenced_max_ms: f64,
+    pub fenced: Option<Timing>,
+    /// A takeover: open with the lease and recovery, then the first
+    /// acknowledged append.
+    pub takeover: Option<Timing>,
 }
 
 /// The connection section.
@@ -1018,15 +1091,43 @@ fn end_connections(admin: &mut postgres::Client, name: &str) -> Result<(), Bench
 }
 
 /// The connection section: an owner and a taken-over owner (fenced by an
-/// heir that took its session over) write, each on its own named
-/// connection, alive or ended by the server right before the write.
-fn connection_faults(env: &Env) -> Result<ConnectionSection, BenchError> {
+/// heir that took its session over) write, and a new owner takes over a
+/// lapsed session, each on its own named connection, under each
+/// [`ConnectionState`]. On a private cluster every writer connects
+/// through the relay, in every state, so that the states differ only by
+/// their fault; on a given server there is no relay, and only the live
+/// and server-ended states are measured.
+fn connection_faults(
+    env: &Env,
+    cluster: Option<&Cluster>,
+) -> Result<ConnectionSection, BenchError> {
+    let relay = match cluster {
+        Some(c) => {
+            let port = c.port();
+            let dir = c.socket_dir().join("relay");
+            let upstream = c.socket_dir().join(format!(".s.PGSQL.{port}"));
+            let relay = Relay::start(&dir, port, upstream)
+                .map_err(io(format!("start the relay in {}", dir.display())))?;
+            let dsn = env.dsn.replacen(
+                &format!("host={}", c.socket_dir().display()),
+                &format!("host={}", dir.display()),
+                1,
+            );
+            Some((relay, dsn))
+        }
+        None => None,
+    };
+    let writers_dsn = relay.as_ref().map_or(env.dsn.as_str(), |(_, dsn)| dsn);
+    let states: Vec<ConnectionState> = ConnectionState::ALL
+        .into_iter()
+        .filter(|s| relay.is_some() || s.wire().is_none())
+        .collect();
     let pid = std::process::id();
     let owner_name = format!("agentstore-pg-bench-owner-{pid}");
     let zombie_name = format!("agentstore-pg-bench-zombie-{pid}");
     let long = lease("owner", Duration::from_secs(600));
     let (mut owner, _) = PgStore::create(
-        &named_dsn(&env.dsn, &owner_name),
+        &named_dsn(writers_dsn, &owner_name),
         &env.pg_root,
         "connection-owner",
         &env.workspace,
@@ -1034,7 +1135,7 @@ fn connection_faults(env: &Env) -> Result<ConnectionSection, BenchError> {
     )?;
     // The zombie's lease lapses at once; the heir takes the session over.
     let (mut zombie, _) = PgStore::create(
-        &named_dsn(&env.dsn, &zombie_name),
+        &named_dsn(writers_dsn, &zombie_name),
         &env.pg_root,
         "connection-zombie",
         &env.workspace,
@@ -1049,43 +1150,106 @@ fn connection_faults(env: &Env) -> Result<ConnectionSection, BenchError> {
     )?;
     let mut admin = client(&env.dsn)?;
     let event = message_of_json_size(EVENT_JSON_BYTES);
-    let mut times: Vec<(ConnectionState, Vec<f64>, Vec<f64>)> = ConnectionState::ALL
+    // Puts `state`'s wire fault on, runs `write`, takes it off; a closing
+    // fault that did not fire is the bench's failure: it measured nothing.
+    let under = |state: ConnectionState,
+                 what: &str,
+                 write: &mut dyn FnMut() -> Result<Duration, BenchError>|
+     -> Result<f64, BenchError> {
+        let Some((relay, _)) = &relay else {
+            return write().map(ms);
+        };
+        let fired = relay.fired();
+        relay.arm(state.wire().unwrap_or(WireFault::None));
+        let took = write();
+        relay.arm(WireFault::None);
+        let took = took?;
+        let closing = matches!(
+            state,
+            ConnectionState::ResetBeforeCommit | ConnectionState::CommitAnswerLost
+        );
+        if closing && relay.fired() != fired + 1 {
+            return Err(BenchError::Connection(format!(
+                "{}: the fault never landed on the {what}",
+                state.name()
+            )));
+        }
+        Ok(ms(took))
+    };
+    // Per state: the appends, fenced writes and takeovers, in ms.
+    type Times = (ConnectionState, Vec<f64>, Vec<f64>, Vec<f64>);
+    let mut times: Vec<Times> = states
         .iter()
-        .map(|&c| (c, Vec::new(), Vec::new()))
+        .map(|&c| (c, Vec::new(), Vec::new(), Vec::new()))
         .collect();
     for round in 0..CONNECTION_ROUNDS {
         // Rotated per round, as the append section's slices are.
         for i in 0..times.len() {
-            let (state, appends, fenced) = &mut times[(i + round) % ConnectionState::ALL.len()];
-            if *state == ConnectionState::EndedByServer {
+            let n = times.len();
+            let (state, appends, fenced, takeovers) = &mut times[(i + round) % n];
+            let state = *state;
+            if state == ConnectionState::EndedByServer {
                 end_connections(&mut admin, &owner_name)?;
             }
-            let start = Instant::now();
-            owner.append(&event)?;
-            appends.push(ms(start.elapsed()));
-            if *state == ConnectionState::EndedByServer {
-                end_connections(&mut admin, &zombie_name)?;
-            }
-            let start = Instant::now();
-            match zombie.append(&event) {
-                Err(StoreError::Fenced(_)) => fenced.push(ms(start.elapsed())),
-                other => {
-                    return Err(BenchError::Connection(format!(
-                        "the taken-over owner's append was not refused fenced: {other:?}"
-                    )))
+            appends.push(under(state, "owner's append", &mut || {
+                let start = Instant::now();
+                owner.append(&event)?;
+                Ok(start.elapsed())
+            })?);
+            if state.reaches_fenced() {
+                if state == ConnectionState::EndedByServer {
+                    end_connections(&mut admin, &zombie_name)?;
                 }
+                fenced.push(under(state, "fenced write", &mut || {
+                    let start = Instant::now();
+                    match zombie.append(&event) {
+                        Err(StoreError::Fenced(_)) => Ok(start.elapsed()),
+                        other => Err(BenchError::Connection(format!(
+                            "the taken-over owner's append was not refused fenced: {other:?}"
+                        ))),
+                    }
+                })?);
+            }
+            if state.reaches_takeover() {
+                let session = format!("connection-takeover-{i}-{round}");
+                let (mut dead, _) = PgStore::create(
+                    &env.dsn,
+                    &env.pg_root,
+                    &session,
+                    &env.workspace,
+                    Some(&lease("dead", Duration::ZERO)),
+                )?;
+                for e in dying_run() {
+                    dead.append(&e)?;
+                }
+                drop(dead);
+                takeovers.push(under(state, "takeover", &mut || {
+                    let start = Instant::now();
+                    let (mut taker, took) = PgStore::open(
+                        writers_dsn,
+                        &env.pg_root,
+                        &session,
+                        None,
+                        Some(&long),
+                    )?;
+                    if took.map_or(0, |t| t.recovery.appended) == 0 {
+                        return Err(BenchError::Connection(format!(
+                            "the takeover of {session} recovered nothing after a lapsed lease with a run and a call open"
+                        )));
+                    }
+                    taker.append(&event)?;
+                    Ok(start.elapsed())
+                })?);
             }
         }
     }
-    let worst = |v: &[f64]| v.iter().copied().fold(0.0, f64::max);
     let rows = times
         .into_iter()
-        .map(|(connection, appends, fenced)| ConnectionRow {
+        .map(|(connection, appends, fenced, takeovers)| ConnectionRow {
             connection,
-            append_max_ms: worst(&appends),
-            fenced_max_ms: worst(&fenced),
-            append_p50_ms: median(appends),
-            fenced_p50_ms: median(fenced),
+            append: Timing::of(appends),
+            fenced: connection.reaches_fenced().then(|| Timing::of(fenced)),
+            takeover: connection.reaches_takeover().then(|| Timing::of(takeovers)),
         })
         .collect();
     Ok(ConnectionSection {
@@ -1197,7 +1361,7 @@ pub fn run(config: &Config) -> Result<Report, BenchError> {
         .map_err(StoreError::pg("create the floor table"))?;
     let measured = appends(&env, config.per_configuration, cluster.as_ref()).and_then(|a| {
         let t = takeovers(&env, &config.lengths, config.ttl)?;
-        Ok((a, t, connection_faults(&env)?))
+        Ok((a, t, connection_faults(&env, cluster.as_ref())?))
     });
     client(&env.dsn)?
         .batch_execute(&format!("DROP TABLE {}", env.floor_table))
@@ -1303,21 +1467,35 @@ impl Report {
             ));
         }
         out.push_str(&format!(
-            "\nConnection faults (PostgreSQL): the writer's connection alive, or ended by the server right before the write (it reconnects under the same lease and runs the write again); {} writes of each, ms\n",
+            "\nConnection faults (PostgreSQL): an owner's append, a fenced write and a takeover (open, recovery, first append) on a live connection, one the server ended right before the write (it reconnects under the same lease and runs the write again), and through a relay: every server read delayed, the connection reset before the COMMIT, the COMMIT's answer lost (it reconnects and asks the server); {} writes of each, ms (-: the fault cannot land on that write)\n",
             self.connection.rounds
         ));
         out.push_str(&format!(
-            "{:<16} {:>11} {:>11} {:>11} {:>11}\n",
-            "connection", "append p50", "append max", "fenced p50", "fenced max"
+            "{:<19} {:>11} {:>11} {:>11} {:>11} {:>13} {:>13}\n",
+            "connection",
+            "append p50",
+            "append max",
+            "fenced p50",
+            "fenced max",
+            "takeover p50",
+            "takeover max"
         ));
+        let cells = |t: Option<Timing>| match t {
+            Some(t) => (format!("{:.2}", t.p50_ms), format!("{:.2}", t.max_ms)),
+            None => ("-".to_string(), "-".to_string()),
+        };
         for r in &self.connection.rows {
+            let (fenced_p50, fenced_max) = cells(r.fenced);
+            let (takeover_p50, takeover_max) = cells(r.takeover);
             out.push_str(&format!(
-                "{:<16} {:>11.2} {:>11.2} {:>11.2} {:>11.2}\n",
+                "{:<19} {:>11.2} {:>11.2} {:>11} {:>11} {:>13} {:>13}\n",
                 r.connection.name(),
-                r.append_p50_ms,
-                r.append_max_ms,
-                r.fenced_p50_ms,
-                r.fenced_max_ms
+                r.append.p50_ms,
+                r.append.max_ms,
+                fenced_p50,
+                fenced_max,
+                takeover_p50,
+                takeover_max
             ));
         }
         out

@@ -292,6 +292,10 @@ fn uncertain_call(call: &OpenCall) -> UncertainCall {
 /// sees the connection closed).
 const OUTCOME_TIMEOUT: std::time::Duration = std::time::Duration::from_secs(30);
 
+/// How long a store waits for an empty query's answer when it asks
+/// whether a connection that gave an error still answers.
+const LIVENESS_TIMEOUT: std::time::Duration = std::time::Duration::from_secs(5);
+
 /// A write transaction that did not commit.
 enum Attempt {
     /// Refused by the rules or the lease, or failed by the database; the
@@ -777,7 +781,7 @@ impl PgStore {
             Err(error) => error,
         };
         let appended = mark.map_or_else(Vec::new, |m| self.events.split_off(m));
-        if !self.client.is_closed() {
+        if !self.connection_lost(&error) {
             return Err(Attempt::Failed(error));
         }
         let at_commit = at_commit.map(|(seqs, grant, projection)| {
@@ -846,11 +850,23 @@ impl PgStore {
         }
     }
 
+    /// Whether `error`, from this connection, left it dead. The server's
+    /// last message (a backend it ended says so first) can reach the
+    /// client before the connection's end does, through a proxy or over a
+    /// slow network: a connection that no longer answers an empty query
+    /// is lost too. A refusal of the store's own (a rule, a fence) never
+    /// touched the connection and is never asked about.
+    fn connection_lost(&mut self, error: &StoreError) -> bool {
+        self.client.is_closed()
+            || (matches!(error, StoreError::Io(_))
+                && self.client.is_valid(LIVENESS_TIMEOUT).is_err())
+    }
+
     /// Runs `read` (idempotent: a read, or an insert that does nothing the
     /// second time) once more on a new connection when its connection died.
     fn reading<T>(&mut self, read: impl Fn(&mut Self) -> Result<T>) -> Result<T> {
         match read(self) {
-            Err(e) if self.client.is_closed() => {
+            Err(e) if self.connection_lost(&e) => {
                 self.reconnect(&e)?;
                 read(self)
             }
