@@ -237,6 +237,23 @@ fn postgres_a_lost_takeover_commit_taken_as_a_grant_is_caught() {
     }
 }
 
+/// And in a release: the owner's connection reset before its close's
+/// `COMMIT` is taken as a release. The server rolled it back, so the
+/// lease the store called ended is live, and the next worker, asking at
+/// once, is refused `lease_held` after an acknowledged close.
+#[test]
+fn postgres_a_lost_close_commit_taken_as_a_release_is_caught() {
+    if postgres_here() {
+        caught_on(
+            &["--postgres"],
+            "lost-commit-assumed",
+            "leave@3+reset@close.5",
+            "300",
+            "one-live-owner",
+        );
+    }
+}
+
 /// A reconnect is not a new owner: the owner's renewal dropped (never
 /// sent) while the other worker took the session over, then its
 /// connection closed; a store that adopts the session's epoch on

@@ -34,7 +34,7 @@ use crate::check::workers::{check, WorkerViolation};
 use crate::history::{FinalLog, WorkerEvent};
 use crate::nemesis::database::DatabaseCrash;
 use crate::nemesis::partition::{self, Partition};
-use crate::nemesis::workers::{Needs, Strike, TakeoverFault, WorkerPlan};
+use crate::nemesis::workers::{LeaseFault, Needs, Strike, WorkerPlan};
 use crate::shell::word;
 use crate::store::{SessionSpec, StoreBackend};
 use agentchaos_protocol::message::{LeaseGrant, WireRecord};
@@ -47,7 +47,10 @@ mod transitions;
 pub use crashpoints::{
     crash_point_every_plans, crash_point_plans, kill_before_takeover, takeover_every_plans,
 };
-pub use statements::{sampled_statement_plans, statement_plans, StatementCoverage, StatementUse};
+pub use statements::{
+    close_every_plans, leave_before_close, sampled_statement_plans, statement_plans,
+    StatementCoverage, StatementUse,
+};
 
 /// How long the harness waits for one reply of a worker that is running.
 const REPLY_TIMEOUT: Duration = Duration::from_secs(60);
@@ -546,7 +549,7 @@ enum KillAt {
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 enum TakeoverAt {
     CrashPoint(NonZeroU64),
-    Statement(TakeoverFault, usize),
+    Statement(LeaseFault, usize),
 }
 
 /// Whom a strike hits: the first session's owner of the moment, and where
@@ -629,10 +632,8 @@ pub fn takeover_point_count(
     scratch: &Path,
     db: Option<&mut Database>,
 ) -> Result<usize, WorkersError> {
-    let mut plan = kill_before_takeover().then(
-        Strike::TakeoverStatement(TakeoverFault::Kill, usize::MAX),
-        0,
-    );
+    let mut plan =
+        kill_before_takeover().then(Strike::TakeoverStatement(LeaseFault::Kill, usize::MAX), 0);
     if db.is_none() {
         plan = plan.at_crash_points();
     }
@@ -645,6 +646,26 @@ pub fn takeover_point_count(
     })
 }
 
+/// The statements of the owner's close in [`leave_before_close`], what
+/// [`close_every_plans`] enumerates (`--postgres` only). Counted in a
+/// trial whose close kill is armed past any statement it has, the same
+/// path the plans take.
+pub fn close_point_count(
+    cfg: &WorkersConfig,
+    backend: &dyn StoreBackend,
+    scratch: &Path,
+    db: &mut Database,
+) -> Result<usize, WorkersError> {
+    let plan = leave_before_close().then(Strike::CloseStatement(LeaseFault::Kill, usize::MAX), 0);
+    let counted = counting_trial(cfg, backend, scratch, Some(db), plan)?;
+    counted.close.ok_or_else(|| {
+        WorkersError::Harness(format!(
+            "the trial that counts a close's statements closed nothing after {}",
+            leave_before_close()
+        ))
+    })
+}
+
 /// What a counting trial counted.
 #[derive(Debug, Default)]
 struct PointCounts {
@@ -652,6 +673,8 @@ struct PointCounts {
     requests: Vec<usize>,
     /// The crash points of a takeover that passed its armed kill.
     takeover: Option<usize>,
+    /// The statements of a close that passed its armed kill.
+    close: Option<usize>,
 }
 
 /// Runs `plan` counting strike points ([`PointCounts`]); a violation is
@@ -718,7 +741,7 @@ fn trial_in(
         || plan
             .strikes()
             .iter()
-            .any(|(s, _)| matches!(s, Strike::Statement(_)));
+            .any(|(s, _)| matches!(s, Strike::Statement(_) | Strike::CloseStatement(..)));
     if let Some(d) = db.as_deref_mut() {
         d.proxies = statements.then(|| statements::Proxies::new(&d.cluster));
     }
@@ -1135,6 +1158,18 @@ impl Run<'_> {
                         self.struck.extend(records);
                         continue;
                     }
+                    if strike == Strike::Leave {
+                        // A close strike next is carried out in this leave's close.
+                        let close = match planned.get(next) {
+                            Some(&(Strike::CloseStatement(fault, q), _)) => {
+                                Some((fault, q, plan.label(next)))
+                            }
+                            _ => None,
+                        };
+                        let records = self.leave(label, close, &mut sessions)?;
+                        self.struck.extend(records);
+                        continue;
+                    }
                     if let Strike::CrashPoint(p) = strike {
                         let records =
                             self.crash_point_strike(p, label, at_crash_point, &mut sessions)?;
@@ -1361,7 +1396,6 @@ impl Run<'_> {
             }
             Strike::Slow => Ok((None, self.slow(victim, &at, sessions)?)),
             Strike::Lapse => Ok((None, self.lapse(victim, &at, sessions)?)),
-            Strike::Leave => Ok((None, self.leave(victim, &at, sessions)?)),
             Strike::DbCrash(model) => {
                 let db = self
                     .db
@@ -1415,8 +1449,10 @@ impl Run<'_> {
             Strike::Statement(_)
             | Strike::CrashPoint(_)
             | Strike::TakeoverCrashPoint(_)
-            | Strike::TakeoverStatement(..) => Err(WorkersError::Harness(format!(
-                "{label}: a strike at a point inside a request is carried out there, not after it"
+            | Strike::TakeoverStatement(..)
+            | Strike::CloseStatement(..)
+            | Strike::Leave => Err(WorkersError::Harness(format!(
+                "{label}: a strike at a point inside a request, or with one in its request, is carried out there"
             ))),
             Strike::Partition => {
                 self.renew(victim, &name)?;

@@ -44,7 +44,8 @@ pub(crate) struct WorkersCli {
     /// the server's answer lost, the connection closed);
     /// `kill@take.S` right after a `kill@K.S` kills the heir before the S-th statement of its
     /// takeover, `reset@take.S` resets its connection there and `cut@take.S` loses statement
-    /// S's answer (the heir lives on). For agentstore in-process, `kill@K.P` kills the owner at the P-th crash
+    /// S's answer (the heir lives on); `kill@close.S`, `reset@close.S` and `cut@close.S` right
+    /// after a `leave@K` do the same at the S-th statement of the owner's close. For agentstore in-process, `kill@K.P` kills the owner at the P-th crash
     /// point (from 1) its store passes inside request K, and `kill@take.Q` right after it the
     /// heir at the Q-th crash point of its takeover; without --plan a sample of them runs.
     #[arg(long, value_name = "PLAN", help_heading = WHAT)]
@@ -57,7 +58,8 @@ pub(crate) struct WorkersCli {
     /// request of the first session's owner, and after each reply but a request's last),
     /// counted in a strike-free trial, and a kill, a reset and a lost answer at every statement
     /// of the heir's takeover after `kill@3.1` (`kill@3.1+kill@take.S`, `reset@take.S`,
-    /// `cut@take.S`), instead of a sample of them.
+    /// `cut@take.S`) and of the owner's close after `leave@3` (`leave@3+kill@close.S`, …),
+    /// instead of a sample of them.
     #[arg(long, conflicts_with = "plan", help_heading = WHAT)]
     every_statement: bool,
     /// For agentstore in-process: a kill at every crash point (`kill@K.P`) of every request
@@ -159,7 +161,7 @@ pub(crate) fn run_workers(w: WorkersCli) -> Result<ExitCode, Failure> {
     use agentchaos::agent::worker::WorkerReply;
     use agentchaos::campaign::workers::{self, Database, SharedStore, WorkersConfig};
     use agentchaos::history::WorkerEvent;
-    use agentchaos::nemesis::workers::{Needs, TakeoverFault, WorkerPlan};
+    use agentchaos::nemesis::workers::{LeaseFault, Needs, WorkerPlan};
     let json_report = super::super::ReportFile::open("--json", &w.json)?;
     if w.postgres {
         if let Some(n) = &w.store_fault {
@@ -320,7 +322,7 @@ pub(crate) fn run_workers(w: WorkersCli) -> Result<ExitCode, Failure> {
         say_points("crash", "crash point", &counts, plans.len());
         let points = workers::takeover_point_count(&cfg, backend.as_ref(), &scratch, None)
             .map_err(workers_failure("--every-point"))?;
-        let takeovers = workers::takeover_every_plans(points, &[TakeoverFault::Kill]);
+        let takeovers = workers::takeover_every_plans(points, &[LeaseFault::Kill]);
         say_takeover_points("crash point", points, takeovers.len());
         plans.extend(takeovers.into_iter().map(WorkerPlan::at_crash_points));
     }
@@ -334,14 +336,22 @@ pub(crate) fn run_workers(w: WorkersCli) -> Result<ExitCode, Failure> {
             .map_err(workers_failure("--every-statement"))?;
         let takeovers = workers::takeover_every_plans(
             points,
-            &[
-                TakeoverFault::Kill,
-                TakeoverFault::Reset,
-                TakeoverFault::Cut,
-            ],
+            &[LeaseFault::Kill, LeaseFault::Reset, LeaseFault::Cut],
         );
         say_takeover_points("statement", points, takeovers.len());
         plans.extend(takeovers);
+        let points = workers::close_point_count(&cfg, backend.as_ref(), &scratch, db)
+            .map_err(workers_failure("--every-statement"))?;
+        let closes = workers::close_every_plans(
+            points,
+            &[LeaseFault::Kill, LeaseFault::Reset, LeaseFault::Cut],
+        );
+        println!(
+            "close statements: {points} in the owner's close after {}, {} strike plan(s)",
+            workers::leave_before_close(),
+            closes.len()
+        );
+        plans.extend(closes);
     }
     let describe = if w.postgres {
         "PostgreSQL (agentstore-pg) on a private cluster".to_string()

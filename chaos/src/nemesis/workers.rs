@@ -62,6 +62,11 @@
 //!   takeover, or that statement is sent and its answer lost (a takeover
 //!   whose `COMMIT` may or may not have run); the heir lives on, and when
 //!   the store refuses it the takeover, it asks again.
+//! - `kill@close.S`, `reset@close.S`, `cut@close.S` (`--postgres`, right
+//!   after a `leave@K`): the same faults at the S-th statement of the
+//!   owner's close (its lease's release): the owner killed there (its
+//!   lease lapses; the next worker takes over once it expired), or its
+//!   connection reset or its answer lost while it lives on.
 //!
 //! `kill@3+kill@2` kills the first owner, then the worker that took over,
 //! in its own second life of the session. Strikes are ordered by observed
@@ -106,38 +111,39 @@ pub enum Strike {
     /// The heir of the statement kill `kill@K.S` before it struck at the
     /// S-th statement of its takeover request (`kill@take.S`,
     /// `reset@take.S`, `cut@take.S`, `--postgres`), from 1.
-    TakeoverStatement(TakeoverFault, usize),
+    TakeoverStatement(LeaseFault, usize),
+    /// The owner of the `leave@K` before it struck at the S-th statement
+    /// of its close (`kill@close.S`, `reset@close.S`, `cut@close.S`,
+    /// `--postgres`), from 1.
+    CloseStatement(LeaseFault, usize),
 }
 
-/// What a strike in the heir's takeover does at its statement.
+/// What a strike at a statement of a lease request (the heir's takeover,
+/// the owner's close) does.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum TakeoverFault {
-    /// SIGKILL the heir and its store process before the statement.
+pub enum LeaseFault {
+    /// SIGKILL the worker and its store process before the statement.
     Kill,
-    /// Close both sides of the heir's connection before the statement.
+    /// Close both sides of the worker's connection before the statement.
     Reset,
     /// Send the statement, lose the server's answer, close the connection.
     Cut,
 }
 
-impl TakeoverFault {
+impl LeaseFault {
     /// The proxy's action for it.
     pub fn action(self) -> StatementAction {
         match self {
-            TakeoverFault::Kill => StatementAction::Kill,
-            TakeoverFault::Reset => StatementAction::Reset,
-            TakeoverFault::Cut => StatementAction::Cut,
+            LeaseFault::Kill => StatementAction::Kill,
+            LeaseFault::Reset => StatementAction::Reset,
+            LeaseFault::Cut => StatementAction::Cut,
         }
     }
 
-    fn parse(name: &str) -> Option<TakeoverFault> {
-        [
-            TakeoverFault::Kill,
-            TakeoverFault::Reset,
-            TakeoverFault::Cut,
-        ]
-        .into_iter()
-        .find(|f| f.action().name() == name)
+    fn parse(name: &str) -> Option<LeaseFault> {
+        [LeaseFault::Kill, LeaseFault::Reset, LeaseFault::Cut]
+            .into_iter()
+            .find(|f| f.action().name() == name)
     }
 }
 
@@ -155,9 +161,10 @@ impl Strike {
             | Strike::Leave
             | Strike::CrashPoint(_)
             | Strike::TakeoverCrashPoint(_) => Needs::Processes,
-            Strike::DbCrash(_) | Strike::Statement(_) | Strike::TakeoverStatement(..) => {
-                Needs::Database
-            }
+            Strike::DbCrash(_)
+            | Strike::Statement(_)
+            | Strike::TakeoverStatement(..)
+            | Strike::CloseStatement(..) => Needs::Database,
             Strike::Partition => Needs::Network,
         }
     }
@@ -179,9 +186,12 @@ impl Strike {
             Strike::Statement(s) => s.action.kind(),
             Strike::CrashPoint(_) => "crash-point-kill",
             Strike::TakeoverCrashPoint(_) => "takeover-crash-point-kill",
-            Strike::TakeoverStatement(TakeoverFault::Kill, _) => "takeover-statement-kill",
-            Strike::TakeoverStatement(TakeoverFault::Reset, _) => "takeover-connection-reset",
-            Strike::TakeoverStatement(TakeoverFault::Cut, _) => "takeover-lost-reply",
+            Strike::TakeoverStatement(LeaseFault::Kill, _) => "takeover-statement-kill",
+            Strike::TakeoverStatement(LeaseFault::Reset, _) => "takeover-connection-reset",
+            Strike::TakeoverStatement(LeaseFault::Cut, _) => "takeover-lost-reply",
+            Strike::CloseStatement(LeaseFault::Kill, _) => "close-statement-kill",
+            Strike::CloseStatement(LeaseFault::Reset, _) => "close-connection-reset",
+            Strike::CloseStatement(LeaseFault::Cut, _) => "close-lost-reply",
         }
     }
 }
@@ -241,7 +251,7 @@ impl WorkerPlan {
                     statement,
                     after_reply: false,
                 }) => (Strike::CrashPoint(statement), k),
-                Strike::TakeoverStatement(TakeoverFault::Kill, p) => {
+                Strike::TakeoverStatement(LeaseFault::Kill, p) => {
                     (Strike::TakeoverCrashPoint(p), k)
                 }
                 other => (other, k),
@@ -290,6 +300,9 @@ impl fmt::Display for WorkerPlan {
                 Strike::TakeoverStatement(fault, p) => {
                     write!(f, "{sep}{}@take.{p}", fault.action().name())?
                 }
+                Strike::CloseStatement(fault, p) => {
+                    write!(f, "{sep}{}@close.{p}", fault.action().name())?
+                }
             }
         }
         Ok(())
@@ -298,7 +311,7 @@ impl fmt::Display for WorkerPlan {
 
 /// A plan that does not parse, said in one line.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
-#[error("worker plan {0:?} is not none or strikes pause@K, pause@K~J, kill@K, restart@K, slow@K, lapse@K, leave@K, db-crash:MODEL@K (MODEL: immediate, kill or kill-frozen), partition@K, ACTION@K.S or ACTION@K.Sr (ACTION: pause, kill, reset, drop or cut; S: a statement of request K, from 1, or for agentstore in-process kill@K.P, P a crash point of request K; r: after its reply), kill@take.S, reset@take.S or cut@take.S right after a kill@K.S (S: a statement of the heir's takeover, or for agentstore in-process kill@take.P, P a crash point) joined by + (K: a step of the session's owner since its grant, 0 = right after it; J: the heir's step at which the paused owner wakes)")]
+#[error("worker plan {0:?} is not none or strikes pause@K, pause@K~J, kill@K, restart@K, slow@K, lapse@K, leave@K, db-crash:MODEL@K (MODEL: immediate, kill or kill-frozen), partition@K, ACTION@K.S or ACTION@K.Sr (ACTION: pause, kill, reset, drop or cut; S: a statement of request K, from 1, or for agentstore in-process kill@K.P, P a crash point of request K; r: after its reply), kill@take.S, reset@take.S or cut@take.S right after a kill@K.S (S: a statement of the heir's takeover, or for agentstore in-process kill@take.P, P a crash point), kill@close.S, reset@close.S or cut@close.S right after a leave@K (S: a statement of the owner's close) joined by + (K: a step of the session's owner since its grant, 0 = right after it; J: the heir's step at which the paused owner wakes)")]
 pub struct BadWorkerPlan(String);
 
 impl FromStr for WorkerPlan {
@@ -313,14 +326,19 @@ impl FromStr for WorkerPlan {
             .split('+')
             .map(|one| {
                 let (kind, step) = one.split_once('@').ok_or_else(bad)?;
-                if let Some(p) = step.strip_prefix("take.") {
+                type LeaseStrike = fn(LeaseFault, usize) -> Strike;
+                let requests: [(&str, LeaseStrike); 2] = [
+                    ("take.", Strike::TakeoverStatement),
+                    ("close.", Strike::CloseStatement),
+                ];
+                let lease_request = requests
+                    .into_iter()
+                    .find_map(|(prefix, strike)| Some((step.strip_prefix(prefix)?, strike)));
+                if let Some((p, strike)) = lease_request {
                     let digits = !p.is_empty() && p.bytes().all(|b| b.is_ascii_digit());
-                    let p = p.parse().ok().filter(|&p| digits && p >= 1);
-                    let fault = TakeoverFault::parse(kind);
-                    return Ok((
-                        Strike::TakeoverStatement(fault.ok_or_else(bad)?, p.ok_or_else(bad)?),
-                        0,
-                    ));
+                    let p = p.parse::<usize>().ok().filter(|&p| digits && p >= 1);
+                    let fault = LeaseFault::parse(kind);
+                    return Ok((strike(fault.ok_or_else(bad)?, p.ok_or_else(bad)?), 0));
                 }
                 if step.contains('.') {
                     let (strike, k) = StatementStrike::parse(kind, step).ok_or_else(bad)?;
@@ -359,8 +377,12 @@ impl FromStr for WorkerPlan {
                         })
                 )
         };
-        if (0..strikes.len()).any(|i| {
-            matches!(strikes[i].0, Strike::TakeoverStatement(..)) && !after_a_crash_point_kill(i)
+        // A close strike names the owner of the leave before it.
+        let after_a_leave = |i: usize| i > 0 && strikes[i - 1].0 == Strike::Leave;
+        if (0..strikes.len()).any(|i| match strikes[i].0 {
+            Strike::TakeoverStatement(..) => !after_a_crash_point_kill(i),
+            Strike::CloseStatement(..) => !after_a_leave(i),
+            _ => false,
         }) {
             return Err(bad());
         }
@@ -397,6 +419,8 @@ mod tests {
             "kill@0.1+kill@take.12+kill@2",
             "kill@3.1+reset@take.10",
             "kill@3.1+cut@take.11+kill@1",
+            "leave@3+cut@close.5",
+            "leave@0+kill@close.1+pause@2",
         ] {
             assert_eq!(p.parse::<WorkerPlan>().unwrap().to_string(), p);
         }
@@ -432,6 +456,11 @@ mod tests {
             "kill@3.1+drop@take.1",
             "kill@3.1+cut@take.0",
             "reset@3.1+reset@take.1",
+            "leave@3+pause@close.1",
+            "leave@3+reset@take.1",
+            "kill@3.1+reset@close.1",
+            "reset@close.1",
+            "leave@3+cut@close.0",
             "kill@3.1+kill@take.+1",
         ] {
             let e = bad.parse::<WorkerPlan>().unwrap_err();

@@ -25,7 +25,7 @@ use super::{
 use crate::agent::worker::{WorkerCommand, WorkerReply};
 use crate::history::WorkerEvent;
 use crate::nemesis::pgproxy::{StatementAction, StatementStrike};
-use crate::nemesis::workers::{Strike, TakeoverFault, WorkerPlan};
+use crate::nemesis::workers::{LeaseFault, Strike, WorkerPlan};
 
 /// The crash-point plans `agentchaos workers` runs by default for
 /// agentstore in-process: inside the first write (`run_started`: its log
@@ -90,7 +90,7 @@ pub fn kill_before_takeover() -> WorkerPlan {
 /// [`super::takeover_point_count`]): `kill@3.1+kill@take.Q`, …, spelled
 /// as statement strikes (for agentstore in-process, kills only, and
 /// [`WorkerPlan::at_crash_points`] of each).
-pub fn takeover_every_plans(points: usize, faults: &[TakeoverFault]) -> Vec<WorkerPlan> {
+pub fn takeover_every_plans(points: usize, faults: &[LeaseFault]) -> Vec<WorkerPlan> {
     (1..=points)
         .flat_map(|q| {
             faults
@@ -346,8 +346,8 @@ impl Run<'_> {
                     KillAt::CrashPoint(p),
                 )
             }
-            TakeoverAt::Statement(TakeoverFault::Kill, q) => (
-                Strike::TakeoverStatement(TakeoverFault::Kill, q),
+            TakeoverAt::Statement(LeaseFault::Kill, q) => (
+                Strike::TakeoverStatement(LeaseFault::Kill, q),
                 "statement",
                 q,
                 KillAt::Statement(q),

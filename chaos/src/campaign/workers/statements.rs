@@ -24,7 +24,7 @@ use super::{
 use crate::agent::worker::{WorkerCommand, WorkerReply};
 use crate::history::WorkerEvent;
 use crate::nemesis::pgproxy::{Held, Proxy, Release, StatementAction, StatementStrike};
-use crate::nemesis::workers::{Strike, TakeoverFault, WorkerPlan};
+use crate::nemesis::workers::{LeaseFault, Strike, WorkerPlan};
 use agentstore_pg::cluster::{Cluster, LockWatch};
 
 /// How often the harness looks whether the proxy holds the statement or
@@ -147,7 +147,7 @@ pub(super) struct HeldStatement {
 }
 
 /// What became of a request sent with its proxy armed ([`Run::send_armed`]).
-enum Armed {
+pub(super) enum Armed {
     /// The proxy holds the statement the strike names.
     Held(Held),
     /// The request ended first: its reply's line.
@@ -186,7 +186,8 @@ pub fn statement_plans(counts: &[usize]) -> Vec<WorkerPlan> {
 /// over, so the store reconnects as a fenced owner; and the heir of a kill
 /// killed in its takeover, before its `COMMIT` (statement 10) and right
 /// after it (11), its connection reset before that `COMMIT`, and the
-/// `COMMIT`'s answer lost.
+/// `COMMIT`'s answer lost; and the same two faults at the `COMMIT` of an
+/// owner's close (statement 5).
 pub fn sampled_statement_plans() -> Vec<WorkerPlan> {
     [
         "pause@3.1",
@@ -202,10 +203,31 @@ pub fn sampled_statement_plans() -> Vec<WorkerPlan> {
         "kill@3.1+kill@take.11",
         "kill@3.1+reset@take.10",
         "kill@3.1+cut@take.10",
+        "leave@3+reset@close.5",
+        "leave@3+cut@close.5",
     ]
     .iter()
     .map(|p| p.parse().expect("a sampled plan parses"))
     .collect()
+}
+
+/// The `leave@K` whose close the close strikes hit: after the owner's
+/// third step, mid-session.
+pub fn leave_before_close() -> WorkerPlan {
+    WorkerPlan::one(Strike::Leave, 3)
+}
+
+/// Each of `faults` at each of the `points` statements of the owner's
+/// close in [`leave_before_close`] (from [`super::close_point_count`]):
+/// `leave@3+kill@close.S`, ….
+pub fn close_every_plans(points: usize, faults: &[LeaseFault]) -> Vec<WorkerPlan> {
+    (1..=points)
+        .flat_map(|q| {
+            faults
+                .iter()
+                .map(move |&f| leave_before_close().then(Strike::CloseStatement(f, q), 0))
+        })
+        .collect()
 }
 
 impl Run<'_> {
@@ -242,7 +264,7 @@ impl Run<'_> {
     /// Sends `command` to `worker` with its proxy armed with `strike`, and
     /// waits until the proxy holds the statement it names or the request
     /// ended first (its reply's line; the proxy's count kept, disarmed).
-    fn send_armed(
+    pub(super) fn send_armed(
         &mut self,
         worker: usize,
         strike: StatementStrike,
@@ -273,7 +295,11 @@ impl Run<'_> {
     /// Kills the store process `held` before a statement (the connection's
     /// peer), so that the statement is never sent, and closes the held
     /// connection; the worker's own process is the caller's to kill.
-    fn kill_held_store(&mut self, worker: usize, held: Held) -> Result<(), WorkersError> {
+    pub(super) fn kill_held_store(
+        &mut self,
+        worker: usize,
+        held: Held,
+    ) -> Result<(), WorkersError> {
         if let Some(peer) = held.peer {
             let _ = kill(Pid::from_raw(peer), Signal::SIGKILL);
         }
@@ -328,10 +354,10 @@ impl Run<'_> {
         &mut self,
         strike: StatementStrike,
         label: String,
-        takeover: Option<(TakeoverFault, usize, String)>,
+        takeover: Option<(LeaseFault, usize, String)>,
         sessions: &mut [Served],
     ) -> Result<Vec<StrikeRecord>, WorkersError> {
-        let not_reached = |takeover: Option<(TakeoverFault, usize, String)>| {
+        let not_reached = |takeover: Option<(LeaseFault, usize, String)>| {
             takeover.map(|(fault, q, label)| StrikeRecord {
                 strike: Strike::TakeoverStatement(fault, q),
                 label,
@@ -496,7 +522,7 @@ impl Run<'_> {
         &mut self,
         victim: usize,
         heir: usize,
-        fault: TakeoverFault,
+        fault: LeaseFault,
         q: usize,
         label: String,
         sessions: &mut [Served],
@@ -530,7 +556,7 @@ impl Run<'_> {
             what,
         };
         let (release, what) = match fault {
-            TakeoverFault::Reset => (Release::Close, "reset the connection of"),
+            LeaseFault::Reset => (Release::Close, "reset the connection of"),
             _ => (
                 Release::LoseReply,
                 "sent and lost the server's answer, then reset the connection, of",
