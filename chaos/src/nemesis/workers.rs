@@ -61,7 +61,7 @@
 //!   the heir's connection is closed before the S-th statement of its
 //!   takeover, or that statement is sent and its answer lost (a takeover
 //!   whose `COMMIT` may or may not have run); the heir lives on, and when
-//!   the store refuses it the takeover, it asks again.
+//!   the store refuses it the takeover it asks for the session again.
 //! - `kill@close.S`, `reset@close.S`, `cut@close.S` (`--postgres`, right
 //!   after a `leave@K`): the same faults at the S-th statement of the
 //!   owner's close (its lease's release): the owner killed there (its

@@ -3,9 +3,9 @@
 //! and another worker takes over, a second process under the owner's
 //! worker id taking the session back, a graceful release by an
 //! acknowledged close, struck at one of its statements
-//! (`leave@K+ACTION@close.S`, `--postgres`). This module carries them out and records what the
-//! store replied; it must never judge (the checker,
-//! [`crate::check::workers`], does).
+//! (`leave@K+ACTION@close.S`, `--postgres`). This module carries them
+//! out and records what the store replied; it must never judge (the
+//! checker, [`crate::check::workers`], does).
 
 use super::statements::Armed;
 use super::{Run, Served, State, StrikeRecord, Target, Worker, WorkersError};
@@ -100,8 +100,6 @@ impl Run<'_> {
             }
         };
         let closed = matches!(reply, Some(WorkerReply::Closed));
-        let heir = self.heir(victim)?;
-        let heir_id = self.workers[heir].id.clone();
         let took = match reply {
             // Killed in its close: its lease lapses, as after any kill.
             None => self.take_over_after_kill(victim, None, sessions)?.1,
@@ -111,6 +109,8 @@ impl Run<'_> {
                     session: name.clone(),
                     reply,
                 });
+                let heir = self.heir(victim)?;
+                let heir_id = self.workers[heir].id.clone();
                 let ttl_ms = self.cfg.longest_ttl();
                 if self
                     .acquire_or_refused(heir, &name, false, ttl_ms)?
