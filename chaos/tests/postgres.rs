@@ -477,7 +477,7 @@ fn the_many_workers_campaign_with_every_strike_passes() {
         return;
     };
     assert_eq!(code, 0, "{out}");
-    let trials = if network { 65 } else { 61 };
+    let trials = if network { 66 } else { 62 };
     assert!(
         out.contains(&format!("total: {trials} trial(s), 0 violation(s)")),
         "{out}"
@@ -491,9 +491,9 @@ fn the_many_workers_campaign_with_every_strike_passes() {
     }
     assert!(out.contains("0 violation(s), 0 not exercised"), "{out}");
     // The statement strikes name the statements they hit, by SQL text:
-    // the sample's fifteen land before or after five of them, the takeover
+    // the sample's sixteen land before or after five of them, the takeover
     // kills before its COMMIT and its paged read, its connection faults and
-    // the close's at their COMMIT.
+    // the close's at their COMMIT, its pause before its log read.
     let coverage = out
         .lines()
         .find(|l| l.starts_with("statement coverage: "))
@@ -566,6 +566,11 @@ fn the_many_workers_campaign_with_every_strike_passes() {
             "sent and lost the server's answer, then reset the connection, of w1 before statement 10 of its takeover of s0; the store reconnected and granted it",
         ),
         (
+            "kill@3.1+pause@take.6",
+            "2 takeover(s), 1 write(s) fenced, 6 effect(s) applied, 0 violation(s), strikes fired 2/2",
+            "held w1 before statement 6 of its takeover of s0, inside its transaction; w2's takeover waited for its locks, so it was let go first, then w2 took the session over",
+        ),
+        (
             "leave@3+reset@close.5",
             "1 takeover(s), 0 write(s) fenced, 6 effect(s) applied, 0 violation(s), strikes fired 2/2",
             "reset the connection of w0 before statement 5 of its close; the store closed",
@@ -585,7 +590,7 @@ fn the_many_workers_campaign_with_every_strike_passes() {
     }
     if network {
         assert!(
-            out.contains("strikes fired/planned: close-connection-reset 1/1 · close-lost-reply 1/1 · connection-drop 2/2 · connection-reset 2/2 · db-crash 6/6 · kill 21/21 · leave 2/2 · lost-reply 1/1 · partition 4/4 · pause 21/21 · restart 2/2 · statement-kill 5/5 · statement-pause 3/3 · takeover-connection-reset 1/1 · takeover-lost-reply 1/1 · takeover-statement-kill 2/2"),
+            out.contains("strikes fired/planned: close-connection-reset 1/1 · close-lost-reply 1/1 · connection-drop 2/2 · connection-reset 2/2 · db-crash 6/6 · kill 21/21 · leave 2/2 · lost-reply 1/1 · partition 4/4 · pause 21/21 · restart 2/2 · statement-kill 6/6 · statement-pause 3/3 · takeover-connection-reset 1/1 · takeover-lost-reply 1/1 · takeover-statement-kill 2/2 · takeover-statement-pause 1/1"),
             "{out}"
         );
         let line = out.lines().find(|l| l.starts_with("partition@4")).unwrap();

@@ -541,9 +541,14 @@ fn work_completes(history: &[WorkerEvent], effects: &[AppliedEffect]) -> Vec<Wor
             // The campaign reports which strike stopped it.
             continue;
         }
-        // The final owner: the last grant of the session.
-        let Some((at, owner, grant)) =
-            history.iter().enumerate().rev().find_map(|(i, e)| match e {
+        // The final owner: the session's grant at the highest epoch (the
+        // last of them). A grant's reply can reach the harness after a
+        // newer one's: a takeover held after its commit is recorded when
+        // it is let go.
+        let Some((at, owner, grant)) = history
+            .iter()
+            .enumerate()
+            .filter_map(|(i, e)| match e {
                 WorkerEvent::Granted {
                     worker,
                     session: s,
@@ -552,6 +557,7 @@ fn work_completes(history: &[WorkerEvent], effects: &[AppliedEffect]) -> Vec<Wor
                 } if s == session => Some((i, worker.as_str(), grant)),
                 _ => None,
             })
+            .max_by_key(|&(i, _, grant)| (grant.epoch, i))
         else {
             continue;
         };
@@ -839,6 +845,44 @@ mod tests {
             },
         );
         assert!(work_completes(&gave_up, &[]).is_empty());
+    }
+
+    /// A grant's reply recorded after a newer grant's (a takeover held
+    /// after its commit, let go later) does not make its holder the final
+    /// owner: the highest epoch does.
+    #[test]
+    fn the_final_owner_is_the_highest_epoch_whatever_order_the_grants_were_recorded_in() {
+        let all: Vec<AppliedEffect> = workload_operations("s0")
+            .iter()
+            .map(|op| AppliedEffect {
+                session: "s0".into(),
+                operation_id: op.clone(),
+                worker_id: "w2".into(),
+                epoch: 3,
+            })
+            .collect();
+        let fenced = WorkerReply::Fenced {
+            epoch: 2,
+            what: "run_started".into(),
+            message: "taken over".into(),
+        };
+        let history = [
+            granted("w0", grant(1, 0, 10)),
+            granted("w2", grant(3, 40, 50)),
+            replied("w2", WorkerReply::Done),
+            granted("w1", grant(2, 20, 30)),
+            replied("w1", fenced),
+            WorkerEvent::Final {
+                session: "s0".into(),
+                log: FinalLog::Served(Vec::new()),
+            },
+        ];
+        assert!(work_completes(&history, &all).is_empty());
+        // Recorded in epoch order, the same verdict.
+        let mut ordered = history.to_vec();
+        ordered.swap(1, 3);
+        ordered.swap(2, 4);
+        assert!(work_completes(&ordered, &all).is_empty());
     }
 
     #[test]

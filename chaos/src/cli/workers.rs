@@ -43,8 +43,9 @@ pub(crate) struct WorkersCli {
     /// kill, reset (both sides of the connection closed), drop (never forwarded) or cut (sent,
     /// the server's answer lost, the connection closed);
     /// `kill@take.S` right after a `kill@K.S` kills the heir before the S-th statement of its
-    /// takeover, `reset@take.S` resets its connection there and `cut@take.S` loses statement
-    /// S's answer (the heir lives on); `kill@close.S`, `reset@close.S` and `cut@close.S` right
+    /// takeover, `reset@take.S` resets its connection there, `cut@take.S` loses statement S's
+    /// answer (the heir lives on) and `pause@take.S` holds it while another worker takes the
+    /// session over; `kill@close.S`, `reset@close.S` and `cut@close.S` right
     /// after a `leave@K` do the same at the S-th statement of the owner's close. For agentstore in-process, `kill@K.P` kills the owner at the P-th crash
     /// point (from 1) its store passes inside request K, and `kill@take.Q` right after it the
     /// heir at the Q-th crash point of its takeover; without --plan a sample of them runs.
@@ -56,10 +57,10 @@ pub(crate) struct WorkersCli {
     repeat: usize,
     /// With --postgres: every statement strike (each action before each statement of each
     /// request of the first session's owner, and after each reply but a request's last),
-    /// counted in a strike-free trial, and a kill, a reset and a lost answer at every statement
-    /// of the heir's takeover after `kill@3.1` (`kill@3.1+kill@take.S`, `reset@take.S`,
-    /// `cut@take.S`) and of the owner's close after `leave@3` (`leave@3+kill@close.S`, …),
-    /// instead of a sample of them.
+    /// counted in a strike-free trial, a kill, a reset, a lost answer and a pause at every
+    /// statement of the heir's takeover after `kill@3.1` (`kill@3.1+kill@take.S`, …), and a
+    /// kill, a reset and a lost answer at every statement of the owner's close after `leave@3`
+    /// (`leave@3+kill@close.S`, …), instead of a sample of them.
     #[arg(long, conflicts_with = "plan", help_heading = WHAT)]
     every_statement: bool,
     /// For agentstore in-process: a kill at every crash point (`kill@K.P`) of every request
@@ -334,10 +335,7 @@ pub(crate) fn run_workers(w: WorkersCli) -> Result<ExitCode, Failure> {
         plans.extend(every);
         let points = workers::takeover_point_count(&cfg, backend.as_ref(), &scratch, Some(db))
             .map_err(workers_failure("--every-statement"))?;
-        let takeovers = workers::takeover_every_plans(
-            points,
-            &[LeaseFault::Kill, LeaseFault::Reset, LeaseFault::Cut],
-        );
+        let takeovers = workers::takeover_every_plans(points, &LeaseFault::ALL);
         say_takeover_points("statement", points, takeovers.len());
         plans.extend(takeovers);
         let points = workers::close_point_count(&cfg, backend.as_ref(), &scratch, db)

@@ -62,6 +62,12 @@
 //!   takeover, or that statement is sent and its answer lost (a takeover
 //!   whose `COMMIT` may or may not have run); the heir lives on, and when
 //!   the store refuses it the takeover it asks for the session again.
+//! - `pause@take.S` (`--postgres`, right after a `kill@K.S`): the heir's
+//!   statement S is held while the next worker takes the session over
+//!   (two takeovers at once), then let go: inside the takeover's
+//!   transaction once the session's row is locked, the other takeover
+//!   waits for it, so the heir is let go first and is granted, and its
+//!   next write, after the other's grant, must be fenced.
 //! - `kill@close.S`, `reset@close.S`, `cut@close.S` (`--postgres`, right
 //!   after a `leave@K`): the same faults at the S-th statement of the
 //!   owner's close (its lease's release): the owner killed there (its
@@ -128,6 +134,9 @@ pub enum LeaseFault {
     Reset,
     /// Send the statement, lose the server's answer, close the connection.
     Cut,
+    /// Hold the statement while the next worker takes the session over,
+    /// then let it go (in the heir's takeover only: `pause@take.S`).
+    Pause,
 }
 
 impl LeaseFault {
@@ -137,11 +146,20 @@ impl LeaseFault {
             LeaseFault::Kill => StatementAction::Kill,
             LeaseFault::Reset => StatementAction::Reset,
             LeaseFault::Cut => StatementAction::Cut,
+            LeaseFault::Pause => StatementAction::Pause,
         }
     }
 
+    /// Every fault, as a plan spells it.
+    pub const ALL: [LeaseFault; 4] = [
+        LeaseFault::Kill,
+        LeaseFault::Reset,
+        LeaseFault::Cut,
+        LeaseFault::Pause,
+    ];
+
     fn parse(name: &str) -> Option<LeaseFault> {
-        [LeaseFault::Kill, LeaseFault::Reset, LeaseFault::Cut]
+        LeaseFault::ALL
             .into_iter()
             .find(|f| f.action().name() == name)
     }
@@ -189,9 +207,11 @@ impl Strike {
             Strike::TakeoverStatement(LeaseFault::Kill, _) => "takeover-statement-kill",
             Strike::TakeoverStatement(LeaseFault::Reset, _) => "takeover-connection-reset",
             Strike::TakeoverStatement(LeaseFault::Cut, _) => "takeover-lost-reply",
+            Strike::TakeoverStatement(LeaseFault::Pause, _) => "takeover-statement-pause",
             Strike::CloseStatement(LeaseFault::Kill, _) => "close-statement-kill",
             Strike::CloseStatement(LeaseFault::Reset, _) => "close-connection-reset",
             Strike::CloseStatement(LeaseFault::Cut, _) => "close-lost-reply",
+            Strike::CloseStatement(LeaseFault::Pause, _) => "close-statement-pause",
         }
     }
 }
@@ -311,7 +331,7 @@ impl fmt::Display for WorkerPlan {
 
 /// A plan that does not parse, said in one line.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
-#[error("worker plan {0:?} is not none or strikes pause@K, pause@K~J, kill@K, restart@K, slow@K, lapse@K, leave@K, db-crash:MODEL@K (MODEL: immediate, kill or kill-frozen), partition@K, ACTION@K.S or ACTION@K.Sr (ACTION: pause, kill, reset, drop or cut; S: a statement of request K, from 1, or for agentstore in-process kill@K.P, P a crash point of request K; r: after its reply), kill@take.S, reset@take.S or cut@take.S right after a kill@K.S (S: a statement of the heir's takeover, or for agentstore in-process kill@take.P, P a crash point), kill@close.S, reset@close.S or cut@close.S right after a leave@K (S: a statement of the owner's close) joined by + (K: a step of the session's owner since its grant, 0 = right after it; J: the heir's step at which the paused owner wakes)")]
+#[error("worker plan {0:?} is not none or strikes pause@K, pause@K~J, kill@K, restart@K, slow@K, lapse@K, leave@K, db-crash:MODEL@K (MODEL: immediate, kill or kill-frozen), partition@K, ACTION@K.S or ACTION@K.Sr (ACTION: pause, kill, reset, drop or cut; S: a statement of request K, from 1, or for agentstore in-process kill@K.P, P a crash point of request K; r: after its reply), kill@take.S, reset@take.S, cut@take.S or pause@take.S right after a kill@K.S (S: a statement of the heir's takeover, or for agentstore in-process kill@take.P, P a crash point), kill@close.S, reset@close.S or cut@close.S right after a leave@K (S: a statement of the owner's close) joined by + (K: a step of the session's owner since its grant, 0 = right after it; J: the heir's step at which the paused owner wakes)")]
 pub struct BadWorkerPlan(String);
 
 impl FromStr for WorkerPlan {
@@ -381,6 +401,9 @@ impl FromStr for WorkerPlan {
         let after_a_leave = |i: usize| i > 0 && strikes[i - 1].0 == Strike::Leave;
         if (0..strikes.len()).any(|i| match strikes[i].0 {
             Strike::TakeoverStatement(..) => !after_a_crash_point_kill(i),
+            // A paused close would hold the session's row lock while the
+            // next worker asks for it: not a strike the campaign makes.
+            Strike::CloseStatement(LeaseFault::Pause, _) => true,
             Strike::CloseStatement(..) => !after_a_leave(i),
             _ => false,
         }) {
@@ -421,6 +444,7 @@ mod tests {
             "kill@3.1+cut@take.11+kill@1",
             "leave@3+cut@close.5",
             "leave@0+kill@close.1+pause@2",
+            "kill@3.1+pause@take.6",
         ] {
             assert_eq!(p.parse::<WorkerPlan>().unwrap().to_string(), p);
         }
@@ -452,11 +476,11 @@ mod tests {
             "pause@3.1+kill@take.1",
             "kill@3.1+kill@take.0",
             "kill@3.1+kill@take.",
-            "kill@3.1+pause@take.1",
             "kill@3.1+drop@take.1",
             "kill@3.1+cut@take.0",
             "reset@3.1+reset@take.1",
             "leave@3+pause@close.1",
+            "pause@3.1+pause@take.1",
             "leave@3+reset@take.1",
             "kill@3.1+reset@close.1",
             "reset@close.1",

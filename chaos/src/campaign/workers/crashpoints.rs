@@ -115,6 +115,8 @@ pub(super) enum AfterTakeover {
     TookOver { passed: usize },
     /// The store refused it (the session is finished; why, in words).
     Refused(String),
+    /// The heir was paused inside it and `next` took the session over.
+    Paused { next: usize },
 }
 
 /// The crash point a trace file names last: where its worker died.
@@ -291,6 +293,10 @@ impl Run<'_> {
                     }
                 }
                 AfterTakeover::Refused(why) => refused.push(why),
+                AfterTakeover::Paused { next } => {
+                    taken += 1;
+                    heir = next;
+                }
             }
         }
         let heir_id = self.workers[heir].id.clone();
@@ -352,6 +358,9 @@ impl Run<'_> {
                 q,
                 KillAt::Statement(q),
             ),
+            TakeoverAt::Statement(LeaseFault::Pause, q) => {
+                return self.takeover_pause(victim, heir, q, label, sessions)
+            }
             TakeoverAt::Statement(fault, q) => {
                 return self.takeover_connection_fault(victim, heir, fault, q, label, sessions)
             }

@@ -186,8 +186,10 @@ pub fn statement_plans(counts: &[usize]) -> Vec<WorkerPlan> {
 /// over, so the store reconnects as a fenced owner; and the heir of a kill
 /// killed in its takeover, before its `COMMIT` (statement 10) and right
 /// after it (11), its connection reset before that `COMMIT`, and the
-/// `COMMIT`'s answer lost; and the same two faults at the `COMMIT` of an
-/// owner's close (statement 5).
+/// `COMMIT`'s answer lost, and held inside its transaction (before its
+/// log read, statement 6) while another worker takes the session over;
+/// and the same two faults at the `COMMIT` of an owner's close
+/// (statement 5).
 pub fn sampled_statement_plans() -> Vec<WorkerPlan> {
     [
         "pause@3.1",
@@ -203,6 +205,7 @@ pub fn sampled_statement_plans() -> Vec<WorkerPlan> {
         "kill@3.1+kill@take.11",
         "kill@3.1+reset@take.10",
         "kill@3.1+cut@take.10",
+        "kill@3.1+pause@take.6",
         "leave@3+reset@close.5",
         "leave@3+cut@close.5",
     ]
@@ -621,6 +624,111 @@ impl Run<'_> {
         })
     }
 
+    /// Carries out `pause@take.Q` (`label`): `heir` asks for the first
+    /// session, `victim`'s, once the victim's lease has surely expired,
+    /// with its proxy holding statement `q`, and the next worker takes the
+    /// session over meanwhile: two takeovers at once. Held inside the
+    /// takeover's transaction once it holds locks, as a write would be
+    /// ([`Run::pause_in_transaction`]); held before, the heir's statement
+    /// is let go once the session is finished. What it hit, and where it
+    /// left the session.
+    pub(super) fn takeover_pause(
+        &mut self,
+        victim: usize,
+        heir: usize,
+        q: usize,
+        label: String,
+        sessions: &mut [Served],
+    ) -> Result<TakeoverOutcome, WorkersError> {
+        let heir_id = self.workers[heir].id.clone();
+        if sessions[0].owner != victim || sessions[0].finished {
+            return Err(WorkersError::Harness(format!(
+                "{label}: the first session is not the killed owner's to take over"
+            )));
+        }
+        let name = sessions[0].name.clone();
+        let ttl_ms = self.cfg.longest_ttl();
+        // As for a kill in the takeover: the victim's lease is waited out
+        // first, so that the try the pause lands in is the granted one.
+        std::thread::sleep(Duration::from_millis(ttl_ms));
+        let strike = StatementStrike {
+            action: StatementAction::Pause,
+            statement: q,
+            after_reply: false,
+        };
+        let acquire = WorkerCommand::Acquire {
+            session: name.clone(),
+        };
+        let record = |fired, what| StrikeRecord {
+            strike: Strike::TakeoverStatement(LeaseFault::Pause, q),
+            label: label.clone(),
+            fired,
+            what,
+        };
+        let held = match self.send_armed(heir, strike, &acquire)? {
+            Armed::Held(held) => held,
+            Armed::Answered(line) => {
+                let passed = self.proxy(heir)?.count();
+                let reply = serde_json::from_str(&line).map_err(|e| {
+                    self.workers[heir].broken(format!("unreadable reply {line:?}: {e}"))
+                })?;
+                let granted = match self.answer_to_acquire(heir, &name, reply, true)? {
+                    AcquireAnswer::Granted => Ok(()),
+                    AcquireAnswer::Held(_) => self.acquire_or_refused(heir, &name, true, ttl_ms)?,
+                    AcquireAnswer::Refused(reply) => Err(reply),
+                };
+                let then = match granted {
+                    Ok(()) => {
+                        sessions[0].owner = heir;
+                        sessions[0].steps = 0;
+                        AfterTakeover::TookOver { passed }
+                    }
+                    // A crash must not cost the session: the refusal is
+                    // recorded, and the checker judges what it left.
+                    Err(reply) => {
+                        sessions[0].finished = true;
+                        AfterTakeover::Refused(format!("{name}: {reply:?}"))
+                    }
+                };
+                let what = format!(
+                    "{heir_id}'s takeover of {name} sent {passed} statement(s), none the {q}-th"
+                );
+                return Ok(TakeoverOutcome {
+                    record: record(false, what),
+                    then,
+                });
+            }
+        };
+        if let Some(sql) = self.proxy(heir)?.struck_statement() {
+            self.struck_statements.push((sql, false));
+        }
+        let point = format!("{heir_id} before statement {q} of its takeover of {name}");
+        let what = if held.locked {
+            self.pause_in_transaction(heir, &name, &point, acquire, sessions)?
+        } else {
+            self.states[heir] = State::Paused;
+            self.history.push(WorkerEvent::Paused {
+                worker: heir_id.clone(),
+            });
+            let next = self.heir(heir)?;
+            self.acquire(next, &name, true, ttl_ms)?;
+            sessions[0].owner = next;
+            sessions[0].steps = 0;
+            self.held.push(HeldStatement {
+                worker: heir,
+                action: StatementAction::Pause,
+                command: acquire,
+            });
+            format!("held {point}; {} took it over", self.workers[next].id)
+        };
+        Ok(TakeoverOutcome {
+            record: record(true, what),
+            then: AfterTakeover::Paused {
+                next: sessions[0].owner,
+            },
+        })
+    }
+
     /// A pause inside a transaction that holds locks (`pause@K.S` after
     /// its `BEGIN` and a statement): the heir asks for the session while
     /// the owner's transaction is open. A takeover that locks what the
@@ -683,12 +791,7 @@ impl Run<'_> {
         self.states[victim] = State::Running;
         self.history
             .push(WorkerEvent::Resumed { worker: id.clone() });
-        let more = reply.accepted();
-        self.history.push(WorkerEvent::Replied {
-            worker: id.clone(),
-            session: name.to_string(),
-            reply,
-        });
+        let more = self.record_held_reply(victim, name, &command, reply)?;
         if waited {
             // The takeover went on once the owner's transaction ended.
             let reply = self.workers[heir].receive(&acquire)?;
@@ -726,21 +829,43 @@ impl Run<'_> {
             self.history.push(WorkerEvent::Resumed {
                 worker: self.workers[held.worker].id.clone(),
             });
-            let WorkerCommand::Step { session } = held.command else {
+            let (WorkerCommand::Step { session } | WorkerCommand::Acquire { session }) =
+                &held.command
+            else {
                 continue;
             };
-            let more = reply.accepted();
-            self.history.push(WorkerEvent::Replied {
-                worker: self.workers[held.worker].id.clone(),
-                session: session.clone(),
-                reply,
-            });
+            let session = session.clone();
+            let more = self.record_held_reply(held.worker, &session, &held.command, reply)?;
             // A statement the store accepted: the zombie writes on.
             if more {
                 self.finish(held.worker, &session)?;
             }
         }
         Ok(())
+    }
+
+    /// Records `worker`'s reply to `command`, held and let go: a
+    /// takeover's as [`Run::answer_to_acquire`] does (a grant with what it
+    /// served), a step's as it came. True when the worker has more to
+    /// write: a step accepted, a takeover granted.
+    fn record_held_reply(
+        &mut self,
+        worker: usize,
+        session: &str,
+        command: &WorkerCommand,
+        reply: WorkerReply,
+    ) -> Result<bool, WorkersError> {
+        if let WorkerCommand::Acquire { .. } = command {
+            let answer = self.answer_to_acquire(worker, session, reply, false)?;
+            return Ok(matches!(answer, AcquireAnswer::Granted));
+        }
+        let more = reply.accepted();
+        self.history.push(WorkerEvent::Replied {
+            worker: self.workers[worker].id.clone(),
+            session: session.to_string(),
+            reply,
+        });
+        Ok(more)
     }
 
     fn record_reply(

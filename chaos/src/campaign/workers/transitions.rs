@@ -174,6 +174,9 @@ impl Run<'_> {
                 self.kill_with_its_store(victim);
                 Ok((None, true, format!("killed {point}, and its store process")))
             }
+            LeaseFault::Pause => Err(WorkersError::Harness(format!(
+                "pause@close.{q}: a pause in a close is not a strike the campaign makes"
+            ))),
             LeaseFault::Reset | LeaseFault::Cut => {
                 let (release, what) = match fault {
                     LeaseFault::Reset => (Release::Close, "reset the connection of"),
