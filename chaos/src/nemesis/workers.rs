@@ -247,6 +247,20 @@ impl WorkerPlan {
         self
     }
 
+    /// This plan, then each of `faults` at each statement 1..=`points` of
+    /// the request `at` strikes (`Strike::TakeoverStatement`,
+    /// `Strike::CloseStatement`): one plan each, by statement.
+    pub fn then_each(
+        &self,
+        at: fn(LeaseFault, usize) -> Strike,
+        points: usize,
+        faults: &[LeaseFault],
+    ) -> Vec<WorkerPlan> {
+        (1..=points)
+            .flat_map(|q| faults.iter().map(move |&f| self.clone().then(at(f, q), 0)))
+            .collect()
+    }
+
     /// Each strike with the step of the owner of the moment it follows.
     pub fn strikes(&self) -> &[(Strike, usize)] {
         &self.strikes
@@ -495,6 +509,29 @@ mod tests {
         assert_eq!(needs("kill@1+db-crash:kill@2"), Needs::Database);
         assert_eq!(needs("partition@1+pause@0"), Needs::Network);
         assert_eq!(needs("pause@3.1"), Needs::Database);
+    }
+
+    #[test]
+    fn each_fault_at_each_statement_follows_the_plan_by_statement() {
+        let leave: WorkerPlan = "leave@3".parse().unwrap();
+        let plans: Vec<String> = leave
+            .then_each(
+                Strike::CloseStatement,
+                2,
+                &[LeaseFault::Kill, LeaseFault::Cut],
+            )
+            .iter()
+            .map(|p| p.to_string())
+            .collect();
+        assert_eq!(
+            plans,
+            [
+                "leave@3+kill@close.1",
+                "leave@3+cut@close.1",
+                "leave@3+kill@close.2",
+                "leave@3+cut@close.2"
+            ]
+        );
     }
 
     #[test]

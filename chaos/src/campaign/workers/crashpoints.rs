@@ -91,13 +91,7 @@ pub fn kill_before_takeover() -> WorkerPlan {
 /// as statement strikes (for agentstore in-process, kills only, and
 /// [`WorkerPlan::at_crash_points`] of each).
 pub fn takeover_every_plans(points: usize, faults: &[LeaseFault]) -> Vec<WorkerPlan> {
-    (1..=points)
-        .flat_map(|q| {
-            faults
-                .iter()
-                .map(move |&f| kill_before_takeover().then(Strike::TakeoverStatement(f, q), 0))
-        })
-        .collect()
+    kill_before_takeover().then_each(Strike::TakeoverStatement, points, faults)
 }
 
 /// What an `ACTION@take.Q` came to.

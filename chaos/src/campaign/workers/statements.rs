@@ -224,13 +224,7 @@ pub fn leave_before_close() -> WorkerPlan {
 /// close in [`leave_before_close`] (from [`super::close_point_count`]):
 /// `leave@3+kill@close.S`, ….
 pub fn close_every_plans(points: usize, faults: &[LeaseFault]) -> Vec<WorkerPlan> {
-    (1..=points)
-        .flat_map(|q| {
-            faults
-                .iter()
-                .map(move |&f| leave_before_close().then(Strike::CloseStatement(f, q), 0))
-        })
-        .collect()
+    leave_before_close().then_each(Strike::CloseStatement, points, faults)
 }
 
 impl Run<'_> {
@@ -514,13 +508,89 @@ impl Run<'_> {
         Ok(records)
     }
 
-    /// Carries out `reset@take.Q` or `cut@take.Q` (`label`): `heir` asks
-    /// for the first of `victim`'s unfinished sessions, once the victim's
-    /// lease has surely expired, with its proxy armed at statement `q`
-    /// (the heir lives on): what it hit, and where it left the session. A
-    /// store that reconnects answers the request itself; one that refuses
-    /// it is asked again by the heir, as a real worker would, and a second
-    /// refusal is recorded for the checker.
+    /// Arms `heir`'s proxy with `fault` at statement `q` and sends its
+    /// takeover of the first session, `victim`'s, once the victim's lease
+    /// has surely expired (as for a kill in the takeover, so that the try
+    /// the strike lands in is the granted one): the held statement, or
+    /// the reply when the takeover ended first.
+    fn armed_takeover(
+        &mut self,
+        victim: usize,
+        heir: usize,
+        fault: LeaseFault,
+        q: usize,
+        label: &str,
+        sessions: &[Served],
+    ) -> Result<(WorkerCommand, Result<Held, WorkerReply>), WorkersError> {
+        if sessions[0].owner != victim || sessions[0].finished {
+            return Err(WorkersError::Harness(format!(
+                "{label}: the first session is not the killed owner's to take over"
+            )));
+        }
+        std::thread::sleep(Duration::from_millis(self.cfg.longest_ttl()));
+        let strike = StatementStrike {
+            action: fault.action(),
+            statement: q,
+            after_reply: false,
+        };
+        let acquire = WorkerCommand::Acquire {
+            session: sessions[0].name.clone(),
+        };
+        let armed = match self.send_armed(heir, strike, &acquire)? {
+            Armed::Held(held) => {
+                if let Some(sql) = self.proxy(heir)?.struck_statement() {
+                    self.struck_statements.push((sql, false));
+                }
+                Ok(held)
+            }
+            Armed::Answered(line) => Err(serde_json::from_str(&line).map_err(|e| {
+                self.workers[heir].broken(format!("unreadable reply {line:?}: {e}"))
+            })?),
+        };
+        Ok((acquire, armed))
+    }
+
+    /// `reply`, `heir`'s answer to its takeover of the first session:
+    /// granted, it owns the session; refused, it asks again, as a real
+    /// worker would, and a second refusal is recorded for the checker (a
+    /// crash must not cost the session: it is finished, and the checker
+    /// judges what it left). Where that left the session, and whether the
+    /// heir had to ask again.
+    fn granted_or_asked_again(
+        &mut self,
+        heir: usize,
+        reply: WorkerReply,
+        sessions: &mut [Served],
+    ) -> Result<(AfterTakeover, bool), WorkersError> {
+        let name = sessions[0].name.clone();
+        let passed = self.proxy(heir)?.count();
+        let (granted, again) = match self.answer_to_acquire(heir, &name, reply, true)? {
+            AcquireAnswer::Granted => (Ok(()), false),
+            AcquireAnswer::Held(_) | AcquireAnswer::Refused(_) => {
+                let ttl_ms = self.cfg.longest_ttl();
+                (self.acquire_or_refused(heir, &name, true, ttl_ms)?, true)
+            }
+        };
+        let then = match granted {
+            Ok(()) => {
+                sessions[0].owner = heir;
+                sessions[0].steps = 0;
+                AfterTakeover::TookOver { passed }
+            }
+            Err(reply) => {
+                sessions[0].finished = true;
+                AfterTakeover::Refused(format!("{name}: {reply:?}"))
+            }
+        };
+        Ok((then, again))
+    }
+
+    /// Carries out `reset@take.Q` or `cut@take.Q` (`label`): the heir's
+    /// takeover of the first session with its proxy armed at statement
+    /// `q` ([`Run::armed_takeover`]), the heir alive: a store that
+    /// reconnects answers the request itself; one that refuses it is
+    /// asked again ([`Run::granted_or_asked_again`]). What it hit, and
+    /// where it left the session.
     pub(super) fn takeover_connection_fault(
         &mut self,
         victim: usize,
@@ -531,33 +601,8 @@ impl Run<'_> {
         sessions: &mut [Served],
     ) -> Result<TakeoverOutcome, WorkersError> {
         let heir_id = self.workers[heir].id.clone();
-        let Some(s) = sessions
-            .iter()
-            .position(|s| s.owner == victim && !s.finished)
-        else {
-            return Err(WorkersError::Harness(format!(
-                "{label}: the killed owner has no session left to take over"
-            )));
-        };
-        let name = sessions[s].name.clone();
-        let ttl_ms = self.cfg.longest_ttl();
-        // As for a kill in the takeover: the victim's lease is waited out
-        // first, so that the try the fault lands in is the granted one.
-        std::thread::sleep(Duration::from_millis(ttl_ms));
-        let strike = StatementStrike {
-            action: fault.action(),
-            statement: q,
-            after_reply: false,
-        };
-        let acquire = WorkerCommand::Acquire {
-            session: name.clone(),
-        };
-        let record = |fired, what| StrikeRecord {
-            strike: Strike::TakeoverStatement(fault, q),
-            label: label.clone(),
-            fired,
-            what,
-        };
+        let name = sessions[0].name.clone();
+        let (acquire, armed) = self.armed_takeover(victim, heir, fault, q, &label, sessions)?;
         let (release, what) = match fault {
             LeaseFault::Reset => (Release::Close, "reset the connection of"),
             _ => (
@@ -565,70 +610,48 @@ impl Run<'_> {
                 "sent and lost the server's answer, then reset the connection, of",
             ),
         };
-        let (fired, reply) = match self.send_armed(heir, strike, &acquire)? {
-            Armed::Answered(line) => {
-                let reply = serde_json::from_str(&line).map_err(|e| {
-                    self.workers[heir].broken(format!("unreadable reply {line:?}: {e}"))
-                })?;
-                (false, reply)
-            }
-            Armed::Held(_) => {
-                if let Some(sql) = self.proxy(heir)?.struck_statement() {
-                    self.struck_statements.push((sql, false));
-                }
+        let (fired, reply) = match armed {
+            Err(reply) => (false, reply),
+            Ok(_) => {
                 self.proxy(heir)?.release(release);
                 (true, self.workers[heir].receive(&acquire)?)
             }
         };
-        let passed = self.proxy(heir)?.count();
-        let point = format!("{heir_id} before statement {q} of its takeover of {name}");
-        let answer = self.answer_to_acquire(heir, &name, reply, true)?;
-        let (what, then) = match answer {
-            AcquireAnswer::Granted if fired => (
-                format!("{what} {point}; the store reconnected and granted it"),
-                AfterTakeover::TookOver { passed },
-            ),
-            AcquireAnswer::Granted => (
-                format!("{heir_id}'s takeover of {name} sent {passed} statement(s), none the {q}-th: it took the session over"),
-                AfterTakeover::TookOver { passed },
-            ),
-            AcquireAnswer::Held(_) | AcquireAnswer::Refused(_) => {
-                let took = match self.acquire_or_refused(heir, &name, true, ttl_ms)? {
-                    Ok(()) => AfterTakeover::TookOver { passed },
-                    Err(reply) => AfterTakeover::Refused(format!("{name}: {reply:?}")),
-                };
-                let how = match &took {
-                    AfterTakeover::Refused(_) => "refused it again",
-                    _ => "granted it",
-                };
-                let what = if fired {
-                    format!("{what} {point}; the store refused the request, {heir_id} asked again and the store {how}")
-                } else {
-                    format!("{heir_id}'s takeover of {name} ended before statement {q}, refused; it asked again and the store {how}")
-                };
-                (what, took)
+        let (then, again) = self.granted_or_asked_again(heir, reply, sessions)?;
+        let how = match (&then, again) {
+            (AfterTakeover::TookOver { .. }, false) if fired => {
+                "the store reconnected and granted it".to_string()
             }
+            (AfterTakeover::TookOver { .. }, false) => "it took the session over".to_string(),
+            (AfterTakeover::TookOver { .. }, true) => {
+                format!("the store refused the request, {heir_id} asked again and the store granted it")
+            }
+            _ => format!("the store refused the request, {heir_id} asked again and the store refused it again"),
         };
-        match then {
-            AfterTakeover::TookOver { .. } => {
-                sessions[s].owner = heir;
-                sessions[s].steps = 0;
-            }
-            // A crash must not cost the session: the refusal is recorded,
-            // and the checker judges what it left.
-            _ => sessions[s].finished = true,
-        }
+        let what = if fired {
+            format!("{what} {heir_id} before statement {q} of its takeover of {name}; {how}")
+        } else {
+            let passed = self.proxy(heir)?.count();
+            format!(
+                "{heir_id}'s takeover of {name} sent {passed} statement(s), none the {q}-th; {how}"
+            )
+        };
         Ok(TakeoverOutcome {
-            record: record(fired, what),
+            record: StrikeRecord {
+                strike: Strike::TakeoverStatement(fault, q),
+                label,
+                fired,
+                what,
+            },
             then,
         })
     }
 
-    /// Carries out `pause@take.Q` (`label`): `heir` asks for the first
-    /// session, `victim`'s, once the victim's lease has surely expired,
-    /// with its proxy holding statement `q`, and the next worker takes the
-    /// session over meanwhile: two takeovers at once. Held inside the
-    /// takeover's transaction once it holds locks, as a write would be
+    /// Carries out `pause@take.Q` (`label`): the heir's takeover of the
+    /// first session with its proxy holding statement `q`
+    /// ([`Run::armed_takeover`]), while the next worker takes the session
+    /// over: two takeovers at once. Held inside the takeover's
+    /// transaction once it holds locks, as a write would be
     /// ([`Run::pause_in_transaction`]); held before, the heir's statement
     /// is let go once the session is finished. What it hit, and where it
     /// left the session.
@@ -641,55 +664,20 @@ impl Run<'_> {
         sessions: &mut [Served],
     ) -> Result<TakeoverOutcome, WorkersError> {
         let heir_id = self.workers[heir].id.clone();
-        if sessions[0].owner != victim || sessions[0].finished {
-            return Err(WorkersError::Harness(format!(
-                "{label}: the first session is not the killed owner's to take over"
-            )));
-        }
         let name = sessions[0].name.clone();
-        let ttl_ms = self.cfg.longest_ttl();
-        // As for a kill in the takeover: the victim's lease is waited out
-        // first, so that the try the pause lands in is the granted one.
-        std::thread::sleep(Duration::from_millis(ttl_ms));
-        let strike = StatementStrike {
-            action: StatementAction::Pause,
-            statement: q,
-            after_reply: false,
-        };
-        let acquire = WorkerCommand::Acquire {
-            session: name.clone(),
-        };
+        let (acquire, armed) =
+            self.armed_takeover(victim, heir, LeaseFault::Pause, q, &label, sessions)?;
         let record = |fired, what| StrikeRecord {
             strike: Strike::TakeoverStatement(LeaseFault::Pause, q),
             label: label.clone(),
             fired,
             what,
         };
-        let held = match self.send_armed(heir, strike, &acquire)? {
-            Armed::Held(held) => held,
-            Armed::Answered(line) => {
+        let held = match armed {
+            Ok(held) => held,
+            Err(reply) => {
                 let passed = self.proxy(heir)?.count();
-                let reply = serde_json::from_str(&line).map_err(|e| {
-                    self.workers[heir].broken(format!("unreadable reply {line:?}: {e}"))
-                })?;
-                let granted = match self.answer_to_acquire(heir, &name, reply, true)? {
-                    AcquireAnswer::Granted => Ok(()),
-                    AcquireAnswer::Held(_) => self.acquire_or_refused(heir, &name, true, ttl_ms)?,
-                    AcquireAnswer::Refused(reply) => Err(reply),
-                };
-                let then = match granted {
-                    Ok(()) => {
-                        sessions[0].owner = heir;
-                        sessions[0].steps = 0;
-                        AfterTakeover::TookOver { passed }
-                    }
-                    // A crash must not cost the session: the refusal is
-                    // recorded, and the checker judges what it left.
-                    Err(reply) => {
-                        sessions[0].finished = true;
-                        AfterTakeover::Refused(format!("{name}: {reply:?}"))
-                    }
-                };
+                let (then, _) = self.granted_or_asked_again(heir, reply, sessions)?;
                 let what = format!(
                     "{heir_id}'s takeover of {name} sent {passed} statement(s), none the {q}-th"
                 );
@@ -699,9 +687,6 @@ impl Run<'_> {
                 });
             }
         };
-        if let Some(sql) = self.proxy(heir)?.struck_statement() {
-            self.struck_statements.push((sql, false));
-        }
         let point = format!("{heir_id} before statement {q} of its takeover of {name}");
         let what = if held.locked {
             self.pause_in_transaction(heir, &name, &point, acquire, sessions)?
@@ -711,7 +696,7 @@ impl Run<'_> {
                 worker: heir_id.clone(),
             });
             let next = self.heir(heir)?;
-            self.acquire(next, &name, true, ttl_ms)?;
+            self.acquire(next, &name, true, self.cfg.longest_ttl())?;
             sessions[0].owner = next;
             sessions[0].steps = 0;
             self.held.push(HeldStatement {
