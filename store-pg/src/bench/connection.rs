@@ -182,11 +182,17 @@ pub(super) fn connection_faults(
             let upstream = c.socket_dir().join(format!(".s.PGSQL.{port}"));
             let relay = Relay::start(&dir, port, upstream)
                 .map_err(io(format!("start the relay in {}", dir.display())))?;
-            let dsn = env.dsn.replacen(
-                &format!("host={}", c.socket_dir().display()),
-                &format!("host={}", dir.display()),
-                1,
-            );
+            let host = format!("host={}", c.socket_dir().display());
+            if !env.dsn.contains(&host) {
+                // Writers that bypass the relay would measure no fault.
+                return Err(BenchError::Connection(format!(
+                    "the private cluster's DSN {:?} does not name its socket directory ({host})",
+                    env.dsn
+                )));
+            }
+            let dsn = env
+                .dsn
+                .replacen(&host, &format!("host={}", dir.display()), 1);
             Some((relay, dsn))
         }
         None => None,
