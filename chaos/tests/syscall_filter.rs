@@ -143,7 +143,10 @@ fn session(
         );
     }
     lines.push(format!("exit: {:?}", outcome.exit));
-    let lines = lines.iter().map(|l| l.replace(dir, "DIR")).collect();
+    let lines = lines
+        .iter()
+        .map(|l| without_lock_sizes(&l.replace(dir, "DIR")))
+        .collect();
     Session {
         seen: Seen { lines },
         outcome,
@@ -151,6 +154,51 @@ fn session(
 }
 
 /// A reply with the value of every `"ts"` key (the events' clock) left out.
+/// A line naming a write of the session's lock file with its size
+/// replaced by `N`: the lock holds its writer's pid, whose digits differ
+/// between runs (`…/lock, 5 bytes at offset 0) = 5`,
+/// `write sessions/s/lock at 0, 5 bytes …`).
+fn without_lock_sizes(line: &str) -> String {
+    if !line.contains("s/lock") {
+        return line.to_string();
+    }
+    let mut out = String::new();
+    let mut rest = line;
+    while let Some(at) = rest.find(" bytes") {
+        let digits = rest[..at]
+            .bytes()
+            .rev()
+            .take_while(u8::is_ascii_digit)
+            .count();
+        out.push_str(&rest[..at - digits]);
+        out.push_str(if digits > 0 { "N bytes" } else { " bytes" });
+        rest = &rest[at + " bytes".len()..];
+    }
+    out.push_str(rest);
+    match out.rsplit_once(") = ") {
+        Some((head, tail)) if !tail.is_empty() && tail.bytes().all(|b| b.is_ascii_digit()) => {
+            format!("{head}) = N")
+        }
+        _ => out,
+    }
+}
+
+#[test]
+fn a_lock_write_is_named_without_its_size() {
+    assert_eq!(
+        without_lock_sizes(
+            "#6 pwrite64(fd 3 = DIR/root/sessions/s/lock, 12345 bytes at offset 0) = 12345"
+        ),
+        "#6 pwrite64(fd 3 = DIR/root/sessions/s/lock, N bytes at offset 0) = N"
+    );
+    assert_eq!(
+        without_lock_sizes("op write sessions/s/lock at 0, 5 bytes from call Some(6)"),
+        "op write sessions/s/lock at 0, N bytes from call Some(6)"
+    );
+    let other = "#11 pwrite64(fd 5 = DIR/root/sessions/s/session.tmp, 199 bytes at offset 0) = 199";
+    assert_eq!(without_lock_sizes(other), other);
+}
+
 fn without_timestamps(reply: &str) -> String {
     let mut out = String::new();
     let mut rest = reply;
