@@ -568,6 +568,13 @@ struct Target {
     steps: usize,
 }
 
+impl Target {
+    /// Where a strike between two requests hits, in words.
+    fn between_requests(&self) -> String {
+        format!("{} after its step {} of {}", self.id, self.steps, self.name)
+    }
+}
+
 /// Runs one trial of `plan` in a fresh scratch directory under `scratch`;
 /// `db`: the cluster of a `--postgres` campaign, which the database
 /// strikes crash and cut off.
@@ -1234,13 +1241,9 @@ impl Run<'_> {
         sessions: &mut [Served],
     ) -> Result<(Option<usize>, String), WorkersError> {
         let ttl_ms = self.cfg.longest_ttl();
-        let Target {
-            victim,
-            name,
-            id,
-            steps,
-        } = self.target(sessions);
-        let at = format!("{id} after its step {steps} of {name}");
+        let target = self.target(sessions);
+        let at = target.between_requests();
+        let Target { victim, name, .. } = target;
         match strike {
             Strike::Pause | Strike::PauseUntil(_) => {
                 // Renewed now, so the lease is surely live when the heir first asks.

@@ -74,13 +74,11 @@ impl Run<'_> {
         close: Option<(LeaseFault, usize, String)>,
         sessions: &mut [Served],
     ) -> Result<Vec<StrikeRecord>, WorkersError> {
+        let target = self.target(sessions);
+        let at = target.between_requests();
         let Target {
-            victim,
-            name,
-            id,
-            steps,
-        } = self.target(sessions);
-        let at = format!("{id} after its step {steps} of {name}");
+            victim, name, id, ..
+        } = target;
         // Renewed now, so the lease is surely live when the heir asks.
         self.renew(victim, &name)?;
         let command = WorkerCommand::Close {
