@@ -11,27 +11,50 @@ use crate::history::{History, Life};
 use crate::nemesis::powerloss::{LoggedOp, Op};
 use crate::nemesis::syscall::{Call, FaultOutcome, SyscallFault};
 
-/// The index in `oplog` of the last write of a whole line (ending in a
-/// newline: not pre-allocated zeros) that `writes` matches, between the
-/// agent's stdout line at byte `line` and its next one: the store's write
-/// of the event that line announced.
+/// The index in `oplog` of the store's write of the event the agent
+/// announced with its stdout line at byte `line`: a write of a whole line
+/// (ending in a newline: not pre-allocated zeros) that `writes` matches.
+///
+/// Announced alone, the event is written between its line and the
+/// agent's next one: the last such write there. A pipelined batch
+/// (`chaos/PROTOCOL.md`, section 10) is announced as a run of lines with
+/// no such write between them, and written after the run's last line:
+/// the run's i-th announcement is the i-th such write there.
 fn line_written(
     oplog: &crate::nemesis::powerloss::OpLog,
+    announced: &[u64],
     line: u64,
     writes: &dyn Fn(&Op) -> bool,
 ) -> Option<usize> {
-    let k = oplog
-        .outputs
+    let outputs = &oplog.outputs;
+    let k = outputs
         .iter()
         .position(|m| m.offset <= line && line < m.offset + m.len)?;
-    let end = oplog
-        .outputs
-        .get(k + 1)
-        .map_or(oplog.ops.len(), |m| m.after_ops);
-    (oplog.outputs[k].after_ops..end).rev().find(|&i| {
-        let op = &oplog.ops[i].op;
-        writes(op) && matches!(op, Op::Write { data, .. } if data.0.last() == Some(&b'\n'))
-    })
+    // Whole-line writes from stdout write `from` to stdout write `to` (or the end).
+    let written = |from: usize, to: Option<usize>| -> Vec<usize> {
+        let end = to.map_or(oplog.ops.len(), |t| outputs[t].after_ops);
+        (outputs[from].after_ops..end)
+            .filter(|&i| {
+                let op = &oplog.ops[i].op;
+                writes(op) && matches!(op, Op::Write { data, .. } if data.0.last() == Some(&b'\n'))
+            })
+            .collect()
+    };
+    let next = |k: usize| (k + 1 < outputs.len()).then_some(k + 1);
+    let announces = |k: usize| announced.contains(&outputs[k].offset);
+    let (mut first, mut last) = (k, k);
+    while first > 0 && announces(first - 1) && written(first - 1, Some(first)).is_empty() {
+        first -= 1;
+    }
+    while next(last).is_some_and(announces) && written(last, next(last)).is_empty() {
+        last += 1;
+    }
+    if first == last {
+        return written(k, next(k)).last().copied();
+    }
+    // The batch may go out in parts, the schedule's answers between them.
+    let next_announcement = (last + 1..outputs.len()).find(|&o| announces(o));
+    written(last, next_announcement).get(k - first).copied()
 }
 
 /// failed-sync-not-acked: after the syscall nemesis made an fsync of file F
@@ -130,6 +153,7 @@ fn failed_sync_not_acked_in(life: &Life, out: &mut Vec<Violation>) {
     };
     let root = sys.root.display().to_string();
     let text = |e: &crate::nemesis::syscall::SyscallEvent| e.to_string().replace(&root, "ROOT");
+    let announced: Vec<u64> = life.writes.iter().map(|w| w.line).collect();
     for &(w, offset) in &sys.acks {
         if offset < before {
             continue;
@@ -157,7 +181,7 @@ fn failed_sync_not_acked_in(life: &Life, out: &mut Vec<Violation>) {
         // After a failed write it is due its ack once any sync covers it
         // (at once, in a file the store never syncs); after a failed sync,
         // only if a sync before the failure did.
-        let synced_before = line_written(oplog, life.writes[w].line, &writes)
+        let synced_before = line_written(oplog, &announced, life.writes[w].line, &writes)
             .filter(|&i| origin(&oplog.ops[i]).is_some_and(|o| o < at))
             .is_some_and(|i| {
                 (!is_sync && never_synced(file))

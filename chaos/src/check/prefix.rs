@@ -218,6 +218,31 @@ fn first_divergence(before: &[Record], after: &[Record]) -> Option<String> {
     None
 }
 
+/// Whether the agent retried refused append `writes[i]`: it is in a run of
+/// refused appends, and the same event is announced again in that run or
+/// in the appends right after it that repeat the run's events (a group
+/// whose requests were refused together is appended again, one by one).
+fn retried(writes: &[Append], i: usize) -> bool {
+    let refused = |k: usize| writes.get(k).is_some_and(|w| w.refused);
+    let start = (0..=i)
+        .rev()
+        .take_while(|&k| refused(k))
+        .last()
+        .unwrap_or(i);
+    let end = (i..writes.len())
+        .take_while(|&k| refused(k))
+        .last()
+        .map_or(i, |k| k + 1);
+    let run = &writes[start..end];
+    let again = writes[end..]
+        .iter()
+        .take_while(|w| run.iter().any(|r| r.fingerprint == w.fingerprint));
+    writes[i + 1..end]
+        .iter()
+        .chain(again)
+        .any(|w| w.fingerprint == writes[i].fingerprint)
+}
+
 /// What life `i` added to the log must be recovery events, then exactly
 /// what it announced, in order. An append the store refused with an I/O
 /// error may be absent; if the agent retried it, the refused attempt must
@@ -273,10 +298,7 @@ fn suffix_problem(suffix: &[Record], life: &Life) -> Option<String> {
             };
             next += 1;
             if w.refused {
-                let retried = writes
-                    .get(next)
-                    .is_some_and(|r| r.fingerprint == w.fingerprint);
-                if retried {
+                if retried(writes, next - 1) {
                     refused_and_retried = Some(w);
                     continue;
                 }
@@ -364,5 +386,48 @@ mod tests {
         );
         assert_eq!(suffix_problem(&[], &gave_up), None);
         assert!(suffix_problem(&log(std::slice::from_ref(&b)), &gave_up).is_some());
+    }
+
+    /// A pipelined group whose requests were refused together (the first
+    /// for an I/O error, the second for want of the first as its parent)
+    /// is appended again one by one: the refused pair is retried, and a
+    /// retry kept twice is still a duplicate. A refused event announced
+    /// again only after another event is not a retry of it.
+    #[test]
+    fn a_group_refused_together_and_appended_again_is_a_retry() {
+        let (a, b, c) = (user("a"), user("b"), user("c"));
+        let refused = |e: &Event| Append {
+            type_name: e.type_name().into(),
+            fingerprint: crate::agent::wire::fingerprint(e),
+            line: 0,
+            acked: None,
+            refused: true,
+        };
+        let mut l = life(0, &[(&a, 0), (&b, 1), (&c, 2)], LifeEnd::Exited(0));
+        l.writes.insert(0, refused(&a));
+        l.writes.insert(1, refused(&b));
+        let log = |events: &[Event]| obs(events).records;
+        assert_eq!(
+            suffix_problem(&log(&[a.clone(), b.clone(), c.clone()]), &l),
+            None
+        );
+        assert!(suffix_problem(&log(&[a.clone(), a.clone(), b.clone(), c.clone()]), &l).is_some());
+        assert!(retried(&l.writes, 0) && retried(&l.writes, 1));
+
+        // a refused, then c, then a again: a's refused attempt may be kept.
+        let mut l = life(0, &[(&c, 0), (&a, 1)], LifeEnd::Exited(0));
+        l.writes.insert(0, refused(&a));
+        assert!(!retried(&l.writes, 0));
+        assert_eq!(
+            suffix_problem(&log(&[a.clone(), c.clone(), a.clone()]), &l),
+            None
+        );
+    }
+
+    fn user(text: &str) -> Event {
+        Event::UserMessage {
+            parent: None,
+            text: text.into(),
+        }
     }
 }
