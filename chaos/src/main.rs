@@ -121,7 +121,7 @@ fn reference_adapter(a: &ReferenceAdapterCli) -> Result<ExitCode, Failure> {
             .map(|()| ExitCode::SUCCESS)
             .map_err(|e| Failure::Store(format!("reference-adapter: {e}")));
     }
-    let hello = || agentstore::adapter::hello(&options.claims, FORK_PROTOCOL_VERSION);
+    let hello = || agentstore::adapter::hello(&options.claims, FORK_PROTOCOL_VERSION, false);
     // A child's exit code, as a plain process's: only I/O on its streams fails.
     let child = || match serve() {
         Ok(()) => 0,

@@ -297,3 +297,77 @@ fn adapter_commands_split_like_a_shell_without_one() {
         r#"adapter command "  " is empty"#
     );
 }
+
+/// A pipelining fake: says `pipeline` in `hello`, reads a batch of three
+/// requests, then writes `replies`.
+fn pipelining(replies: &[&str]) -> Fake {
+    let hello = r#"{"id":1,"ok":{"name":"fake","protocol":1,"capabilities":["durable_append"],"pipeline":true}}"#;
+    let echoes: String = replies.iter().map(|r| format!("echo '{r}'; ")).collect();
+    Fake::new(&format!(
+        "read l; echo '{hello}'; read a; read b; read c; {echoes}"
+    ))
+}
+
+fn batch_of_three(client: &mut Client) -> Vec<u64> {
+    use agentchaos_protocol::Request;
+    let append = |text: &str| Request::Append {
+        event: Event::UserMessage {
+            parent: None,
+            text: text.into(),
+        },
+    };
+    let requests = vec![
+        append("a"),
+        append("b"),
+        Request::StartTool {
+            call_id: "c1".into(),
+        },
+    ];
+    client.send_batch(requests).unwrap()
+}
+
+#[test]
+fn pipelined_replies_in_any_order_are_handed_out_by_id() {
+    let fake = pipelining(&[
+        r#"{"id":4,"ok":{"seq":7,"id":"e7"}}"#,
+        r#"{"id":2,"ok":{"seq":5,"id":"e5"}}"#,
+        r#"{"id":3,"ok":{"seq":6,"id":"e6"}}"#,
+    ]);
+    let mut client = fake.spawn().unwrap();
+    assert!(client.pipelines());
+    assert_eq!(batch_of_three(&mut client), [2, 3, 4]);
+    assert_eq!(client.take_seq(3).unwrap(), 6);
+    assert_eq!(client.take_seq(2).unwrap(), 5);
+    assert_eq!(client.take_seq(4).unwrap(), 7);
+}
+
+#[test]
+fn pipelined_seqs_out_of_request_order_are_a_protocol_error() {
+    let fake = pipelining(&[
+        r#"{"id":2,"ok":{"seq":6,"id":"e6"}}"#,
+        r#"{"id":3,"ok":{"seq":5,"id":"e5"}}"#,
+    ]);
+    let mut client = fake.spawn().unwrap();
+    batch_of_three(&mut client);
+    assert_eq!(client.take_seq(2).unwrap(), 6);
+    let err = client.take_seq(3).unwrap_err();
+    assert_eq!(
+        fake.strip(&err),
+        r#"adapter protocol error (FAKE): stdout line 3 (reply to append, request 3) does not fit the append reply (seq 5 for request 3, and seq 6 for request 2: pipelined events take seqs in request order (chaos/PROTOCOL.md, section 10)): {"id":3,"ok":{"seq":5,"id":"e5"}}"#
+    );
+}
+
+#[test]
+fn a_pipelined_reply_to_no_request_of_the_batch_is_a_protocol_error() {
+    let fake = pipelining(&[
+        r#"{"id":2,"ok":{"seq":5,"id":"e5"}}"#,
+        r#"{"id":2,"ok":{"seq":5,"id":"e5"}}"#,
+    ]);
+    let mut client = fake.spawn().unwrap();
+    batch_of_three(&mut client);
+    let err = client.take_seq(3).unwrap_err();
+    assert_eq!(
+        fake.strip(&err),
+        r#"adapter protocol error (FAKE): stdout line 3 (reply to append, request 3) has id 2, which names no unanswered request of the batch, expected 3: {"id":2,"ok":{"seq":5,"id":"e5"}}"#
+    );
+}

@@ -56,12 +56,14 @@ pub fn serve(hello: &dyn Fn() -> Hello, child: &dyn Fn() -> i32) -> io::Result<(
                     .and_then(|v| v.get("id").and_then(serde_json::Value::as_u64)),
                 Refusal::new(ErrorKind::BadRequest, format!("request does not fit: {e}")),
             ),
-            Ok(RequestLine { id, request }) => {
+            Ok(RequestLine { id, request, .. }) => {
                 let outcome = match request {
                     Request::Hello { protocol } if protocol == FORK_PROTOCOL_VERSION => {
                         Ok(serde_json::to_value(Hello {
                             protocol,
                             fork: true,
+                            // The server serves fork and reap, one at a time.
+                            pipeline: false,
                             ..hello()
                         })
                         .expect("a hello serializes"))

@@ -302,6 +302,13 @@ impl Request {
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize, JsonSchema)]
 pub struct RequestLine {
     pub id: u64,
+    /// Pipelining (section 10): another `append` or `start_tool` of the
+    /// same batch follows at once, so the adapter may hold this one's
+    /// answer until it has read the batch's last request (the first
+    /// without `more`). Only sent to an adapter whose `hello` said
+    /// `pipeline`.
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub more: bool,
     #[serde(flatten)]
     pub request: Request,
 }
@@ -385,6 +392,11 @@ pub struct Hello {
     /// Version 2: this process is a fork server (it serves `fork` and `reap`).
     #[serde(default, skip_serializing_if = "std::ops::Not::not")]
     pub fork: bool,
+    /// Either version: this process takes pipelined batches of `append`
+    /// and `start_tool` requests and answers each by its id, in any order
+    /// (section 10). Absent: one request in flight at a time.
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub pipeline: bool,
 }
 
 /// `fork`: the forked process, leader of its own process group; its pid
@@ -627,7 +639,12 @@ mod tests {
     use serde_json::json;
 
     fn line(id: u64, request: Request) -> String {
-        serde_json::to_string(&RequestLine { id, request }).unwrap()
+        serde_json::to_string(&RequestLine {
+            id,
+            more: false,
+            request,
+        })
+        .unwrap()
     }
 
     #[test]

@@ -99,6 +99,7 @@ fn handle(dsn: &str, store: &mut Option<PgStore>, request: Request) -> Result<Va
                 protocol: PROTOCOL_VERSION,
                 capabilities: CAPABILITIES.to_vec(),
                 fork: false,
+                pipeline: false,
             })
         }
         Request::Open(OpenArgs {

@@ -2,7 +2,11 @@
 //! on top of [`Session`]: what `agentstore adapter` runs.
 //!
 //! One JSON request per input line, one JSON reply per output line, flushed
-//! before the next request is read. The shapes are the protocol crate's
+//! before the next request is read, except inside a pipelined batch
+//! (`chaos/PROTOCOL.md`, section 10): its `append` and `start_tool`
+//! requests are written as they are read and answered together once the
+//! batch's last one is, so that one sync of a `Batch` session covers them
+//! all. The shapes are the protocol crate's
 //! (`agentchaos_protocol`); this module owns the mapping from protocol
 //! operations to the session API, from [`Error`] to protocol error kinds,
 //! and from agentstore's [`Projection`] to the protocol's view
@@ -65,6 +69,18 @@ struct Server {
     session: Option<Session>,
     claims: Vec<Capability>,
     durability: Durability,
+    pipeline: bool,
+    /// The pipelined batch read so far: each request's id and its write
+    /// (not waited for yet) or refusal, in request order.
+    batch: Vec<(Option<u64>, std::result::Result<BatchWrite, Refusal>)>,
+}
+
+/// One write of a pipelined batch, waiting for the sync that covers it.
+#[derive(Debug)]
+struct BatchWrite {
+    written: crate::durability::Written,
+    /// `start_tool`'s: the call's operation id, for its reply.
+    intent: Option<Option<String>>,
 }
 
 /// The longest request line the adapter reads, newline included: the same
@@ -85,6 +101,10 @@ pub struct ServeOptions {
     pub request_cap: usize,
     /// The durability every session is opened with (`Batch`: group commit).
     pub durability: Durability,
+    /// Take pipelined batches (`hello` says `pipeline`): the only way a
+    /// harness's parallel appends reach a `Batch` session's group commit
+    /// together. Off: one request at a time, `more` ignored.
+    pub pipeline: bool,
 }
 
 impl Default for ServeOptions {
@@ -93,19 +113,21 @@ impl Default for ServeOptions {
             claims: Capability::ALL.to_vec(),
             request_cap: MAX_REQUEST_LINE,
             durability: Durability::Sync,
+            pipeline: true,
         }
     }
 }
 
 /// The reply to `hello` at `protocol` (1; or 2, in a child of the fork
 /// server, which sets `fork` on its own reply).
-pub fn hello(claims: &[Capability], protocol: u64) -> Hello {
+pub fn hello(claims: &[Capability], protocol: u64, pipeline: bool) -> Hello {
     Hello {
         name: "agentstore".to_string(),
         version: Some(env!("CARGO_PKG_VERSION").to_string()),
         protocol,
         capabilities: claims.to_vec(),
         fork: false,
+        pipeline,
     }
 }
 
@@ -126,29 +148,32 @@ pub fn serve_with(
         session: None,
         claims: options.claims.clone(),
         durability: options.durability,
+        pipeline: options.pipeline,
+        batch: Vec::new(),
     };
     let mut line = Vec::new();
     loop {
         let read = read_line_capped(&mut input, &mut line, cap)
             .map_err(Error::io("read request from", "stdin"))?;
-        let reply = match read {
+        let replies = match read {
             Line::End => return Ok(()),
-            Line::TooLong { len } => refused(
+            Line::TooLong { len } => server.answer_alone(refused(
                 None,
                 Refusal::bad_request(format!(
                     "request line of {len} bytes exceeds the limit of {cap} bytes (newline included); discarded"
                 )),
-            ),
+            )),
             Line::Complete => match std::str::from_utf8(&line) {
                 Ok(text) => server.handle(text),
-                Err(e) => refused(
+                Err(e) => server.answer_alone(refused(
                     None,
                     Refusal::bad_request(format!("request is not UTF-8: {e}")),
-                ),
+                )),
             },
         };
+        let text: String = replies.iter().map(ReplyLine::to_line).collect();
         output
-            .write_all(reply.to_line().as_bytes())
+            .write_all(text.as_bytes())
             .and_then(|()| output.flush())
             .map_err(Error::io("write reply to", "stdout"))?;
     }
@@ -209,25 +234,110 @@ fn read_line_capped(input: &mut impl BufRead, buf: &mut Vec<u8>, cap: usize) -> 
 }
 
 impl Server {
-    fn handle(&mut self, line: &str) -> ReplyLine {
+    /// The replies owed once `line` is read: none while a pipelined batch
+    /// goes on, every answer of the batch once its last request is read.
+    fn handle(&mut self, line: &str) -> Vec<ReplyLine> {
         let parsed: std::result::Result<Value, _> = serde_json::from_str(line);
-        let (id, outcome) = match parsed {
-            Ok(v) => {
-                let id = v.get("id").and_then(Value::as_u64);
-                let outcome = serde_json::from_value::<Request>(v)
-                    .map_err(|e| Refusal::bad_request(format!("request does not fit: {e}")))
-                    .and_then(|req| self.dispatch(req));
-                (id, outcome)
+        let v = match parsed {
+            Ok(v) => v,
+            Err(e) => {
+                let r = Refusal::bad_request(format!("request is not JSON: {e}"));
+                return self.answer_alone(refused(None, r));
             }
-            Err(e) => (
-                None,
-                Err(Refusal::bad_request(format!("request is not JSON: {e}"))),
-            ),
         };
-        match outcome {
+        let id = v.get("id").and_then(Value::as_u64);
+        let more = self.pipeline && v.get("more").and_then(Value::as_bool).unwrap_or(false);
+        let request = match serde_json::from_value::<Request>(v) {
+            Ok(request) => request,
+            Err(e) => {
+                let r = Refusal::bad_request(format!("request does not fit: {e}"));
+                return self.answer_alone(refused(id, r));
+            }
+        };
+        let batched = matches!(request, Request::Append { .. } | Request::StartTool { .. });
+        if batched && (more || !self.batch.is_empty()) {
+            let write = self.write(request);
+            self.batch.push((id, write));
+            return if more { Vec::new() } else { self.end_batch() };
+        }
+        let outcome = if more {
+            Err(Refusal::bad_request(format!(
+                "{}: only append and start_tool are pipelined (\"more\"); not served",
+                request.op()
+            )))
+        } else {
+            self.dispatch(request)
+        };
+        let reply = match outcome {
             Ok(ok) => ReplyLine::ok(id, &ok),
             Err(r) => refused(id, r),
-        }
+        };
+        self.answer_alone(reply)
+    }
+
+    /// `reply`, after the answers of a batch the client left open (its
+    /// last request said `more`, and something else came).
+    fn answer_alone(&mut self, reply: ReplyLine) -> Vec<ReplyLine> {
+        let mut replies = self.end_batch();
+        replies.push(reply);
+        replies
+    }
+
+    /// Writes a batched `append` or `start_tool` without waiting for its sync.
+    fn write(&mut self, request: Request) -> std::result::Result<BatchWrite, Refusal> {
+        let session = self.session()?;
+        let (event, intent) = match request {
+            Request::Append {
+                event: Event::ToolStarted { .. },
+            } => {
+                return Err(Refusal::bad_request(
+                    "tool_started is the intent: send start_tool, not append",
+                ))
+            }
+            Request::Append { event } => (event, None),
+            Request::StartTool { call_id } => {
+                let operation_id = session
+                    .projection()
+                    .open_calls()
+                    .get(&call_id)
+                    .and_then(|c| c.operation_id.clone());
+                (Event::ToolStarted { call_id }, Some(operation_id))
+            }
+            other => unreachable!("{} is never batched", other.op()),
+        };
+        let written = session.write(event)?;
+        Ok(BatchWrite { written, intent })
+    }
+
+    /// Waits for every write of the batch, in request order (the first
+    /// wait syncs what the batch wrote), and answers each.
+    fn end_batch(&mut self) -> Vec<ReplyLine> {
+        let batch = std::mem::take(&mut self.batch);
+        batch
+            .into_iter()
+            .map(|(id, write)| {
+                let answer = write.and_then(|w| {
+                    let session = self.session()?;
+                    let acked = session.wait(w.written)?;
+                    let seq = acked.seq();
+                    Ok(match w.intent {
+                        Some(operation_id) => body(&IntentAck {
+                            seq,
+                            id: event_id(seq),
+                            operation_id,
+                        })?,
+                        None => body(&Ack {
+                            seq,
+                            id: acked.id().to_string(),
+                        })?,
+                    })
+                });
+                match answer {
+                    Ok(ok) => ReplyLine::ok(id, &ok),
+                    Err(r) => refused(id, r),
+                }
+            })
+            .collect()
     }
 
     fn session(&mut self) -> std::result::Result<&mut Session, Refusal> {
@@ -248,7 +358,7 @@ impl Server {
                         ),
                     ));
                 }
-                body(&hello(&self.claims, protocol))
+                body(&hello(&self.claims, protocol, self.pipeline))
             }
             Request::Open(agentchaos_protocol::message::OpenArgs {
                 root,
@@ -582,6 +692,75 @@ mod tests {
         for (i, r) in replies.iter().enumerate() {
             assert_eq!(r["id"], i as u64 + 1);
         }
+    }
+
+    /// A pipelined batch (section 10) in Batch mode: nothing is answered
+    /// until its last request is read, then every request is, in request
+    /// order, with seqs in request order; a request that is not `append` or
+    /// `start_tool` is refused unserved when it says `more`, and it ends
+    /// the batch before it.
+    #[test]
+    fn a_pipelined_batch_is_answered_once_its_last_request_is_read() {
+        let dir = tempfile::tempdir().unwrap();
+        let root = dir.path().join("root");
+        let ws = dir.path();
+        let mut server = Server {
+            session: None,
+            claims: Capability::ALL.to_vec(),
+            durability: Durability::batch(),
+            pipeline: true,
+            batch: Vec::new(),
+        };
+        let mut send = |v: Value| server.handle(&v.to_string());
+        let hello = send(json!({"id": 1, "op": "hello", "protocol": 1}));
+        assert!(hello[0].to_line().contains("\"pipeline\":true"));
+        send(
+            json!({"id": 2, "op": "open", "root": root, "session": "s", "workspace": ws, "create": true}),
+        );
+        let call = |id: &str| {
+            json!({"type": "tool_call", "parent": null, "call_id": id,
+                   "tool": "deploy", "args": {}, "effect": "side_effect", "operation_id": format!("op-{id}")})
+        };
+        assert!(
+            send(json!({"id": 3, "op": "append", "more": true, "event": call("c1")})).is_empty()
+        );
+        assert!(
+            send(json!({"id": 4, "op": "append", "more": true, "event": call("c2")})).is_empty()
+        );
+        assert!(
+            send(json!({"id": 5, "op": "start_tool", "more": true, "call_id": "c1"})).is_empty()
+        );
+        let replies: Vec<Value> = send(json!({"id": 6, "op": "start_tool", "call_id": "c9"}))
+            .iter()
+            .map(|r| serde_json::from_str(&r.to_line()).unwrap())
+            .collect();
+        assert_eq!(replies.len(), 4, "{replies:?}");
+        assert_eq!(replies[0]["ok"], json!({"seq": 1, "id": "e1"}));
+        assert_eq!(replies[1]["ok"], json!({"seq": 2, "id": "e2"}));
+        assert_eq!(
+            replies[2]["ok"],
+            json!({"seq": 3, "id": "e3", "operation_id": "op-c1"})
+        );
+        assert_eq!(replies[3]["id"], 6);
+        assert_eq!(replies[3]["error"]["kind"], "rule", "{replies:?}");
+
+        assert!(
+            send(json!({"id": 7, "op": "append", "more": true, "event": call("c3")})).is_empty()
+        );
+        let replies = send(json!({"id": 8, "op": "close", "more": true}));
+        assert_eq!(replies.len(), 2);
+        assert!(
+            replies[0].to_line().contains("\"seq\":4"),
+            "{}",
+            replies[0].to_line()
+        );
+        assert!(replies[1].to_line().contains("bad_request"));
+        let still_open = send(json!({"id": 9, "op": "start_tool", "call_id": "c2"}));
+        assert!(
+            still_open[0].to_line().contains("\"seq\":5"),
+            "{}",
+            still_open[0].to_line()
+        );
     }
 
     fn serve_lines(input: &[u8], cap: usize) -> Vec<Value> {

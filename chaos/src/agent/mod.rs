@@ -51,7 +51,9 @@ use crate::agent::world::WorldClient;
 use crate::model::{call_of, describe_event, store_authored, Model};
 use crate::scenario::rng::Rng;
 use crate::scenario::{self, Op, PlacedOp, Run, Scenario, ToolInvocation};
-use crate::store::{Ack, SessionSpec, SessionStore, StoreBackend, StoreError, StoreResult};
+use crate::store::{
+    Ack, Pending, SessionSpec, SessionStore, StoreBackend, StoreError, StoreResult,
+};
 
 /// The crash point between a durable intent and the effect.
 pub const BEFORE_EFFECT: &str = "agent.before_effect";
@@ -400,6 +402,10 @@ impl Agent<'_> {
     ) -> Result<(), AgentError> {
         // (index in the group, event) of each write whose wait is deferred.
         let mut written: Vec<(usize, Event)> = Vec::new();
+        // For each of them, the earlier deferred write its parent names: a
+        // pipelined request sent before its parent was answered (section
+        // 10 of chaos/PROTOCOL.md), refused for want of it if that was.
+        let mut after: Vec<Option<usize>> = Vec::new();
         let mut pending = Vec::new();
         let mut acked = vec![false; n];
         let mut parent = self.model.leaf();
@@ -420,6 +426,11 @@ impl Agent<'_> {
                         self.model.apply(ack.seq, &event);
                         *done = true;
                     } else {
+                        after.push(event.parent().flatten().and_then(|parent| {
+                            pending
+                                .iter()
+                                .position(|q: &Pending| event_id(q.seq) == *parent)
+                        }));
                         written.push((i, event));
                         pending.push(p);
                     }
@@ -435,6 +446,7 @@ impl Agent<'_> {
             let waiter = self.store.group_waiter().ok_or_else(|| {
                 AgentError::Harness("the store deferred a wait and gives no waiter".into())
             })?;
+            let waiter = &waiter;
             let jobs: Vec<_> = pending
                 .into_iter()
                 .map(|p| move || waiter.wait(p))
@@ -445,20 +457,26 @@ impl Agent<'_> {
                 let (t, h) = (event.type_name().to_string(), fingerprint(event));
                 match &result {
                     Ok(ack) => answer(reporter, &ChildLine::Ack { seq: ack.seq, t, h })?,
-                    Err(e) if e.io => answer(reporter, &ChildLine::Refused { t, h })?,
+                    Err(e) if e.io || after[k].is_some() => {
+                        answer(reporter, &ChildLine::Refused { t, h })?
+                    }
                     Err(_) => {} // Ends the agent below.
                 }
                 results[k] = Some(result);
                 Ok::<(), PipeError>(())
             })?;
         }
+        let ok: Vec<bool> = results.iter().map(|r| matches!(r, Some(Ok(_)))).collect();
         // The model folds the answers in write order, whatever order they came in.
-        for ((i, event), result) in written.iter().zip(results) {
+        for (k, ((i, event), result)) in written.iter().zip(results).enumerate() {
             match result.expect("the schedule reports every waiter") {
                 Ok(ack) => {
                     self.model.apply(ack.seq, event);
                     acked[*i] = true;
                 }
+                // Refused for want of a parent the store refused too: it is
+                // appended again below, under the parent as it is then.
+                Err(_) if after[k].is_some_and(|j| !ok[j]) => {}
                 Err(e) if !e.io => {
                     let refused = format!("the store refused {}: {e}", describe_event(event));
                     return Err(AgentError::Store(refused));

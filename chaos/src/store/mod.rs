@@ -107,25 +107,64 @@ pub struct Ack {
 /// its waiter needs.
 #[derive(Debug)]
 pub struct Pending {
+    /// Its seq: the store's, or for a pipelined request not answered yet,
+    /// the one its place in the batch gives it (`chaos/PROTOCOL.md`, section 10).
     pub seq: Seq,
-    /// `None`: the store acknowledged it as it wrote it.
-    written: Option<agentstore::Written>,
+    deferred: Deferred,
+}
+
+/// What a [`Pending`] write waits for.
+#[derive(Debug)]
+enum Deferred {
+    /// Nothing: the store acknowledged it as it wrote it.
+    Nothing,
+    /// The in-process store's sync of its group.
+    Sync(agentstore::Written),
+    /// The adapter's reply to the `k`-th request of the group, pipelined.
+    Reply(usize),
 }
 
 impl Pending {
+    /// A write the store acknowledged as it wrote it.
+    pub(crate) fn acknowledged_at(seq: Seq) -> Pending {
+        Pending {
+            seq,
+            deferred: Deferred::Nothing,
+        }
+    }
+
+    /// A write the adapter will answer as the `k`-th request of the group,
+    /// expected at `seq`.
+    pub(crate) fn pipelined(seq: Seq, k: usize) -> Pending {
+        Pending {
+            seq,
+            deferred: Deferred::Reply(k),
+        }
+    }
+
     /// The ack, if the store gave it with the write (it did not defer the
     /// wait): the agent reports it at once, as for any append.
     pub fn acknowledged(&self) -> Option<Ack> {
-        self.written.is_none().then_some(Ack { seq: self.seq })
+        matches!(self.deferred, Deferred::Nothing).then_some(Ack { seq: self.seq })
     }
+}
+
+/// A store whose parallel group goes out as pipelined requests: it sends
+/// them when a waiter first needs one, and hands each its reply.
+pub(crate) trait PipelinedGroup: Send {
+    /// The reply to the `k`-th write of the group.
+    fn reply(&mut self, k: usize) -> StoreResult<Ack>;
 }
 
 /// What waits for a store's deferred writes ([`SessionStore::group_waiter`]),
 /// from as many threads at once as there are writes: the parallel
 /// appenders of a group commit.
-#[derive(Clone, Copy)]
-pub struct GroupWaiter<'a> {
-    session: &'a agentstore::Session,
+pub struct GroupWaiter<'a>(Waiter<'a>);
+
+enum Waiter<'a> {
+    InProcess(&'a agentstore::Session),
+    /// One waiter at a time reads the adapter's replies.
+    Pipelined(std::sync::Mutex<&'a mut dyn PipelinedGroup>),
 }
 
 impl std::fmt::Debug for GroupWaiter<'_> {
@@ -134,18 +173,26 @@ impl std::fmt::Debug for GroupWaiter<'_> {
     }
 }
 
-impl GroupWaiter<'_> {
+impl<'a> GroupWaiter<'a> {
+    pub(crate) fn pipelined(group: &'a mut dyn PipelinedGroup) -> GroupWaiter<'a> {
+        GroupWaiter(Waiter::Pipelined(std::sync::Mutex::new(group)))
+    }
+
     /// Returns once `pending` is durable by the store's account, or its
     /// group commit failed.
     pub fn wait(&self, pending: Pending) -> StoreResult<Ack> {
-        match pending.written {
-            Some(w) => store_work(|| {
-                self.session
+        match (pending.deferred, &self.0) {
+            (Deferred::Nothing, _) => Ok(Ack { seq: pending.seq }),
+            (Deferred::Sync(w), Waiter::InProcess(session)) => store_work(|| {
+                session
                     .wait(w)
                     .map(|a| Ack { seq: a.seq() })
                     .map_err(StoreError::from)
             }),
-            None => Ok(Ack { seq: pending.seq }),
+            (Deferred::Reply(k), Waiter::Pipelined(group)) => {
+                group.lock().unwrap_or_else(|p| p.into_inner()).reply(k)
+            }
+            (deferred, _) => panic!("{deferred:?} waited for by another store's waiter"),
         }
     }
 }
@@ -191,19 +238,16 @@ pub trait SessionStore {
     fn append(&mut self, event: &Event) -> StoreResult<Ack>;
     /// Writes one event of a parallel group (parallel tool calls), to be
     /// waited for with the [`GroupWaiter`] of [`SessionStore::group_waiter`] once the group is written. A
-    /// store that cannot defer the wait appends it whole: every adapter,
-    /// whose protocol has one request in flight (`chaos/PROTOCOL.md`).
+    /// store that cannot defer the wait appends it whole (an adapter that
+    /// does not pipeline: `chaos/PROTOCOL.md`, section 10).
     fn write(&mut self, event: &Event) -> StoreResult<Pending> {
         let ack = self.append(event)?;
-        Ok(Pending {
-            seq: ack.seq,
-            written: None,
-        })
+        Ok(Pending::acknowledged_at(ack.seq))
     }
     /// What waits for the writes [`SessionStore::write`] deferred, one
     /// thread per write (the caller's schedule decides which waits when):
     /// `None` for a store that acknowledges as it writes.
-    fn group_waiter(&self) -> Option<GroupWaiter<'_>> {
+    fn group_waiter(&mut self) -> Option<GroupWaiter<'_>> {
         None
     }
     /// The store's own recovery after a crash.
@@ -650,15 +694,13 @@ impl SessionStore for ReferenceStore {
             let written = self.session.write(event.clone())?;
             Ok(Pending {
                 seq: written.seq(),
-                written: Some(written),
+                deferred: Deferred::Sync(written),
             })
         })
     }
 
-    fn group_waiter(&self) -> Option<GroupWaiter<'_>> {
-        Some(GroupWaiter {
-            session: &self.session,
-        })
+    fn group_waiter(&mut self) -> Option<GroupWaiter<'_>> {
+        Some(GroupWaiter(Waiter::InProcess(&self.session)))
     }
 
     fn recover(&mut self) -> StoreResult<Recovered> {
@@ -781,7 +823,10 @@ mod tests {
         let acked: Vec<Seq> = std::thread::scope(|s| {
             let threads: Vec<_> = pending
                 .into_iter()
-                .map(|p| s.spawn(move || waiter.wait(p).unwrap().seq))
+                .map(|p| {
+                    let waiter = &waiter;
+                    s.spawn(move || waiter.wait(p).unwrap().seq)
+                })
                 .collect();
             threads.into_iter().map(|t| t.join().unwrap()).collect()
         });

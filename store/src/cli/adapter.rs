@@ -22,6 +22,11 @@ pub struct Args {
     /// two (`chaos/PROTOCOL.md`, section 8).
     #[arg(long)]
     no_fork: bool,
+    /// Answer one request at a time: never say `pipeline` in `hello`, so
+    /// the harness's parallel appends arrive one by one, each synced
+    /// alone even in `batch` (`chaos/PROTOCOL.md`, section 10).
+    #[arg(long)]
+    no_pipeline: bool,
 }
 
 pub fn run(args: Args) -> Outcome {
@@ -29,6 +34,7 @@ pub fn run(args: Args) -> Outcome {
     use agentstore::adapter::ServeOptions;
     let mut options = ServeOptions {
         durability: args.durability,
+        pipeline: !args.no_pipeline,
         ..ServeOptions::default()
     };
     let fork = !args.no_fork;
@@ -60,7 +66,7 @@ fn serve(options: &agentstore::adapter::ServeOptions, fork: bool) -> Outcome {
     if !fork || !fork_server::stdin_is_socket() {
         return serve_stdio(options);
     }
-    let hello = || agentstore::adapter::hello(&options.claims, FORK_PROTOCOL_VERSION);
+    let hello = || agentstore::adapter::hello(&options.claims, FORK_PROTOCOL_VERSION, false);
     // A child's exit code, as `finish` gives it for a plain process: only
     // I/O on its streams fails `serve_with`.
     let child = || match serve_stdio(options) {

@@ -108,6 +108,7 @@ pub fn hello(protocol: u64) -> Hello {
         protocol,
         capabilities: CAPABILITIES.to_vec(),
         fork: false,
+        pipeline: false,
     }
 }
 

@@ -74,8 +74,8 @@ use super::client::{
 };
 use crate::nemesis::{ADAPTER_APPEND, ADAPTER_APPEND_REPLIED, ADAPTER_OPEN};
 use crate::store::{
-    Ack, LeasedOpen, NotApplicable, Observation, Recovered, SessionSpec, SessionStore,
-    StoreBackend, StoreError, StoreResult,
+    Ack, GroupWaiter, LeasedOpen, NotApplicable, Observation, Pending, PipelinedGroup, Recovered,
+    SessionSpec, SessionStore, StoreBackend, StoreError, StoreResult,
 };
 
 /// Environment variables of the harness's in-process nemesis: an adapter
@@ -740,15 +740,15 @@ impl StoreBackend for AdapterBackend {
             create: false,
             lease: None,
         };
-        match client.open(&args) {
-            Ok(_) => {}
+        let opened = match client.open(&args) {
+            Ok(opened) => opened,
             Err(e) if e.refusal_kind() == Some(ErrorKind::NotFound) => {
                 args.create = true;
-                client.open(&args).map_err(err)?;
+                client.open(&args).map_err(err)?
             }
             Err(e) => return Err(err(e)),
-        }
-        Ok(Box::new(AdapterStore { client }))
+        };
+        Ok(Box::new(AdapterStore::new(client, opened.next_seq)))
     }
 
     fn open_leased(&self, spec: &SessionSpec, lease: &LeaseRequest) -> StoreResult<LeasedOpen> {
@@ -777,7 +777,7 @@ impl StoreBackend for AdapterBackend {
             )));
         };
         Ok(LeasedOpen {
-            store: Box::new(AdapterStore { client }),
+            store: Box::new(AdapterStore::new(client, opened.next_seq)),
             grant,
             recovery,
         })
@@ -891,21 +891,131 @@ impl AdapterBackend {
 #[derive(Debug)]
 pub struct AdapterStore {
     client: Client,
+    /// The seq the adapter's next event gets, by its own replies (`open`'s
+    /// `next_seq`, every ack, `recover`'s count). `None` after a refusal,
+    /// which may have left its event in the log: the next group is then
+    /// appended one event at a time, until an ack says it again.
+    next_seq: Option<Seq>,
+    /// The parallel group written and not all answered yet, pipelined.
+    group: Vec<GroupRequest>,
+}
+
+/// A request of the pipelined group, and where it stands.
+#[derive(Debug)]
+enum GroupRequest {
+    Unsent(agentchaos_protocol::Request),
+    Sent(u64),
+    Answered(StoreResult<Seq>),
+}
+
+impl AdapterStore {
+    fn new(client: Client, next_seq: Seq) -> AdapterStore {
+        AdapterStore {
+            client,
+            next_seq: Some(next_seq),
+            group: Vec::new(),
+        }
+    }
+
+    /// Notes the adapter's answer to an append: an ack gives the next seq.
+    fn answered(&mut self, result: Result<Seq, ClientError>) -> StoreResult<Ack> {
+        match result {
+            Ok(seq) => {
+                self.next_seq = Some(seq + 1);
+                Ok(Ack { seq })
+            }
+            Err(e) => {
+                self.next_seq = None;
+                Err(err(e))
+            }
+        }
+    }
+}
+
+impl PipelinedGroup for AdapterStore {
+    /// Sends the group's unsent requests up to the `k`-th as one batch
+    /// (so the schedule's order of waiters decides the batches), then reads
+    /// replies until the `k`-th came. Once the whole group is answered, the
+    /// next seq is past it, or unknown if any request was refused.
+    fn reply(&mut self, k: usize) -> StoreResult<Ack> {
+        if let GroupRequest::Unsent(_) = self.group[k] {
+            let first = self
+                .group
+                .iter()
+                .position(|r| matches!(r, GroupRequest::Unsent(_)))
+                .expect("the k-th is unsent");
+            let requests = self.group[first..=k]
+                .iter_mut()
+                .map(|r| match std::mem::replace(r, GroupRequest::Sent(0)) {
+                    GroupRequest::Unsent(request) => request,
+                    _ => unreachable!("requests are sent in order"),
+                })
+                .collect();
+            let ids = self.client.send_batch(requests).map_err(err)?;
+            for (r, id) in self.group[first..=k].iter_mut().zip(ids) {
+                *r = GroupRequest::Sent(id);
+            }
+        }
+        let GroupRequest::Sent(id) = self.group[k] else {
+            panic!("the reply to the {k}-th request of the group was taken twice");
+        };
+        let result = self.client.take_seq(id).map_err(err);
+        self.group[k] = GroupRequest::Answered(result.clone());
+        let answered = |r: &GroupRequest| matches!(r, GroupRequest::Answered(_));
+        if self.group.iter().all(answered) {
+            let mut next = self.next_seq;
+            for r in std::mem::take(&mut self.group) {
+                next = match (next, r) {
+                    (Some(n), GroupRequest::Answered(Ok(seq))) => Some(n.max(seq + 1)),
+                    _ => None,
+                };
+            }
+            self.next_seq = next;
+        }
+        result.map(|seq| Ack { seq })
+    }
 }
 
 impl SessionStore for AdapterStore {
     fn append(&mut self, event: &Event) -> StoreResult<Ack> {
         crashpoint::hit(ADAPTER_APPEND);
         let seq = match event {
-            Event::ToolStarted { call_id } => self.client.start_tool(call_id).map_err(err)?.seq,
-            other => self.client.append(other).map_err(err)?.seq,
+            Event::ToolStarted { call_id } => self.client.start_tool(call_id).map(|a| a.seq),
+            other => self.client.append(other).map(|a| a.seq),
         };
-        Ok(Ack { seq })
+        self.answered(seq)
+    }
+
+    /// Pipelined when the adapter takes batches and the next seq is known:
+    /// the request waits, unsent, for the group's waiters.
+    fn write(&mut self, event: &Event) -> StoreResult<Pending> {
+        let Some(next_seq) = self.next_seq.filter(|_| self.client.pipelines()) else {
+            let ack = self.append(event)?;
+            return Ok(Pending::acknowledged_at(ack.seq));
+        };
+        crashpoint::hit(ADAPTER_APPEND);
+        let request = match event {
+            Event::ToolStarted { call_id } => agentchaos_protocol::Request::StartTool {
+                call_id: call_id.clone(),
+            },
+            other => agentchaos_protocol::Request::Append {
+                event: other.clone(),
+            },
+        };
+        let k = self.group.len();
+        self.group.push(GroupRequest::Unsent(request));
+        Ok(Pending::pipelined(next_seq + k as Seq, k))
+    }
+
+    fn group_waiter(&mut self) -> Option<GroupWaiter<'_>> {
+        Some(GroupWaiter::pipelined(self))
     }
 
     fn recover(&mut self) -> StoreResult<Recovered> {
         crashpoint::hit("adapter.recover");
-        Ok(self.client.recover().map_err(err)?.into())
+        let recovered: Recovered = self.client.recover().map_err(err)?.into();
+        self.next_seq = self.next_seq.map(|n| n + recovered.appended);
+        Ok(recovered)
     }
 
     fn events(&mut self, after: Option<Seq>) -> StoreResult<Vec<Record>> {

@@ -26,6 +26,8 @@
 //! reaps it. [`process_counts`] says how many adapters this process
 //! spawned and how many it had forked (so a test can see which path ran).
 
+mod pipeline;
+
 use std::fmt;
 use std::fs::File;
 use std::io::{IoSlice, Read, Write};
@@ -804,12 +806,20 @@ pub struct Client {
     next_id: u64,
     /// Stdout lines read so far.
     lines: u64,
-    /// The last reply line, kept for errors found after it parsed.
+    /// The last reply line, kept for errors found after it parsed, and
+    /// the id of its request.
     last_line: Option<StdoutLine>,
+    last_id: u64,
     failed: Option<ProtocolError>,
     hello: Hello,
     /// Called with the operation's name once a request is on the adapter's stdin.
     on_reply: Option<fn(&'static str)>,
+    /// The requests of the pipelined batches sent and not taken yet, by
+    /// id: their operation and, once it came, their reply line.
+    pipelined: std::collections::BTreeMap<u64, (&'static str, Option<StdoutLine>)>,
+    /// The seqs acknowledged to pipelined requests since the last lone
+    /// request, by request id: each new one must keep request order.
+    pipelined_seqs: Vec<(u64, Seq)>,
 }
 
 fn label_of(cmd: &Command) -> String {
@@ -949,6 +959,7 @@ impl Client {
             next_id: 1,
             lines: 0,
             last_line: None,
+            last_id: 0,
             failed: None,
             hello: Hello {
                 name: String::new(),
@@ -956,8 +967,11 @@ impl Client {
                 protocol: 0,
                 capabilities: Vec::new(),
                 fork: false,
+                pipeline: false,
             },
             on_reply: None,
+            pipelined: std::collections::BTreeMap::new(),
+            pipelined_seqs: Vec::new(),
         }
     }
 
@@ -1261,7 +1275,7 @@ impl Client {
             text: String::new(),
         });
         let request = RequestRef {
-            id: self.next_id - 1,
+            id: self.last_id,
             op,
         };
         self.fail(request, Problem::Shape { line, reason })
@@ -1297,38 +1311,73 @@ impl Client {
         if let Some(e) = &self.failed {
             return Err(e.clone().into());
         }
+        assert!(
+            self.pipelined.is_empty(),
+            "a request sent while a pipelined batch is unanswered"
+        );
+        self.pipelined_seqs.clear();
         let op = request.op();
         let id = self.next_id;
         self.next_id += 1;
-        let mut bytes =
-            serde_json::to_vec(&RequestLine { id, request }).map_err(|e| ClientError::Encode {
+        let req = RequestRef { id, op };
+        let bytes = self.encode(id, false, request)?;
+        self.send(req.clone(), &bytes, fds)?;
+        let line = self.next_line(req.clone())?;
+        match parse_reply::<T>(&line, id) {
+            Ok(Ok(body)) => {
+                self.last_line = Some(line);
+                self.last_id = id;
+                Ok(body)
+            }
+            Ok(Err(Refusal { kind, message })) => Err(ClientError::Refused { op, kind, message }),
+            Err(problem) => Err(self.fail(req, problem(line)).into()),
+        }
+    }
+
+    /// Request `id` as its line, newline included.
+    fn encode(&self, id: u64, more: bool, request: Request) -> Result<Vec<u8>, ClientError> {
+        let op = request.op();
+        let mut bytes = serde_json::to_vec(&RequestLine { id, more, request }).map_err(|e| {
+            ClientError::Encode {
                 op,
                 reason: e.to_string(),
-            })?;
+            }
+        })?;
         bytes.push(b'\n');
-        let req = RequestRef { id, op };
+        Ok(bytes)
+    }
+
+    /// Writes `bytes` (the lines of `req` and, pipelined, of the requests
+    /// before it) to the adapter's stdin, `fds` attached.
+    fn send(&mut self, req: RequestRef, bytes: &[u8], fds: &[RawFd]) -> Result<(), ClientError> {
         let sent = match self.stdin.as_mut() {
-            Some(stdin) if fds.is_empty() => stdin.write_all(&bytes).and_then(|()| stdin.flush()),
-            Some(stdin) => send_with_fds(stdin, &bytes, fds),
+            Some(stdin) if fds.is_empty() => stdin.write_all(bytes).and_then(|()| stdin.flush()),
+            Some(stdin) => send_with_fds(stdin, bytes, fds),
             None => Err(std::io::Error::other("stdin is closed")),
         };
-        if let Err(e) = sent {
-            // A closed pipe usually means the adapter is gone: say how it ended.
-            if e.kind() == std::io::ErrorKind::BrokenPipe {
-                if let Some(Incoming::Eof(lines)) = self.replies.next(EXIT_GRACE) {
-                    let exit = self.exit_description();
-                    return Err(self.fail(req, Problem::Eof { lines, exit }).into());
-                }
+        let Err(e) = sent else {
+            return Ok(());
+        };
+        // A closed pipe usually means the adapter is gone: say how it ended.
+        if e.kind() == std::io::ErrorKind::BrokenPipe {
+            if let Some(Incoming::Eof(lines)) = self.replies.next(EXIT_GRACE) {
+                let exit = self.exit_description();
+                return Err(self.fail(req, Problem::Eof { lines, exit }).into());
             }
-            let problem = Problem::Send {
-                reason: e.to_string(),
-            };
-            return Err(self.fail(req, problem).into());
         }
+        let problem = Problem::Send {
+            reason: e.to_string(),
+        };
+        Err(self.fail(req, problem).into())
+    }
+
+    /// The next line on the adapter's stdout, the reply to `req` (or,
+    /// pipelined, to a request of its batch).
+    fn next_line(&mut self, req: RequestRef) -> Result<StdoutLine, ClientError> {
         let line = match self.replies.next(self.timeout) {
             Some(Incoming::Line(line)) => {
                 if let Some(hook) = self.on_reply {
-                    hook(op);
+                    hook(req.op);
                 }
                 line
             }
@@ -1358,14 +1407,7 @@ impl Client {
             }
         };
         self.lines = line.number;
-        match parse_reply::<T>(&line, id) {
-            Ok(Ok(body)) => {
-                self.last_line = Some(line);
-                Ok(body)
-            }
-            Ok(Err(Refusal { kind, message })) => Err(ClientError::Refused { op, kind, message }),
-            Err(problem) => Err(self.fail(req, problem(line)).into()),
-        }
+        Ok(line)
     }
 }
 
