@@ -218,40 +218,50 @@ fn first_divergence(before: &[Record], after: &[Record]) -> Option<String> {
     None
 }
 
-/// Whether the agent retried refused append `writes[i]`: it is in a run of
-/// refused appends, and the same event is announced again in that run or
-/// in the appends right after it that repeat the run's events (a group
-/// whose requests were refused together is appended again, one by one).
-fn retried(writes: &[Append], i: usize) -> bool {
-    let refused = |k: usize| writes.get(k).is_some_and(|w| w.refused);
-    let start = (0..=i)
-        .rev()
-        .take_while(|&k| refused(k))
-        .last()
-        .unwrap_or(i);
-    let end = (i..writes.len())
-        .take_while(|&k| refused(k))
-        .last()
-        .map_or(i, |k| k + 1);
-    let run = &writes[start..end];
-    let again = writes[end..]
-        .iter()
-        .take_while(|w| run.iter().any(|r| r.fingerprint == w.fingerprint));
-    writes[i + 1..end]
-        .iter()
-        .chain(again)
-        .any(|w| w.fingerprint == writes[i].fingerprint)
+/// The attempts of each refused append, by write: for a write in a run
+/// of refused appends, or in the appends right after the run that repeat
+/// the run's events (the agent's retries: at once for a lone append, after
+/// the whole group for a group refused together), the index of the first
+/// attempt of the same event there. Other writes have none.
+fn attempt_chains(writes: &[Append]) -> Vec<Option<usize>> {
+    let mut chain = vec![None; writes.len()];
+    let mut i = 0;
+    while i < writes.len() {
+        if !writes[i].refused {
+            i += 1;
+            continue;
+        }
+        let start = i;
+        while writes.get(i).is_some_and(|w| w.refused) {
+            i += 1;
+        }
+        let run = &writes[start..i];
+        while writes
+            .get(i)
+            .is_some_and(|w| run.iter().any(|r| r.fingerprint == w.fingerprint))
+        {
+            i += 1;
+        }
+        for k in start..i {
+            chain[k] = (start..=k).find(|&j| writes[j].fingerprint == writes[k].fingerprint);
+        }
+    }
+    chain
 }
 
 /// What life `i` added to the log must be recovery events, then exactly
 /// what it announced, in order. An append the store refused with an I/O
-/// error may be absent; if the agent retried it, the refused attempt must
-/// have left nothing behind, or the retry duplicates it.
+/// error may be absent or present; if the agent tried it again, one of
+/// its attempts at most may be present, and the acknowledged one if any
+/// (a refused attempt kept beside it is a duplicate).
 fn suffix_problem(suffix: &[Record], life: &Life) -> Option<String> {
     let writes = &life.writes;
+    let chain = attempt_chains(writes);
+    let acked_chain =
+        |c: usize| (c..writes.len()).any(|k| chain[k] == Some(c) && !writes[k].refused);
     let mut next = 0;
-    // The last refused attempt skipped because its retry followed.
-    let mut refused_and_retried: Option<&Append> = None;
+    // The chains of attempts one of which is in the log already.
+    let mut present: Vec<usize> = Vec::new();
     let mut agent_started = false;
     let cut_record = |r: &Record| matches!(r.event(), Some(Event::TailQuarantined { .. }));
     for (k, rec) in suffix.iter().enumerate() {
@@ -276,18 +286,22 @@ fn suffix_problem(suffix: &[Record], life: &Life) -> Option<String> {
         }
         agent_started = true;
         let found = crate::agent::wire::fingerprint(e);
-        let duplicate = |w: Option<&Append>| {
-            w.filter(|w| w.fingerprint == found).map(|w| {
-                format!(
-                    "{} again: the store refused that {} with an I/O error, kept it, and the agent's retry added it a second time",
-                    describe_record(rec),
-                    w.type_name
-                )
-            })
+        let duplicate = |present: &[usize]| {
+            present
+                .iter()
+                .map(|&c| &writes[c])
+                .find(|w| w.fingerprint == found)
+                .map(|w| {
+                    format!(
+                        "{} again: the store refused that {} with an I/O error, kept it, and the agent's retry added it a second time",
+                        describe_record(rec),
+                        w.type_name
+                    )
+                })
         };
         loop {
             let Some(w) = writes.get(next) else {
-                return Some(duplicate(refused_and_retried).unwrap_or_else(|| {
+                return Some(duplicate(&present).unwrap_or_else(|| {
                     format!(
                         "{} was never written by life {} (it wrote {} events)",
                         describe_record(rec),
@@ -296,17 +310,15 @@ fn suffix_problem(suffix: &[Record], life: &Life) -> Option<String> {
                     )
                 }));
             };
+            let c = chain[next];
             next += 1;
             if w.refused {
-                if retried(writes, next - 1) {
-                    refused_and_retried = Some(w);
-                    continue;
-                }
-                if w.fingerprint != found {
+                // An acknowledged attempt of the same event stands for it.
+                if c.is_some_and(acked_chain) || w.fingerprint != found {
                     continue; // Refused and absent: as it should be.
                 }
             } else if w.fingerprint != found {
-                return Some(duplicate(refused_and_retried).unwrap_or_else(|| {
+                return Some(duplicate(&present).unwrap_or_else(|| {
                     format!(
                         "{} where life {} wrote {} (a gap, duplicate, reordering or altered event)",
                         describe_record(rec),
@@ -315,9 +327,11 @@ fn suffix_problem(suffix: &[Record], life: &Life) -> Option<String> {
                     )
                 }));
             }
-            // Kept past the retry itself: the copy after it is the duplicate.
-            if refused_and_retried.is_some_and(|r| r.fingerprint != w.fingerprint) {
-                refused_and_retried = None;
+            if let Some(c) = c {
+                if present.contains(&c) {
+                    return duplicate(&present);
+                }
+                present.push(c);
             }
             break;
         }
@@ -394,7 +408,7 @@ mod tests {
     /// retry kept twice is still a duplicate. A refused event announced
     /// again only after another event is not a retry of it.
     #[test]
-    fn a_group_refused_together_and_appended_again_is_a_retry() {
+    fn a_group_refused_together_and_appended_again_is_a_retry_and_kept_at_most_once() {
         let (a, b, c) = (user("a"), user("b"), user("c"));
         let refused = |e: &Event| Append {
             type_name: e.type_name().into(),
@@ -412,12 +426,34 @@ mod tests {
             None
         );
         assert!(suffix_problem(&log(&[a.clone(), a.clone(), b.clone(), c.clone()]), &l).is_some());
-        assert!(retried(&l.writes, 0) && retried(&l.writes, 1));
+        assert_eq!(
+            attempt_chains(&l.writes)[..4],
+            [Some(0), Some(1), Some(0), Some(1)]
+        );
+
+        // A group refused together, its first event tried again and
+        // refused until the agent gave up: the group may be kept whole,
+        // but no attempt twice.
+        let mut gave_up = life(0, &[], LifeEnd::Exited(1));
+        gave_up.writes = [&a, &b, &a, &a].iter().map(|e| refused(e)).collect();
+        assert_eq!(
+            suffix_problem(&log(&[a.clone(), b.clone()]), &gave_up),
+            None
+        );
+        assert_eq!(
+            suffix_problem(&log(std::slice::from_ref(&b)), &gave_up),
+            None
+        );
+        let twice = suffix_problem(&log(&[a.clone(), a.clone()]), &gave_up).expect("a duplicate");
+        assert!(
+            twice.contains("again: the store refused that user_message"),
+            "{twice}"
+        );
 
         // a refused, then c, then a again: a's refused attempt may be kept.
         let mut l = life(0, &[(&c, 0), (&a, 1)], LifeEnd::Exited(0));
         l.writes.insert(0, refused(&a));
-        assert!(!retried(&l.writes, 0));
+        assert_eq!(attempt_chains(&l.writes), [Some(0), None, None]);
         assert_eq!(
             suffix_problem(&log(&[a.clone(), c.clone(), a.clone()]), &l),
             None
