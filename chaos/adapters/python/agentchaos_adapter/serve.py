@@ -15,10 +15,17 @@ three descriptors sent with it, forked from this process's memory: the
 imports are done, no session was ever opened here) and `reap`. A process
 that has opened a session never forks, and a forked process never forks
 again: a child must start from a state no session has touched.
+
+Either version takes pipelined batches (PROTOCOL.md, section 10): the
+`append` and `start_tool` requests of a batch are held until its last one
+is read, checked in order against the session as the earlier ones of the
+batch leave it, and written with one `Store.write` call, so a store that
+makes one call durable with one sync commits the whole group with it.
 """
 
 from __future__ import annotations
 
+import copy
 import hashlib
 import json
 import os
@@ -126,6 +133,8 @@ class Server:
         self.children: set[int] = set()
         self.fds: list[int] = []
         self.arm_child: Any = None
+        # The pipelined batch read so far: (id, request) in request order.
+        self.batch: list[tuple[Any, dict[str, Any]]] = []
 
     @property
     def model(self) -> Model:
@@ -147,7 +156,10 @@ class Server:
             self.fds = []
 
     def _handle(self, line: bytes) -> bytes:
+        """The reply lines owed once `line` is read: none inside a
+        pipelined batch, all of the batch once its last request is read."""
         req_id: Any = None
+        before = b""
         try:
             try:
                 req = json.loads(line.decode("utf-8"), parse_constant=_no_constants)
@@ -159,14 +171,60 @@ class Server:
                 schema.check_request(req)
             except schema.BadShape as e:
                 raise BadRequest(str(e)) from e
+            more = req.get("more", False)
+            if req["op"] in ("append", "start_tool") and (more or self.batch):
+                self.batch.append((req_id, req))
+                return b"" if more else self.end_batch()
+            before = self.end_batch()  # a batch the harness left open
+            if more:
+                raise BadRequest(f"{req['op']}: only append and start_tool are pipelined (\"more\"); not served")
             body = {"ok": self.dispatch(req)}
         except StoreError as e:
-            body = {"error": {"kind": e.kind, "message": e.message}}
+            body = _refusal(e)
         except OSError as e:
             body = {"error": {"kind": "io", "message": " ".join(str(e).split())}}
-        head = json.dumps(req_id)
-        rest = json.dumps(body, separators=(",", ":"))
-        return f'{{"id":{head},{rest[1:]}\n'.encode("ascii")
+        return before + _reply(req_id, body)
+
+    def end_batch(self) -> bytes:
+        """Answers the pipelined batch read so far, in request order: each
+        event checked against the session as the batch's earlier accepted
+        ones leave it, the accepted ones written with one `Store.write`."""
+        batch, self.batch = self.batch, []
+        if not batch:
+            return b""
+        bodies: list[dict[str, Any] | None] = [None] * len(batch)
+        try:
+            model = self.model
+            # The earlier events of the batch are not durable yet: each is
+            # checked against a copy that has them, the session's own fold
+            # takes them once the store has written them.
+            ahead = copy.deepcopy(model) if len(batch) > 1 else model
+            accepted: list[tuple[int, Record]] = []
+            for i, (_, req) in enumerate(batch):
+                try:
+                    ev = _batched_event(req)
+                    ahead.check(ev)
+                except StoreError as e:
+                    bodies[i] = _refusal(e)
+                    continue
+                record = {"seq": ahead.next_seq, "ts": _now(), "event": ev}
+                if ahead is not model:
+                    ahead.apply(record)
+                accepted.append((i, record))
+            if accepted:
+                self.durable([r for _, r in accepted])
+            for i, record in accepted:
+                seq = record["seq"]
+                ok: dict[str, Any] = {"seq": seq, "id": f"e{seq}"}
+                if batch[i][1]["op"] == "start_tool":
+                    ok["operation_id"] = self.model.calls[batch[i][1]["call_id"]].operation_id
+                bodies[i] = {"ok": ok}
+        except StoreError as e:
+            bodies = [b if b is not None else _refusal(e) for b in bodies]
+        except OSError as e:
+            io = {"error": {"kind": "io", "message": " ".join(str(e).split())}}
+            bodies = [b if b is not None else io for b in bodies]
+        return b"".join(_reply(req_id, body) for (req_id, _), body in zip(batch, bodies) if body is not None)
 
     # ---- writing -----------------------------------------------------------
 
@@ -178,6 +236,13 @@ class Server:
         for i, ev in enumerate(events):
             model.check(ev)
             records.append({"seq": model.next_seq + i, "ts": _now(), "event": ev})
+        self.durable(records)
+        return [r["seq"] for r in records]
+
+    def durable(self, records: list[Record]) -> None:
+        """Has the store make `records` durable, then folds them; a failure
+        that may have left some on disk makes the session unusable."""
+        model = self.model
         try:
             self.store.write(records)
         except StoreError as e:
@@ -189,7 +254,6 @@ class Server:
             raise IoFailed(f"write: {self.broken}") from e
         for r in records:
             model.apply(r)
-        return [r["seq"] for r in records]
 
     # ---- operations --------------------------------------------------------
 
@@ -206,6 +270,8 @@ class Server:
             hello.update(protocol=version, capabilities=self.store.capabilities())
             if version == FORK_PROTOCOL and self.can_fork:
                 hello["fork"] = True
+            if self.store.pipeline:
+                hello["pipeline"] = True
             return hello
         if op == "fork":
             return self.op_fork()
@@ -222,12 +288,10 @@ class Server:
                 raise Unsupported("open with a lease: this store does not claim `lease`")
             return self.op_open(req["root"], req["session"], req.get("workspace"), req["create"])
         if op == "append":
-            if req["event"]["type"] == "tool_started":
-                raise BadRequest("tool_started is the intent: send start_tool, not append")
-            (seq,) = self.write([req["event"]])
+            (seq,) = self.write([_batched_event(req)])
             return {"seq": seq, "id": f"e{seq}"}
         if op == "start_tool":
-            (seq,) = self.write([{"type": "tool_started", "call_id": req["call_id"]}])
+            (seq,) = self.write([_batched_event(req)])
             return {"seq": seq, "id": f"e{seq}", "operation_id": self.model.calls[req["call_id"]].operation_id}
         if op == "recover":
             marks = self.model.recovery_marks(self.store.recovery_phase)
@@ -443,6 +507,26 @@ def serve(store: Store, stdin: BinaryIO | None = None, stdout: BinaryIO | None =
             server.kill_children()
 
 
+def _batched_event(req: dict[str, Any]) -> dict[str, Any]:
+    """The event an `append` or `start_tool` request writes."""
+    if req["op"] == "start_tool":
+        return {"type": "tool_started", "call_id": req["call_id"]}
+    if req["event"]["type"] == "tool_started":
+        raise BadRequest("tool_started is the intent: send start_tool, not append")
+    return req["event"]
+
+
+def _refusal(e: StoreError) -> dict[str, Any]:
+    return {"error": {"kind": e.kind, "message": e.message}}
+
+
+def _reply(req_id: Any, body: dict[str, Any]) -> bytes:
+    """One reply line, newline included."""
+    head = json.dumps(req_id)
+    rest = json.dumps(body, separators=(",", ":"))
+    return f'{{"id":{head},{rest[1:]}\n'.encode("ascii")
+
+
 def _loop(server: Server, lines: Any, stdout: BinaryIO) -> int:
     for line, fds in lines:
         try:
@@ -454,8 +538,9 @@ def _loop(server: Server, lines: Any, stdout: BinaryIO) -> int:
             where = f"{frame.filename}:{frame.lineno}"
             print(f"{server.store.name} adapter: internal error ({type(e).__name__}: {e}) at {where}", file=sys.stderr)
             return 2
-        stdout.write(reply)
-        stdout.flush()
+        if reply:
+            stdout.write(reply)
+            stdout.flush()
     if server.open:
         server.close()
     return 0

@@ -15,7 +15,8 @@ A record is `{"seq": int, "ts": str | None, "event": dict}`; seq 0 is
   The kit answers `exists`/`not_found` itself and calls `close` then.
 - `write(records)`: make these records durable, in this order, after the
   ones before them, and only then return. One call may carry several
-  records (recovery writes its marks in one call). Raise `IoFailed` (an
+  records (recovery writes its marks in one call; a pipelined batch of the
+  harness's parallel appends is one call too). Raise `IoFailed` (an
   `OSError` is mapped to it) if that is not certain: the kit then refuses
   every request until the session is opened again. A refusal before
   anything was written (`Invalid`, `RuleViolated`) keeps the session usable.
@@ -48,6 +49,10 @@ class Store:
     # handles a forked child must not share; it is then served as version 1
     # (a process per life and per observation).
     forkable = True
+    # Whether `hello` says `pipeline` (chaos/PROTOCOL.md, section 10): the
+    # requests of a parallel group then reach `write` as one call, which a
+    # store that syncs once per call commits as one group.
+    pipeline = True
     # The fold the kit keeps; subclass `Model` to relax or reword it.
     model_class: type[Model] = Model
     # The open session's fold, set by the kit: the records before the ones

@@ -91,6 +91,47 @@ class Kit(unittest.TestCase):
         self.assertEqual(self.kind("append", event=self.msg("two")), "io")
         self.assertEqual(self.kind("projection"), "io")
 
+    def send(self, op: str, **fields) -> list[dict]:
+        """Every reply line `handle` gave for one request (pipelining: none
+        until a batch's last request, then all of it)."""
+        line = json.dumps({"id": self.next_id, "op": op, **fields}).encode()
+        self.next_id += 1
+        return [json.loads(r) for r in self.server.handle(line).splitlines()]
+
+    def test_a_pipelined_batch_is_checked_in_order_and_written_in_one_call(self) -> None:
+        self.assertTrue(self.ok("hello", protocol=1)["pipeline"])
+        self.create()
+        writes = []
+        write = self.store.write
+        self.store.write = lambda records: (writes.append(len(records)), write(records))
+        call = {"type": "tool_call", "parent": "e1", "call_id": "c1", "tool": "t", "args": {}, "effect": "none"}
+        self.assertEqual(self.send("append", more=True, event=self.msg("one")), [])
+        # Names the batch's first event as its parent, which is not durable yet.
+        self.assertEqual(self.send("append", more=True, event=call), [])
+        # Refused: c2 is no call; the rest of the batch goes on.
+        self.assertEqual(self.send("start_tool", more=True, call_id="c2"), [])
+        replies = self.send("start_tool", call_id="c1")
+        self.assertEqual([r["id"] for r in replies], [3, 4, 5, 6])
+        self.assertEqual(replies[0]["ok"], {"seq": 1, "id": "e1"})
+        self.assertEqual(replies[1]["ok"], {"seq": 2, "id": "e2"})
+        self.assertEqual(replies[2]["error"]["kind"], "rule", replies)
+        self.assertEqual(replies[3]["ok"], {"seq": 3, "id": "e3", "operation_id": None})
+        self.assertEqual(writes, [3], "one write for the batch")
+        # A request that is not pipelined ends an open batch, and is refused unserved with `more`.
+        self.assertEqual(self.send("append", more=True, event=self.msg("two")), [])
+        replies = self.send("close", more=True)
+        self.assertEqual(replies[0]["ok"]["seq"], 4)
+        self.assertEqual(replies[1]["error"]["kind"], "bad_request")
+        self.assertEqual(self.ok("append", event=self.msg("three"))["seq"], 5)
+
+    def test_a_failed_batch_write_refuses_every_request_it_carried(self) -> None:
+        self.create()
+        self.store.fail = OSError(5, "Input/output error")
+        self.assertEqual(self.send("append", more=True, event=self.msg("one")), [])
+        replies = self.send("append", event=self.msg("two"))
+        self.assertEqual([r["error"]["kind"] for r in replies], ["io", "io"])
+        self.assertEqual(self.kind("append", event=self.msg("three")), "io")
+
     def test_rules_are_refused_with_their_reason(self) -> None:
         self.create()
         reply = self.req("append", event={"type": "run_finished", "run_id": "r9", "status": "completed"})
