@@ -189,7 +189,7 @@ fn the_kit_unit_tests_pass() {
         .unwrap();
     let text = String::from_utf8_lossy(&out.stderr);
     assert!(out.status.success(), "{text}");
-    assert!(text.contains("Ran 11 tests"), "{text}");
+    assert!(text.contains("Ran 13 tests"), "{text}");
 }
 
 #[test]

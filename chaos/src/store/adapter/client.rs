@@ -1,5 +1,7 @@
 //! Talking to an adapter process: spawn it, send one request, read and
-//! validate one reply, never hang and never panic on what it sends.
+//! validate one reply (or, to an adapter that pipelines, a batch of
+//! requests and their replies in any order: `client/pipeline.rs`), never hang and
+//! never panic on what it sends.
 //!
 //! [`Client`] owns the child process, reads its stdout on the calling
 //! thread (a reply wakes the caller directly), and keeps a reader thread
