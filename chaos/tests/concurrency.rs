@@ -36,7 +36,12 @@ fn replay(plan: &str, fault: Option<&str>) -> (i32, String) {
     if let Some(f) = fault {
         cmd.args(["--store-fault", f]);
     }
-    let out = cmd.output().unwrap();
+    findings(cmd)
+}
+
+/// The exit code of a replay and its report from the first violation on.
+fn findings(mut replay: Command) -> (i32, String) {
+    let out = replay.output().unwrap();
     let stdout = String::from_utf8_lossy(&out.stdout);
     let findings = stdout
         .find("VIOLATION")
@@ -103,18 +108,11 @@ fn replay_through_adapter(plan: &str, fault: Option<&str>) -> (i32, String) {
     let bin = crate::support::workspace_bin("agentstore");
     let env = fault.map_or(String::new(), |f| format!("env AGENTSTORE_FAULT={f} "));
     let adapter = format!("{env}{} adapter --durability batch", bin.display());
-    let out = Command::new(env!("CARGO_BIN_EXE_agentchaos"))
-        .args(["replay", "--scenario"])
+    let mut cmd = Command::new(env!("CARGO_BIN_EXE_agentchaos"));
+    cmd.args(["replay", "--scenario"])
         .arg(shipped())
-        .args(["--plan", plan, "--adapter", &adapter])
-        .output()
-        .unwrap();
-    let stdout = String::from_utf8_lossy(&out.stdout);
-    let findings = stdout
-        .find("VIOLATION")
-        .map_or("", |at| &stdout[at..])
-        .to_string();
-    (out.status.code().unwrap_or(-1), findings)
+        .args(["--plan", plan, "--adapter", &adapter]);
+    findings(cmd)
 }
 
 /// Through an adapter that pipelines (`chaos/PROTOCOL.md`, section 10):

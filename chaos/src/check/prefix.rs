@@ -365,21 +365,7 @@ mod tests {
 
     #[test]
     fn a_refused_append_may_be_absent_but_its_retry_must_not_duplicate_it() {
-        let a = Event::UserMessage {
-            parent: None,
-            text: "a".into(),
-        };
-        let b = Event::UserMessage {
-            parent: None,
-            text: "b".into(),
-        };
-        let refused = |e: &Event| Append {
-            type_name: e.type_name().into(),
-            fingerprint: crate::agent::wire::fingerprint(e),
-            line: 0,
-            acked: None,
-            refused: true,
-        };
+        let (a, b) = (user("a"), user("b"));
         // Announced a, refused; retried a, acknowledged; then b.
         let mut l = life(0, &[(&a, 0), (&b, 1)], LifeEnd::Exited(0));
         l.writes.insert(0, refused(&a));
@@ -410,13 +396,6 @@ mod tests {
     #[test]
     fn a_group_refused_together_and_appended_again_is_a_retry_and_kept_at_most_once() {
         let (a, b, c) = (user("a"), user("b"), user("c"));
-        let refused = |e: &Event| Append {
-            type_name: e.type_name().into(),
-            fingerprint: crate::agent::wire::fingerprint(e),
-            line: 0,
-            acked: None,
-            refused: true,
-        };
         let mut l = life(0, &[(&a, 0), (&b, 1), (&c, 2)], LifeEnd::Exited(0));
         l.writes.insert(0, refused(&a));
         l.writes.insert(1, refused(&b));
@@ -435,7 +414,7 @@ mod tests {
         // refused until the agent gave up: the group may be kept whole,
         // but no attempt twice.
         let mut gave_up = life(0, &[], LifeEnd::Exited(1));
-        gave_up.writes = [&a, &b, &a, &a].iter().map(|e| refused(e)).collect();
+        gave_up.writes = [&a, &b, &a, &a].into_iter().map(refused).collect();
         assert_eq!(
             suffix_problem(&log(&[a.clone(), b.clone()]), &gave_up),
             None
@@ -458,6 +437,17 @@ mod tests {
             suffix_problem(&log(&[a.clone(), c.clone(), a.clone()]), &l),
             None
         );
+    }
+
+    /// An append of `e` the store refused with an I/O error.
+    fn refused(e: &Event) -> Append {
+        Append {
+            type_name: e.type_name().into(),
+            fingerprint: crate::agent::wire::fingerprint(e),
+            line: 0,
+            acked: None,
+            refused: true,
+        }
     }
 
     fn user(text: &str) -> Event {

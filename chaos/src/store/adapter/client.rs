@@ -1325,13 +1325,27 @@ impl Client {
         let bytes = self.encode(id, false, request)?;
         self.send(req.clone(), &bytes, fds)?;
         let line = self.next_line(req.clone())?;
-        match parse_reply::<T>(&line, id) {
+        self.reply_body(req, line)
+    }
+
+    /// The body of `line`, the reply to `req`: its `ok`, its refusal, or
+    /// the protocol error it is.
+    fn reply_body<T: DeserializeOwned>(
+        &mut self,
+        req: RequestRef,
+        line: StdoutLine,
+    ) -> Result<T, ClientError> {
+        match parse_reply::<T>(&line, req.id) {
             Ok(Ok(body)) => {
                 self.last_line = Some(line);
-                self.last_id = id;
+                self.last_id = req.id;
                 Ok(body)
             }
-            Ok(Err(Refusal { kind, message })) => Err(ClientError::Refused { op, kind, message }),
+            Ok(Err(Refusal { kind, message })) => Err(ClientError::Refused {
+                op: req.op,
+                kind,
+                message,
+            }),
             Err(problem) => Err(self.fail(req, problem(line)).into()),
         }
     }

@@ -14,8 +14,7 @@ use agentchaos_protocol::Request;
 use serde::de::DeserializeOwned;
 use serde_json::Value;
 
-use super::{parse_reply, Client, ClientError, Problem, RequestRef, StdoutLine};
-use agentchaos_protocol::Refusal;
+use super::{Client, ClientError, Problem, RequestRef, StdoutLine};
 
 impl Client {
     /// Whether the adapter takes pipelined batches (its `hello` said `pipeline`).
@@ -123,15 +122,7 @@ impl Client {
                 None => break line,
             }
         };
-        match parse_reply::<T>(&line, id) {
-            Ok(Ok(body)) => {
-                self.last_line = Some(line);
-                self.last_id = id;
-                Ok(body)
-            }
-            Ok(Err(Refusal { kind, message })) => Err(ClientError::Refused { op, kind, message }),
-            Err(problem) => Err(self.fail(req, problem(line)).into()),
-        }
+        self.reply_body(req, line)
     }
 }
 
